@@ -1,0 +1,302 @@
+"""IR -> checked IR: every semantic rule of the language, every violation reported at once.
+
+The result, `Analysis`, is what the compiler builds on: predecessors in declaration
+order (which fixes hint numbering), successors and a topological order.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass
+
+from . import ir
+from .diagnostics import Diagnostic, error, point, warning
+from .metrics import METRICS
+from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateSyntaxError, variables
+
+IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "prompt", "inputs"}
+MODEL_ROLES = ("forward", "backward", "optimizer")
+
+# Allowed settings: key -> accepted Python types, or the tuple of allowed names.
+NUMBER = (int, float)
+NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")}
+MODEL_SETTINGS = {
+    "name": (str,), "temperature": NUMBER, "top_p": NUMBER, "max_tokens": (int,), "seed": (int,),
+    "api_base": (str,), "timeout": NUMBER, "stop": (str,),
+}
+OPTIMIZE_SETTINGS = {
+    "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
+    "update": ("full", "sample"), "gate": ("validation", "train", "none"), "train_size": (int,),
+    "val_size": (int,), "test_size": (int,), "seed": (int,),
+}
+BLOCKS = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+
+
+@dataclass(frozen=True)
+class Analysis:
+    predecessors: dict[str, tuple[str, ...]]  # node -> inputs and nodes feeding it, in edge order
+    successors: dict[str, tuple[str, ...]]
+    order: tuple[str, ...]  # nodes, topologically sorted
+    metric: str
+
+
+def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
+    """The Jinja2 source a node renders: a named template, an inline one, or the default."""
+    setting = node.setting("template")
+    if setting is None:
+        return DEFAULT_TEMPLATE
+    named = {t.name: t.text for t in pipeline.templates}
+    return named.get(str(setting.value), str(setting.value))
+
+
+def default_metric(output_type: ir.OutputType | None) -> str:
+    return "numeric" if output_type is not None and output_type.kind == "number" else "exact"
+
+
+class Checker:
+    def __init__(self, pipeline: ir.Pipeline):
+        self.p = pipeline
+        self.diagnostics: list[Diagnostic] = []
+
+    def error(self, span: ir.Span | None, message: str) -> None:
+        self.diagnostics.append(error(span, message, self.p.path))
+
+    def warn(self, span: ir.Span | None, message: str) -> None:
+        self.diagnostics.append(warning(span, message))
+
+    def run(self) -> Analysis:
+        p = self.p
+        self.nodes = self.unique("node or input", [*p.inputs, *p.nodes])
+        self.node_names = {n.name for n in p.nodes}
+        self.params = self.unique("param", p.params)
+        self.templates = self.unique("template", p.templates)
+        for item in [*p.inputs, *p.nodes]:
+            if item.name in RESERVED:
+                self.error(item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
+        for node in p.nodes:
+            self.check_node(node)
+        for block in p.blocks:
+            self.check_block(block)
+        predecessors, successors = self.check_edges()
+        order = self.check_cycles(predecessors, successors)
+        output = self.check_output()
+        metric = self.check_metric(output)
+        for node in p.nodes:
+            self.check_template_variables(node, predecessors.get(node.name, ()))
+        self.check_builtin_overrides()
+        self.warn_unused(predecessors, successors, output)
+        return Analysis(predecessors, successors, order, metric)
+
+    def unique(self, what: str, items) -> dict:
+        seen: dict = {}
+        for item in items:
+            if item.name in seen:
+                first = seen[item.name].span
+                self.error(item.span, f"duplicate {what} '{item.name}' (first declared at line {first.line})")
+            else:
+                seen[item.name] = item
+        return seen
+
+    def check_settings(self, where: str, settings, allowed: dict) -> None:
+        seen: set[str] = set()
+        for s in settings:
+            if s.key in seen:
+                self.error(s.span, f"duplicate setting '{s.key}' in {where}")
+            seen.add(s.key)
+            accepted = allowed.get(s.key)
+            if accepted is None:
+                self.error(s.span, f"unknown setting '{s.key}' in {where}; expected one of {', '.join(allowed)}")
+            elif isinstance(accepted[0], str):
+                if s.value not in accepted:
+                    self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}")
+            elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
+                kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
+                self.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
+
+    def check_node(self, node: ir.Node) -> None:
+        self.check_settings(f"node '{node.name}'", node.settings, NODE_SETTINGS)
+        prompt = node.setting("prompt")
+        if prompt is not None and isinstance(prompt.value, str) and prompt.value not in self.params:
+            self.error(prompt.value_span, f"undefined param '{prompt.value}'")
+        template = node.setting("template")
+        if template is not None and isinstance(template.value, str):
+            if IDENTIFIER.match(template.value) and template.value not in self.templates:
+                self.error(template.value_span, f"undefined template '{template.value}'")
+        if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
+            self.error(node.type.span, "a choice lists the same option twice")
+
+    def check_block(self, block: ir.Block) -> None:
+        allowed = BLOCKS.get(block.kind)
+        if allowed is None:
+            self.error(block.span, f"unknown block '{block.kind}'; expected one of {', '.join(BLOCKS)}")
+            return
+        if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
+            self.error(block.span, f"unknown model role '{block.name}'; expected one of {', '.join(MODEL_ROLES)}")
+        if block.kind == "optimize" and block.name is not None:
+            self.error(block.span, "an optimize block takes no name")
+        self.check_settings(f"{block.kind} block", block.settings, allowed)
+
+    def check_edges(self):
+        predecessors: dict[str, list[str]] = {n.name: [] for n in self.p.nodes}
+        successors: dict[str, list[str]] = {n: [] for n in self.nodes}
+        for edge in self.p.edges:
+            ok = True
+            for ref in (edge.source, edge.target):
+                if ref.name not in self.nodes:
+                    self.error(ref.span, f"undefined node or input '{ref.name}'")
+                    ok = False
+            if ok and edge.target.name not in self.node_names:
+                self.error(edge.target.span, f"'{edge.target.name}' is an input; edges can only lead into nodes")
+                ok = False
+            if not ok:
+                continue
+            if edge.source.name in predecessors[edge.target.name]:
+                self.warn(edge.source.span, f"edge {edge.source.name} -> {edge.target.name} is declared twice")
+                continue
+            predecessors[edge.target.name].append(edge.source.name)
+            successors[edge.source.name].append(edge.target.name)
+        return ({k: tuple(v) for k, v in predecessors.items()}, {k: tuple(v) for k, v in successors.items()})
+
+    def check_cycles(self, predecessors, successors) -> tuple[str, ...]:
+        """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle."""
+        waiting = {n: sum(1 for s in preds if s in self.node_names) for n, preds in predecessors.items()}
+        ready = deque(n.name for n in self.p.nodes if waiting.get(n.name) == 0)
+        order: list[str] = []
+        while ready:
+            name = ready.popleft()
+            order.append(name)
+            for succ in successors.get(name, ()):
+                waiting[succ] -= 1
+                if waiting[succ] == 0:
+                    ready.append(succ)
+        left = [n for n in waiting if waiting[n] > 0]
+        if left:
+            cycle = self.find_cycle(left, predecessors)
+            node = self.nodes[cycle[0]]
+            self.error(node.span, f"cycle: {' -> '.join(cycle)}")
+        return tuple(order)
+
+    @staticmethod
+    def find_cycle(left: list[str], predecessors) -> list[str]:
+        """Every node left over by Kahn's algorithm has a left-over predecessor: walk back until one repeats."""
+        remaining = set(left)
+        path, index = [left[0]], {left[0]: 0}
+        while True:
+            pred = next(p for p in predecessors[path[-1]] if p in remaining)
+            if pred in index:
+                return (path[index[pred]:] + [pred])[::-1]
+            index[pred] = len(path)
+            path.append(pred)
+
+    def check_output(self) -> ir.Node | None:
+        outputs = self.p.outputs
+        if not outputs:
+            self.error(self.p.span, "no output node: add `output <node>`")
+            return None
+        for extra in outputs[1:]:
+            self.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
+        ref = outputs[0].node
+        if ref.name not in self.node_names:
+            self.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in self.nodes else ""))
+            return None
+        return self.nodes[ref.name]
+
+    def check_metric(self, output: ir.Node | None) -> str:
+        for extra in self.p.metrics[1:]:
+            self.error(extra.span, f"a pipeline has one metric; already declared at line {self.p.metrics[0].span.line}")
+        if not self.p.metrics:
+            return default_metric(output.type if output else None)
+        ref = self.p.metrics[0]
+        if ref.name not in METRICS:
+            self.error(ref.span, f"unknown metric '{ref.name}'; expected one of {', '.join(METRICS)}")
+        elif output is not None and ref.name == "numeric" and output.type.kind != "number":
+            self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
+        return ref.name
+
+    def check_template_variables(self, node: ir.Node, received: tuple[str, ...]) -> None:
+        source = template_source(self.p, node)
+        setting = node.setting("template")
+        named = self.templates.get(str(setting.value)) if setting else None
+        literal = named.literal if named else (setting.value_span if setting else node.span)
+        try:
+            used = variables(source)
+        except TemplateSyntaxError as exc:
+            self.error(self.locate(literal, None, exc.lineno), f"template syntax: {exc.message}")
+            return
+        allowed = set(received) | {"prompt"} | ({"inputs"} if setting is None else set())
+        for name in sorted(used - allowed):
+            label = f"template '{named.name}'" if named else "the template"
+            self.error(
+                self.locate(literal, name),
+                f"{label} uses '{name}', which node '{node.name}' does not receive"
+                f" (it receives: {', '.join(received) or 'nothing'})",
+            )
+        if "prompt" in used and node.setting("prompt") is None:
+            self.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
+
+    def check_builtin_overrides(self) -> None:
+        for template in self.p.templates:
+            if template.name not in BUILTIN:
+                continue
+            try:
+                used = variables(template.text)
+            except TemplateSyntaxError as exc:
+                self.error(self.locate(template.literal, None, exc.lineno), f"template syntax: {exc.message}")
+                continue
+            for name in sorted(used - BUILTIN[template.name]):
+                self.error(
+                    self.locate(template.literal, name),
+                    f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(BUILTIN[template.name]))}",
+                )
+
+    def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:
+        """Point inside a template literal: at a variable's first use, or at a line of it."""
+        text = self.p.text
+        if not text or literal is None:
+            return literal
+        body = text[literal.start:literal.end]
+        if name is not None:
+            match = re.search(r"(?:\{\{|\{%)[^}]*?\b(" + re.escape(name) + r")\b", body)
+            offset = literal.start + match.start(1) if match else None
+        else:
+            lines = body.split("\n")
+            skip = 1 if body.startswith(('"""\n', '"""\r\n', "|", ">")) else 0
+            index = min((line or 1) - 1 + skip, len(lines) - 1)
+            offset = literal.start + sum(len(x) + 1 for x in lines[:index])
+            offset += len(lines[index]) - len(lines[index].lstrip())
+            name = lines[index].strip() or " "
+        if offset is None:
+            return literal
+        return point(literal.file, text, offset, len(name))
+
+    def warn_unused(self, predecessors, successors, output: ir.Node | None) -> None:
+        used_params = {str(s.value) for n in self.p.nodes if (s := n.setting("prompt"))}
+        for param in self.p.params:
+            if param.name not in used_params:
+                self.warn(param.span, f"param '{param.name}' is not used by any node")
+        used_templates = {str(s.value) for n in self.p.nodes if (s := n.setting("template"))}
+        for template in self.p.templates:
+            if template.name not in used_templates and template.name not in BUILTIN:
+                self.warn(template.span, f"template '{template.name}' is not used by any node")
+        for item in self.p.inputs:
+            if not successors.get(item.name):
+                self.warn(item.span, f"input '{item.name}' is not used by any node")
+        if output is None:
+            return
+        reaches, stack = {output.name}, [output.name]
+        while stack:
+            for pred in predecessors.get(stack.pop(), ()):
+                if pred not in reaches:
+                    reaches.add(pred)
+                    stack.append(pred)
+        for node in self.p.nodes:
+            if node.name not in reaches:
+                self.warn(node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
+
+
+def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
+    checker = Checker(pipeline)
+    analysis = checker.run()
+    return analysis, checker.diagnostics

@@ -1,0 +1,85 @@
+"""Graph -> text for people and tools: IR as JSON, DOT, Mermaid, and every prompt rendered."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from . import ir
+from .graph import Graph
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        skip = {"text"} if isinstance(value, ir.Pipeline) else set()  # the whole source file
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in skip}
+    if isinstance(value, (tuple, list)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def emit_ir(graph: Graph) -> str:
+    """The IR as JSON, spans included, so editors and scripts can point into the source."""
+    return json.dumps(_plain(graph.pipeline), indent=2, ensure_ascii=False)
+
+
+def _node_label(graph: Graph, name: str) -> str:
+    node = graph.nodes.get(name)
+    return f"{name}: {node.type}" if node else name
+
+
+def emit_dot(graph: Graph) -> str:
+    lines = [f"digraph {json.dumps(graph.pipeline.name)} {{", "  rankdir=LR;", "  node [shape=box, style=rounded];"]
+    for item in graph.inputs:
+        lines.append(f"  {json.dumps(item.name)} [shape=ellipse];")
+    for name in graph.nodes:
+        extra = ", peripheries=2" if name == graph.output else ""
+        lines.append(f"  {json.dumps(name)} [label={json.dumps(_node_label(graph, name))}{extra}];")
+    for node in graph.nodes.values():
+        for pred in node.inputs:
+            lines.append(f"  {json.dumps(pred)} -> {json.dumps(node.name)};")
+    lines.append("}")
+    return "\n".join(lines)
+
+
+def emit_mermaid(graph: Graph) -> str:
+    def quote(text: str) -> str:
+        return '"' + text.replace('"', "#quot;") + '"'
+
+    lines = ["flowchart LR"]
+    for item in graph.inputs:
+        lines.append(f"  {item.name}([{quote(item.name)}])")
+    for name in graph.nodes:
+        shape = ("[[", "]]") if name == graph.output else ("[", "]")
+        lines.append(f"  {name}{shape[0]}{quote(_node_label(graph, name))}{shape[1]}")
+    for node in graph.nodes.values():
+        for pred in node.inputs:
+            lines.append(f"  {pred} --> {node.name}")
+    return "\n".join(lines)
+
+
+def emit_prompts(graph: Graph) -> str:
+    """Forward and backward prompts of every node, rendered with `<name>` placeholders."""
+    values = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
+    out: list[str] = []
+    for node in graph.nodes.values():
+        out.append(f"=== {node.name}: forward ===\n{node.render(values, graph.prompts)}")
+        if not node.hints:
+            continue
+        common = dict(
+            node=node.name,
+            context="\n".join(f"{i}: <{i}>" for i in node.context) or "(none)",
+            output=f"<output of {node.name}>",
+            feedback=f"<feedback on {node.name}>",
+        )
+        hints = [{"name": h, "value": f"<output of {h}>"} for h in node.hints]
+        out.append(f"=== {node.name}: backward (all {len(hints)} hints) ===\n{graph.render_builtin('backward', hints=hints, **common)}")
+        for hint in hints:
+            out.append(f"=== {node.name}: backward, no sibling ({hint['name']}) ===\n"
+                       f"{graph.render_builtin('backward_no_sibling', hints=[hint], **common)}")
+    out.append(f"=== {graph.output}: loss feedback ===\n"
+               f"{graph.render_builtin('loss', node=graph.output, output='<output>', expected='<expected>', parse_error=None)}")
+    return "\n\n".join(out)
+
+
+EMITTERS = {"ir": emit_ir, "dot": emit_dot, "mermaid": emit_mermaid, "prompts": emit_prompts}

@@ -1,0 +1,138 @@
+"""Checked IR -> executable graph: the boundary the runtime and the optimizer build on.
+
+A `Graph` is immutable; an optimizer step makes a new one with `with_prompts`.
+Templates are compiled once per distinct source, so a template shared by a thousand
+nodes costs one compilation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Mapping
+
+from . import ir
+from .checker import MODEL_ROLES, check, template_source
+from .diagnostics import Diagnostic, PipelineError
+from .templates import BUILTIN, builtin_source, compile_template
+
+DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
+DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType({
+    "iterations": 3, "errors_per_gradient": 2, "gradient": "sibling", "update": "full",
+    "gate": "validation", "train_size": 20, "val_size": 20, "test_size": 0, "seed": 0,
+})
+
+
+def label(name: str) -> str:
+    """`job_title` -> `Job title`: how an input is shown to a model by default."""
+    return name.replace("_", " ").capitalize()
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    role: str
+    name: str | None  # None: choose at run time (the embedded model, or a command-line flag)
+    settings: Mapping[str, ir.Value]
+
+
+@dataclass(frozen=True)
+class GraphNode:
+    name: str
+    type: ir.OutputType
+    param: str | None  # prompt parameter rendered as {{ prompt }}
+    template: str  # Jinja2 source
+    parse: str  # "reply" | "tag"
+    inputs: tuple[str, ...]  # every predecessor, in edge order
+    hints: tuple[str, ...]  # predecessors that are nodes: they receive gradients, "Hint k" is hints[k-1]
+    context: tuple[str, ...]  # predecessors that are pipeline inputs
+    successors: tuple[str, ...]
+
+    def render(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
+        """The forward prompt, given the values of this node's inputs."""
+        variables = {name: values[name] for name in self.inputs}
+        variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
+        variables["prompt"] = prompts.get(self.param, "") if self.param else ""
+        return compile_template(self.template).render(variables).strip()
+
+
+@dataclass(frozen=True)
+class Graph:
+    pipeline: ir.Pipeline = field(repr=False)
+    nodes: Mapping[str, GraphNode]  # in topological order
+    output: str
+    inputs: tuple[ir.Input, ...]
+    prompts: Mapping[str, str]  # current text of every prompt parameter
+    trainable: tuple[str, ...]  # params the optimizer may change, in declaration order
+    metric: str
+    answer_field: str | None
+    models: Mapping[str, ModelSpec]
+    optimize: Mapping[str, ir.Value]
+    builtins: Mapping[str, str]  # sources of the loss, backward and optimizer templates
+    warnings: tuple[Diagnostic, ...] = field(default=(), compare=False)
+
+    @property
+    def task(self) -> str:
+        return self.pipeline.description or self.pipeline.name
+
+    def with_prompts(self, prompts: Mapping[str, str]) -> "Graph":
+        return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
+
+    def render_builtin(self, name: str, **variables) -> str:
+        return compile_template(self.builtins[name]).render(task=self.task, **variables).strip()
+
+    def users(self, param: str) -> tuple[GraphNode, ...]:
+        return tuple(n for n in self.nodes.values() if n.param == param)
+
+
+def _models(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
+    shared = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name is None for s in b.settings}
+    models = {}
+    for role in MODEL_ROLES:
+        own = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name == role for s in b.settings}
+        settings = {**DEFAULT_MODEL_SETTINGS, **shared, **own}
+        name = settings.pop("name", None)
+        models[role] = ModelSpec(role, str(name) if name is not None else None, MappingProxyType(settings))
+    return models
+
+
+def build(pipeline: ir.Pipeline) -> Graph:
+    """Check and compile; raise PipelineError carrying every diagnostic when there are errors."""
+    analysis, diagnostics = check(pipeline)
+    if any(d.severity == "error" for d in diagnostics):
+        raise PipelineError(diagnostics, pipeline.text)
+    declared = {n.name: n for n in pipeline.nodes}
+    input_names = {i.name for i in pipeline.inputs}
+    nodes = {}
+    for name in analysis.order:
+        node = declared[name]
+        preds = analysis.predecessors[name]
+        prompt, parse = node.setting("prompt"), node.setting("parse")
+        source = template_source(pipeline, node)
+        compile_template(source)
+        nodes[name] = GraphNode(
+            name=name,
+            type=node.type,
+            param=str(prompt.value) if prompt else None,
+            template=source,
+            parse=str(parse.value) if parse else "reply",
+            inputs=preds,
+            hints=tuple(p for p in preds if p not in input_names),
+            context=tuple(p for p in preds if p in input_names),
+            successors=analysis.successors[name],
+        )
+    overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
+    output = pipeline.outputs[0]
+    return Graph(
+        pipeline=pipeline,
+        nodes=MappingProxyType(nodes),
+        output=output.node.name,
+        inputs=pipeline.inputs,
+        prompts=MappingProxyType({p.name: p.text for p in pipeline.params}),
+        trainable=tuple(p.name for p in pipeline.params if not p.frozen),
+        metric=analysis.metric,
+        answer_field=output.field,
+        models=MappingProxyType(_models(pipeline)),
+        optimize=MappingProxyType({**DEFAULT_OPTIMIZE, **{s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}}),
+        builtins=MappingProxyType({name: overrides.get(name) or builtin_source(name) for name in BUILTIN}),
+        warnings=tuple(diagnostics),
+    )

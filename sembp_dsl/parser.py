@@ -1,0 +1,256 @@
+""".sbp source -> IR: a Lark LALR parser whose Transformer runs inline, so no parse tree is built."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from functools import lru_cache
+from importlib import resources
+
+from lark import Lark, Token, Transformer
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
+
+from . import ir
+from .diagnostics import Diagnostic, PipelineError, error, point
+
+MAX_SYNTAX_ERRORS = 20
+
+
+def span_of(file: str, tok: Token) -> ir.Span:
+    return ir.Span(file, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)
+
+
+class BlockStringError(ValueError):
+    def __init__(self, message: str, line: int):
+        super().__init__(message)
+        self.line = line  # counted from the line of the opening quotes
+
+
+def decode_block_string(raw: str) -> str:
+    """Content of a triple-quoted string, dedented by the indentation of its closing quotes.
+
+    ```
+    param p = \"\"\"
+      first line
+        indented line
+      \"\"\"
+    ```
+    is "first line\\n  indented line": the newline after the opening quotes and the
+    line holding the closing quotes are not part of the text. A string that starts on
+    the opening line is taken verbatim. Block strings have no escapes.
+    """
+    body = raw[3:-3]
+    if not body.startswith(("\n", "\r\n")):
+        return body
+    lines = body.split("\n")[1:]
+    indent = lines.pop()
+    if indent.strip():
+        raise BlockStringError('the closing """ of a multi-line string must be on a line of its own', len(lines))
+    out = []
+    for number, line in enumerate(lines, start=1):
+        if line.startswith(indent):
+            out.append(line[len(indent):])
+        elif not line.strip():
+            out.append("")
+        else:
+            raise BlockStringError('this line is indented less than the closing """ of its string', number)
+    return "\n".join(out)
+
+
+class Builder(Transformer):
+    """Turns grammar rules into IR objects; errors found while doing so are collected, not raised."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.file = ""
+        self.text = ""
+        self.errors: list[Diagnostic] = []
+
+    def span(self, tok: Token) -> ir.Span:
+        return span_of(self.file, tok)
+
+    # terminals
+    def STRING(self, tok: Token) -> Token:
+        try:
+            return tok.update(value=json.loads(tok, strict=False))
+        except ValueError:
+            self.errors.append(error(self.span(tok), "invalid escape sequence in string"))
+            return tok.update(value=tok[1:-1])
+
+    def BLOCK_STRING(self, tok: Token) -> Token:
+        try:
+            return tok.update(value=decode_block_string(tok))
+        except BlockStringError as exc:
+            line_start = tok.start_pos
+            for _ in range(exc.line):
+                line_start = self.text.index("\n", line_start) + 1
+            indent = len(self.text[line_start:]) - len(self.text[line_start:].lstrip(" \t"))
+            self.errors.append(error(point(self.file, self.text, line_start + indent), str(exc)))
+            return tok.update(value=tok[3:-3])
+
+    # rules
+    def names(self, toks):
+        return toks
+
+    def type(self, children):
+        kind = children[0]
+        choices = tuple(str(c) for c in children[1:])
+        return ir.OutputType({"TEXT": "text", "NUMBER_TYPE": "number", "CHOICE": "choice"}[kind.type], choices, span=self.span(kind))
+
+    def setting(self, children):
+        key, value = children
+        return ir.Setting(str(key), self.value(value), span=self.span(key), value_span=self.span(value))
+
+    @staticmethod
+    def value(tok: Token) -> ir.Value:
+        if tok.type == "NUMBER":
+            return float(tok) if "." in tok else int(tok)
+        if tok.type in ("TRUE", "FALSE"):
+            return tok.type == "TRUE"
+        return str(tok)
+
+    def pipeline(self, children):
+        return ("pipeline", children)
+
+    def input_decl(self, children):
+        names, type_ = children[0], children[1]
+        field = str(children[2]) if len(children) > 2 else None
+        return [("input", ir.Input(str(n), type_, field, span=self.span(n))) for n in names]
+
+    def param_decl(self, children):
+        frozen = children[0].type == "FROZEN"
+        name, literal = children[-2:]
+        return [("param", ir.Param(str(name), str(literal), frozen, span=self.span(name), literal=self.span(literal)))]
+
+    def template_decl(self, children):
+        name, literal = children
+        return [("template", ir.Template(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
+
+    def node_decl(self, children):
+        name, type_, *settings = children
+        return [("node", ir.Node(str(name), type_, tuple(settings), span=self.span(name)))]
+
+    def edge_chain(self, groups):
+        return [
+            ("edge", ir.Edge(ir.Ref(str(s), span=self.span(s)), ir.Ref(str(t), span=self.span(t))))
+            for sources, targets in zip(groups, groups[1:])
+            for t in targets
+            for s in sources
+        ]
+
+    def output_decl(self, children):
+        name = children[0]
+        field = str(children[1]) if len(children) > 1 else None
+        return [("output", ir.Output(ir.Ref(str(name), span=self.span(name)), field, span=self.span(name)))]
+
+    def metric_decl(self, children):
+        return [("metric", ir.Ref(str(children[0]), span=self.span(children[0])))]
+
+    def block(self, children):
+        kind = children[0]
+        name = children[1] if len(children) > 1 and isinstance(children[1], Token) else None
+        settings = tuple(c for c in children[1:] if isinstance(c, ir.Setting))
+        return [("block", ir.Block(str(kind), str(name) if name else None, settings, span=self.span(kind)))]
+
+    def start(self, children):
+        (_, header), *statements = children
+        groups: dict[str, list] = {k: [] for k in ("input", "param", "template", "node", "edge", "output", "metric", "block")}
+        for statement in statements:
+            for kind, item in statement:
+                groups[kind].append(item)
+        name = header[0]
+        return ir.Pipeline(
+            name=str(name),
+            description=str(header[1]) if len(header) > 1 else "",
+            inputs=tuple(groups["input"]),
+            params=tuple(groups["param"]),
+            templates=tuple(groups["template"]),
+            nodes=tuple(groups["node"]),
+            edges=tuple(groups["edge"]),
+            outputs=tuple(groups["output"]),
+            metrics=tuple(groups["metric"]),
+            blocks=tuple(groups["block"]),
+            span=self.span(name),
+        )
+
+
+_BUILDER = Builder()
+
+
+@lru_cache(maxsize=None)
+def _lark() -> Lark:
+    grammar = resources.files("sembp_dsl").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
+    return Lark(grammar, parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
+
+
+def _describe(terminal: str) -> str:
+    names = {"NAME": "a name", "STRING": "a string", "BLOCK_STRING": "a string", "NUMBER": "a number", "$END": "end of file"}
+    if terminal in names:
+        return names[terminal]
+    for term in _lark().terminals:
+        if term.name == terminal:
+            return repr(term.pattern.value)
+    return terminal
+
+
+def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
+    if isinstance(exc, UnexpectedToken):
+        tok = exc.token
+        expected = sorted({_describe(t) for t in exc.expected})
+        found = "end of file" if tok.type == "$END" else repr(str(tok))
+        where = point(file, text, len(text)) if tok.type == "$END" else span_of(file, tok)
+        return error(where, f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}")
+    assert isinstance(exc, UnexpectedCharacters)
+    offset = exc.pos_in_stream
+    char = text[offset]
+    if char == '"':
+        message = "unterminated string"
+        offset = text.rfind('"""', 0, offset + 1) if text[offset - 2 : offset] == '""' else offset
+    elif char.isprintable():
+        message = f"unexpected character {char!r}"
+    else:
+        message = f"unexpected character {ascii(char)}"
+    return error(point(file, text, offset), message)
+
+
+_STATEMENT_START = re.compile(r"^(?:frozen|param|input|template|node|output|metric|[A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)
+
+
+def _mask_statement(text: str, offset: int) -> str | None:
+    """Blank out (keeping newlines) the statement around a syntax error, so parsing can go on after it."""
+    starts = [m.start() for m in _STATEMENT_START.finditer(text)]
+    before = [s for s in starts if s <= offset]
+    after = [s for s in starts if s > offset]
+    if not before or before[-1] == 0 and text.startswith("pipeline"):
+        return None
+    begin, end = before[-1], (after[0] if after else len(text))
+    return text[:begin] + re.sub(r"[^\n]", " ", text[begin:end]) + text[end:]
+
+
+def parse(text: str, file: str = "<string>") -> ir.Pipeline:
+    """Parse .sbp text into IR, or raise PipelineError with every syntax error found.
+
+    After a syntax error the broken statement is blanked out and parsing starts
+    again, so one run reports every broken statement, not the first alone.
+    """
+    syntax: list[Diagnostic] = []
+    attempt: str | None = text
+    while attempt is not None and len(syntax) < MAX_SYNTAX_ERRORS:
+        _BUILDER.file, _BUILDER.text, _BUILDER.errors = file, text, []
+        try:
+            pipeline = _lark().parse(attempt)
+        except UnexpectedInput as exc:
+            diagnostic = _syntax_error(file, text, exc)
+            if syntax and syntax[-1].span.line == diagnostic.span.line:
+                break
+            syntax.append(diagnostic)
+            offset = exc.pos_in_stream if exc.pos_in_stream is not None else len(text)
+            attempt = _mask_statement(attempt, offset) if offset < len(text) else None
+            continue
+        if syntax:
+            break
+        if _BUILDER.errors:
+            raise PipelineError(_BUILDER.errors, text)
+        return replace(pipeline, path=file, text=text)
+    raise PipelineError(syntax, text)
