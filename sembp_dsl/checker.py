@@ -233,7 +233,7 @@ class Checker:
                 f"{label} uses '{name}', which node '{node.name}' does not receive"
                 f" (it receives: {', '.join(received) or 'nothing'})",
             )
-        if "prompt" in used and node.setting("prompt") is None:
+        if setting is not None and "prompt" in used and node.setting("prompt") is None:
             self.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
 
     def check_builtin_overrides(self) -> None:

@@ -97,6 +97,11 @@ def _models(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
 
 def build(pipeline: ir.Pipeline) -> Graph:
     """Check and compile; raise PipelineError carrying every diagnostic when there are errors."""
+    with ir.gc_paused():
+        return _build(pipeline)
+
+
+def _build(pipeline: ir.Pipeline) -> Graph:
     analysis, diagnostics = check(pipeline)
     if any(d.severity == "error" for d in diagnostics):
         raise PipelineError(diagnostics, pipeline.text)

@@ -239,7 +239,8 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
     while attempt is not None and len(syntax) < MAX_SYNTAX_ERRORS:
         _BUILDER.file, _BUILDER.text, _BUILDER.errors = file, text, []
         try:
-            pipeline = _lark().parse(attempt)
+            with ir.gc_paused():
+                pipeline = _lark().parse(attempt)
         except UnexpectedInput as exc:
             diagnostic = _syntax_error(file, text, exc)
             if syntax and syntax[-1].span.line == diagnostic.span.line:

@@ -1,0 +1,269 @@
+"""The .sbp language, its YAML twin and the checks: golden messages, exit codes, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from sembp_dsl import cli
+from sembp_dsl.diagnostics import PipelineError
+from sembp_dsl.emit import EMITTERS
+from sembp_dsl.parser import parse
+from sembp_dsl.source import compile_file, load
+
+ROOT = Path(__file__).resolve().parents[1]
+PIPELINES = sorted(str(p) for p in (ROOT / "pipelines").iterdir() if p.suffix in (".sbp", ".yaml"))
+
+HEADER = 'pipeline t "A test"\ninput q: text\n'
+
+
+def check(tmp_path, source: str, name: str = "p.sbp") -> tuple[int, str]:
+    path = tmp_path / name
+    path.write_text(source, encoding="utf-8")
+    return check_path(str(path))
+
+
+def check_path(path: str) -> tuple[int, str]:
+    import contextlib
+    import io
+
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = cli.main(["check", path])
+    return code, err.getvalue().replace(str(Path(path).parent) + "/", "")
+
+
+def test_examples_check_clean():
+    assert PIPELINES, "no example pipelines found"
+    for path in PIPELINES:
+        code, err = check_path(path)
+        assert (code, err) == (0, ""), path
+
+
+def test_yaml_twin_lowers_to_the_same_ir():
+    sbp, yaml = load(str(ROOT / "pipelines/liar.sbp")), load(str(ROOT / "pipelines/liar.yaml"))
+    assert sbp == yaml
+    # and the comparison is not vacuous: one changed prompt breaks it
+    assert parse(sbp.text.replace("Analyze the statement", "Study the statement")) != yaml
+
+
+def test_liar_graph_shape():
+    graph = compile_file(str(ROOT / "pipelines/liar.sbp"))
+    verdict = graph.nodes["verdict"]
+    assert verdict.hints == ("statement_analysis", "job_title_analysis", "state_analysis", "party_analysis", "source_analysis")
+    assert verdict.context == ("statement", "job_title", "state", "party", "source")
+    assert list(graph.nodes)[-1] == "verdict" and graph.output == "verdict"
+    assert graph.trainable == tuple(p.name for p in graph.pipeline.params)
+    assert [n for n in graph.nodes.values() if n.hints] == [verdict]
+
+
+def test_block_strings_dedent_by_closing_quotes():
+    pipeline = parse(HEADER + 'param p = """\n    first\n      indented\n\n    last\n    """\nparam s = "a\\n\\"b\\""\n')
+    assert pipeline.params[0].text == "first\n  indented\n\nlast"
+    assert pipeline.params[1].text == 'a\n"b"'
+
+
+def test_syntax_error_golden(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: txt { }\noutput a\n")
+    assert code == 1
+    assert err == textwrap.dedent("""\
+        p.sbp:3:9: error: unexpected 'txt'; expected one of 'choice', 'number', 'text'
+            3 | node a: txt { }
+              |         ^~~
+        """)
+
+
+def test_every_broken_statement_is_reported(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text { prompt = }\nnode b: text {\n  parse == tag }\nparam x = 3\noutput a\n")
+    assert code == 1
+    assert [line.split(": error")[0] for line in err.splitlines() if ": error" in line] == ["p.sbp:3:25", "p.sbp:5:10", "p.sbp:6:11"]
+
+
+def test_unterminated_string(tmp_path):
+    code, err = check(tmp_path, HEADER + 'param p = """\n  never closed\n')
+    assert code == 1 and err.startswith("p.sbp:3:11: error: unterminated string\n")
+
+
+def test_duplicates_and_undefined_names_all_at_once(tmp_path):
+    code, err = check(tmp_path, HEADER + textwrap.dedent("""\
+        param p = "x"
+        param p = "y"
+        node a: text { prompt = nope  template = missing }
+        node a: text { prompt = p }
+        q, ghost -> a
+        output b
+        """))
+    assert code == 1
+    assert err == textwrap.dedent("""\
+        p.sbp:6:6: error: duplicate node or input 'a' (first declared at line 5)
+            6 | node a: text { prompt = p }
+              |      ^
+        p.sbp:4:7: error: duplicate param 'p' (first declared at line 3)
+            4 | param p = "y"
+              |       ^
+        p.sbp:5:25: error: undefined param 'nope'
+            5 | node a: text { prompt = nope  template = missing }
+              |                         ^~~~
+        p.sbp:5:42: error: undefined template 'missing'
+            5 | node a: text { prompt = nope  template = missing }
+              |                                          ^~~~~~~
+        p.sbp:7:4: error: undefined node or input 'ghost'
+            7 | q, ghost -> a
+              |    ^~~~~
+        p.sbp:8:8: error: undefined node 'b'
+            8 | output b
+              |        ^
+        """)
+
+
+def test_cycle_is_printed(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text {}\nnode b: text {}\nnode c: text {}\nq -> a -> b -> c\nc -> a\noutput c\n")
+    assert code == 1
+    assert "error: cycle: a -> b -> c -> a" in err
+
+
+def test_template_variable_the_node_does_not_receive(tmp_path):
+    code, err = check(tmp_path, HEADER + textwrap.dedent('''\
+        param p = "Answer."
+        template t = """
+          {{ prompt }} {{ q }}
+          Speaker: {{ speaker }}
+          """
+        node a: text { prompt = p  template = t }
+        q -> a
+        output a
+        '''))
+    assert code == 1
+    assert err == textwrap.dedent("""\
+        p.sbp:6:15: error: template 't' uses 'speaker', which node 'a' does not receive (it receives: q)
+            6 |   Speaker: {{ speaker }}
+              |               ^~~~~~~
+        """)
+
+
+def test_template_syntax_error_points_into_the_template(tmp_path):
+    code, err = check(tmp_path, HEADER + 'template t = """\n  ok\n  {% if q %}\n  """\nnode a: text { template = t }\nq -> a\noutput a\n')
+    assert code == 1 and "p.sbp:" in err and "template syntax" in err
+
+
+def test_metric_mismatch_and_unknown_metric(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\noutput a\nmetric numeric\n")
+    assert code == 1
+    assert "p.sbp:6:8: error: metric 'numeric' needs a number output, but 'a' is text" in err
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\noutput a\nmetric fuzzy\n")
+    assert "error: unknown metric 'fuzzy'; expected one of exact, numeric" in err
+
+
+def test_no_output_node(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\n")
+    assert code == 1
+    assert err.startswith("p.sbp:1:10: error: no output node: add `output <node>`\n")
+
+
+def test_settings_are_checked(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text { parse = json  promt = x }\nq -> a\noutput a\n"
+                                          "model fast { name = 3 }\noptimize { iterations = \"many\" }\n")
+    assert code == 1
+    for message in ("'parse' must be one of reply, tag, not 'json'", "unknown setting 'promt' in node 'a'",
+                    "unknown model role 'fast'", "'name' must be a string, not 3", "'iterations' must be an integer"):
+        assert message in err
+
+
+def test_warnings_do_not_fail(tmp_path):
+    code, err = check(tmp_path, HEADER + 'param unused = "x"\nnode a: text {}\nnode stray: text {}\nq -> a\nq -> stray\noutput a\n')
+    assert code == 0
+    assert "p.sbp:3:7: warning: param 'unused' is not used by any node" in err
+    assert "p.sbp:5:6: warning: node 'stray' cannot reach the output 'a'" in err
+
+
+YAML = textwrap.dedent("""\
+    pipeline: t
+    inputs: {q: text}
+    params:
+      p: Answer the question.
+    nodes:
+      a: {type: text, prompt: p}
+    edges:
+      - q -> a
+    output: a
+    """)
+
+
+def test_yaml_schema_error_points_at_the_yaml(tmp_path):
+    code, err = check(tmp_path, YAML.replace("output: a", "output: a\nmodles: {}"), "p.yaml")
+    assert code == 1
+    assert err.startswith("p.yaml:10:1: error: unknown key 'modles'\n")
+
+
+def test_yaml_semantic_error_points_at_the_yaml(tmp_path):
+    code, err = check(tmp_path, YAML.replace("q -> a", "q -> b"), "p.yaml")
+    assert code == 1
+    assert err.startswith(textwrap.dedent("""\
+        p.yaml:8:10: error: undefined node or input 'b'
+            8 |   - q -> b
+              |          ^
+        """))
+
+
+def test_yaml_syntax_error(tmp_path):
+    code, err = check(tmp_path, "pipeline: t\nnodes: [a\n", "p.yaml")
+    assert code == 1 and err.startswith("p.yaml:3:1: error: YAML:")
+
+
+@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage \x89PNG", b"\xef\xbb\xbf", "pipeline x\nnode é: text".encode()])
+def test_garbage_gives_located_errors(tmp_path, content):
+    for suffix in (".sbp", ".yaml"):
+        path = tmp_path / f"g{suffix}"
+        path.write_bytes(content)
+        code, err = check_path(str(path))
+        assert code == 1 and "error:" in err and "Traceback" not in err
+
+
+def test_every_truncation_of_an_example_is_handled():
+    text = (ROOT / "pipelines/liar.sbp").read_text()
+    for cut in range(0, len(text), 7):
+        try:
+            parse(text[:cut], "cut.sbp")
+        except PipelineError as exc:
+            assert exc.render().startswith("cut.sbp:")
+
+
+def test_whole_process_never_shows_a_traceback(tmp_path):
+    bad = tmp_path / "bad.sbp"
+    bad.write_bytes(b"pipeline x\n\xff\xfe")
+    cases = [str(bad), str(tmp_path), str(tmp_path / "missing.sbp")]
+    result = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "check", *cases], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr
+    assert f"{bad}:2:1: error: invalid UTF-8 (byte 0xff)" in result.stderr
+    assert f"{tmp_path}: error: is a directory" in result.stderr
+    assert "missing.sbp: error: no such file" in result.stderr
+    usage = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "check"], capture_output=True, text=True)
+    assert usage.returncode == 2
+
+
+def test_emitters():
+    graph = compile_file(str(ROOT / "pipelines/liar.sbp"))
+    data = json.loads(EMITTERS["ir"](graph))
+    assert data["params"][0]["literal"][1:3] == [9, 27]  # line and column of the first prompt literal
+    assert '"statement_analysis" -> "verdict";' in EMITTERS["dot"](graph)
+    assert "statement_analysis --> verdict" in EMITTERS["mermaid"](graph)
+    prompts = EMITTERS["prompts"](graph)
+    assert "Hint 5 (from source_analysis): <output of source_analysis>" in prompts
+    assert prompts.count("backward, no sibling") == 5
+    assert "The answer should be <expected>" in prompts
+
+
+def test_templates_render_in_a_sandbox(tmp_path):
+    from jinja2.exceptions import SecurityError
+
+    path = tmp_path / "evil.sbp"
+    path.write_text(HEADER + 'template t = "{{ q.__class__.__mro__[1].__subclasses__() }}"\nnode a: text { template = t }\nq -> a\noutput a\n')
+    graph = compile_file(str(path))
+    with pytest.raises(SecurityError):
+        graph.nodes["a"].render({"q": "x"}, graph.prompts)
