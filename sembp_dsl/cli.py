@@ -93,6 +93,134 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _mapping(pairs: list[str], what: str) -> dict[str, str]:
+    out = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{what} expects NAME=VALUE, got {pair!r}")
+        out[name.strip()] = value
+    return out
+
+
+class UsageError(Exception):
+    """Bad flags: reported like argparse's own errors, with exit code 2."""
+
+
+def _session(args, graph):
+    """The LLM layer for a command, with the models and limits its flags ask for."""
+    from dataclasses import replace
+
+    from .cache import ResponseCache
+    from .llm import LLM
+
+    models = dict(graph.models)
+    for role, flag in (("forward", args.model), ("backward", args.backward_model or args.model),
+                       ("optimizer", args.optimizer_model or args.model)):
+        if flag and (role == "forward" or getattr(args, f"{role}_model") or models[role].name is None):
+            models[role] = replace(models[role], name=flag)
+    cache = None if args.no_cache else ResponseCache()
+    return LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
+               max_calls=args.max_calls, max_cost=args.max_cost)
+
+
+def _print_ledger(llm, args) -> None:
+    if not args.json:
+        print("\n" + llm.ledger.render(), file=sys.stderr)
+
+
+def cmd_run(args) -> int:
+    import asyncio
+
+    from .runtime import run
+    from .source import compile_file
+
+    graph = compile_file(args.file)
+    inputs = json.loads(args.input_json) if args.input_json else {}
+    if not isinstance(inputs, dict):
+        raise UsageError("--input-json expects a JSON object")
+    inputs.update(_mapping(args.input, "--input"))
+    missing = [i.name for i in graph.inputs if i.name not in inputs]
+    if missing:
+        raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
+    llm = _session(args, graph)
+    trace = asyncio.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
+    if args.json:
+        print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
+    else:
+        if args.trace:
+            for t in trace.nodes.values():
+                print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                      f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
+        final = trace.nodes[graph.output]
+        print(trace.output if trace.output is not None else f"(no answer: {final.error})\n{final.reply}")
+    _print_ledger(llm, args)
+    return 0 if trace.output is not None else 1
+
+
+def cmd_eval(args) -> int:
+    import asyncio
+
+    from tqdm import tqdm
+
+    from . import datasets
+    from .evaluate import evaluate, metric_for
+    from .source import compile_file
+
+    graph = compile_file(args.file)
+    dataset = datasets.load(args.data, args.data_dir)
+    sizes = {"train": args.train_size, "val": args.val_size, "test": args.test_size}
+    splits = datasets.make_splits(dataset, **sizes, seed=args.seed)
+    samples = getattr(splits, args.split)[: args.limit]
+    llm = _session(args, graph)
+    metric = metric_for(graph, dataset.metric)
+    with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
+              disable=args.json or None) as bar:
+        evaluation = asyncio.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
+    if args.json:
+        print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
+                          **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
+        return 0
+    low, high = evaluation.interval
+    correct = sum(r.correct for r in evaluation.results)
+    print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
+          f"({correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
+    if evaluation.stopped:
+        print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
+    for r in [r for r in evaluation.results if not r.correct][: args.errors]:
+        final = r.trace.nodes[graph.output]
+        print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+              f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+    _print_ledger(llm, args)
+    return 0
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("models and limits")
+    g.add_argument("--model", help="litellm model for forward calls (and for roles the pipeline leaves unset), "
+                                   "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
+    g.add_argument("--backward-model", help="model for backward (gradient) calls")
+    g.add_argument("--optimizer-model", help="model for optimizer calls")
+    g.add_argument("--concurrency", type=int, default=16, help="LLM calls in flight at most (default 16)")
+    g.add_argument("--timeout", type=float, default=120.0, help="seconds per call before it is retried (default 120)")
+    g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
+                                                            "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
+    g.add_argument("--max-calls", type=int, help="stop cleanly after this many LLM calls")
+    g.add_argument("--max-cost", type=float, help="stop cleanly once this many dollars are spent")
+    g.add_argument("--json", action="store_true", help="print a machine-readable report")
+
+
+def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int) -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv)")
+    g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
+    g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
+    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train})")
+    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val})")
+    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test})")
+    g.add_argument("--seed", type=int, default=0, help="seed of the splits (default 0)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="sbpc",
@@ -120,6 +248,29 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
     comp.set_defaults(run=cmd_compile)
+
+    run = sub.add_parser("run", help="run a pipeline on one input and print its output",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         epilog="example:\n  sbpc run pipelines/gsm8k.sbp --input question='What is 7 times 6?' --trace")
+    run.add_argument("file", metavar="FILE")
+    run.add_argument("--input", action="append", metavar="NAME=VALUE", help="a pipeline input (repeat for each)")
+    run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
+    run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
+    _add_model_flags(run)
+    run.set_defaults(run=cmd_run)
+
+    ev = sub.add_parser("eval", help="score a pipeline on a data split",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  sbpc eval pipelines/liar.sbp --data liar --limit 5\n"
+                               "  sbpc eval pipelines/gsm8k.sbp --data gsm8k --test-size 200 --model openai/gpt-4o-mini --json\n"
+                               "  sbpc eval pipelines/bbh.sbp --data bbh:navigate --errors 3")
+    ev.add_argument("file", metavar="FILE")
+    ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
+    ev.add_argument("--limit", type=int, help="score only the first N samples of the split")
+    ev.add_argument("--errors", type=int, default=0, metavar="N", help="print the first N wrong samples")
+    _add_data_flags(ev, train=0, val=0, test=100)
+    _add_model_flags(ev)
+    ev.set_defaults(run=cmd_eval)
     return parser
 
 
@@ -131,11 +282,31 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    except UsageError as exc:
+        parser.error(str(exc))
+    except Exception as exc:
+        known = _known_errors()
+        if not isinstance(exc, known):
+            raise
+        print(f"sbpc: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+
+
+def _known_errors() -> tuple[type[Exception], ...]:
+    """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
+    from .datasets import DataError
+
+    known: list[type[Exception]] = [DataError]
+    if "sembp_dsl.llm" in sys.modules:
+        from .llm import BudgetExceeded, LLMError
+
+        known += [LLMError, BudgetExceeded]
+    return tuple(known)
 
 
 if __name__ == "__main__":

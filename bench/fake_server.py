@@ -1,0 +1,564 @@
+"""Loopback OpenAI-compatible fake chat-completions server.
+
+Used by benchmarks (as a separate process, so its CPU is not charged to the
+client being measured) and by unit tests of the LLM layer (in a background
+thread of the test process).
+
+It is a deliberately small asyncio HTTP/1.1 server (keep-alive, Content-Length
+and chunked request bodies) rather than aiohttp.web: one coroutine per
+connection and no routing/middleware machinery keeps server CPU per request
+low, so the server does not distort client-side measurements.  Every request
+waits with ``asyncio.sleep`` so any number of concurrent requests overlap; the
+listen backlog is large so hundreds of connections are accepted without
+queueing.
+
+Endpoints
+---------
+``POST /v1/chat/completions`` and ``POST /chat/completions``
+    OpenAI chat completion JSON (``stream: true`` is answered with SSE chunks).
+``GET /stats``
+    ``{"requests", "connections", "in_flight", "max_in_flight",
+    "cpu_seconds"}`` -- lets a
+    benchmark read counters from a server running in another process.
+``POST /reset``
+    Zero the counters (and re-arm scripted ``failures``).
+
+In-process use (tests)::
+
+    from fake_server import FakeServer
+    with FakeServer(delay=0.05, failures=[429, 500]) as srv:
+        client = openai.OpenAI(base_url=srv.url, api_key="x")
+        ...
+        assert srv.requests == 3 and srv.max_in_flight <= 8
+
+Subprocess use (benchmarks)::
+
+    python bench/fake_server.py --delay 0.2 --port 0   # first stdout line = URL
+
+    from fake_server import spawn
+    url, stop = spawn(0.2)
+    try: ...
+    finally: stop()
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Optional, Sequence, Union
+
+__all__ = ["FakeServer", "spawn", "HANG"]
+
+#: Put this in ``failures`` to make that request hang (sleep ``hang_seconds``).
+HANG = "hang"
+
+Reply = Union[None, str, Callable[[list], str]]
+
+_REASONS = {
+    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
+    404: "Not Found", 408: "Request Timeout", 409: "Conflict",
+    413: "Payload Too Large", 422: "Unprocessable Entity",
+    429: "Too Many Requests", 500: "Internal Server Error",
+    502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+    529: "Overloaded",
+}
+_ERROR_TYPES = {
+    400: "invalid_request_error", 401: "authentication_error",
+    403: "permission_error", 404: "not_found_error",
+    429: "rate_limit_error", 529: "overloaded_error",
+}
+_CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
+
+
+def _count_tokens(text: str) -> int:
+    """Cheap deterministic token estimate: whitespace-separated words."""
+    return len(text.split())
+
+
+def _message_text(message: Any) -> str:
+    """Text of one chat message (string content or a list of content parts)."""
+    if not isinstance(message, dict):
+        return ""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            part.get("text", "") for part in content if isinstance(part, dict)
+        )
+    return ""
+
+
+def default_reply(messages: list) -> str:
+    """Deterministic reply: echoes the last message's text."""
+    last = _message_text(messages[-1]) if messages else ""
+    return f"echo: {last}"
+
+
+class _State:
+    """Server configuration and counters (shared by all connections)."""
+
+    def __init__(self, delay: float, reply: Reply, failures: Sequence,
+                 hang: bool, hang_seconds: float,
+                 retry_after: Optional[float], record: bool = True) -> None:
+        self.delay = delay
+        self.record = record
+        self.reply = reply
+        self.failures = list(failures)
+        self.hang = hang
+        self.hang_seconds = hang_seconds
+        self.retry_after = retry_after
+        self.reset()
+
+    def reset(self) -> None:
+        self.requests = 0
+        self.connections = 0  # TCP connections accepted
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.bodies: list = []  # parsed JSON request bodies, in arrival order
+        self._ids = itertools.count(1)
+
+
+# --------------------------------------------------------------------------
+# HTTP plumbing
+# --------------------------------------------------------------------------
+
+def _response(status: int, body: bytes, *, keep_alive: bool,
+              content_type: str = "application/json",
+              extra_headers: Iterable[tuple] = ()) -> bytes:
+    head = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
+        f"Content-Type: {content_type}",
+        f"Content-Length: {len(body)}",
+        "Connection: keep-alive" if keep_alive else "Connection: close",
+    ]
+    head.extend(f"{k}: {v}" for k, v in extra_headers)
+    return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + body
+
+
+async def _read_body(reader: asyncio.StreamReader, headers: dict) -> bytes:
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        chunks = []
+        while True:
+            size_line = await reader.readuntil(b"\r\n")
+            size = int(size_line.split(b";", 1)[0].strip(), 16)
+            if size == 0:
+                # Trailers (usually none) end with an empty line.
+                while (await reader.readuntil(b"\r\n")) != b"\r\n":
+                    pass
+                return b"".join(chunks)
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)  # CRLF after each chunk
+    length = int(headers.get("content-length", "0") or 0)
+    return await reader.readexactly(length) if length else b""
+
+
+async def _handle_connection(state: _State, reader: asyncio.StreamReader,
+                             writer: asyncio.StreamWriter) -> None:
+    state.connections += 1
+    try:
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except (asyncio.IncompleteReadError, ConnectionError):
+                return
+            lines = head.decode("latin-1").split("\r\n")
+            method, target, version = (lines[0].split(" ", 2) + ["", ""])[:3]
+            headers = {}
+            for line in lines[1:]:
+                if ":" in line:
+                    key, value = line.split(":", 1)
+                    headers[key.strip().lower()] = value.strip()
+            body = await _read_body(reader, headers)
+            connection = headers.get("connection", "").lower()
+            keep_alive = connection != "close" and (
+                version != "HTTP/1.0" or connection == "keep-alive")
+            path = target.split("?", 1)[0].rstrip("/")
+
+            if method == "POST" and path in _CHAT_PATHS:
+                await _chat_completion(state, body, writer, keep_alive)
+            elif method == "GET" and path == "/stats":
+                stats = {
+                    "requests": state.requests,
+                    "connections": state.connections,
+                    "in_flight": state.in_flight,
+                    "max_in_flight": state.max_in_flight,
+                    "cpu_seconds": time.process_time(),
+                }
+                writer.write(_response(200, json.dumps(stats).encode(),
+                                       keep_alive=keep_alive))
+            elif method == "POST" and path == "/reset":
+                state.reset()
+                writer.write(_response(200, b"{}", keep_alive=keep_alive))
+            else:
+                writer.write(_response(404, _error_body(404, "no such route"),
+                                       keep_alive=keep_alive))
+            await writer.drain()
+            if not keep_alive:
+                return
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+def _error_body(status: int, message: str) -> bytes:
+    return json.dumps({"error": {
+        "message": message,
+        "type": _ERROR_TYPES.get(status, "server_error"),
+        "code": status,
+    }}).encode()
+
+
+# --------------------------------------------------------------------------
+# Chat completions
+# --------------------------------------------------------------------------
+
+async def _chat_completion(state: _State, body: bytes,
+                           writer: asyncio.StreamWriter,
+                           keep_alive: bool) -> None:
+    n = state.requests
+    state.requests += 1
+    state.in_flight += 1
+    if state.in_flight > state.max_in_flight:
+        state.max_in_flight = state.in_flight
+    try:
+        try:
+            request = json.loads(body) if body else {}
+        except ValueError:
+            request = None
+        if not isinstance(request, dict):
+            writer.write(_response(400, _error_body(400, "body is not JSON"),
+                                   keep_alive=keep_alive))
+            return
+        if state.record:
+            state.bodies.append(request)
+
+        failure = state.failures[n] if n < len(state.failures) else None
+        if state.hang or failure == HANG:
+            await asyncio.sleep(state.hang_seconds)
+        elif state.delay > 0:
+            await asyncio.sleep(state.delay)
+
+        if isinstance(failure, int) and failure != 200:
+            extra = []
+            if state.retry_after is not None and failure in (429, 503, 529):
+                extra.append(("Retry-After", f"{state.retry_after:g}"))
+            writer.write(_response(
+                failure, _error_body(failure, f"scripted failure {failure}"),
+                keep_alive=keep_alive, extra_headers=extra))
+            return
+
+        messages = request.get("messages") or []
+        reply = state.reply
+        if reply is None:
+            text = default_reply(messages)
+        elif callable(reply):
+            text = str(reply(messages))
+        else:
+            text = str(reply)
+        prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
+        completion_tokens = _count_tokens(text)
+        model = request.get("model", "fake")
+        completion_id = f"chatcmpl-fake-{next(state._ids)}"
+        created = int(time.time())
+        usage = {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        }
+        if request.get("stream"):
+            payload = _sse_body(completion_id, created, model, text, usage)
+            writer.write(_response(200, payload, keep_alive=keep_alive,
+                                   content_type="text/event-stream"))
+            return
+        payload = json.dumps({
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [{
+                "index": 0,
+                "message": {"role": "assistant", "content": text},
+                "logprobs": None,
+                "finish_reason": "stop",
+            }],
+            "usage": usage,
+        }).encode()
+        writer.write(_response(200, payload, keep_alive=keep_alive))
+    finally:
+        state.in_flight -= 1
+
+
+def _sse_body(completion_id: str, created: int, model: str, text: str,
+              usage: dict) -> bytes:
+    """Whole streamed answer as one SSE body (role, content, stop, usage)."""
+    def chunk(delta: dict, finish: Optional[str], **extra: Any) -> str:
+        data = {
+            "id": completion_id, "object": "chat.completion.chunk",
+            "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                         "finish_reason": finish}],
+            **extra,
+        }
+        return f"data: {json.dumps(data)}\n\n"
+
+    events = [chunk({"role": "assistant", "content": ""}, None)]
+    words = text.split(" ")
+    events += [chunk({"content": w if i == 0 else " " + w}, None)
+               for i, w in enumerate(words)]
+    events.append(chunk({}, "stop", usage=usage))
+    events.append("data: [DONE]\n\n")
+    return "".join(events).encode()
+
+
+# --------------------------------------------------------------------------
+# In-process server (tests)
+# --------------------------------------------------------------------------
+
+class FakeServer:
+    """Fake OpenAI-compatible server running in a background thread.
+
+    Args:
+        delay: seconds every request waits before answering (asyncio.sleep).
+        reply: ``None`` (echo the last message), a fixed string, or a callable
+            ``(messages) -> str`` called in the server thread.
+        failures: HTTP status codes answered to the first ``len(failures)``
+            requests, in order (e.g. ``[429, 500, 503]`` then success).  An
+            entry of ``200``/``None`` means "answer normally", ``HANG`` means
+            "hang that request".
+        hang: if true, every request hangs (sleeps ``hang_seconds``).
+        hang_seconds: how long a hanging request sleeps (longer than any
+            client timeout); hanging requests are cancelled on ``stop()``.
+        retry_after: if set, 429/503/529 failures carry ``Retry-After``.
+        host, port: bind address; port 0 picks a free port.
+
+    Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
+    ``base_url`` (without ``/v1``), ``requests``, ``connections``, ``in_flight``,
+    ``max_in_flight``, ``bodies`` (parsed JSON of every chat request).
+    """
+
+    def __init__(self, delay: float = 0.0, reply: Reply = None,
+                 failures: Sequence = (), hang: bool = False,
+                 hang_seconds: float = 3600.0,
+                 retry_after: Optional[float] = None,
+                 host: str = "127.0.0.1", port: int = 0) -> None:
+        self._state = _State(delay, reply, failures, hang, hang_seconds,
+                             retry_after)
+        self.host = host
+        self.port = port
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._thread: Optional[threading.Thread] = None
+        self._ready = threading.Event()
+        self._stop: Optional[asyncio.Event] = None
+        self._error: Optional[BaseException] = None
+
+    # Counters / configuration -------------------------------------------
+    @property
+    def requests(self) -> int:
+        return self._state.requests
+
+    @property
+    def in_flight(self) -> int:
+        return self._state.in_flight
+
+    @property
+    def connections(self) -> int:
+        return self._state.connections
+
+    @property
+    def max_in_flight(self) -> int:
+        return self._state.max_in_flight
+
+    @property
+    def bodies(self) -> list:
+        return self._state.bodies
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def url(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def reset(self, failures: Optional[Sequence] = None) -> None:
+        """Zero counters; optionally install a new failure script."""
+        if failures is not None:
+            self._state.failures = list(failures)
+        self._state.reset()
+
+    def configure(self, **options: Any) -> None:
+        """Change ``delay``, ``reply``, ``failures``, ``hang``,
+        ``hang_seconds`` or ``retry_after`` while running."""
+        for key, value in options.items():
+            if key not in ("delay", "reply", "failures", "hang",
+                           "hang_seconds", "retry_after"):
+                raise TypeError(f"unknown option {key!r}")
+            setattr(self._state, key,
+                    list(value) if key == "failures" else value)
+
+    # Lifecycle -----------------------------------------------------------
+    def start(self) -> "FakeServer":
+        if self._thread is not None:
+            raise RuntimeError("server already started")
+        self._thread = threading.Thread(target=self._run, name="FakeServer",
+                                        daemon=True)
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("fake server did not start within 10 s")
+        if self._error is not None:
+            raise RuntimeError("fake server failed to start") from self._error
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        if self._loop is not None and self._stop is not None:
+            self._loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(10)
+        self._thread = None
+
+    def __enter__(self) -> "FakeServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        try:
+            asyncio.run(self._serve())
+        except BaseException as exc:  # surfaced by start()
+            self._error = exc
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = await _start_server(self._state, self.host, self.port)
+        self.port = server.sockets[0].getsockname()[1]
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await _shutdown(server)
+
+
+async def _start_server(state: _State, host: str, port: int):
+    async def handler(reader, writer):
+        try:
+            await _handle_connection(state, reader, writer)
+        except asyncio.CancelledError:
+            # Shutdown.  Swallowed: on 3.11 a cancelled connection task makes
+            # asyncio's start_server callback log a spurious traceback.
+            writer.close()
+    return await asyncio.start_server(handler, host, port, backlog=4096,
+                                      reuse_address=True)
+
+
+async def _shutdown(server) -> None:
+    server.close()
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+# --------------------------------------------------------------------------
+# Subprocess server (benchmarks)
+# --------------------------------------------------------------------------
+
+def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
+          failures: Sequence = (), host: str = "127.0.0.1",
+          timeout: float = 20.0):
+    """Start the server in a separate Python process.
+
+    Returns ``(url, stop)``: ``url`` is "http://HOST:PORT/v1" and ``stop()``
+    terminates the process.  Blocks until the server is accepting
+    connections (it prints its URL only after binding).
+    """
+    cmd = [sys.executable, os.path.abspath(__file__), "--delay", str(delay),
+           "--host", host, "--port", "0"]
+    if reply is not None:
+        cmd += ["--reply", reply]
+    if failures:
+        cmd += ["--failures", ",".join(str(f) for f in failures)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    line = proc.stdout.readline().strip() if ready else ""
+    if not line.startswith("http"):
+        proc.kill()
+        proc.wait()
+        raise RuntimeError(f"fake server did not start (got {line!r})")
+
+    def stop() -> None:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        proc.stdout.close()
+
+    return line, stop
+
+
+def _parse_failures(text: str) -> list:
+    return [HANG if item.strip() == HANG else int(item)
+            for item in text.split(",") if item.strip()]
+
+
+async def _main(args: argparse.Namespace) -> None:
+    state = _State(args.delay, args.reply, _parse_failures(args.failures),
+                   args.hang, args.hang_seconds, args.retry_after,
+                   record=False)
+    server = await _start_server(state, args.host, args.port)
+    host, port = server.sockets[0].getsockname()[:2]
+    print(f"http://{host}:{port}/v1", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        await _shutdown(server)
+
+
+def main(argv: Optional[list] = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--delay", type=float, default=0.2,
+                        help="seconds each request waits (default 0.2)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=0,
+                        help="0 = pick a free port (default)")
+    parser.add_argument("--reply", default=None,
+                        help="fixed reply text (default: echo last message)")
+    parser.add_argument("--failures", default="",
+                        help="comma-separated statuses for the first requests,"
+                             " e.g. 429,500,hang")
+    parser.add_argument("--hang", action="store_true",
+                        help="every request hangs")
+    parser.add_argument("--hang-seconds", type=float, default=3600.0)
+    parser.add_argument("--retry-after", type=float, default=None)
+    args = parser.parse_args(argv)
+    try:
+        import uvloop  # optional; only if already installed
+        uvloop.install()
+    except ImportError:
+        pass
+    asyncio.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()

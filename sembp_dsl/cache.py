@@ -1,0 +1,48 @@
+"""A persistent response cache in SQLite, so a repeated run costs no new calls.
+
+The key hashes the model, the messages and every sampling setting; secrets are
+never part of it (the caller passes no API key here). WAL mode and a busy timeout
+make it safe for many processes at once; within a process all access happens on
+the event loop's thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from pathlib import Path
+
+CACHE_ENV = "SBPC_CACHE_DIR"
+
+
+def default_path() -> Path:
+    """$SBPC_CACHE_DIR, else $XDG_CACHE_HOME/sbpc, else ~/.cache/sbpc; file responses.sqlite."""
+    base = os.environ.get(CACHE_ENV) or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "sbpc"
+    return Path(base) / "responses.sqlite"
+
+
+def cache_key(model: str, messages: list[dict], settings: dict) -> str:
+    blob = json.dumps([model, messages, settings], sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+class ResponseCache:
+    def __init__(self, path: Path | str | None = None):
+        self.path = Path(path) if path else default_path()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+
+    def get(self, key: str) -> dict | None:
+        row = self.db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
+        return json.loads(row[0]) if row else None
+
+    def put(self, key: str, value: dict) -> None:
+        self.db.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, json.dumps(value)))
+
+    def close(self) -> None:
+        self.db.close()

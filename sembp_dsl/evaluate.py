@@ -1,0 +1,113 @@
+"""Samples -> traces -> scores: run a graph over a data split and score it with its metric."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from .datasets import DataError, Sample
+from .graph import Graph
+from .llm import LLM, BudgetExceeded
+from .metrics import score
+from .runtime import Trace, run
+
+
+@dataclass(frozen=True)
+class Result:
+    sample: Sample
+    expected: str
+    trace: Trace
+    correct: bool
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    results: tuple[Result, ...]
+    requested: int
+    stopped: str | None  # why the run stopped early, if it did
+
+    @property
+    def accuracy(self) -> float:
+        return sum(r.correct for r in self.results) / len(self.results) if self.results else 0.0
+
+    @property
+    def interval(self) -> tuple[float, float]:
+        """Wilson score 95% interval: honest for small samples and accuracies near 0 or 1."""
+        n = len(self.results)
+        if not n:
+            return (0.0, 1.0)
+        z, p = 1.96, self.accuracy
+        centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+        half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+        return (max(0.0, centre - half), min(1.0, centre + half))
+
+    def to_json(self, errors: int = 0) -> dict:
+        wrong = [r for r in self.results if not r.correct][:errors]
+        return {
+            "accuracy": self.accuracy, "interval95": list(self.interval), "correct": sum(r.correct for r in self.results),
+            "scored": len(self.results), "requested": self.requested, "stopped": self.stopped,
+            "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
+                        "reply": r.trace.nodes[next(reversed(r.trace.nodes))].reply} for r in wrong],
+        }
+
+
+def metric_for(graph: Graph, dataset_metric: str) -> str:
+    """The pipeline's own `metric` when it declares one, else the data set's."""
+    return graph.metric if graph.pipeline.metrics else dataset_metric
+
+
+def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> dict[str, str]:
+    """Pipeline inputs from a sample's fields: by a --map entry, the input's `from`, or its own name."""
+    values = {}
+    for item in graph.inputs:
+        name = mapping.get(item.name) or item.field or item.name
+        if name not in sample.fields:
+            raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
+                            f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
+        values[item.name] = sample.fields[name]
+    return values
+
+
+def expected_answer(graph: Graph, sample: Sample) -> str:
+    if graph.answer_field:
+        if graph.answer_field not in sample.fields:
+            raise DataError(f"the output reads its answer from field '{graph.answer_field}', which the data do not have")
+        return sample.fields[graph.answer_field]
+    return sample.answer
+
+
+async def evaluate(
+    graph: Graph,
+    llm: LLM,
+    samples: Sequence[Sample],
+    metric: str,
+    mapping: Mapping[str, str] = {},
+    on_done: Callable[[Result], None] | None = None,
+) -> Evaluation:
+    """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget."""
+    prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
+
+    async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
+        trace = await run(graph, llm, inputs)
+        result = Result(sample, expected, trace, score(metric, trace.output, expected))
+        if on_done:
+            on_done(result)
+        return result
+
+    tasks = [asyncio.ensure_future(one(*p)) for p in prepared]
+    stopped = None
+    try:
+        await asyncio.gather(*tasks)
+    except BudgetExceeded as exc:
+        stopped = str(exc)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise
+    results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
+    return Evaluation(results, len(samples), stopped)

