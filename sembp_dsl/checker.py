@@ -16,7 +16,7 @@ from .metrics import METRICS
 from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateSyntaxError, variables
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "prompt", "inputs"}
+RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
 MODEL_ROLES = ("forward", "backward", "optimizer")
 
 # Allowed settings: key -> accepted Python types, or the tuple of allowed names.
@@ -233,8 +233,21 @@ class Checker:
                 f"{label} uses '{name}', which node '{node.name}' does not receive"
                 f" (it receives: {', '.join(received) or 'nothing'})",
             )
+        param = self.params.get(str(node.setting("prompt").value)) if node.setting("prompt") else None
+        if param is not None:
+            self.check_prompt_variables(param, node, received)
         if setting is not None and "prompt" in used and node.setting("prompt") is None:
             self.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
+
+    def check_prompt_variables(self, param: ir.Param, node: ir.Node, received: tuple[str, ...]) -> None:
+        try:
+            used = variables(param.text)
+        except TemplateSyntaxError as exc:
+            self.error(self.locate(param.literal, None, exc.lineno), f"template syntax in param '{param.name}': {exc.message}")
+            return
+        for name in sorted(used - set(received)):
+            self.error(self.locate(param.literal, name),
+                       f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive")
 
     def check_builtin_overrides(self) -> None:
         for template in self.p.templates:

@@ -195,6 +195,111 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_optimize(args) -> int:
+    import asyncio
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from . import datasets
+    from .evaluate import metric_for
+    from .optimize import Optimizer, RunRecord, Settings
+    from .source import compile_file
+    from .writeback import atomic_write, rewrite, save, unified_diff
+
+    graph = compile_file(args.file)
+    _report(graph.warnings, graph.pipeline.text)
+    opt = graph.optimize
+    pick = lambda flag, key: flag if flag is not None else opt[key]  # noqa: E731 - flags win over the file
+    only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
+    for name in only:
+        if name not in graph.prompts:
+            raise UsageError(f"--only: no param '{name}' (params: {', '.join(graph.prompts)})")
+        if name not in graph.trainable:
+            raise UsageError(f"--only: param '{name}' is frozen")
+    llm = _session(args, graph)
+    settings = Settings(
+        file=args.file, data=args.data, seed=pick(args.seed, "seed"), iterations=pick(args.iters, "iterations"),
+        train_size=pick(args.train_size, "train_size"), val_size=pick(args.val_size, "val_size"),
+        test_size=pick(args.test_size, "test_size"), errors_per_gradient=pick(args.errors_per_gradient, "errors_per_gradient"),
+        gradient=(args.gradient or opt["gradient"]).replace("-", "_"), update=pick(args.update, "update"),
+        gate="none" if args.no_gate else pick(args.gate, "gate"), only=only,
+        models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
+    )
+    dataset = datasets.load(args.data, args.data_dir)
+    gate_size = settings.val_size if settings.gate == "validation" else 0
+    splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
+
+    runs = Path(args.runs_dir)
+    record = RunRecord.latest(runs, args.file) if args.resume else None
+    if args.resume and record is None:
+        raise UsageError(f"--resume: no unfinished run of {args.file} in {runs}")
+    if record is not None:
+        recorded = {k: v for k, v in record.data["settings"].items()}
+        wanted = json.loads(json.dumps(vars(settings)))
+        if recorded != wanted:
+            differ = [k for k in wanted if recorded.get(k) != wanted[k]]
+            raise UsageError(f"--resume: the run in {record.folder} was started with other settings ({', '.join(differ)})")
+        initial = graph.with_prompts(record.data["initial_prompts"])
+        print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
+    else:
+        initial = graph
+        record = RunRecord.create(runs, settings, graph.prompts)
+
+    source_path = Path(args.out or args.file)
+    original_text = rewrite(graph.pipeline, initial.prompts)
+    state = {"loaded": graph.pipeline.text, "target": source_path}
+
+    def write_back(accepted) -> None:
+        if args.dry_run:
+            return
+        text = rewrite(graph.pipeline, accepted.prompts)
+        if args.out:
+            atomic_write(source_path, text)
+            return
+        target = save(state["target"], text, state["loaded"]) if state["target"] == source_path else state["target"]
+        if target != state["target"]:
+            print(f"{args.file} changed on disk during the run; writing to {target} instead", file=sys.stderr)
+            state["target"] = target
+            atomic_write(target, text)
+        state["loaded"] = text
+
+    bars = []
+
+    def progress(what: str, total: int):
+        bar = tqdm(total=total, desc=what, unit="sample", file=sys.stderr, leave=False, disable=args.json or None)
+        bars.append(bar)
+        return lambda _result: bar.update()
+
+    def log(line: str) -> None:
+        for bar in bars:
+            bar.close()
+        bars.clear()
+        if not args.json:
+            print(line, flush=True)
+
+    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), _mapping(args.map, "--map"),
+                          splits.train, splits.val, splits.test, record, write_back, log, progress)
+    outcome = asyncio.run(optimizer.run())
+    log("")
+    final_text = rewrite(graph.pipeline, outcome.graph.prompts)
+    diff = unified_diff(original_text, final_text, args.file)
+    if args.json:
+        print(json.dumps({"run": str(record.folder), **record.data, "diff": diff}, indent=2))
+        return 0
+    if outcome.stopped:
+        print(f"stopped early: {outcome.stopped}; the best prompts so far are kept")
+    if outcome.test_after is not None:
+        print(f"test ({len(splits.test)} samples): initial {outcome.test_before.accuracy:.3f} -> final {outcome.test_after.accuracy:.3f}")
+    where = "nothing written (--dry-run)" if args.dry_run else f"written to {state['target']}"
+    print(f"\n{diff}" if diff else "no prompt changed")
+    if diff:
+        print(where)
+    print(f"run record: {record.folder}/run.json")
+    _print_ledger(llm, args)
+    return 0
+
+
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and limits")
     g.add_argument("--model", help="litellm model for forward calls (and for roles the pipeline leaves unset), "
@@ -215,10 +320,11 @@ def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int)
     g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv)")
     g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
     g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
-    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train})")
-    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val})")
-    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test})")
-    g.add_argument("--seed", type=int, default=0, help="seed of the splits (default 0)")
+    from_file = "the file's optimize block"
+    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train if train is not None else from_file})")
+    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val if val is not None else from_file})")
+    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test if test is not None else from_file})")
+    g.add_argument("--seed", type=int, default=None if train is None else 0, help="seed of the splits and the method (default 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -271,6 +377,41 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(ev, train=0, val=0, test=100)
     _add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)
+
+    op = sub.add_parser(
+        "optimize", help="optimize the prompts of a pipeline and write them back into its file",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Semantic backpropagation: run the pipeline on training samples, send feedback on its errors\n"
+                    "backwards through the graph, ask an optimizer model for better prompts, keep them only if\n"
+                    "they score higher on the gate split, and write the best prompts back into FILE.",
+        epilog="examples:\n"
+               "  sbpc optimize pipelines/liar.sbp --data liar\n"
+               "  sbpc optimize pipelines/liar.sbp --data liar --model openai/gpt-4o-mini --iters 5 --test-size 200\n"
+               "  sbpc optimize pipelines/liar.sbp --data liar --gradient no-sibling --dry-run   # the TextGrad-like ablation\n"
+               "  sbpc optimize pipelines/liar.sbp --data liar --only verdict_task              # one prompt only\n"
+               "  sbpc optimize pipelines/liar.sbp --data liar --resume                         # after an interruption\n"
+               "Settings not given as flags come from the pipeline's `optimize { ... }` block.")
+    op.add_argument("file", metavar="FILE")
+    g = op.add_argument_group("method")
+    g.add_argument("--iters", type=int, help="iterations (default: the file's, else 3)")
+    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default 2)")
+    g.add_argument("--gradient", choices=["sibling", "no-sibling", "no_sibling", "none"],
+                   help="sibling: one backward call per node, all hints side by side (default); "
+                        "no-sibling: one call per edge; none: no backward calls")
+    g.add_argument("--update", choices=["full", "sample"], help="full: every prompt takes its candidate (default); "
+                                                                "sample: each does with probability 1/2")
+    g.add_argument("--only", metavar="PARAM[,PARAM]", help="optimize only these prompt parameters")
+    g.add_argument("--gate", choices=["validation", "train", "none"], help="split that must improve for a step to be kept "
+                                                                           "(default validation; train reproduces the paper's code)")
+    g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
+    w = op.add_argument_group("output")
+    w.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
+    w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
+    w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
+    _add_data_flags(op, train=None, val=None, test=None)
+    _add_model_flags(op)
+    op.set_defaults(run=cmd_optimize)
     return parser
 
 
@@ -299,9 +440,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
+    from jinja2 import TemplateError
+
     from .datasets import DataError
 
-    known: list[type[Exception]] = [DataError]
+    known: list[type[Exception]] = [DataError, TemplateError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

@@ -233,10 +233,33 @@ def _llama_kwargs(optional_params: dict[str, Any]) -> dict[str, Any]:
         kwargs[target] = value
     if isinstance(kwargs.get("stop"), str):
         kwargs["stop"] = [kwargs["stop"]]
+    if "response_format" in kwargs:
+        kwargs["response_format"] = _response_format(kwargs["response_format"])
+        if kwargs["response_format"] is None:
+            del kwargs["response_format"]
     ignored = sorted(k for k in optional_params if k not in _PASSTHROUGH and k not in ("n", "stream"))
     if ignored:
         log.debug("%s ignores parameters %s", MODEL, ignored)
     return kwargs
+
+
+def _response_format(rf: Any) -> dict[str, Any] | None:
+    """OpenAI ``response_format`` -> llama-cpp-python's (grammar-constrained decoding).
+
+    llama-cpp-python only understands ``{"type": "json_object", "schema": ...}``; it silently ignores
+    OpenAI's ``{"type": "json_schema", "json_schema": {"schema": ...}}``, so translate that.
+    """
+    if hasattr(rf, "model_dump"):
+        rf = rf.model_dump(exclude_none=True)
+    if not isinstance(rf, dict):
+        return None
+    kind = rf.get("type")
+    if kind == "json_object":
+        return {k: v for k, v in rf.items() if k in ("type", "schema")}
+    if kind == "json_schema":
+        schema = (rf.get("json_schema") or {}).get("schema")
+        return {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
+    return None  # "text" or unknown
 
 
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:

@@ -51,7 +51,9 @@ class GraphNode:
         """The forward prompt, given the values of this node's inputs."""
         variables = {name: values[name] for name in self.inputs}
         variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
-        variables["prompt"] = prompts.get(self.param, "") if self.param else ""
+        text = prompts.get(self.param, "") if self.param else ""
+        # a prompt may itself use the node's inputs, e.g. "Judge {{ party }}'s claim"
+        variables["prompt"] = compile_template(text).render(variables) if "{" in text else text
         return compile_template(self.template).render(variables).strip()
 
 

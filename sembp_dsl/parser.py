@@ -43,10 +43,10 @@ def decode_block_string(raw: str) -> str:
     body = raw[3:-3]
     if not body.startswith(("\n", "\r\n")):
         return body
-    lines = body.split("\n")[1:]
+    lines = [line.removesuffix("\r") for line in body.split("\n")[1:]]
     indent = lines.pop()
     if indent.strip():
-        raise BlockStringError('the closing """ of a multi-line string must be on a line of its own', len(lines))
+        raise BlockStringError('the closing """ of a multi-line string must be on a line of its own', len(lines) + 1)
     out = []
     for number, line in enumerate(lines, start=1):
         if line.startswith(indent):

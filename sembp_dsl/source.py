@@ -32,9 +32,13 @@ def read(path: str) -> str:
 
 def load(path: str) -> ir.Pipeline:
     """Parse a .sbp or YAML pipeline file into IR (not yet checked)."""
-    text = read(path)
+    return parse_text(read(path), path)
+
+
+def parse_text(text: str, path: str) -> ir.Pipeline:
+    """Parse text in the syntax its file name says."""
     if path.endswith((".yaml", ".yml")):
-        from .yaml_form import parse_yaml
+        from .yaml_form import parse_yaml  # jsonschema is slow to import; .sbp users never pay for it
 
         return parse_yaml(text, path)
     if not path.endswith(".sbp"):

@@ -87,7 +87,9 @@ class Lowering:
 
     def output_type(self, node: yaml.ScalarNode) -> ir.OutputType:
         match = TYPE.match(node.value)
-        choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) else ()
+        choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
+        if match.group(1) == "choice" and (not choices or not all(choices)):
+            self.errors.append(error(self.span(node), "a choice needs options separated by commas, e.g. choice(Yes, No)"))
         return ir.OutputType(match.group(1), choices, span=self.span(node))
 
     def edges(self, node: yaml.ScalarNode) -> list[ir.Edge]:

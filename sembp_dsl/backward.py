@@ -1,0 +1,92 @@
+"""Run trace + expected answer -> semantic gradients. The backward pass.
+
+Feedback enters at the output node from the loss, then flows against the edges.
+Each node waits until every successor has spoken, then, if other nodes feed it,
+asks the backward model ONE question showing all its input hints side by side and
+hands line "Hint k" to its k-th predecessor: each gradient is conditioned on its
+siblings. `no_sibling` asks once per in-edge with that hint alone (the TextGrad-like
+ablation); `none` sends nothing past the loss.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from typing import Mapping
+
+from .graph import Graph, GraphNode, label
+from .llm import LLM
+from .runtime import Trace
+
+MODES = ("sibling", "no_sibling", "none")
+HINT_LINE = re.compile(r"^[\s*#>-]*hint\s*(\d+)\s*\**\s*(?:\([^)]*\))?\s*[:.)\-]\s*(.+?)\s*$", re.I | re.M)
+
+
+def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
+    """The loss, in words, for the output node (no LLM call: the expected answer says it)."""
+    final = trace.nodes[graph.output]
+    return graph.render_builtin("loss", node=graph.output, output=final.output or final.reply.strip()[:200],
+                                expected=expected, parse_error=final.error)
+
+
+def hint_lines(reply: str, count: int) -> dict[int, str]:
+    """`Hint k: ...` lines by k; with a single hint, an unlabelled first line is that hint."""
+    lines = {int(k): text for k, text in HINT_LINE.findall(reply) if 1 <= int(k) <= count}
+    if count == 1 and not lines:
+        first = next((line.strip() for line in reply.splitlines() if line.strip()), "")
+        if first:
+            lines[1] = first
+    return lines
+
+
+def context_of(node: GraphNode, trace: Trace) -> str:
+    return "\n".join(f"{label(name)}: {trace.inputs[name]}" for name in node.context) or "(none)"
+
+
+async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling") -> dict[str, list[str]]:
+    """Feedback received by every node of one sample: its semantic gradient."""
+    feedback: dict[str, list[str]] = {name: [] for name in graph.nodes}
+    feedback[graph.output].append(loss_feedback(graph, trace, expected))
+    tasks: dict[str, asyncio.Task] = {}
+
+    async def send(node: GraphNode) -> None:
+        await asyncio.gather(*(tasks[s] for s in node.successors))  # every successor has spoken
+        if mode == "none" or not node.hints or not feedback[node.name]:
+            return
+        hints = [{"name": h, "value": trace.nodes[h].value} for h in node.hints]
+        question = dict(node=node.name, context=context_of(node, trace), output=trace.nodes[node.name].reply.strip(),
+                        feedback="\n".join(feedback[node.name]))
+        if mode == "sibling":
+            asks = [(node.hints, graph.render_builtin("backward", hints=hints, **question))]
+        else:
+            asks = [((h["name"],), graph.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
+        replies = await asyncio.gather(*(llm.complete("backward", prompt) for _, prompt in asks))
+        for (receivers, _), reply in zip(asks, replies):
+            lines = hint_lines(reply.text, len(receivers))
+            for k, receiver in enumerate(receivers, start=1):
+                if k in lines:
+                    feedback[receiver].append(lines[k])
+                else:
+                    llm.ledger.count("gradient lines missing")
+
+    for name in reversed(graph.nodes):  # reverse topological order: successors' tasks already exist
+        tasks[name] = asyncio.ensure_future(send(graph.nodes[name]))
+    try:
+        await asyncio.gather(*tasks.values())
+    except BaseException:
+        for task in tasks.values():
+            task.cancel()
+        raise
+    return feedback
+
+
+def backward_calls(graph: Graph, mode: str) -> int:
+    """Backward calls one sample costs (when feedback reaches every node): see docs/optimize.md."""
+    if mode == "sibling":
+        return sum(1 for n in graph.nodes.values() if n.hints)
+    if mode == "no_sibling":
+        return sum(len(n.hints) for n in graph.nodes.values())
+    return 0
+
+
+Gradients = Mapping[str, list[str]]

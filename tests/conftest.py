@@ -1,0 +1,82 @@
+"""Shared fixtures: the real data folder, a private cache, and a scripted fake LLM over real HTTP."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))  # the fake OpenAI-compatible server lives with the benchmarks
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("SBPC_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    """Each test gets an empty response cache and a fake key; nothing leaks between tests."""
+    monkeypatch.setenv("SBPC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-real-key")
+
+
+class Script:
+    """A fake LLM that answers by what the prompt asks, and remembers every prompt.
+
+    forward: a node's reply is `answers[node]` (a function of the prompt) or "analysis";
+    backward: one "Hint k: ..." line per hint shown; optimizer: `<prompt>` + `improve(param)`.
+    """
+
+    def __init__(self):
+        self.prompts: list[str] = []
+        self.verdict = lambda prompt: "No"
+        self.improve = lambda param, prompt: f"Improved instruction for {param}."
+        self.backward_reply = None
+
+    def kind(self, prompt: str) -> str:
+        if "Reply with only the new instruction inside <prompt>" in prompt:
+            return "optimizer"
+        if "# Feedback on the output" in prompt:
+            return "backward"
+        return "forward"
+
+    def __call__(self, messages) -> str:
+        prompt = messages[-1]["content"]
+        self.prompts.append(prompt)
+        kind = self.kind(prompt)
+        if kind == "optimizer":
+            param = re.search(r'The instruction "(\w+)"', prompt).group(1)
+            return f"Sure.\n<prompt>{self.improve(param, prompt)}</prompt>"
+        if kind == "backward":
+            if self.backward_reply is not None:
+                return self.backward_reply
+            hints = re.findall(r"^Hint (\d+) \(from (\w+)\)", prompt, re.M)
+            return "\n".join(f"Hint {k}: {name} should say more." for k, name in hints)
+        if "Answer Yes or No" in prompt or "VERDICT" in prompt:
+            return self.verdict(prompt)
+        return "An analysis."
+
+    def of_kind(self, kind: str) -> list[str]:
+        return [p for p in self.prompts if self.kind(p) == kind]
+
+
+@pytest.fixture
+def script():
+    return Script()
+
+
+@pytest.fixture
+def fake_llm(script):
+    from fake_server import FakeServer
+
+    with FakeServer(delay=0.0, reply=script) as server:
+        yield server
+
+
+def with_fake_model(source: str, url: str) -> str:
+    """Point every model block of a pipeline at the fake server."""
+    source = re.sub(r"\nmodel[^{]*\{[^}]*\}", "", source)
+    return source + f'\nmodel {{ name = "openai/fake"  api_base = "{url}"  temperature = 0 }}\n'

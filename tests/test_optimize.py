@@ -1,0 +1,334 @@
+"""Semantic backpropagation, descent, the gate, write-back and resume, against a scripted fake LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, with_fake_model
+from sembp_dsl import cli
+from sembp_dsl.backward import backward, backward_calls
+from sembp_dsl.descent import validate
+from sembp_dsl.diagnostics import PipelineError
+from sembp_dsl.llm import LLM
+from sembp_dsl.runtime import run
+from sembp_dsl.source import compile_file, load, parse_text
+from sembp_dsl.writeback import rewrite, save
+
+TOY = textwrap.dedent('''\
+    # A toy pipeline: two analysts feed a judge.
+    pipeline toy "Decide whether a claim is true"
+
+    input q: text
+
+    param look = "Look at the claim."
+    param check = """
+      Check the claim
+      against what you know.
+      """
+    frozen param style = "Be brief."
+    param verdict_task = "Say Yes or No."
+
+    template judge = """
+      {{ prompt }} VERDICT
+      Claim: {{ q }}
+      A: {{ a }}
+      B: {{ b }}
+      """
+
+    node a: text { prompt = look }
+    node b: text { prompt = check }
+    node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }
+
+    q -> a, b
+    q, a, b -> verdict
+    output verdict
+    ''')
+
+DEEP = textwrap.dedent('''\
+    pipeline deep "A deeper graph"
+    input q: text
+    param p = "Do it."
+    node a: text { prompt = p }
+    node b: text { prompt = p }
+    node c: text { prompt = p }
+    node d: text { prompt = p }
+    q -> a, b
+    a, b -> c
+    c, a -> d
+    output d
+    ''')
+
+
+def write(tmp_path, name: str, source: str, url: str) -> Path:
+    path = tmp_path / name
+    path.write_text(with_fake_model(source, url))
+    return path
+
+
+def data(tmp_path, n: int = 6, answer: str = "Yes") -> str:
+    path = tmp_path / "claims.jsonl"
+    path.write_text("".join(json.dumps({"q": f"claim {i}", "answer": answer}) + "\n" for i in range(n)))
+    return str(path)
+
+
+def optimize(path, *flags, capsys=None) -> tuple[int, str]:
+    code = cli.main(["optimize", str(path), *flags, "--runs-dir", str(Path(path).parent / "runs")])
+    out = capsys.readouterr().out if capsys else ""
+    return code, out
+
+
+def trace_and_llm(path, **inputs):
+    graph = compile_file(str(path))
+    llm = LLM(graph.models)
+    trace = asyncio.run(run(graph, llm, inputs))
+    return graph, llm, trace
+
+
+# --- backward ---------------------------------------------------------------------------------
+
+def test_gradients_reach_the_right_predecessors(tmp_path, fake_llm, script):
+    graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
+    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "sibling"))
+    asks = script.of_kind("backward")
+    assert len(asks) == 2  # d (hints c, a) and c (hints a, b): one question each
+    first, second = asks
+    assert "Hint 1 (from c)" in first and "Hint 2 (from a)" in first  # edge order numbers the hints
+    assert "Hint 1 (from a)" in second and "Hint 2 (from b)" in second
+    assert "c should say more." in second.split("# Feedback on the output")[1]  # c spoke only after d told it
+    assert feedback["d"] == ["The answer should be Yes. The output was: An analysis."]
+    assert feedback["c"] == ["c should say more."]
+    assert sorted(feedback["a"]) == ["a should say more.", "a should say more."]  # from d and from c
+    assert feedback["b"] == ["b should say more."]
+
+
+def test_no_sibling_asks_once_per_edge_with_one_hint(tmp_path, fake_llm, script):
+    graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
+    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "no_sibling"))
+    asks = script.of_kind("backward")
+    assert len(asks) == 4 == backward_calls(graph, "no_sibling")
+    assert all(len(re.findall(r"^Hint \d+ \(from", a, re.M)) == 1 for a in asks)
+    assert len(feedback["a"]) == 2 and feedback["b"] == ["b should say more."]
+
+
+def test_no_gradient_mode_makes_no_backward_calls(tmp_path, fake_llm, script):
+    graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
+    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "none"))
+    assert script.of_kind("backward") == []
+    assert feedback["d"] and not any(feedback[n] for n in "abc")
+
+
+def test_malformed_hint_lines_give_no_gradient_and_are_counted(tmp_path, fake_llm, script):
+    script.backward_reply = "I think everything is fine.\nHint 7: out of range"
+    graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
+    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "sibling"))
+    assert feedback["c"] == [] and feedback["a"] == [] and feedback["b"] == []
+    assert llm.ledger.counters["gradient lines missing"] == 2  # d's two hints; c then had nothing to pass on
+
+
+@pytest.mark.parametrize("mode, per_sample", [("sibling", 1), ("no_sibling", 5), ("none", 0)])
+def test_backward_calls_per_sample_on_liar(tmp_path, fake_llm, script, mode, per_sample):
+    script.verdict = lambda prompt: "No"
+    path = write(tmp_path, "liar.sbp", (ROOT / "pipelines/liar.sbp").read_text(), fake_llm.url)
+    graph, llm, trace = trace_and_llm(path, statement="s", job_title="j", state="st", party="p", source="so")
+    asyncio.run(backward(graph, llm, trace, "Yes", mode))
+    assert len(script.of_kind("backward")) == per_sample == backward_calls(graph, mode)
+    assert llm.ledger.roles["backward"].calls == per_sample
+
+
+# --- descent ---------------------------------------------------------------------------------
+
+def test_candidate_validation(tmp_path, fake_llm):
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    example = [{"input": "Q: the senator said that taxes went up by forty percent last year in ohio", "output": "", "gradient": ""}]
+    old = graph.prompts["verdict_task"]
+    reasons = {
+        None: "no <prompt>...</prompt> in the reply",
+        "  ": "empty prompt",
+        "x" * 5000: "too long",
+        "Use the feedback to decide.": "mentions 'feedback'",
+        "Decide about {{ speaker }}.": "uses speaker, which node 'verdict' does not receive",
+        "Decide {% if q %}.": "breaks the template",
+        "Recall that taxes went up by forty percent last year in ohio.": "copies text from an example",
+    }
+    for new, reason in reasons.items():
+        assert reason in (validate(graph, "verdict_task", old, new, example) or ""), new
+    assert validate(graph, "verdict_task", old, "Decide about the claim {{ q }} carefully.", example) is None
+
+
+# --- the loop, the gate, write-back ------------------------------------------------------------
+
+def test_gate_accepts_a_better_prompt_and_writes_it_back(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1", capsys=capsys)
+    assert code == 0
+    assert "gate 0.000 -> 1.000" in out and "accepted" in out
+    after = path.read_text()
+    new = load(str(path))
+    old = parse_text(before, str(path))
+    assert {p.name: p.text for p in new.params} == {
+        "look": "Improved instruction for look.", "check": "Improved instruction for check.",
+        "style": "Be brief.", "verdict_task": "Improved instruction for verdict_task."}
+    # nothing but the prompts changed: same IR apart from them, and only their lines differ
+    assert new.nodes == old.nodes and new.edges == old.edges and new.templates == old.templates
+    changed = [line for line in _diff_lines(before, after)]
+    assert all(line.startswith(("param", "  ", "-", "+")) for line in changed)
+    assert before.splitlines()[:5] == after.splitlines()[:5]
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert record["iterations"][0]["accepted"] is True
+    assert "sk-test" not in json.dumps(record)
+
+
+def _diff_lines(old: str, new: str) -> list[str]:
+    import difflib
+
+    return [line for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+
+def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, script, capsys):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", capsys=capsys)
+    assert code == 0 and "rejected" in out and "accepted" not in out
+    assert path.read_text() == before  # byte for byte
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    fates = [c["fate"] for it in record["iterations"] for c in it["candidates"]]
+    assert fates and all(f.startswith("rejected by the gate") for f in fates)
+
+
+def test_only_and_frozen(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--only", "verdict_task", capsys=capsys)
+    prompts = {p.name: p.text for p in load(str(path)).params}
+    assert prompts["verdict_task"].startswith("Improved") and prompts["look"] == "Look at the claim."
+    assert len(script.of_kind("optimizer")) == 1
+    with pytest.raises(SystemExit):
+        optimize(path, "--data", data(tmp_path), "--only", "style", capsys=capsys)
+
+
+def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--dry-run", capsys=capsys)
+    assert code == 0 and path.read_text() == before
+    assert '+param verdict_task = "Improved instruction for verdict_task."' in out
+    assert "nothing written (--dry-run)" in out
+
+
+def test_a_second_identical_run_makes_no_new_calls(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", "--dry-run"]
+    optimize(path, *flags, capsys=capsys)
+    calls = fake_llm.requests
+    assert calls > 0
+    code, out = optimize(path, *flags, "--json", capsys=capsys)
+    assert fake_llm.requests == calls
+    assert json.loads(out)["ledger"]["calls"] == 0
+
+
+def test_budget_stops_cleanly(tmp_path, fake_llm, script, capsys):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "3",
+                         "--max-calls", "12", capsys=capsys)
+    assert code == 0 and "stopped early: --max-calls 12 reached" in out
+    assert 0 < fake_llm.requests <= 12  # calls cut off mid-flight by the stop never reach the server
+
+
+# --- write-back ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["liar.sbp", "liar.yaml"])
+def test_write_back_changes_exactly_the_prompts(tmp_path, name):
+    original = load(str(ROOT / "pipelines" / name))
+    prompts = {"verdict_task": 'Two lines,\n  the second "indented".', "analyse_party": "One line with a \\ and {{ party }}."}
+    text = rewrite(original, prompts)
+    again = parse_text(text, original.path)
+    expected = {p.name: prompts.get(p.name, p.text) for p in original.params}
+    assert {p.name: p.text for p in again.params} == expected
+    assert (again.nodes, again.edges, again.templates, again.blocks) == (original.nodes, original.edges, original.templates, original.blocks)
+    # only the lines of those two literals differ
+    changed_old = {line[1:] for line in _diff_lines(original.text, text) if line.startswith("-")}
+    assert all("Determine whether" in line or "Context and the analyses" in line or "political party" in line for line in changed_old)
+    assert len(changed_old) == 3
+
+
+def test_never_writes_over_a_file_changed_on_disk(tmp_path):
+    path = tmp_path / "p.sbp"
+    path.write_text("new content by someone else")
+    target = save(path, "optimized", loaded="what we read")
+    assert target == tmp_path / "p.optimized.sbp" and target.read_text() == "optimized"
+    assert path.read_text() == "new content by someone else"
+    assert save(path, "again", loaded="new content by someone else") == path and path.read_text() == "again"
+
+
+# --- resume ---------------------------------------------------------------------------------
+
+def _versioned(script):
+    """Each optimizer step bumps a version; a higher version answers more claims right."""
+    def improve(param, prompt):
+        current = re.search(r"<prompt>\n(.*?)\n</prompt>", prompt, re.S).group(1)
+        version = int(m.group(1)) if (m := re.search(r"version (\d+)", current)) else 0
+        return f"Judge carefully, version {version + 1}."
+
+    def verdict(prompt):
+        version = int(m.group(1)) if (m := re.search(r"version (\d+)", prompt)) else 0
+        claim = int(re.search(r"Claim: claim (\d+)", prompt).group(1))
+        return "Yes" if claim < 2 * version else "No"
+
+    script.improve, script.verdict = improve, verdict
+
+
+def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, script):
+    _versioned(script)
+    dataset = data(tmp_path, n=8)
+    env = {**os.environ, "SBPC_CACHE_DIR": str(tmp_path / "cache")}
+    flags = ["--data", dataset, "--train-size", "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task"]
+
+    def command(path):
+        return [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), *flags, "--runs-dir", str(path.parent / "runs")]
+
+    reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
+    for folder in (reference_dir, resumed_dir):
+        folder.mkdir()
+    reference = write(reference_dir, "toy.sbp", TOY, fake_llm.url)
+    subprocess.run(command(reference), env=env, check=True, capture_output=True, timeout=120)
+
+    resumed = write(resumed_dir, "toy.sbp", TOY, fake_llm.url)
+    fake_llm._state.delay = 0.05  # slow enough to kill it between iterations
+    proc = subprocess.Popen(command(resumed), env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((resumed_dir / "runs").glob("*/run.json"))
+        if records and len(json.loads(records[0].read_text())["iterations"]) >= 1:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    record = json.loads(records[0].read_text())
+    assert 1 <= len(record["iterations"]) < 3 and not record["finished"]
+    fake_llm._state.delay = 0.0
+    done = subprocess.run(command(resumed) + ["--resume"], env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "resuming" in done.stderr
+    assert resumed.read_text() == reference.read_text()
+    final = json.loads(records[0].read_text())
+    expected = json.loads(next((reference_dir / "runs").glob("*/run.json")).read_text())
+    assert final["finished"] and [i["prompts"] for i in final["iterations"]] == [i["prompts"] for i in expected["iterations"]]
+    assert len(final["iterations"]) == 3 and "version" in resumed.read_text()
