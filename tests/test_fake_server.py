@@ -1,0 +1,151 @@
+"""Quick tests of bench/fake_server.py (the loopback OpenAI-compatible server)."""
+
+import asyncio
+import os
+import sys
+import time
+
+import aiohttp
+import httpx
+import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))), "bench"))
+
+from fake_server import HANG, FakeServer, spawn  # noqa: E402
+
+MESSAGES = [{"role": "system", "content": "be brief"},
+            {"role": "user", "content": "hello there world"}]
+
+
+def chat(url, timeout=5.0, **extra):
+    return httpx.post(url + "/chat/completions", timeout=timeout,
+                      json={"model": "fake-model", "messages": MESSAGES, **extra})
+
+
+def test_completion_shape_and_echo():
+    with FakeServer() as srv:
+        assert srv.url.startswith("http://127.0.0.1:") and srv.url.endswith("/v1")
+        r = chat(srv.url)
+        assert r.status_code == 200
+        body = r.json()
+        assert body["object"] == "chat.completion"
+        assert body["id"] and isinstance(body["created"], int)
+        assert body["model"] == "fake-model"
+        choice = body["choices"][0]
+        assert choice["message"] == {"role": "assistant",
+                                     "content": "echo: hello there world"}
+        assert choice["finish_reason"] == "stop"
+        assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4,
+                                 "total_tokens": 9}
+        # Path without the /v1 prefix is served too.
+        assert httpx.post(srv.base_url + "/chat/completions",
+                          json={"model": "m", "messages": MESSAGES}).status_code == 200
+        assert srv.requests == 2
+        assert srv.bodies[0]["messages"] == MESSAGES
+
+
+def test_reply_string_and_callable():
+    with FakeServer(reply="fixed answer") as srv:
+        assert chat(srv.url).json()["choices"][0]["message"]["content"] == "fixed answer"
+    with FakeServer(reply=lambda msgs: f"{len(msgs)} messages") as srv:
+        assert chat(srv.url).json()["choices"][0]["message"]["content"] == "2 messages"
+
+
+def test_delay():
+    with FakeServer(delay=0.3) as srv:
+        t0 = time.perf_counter()
+        assert chat(srv.url).status_code == 200
+        assert 0.3 <= time.perf_counter() - t0 < 2.0
+
+
+def test_scripted_failures_then_success():
+    with FakeServer(failures=[429, 500, 503], retry_after=0) as srv:
+        r = chat(srv.url)
+        assert r.status_code == 429
+        assert r.headers["retry-after"] == "0"
+        assert r.json()["error"]["type"] == "rate_limit_error"
+        assert [chat(srv.url).status_code for _ in range(3)] == [500, 503, 200]
+        assert srv.requests == 4
+        srv.reset(failures=[502])
+        assert srv.requests == 0
+        assert [chat(srv.url).status_code for _ in range(2)] == [502, 200]
+
+
+def test_hang_exceeds_client_timeout():
+    with FakeServer(failures=[HANG], hang_seconds=30) as srv:
+        t0 = time.perf_counter()
+        with pytest.raises(httpx.ReadTimeout):
+            chat(srv.url, timeout=0.3)
+        assert time.perf_counter() - t0 < 5
+        assert chat(srv.url).status_code == 200  # only the first one hangs
+    # Stopping the server cancels the hung request promptly (exit above).
+
+
+def test_concurrent_requests_overlap_and_counters():
+    n, delay = 128, 0.3
+
+    async def run(url):
+        # aiohttp: its pool stays cheap with hundreds of connections.
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            async def one():
+                async with session.post(
+                        url + "/chat/completions",
+                        json={"model": "m", "messages": MESSAGES}) as r:
+                    await r.read()
+                    return r.status
+            t0 = time.perf_counter()
+            statuses = await asyncio.gather(*(one() for _ in range(n)))
+            return time.perf_counter() - t0, statuses
+
+    with FakeServer(delay=delay) as srv:
+        elapsed, statuses = asyncio.run(run(srv.url))
+        assert statuses == [200] * n
+        assert elapsed < delay * 4  # overlapped, not serialised
+        assert srv.requests == n
+        assert srv.max_in_flight == n
+        assert srv.connections == n
+        assert srv.in_flight == 0
+
+
+def test_max_in_flight_reflects_client_limit():
+    async def run(url, limit):
+        sem = asyncio.Semaphore(limit)
+        async with httpx.AsyncClient(timeout=10) as client:
+            async def one():
+                async with sem:
+                    r = await client.post(url + "/chat/completions",
+                                          json={"model": "m", "messages": MESSAGES})
+                    assert r.status_code == 200
+            await asyncio.gather(*(one() for _ in range(40)))
+
+    with FakeServer(delay=0.05) as srv:
+        asyncio.run(run(srv.url, 5))
+        assert srv.requests == 40
+        assert srv.max_in_flight == 5
+
+
+def test_streaming_sse():
+    with FakeServer(reply="a b c") as srv:
+        r = chat(srv.url, stream=True)
+        assert r.headers["content-type"] == "text/event-stream"
+        events = [line[6:] for line in r.text.splitlines()
+                  if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert '"usage"' in events[-2]
+
+
+def test_spawn_subprocess():
+    url, stop = spawn(0.05)
+    try:
+        r = chat(url)
+        assert r.status_code == 200
+        stats = httpx.get(url[:-len("/v1")] + "/stats").json()
+        assert stats["requests"] == 1 and stats["max_in_flight"] == 1
+        assert httpx.post(url[:-len("/v1")] + "/reset").status_code == 200
+        assert httpx.get(url[:-len("/v1")] + "/stats").json()["requests"] == 0
+    finally:
+        stop()
+    with pytest.raises(httpx.ConnectError):
+        chat(url, timeout=1)

@@ -1,0 +1,152 @@
+"""The LLM layer over real HTTP to a fake server: retries, timeouts, cache, budgets, concurrency."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from types import MappingProxyType
+
+import pytest
+
+from conftest import ROOT, with_fake_model
+from fake_server import HANG, FakeServer
+from sembp_dsl import cli
+from sembp_dsl.cache import ResponseCache, default_path
+from sembp_dsl.graph import ModelSpec
+from sembp_dsl.llm import LLM, TRANSIENT, BudgetExceeded, LLMError
+
+
+def models(url: str, **settings) -> dict[str, ModelSpec]:
+    spec = MappingProxyType({"api_base": url, "temperature": 0, **settings})
+    return {role: ModelSpec(role, "openai/fake", spec) for role in ("forward", "backward", "optimizer")}
+
+
+def complete_all(llm: LLM, prompts: list[str], role: str = "forward"):
+    async def go():
+        return await asyncio.gather(*(llm.complete(role, p) for p in prompts))
+    return asyncio.run(go())
+
+
+def test_retries_transient_failures_with_backoff():
+    with FakeServer(reply="ok", failures=[429, 500, 503]) as server:
+        llm = LLM(models(server.url), backoff=0.01)
+        [result] = complete_all(llm, ["hi"])
+        assert result.text == "ok"
+        assert server.requests == 4
+        assert llm.ledger.roles["forward"].retries == 3
+
+
+def test_no_retry_on_errors_that_cannot_succeed():
+    for status in (401, 404):
+        with FakeServer(reply="ok", failures=[status]) as server:
+            llm = LLM(models(server.url), backoff=0.01)
+            with pytest.raises(LLMError) as err:
+                complete_all(llm, ["hi"])
+            assert server.requests == 1
+            assert "forward model 'openai/fake'" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_timeout_is_retried_then_reported():
+    with FakeServer(reply="ok", failures=[HANG, HANG]) as server:
+        llm = LLM(models(server.url), timeout=0.3, retries=1, backoff=0.01)
+        with pytest.raises(TRANSIENT):
+            complete_all(llm, ["hi"])
+        assert server.requests == 2 and llm.ledger.roles["forward"].failures == 1
+
+
+def test_concurrency_limit_holds():
+    with FakeServer(reply="ok", delay=0.1) as server:
+        llm = LLM(models(server.url), concurrency=3)
+        complete_all(llm, [f"prompt {i}" for i in range(12)])
+        assert server.requests == 12
+        assert server.max_in_flight == 3
+
+
+def test_identical_requests_in_flight_share_one_call():
+    with FakeServer(reply="ok", delay=0.1) as server:
+        llm = LLM(models(server.url))
+        results = complete_all(llm, ["same"] * 5)
+        assert server.requests == 1 and {r.text for r in results} == {"ok"}
+
+
+def test_budget_stops_calls():
+    with FakeServer(reply="ok") as server:
+        llm = LLM(models(server.url), max_calls=2)
+        complete_all(llm, ["a", "b"])
+        with pytest.raises(BudgetExceeded):
+            complete_all(llm, ["c"])
+        assert server.requests == 2
+
+
+def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
+    with FakeServer(reply="from the server") as server:
+        child = textwrap.dedent(f"""
+            import asyncio, sys
+            sys.path.insert(0, {str(ROOT / 'tests')!r}); sys.path.insert(0, {str(ROOT / 'bench')!r})
+            from test_llm import models
+            from sembp_dsl.llm import LLM
+            from sembp_dsl.cache import ResponseCache
+            llm = LLM(models({server.url!r}), cache=ResponseCache())
+            print(asyncio.run(llm.complete("forward", sys.argv[1])).text)
+        """)
+        procs = [subprocess.Popen([sys.executable, "-c", child, f"prompt {i % 2}"], stdout=subprocess.PIPE, text=True)
+                 for i in range(4)]  # four processes writing the same database at once
+        assert all(p.communicate(timeout=120)[0].strip() == "from the server" and p.returncode == 0 for p in procs)
+        seen = server.requests
+        llm = LLM(models(server.url), cache=ResponseCache())
+        results = complete_all(llm, ["prompt 0", "prompt 1"])
+        assert server.requests == seen  # both answered from the other processes' cache
+        assert all(r.cached for r in results) and llm.ledger.roles["forward"].cache_hits == 2
+    dump = "\n".join(map(str, sqlite3.connect(default_path()).execute("SELECT * FROM responses")))
+    assert "from the server" in dump and "sk-test" not in dump
+
+
+def test_a_different_setting_is_a_different_cache_entry(tmp_path):
+    with FakeServer(reply="ok") as server:
+        cache = ResponseCache(tmp_path / "c.sqlite")
+        complete_all(LLM(models(server.url), cache=cache), ["p"])
+        complete_all(LLM(models(server.url, temperature=0.7), cache=cache), ["p"])
+        complete_all(LLM(models(server.url), cache=cache), ["p"])
+        assert server.requests == 2
+
+
+TOY = textwrap.dedent('''\
+    pipeline toy "Decide"
+    input q: text
+    param p = "Answer Yes or No."
+    node verdict: choice(Yes, No) { prompt = p }
+    q -> verdict
+    output verdict
+    ''')
+
+
+def test_parse_failures_are_recorded_and_scored_wrong(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Perhaps. It is hard to say." if "claim 0" in prompt else "Yes, clearly."
+    path = tmp_path / "toy.sbp"
+    path.write_text(with_fake_model(TOY, fake_llm.url))
+    data = tmp_path / "d.jsonl"
+    data.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(3)))
+    code = cli.main(["eval", str(path), "--data", str(data), "--split", "test", "--test-size", "3", "--json", "--errors", "5"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["scored"] == 3 and report["correct"] == 2
+    [wrong] = report["errors"]
+    assert wrong["output"] is None and wrong["reply"].startswith("Perhaps")
+    code = cli.main(["run", str(path), "--input", "q=claim 0", "--json"])
+    trace = json.loads(capsys.readouterr().out)["trace"]
+    assert code == 1 and trace["nodes"]["verdict"]["error"] == "the reply does not start with one of Yes, No"
+
+
+def test_no_model_configured_says_how_to_choose(tmp_path, capsys, monkeypatch):
+    from sembp_dsl import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)
+    path = tmp_path / "toy.sbp"
+    path.write_text(TOY)
+    assert cli.main(["run", str(path), "--input", "q=x"]) == 1
+    err = capsys.readouterr().err
+    assert "no model is configured for forward calls" in err and "pip install 'sbpc[embedded]'" in err
+    assert "Traceback" not in err
