@@ -37,8 +37,9 @@ Method
   them.  Every worker imports litellm (as the product does), warms up with
   two rounds of ``concurrency`` calls (imports, connection pool, caches),
   runs ``gc.collect()`` and then times the calls.
-* ``--repeat N`` runs every variant N times and reports the median run (by
-  CPU per call); runs on a shared 2-core box are noisy (+-10 %).
+* ``--repeat N`` runs all variants N times, round-robin (so background load
+  hits every variant alike), and reports the median run by CPU per call plus
+  the best run; on a shared 2-core box single runs vary by +-15 %.
 
 The fast path
 -------------
@@ -74,7 +75,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any, Awaitable, Callable, Optional
+from typing import Any, Awaitable, Callable, NamedTuple, Optional
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -92,15 +93,38 @@ def messages_for(i: int) -> list:
 # The fast path (recipe for the LLM layer)
 # ==========================================================================
 
+class Route(NamedTuple):
+    """Where and how a model string is served on the fast path."""
+    model: str          # provider-side model name, e.g. "gpt-4o-mini"
+    provider: str       # litellm provider, e.g. "openai"
+    url: str            # .../chat/completions
+    api_base: str
+    api_key: str
+    config: Any         # litellm chat config (builds the request body)
+    proxy: Any          # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
+    proxy_auth: Any
+
+    def __repr__(self) -> str:  # keep the API key out of logs
+        return (f"Route(model={self.model!r}, provider={self.provider!r}, "
+                f"url={self.url!r})")
+
+
 class FastPath:
     """``litellm.acompletion`` replacement with a cheap path for
     OpenAI-compatible providers.
 
     Keeps: litellm model strings and provider resolution
-    (``litellm.get_llm_provider``), litellm's parameter mapping and request
-    body, litellm's price table, litellm's exception classes.  Drops:
-    litellm's logging/callback machinery (sbpc has none registered),
+    (``litellm.get_llm_provider``), litellm's parameter mapping
+    (``get_optional_params``) and request body (the provider config's
+    ``transform_request``), litellm's price table (``cost_per_token``) and
+    litellm's exception classes (``exception_type``).  Drops: litellm's
+    logging/callback machinery (sbpc registers no litellm callbacks),
     litellm's retries (sbpc retries itself) and the executor-thread hop.
+
+    Anything else -- other providers, ``stream=True``, parameters outside
+    ``PARAMS`` -- goes to ``litellm.acompletion(..., max_retries=0)``.
+    Both paths return a ``litellm.ModelResponse`` whose
+    ``_hidden_params["response_cost"]`` is the cost (None if unpriced).
 
     One instance per process; it keeps one aiohttp session per event loop.
     """
@@ -131,10 +155,10 @@ class FastPath:
         import litellm
 
         route = None
-        if not params.get("stream") and self.PARAMS.issuperset(params) and (
-                not isinstance(params.get("response_format"), type)):
+        if (not params.get("stream") and self.PARAMS.issuperset(params)
+                and not isinstance(params.get("response_format"), type)):
             route = _fast_route(model, api_base, api_key)
-        if route is None or route[1] not in self.PROVIDERS:
+        if route is None or route.provider not in self.PROVIDERS:
             return await litellm.acompletion(
                 model=model, messages=messages, api_base=api_base,
                 api_key=api_key, timeout=timeout, extra_headers=extra_headers,
@@ -153,63 +177,66 @@ class FastPath:
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None or session.closed:
+            # trust_env=False: with it aiohttp does two executor hops per
+            # request (netrc + proxy lookup); the proxy is resolved once per
+            # route instead (_fast_route).
             session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self._connection_limit),
-                trust_env=True)  # honour HTTP(S)_PROXY like litellm does
+                trust_env=False)
             self._sessions[loop] = session
         return session
 
-    async def _fast(self, route: tuple, messages: list, timeout: float,
+    async def _fast(self, route: Route, messages: list, timeout: float,
                     extra_headers: Optional[dict], params: dict):
         import aiohttp
         import litellm
         from litellm.llms.openai.common_utils import OpenAIError
 
-        model, provider, api_base, api_key, config = route
-        optional = litellm.utils.get_optional_params(
-            model=model, custom_llm_provider=provider, **params)
-        optional.pop("stream", None)
+        optional = _optional_params(route.model, route.provider, params)
         extra_body = optional.pop("extra_body", None) or {}
-        body = config.transform_request(
-            model, messages, optional,
-            {"custom_llm_provider": provider, "api_base": api_base}, {})
+        body = route.config.transform_request(
+            route.model, messages, optional,
+            {"custom_llm_provider": route.provider,
+             "api_base": route.api_base}, {})
         body.update(extra_body)
-        headers = {"Authorization": f"Bearer {api_key}"}
+        headers = {"Authorization": f"Bearer {route.api_key}"}
         if extra_headers:
             headers.update(extra_headers)
 
-        url = api_base.rstrip("/") + "/chat/completions"
         try:
             async with self._session().post(
-                    url, json=body, headers=headers,
+                    route.url, json=body, headers=headers,
+                    proxy=route.proxy, proxy_auth=route.proxy_auth,
                     timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 payload = await resp.read()
                 status, resp_headers = resp.status, dict(resp.headers)
         except asyncio.TimeoutError as exc:
             raise litellm.Timeout(
-                message=f"Request timed out after {timeout} s", model=model,
-                llm_provider=provider) from exc
+                message=f"Request timed out after {timeout} s",
+                model=route.model, llm_provider=route.provider) from exc
         except aiohttp.ClientError as exc:
             raise litellm.APIConnectionError(
-                message=str(exc), llm_provider=provider, model=model) from exc
+                message=str(exc), llm_provider=route.provider,
+                model=route.model) from exc
         if status >= 400:
             error = OpenAIError(status_code=status,
                                 message=_error_message(payload),
                                 headers=resp_headers)
-            # Same mapping acompletion applies (RateLimitError, ...).
-            raise litellm.exception_type(model=model, original_exception=error,
-                                         custom_llm_provider=provider)
+            # The mapping acompletion applies (RateLimitError, ...).
+            raise litellm.exception_type(
+                model=route.model, original_exception=error,
+                custom_llm_provider=route.provider)
 
         response = litellm.ModelResponse(**json.loads(payload))
         try:
             prompt_cost, completion_cost = litellm.cost_per_token(
-                model=model, custom_llm_provider=provider,
+                model=route.model, custom_llm_provider=route.provider,
                 usage_object=response.usage)
             cost = prompt_cost + completion_cost
         except Exception:  # model not in the price table
             cost = None
         response._hidden_params.update({
-            "custom_llm_provider": provider, "api_base": api_base,
+            "custom_llm_provider": route.provider, "api_base": route.api_base,
             "response_cost": cost, "headers": resp_headers,
             "sbpc_fast_path": True,
         })
@@ -217,11 +244,14 @@ class FastPath:
 
 
 @functools.lru_cache(maxsize=1024)
-def _fast_route(model: str, api_base: Optional[str], api_key: Optional[str]):
-    """(model, provider, api_base, api_key, chat config) or None."""
+def _fast_route(model: str, api_base: Optional[str],
+                api_key: Optional[str]) -> Optional[Route]:
+    """Resolve a litellm model string once (env vars are read at first use)."""
     import litellm
+    from aiohttp.helpers import get_env_proxy_for_url
     from litellm.types.utils import LlmProviders
     from litellm.utils import ProviderConfigManager
+    from yarl import URL
 
     try:
         name, provider, dynamic_key, base = litellm.get_llm_provider(
@@ -232,8 +262,8 @@ def _fast_route(model: str, api_base: Optional[str], api_key: Optional[str]):
     if provider == "openai":
         base = base or litellm.api_base or env("OPENAI_BASE_URL") or env(
             "OPENAI_API_BASE") or "https://api.openai.com/v1"
-        api_key = api_key or dynamic_key or litellm.api_key or \
-            litellm.openai_key or env("OPENAI_API_KEY")
+        api_key = (api_key or dynamic_key or litellm.api_key
+                   or litellm.openai_key or env("OPENAI_API_KEY"))
     else:
         api_key = api_key or dynamic_key
     if not base or not api_key:
@@ -242,7 +272,42 @@ def _fast_route(model: str, api_base: Optional[str], api_key: Optional[str]):
         name, LlmProviders(provider))
     if config is None:
         return None
-    return name, provider, base, api_key, config
+    url = base.rstrip("/") + "/chat/completions"
+    try:
+        proxy, proxy_auth = get_env_proxy_for_url(URL(url))
+    except LookupError:
+        proxy = proxy_auth = None
+    return Route(name, provider, url, base, api_key, config, proxy,
+                 proxy_auth)
+
+
+def _optional_params(model: str, provider: str, params: dict) -> dict:
+    """litellm's provider parameter mapping (a fresh dict per call).
+
+    ``get_optional_params`` costs ~0.1 ms, so results for hashable parameter
+    sets (the common case: scalars only) are memoised.
+    """
+    import litellm
+    try:
+        key = tuple(sorted(params.items()))
+        return dict(_optional_params_cached(
+            model, provider, litellm.drop_params, key))
+    except TypeError:  # unhashable values (stop lists, tools, ...)
+        return _map_params(model, provider, params)
+
+
+@functools.lru_cache(maxsize=4096)
+def _optional_params_cached(model: str, provider: str, drop_params: Any,
+                            items: tuple) -> dict:
+    return _map_params(model, provider, dict(items))
+
+
+def _map_params(model: str, provider: str, params: dict) -> dict:
+    import litellm
+    optional = litellm.utils.get_optional_params(
+        model=model, custom_llm_provider=provider, **params)
+    optional.pop("stream", None)
+    return optional
 
 
 def _error_message(payload: bytes) -> str:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-from typing import Mapping
-
 from .graph import Graph, GraphNode, label
 from .llm import LLM
 from .runtime import Trace
@@ -88,5 +86,3 @@ def backward_calls(graph: Graph, mode: str) -> int:
         return sum(len(n.hints) for n in graph.nodes.values())
     return 0
 
-
-Gradients = Mapping[str, list[str]]

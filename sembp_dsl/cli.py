@@ -205,7 +205,7 @@ def cmd_optimize(args) -> int:
     from .evaluate import metric_for
     from .optimize import Optimizer, RunRecord, Settings
     from .source import compile_file
-    from .writeback import atomic_write, rewrite, save, unified_diff
+    from .writeback import WriteBack, rewrite, unified_diff
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
@@ -235,8 +235,7 @@ def cmd_optimize(args) -> int:
     if args.resume and record is None:
         raise UsageError(f"--resume: no unfinished run of {args.file} in {runs}")
     if record is not None:
-        recorded = {k: v for k, v in record.data["settings"].items()}
-        wanted = json.loads(json.dumps(vars(settings)))
+        recorded, wanted = record.data["settings"], settings.recorded()
         if recorded != wanted:
             differ = [k for k in wanted if recorded.get(k) != wanted[k]]
             raise UsageError(f"--resume: the run in {record.folder} was started with other settings ({', '.join(differ)})")
@@ -246,23 +245,13 @@ def cmd_optimize(args) -> int:
         initial = graph
         record = RunRecord.create(runs, settings, graph.prompts)
 
-    source_path = Path(args.out or args.file)
     original_text = rewrite(graph.pipeline, initial.prompts)
-    state = {"loaded": graph.pipeline.text, "target": source_path}
+    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
 
     def write_back(accepted) -> None:
-        if args.dry_run:
-            return
-        text = rewrite(graph.pipeline, accepted.prompts)
-        if args.out:
-            atomic_write(source_path, text)
-            return
-        target = save(state["target"], text, state["loaded"]) if state["target"] == source_path else state["target"]
-        if target != state["target"]:
-            print(f"{args.file} changed on disk during the run; writing to {target} instead", file=sys.stderr)
-            state["target"] = target
-            atomic_write(target, text)
-        state["loaded"] = text
+        notice = writer(accepted.prompts)
+        if notice:
+            print(notice, file=sys.stderr)
 
     bars = []
 
@@ -291,7 +280,7 @@ def cmd_optimize(args) -> int:
         print(f"stopped early: {outcome.stopped}; the best prompts so far are kept")
     if outcome.test_after is not None:
         print(f"test ({len(splits.test)} samples): initial {outcome.test_before.accuracy:.3f} -> final {outcome.test_after.accuracy:.3f}")
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {state['target']}"
+    where = "nothing written (--dry-run)" if args.dry_run else f"written to {writer.target}"
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)

@@ -43,6 +43,10 @@ class Settings:
     only: tuple[str, ...]
     models: Mapping[str, str]
 
+    def recorded(self) -> dict:
+        """As written in run.json: plain JSON, credentials inside URLs masked."""
+        return json.loads(json.dumps(_public(asdict(self))))
+
 
 @dataclass
 class Iteration:
@@ -74,7 +78,7 @@ class RunRecord:
             n += 1
             folder = runs_dir / f"{stamp}-{Path(settings.file).stem}-{n}"
         folder.mkdir(parents=True)
-        record = cls(folder, {"settings": _public(asdict(settings)), "initial_prompts": dict(initial),
+        record = cls(folder, {"settings": settings.recorded(), "initial_prompts": dict(initial),
                               "initial_score": None, "iterations": [], "finished": False})
         record.save()
         return record

@@ -113,3 +113,28 @@ def save(path: Path, text: str, loaded: str) -> Path:
     target = path if current == loaded else beside(path)
     atomic_write(target, text)
     return target
+
+
+class WriteBack:
+    """Where a run's accepted prompts go: over the source (guarded), or to --out, or nowhere (--dry-run)."""
+
+    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False):
+        self.pipeline, self.dry_run = pipeline, dry_run
+        self.target = Path(out or pipeline.path)
+        self.guarded = out is None  # only the source file can have been edited by someone else
+        self.loaded = pipeline.text
+
+    def __call__(self, prompts: Mapping[str, str]) -> str | None:
+        """Write; returns a notice for the user when the file had to go elsewhere."""
+        if self.dry_run:
+            return None
+        text = rewrite(self.pipeline, prompts)
+        if not self.guarded:
+            atomic_write(self.target, text)
+            return None
+        target = save(self.target, text, self.loaded)
+        self.loaded = text
+        if target == self.target:
+            return None
+        self.target, self.guarded = target, False
+        return f"{self.pipeline.path} changed on disk during the run; writing to {target} instead"

@@ -332,3 +332,28 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     expected = json.loads(next((reference_dir / "runs").glob("*/run.json")).read_text())
     assert final["finished"] and [i["prompts"] for i in final["iterations"]] == [i["prompts"] for i in expected["iterations"]]
     assert len(final["iterations"]) == 3 and "version" in resumed.read_text()
+
+
+def test_write_back_moves_beside_a_file_edited_during_the_run(tmp_path):
+    from sembp_dsl.writeback import WriteBack
+
+    path = tmp_path / "toy.sbp"
+    path.write_text(TOY)
+    writer = WriteBack(load(str(path)))
+    assert writer({"look": "First."}) is None and 'param look = "First."' in path.read_text()
+    path.write_text(path.read_text() + "# edited by hand\n")
+    notice = writer({"look": "Second."})
+    beside = tmp_path / "toy.optimized.sbp"
+    assert notice and str(beside) in notice
+    assert path.read_text().endswith("# edited by hand\n") and 'param look = "Second."' in beside.read_text()
+    writer({"look": "Third."})
+    assert 'param look = "Third."' in beside.read_text() and "Third" not in path.read_text()
+
+
+def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    out = tmp_path / "best.sbp"
+    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out), capsys=capsys)
+    assert path.read_text() == before and "Improved instruction" in out.read_text()
