@@ -22,7 +22,7 @@ HINT_LINE = re.compile(r"^[\s*#>-]*hint\s*(\d+)\s*\**\s*(?:\([^)]*\))?\s*[:.)\-]
 
 def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
     """The loss, in words, for the output node (no LLM call: the expected answer says it)."""
-    final = trace.nodes[graph.output]
+    final = trace.final
     return graph.render_builtin("loss", node=graph.output, output=final.output or final.reply.strip()[:200],
                                 expected=expected, parse_error=final.error)
 

@@ -117,7 +117,7 @@ def _session(args, graph):
     models = dict(graph.models)
     for role, flag in (("forward", args.model), ("backward", args.backward_model or args.model),
                        ("optimizer", args.optimizer_model or args.model)):
-        if flag and (role == "forward" or getattr(args, f"{role}_model") or models[role].name is None):
+        if flag:
             models[role] = replace(models[role], name=flag)
     cache = None if args.no_cache else ResponseCache()
     return LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
@@ -152,7 +152,7 @@ def cmd_run(args) -> int:
             for t in trace.nodes.values():
                 print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
                       f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
-        final = trace.nodes[graph.output]
+        final = trace.final
         print(trace.output if trace.output is not None else f"(no answer: {final.error})\n{final.reply}")
     _print_ledger(llm, args)
     return 0 if trace.output is not None else 1
@@ -169,8 +169,10 @@ def cmd_eval(args) -> int:
 
     graph = compile_file(args.file)
     dataset = datasets.load(args.data, args.data_dir)
-    sizes = {"train": args.train_size, "val": args.val_size, "test": args.test_size}
-    splits = datasets.make_splits(dataset, **sizes, seed=args.seed)
+    opt = graph.optimize  # same defaults as optimize, so a single-pool data set is carved the same way
+    sizes = {"train": args.train_size if args.train_size is not None else opt["train_size"],
+             "val": args.val_size if args.val_size is not None else opt["val_size"], "test": args.test_size}
+    splits = datasets.make_splits(dataset, **sizes, seed=args.seed if args.seed is not None else opt["seed"])
     samples = getattr(splits, args.split)[: args.limit]
     llm = _session(args, graph)
     metric = metric_for(graph, dataset.metric)
@@ -188,7 +190,7 @@ def cmd_eval(args) -> int:
     if evaluation.stopped:
         print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
     for r in [r for r in evaluation.results if not r.correct][: args.errors]:
-        final = r.trace.nodes[graph.output]
+        final = r.trace.final
         print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
               f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
     _print_ledger(llm, args)
@@ -291,7 +293,7 @@ def cmd_optimize(args) -> int:
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("models and limits")
-    g.add_argument("--model", help="litellm model for forward calls (and for roles the pipeline leaves unset), "
+    g.add_argument("--model", help="litellm model for every call (unless --backward-model / --optimizer-model say otherwise), "
                                    "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
     g.add_argument("--backward-model", help="model for backward (gradient) calls")
     g.add_argument("--optimizer-model", help="model for optimizer calls")
@@ -313,7 +315,7 @@ def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int)
     g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train if train is not None else from_file})")
     g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val if val is not None else from_file})")
     g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test if test is not None else from_file})")
-    g.add_argument("--seed", type=int, default=None if train is None else 0, help="seed of the splits and the method (default 0)")
+    g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -363,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
     ev.add_argument("--limit", type=int, help="score only the first N samples of the split")
     ev.add_argument("--errors", type=int, default=0, metavar="N", help="print the first N wrong samples")
-    _add_data_flags(ev, train=0, val=0, test=100)
+    _add_data_flags(ev, train=None, val=None, test=100)
     _add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)
 
@@ -412,6 +414,11 @@ def main(argv: list[str] | None = None) -> int:
     except PipelineError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
     except UsageError as exc:
         parser.error(str(exc))
     except Exception as exc:
@@ -420,11 +427,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"sbpc: error: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        return 0
 
 
 def _known_errors() -> tuple[type[Exception], ...]:

@@ -49,7 +49,7 @@ class Evaluation:
             "accuracy": self.accuracy, "interval95": list(self.interval), "correct": sum(r.correct for r in self.results),
             "scored": len(self.results), "requested": self.requested, "stopped": self.stopped,
             "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                        "reply": r.trace.nodes[next(reversed(r.trace.nodes))].reply} for r in wrong],
+                        "reply": r.trace.final.reply, "error": r.trace.final.error} for r in wrong],
         }
 
 

@@ -18,6 +18,7 @@ from typing import Mapping
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
 
 import litellm  # noqa: E402
+import openai  # noqa: E402  (a dependency of litellm: the base of its exceptions)
 
 from . import embedded  # noqa: E402
 from .cache import ResponseCache, cache_key  # noqa: E402
@@ -29,7 +30,7 @@ litellm.telemetry = False
 ROLES = ("forward", "backward", "optimizer")
 TRANSIENT = (
     litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError, litellm.InternalServerError,
-    litellm.ServiceUnavailableError, asyncio.TimeoutError,
+    litellm.BadGatewayError, litellm.ServiceUnavailableError, asyncio.TimeoutError,
 )
 NO_MODEL = (
     "no model is configured for {role} calls, and the embedded model is not installed.\n"
@@ -118,7 +119,8 @@ class LLM:
         max_calls: int | None = None,
         max_cost: float | None = None,
     ):
-        self.models = {role: self._resolve(spec) for role, spec in models.items()}
+        self.models = dict(models)
+        self._resolved: dict[str, ModelSpec | None] = {}
         self.limit = asyncio.Semaphore(concurrency)
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.cache = cache
@@ -138,7 +140,10 @@ class LLM:
         return ModelSpec(spec.role, name, spec.settings) if name else None
 
     def model(self, role: str) -> ModelSpec:
-        spec = self.models.get(role)
+        """The model for a role, resolved on first use: a command that never optimizes never needs an optimizer."""
+        if role not in self._resolved:
+            self._resolved[role] = self._resolve(self.models[role])
+        spec = self._resolved[role]
         if spec is None:
             raise LLMError(NO_MODEL.format(role=role))
         return spec
@@ -148,6 +153,7 @@ class LLM:
         spec = self.model(role)
         messages = [{"role": "user", "content": prompt}]
         settings = dict(spec.settings)
+        timeout = float(settings.pop("timeout", self.timeout))  # how long to wait is not part of the answer
         key = cache_key(spec.name, messages, settings)
         usage = self.ledger.roles[role]
         if self.cache is not None:
@@ -156,11 +162,12 @@ class LLM:
                 usage.cache_hits += 1
                 return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0)
         if key in self._inflight:  # the same request is already on its way: share its answer
+            usage.cache_hits += 1
             return await asyncio.shield(self._inflight[key])
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._call(role, spec, messages, settings)
+            result = await self._call(role, spec, messages, settings, timeout)
             if self.cache is not None:
                 self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
                                      "completion_tokens": result.completion_tokens})
@@ -176,9 +183,10 @@ class LLM:
         finally:
             del self._inflight[key]
 
-    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict) -> Completion:
+    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float) -> Completion:
         usage = self.ledger.roles[role]
-        timeout = float(settings.pop("timeout", self.timeout))
+        # the embedded model serves one request at a time: waiting in its queue is not a hung call
+        deadline = None if spec.name.startswith(embedded.PROVIDER + "/") else timeout
         for attempt in range(self.retries + 1):
             self._check_budget()
             async with self.limit:
@@ -188,15 +196,14 @@ class LLM:
                 try:
                     response = await asyncio.wait_for(
                         litellm.acompletion(model=spec.name, messages=messages, timeout=timeout, num_retries=0, **settings),
-                        timeout,
+                        deadline,
                     )
                 except TRANSIENT:
                     if attempt == self.retries:
                         usage.failures += 1
                         raise
                     usage.retries += 1
-                except (litellm.AuthenticationError, litellm.NotFoundError, litellm.BadRequestError,
-                        litellm.PermissionDeniedError) as exc:
+                except openai.OpenAIError as exc:  # litellm's errors all derive from it; bad key, unknown model...
                     usage.failures += 1
                     raise LLMError(f"{role} model '{spec.name}': {_short(exc)}") from None
                 else:

@@ -42,8 +42,16 @@ class NodeTrace:
 @dataclass(frozen=True)
 class Trace:
     inputs: Mapping[str, str]
-    nodes: Mapping[str, NodeTrace]  # in execution order of completion
-    output: str | None
+    nodes: Mapping[str, NodeTrace]  # in topological order
+    output_node: str
+
+    @property
+    def final(self) -> NodeTrace:
+        return self.nodes[self.output_node]
+
+    @property
+    def output(self) -> str | None:
+        return self.final.output
 
     def to_json(self) -> dict:
         return {"inputs": dict(self.inputs), "output": self.output,
@@ -101,5 +109,4 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
         for task in tasks.values():
             task.cancel()
         raise
-    nodes = {t.node: t for t in traces}
-    return Trace(dict(inputs), nodes, nodes[graph.output].output)
+    return Trace(dict(inputs), {t.node: t for t in traces}, graph.output)

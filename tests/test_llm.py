@@ -130,7 +130,8 @@ def test_parse_failures_are_recorded_and_scored_wrong(tmp_path, fake_llm, script
     path.write_text(with_fake_model(TOY, fake_llm.url))
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(3)))
-    code = cli.main(["eval", str(path), "--data", str(data), "--split", "test", "--test-size", "3", "--json", "--errors", "5"])
+    code = cli.main(["eval", str(path), "--data", str(data), "--train-size", "0", "--val-size", "0", "--test-size", "3",
+                     "--json", "--errors", "5"])
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["scored"] == 3 and report["correct"] == 2
     [wrong] = report["errors"]
