@@ -33,7 +33,7 @@ In-process use (tests)::
 
 Subprocess use (benchmarks)::
 
-    python bench/fake_server.py --delay 0.2 --port 0   # first stdout line = URL
+    python bench/fake_server.py --delay 0.2 --port 0  # prints URL first
 
     from fake_server import spawn
     url, stop = spawn(0.2)
@@ -343,8 +343,9 @@ class FakeServer:
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
-    ``base_url`` (without ``/v1``), ``requests``, ``connections``, ``in_flight``,
-    ``max_in_flight``, ``bodies`` (parsed JSON of every chat request).
+    ``base_url`` (without ``/v1``), ``requests``, ``connections``,
+    ``in_flight``, ``max_in_flight``, ``bodies`` (parsed JSON of every chat
+    request).
     """
 
     def __init__(self, delay: float = 0.0, reply: Reply = None,

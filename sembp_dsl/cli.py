@@ -7,6 +7,7 @@ call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 
@@ -64,7 +65,7 @@ def cmd_check(args) -> int:
     for path in args.files:
         try:
             pipeline = load(path)
-            analysis, diagnostics = check(pipeline)
+            _, diagnostics = check(pipeline)
             text = pipeline.text
         except PipelineError as exc:
             diagnostics, text = exc.diagnostics, exc.text
@@ -120,8 +121,11 @@ def _session(args, graph):
         if flag:
             models[role] = replace(models[role], name=flag)
     cache = None if args.no_cache else ResponseCache()
-    return LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
-               max_calls=args.max_calls, max_cost=args.max_cost)
+    llm = LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
+              max_calls=args.max_calls, max_cost=args.max_cost)
+    # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
+    gc.freeze()
+    return llm
 
 
 def _print_ledger(llm, args) -> None:
@@ -130,13 +134,14 @@ def _print_ledger(llm, args) -> None:
 
 
 def cmd_run(args) -> int:
-    import asyncio
-
     from .runtime import run
     from .source import compile_file
 
     graph = compile_file(args.file)
-    inputs = json.loads(args.input_json) if args.input_json else {}
+    try:
+        inputs = json.loads(args.input_json) if args.input_json else {}
+    except ValueError as exc:
+        raise UsageError(f"--input-json is not valid JSON: {exc}")
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
@@ -144,7 +149,7 @@ def cmd_run(args) -> int:
     if missing:
         raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
     llm = _session(args, graph)
-    trace = asyncio.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
+    trace = llm.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
     if args.json:
         print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
     else:
@@ -159,8 +164,6 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    import asyncio
-
     from tqdm import tqdm
 
     from . import datasets
@@ -178,7 +181,7 @@ def cmd_eval(args) -> int:
     metric = metric_for(graph, dataset.metric)
     with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
               disable=args.json or None) as bar:
-        evaluation = asyncio.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
+        evaluation = llm.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
     if args.json:
         print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
                           **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
@@ -198,7 +201,6 @@ def cmd_eval(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    import asyncio
     from pathlib import Path
 
     from tqdm import tqdm
@@ -271,7 +273,7 @@ def cmd_optimize(args) -> int:
 
     optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), _mapping(args.map, "--map"),
                           splits.train, splits.val, splits.test, record, write_back, log, progress)
-    outcome = asyncio.run(optimizer.run())
+    outcome = llm.run(optimizer.run())
     log("")
     final_text = rewrite(graph.pipeline, outcome.graph.prompts)
     diff = unified_diff(original_text, final_text, args.file)

@@ -13,7 +13,7 @@ import os
 import random
 import time
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Awaitable, Mapping, TypeVar
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
 
@@ -23,9 +23,11 @@ import openai  # noqa: E402  (a dependency of litellm: the base of its exception
 from . import embedded  # noqa: E402
 from .cache import ResponseCache, cache_key  # noqa: E402
 from .graph import ModelSpec  # noqa: E402
+from .transport import FastPath  # noqa: E402
 
-litellm.suppress_debug_info = True
-litellm.telemetry = False
+T = TypeVar("T")
+
+litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
 
 ROLES = ("forward", "backward", "optimizer")
 TRANSIENT = (
@@ -126,7 +128,18 @@ class LLM:
         self.cache = cache
         self.max_calls, self.max_cost = max_calls, max_cost
         self.ledger = Ledger()
+        self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
+
+    def run(self, work: Awaitable[T]) -> T:
+        """Run a coroutine to completion, then close the connections it opened."""
+        async def main() -> T:
+            try:
+                return await work
+            finally:
+                await self.transport.aclose()
+
+        return asyncio.run(main())
 
     @staticmethod
     def _resolve(spec: ModelSpec) -> ModelSpec | None:
@@ -195,9 +208,7 @@ class LLM:
                 start = time.perf_counter()
                 try:
                     response = await asyncio.wait_for(
-                        litellm.acompletion(model=spec.name, messages=messages, timeout=timeout, num_retries=0, **settings),
-                        deadline,
-                    )
+                        self.transport.acompletion(spec.name, messages, timeout=timeout, **settings), deadline)
                 except TRANSIENT:
                     if attempt == self.retries:
                         usage.failures += 1

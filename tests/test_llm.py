@@ -28,7 +28,7 @@ def models(url: str, **settings) -> dict[str, ModelSpec]:
 def complete_all(llm: LLM, prompts: list[str], role: str = "forward"):
     async def go():
         return await asyncio.gather(*(llm.complete(role, p) for p in prompts))
-    return asyncio.run(go())
+    return llm.run(go())
 
 
 def test_retries_transient_failures_with_backoff():
@@ -85,13 +85,13 @@ def test_budget_stops_calls():
 def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
     with FakeServer(reply="from the server") as server:
         child = textwrap.dedent(f"""
-            import asyncio, sys
+            import sys
             sys.path.insert(0, {str(ROOT / 'tests')!r}); sys.path.insert(0, {str(ROOT / 'bench')!r})
             from test_llm import models
             from sembp_dsl.llm import LLM
             from sembp_dsl.cache import ResponseCache
             llm = LLM(models({server.url!r}), cache=ResponseCache())
-            print(asyncio.run(llm.complete("forward", sys.argv[1])).text)
+            print(llm.run(llm.complete("forward", sys.argv[1])).text)
         """)
         procs = [subprocess.Popen([sys.executable, "-c", child, f"prompt {i % 2}"], stdout=subprocess.PIPE, text=True)
                  for i in range(4)]  # four processes writing the same database at once

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -91,7 +90,7 @@ def optimize(path, *flags, capsys=None) -> tuple[int, str]:
 def trace_and_llm(path, **inputs):
     graph = compile_file(str(path))
     llm = LLM(graph.models)
-    trace = asyncio.run(run(graph, llm, inputs))
+    trace = llm.run(run(graph, llm, inputs))
     return graph, llm, trace
 
 
@@ -99,7 +98,7 @@ def trace_and_llm(path, **inputs):
 
 def test_gradients_reach_the_right_predecessors(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
-    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "sibling"))
+    feedback = llm.run(backward(graph, llm, trace, "Yes", "sibling"))
     asks = script.of_kind("backward")
     assert len(asks) == 2  # d (hints c, a) and c (hints a, b): one question each
     first, second = asks
@@ -114,7 +113,7 @@ def test_gradients_reach_the_right_predecessors(tmp_path, fake_llm, script):
 
 def test_no_sibling_asks_once_per_edge_with_one_hint(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
-    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "no_sibling"))
+    feedback = llm.run(backward(graph, llm, trace, "Yes", "no_sibling"))
     asks = script.of_kind("backward")
     assert len(asks) == 4 == backward_calls(graph, "no_sibling")
     assert all(len(re.findall(r"^Hint \d+ \(from", a, re.M)) == 1 for a in asks)
@@ -123,7 +122,7 @@ def test_no_sibling_asks_once_per_edge_with_one_hint(tmp_path, fake_llm, script)
 
 def test_no_gradient_mode_makes_no_backward_calls(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
-    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "none"))
+    feedback = llm.run(backward(graph, llm, trace, "Yes", "none"))
     assert script.of_kind("backward") == []
     assert feedback["d"] and not any(feedback[n] for n in "abc")
 
@@ -131,7 +130,7 @@ def test_no_gradient_mode_makes_no_backward_calls(tmp_path, fake_llm, script):
 def test_malformed_hint_lines_give_no_gradient_and_are_counted(tmp_path, fake_llm, script):
     script.backward_reply = "I think everything is fine.\nHint 7: out of range"
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
-    feedback = asyncio.run(backward(graph, llm, trace, "Yes", "sibling"))
+    feedback = llm.run(backward(graph, llm, trace, "Yes", "sibling"))
     assert feedback["c"] == [] and feedback["a"] == [] and feedback["b"] == []
     assert llm.ledger.counters["gradient lines missing"] == 2  # d's two hints; c then had nothing to pass on
 
@@ -141,7 +140,7 @@ def test_backward_calls_per_sample_on_liar(tmp_path, fake_llm, script, mode, per
     script.verdict = lambda prompt: "No"
     path = write(tmp_path, "liar.sbp", (ROOT / "pipelines/liar.sbp").read_text(), fake_llm.url)
     graph, llm, trace = trace_and_llm(path, statement="s", job_title="j", state="st", party="p", source="so")
-    asyncio.run(backward(graph, llm, trace, "Yes", mode))
+    llm.run(backward(graph, llm, trace, "Yes", mode))
     assert len(script.of_kind("backward")) == per_sample == backward_calls(graph, mode)
     assert llm.ledger.roles["backward"].calls == per_sample
 
@@ -311,7 +310,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     resumed = write(resumed_dir, "toy.sbp", TOY, fake_llm.url)
     fake_llm._state.delay = 0.05  # slow enough to kill it between iterations
     proc = subprocess.Popen(command(resumed), env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
     while time.time() < deadline:
         records = list((resumed_dir / "runs").glob("*/run.json"))
