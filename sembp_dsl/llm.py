@@ -32,7 +32,7 @@ litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdou
 ROLES = ("forward", "backward", "optimizer")
 TRANSIENT = (
     litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError, litellm.InternalServerError,
-    litellm.BadGatewayError, litellm.ServiceUnavailableError, asyncio.TimeoutError,
+    litellm.BadGatewayError, litellm.ServiceUnavailableError,
 )
 NO_MODEL = (
     "no model is configured for {role} calls, and the embedded model is not installed.\n"
@@ -199,7 +199,7 @@ class LLM:
     async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float) -> Completion:
         usage = self.ledger.roles[role]
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
-        deadline = None if spec.name.startswith(embedded.PROVIDER + "/") else timeout
+        deadline = 24 * 3600.0 if spec.name.startswith(embedded.PROVIDER + "/") else timeout
         for attempt in range(self.retries + 1):
             self._check_budget()
             async with self.limit:
@@ -207,8 +207,7 @@ class LLM:
                 usage.calls += 1
                 start = time.perf_counter()
                 try:
-                    response = await asyncio.wait_for(
-                        self.transport.acompletion(spec.name, messages, timeout=timeout, **settings), deadline)
+                    response = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
                 except TRANSIENT:
                     if attempt == self.retries:
                         usage.failures += 1
