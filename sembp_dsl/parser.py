@@ -247,7 +247,8 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
                 break
             syntax.append(diagnostic)
             offset = exc.pos_in_stream if exc.pos_in_stream is not None else len(text)
-            attempt = _mask_statement(attempt, offset) if offset < len(text) else None
+            headerless = isinstance(exc, UnexpectedToken) and "PIPELINE" in exc.expected
+            attempt = _mask_statement(attempt, offset) if offset < len(text) and not headerless else None
             continue
         if syntax:
             break

@@ -67,9 +67,10 @@ class Lowering:
                 extra = [k for k in err.instance if k not in err.schema.get("properties", {})]
                 node = where.get(path + (extra[0], "<key>"), node) if extra else node
                 message = f"unknown key '{extra[0]}'" if extra else err.message
-            elif err.validator == "propertyNames":
-                message = f"'{err.instance}' is not a valid name" if "pattern" in err.schema else f"unknown key '{err.instance}'"
+            elif "propertyNames" in err.relative_schema_path:  # a bad key: point at the key itself
                 node = where.get(path + (err.instance, "<key>"), node)
+                message = (f"'{err.instance}' is not a valid name" if err.validator == "pattern"
+                           else f"unknown key '{err.instance}'; expected one of {', '.join(err.validator_value)}")
             elif err.validator == "required":
                 message = err.message.replace("is a required property", "is required")
             elif err.validator == "oneOf":

@@ -267,3 +267,16 @@ def test_templates_render_in_a_sandbox(tmp_path):
     graph = compile_file(str(path))
     with pytest.raises(SecurityError):
         graph.nodes["a"].render({"q": "x"}, graph.prompts)
+
+
+def test_yaml_bad_keys_point_at_the_key(tmp_path):
+    source = YAML.replace("inputs: {q: text}", "inputs: {q: text, bad-name: text}") + "models:\n  fast: {name: x}\n"
+    code, err = check(tmp_path, source, "p.yaml")
+    assert code == 1
+    assert "p.yaml:2:19: error: inputs: 'bad-name' is not a valid name" in err
+    assert "p.yaml:11:3: error: models: unknown key 'fast'; expected one of default, forward, backward, optimizer" in err
+
+
+def test_a_file_without_its_header_gets_one_error(tmp_path):
+    code, err = check(tmp_path, "node a: text {}\noutput a\n")
+    assert code == 1 and err.count("error:") == 1 and "expected 'pipeline'" in err
