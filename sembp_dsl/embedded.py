@@ -80,7 +80,6 @@ _PASSTHROUGH = {
     "stop": "stop",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
-    "response_format": "response_format",
     "logit_bias": "logit_bias",
 }
 
@@ -232,33 +231,10 @@ def _llama_kwargs(optional_params: dict[str, Any]) -> dict[str, Any]:
         kwargs[target] = value
     if isinstance(kwargs.get("stop"), str):
         kwargs["stop"] = [kwargs["stop"]]
-    if "response_format" in kwargs:
-        kwargs["response_format"] = _response_format(kwargs["response_format"])
-        if kwargs["response_format"] is None:
-            del kwargs["response_format"]
     ignored = sorted(k for k in optional_params if k not in _PASSTHROUGH and k not in ("n", "stream"))
     if ignored:
         log.debug("%s ignores parameters %s", MODEL, ignored)
     return kwargs
-
-
-def _response_format(rf: Any) -> dict[str, Any] | None:
-    """OpenAI ``response_format`` -> llama-cpp-python's (grammar-constrained decoding).
-
-    llama-cpp-python only understands ``{"type": "json_object", "schema": ...}``; it silently ignores
-    OpenAI's ``{"type": "json_schema", "json_schema": {"schema": ...}}``, so translate that.
-    """
-    if hasattr(rf, "model_dump"):
-        rf = rf.model_dump(exclude_none=True)
-    if not isinstance(rf, dict):
-        return None
-    kind = rf.get("type")
-    if kind == "json_object":
-        return {k: v for k, v in rf.items() if k in ("type", "schema")}
-    if kind == "json_schema":
-        schema = (rf.get("json_schema") or {}).get("schema")
-        return {"type": "json_object", "schema": schema} if schema else {"type": "json_object"}
-    return None  # "text" or unknown
 
 
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
@@ -329,30 +305,13 @@ def _fill(model_response: Any, reply: dict[str, Any]) -> Any:
     return model_response
 
 
-def _generic_chunk(reply: dict[str, Any]) -> dict[str, Any]:
-    choice = reply["choices"][0]
-    u = reply.get("usage") or {}
-    return {
-        "text": choice["message"].get("content") or "",
-        "is_finished": True,
-        "finish_reason": choice.get("finish_reason") or "stop",
-        "usage": {
-            "prompt_tokens": int(u.get("prompt_tokens", 0)),
-            "completion_tokens": int(u.get("completion_tokens", 0)),
-            "total_tokens": int(u.get("total_tokens", 0)),
-        },
-        "index": 0,
-        "tool_use": None,
-    }
-
-
 def _make_handler() -> Any:
     from litellm.llms.custom_llm import CustomLLM
 
     class EmbeddedLLM(CustomLLM):
         """litellm handler for ``embedded/smollm2-135m``.
 
-        Streaming is supported for API compatibility only: the whole reply arrives as one chunk.
+        No streaming: sbpc never streams.
         """
 
         def _run(self, messages: list[Any], optional_params: dict[str, Any]) -> dict[str, Any]:
@@ -370,14 +329,6 @@ def _make_handler() -> Any:
         async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
             reply = await asyncio.to_thread(self._run, messages, kwargs.get("optional_params") or {})
             return _fill(kwargs["model_response"], reply)
-
-        def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-            reply = self._run(messages, kwargs.get("optional_params") or {})
-            yield _generic_chunk(reply)
-
-        async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
-            reply = await asyncio.to_thread(self._run, messages, kwargs.get("optional_params") or {})
-            yield _generic_chunk(reply)
 
     return EmbeddedLLM()
 
