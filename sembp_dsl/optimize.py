@@ -1,8 +1,8 @@
 """The optimization loop: forward, backward, descent, gate, write-back, record; repeat.
 
 Every iteration draws its randomness from (seed, iteration) alone and every model
-call goes through the cache, so a resumed run replays the finished iterations for
-free and then continues exactly as an uninterrupted run would have.
+call goes through the cache, so a resumed run starts from the prompts of its last
+finished iteration and continues exactly as an uninterrupted run would have.
 """
 
 from __future__ import annotations

@@ -280,3 +280,14 @@ def test_yaml_bad_keys_point_at_the_key(tmp_path):
 def test_a_file_without_its_header_gets_one_error(tmp_path):
     code, err = check(tmp_path, "node a: text {}\noutput a\n")
     assert code == 1 and err.count("error:") == 1 and "expected 'pipeline'" in err
+
+
+def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
+    source = HEADER + 'node a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n'
+    override = 'template backward = """\n  Judge {{ node }} on {{ hints | length }} hints; feedback: {{ feedback }}\n  """\n'
+    path = tmp_path / "p.sbp"
+    path.write_text(source + override)
+    prompts = EMITTERS["prompts"](compile_file(str(path)))
+    assert "Judge b on 1 hints; feedback: <feedback on b>" in prompts
+    code, err = check(tmp_path, source + 'template loss = "{{ expected }} {{ secret }}"\n')
+    assert code == 1 and "template 'loss' uses 'secret'; it may use expected, node, output, parse_error, task" in err
