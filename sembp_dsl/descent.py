@@ -26,7 +26,6 @@ COPY_WINDOW = 8  # words: a run this long from an example's input is that exampl
 @dataclass(frozen=True)
 class Candidate:
     param: str
-    old: str
     new: str | None  # None when rejected
     reason: str | None  # why rejected
     reply: str
@@ -97,4 +96,4 @@ async def propose(graph: Graph, llm: LLM, param: str, samples: Sequence[tuple[Tr
     reason = validate(graph, param, old, new, examples)
     if reason is not None:
         llm.ledger.count("candidates rejected")
-    return Candidate(param, old, None if reason else new, reason, reply)
+    return Candidate(param, None if reason else new, reason, reply)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from .datasets import DataError, Sample
@@ -83,7 +84,7 @@ async def evaluate(
     llm: LLM,
     samples: Sequence[Sample],
     metric: str,
-    mapping: Mapping[str, str] = {},
+    mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
     """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget."""
