@@ -225,7 +225,10 @@ class LLM:
         tokens = getattr(response, "usage", None)
         prompt_tokens = int(getattr(tokens, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(tokens, "completion_tokens", 0) or 0)
-        cost = float((getattr(response, "_hidden_params", None) or {}).get("response_cost") or 0.0)
+        price = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
+        if price is None:  # litellm's price table does not know this model: --max-cost cannot see it
+            self.ledger.count("calls without a known price")
+        cost = float(price or 0.0)
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         usage.cost += cost

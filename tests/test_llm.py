@@ -151,3 +151,15 @@ def test_no_model_configured_says_how_to_choose(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert "no model is configured for forward calls" in err and "pip install 'sbpc[embedded]'" in err
     assert "Traceback" not in err
+
+
+def test_ledger_prices_known_models_and_counts_unknown_ones():
+    with FakeServer(reply="four words in reply") as server:
+        priced = LLM({"forward": ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": server.url}))})
+        complete_all(priced, ["What is two plus two?"])
+        usage = priced.ledger.roles["forward"]
+        assert usage.calls == 1 and usage.prompt_tokens > 0 and usage.completion_tokens == 4
+        assert 0 < priced.ledger.cost < 0.001
+        unpriced = LLM(models(server.url))
+        complete_all(unpriced, ["What is two plus two?"])
+        assert unpriced.ledger.cost == 0 and unpriced.ledger.counters["calls without a known price"] == 1
