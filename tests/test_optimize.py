@@ -356,3 +356,29 @@ def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
     out = tmp_path / "best.sbp"
     optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out), capsys=capsys)
     assert path.read_text() == before and "Improved instruction" in out.read_text()
+
+
+def _fates(tmp_path, name: str) -> list[str]:
+    record = json.loads(next((tmp_path / name).glob("*/run.json")).read_text())
+    return [c["fate"] for it in record["iterations"] for c in it["candidates"]]
+
+
+def test_update_sample_takes_a_seeded_subset(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--update", "sample", "--dry-run"]
+    for runs in ("a", "b"):
+        cli.main(["optimize", str(path), *flags, "--runs-dir", str(tmp_path / runs)])
+    capsys.readouterr()
+    first, second = _fates(tmp_path, "a"), _fates(tmp_path, "b")
+    assert first == second  # the same seed takes the same subset
+    assert "rejected: not sampled" in first  # some valid candidates were left out...
+    assert any(f == "taken" or f.startswith("rejected by the gate") for f in first)  # ...and some were tried
+
+
+def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "0", "--iters", "1",
+                         "--gate", "train", capsys=capsys)
+    assert code == 0 and "train 0.000, gate 0.000 -> 1.000" in out and "accepted" in out
