@@ -32,12 +32,17 @@ def _indent_of_line(text: str, offset: int) -> str:
     return line[: len(line) - len(line.lstrip(" \t"))]
 
 
+def _newline(source: str) -> str:
+    """The file's own line ending, so a rewritten literal does not mix styles."""
+    return "\r\n" if "\r\n" in source else "\n"
+
+
 def sbp_literal(text: str, source: str, param: ir.Param) -> str:
     """A .sbp string literal that decodes to exactly `text`: a block string when it spans lines."""
     if "\n" in text and '"""' not in text and "\r" not in text:
-        indent = _indent_of_line(source, param.literal.start) + "  "
-        body = "\n".join(indent + line if line else "" for line in text.split("\n"))
-        literal = f'"""\n{body}\n{indent}"""'
+        indent, nl = _indent_of_line(source, param.literal.start) + "  ", _newline(source)
+        body = nl.join(indent + line if line else "" for line in text.split("\n"))
+        literal = f'"""{nl}{body}{nl}{indent}"""'
         if decode_block_string(literal) == text:
             return literal
     return json.dumps(text, ensure_ascii=False)
@@ -49,8 +54,8 @@ def yaml_literal(text: str, source: str, param: ir.Param) -> str:
     before = source[line_start:param.literal.start]
     in_block_mapping = before.rstrip().endswith(":") and before.strip()[:-1].strip() == param.name
     if "\n" in text and in_block_mapping and text == text.strip() and "\r" not in text:
-        indent = _indent_of_line(source, param.span.start) + "  "
-        return "|-\n" + "\n".join(indent + line if line else "" for line in text.split("\n"))
+        indent, nl = _indent_of_line(source, param.span.start) + "  ", _newline(source)
+        return "|-" + nl + nl.join(indent + line if line else "" for line in text.split("\n"))
     return json.dumps(text, ensure_ascii=False)
 
 

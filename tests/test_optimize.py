@@ -382,3 +382,20 @@ def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
     code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "0", "--iters", "1",
                          "--gate", "train", capsys=capsys)
     assert code == 0 and "train 0.000, gate 0.000 -> 1.000" in out and "accepted" in out
+
+
+@pytest.mark.parametrize("suffix", [".sbp", ".yaml"])
+def test_write_back_keeps_crlf_line_endings(tmp_path, suffix):
+    source = (ROOT / "pipelines" / f"liar{suffix}").read_text().replace("\n", "\r\n")
+    path = tmp_path / f"crlf{suffix}"
+    path.write_bytes(source.encode())
+    text = rewrite(load(str(path)), {"verdict_task": "Line one.\nLine two."})
+    assert "\r\n" in text and "\n" not in text.replace("\r\n", "")  # no bare line feed slipped in
+    assert parse_text(text, str(path)).param("verdict_task").text == "Line one.\nLine two."
+
+
+def test_a_prompt_holding_triple_quotes_is_written_as_a_plain_string():
+    original = load(str(ROOT / "pipelines/liar.sbp"))
+    text = rewrite(original, {"verdict_task": 'Say """Yes"""\nor No.'})
+    assert 'param verdict_task = "Say \\"\\"\\"Yes\\"\\"\\"\\nor No."' in text
+    assert parse_text(text, original.path).param("verdict_task").text == 'Say """Yes"""\nor No.'
