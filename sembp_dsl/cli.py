@@ -207,7 +207,7 @@ def cmd_optimize(args) -> int:
 
     from . import datasets
     from .evaluate import metric_for
-    from .optimize import Optimizer, RunRecord, Settings
+    from .optimize import Optimizer, ResumeError, RunRecord, Settings
     from .source import compile_file
     from .writeback import WriteBack, rewrite, unified_diff
 
@@ -235,14 +235,11 @@ def cmd_optimize(args) -> int:
     splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
 
     runs = Path(args.runs_dir)
-    record = RunRecord.latest(runs, args.file) if args.resume else None
-    if args.resume and record is None:
-        raise UsageError(f"--resume: no unfinished run of {args.file} in {runs}")
-    if record is not None:
-        recorded, wanted = record.data["settings"], settings.recorded()
-        if recorded != wanted:
-            differ = [k for k in wanted if recorded.get(k) != wanted[k]]
-            raise UsageError(f"--resume: the run in {record.folder} was started with other settings ({', '.join(differ)})")
+    if args.resume:
+        try:
+            record = RunRecord.resume(runs, settings)
+        except ResumeError as exc:
+            raise UsageError(f"--resume: {exc}")
         initial = graph.with_prompts(record.data["initial_prompts"])
         print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
     else:

@@ -63,6 +63,10 @@ class Iteration:
     cost: float = 0.0
 
 
+class ResumeError(Exception):
+    """--resume found nothing it may continue."""
+
+
 class RunRecord:
     """A folder per run holding run.json: settings, scores and every candidate with its fate. No secrets."""
 
@@ -84,16 +88,21 @@ class RunRecord:
         return record
 
     @classmethod
-    def latest(cls, runs_dir: Path, file: str) -> "RunRecord | None":
-        """The newest unfinished run of this file, for --resume."""
+    def resume(cls, runs_dir: Path, settings: Settings) -> "RunRecord":
+        """The newest unfinished run of this file, which must have been asked exactly the same."""
         for folder in sorted(runs_dir.glob("*"), reverse=True):
             try:
                 data = json.loads((folder / "run.json").read_text())
             except (OSError, ValueError):
                 continue
-            if data["settings"]["file"] == file and not data["finished"]:
-                return cls(folder, data)
-        return None
+            if data["settings"]["file"] != settings.file or data["finished"]:
+                continue
+            wanted = settings.recorded()
+            differ = [k for k in wanted if data["settings"].get(k) != wanted[k]]
+            if differ:
+                raise ResumeError(f"the run in {folder} was started with other settings ({', '.join(differ)})")
+            return cls(folder, data)
+        raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}")
 
     def save(self) -> None:
         atomic_write(self.folder / "run.json", json.dumps(self.data, indent=2, ensure_ascii=False))

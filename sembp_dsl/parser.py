@@ -175,6 +175,8 @@ class Builder(Transformer):
         )
 
 
+# Lark's inline transformer is fixed when the parser is built, so one Builder serves every
+# parse; `parse` points it at the file at hand. Parse from one thread at a time.
 _BUILDER = Builder()
 
 

@@ -399,3 +399,15 @@ def test_a_prompt_holding_triple_quotes_is_written_as_a_plain_string():
     text = rewrite(original, {"verdict_task": 'Say """Yes"""\nor No.'})
     assert 'param verdict_task = "Say \\"\\"\\"Yes\\"\\"\\"\\nor No."' in text
     assert parse_text(text, original.path).param("verdict_task").text == 'Say """Yes"""\nor No.'
+
+
+def test_resume_refuses_other_settings_or_nothing_to_resume(tmp_path, fake_llm, script, capsys):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2"]
+    with pytest.raises(SystemExit) as stop:
+        optimize(path, *flags, "--resume", capsys=capsys)
+    assert stop.value.code == 2 and "no unfinished run of" in capsys.readouterr().err
+    optimize(path, *flags, "--iters", "1", "--max-calls", "3", capsys=capsys)  # stopped by its budget: unfinished
+    with pytest.raises(SystemExit):
+        optimize(path, *flags, "--iters", "2", "--resume", capsys=capsys)
+    assert "was started with other settings (iterations)" in capsys.readouterr().err
