@@ -52,7 +52,8 @@ def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
 
 
 def default_metric(output_type: ir.OutputType | None) -> str:
-    return "numeric" if output_type is not None and output_type.kind == "number" else "exact"
+    kind = output_type.kind if output_type is not None else "text"
+    return {"number": "numeric", "json": "json"}.get(kind, "exact")
 
 
 class Checker:

@@ -36,12 +36,12 @@ A pipeline file (.sbp) by example:
 
   node analysis: text           { prompt = analyse }              # default template
   node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }
-  #   output types: text, number, choice(...); parse = reply (default) | tag (<output>...</output>)
+  #   output types: text, number, json, choice(...); parse = reply (default) | tag (<output>...</output>)
 
   statement, party, source -> analysis    # edges: every name on the left feeds every name on the right
   statement, analysis -> verdict          # the order of edges numbers the hints of a node
   output verdict                          # the node whose answer is scored
-  metric exact                            # exact | numeric
+  metric exact                            # exact | numeric | json
 
   model forward   { name = "openai/gpt-4o-mini"  temperature = 0  max_tokens = 256 }
   model backward  { name = "openai/gpt-4o" }

@@ -57,7 +57,7 @@ class Ref:
 
 @dataclass(frozen=True)
 class OutputType:
-    kind: str  # "text" | "number" | "choice"
+    kind: str  # "text" | "number" | "json" | "choice"
     choices: tuple[str, ...] = ()
     span: Span = _span()
 

@@ -1,19 +1,21 @@
 """Scoring a prediction against the expected answer.
 
-Two metrics: "exact" (string match after light normalisation, so "Yes." counts
-for "yes" and "A" for "(A)") and "numeric" (numbers compared by value, so
-"$18.00" counts for "18"). A prediction of None means the pipeline's output could
+Three metrics: "exact" (string match after light normalisation, so "Yes." counts
+for "yes" and "A" for "(A)"), "numeric" (numbers compared by value, so
+"$18.00" counts for "18") and "json" (JSON values compared by structure, so key
+order and spacing do not matter). A prediction of None means the pipeline's output could
 not be parsed; it always scores False.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 
 __all__ = ["METRICS", "parse_number", "score"]
 
-METRICS = ("exact", "numeric")
+METRICS = ("exact", "numeric", "json")
 
 # Only these are stripped, not all punctuation, so that "-50" keeps its sign
 # and BBH dyck answers such as ") ]" survive.
@@ -35,13 +37,18 @@ _NUMBER = re.compile(
 
 
 def score(metric: str, predicted: str | None, expected: str) -> bool:
-    """True if `predicted` counts as `expected` under `metric` ("exact" or "numeric")."""
+    """True if `predicted` counts as `expected` under `metric` ("exact", "numeric" or "json")."""
     if metric not in METRICS:
         raise ValueError(f"unknown metric {metric!r}; expected one of: {', '.join(METRICS)}")
     if predicted is None:
         return False
     if metric == "exact":
         return _normalise(predicted) == _normalise(expected)
+    if metric == "json":
+        try:
+            return json.loads(predicted) == json.loads(expected)
+        except ValueError:
+            return False
     got, want = parse_number(predicted), parse_number(expected)
     if got is None or want is None:
         return False

@@ -96,7 +96,7 @@ class Builder(Transformer):
     def type(self, children):
         kind = children[0]
         choices = tuple(str(c) for c in children[1:])
-        return ir.OutputType({"TEXT": "text", "NUMBER_TYPE": "number", "CHOICE": "choice"}[kind.type], choices, span=self.span(kind))
+        return ir.OutputType({"TEXT": "text", "NUMBER_TYPE": "number", "JSON_TYPE": "json", "CHOICE": "choice"}[kind.type], choices, span=self.span(kind))
 
     def setting(self, children):
         key, value = children

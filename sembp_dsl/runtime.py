@@ -9,6 +9,7 @@ recorded on the trace and scored wrong; it never stops a run.
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from dataclasses import dataclass
 from typing import Mapping
@@ -35,7 +36,7 @@ class NodeTrace:
 
     @property
     def value(self) -> str:
-        """What successors read: the parsed output, or the raw reply when parsing failed."""
+        """What successors are shown: the parsed output, or the raw reply when parsing failed."""
         return self.output if self.output is not None else self.reply
 
 
@@ -69,6 +70,11 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
     text = text.strip()
     if node.type.kind == "text":
         return text, None
+    if node.type.kind == "json":
+        value = first_json(text)
+        if value is None:
+            return None, "no JSON value in the reply"
+        return json.dumps(value, ensure_ascii=False, sort_keys=True), None
     if node.type.kind == "number":
         number = parse_number(text)
         if number is None:
@@ -79,6 +85,17 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         if re.match(re.escape(choice.casefold()) + r"(?!\w)", head):
             return choice, None
     return None, f"the reply does not start with one of {', '.join(node.type.choices)}"
+
+
+def first_json(text: str):
+    """The first JSON object or array in a text (models wrap JSON in prose and code fences)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[{\[]", text):
+        try:
+            return decoder.raw_decode(text, match.start())[0]
+        except ValueError:
+            continue
+    return None
 
 
 async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:

@@ -17,7 +17,7 @@ import yaml
 from . import ir
 from .diagnostics import Diagnostic, PipelineError, error, point
 
-TYPE = re.compile(r"\s*(text|number|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
+TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 

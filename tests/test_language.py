@@ -72,7 +72,7 @@ def test_syntax_error_golden(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: txt { }\noutput a\n")
     assert code == 1
     assert err == textwrap.dedent("""\
-        p.sbp:3:9: error: unexpected 'txt'; expected one of 'choice', 'number', 'text'
+        p.sbp:3:9: error: unexpected 'txt'; expected one of 'choice', 'json', 'number', 'text'
             3 | node a: txt { }
               |         ^~~
         """)
@@ -156,7 +156,7 @@ def test_metric_mismatch_and_unknown_metric(tmp_path):
     assert code == 1
     assert "p.sbp:6:8: error: metric 'numeric' needs a number output, but 'a' is text" in err
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\noutput a\nmetric fuzzy\n")
-    assert "error: unknown metric 'fuzzy'; expected one of exact, numeric" in err
+    assert "error: unknown metric 'fuzzy'; expected one of exact, numeric, json" in err
 
 
 def test_no_output_node(tmp_path):
@@ -291,3 +291,18 @@ def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
     assert "Judge b on 1 hints; feedback: <feedback on b>" in prompts
     code, err = check(tmp_path, source + 'template loss = "{{ expected }} {{ secret }}"\n')
     assert code == 1 and "template 'loss' uses 'secret'; it may use expected, node, output, parse_error, task" in err
+
+
+def test_json_output_type_and_its_default_metric(tmp_path):
+    from sembp_dsl.runtime import parse_reply
+
+    path = tmp_path / "j.sbp"
+    path.write_text(HEADER + 'node facts: json { parse = tag }\nq -> facts\noutput facts\n')
+    graph = compile_file(str(path))
+    assert str(graph.nodes["facts"].type) == "json" and graph.metric == "json"
+    reply = 'Here you go: <output>```json\n{"b": [1, 2], "a": "x"}\n```</output> done'
+    assert parse_reply(graph.nodes["facts"], reply) == ('{"a": "x", "b": [1, 2]}', None)
+    assert parse_reply(graph.nodes["facts"], "<output>none</output>") == (None, "no JSON value in the reply")
+    yaml_path = tmp_path / "j.yaml"
+    yaml_path.write_text(YAML.replace("{type: text, prompt: p}", "{type: json, prompt: p}"))
+    assert str(compile_file(str(yaml_path)).nodes["a"].type) == "json"

@@ -96,3 +96,10 @@ def test_parse_number_takes_last_number(text: str, value: float) -> None:
 @pytest.mark.parametrize("text", ["", "no digits here", "-", "$"])
 def test_parse_number_none(text: str) -> None:
     assert parse_number(text) is None
+
+
+def test_json_metric_compares_structure():
+    assert score("json", '{"a": 1, "b": [1, 2]}', '{ "b": [1,2], "a": 1 }')
+    assert not score("json", '{"a": 1}', '{"a": 2}')
+    assert not score("json", "not json", '{"a": 1}')
+    assert not score("json", None, "{}")
