@@ -115,6 +115,8 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
 
     async def start(node: GraphNode) -> NodeTrace:
         done = await asyncio.gather(*(tasks[h] for h in node.hints))
+        if any(t.error and t.error.startswith(("call failed", "not run")) for t in done):
+            return NodeTrace(node.name, "", "", None, "not run: a predecessor's call failed", 0, 0, 0.0, False)
         values = {**inputs, **{t.node: t.value for t in done}}
         return await run_node(graph, llm, node, values)
 

@@ -163,3 +163,19 @@ def test_ledger_prices_known_models_and_counts_unknown_ones():
         unpriced = LLM(models(server.url))
         complete_all(unpriced, ["What is two plus two?"])
         assert unpriced.ledger.cost == 0 and unpriced.ledger.counters["calls without a known price"] == 1
+
+
+def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
+    from sembp_dsl.runtime import run
+    from sembp_dsl.source import compile_file
+
+    path = tmp_path / "chain.sbp"
+    path.write_text('pipeline c\ninput q: text\nnode a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n')
+    graph = compile_file(str(path))
+    with FakeServer(reply="fine", failures=[500]) as server:
+        llm = LLM(models(server.url), retries=0)
+        trace = llm.run(run(graph, llm, {"q": "x"}))
+        assert trace.nodes["a"].error == "call failed: InternalServerError"
+        assert trace.nodes["b"].error == "not run: a predecessor's call failed" and trace.output is None
+        assert server.requests == 1  # b spent nothing on a sample already lost
+        assert llm.run(run(graph, llm, {"q": "y"})).output == "fine"
