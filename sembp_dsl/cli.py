@@ -220,7 +220,7 @@ def cmd_optimize(args) -> int:
         if name not in graph.prompts:
             raise UsageError(f"--only: no param '{name}' (params: {', '.join(graph.prompts)})")
         if name not in graph.trainable:
-            raise UsageError(f"--only: param '{name}' is frozen")
+            raise UsageError(f"--only: param '{name}' is frozen or used by no node")
     llm = _session(args, graph)
     settings = Settings(
         file=args.file, data=args.data, seed=pick(args.seed, "seed"), iterations=pick(args.iters, "iterations"),

@@ -64,7 +64,7 @@ class Graph:
     output: str
     inputs: tuple[ir.Input, ...]
     prompts: Mapping[str, str]  # current text of every prompt parameter
-    trainable: tuple[str, ...]  # params the optimizer may change, in declaration order
+    trainable: tuple[str, ...]  # params the optimizer may change (not frozen, used by a node), in declaration order
     metric: str
     answer_field: str | None
     models: Mapping[str, ModelSpec]
@@ -135,7 +135,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         output=output.node.name,
         inputs=pipeline.inputs,
         prompts=MappingProxyType({p.name: p.text for p in pipeline.params}),
-        trainable=tuple(p.name for p in pipeline.params if not p.frozen),
+        trainable=tuple(p.name for p in pipeline.params if not p.frozen and p.name in {n.param for n in nodes.values()}),
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(_models(pipeline)),

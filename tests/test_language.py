@@ -306,3 +306,11 @@ def test_json_output_type_and_its_default_metric(tmp_path):
     yaml_path = tmp_path / "j.yaml"
     yaml_path.write_text(YAML.replace("{type: text, prompt: p}", "{type: json, prompt: p}"))
     assert str(compile_file(str(yaml_path)).nodes["a"].type) == "json"
+
+
+def test_only_used_unfrozen_params_are_trainable(tmp_path):
+    path = tmp_path / "p.sbp"
+    path.write_text(HEADER + 'param used = "a"\nparam unused = "b"\nfrozen param fixed = "c"\n'
+                             'node a: text { prompt = used }\nnode b: text { prompt = fixed }\nq -> a, b\na, b -> c\n'
+                             'node c: text {}\noutput c\n')
+    assert compile_file(str(path)).trainable == ("used",)
