@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from .graph import Graph, GraphNode, label
+from .graph import Graph, GraphNode, describe
 from .llm import LLM
 from .runtime import Trace
 
@@ -37,10 +37,6 @@ def hint_lines(reply: str, count: int) -> dict[int, str]:
     return lines
 
 
-def context_of(node: GraphNode, trace: Trace) -> str:
-    return "\n".join(f"{label(name)}: {trace.inputs[name]}" for name in node.context) or "(none)"
-
-
 async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling") -> dict[str, list[str]]:
     """Feedback received by every node of one sample: its semantic gradient."""
     feedback: dict[str, list[str]] = {name: [] for name in graph.nodes}
@@ -52,7 +48,7 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         if mode == "none" or not node.hints or not feedback[node.name]:
             return
         hints = [{"name": h, "value": trace.nodes[h].value} for h in node.hints]
-        question = dict(node=node.name, context=context_of(node, trace), output=trace.nodes[node.name].reply.strip(),
+        question = dict(node=node.name, context=describe(node.context, trace.inputs), output=trace.nodes[node.name].reply.strip(),
                         feedback="\n".join(feedback[node.name]))
         if mode == "sibling":
             asks = [(node.hints, graph.render_builtin("backward", hints=hints, **question))]

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
-from .graph import Graph, label
+from .graph import Graph, describe
 from .llm import LLM
 from .runtime import Trace
 from .templates import TemplateSyntaxError, variables
@@ -42,7 +42,7 @@ def examples_for(graph: Graph, param: str, samples: Sequence[tuple[Trace, Mappin
         for node in graph.users(param):
             values = {**trace.inputs, **{n: t.value for n, t in trace.nodes.items()}}
             out.append({
-                "input": "\n".join(f"{label(name)}: {values[name]}" for name in node.inputs),
+                "input": describe(node.inputs, values),
                 "output": trace.nodes[node.name].reply.strip(),
                 "gradient": "\n".join(gradients.get(node.name, [])),
             })

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from . import ir
-from .graph import Graph, label
+from .graph import Graph, describe
 
 
 def _plain(value):
@@ -68,7 +68,7 @@ def emit_prompts(graph: Graph) -> str:
             continue
         common = dict(
             node=node.name,
-            context="\n".join(f"{label(i)}: <{i}>" for i in node.context) or "(none)",
+            context=describe(node.context, values),
             output=f"<output of {node.name}>",
             feedback=f"<feedback on {node.name}>",
         )

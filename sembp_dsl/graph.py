@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from . import ir
 from .checker import MODEL_ROLES, check, template_source
@@ -26,6 +26,11 @@ DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType({
 def label(name: str) -> str:
     """`job_title` -> `Job title`: how an input is shown to a model by default."""
     return name.replace("_", " ").capitalize()
+
+
+def describe(names: Sequence[str], values: Mapping[str, str]) -> str:
+    """One `Label: value` line per name: how inputs are shown to backward and optimizer models."""
+    return "\n".join(f"{label(name)}: {values[name]}" for name in names) or "(none)"
 
 
 @dataclass(frozen=True)
