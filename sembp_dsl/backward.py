@@ -16,7 +16,6 @@ from .graph import Graph, GraphNode, describe
 from .llm import LLM
 from .runtime import Trace
 
-MODES = ("sibling", "no_sibling", "none")
 HINT_LINE = re.compile(r"^[\s*#>-]*hint\s*(\d+)\s*\**\s*(?:\([^)]*\))?\s*[:.)\-]\s*(.+?)\s*$", re.I | re.M)
 
 
@@ -48,8 +47,8 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         if mode == "none" or not node.hints or not feedback[node.name]:
             return
         hints = [{"name": h, "value": trace.nodes[h].value} for h in node.hints]
-        question = dict(node=node.name, context=describe(node.context, trace.inputs), output=trace.nodes[node.name].reply.strip(),
-                        feedback="\n".join(feedback[node.name]))
+        question = dict(node=node.name, context=describe(node.context, trace.inputs),
+                        output=trace.nodes[node.name].reply.strip(), feedback="\n".join(feedback[node.name]))
         if mode == "sibling":
             asks = [(node.hints, graph.render_builtin("backward", hints=hints, **question))]
         else:
