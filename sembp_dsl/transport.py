@@ -18,6 +18,16 @@ import json
 import os
 from typing import Any, NamedTuple, Optional
 
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
+
+import aiohttp  # noqa: E402  (litellm's own HTTP client library)
+import litellm  # noqa: E402
+from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
+from litellm.llms.openai.common_utils import OpenAIError  # noqa: E402
+from litellm.types.utils import LlmProviders  # noqa: E402
+from litellm.utils import ProviderConfigManager  # noqa: E402
+from yarl import URL  # noqa: E402
+
 
 class Route(NamedTuple):
     """Where and how a model string is served on the fast path."""
@@ -67,7 +77,6 @@ class FastPath:
     })
 
     def __init__(self, connection_limit: int = 0) -> None:
-        import litellm  # noqa: F401  (import cost paid here, not per call)
         self._connection_limit = connection_limit  # 0 = unlimited
         self._sessions: dict = {}
 
@@ -78,7 +87,6 @@ class FastPath:
                           timeout: float = 600.0,
                           extra_headers: Optional[dict] = None,
                           **params: Any):
-        import litellm
 
         route = None
         if (not params.get("stream") and self.PARAMS.issuperset(params)
@@ -99,7 +107,6 @@ class FastPath:
 
     # -- internals ---------------------------------------------------------
     def _session(self):
-        import aiohttp
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
         if session is None or session.closed:
@@ -114,9 +121,6 @@ class FastPath:
 
     async def _fast(self, route: Route, messages: list, timeout: float,
                     extra_headers: Optional[dict], params: dict):
-        import aiohttp
-        import litellm
-        from litellm.llms.openai.common_utils import OpenAIError
 
         optional = _optional_params(route.model, route.provider, params)
         extra_body = optional.pop("extra_body", None) or {}
@@ -173,11 +177,6 @@ class FastPath:
 def _fast_route(model: str, api_base: Optional[str],
                 api_key: Optional[str]) -> Optional[Route]:
     """Resolve a litellm model string once (env vars are read at first use)."""
-    import litellm
-    from aiohttp.helpers import get_env_proxy_for_url
-    from litellm.types.utils import LlmProviders
-    from litellm.utils import ProviderConfigManager
-    from yarl import URL
 
     try:
         name, provider, dynamic_key, base = litellm.get_llm_provider(
@@ -213,7 +212,6 @@ def _optional_params(model: str, provider: str, params: dict) -> dict:
     ``get_optional_params`` costs ~0.1 ms, so results for hashable parameter
     sets (the common case: scalars only) are memoised.
     """
-    import litellm
     try:
         key = tuple(sorted(params.items()))
         return dict(_optional_params_cached(
@@ -229,7 +227,6 @@ def _optional_params_cached(model: str, provider: str, drop_params: Any,
 
 
 def _map_params(model: str, provider: str, params: dict) -> dict:
-    import litellm
     optional = litellm.utils.get_optional_params(
         model=model, custom_llm_provider=provider, **params)
     optional.pop("stream", None)

@@ -18,7 +18,6 @@ from conftest import ROOT, with_fake_model
 from sembp_dsl import cli
 from sembp_dsl.backward import backward, backward_calls
 from sembp_dsl.descent import validate
-from sembp_dsl.diagnostics import PipelineError
 from sembp_dsl.llm import LLM
 from sembp_dsl.runtime import run
 from sembp_dsl.source import compile_file, load, parse_text
