@@ -410,3 +410,38 @@ def test_resume_refuses_other_settings_or_nothing_to_resume(tmp_path, fake_llm, 
     with pytest.raises(SystemExit):
         optimize(path, *flags, "--iters", "2", "--resume", capsys=capsys)
     assert "was started with other settings (iterations)" in capsys.readouterr().err
+
+
+def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    source = textwrap.dedent(f'''\
+        # a YAML twin of the toy pipeline
+        pipeline: toy
+        inputs: {{q: text}}
+        params:
+          look: Look at the claim.
+          verdict_task: |-
+            Say Yes or No.
+            Be brief.
+        templates:
+          judge: "{{{{ prompt }}}} VERDICT Claim: {{{{ q }}}} A: {{{{ a }}}}"
+        nodes:
+          a: {{type: text, prompt: look}}
+          verdict: {{type: "choice(Yes, No)", prompt: verdict_task, template: judge}}
+        edges:
+          - q -> a
+          - q, a -> verdict
+        output: verdict
+        models:
+          default: {{name: openai/fake, api_base: "{fake_llm.url}"}}
+        ''')
+    path = tmp_path / "toy.yaml"
+    path.write_text(source)
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", capsys=capsys)
+    assert code == 0 and "accepted" in out
+    after = load(str(path))
+    assert {p.name: p.text for p in after.params} == {"look": "Improved instruction for look.",
+                                                      "verdict_task": "Improved instruction for verdict_task."}
+    changed = _diff_lines(source, path.read_text())
+    assert changed == ["-  look: Look at the claim.", "-  verdict_task: |-", "-    Say Yes or No.", "-    Be brief.",
+                       '+  look: "Improved instruction for look."', '+  verdict_task: "Improved instruction for verdict_task."']
