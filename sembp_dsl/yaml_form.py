@@ -35,12 +35,22 @@ class Lowering:
     def __init__(self, text: str, file: str):
         self.text, self.file = text, file
         self.errors: list[Diagnostic] = []
+        self.seen: set[int] = set()
 
     def span(self, node: yaml.Node) -> ir.Span:
         return _span(self.file, node)
 
     def plain(self, node: yaml.Node, where: dict, path: tuple = ()):
-        """Python data for the schema, remembering the YAML node at every path."""
+        """Python data for the schema, remembering the YAML node at every path.
+
+        A collection reached twice is an alias (`*name`): refused, because expanding
+        aliases is how a few lines of YAML ask for gigabytes ("billion laughs").
+        """
+        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
+            if id(node) in self.seen:
+                self.errors.append(error(self.span(node), "YAML aliases of mappings or lists are not supported here"))
+                return None
+            self.seen.add(id(node))
         where[path] = node
         if isinstance(node, yaml.MappingNode):
             out = {}

@@ -314,3 +314,10 @@ def test_only_used_unfrozen_params_are_trainable(tmp_path):
                              'node a: text { prompt = used }\nnode b: text { prompt = fixed }\nq -> a, b\na, b -> c\n'
                              'node c: text {}\noutput c\n')
     assert compile_file(str(path)).trainable == ("used",)
+
+
+def test_yaml_alias_bombs_are_refused(tmp_path):
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+    code, err = check(tmp_path, "pipeline: t\n" + bomb, "bomb.yaml")
+    assert code == 1 and "YAML aliases of mappings or lists are not supported here" in err
