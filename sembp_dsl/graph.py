@@ -132,6 +132,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             context=tuple(p for p in preds if p in input_names),
             successors=analysis.successors[name],
         )
+    used = {n.param for n in nodes.values()}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
     output = pipeline.outputs[0]
     return Graph(
@@ -140,7 +141,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         output=output.node.name,
         inputs=pipeline.inputs,
         prompts=MappingProxyType({p.name: p.text for p in pipeline.params}),
-        trainable=tuple(p.name for p in pipeline.params if not p.frozen and p.name in {n.param for n in nodes.values()}),
+        trainable=tuple(p.name for p in pipeline.params if not p.frozen and p.name in used),
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(_models(pipeline)),
