@@ -270,7 +270,14 @@ def cmd_optimize(args) -> int:
 
     optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), _mapping(args.map, "--map"),
                           splits.train, splits.val, splits.test, record, write_back, log, progress)
-    outcome = llm.run(optimizer.run())
+    try:
+        outcome = llm.run(optimizer.run())
+    except KeyboardInterrupt:
+        done = len(record.data["iterations"])
+        print(f"\ninterrupted after {done} finished iteration(s); the best prompts so far are in {writer.target}"
+              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: sbpc optimize {args.file} ... --resume",
+              file=sys.stderr)
+        raise
     log("")
     final_text = rewrite(graph.pipeline, outcome.graph.prompts)
     diff = unified_diff(original_text, final_text, args.file)
@@ -318,12 +325,15 @@ def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int)
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import __version__
+
     parser = argparse.ArgumentParser(
         prog="sbpc",
         description="Compile and optimize LLM pipelines with semantic backpropagation.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=LANGUAGE_BY_EXAMPLE,
     )
+    parser.add_argument("--version", action="version", version=f"sbpc {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 

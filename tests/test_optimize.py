@@ -445,3 +445,22 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
     changed = _diff_lines(source, path.read_text())
     assert changed == ["-  look: Look at the claim.", "-  verdict_task: |-", "-    Say Yes or No.", "-    Be brief.",
                        '+  look: "Improved instruction for look."', '+  verdict_task: "Improved instruction for verdict_task."']
+
+
+def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    fake_llm._state.delay = 0.2
+    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path),
+                             "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while fake_llm.requests == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    fake_llm._state.delay = 0.0
+    assert proc.returncode == 130
+    assert "Traceback" not in err and "--resume" in err
+    assert path.read_text() == before  # nothing half-written
+    assert json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"] is False
