@@ -307,7 +307,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     subprocess.run(command(reference), env=env, check=True, capture_output=True, timeout=120)
 
     resumed = write(resumed_dir, "toy.sbp", TOY, fake_llm.url)
-    fake_llm._state.delay = 0.05  # slow enough to kill it between iterations
+    fake_llm.configure(delay=0.05)  # slow enough to kill it between iterations
     proc = subprocess.Popen(command(resumed), env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60
@@ -320,7 +320,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     proc.wait()
     record = json.loads(records[0].read_text())
     assert 1 <= len(record["iterations"]) < 3 and not record["finished"]
-    fake_llm._state.delay = 0.0
+    fake_llm.configure(delay=0.0)
     done = subprocess.run(command(resumed) + ["--resume"], env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -450,7 +450,7 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    fake_llm._state.delay = 0.2
+    fake_llm.configure(delay=0.2)
     proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path),
                              "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs")],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -459,7 +459,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
         time.sleep(0.05)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
-    fake_llm._state.delay = 0.0
+    fake_llm.configure(delay=0.0)
     assert proc.returncode == 130
     assert "Traceback" not in err and "--resume" in err
     assert path.read_text() == before  # nothing half-written
