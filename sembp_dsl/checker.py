@@ -216,53 +216,47 @@ class Checker:
             self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
         return ref.name
 
+    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "") -> frozenset | None:
+        """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
+        try:
+            used = variables(text)
+        except TemplateSyntaxError as exc:
+            self.error(self.locate(literal, None, exc.lineno), f"template syntax{what}: {exc.message}")
+            return None
+        for name in sorted(used - allowed):
+            self.error(self.locate(literal, name), misuse(name))
+        return used
+
     def check_template_variables(self, node: ir.Node, received: tuple[str, ...]) -> None:
-        source = template_source(self.p, node)
-        setting = node.setting("template")
+        setting, prompt = node.setting("template"), node.setting("prompt")
         named = self.templates.get(str(setting.value)) if setting else None
         literal = named.literal if named else (setting.value_span if setting else node.span)
-        try:
-            used = variables(source)
-        except TemplateSyntaxError as exc:
-            self.error(self.locate(literal, None, exc.lineno), f"template syntax: {exc.message}")
+        label = f"template '{named.name}'" if named else "the template"
+        used = self.template_variables(
+            template_source(self.p, node), literal,
+            set(received) | {"prompt"} | ({"inputs"} if setting is None else set()),
+            lambda name: f"{label} uses '{name}', which node '{node.name}' does not receive"
+                         f" (it receives: {', '.join(received) or 'nothing'})",
+        )
+        if used is None:
             return
-        allowed = set(received) | {"prompt"} | ({"inputs"} if setting is None else set())
-        for name in sorted(used - allowed):
-            label = f"template '{named.name}'" if named else "the template"
-            self.error(
-                self.locate(literal, name),
-                f"{label} uses '{name}', which node '{node.name}' does not receive"
-                f" (it receives: {', '.join(received) or 'nothing'})",
+        param = self.params.get(str(prompt.value)) if prompt else None
+        if param is not None:  # a prompt may use the node's inputs too
+            self.template_variables(
+                param.text, param.literal, set(received),
+                lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
+                what=f" in param '{param.name}'",
             )
-        param = self.params.get(str(node.setting("prompt").value)) if node.setting("prompt") else None
-        if param is not None:
-            self.check_prompt_variables(param, node, received)
-        if setting is not None and "prompt" in used and node.setting("prompt") is None:
+        if setting is not None and "prompt" in used and prompt is None:
             self.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
-
-    def check_prompt_variables(self, param: ir.Param, node: ir.Node, received: tuple[str, ...]) -> None:
-        try:
-            used = variables(param.text)
-        except TemplateSyntaxError as exc:
-            self.error(self.locate(param.literal, None, exc.lineno), f"template syntax in param '{param.name}': {exc.message}")
-            return
-        for name in sorted(used - set(received)):
-            self.error(self.locate(param.literal, name),
-                       f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive")
 
     def check_builtin_overrides(self) -> None:
         for template in self.p.templates:
-            if template.name not in BUILTIN:
-                continue
-            try:
-                used = variables(template.text)
-            except TemplateSyntaxError as exc:
-                self.error(self.locate(template.literal, None, exc.lineno), f"template syntax: {exc.message}")
-                continue
-            for name in sorted(used - BUILTIN[template.name]):
-                self.error(
-                    self.locate(template.literal, name),
-                    f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(BUILTIN[template.name]))}",
+            if template.name in BUILTIN:
+                allowed = BUILTIN[template.name]
+                self.template_variables(
+                    template.text, template.literal, allowed,
+                    lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
                 )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:

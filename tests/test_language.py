@@ -321,3 +321,11 @@ def test_yaml_alias_bombs_are_refused(tmp_path):
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
     code, err = check(tmp_path, "pipeline: t\n" + bomb, "bomb.yaml")
     assert code == 1 and "YAML aliases of mappings or lists are not supported here" in err
+
+
+def test_a_prompt_may_only_use_what_its_node_receives(tmp_path):
+    code, err = check(tmp_path, HEADER + 'param p = "Judge {{ q }} said by {{ speaker }}."\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    assert code == 1
+    assert "p.sbp:3:37: error: param 'p' uses 'speaker', which node 'a' does not receive" in err
+    code, err = check(tmp_path, HEADER + 'param p = "Judge {% if q %}"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    assert code == 1 and "error: template syntax in param 'p':" in err
