@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from .graph import Graph, GraphNode, describe
+from .graph import Graph, GraphNode
 from .llm import LLM
 from .runtime import Trace
 
@@ -46,13 +46,8 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         await asyncio.gather(*(tasks[s] for s in node.successors))  # every successor has spoken
         if mode == "none" or not node.hints or not feedback[node.name]:
             return
-        hints = [{"name": h, "value": trace.nodes[h].value} for h in node.hints]
-        question = dict(node=node.name, context=describe(node.context, trace.inputs),
-                        output=trace.nodes[node.name].reply.strip(), feedback="\n".join(feedback[node.name]))
-        if mode == "sibling":
-            asks = [(node.hints, graph.render_builtin("backward", hints=hints, **question))]
-        else:
-            asks = [((h["name"],), graph.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
+        asks = graph.backward_questions(node, trace.values, trace.nodes[node.name].reply.strip(),
+                                        "\n".join(feedback[node.name]), sibling=mode == "sibling")
         replies = await asyncio.gather(*(llm.complete("backward", prompt) for _, prompt in asks))
         for (receivers, _), reply in zip(asks, replies):
             lines = hint_lines(reply.text, len(receivers))

@@ -39,8 +39,8 @@ def examples_for(graph: Graph, param: str, samples: Sequence[tuple[Trace, Mappin
     """What the optimizer sees of each sample, for every node that uses this prompt."""
     out = []
     for trace, gradients in samples:
+        values = trace.values
         for node in graph.users(param):
-            values = {**trace.inputs, **{n: t.value for n, t in trace.nodes.items()}}
             out.append({
                 "input": describe(node.inputs, values),
                 "output": trace.nodes[node.name].reply.strip(),

@@ -6,7 +6,7 @@ import dataclasses
 import json
 
 from . import ir
-from .graph import Graph, describe
+from .graph import Graph
 
 
 def _plain(value):
@@ -66,17 +66,11 @@ def emit_prompts(graph: Graph) -> str:
         out.append(f"=== {node.name}: forward ===\n{node.render(values, graph.prompts)}")
         if not node.hints:
             continue
-        common = dict(
-            node=node.name,
-            context=describe(node.context, values),
-            output=f"<output of {node.name}>",
-            feedback=f"<feedback on {node.name}>",
-        )
-        hints = [{"name": h, "value": f"<output of {h}>"} for h in node.hints]
-        out.append(f"=== {node.name}: backward (all {len(hints)} hints) ===\n{graph.render_builtin('backward', hints=hints, **common)}")
-        for hint in hints:
-            out.append(f"=== {node.name}: backward, no sibling ({hint['name']}) ===\n"
-                       f"{graph.render_builtin('backward_no_sibling', hints=[hint], **common)}")
+        placeholders = (f"<output of {node.name}>", f"<feedback on {node.name}>")
+        [(_, together)] = graph.backward_questions(node, values, *placeholders, sibling=True)
+        out.append(f"=== {node.name}: backward (all {len(node.hints)} hints) ===\n{together}")
+        for (hint,), alone in graph.backward_questions(node, values, *placeholders, sibling=False):
+            out.append(f"=== {node.name}: backward, no sibling ({hint}) ===\n{alone}")
     out.append(f"=== {graph.output}: loss feedback ===\n"
                f"{graph.render_builtin('loss', node=graph.output, output='<output>', expected='<expected>', parse_error=None)}")
     return "\n\n".join(out)

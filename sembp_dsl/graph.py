@@ -87,6 +87,16 @@ class Graph:
     def render_builtin(self, name: str, **variables) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **variables).strip()
 
+    def backward_questions(self, node: GraphNode, values: Mapping[str, str], output: str, feedback: str,
+                           sibling: bool) -> list[tuple[tuple[str, ...], str]]:
+        """A node's backward prompts, each with the predecessors its "Hint k" lines go to:
+        one showing all hints side by side, or (no sibling) one per hint."""
+        hints = [{"name": h, "value": values[h]} for h in node.hints]
+        question = dict(node=node.name, context=describe(node.context, values), output=output, feedback=feedback)
+        if sibling:
+            return [(node.hints, self.render_builtin("backward", hints=hints, **question))]
+        return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
+
     def users(self, param: str) -> tuple[GraphNode, ...]:
         return tuple(n for n in self.nodes.values() if n.param == param)
 

@@ -54,6 +54,11 @@ class Trace:
     def output(self) -> str | None:
         return self.final.output
 
+    @property
+    def values(self) -> dict[str, str]:
+        """Every input and node value, as successors saw them."""
+        return {**self.inputs, **{name: t.value for name, t in self.nodes.items()}}
+
     def to_json(self) -> dict:
         return {"inputs": dict(self.inputs), "output": self.output,
                 "nodes": {name: vars(t) for name, t in self.nodes.items()}}
