@@ -94,6 +94,11 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def _or_file(flag, graph, key: str):
+    """A flag's value, else the pipeline's `optimize` setting: flags win over the file."""
+    return flag if flag is not None else graph.optimize[key]
+
+
 def _mapping(pairs: list[str], what: str) -> dict[str, str]:
     out = {}
     for pair in pairs or []:
@@ -172,10 +177,10 @@ def cmd_eval(args) -> int:
 
     graph = compile_file(args.file)
     dataset = datasets.load(args.data, args.data_dir)
-    opt = graph.optimize  # same defaults as optimize, so a single-pool data set is carved the same way
-    sizes = {"train": args.train_size if args.train_size is not None else opt["train_size"],
-             "val": args.val_size if args.val_size is not None else opt["val_size"], "test": args.test_size}
-    splits = datasets.make_splits(dataset, **sizes, seed=args.seed if args.seed is not None else opt["seed"])
+    # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
+    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
+                                  _or_file(args.val_size, graph, "val_size"), args.test_size,
+                                  _or_file(args.seed, graph, "seed"))
     samples = getattr(splits, args.split)[: args.limit]
     llm = _session(args, graph)
     metric = metric_for(graph, dataset.metric)
@@ -187,12 +192,11 @@ def cmd_eval(args) -> int:
                           **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
         return 0
     low, high = evaluation.interval
-    correct = sum(r.correct for r in evaluation.results)
     print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-          f"({correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
+          f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
     if evaluation.stopped:
         print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-    for r in [r for r in evaluation.results if not r.correct][: args.errors]:
+    for r in evaluation.wrong[: args.errors]:
         final = r.trace.final
         print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
               f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
@@ -213,8 +217,6 @@ def cmd_optimize(args) -> int:
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
-    opt = graph.optimize
-    pick = lambda flag, key: flag if flag is not None else opt[key]  # noqa: E731 - flags win over the file
     only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
     for name in only:
         if name not in graph.prompts:
@@ -223,11 +225,11 @@ def cmd_optimize(args) -> int:
             raise UsageError(f"--only: param '{name}' is frozen or used by no node")
     llm = _session(args, graph)
     settings = Settings(
-        file=args.file, data=args.data, seed=pick(args.seed, "seed"), iterations=pick(args.iters, "iterations"),
-        train_size=pick(args.train_size, "train_size"), val_size=pick(args.val_size, "val_size"),
-        test_size=pick(args.test_size, "test_size"), errors_per_gradient=pick(args.errors_per_gradient, "errors_per_gradient"),
-        gradient=(args.gradient or opt["gradient"]).replace("-", "_"), update=pick(args.update, "update"),
-        gate="none" if args.no_gate else pick(args.gate, "gate"), only=only,
+        file=args.file, data=args.data, seed=_or_file(args.seed, graph, "seed"), iterations=_or_file(args.iters, graph, "iterations"),
+        train_size=_or_file(args.train_size, graph, "train_size"), val_size=_or_file(args.val_size, graph, "val_size"),
+        test_size=_or_file(args.test_size, graph, "test_size"), errors_per_gradient=_or_file(args.errors_per_gradient, graph, "errors_per_gradient"),
+        gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
+        gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
         models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
     )
     dataset = datasets.load(args.data, args.data_dir)

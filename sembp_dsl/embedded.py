@@ -49,6 +49,7 @@ __all__ = [
     "MODEL_NAME",
     "N_CTX",
     "available",
+    "serves",
     "gguf_path",
     "n_threads",
     "register",
@@ -142,6 +143,11 @@ def gguf_path() -> Path | None:
         if found:
             return found[0]
     return None
+
+
+def serves(model: str) -> bool:
+    """Whether a litellm model string names the embedded provider."""
+    return model.startswith(PROVIDER + "/")
 
 
 def available() -> bool:

@@ -30,8 +30,16 @@ class Evaluation:
     stopped: str | None  # why the run stopped early, if it did
 
     @property
+    def correct(self) -> int:
+        return sum(r.correct for r in self.results)
+
+    @property
+    def wrong(self) -> list[Result]:
+        return [r for r in self.results if not r.correct]
+
+    @property
     def accuracy(self) -> float:
-        return sum(r.correct for r in self.results) / len(self.results) if self.results else 0.0
+        return self.correct / len(self.results) if self.results else 0.0
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -45,12 +53,11 @@ class Evaluation:
         return (max(0.0, centre - half), min(1.0, centre + half))
 
     def to_json(self, errors: int = 0) -> dict:
-        wrong = [r for r in self.results if not r.correct][:errors]
         return {
-            "accuracy": self.accuracy, "interval95": list(self.interval), "correct": sum(r.correct for r in self.results),
+            "accuracy": self.accuracy, "interval95": list(self.interval), "correct": self.correct,
             "scored": len(self.results), "requested": self.requested, "stopped": self.stopped,
             "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                        "reply": r.trace.final.reply, "error": r.trace.final.error} for r in wrong],
+                        "reply": r.trace.final.reply, "error": r.trace.final.error} for r in self.wrong[:errors]],
         }
 
 

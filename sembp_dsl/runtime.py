@@ -19,6 +19,7 @@ from .llm import LLM, TRANSIENT
 from .metrics import parse_number
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
+CALL_FAILED, NOT_RUN = "call failed", "not run"
 LEADING_LABEL = re.compile(r"^[\W_]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?\s*)?[\W_]*", re.I)
 
 
@@ -33,6 +34,15 @@ class NodeTrace:
     completion_tokens: int
     latency: float
     cached: bool
+
+    @classmethod
+    def without_reply(cls, node: str, prompt: str, reason: str) -> "NodeTrace":
+        return cls(node, prompt, "", None, reason, 0, 0, 0.0, False)
+
+    @property
+    def lost(self) -> bool:
+        """No reply at all: the call failed for good, or a predecessor's did."""
+        return self.error is not None and self.error.startswith((CALL_FAILED, NOT_RUN))
 
     @property
     def value(self) -> str:
@@ -108,7 +118,7 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
     try:
         completion = await llm.complete("forward", prompt)
     except TRANSIENT as exc:  # retries exhausted: this sample fails, the run goes on
-        return NodeTrace(node.name, prompt, "", None, f"call failed: {type(exc).__name__}", 0, 0, 0.0, False)
+        return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {type(exc).__name__}")
     output, error = parse_reply(node, completion.text)
     return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
                      completion.completion_tokens, completion.latency, completion.cached)
@@ -120,8 +130,8 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
 
     async def start(node: GraphNode) -> NodeTrace:
         done = await asyncio.gather(*(tasks[h] for h in node.hints))
-        if any(t.error and t.error.startswith(("call failed", "not run")) for t in done):
-            return NodeTrace(node.name, "", "", None, "not run: a predecessor's call failed", 0, 0, 0.0, False)
+        if any(t.lost for t in done):
+            return NodeTrace.without_reply(node.name, "", f"{NOT_RUN}: a predecessor's call failed")
         values = {**inputs, **{t.node: t.value for t in done}}
         return await run_node(graph, llm, node, values)
 
