@@ -211,7 +211,8 @@ def cmd_optimize(args) -> int:
 
     from . import datasets
     from .evaluate import metric_for
-    from .optimize import Optimizer, ResumeError, RunRecord, Settings
+    from .optimize import Optimizer
+    from .record import ResumeError, RunRecord, Settings
     from .source import compile_file
     from .writeback import WriteBack, rewrite, unified_diff
 

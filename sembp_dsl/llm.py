@@ -45,6 +45,10 @@ class LLMError(Exception):
     """A call that cannot succeed (bad key, unknown model, no model): stop with this message."""
 
 
+class CallFailed(Exception):
+    """A call that failed for good after its retries: that sample is lost, the run goes on."""
+
+
 class BudgetExceeded(Exception):
     """--max-calls or --max-cost was reached; the run stops cleanly with what it has."""
 
@@ -208,10 +212,10 @@ class LLM:
                 start = time.perf_counter()
                 try:
                     response = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
-                except TRANSIENT:
+                except TRANSIENT as exc:
                     if attempt == self.retries:
                         usage.failures += 1
-                        raise
+                        raise CallFailed(f"{type(exc).__name__}: {_short(exc)}") from exc
                     usage.retries += 1
                 except openai.OpenAIError as exc:  # litellm's errors all derive from it; bad key, unknown model...
                     usage.failures += 1

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from .graph import Graph, GraphNode
-from .llm import LLM, TRANSIENT
+from .llm import LLM, CallFailed
 from .metrics import parse_number
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
@@ -117,8 +117,8 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
     prompt = node.render(values, graph.prompts)
     try:
         completion = await llm.complete("forward", prompt)
-    except TRANSIENT as exc:  # retries exhausted: this sample fails, the run goes on
-        return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {type(exc).__name__}")
+    except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
+        return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}")
     output, error = parse_reply(node, completion.text)
     return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
                      completion.completion_tokens, completion.latency, completion.cached)

@@ -17,7 +17,7 @@ from fake_server import HANG, FakeServer
 from sembp_dsl import cli
 from sembp_dsl.cache import ResponseCache, default_path
 from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, TRANSIENT, BudgetExceeded, LLMError
+from sembp_dsl.llm import LLM, BudgetExceeded, CallFailed, LLMError
 
 
 def models(url: str, **settings) -> dict[str, ModelSpec]:
@@ -53,7 +53,7 @@ def test_no_retry_on_errors_that_cannot_succeed():
 def test_timeout_is_retried_then_reported():
     with FakeServer(reply="ok", failures=[HANG, HANG]) as server:
         llm = LLM(models(server.url), timeout=0.3, retries=1, backoff=0.01)
-        with pytest.raises(TRANSIENT):
+        with pytest.raises(CallFailed):
             complete_all(llm, ["hi"])
         assert server.requests == 2 and llm.ledger.roles["forward"].failures == 1
 
