@@ -48,6 +48,7 @@ import asyncio
 import itertools
 import json
 import os
+import re
 import select
 import signal
 import subprocess
@@ -267,6 +268,10 @@ async def _chat_completion(state: _State, body: bytes,
         else:
             text = str(reply)
         prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
+        finish = "stop"
+        limit = request.get("max_tokens")
+        if isinstance(limit, int) and _count_tokens(text) > limit:  # as a real server: cut off at max_tokens
+            text, finish = "".join(re.findall(r"\s*\S+", text)[:limit]), "length"
         completion_tokens = _count_tokens(text)
         model = request.get("model", "fake")
         completion_id = f"chatcmpl-fake-{next(state._ids)}"
@@ -290,7 +295,7 @@ async def _chat_completion(state: _State, body: bytes,
                 "index": 0,
                 "message": {"role": "assistant", "content": text},
                 "logprobs": None,
-                "finish_reason": "stop",
+                "finish_reason": finish,
             }],
             "usage": usage,
         }).encode()

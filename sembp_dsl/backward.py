@@ -2,21 +2,28 @@
 
 Feedback enters at the output node from the loss, then flows against the edges.
 Each node waits until every successor has spoken, then, if other nodes feed it,
-asks the backward model ONE question showing all its input hints side by side and
-hands line "Hint k" to its k-th predecessor: each gradient is conditioned on its
-siblings. `no_sibling` asks once per in-edge with that hint alone (the TextGrad-like
-ablation); `none` sends nothing past the loss.
+asks the backward model ONE question showing its own instruction, all its input
+hints side by side, its output and its feedback, and hands line "Hint k" to its
+k-th predecessor: each gradient is conditioned on its siblings. `no_sibling` asks
+once per in-edge with that hint alone (the TextGrad-like ablation); `none` sends
+no feedback at all, not even the loss (the paper's "no gradient" ablation).
+
+A node's feedback is joined in a fixed order, its successors' order and then the
+loss, and numbered, whatever order the replies arrive in: the same sample always
+gives the same prompts, the same cache keys and the same result.
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+
 from .graph import Graph, GraphNode
-from .llm import LLM
+from .llm import LLM, CallFailed
 from .runtime import Trace
 
-HINT_LINE = re.compile(r"^[\s*#>-]*hint\s*(\d+)\s*\**\s*(?:\([^)]*\))?\s*[:.)\-]\s*(.+?)\s*$", re.I | re.M)
+HINT_LABEL = re.compile(r"^[\s*_#>\-]*(?:\d+[.)]\s*)?[*_]*hint[ \t]*(\d+)[ \t]*(?:\([^)\n]*\))?[*_]*[ \t]*[:.)\-–—][*_ \t]*(.*?)[*_ \t]*$",
+                        re.I | re.M)
 
 
 def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
@@ -27,33 +34,68 @@ def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
 
 
 def hint_lines(reply: str, count: int) -> dict[int, str]:
-    """`Hint k: ...` lines by k; with a single hint, an unlabelled first line is that hint."""
-    lines = {int(k): text for k, text in HINT_LINE.findall(reply) if 1 <= int(k) <= count}
+    """`Hint k: ...` lines by k (markdown, numbering and a label on a line of its own tolerated);
+    with a single hint, an unlabelled first line is that hint."""
+    lines: dict[int, str] = {}
+    rows = reply.splitlines()
+    for i, row in enumerate(rows):
+        match = HINT_LABEL.match(row)
+        if not match or not 1 <= int(match.group(1)) <= count or int(match.group(1)) in lines:
+            continue
+        text = match.group(2).strip()
+        if not text:  # "Hint 1:" alone on its line: the hint is the next line, unless that is a label too
+            following = next((r.strip() for r in rows[i + 1:] if r.strip()), "")
+            text = "" if HINT_LABEL.match(following) else following.strip("*_ ")
+        if text:
+            lines[int(match.group(1))] = text
     if count == 1 and not lines:
-        first = next((line.strip() for line in reply.splitlines() if line.strip()), "")
+        first = next((line.strip() for line in rows if line.strip()), "")
         if first:
             lines[1] = first
     return lines
 
 
-async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling") -> dict[str, list[str]]:
-    """Feedback received by every node of one sample: its semantic gradient."""
-    feedback: dict[str, list[str]] = {name: [] for name in graph.nodes}
-    feedback[graph.output].append(loss_feedback(graph, trace, expected))
+def numbered(items: list[str]) -> str:
+    """Feedback from several sources, numbered as the paper's code numbers it."""
+    return "\n".join(f"{i}. {text}" for i, text in enumerate(items, start=1))
+
+
+async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling") -> dict[str, str]:
+    """Feedback received by every node of one sample (its semantic gradient; "" for none).
+
+    A backward call that fails for good gives its receivers no gradient and is counted;
+    it never ends the run.
+    """
+    received: dict[str, dict[str, str]] = {name: {} for name in graph.nodes}  # receiver -> sender -> line
+    if mode == "none":
+        return {name: "" for name in graph.nodes}
+    loss = loss_feedback(graph, trace, expected)
     tasks: dict[str, asyncio.Task] = {}
+
+    def feedback(node: GraphNode) -> str:
+        lines = [received[node.name][s] for s in node.successors if s in received[node.name]]
+        if node.name == graph.output:
+            lines.append(loss)
+        return numbered(lines) if len(lines) > 1 else "".join(lines)
 
     async def send(node: GraphNode) -> None:
         await asyncio.gather(*(tasks[s] for s in node.successors))  # every successor has spoken
-        if mode == "none" or not node.hints or not feedback[node.name]:
+        mine = feedback(node)
+        if not node.hints or not mine:
             return
-        asks = graph.backward_questions(node, trace.values, trace.nodes[node.name].reply.strip(),
-                                        "\n".join(feedback[node.name]), sibling=mode == "sibling")
-        replies = await asyncio.gather(*(llm.complete("backward", prompt) for _, prompt in asks))
+        asks = graph.backward_questions(node, trace.values, trace.nodes[node.name].reply.strip(), mine,
+                                        sibling=mode == "sibling")
+        replies = await asyncio.gather(*(llm.complete("backward", prompt) for _, prompt in asks), return_exceptions=True)
         for (receivers, _), reply in zip(asks, replies):
+            if isinstance(reply, CallFailed):
+                llm.ledger.count("gradients lost to failed calls", len(receivers))
+                continue
+            if isinstance(reply, BaseException):
+                raise reply
             lines = hint_lines(reply.text, len(receivers))
             for k, receiver in enumerate(receivers, start=1):
                 if k in lines:
-                    feedback[receiver].append(lines[k])
+                    received[receiver][node.name] = lines[k]
                 else:
                     llm.ledger.count("gradient lines missing")
 
@@ -65,7 +107,7 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         for task in tasks.values():
             task.cancel()
         raise
-    return feedback
+    return {name: feedback(node) for name, node in graph.nodes.items()}
 
 
 def backward_calls(graph: Graph, mode: str) -> int:
@@ -75,4 +117,3 @@ def backward_calls(graph: Graph, mode: str) -> int:
     if mode == "no_sibling":
         return sum(len(n.hints) for n in graph.nodes.values())
     return 0
-

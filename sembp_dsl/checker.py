@@ -29,7 +29,7 @@ MODEL_SETTINGS = {
 OPTIMIZE_SETTINGS = {
     "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
     "update": ("full", "sample"), "gate": ("validation", "train", "none"), "train_size": (int,),
-    "val_size": (int,), "test_size": (int,), "seed": (int,),
+    "val_size": (int,), "test_size": (int,), "seed": (int,), "gate_alpha": NUMBER,
 }
 BLOCKS = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 

@@ -211,7 +211,10 @@ def cmd_optimize(args) -> int:
 
     from . import datasets
     from .evaluate import metric_for
-    from .optimize import Optimizer
+    from dataclasses import asdict
+
+    from .optimize import Optimizer, plan
+    from .stats import wins_needed
     from .record import ResumeError, RunRecord, Settings
     from .source import compile_file
     from .writeback import WriteBack, rewrite, unified_diff
@@ -232,10 +235,19 @@ def cmd_optimize(args) -> int:
         gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
         gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
         models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
+        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"),
     )
     dataset = datasets.load(args.data, args.data_dir)
     gate_size = settings.val_size if settings.gate == "validation" else 0
     splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
+    if settings.gate != "none" and not (splits.val if settings.gate == "validation" else splits.train):
+        raise UsageError(f"the gate split is empty: give --{'val' if settings.gate == 'validation' else 'train'}-size "
+                         "of at least 1, or --no-gate")
+    mapping = _mapping(args.map, "--map")
+    the_plan = plan(graph, llm, settings, splits.train, splits.val, splits.test, mapping)
+    if args.plan:
+        print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
+        return 0
 
     runs = Path(args.runs_dir)
     if args.resume:
@@ -271,8 +283,15 @@ def cmd_optimize(args) -> int:
         if not args.json:
             print(line, flush=True)
 
-    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), _mapping(args.map, "--map"),
+    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), mapping,
                           splits.train, splits.val, splits.test, record, write_back, log, progress)
+    if not args.json:
+        print(the_plan.render(), file=sys.stderr)
+        if settings.gate != "none" and len(optimizer.gate_split()) < wins_needed(settings.gate_alpha):
+            print(f"warning: the gate split has {len(optimizer.gate_split())} samples, but a step needs at least "
+                  f"{wins_needed(settings.gate_alpha)} wins and no loss to pass at gate_alpha {settings.gate_alpha:g}: "
+                  "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
+                  "or a larger --gate-alpha.", file=sys.stderr)
     try:
         outcome = llm.run(optimizer.run())
     except KeyboardInterrupt:
@@ -284,20 +303,38 @@ def cmd_optimize(args) -> int:
     log("")
     final_text = rewrite(graph.pipeline, outcome.graph.prompts)
     diff = unified_diff(original_text, final_text, args.file)
+    code = 1 if outcome.failed else 0
     if args.json:
-        print(json.dumps({"run": str(record.folder), **record.data, "diff": diff}, indent=2))
-        return 0
+        print(json.dumps({"run": str(record.folder), "plan": asdict(the_plan), **record.data, "diff": diff}, indent=2))
+        return code
     if outcome.stopped:
-        print(f"stopped early: {outcome.stopped}; the best prompts so far are kept")
+        print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
+              f"sbpc optimize {args.file} ... --resume")
     if outcome.test_after is not None:
-        print(f"test ({len(splits.test)} samples): initial {outcome.test_before.accuracy:.3f} -> final {outcome.test_after.accuracy:.3f}")
+        print(held_out_change(outcome.test_before, outcome.test_after))
     where = "nothing written (--dry-run)" if args.dry_run else f"written to {writer.target}"
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
     print(f"run record: {record.folder}/run.json")
     _print_ledger(llm, args)
-    return 0
+    return code
+
+
+def held_out_change(before, after) -> str:
+    """The test split, initial vs final, as a paired difference with its 95% interval, in words when it fell."""
+    from .stats import paired_interval
+
+    right_before = {r.sample.id for r in before.results if r.correct}
+    right_after = {r.sample.id for r in after.results if r.correct}
+    ids = [r.sample.id for r in after.results]
+    mean, low, high = paired_interval([(i in right_after) - (i in right_before) for i in ids])
+    text = (f"test ({len(ids)} samples): initial {before.accuracy:.3f} -> final {after.accuracy:.3f}; "
+            f"paired change {mean:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}]")
+    if mean < 0:
+        text += ("\nwarning: the optimized pipeline scores LOWER than the original on the held-out test split; "
+                 "review the diff before you commit it")
+    return text
 
 
 def _add_model_flags(p: argparse.ArgumentParser) -> None:
@@ -407,8 +444,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=["validation", "train", "none"], help="split that must improve for a step to be kept "
                                                                            "(default validation; train reproduces the paper's code)")
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
+    g.add_argument("--gate-alpha", type=float, metavar="P",
+                   help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
+                        "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)")
     w = op.add_argument_group("output")
-    w.add_argument("--dry-run", action="store_true", help="print the diff, write nothing")
+    w.add_argument("--dry-run", action="store_true", help="run the whole method (it calls models and spends), "
+                                                          "print the diff, write nothing to FILE")
+    w.add_argument("--plan", action="store_true", help="print the most calls, tokens and cost the run can take, then "
+                                                       "exit without calling any model")
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")

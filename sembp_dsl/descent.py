@@ -3,7 +3,9 @@
 For each trainable prompt, the optimizer model sees the current prompt and, for
 each selected sample, what the prompt's node received, what it produced and the
 feedback it got; it answers with a new prompt in <prompt>...</prompt>. Candidates
-that cannot be right are rejected here, before any of them is tried.
+that cannot be right are rejected here, before any of them is tried: a reply cut
+off by the token limit, a prompt that is template code rather than text (a reply
+is data from a stranger), or one that does not render on the samples it came from.
 """
 
 from __future__ import annotations
@@ -12,13 +14,15 @@ import re
 from dataclasses import dataclass
 from typing import Mapping, Sequence
 
+from jinja2 import nodes
+
 from .graph import Graph, describe
-from .llm import LLM
+from .llm import LLM, CallFailed
 from .runtime import Trace
-from .templates import TemplateSyntaxError, variables
+from .templates import ENV, TemplateSyntaxError
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
-CLOSE_TAG = re.compile(r"</prompt>", re.I)
+BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.I | re.S)
 WORD = re.compile(r"\w+")
 COPY_WINDOW = 8  # words: a run this long from an example's input is that example, not a rule
 
@@ -35,7 +39,10 @@ def max_chars(old: str) -> int:
     return max(800, 3 * len(old))
 
 
-def examples_for(graph: Graph, param: str, samples: Sequence[tuple[Trace, Mapping[str, list[str]]]]) -> list[dict]:
+Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient of each of its nodes
+
+
+def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
     """What the optimizer sees of each sample, for every node that uses this prompt."""
     out = []
     for trace, gradients in samples:
@@ -44,15 +51,40 @@ def examples_for(graph: Graph, param: str, samples: Sequence[tuple[Trace, Mappin
             out.append({
                 "input": describe(node.inputs, values),
                 "output": trace.nodes[node.name].reply.strip(),
-                "gradient": "\n".join(gradients.get(node.name, [])),
+                "gradient": gradients.get(node.name, ""),
             })
     return out
 
 
-def extract(reply: str) -> str | None:
-    """What follows the last <prompt> (models often echo the current one first), up to </prompt> if any."""
-    parts = OPEN_TAG.split(reply)
-    return CLOSE_TAG.split(parts[-1])[0].strip() if len(parts) > 1 else None
+def extract(reply: str, finish_reason: str | None = None) -> tuple[str | None, str | None]:
+    """The last closed <prompt>...</prompt> block (models often echo the current one first), or why there is none.
+
+    An unclosed block is never a candidate: when the token limit cut the reply, it is a fragment.
+    """
+    blocks = list(BLOCK.finditer(reply))
+    tail = reply[blocks[-1].end():] if blocks else reply
+    if finish_reason == "length" and (OPEN_TAG.search(tail) or not blocks):
+        return None, "cut off by the token limit before </prompt> (raise max_tokens of the optimizer model)"
+    if not blocks:
+        return None, "no closed <prompt>...</prompt> in the reply"
+    return OPEN_TAG.split(blocks[-1].group(1))[-1].strip(), None
+
+
+def template_code(text: str) -> str | None:
+    """Why a candidate is code rather than text: it may hold plain `{{ name }}` and nothing else."""
+    try:
+        body = ENV.parse(text).body
+    except TemplateSyntaxError as exc:
+        return f"breaks the template: {exc.message}"
+    except RecursionError:
+        return "breaks the template: nested too deeply"
+    for statement in body:
+        if not isinstance(statement, nodes.Output):
+            return "is template code ({% ... %}), not text"
+        for part in statement.nodes:
+            if not isinstance(part, (nodes.TemplateData, nodes.Name)):
+                return "is template code (only a plain {{ input }} may appear), not text"
+    return None
 
 
 def _shingles(text: str) -> set[tuple[str, ...]]:
@@ -60,10 +92,12 @@ def _shingles(text: str) -> set[tuple[str, ...]]:
     return {tuple(words[i:i + COPY_WINDOW]) for i in range(len(words) - COPY_WINDOW + 1)}
 
 
-def validate(graph: Graph, param: str, old: str, new: str | None, examples: list[dict]) -> str | None:
-    """Why a candidate must be rejected, or None when it may be tried."""
-    if new is None:
-        return "no <prompt>...</prompt> in the reply"
+def validate(graph: Graph, param: str, old: str, new: str, examples: list[dict],
+             values: Sequence[Mapping[str, str]] = ()) -> str | None:
+    """Why a candidate must be rejected, or None when it may be tried.
+
+    `values`: the input values of the samples it was made from; it must render on each.
+    """
     if not new.strip():
         return "empty prompt"
     if len(new) > max_chars(old):
@@ -72,10 +106,10 @@ def validate(graph: Graph, param: str, old: str, new: str | None, examples: list
         return "unchanged"
     if "feedback" in new.casefold() and "feedback" not in old.casefold():
         return "mentions 'feedback'"
-    try:
-        used = variables(new)
-    except TemplateSyntaxError as exc:
-        return f"breaks the template: {exc.message}"
+    code = template_code(new)
+    if code:
+        return code
+    used = {n.name for n in ENV.parse(new).find_all(nodes.Name)}
     for node in graph.users(param):
         undefined = used - set(node.inputs)
         if undefined:
@@ -83,17 +117,29 @@ def validate(graph: Graph, param: str, old: str, new: str | None, examples: list
     copied = _shingles(new) - _shingles(old)
     if any(copied & _shingles(e["input"]) for e in examples):
         return "copies text from an example"
+    proposed = {**graph.prompts, param: new}
+    for sample in values:
+        for node in graph.users(param):
+            try:
+                node.render(sample, proposed)
+            except Exception as exc:  # a template error of any kind: this candidate cannot be tried
+                return f"does not render on a training sample ({type(exc).__name__}: {exc})"
     return None
 
 
-async def propose(graph: Graph, llm: LLM, param: str, samples: Sequence[tuple[Trace, Mapping[str, list[str]]]]) -> Candidate:
+async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candidate:
     old = graph.prompts[param]
     examples = examples_for(graph, param, samples)
     node = graph.users(param)[0].name
     prompt = graph.render_builtin("optimizer", node=node, param=param, prompt=old, examples=examples, max_chars=max_chars(old))
-    reply = (await llm.complete("optimizer", prompt)).text
-    new = extract(reply)
-    reason = validate(graph, param, old, new, examples)
+    try:
+        completion = await llm.complete("optimizer", prompt)
+    except CallFailed as exc:
+        llm.ledger.count("candidates rejected")
+        return Candidate(param, None, f"the optimizer call failed: {exc}", "")
+    new, reason = extract(completion.text, completion.finish_reason)
+    if new is not None:
+        reason = validate(graph, param, old, new, examples, [trace.values for trace, _ in samples])
     if reason is not None:
         llm.ledger.count("candidates rejected")
-    return Candidate(param, None if reason else new, reason, reply)
+    return Candidate(param, None if reason else new, reason, completion.text)

@@ -17,9 +17,13 @@ from .diagnostics import Diagnostic, PipelineError
 from .templates import BUILTIN, builtin_source, compile_template
 
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
+# Backward and optimizer replies are a few lines; without a bound a small model can ramble for minutes.
+DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType({
+    "backward": {"max_tokens": 512}, "optimizer": {"max_tokens": 1024},
+})
 DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType({
     "iterations": 3, "errors_per_gradient": 2, "gradient": "sibling", "update": "full",
-    "gate": "validation", "train_size": 20, "val_size": 20, "test_size": 0, "seed": 0,
+    "gate": "validation", "train_size": 20, "val_size": 20, "test_size": 0, "seed": 0, "gate_alpha": 0.1,
 })
 
 
@@ -56,10 +60,13 @@ class GraphNode:
         """The forward prompt, given the values of this node's inputs."""
         variables = {name: values[name] for name in self.inputs}
         variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
-        text = prompts.get(self.param, "") if self.param else ""
-        # a prompt may itself use the node's inputs, e.g. "Judge {{ party }}'s claim"
-        variables["prompt"] = compile_template(text).render(variables) if "{" in text else text
+        variables["prompt"] = self.instruction(values, prompts)
         return compile_template(self.template).render(variables).strip()
+
+    def instruction(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
+        """This node's prompt parameter, rendered: a prompt may use the node's inputs ("Judge {{ party }}'s claim")."""
+        text = prompts.get(self.param, "") if self.param else ""
+        return compile_template(text).render({name: values[name] for name in self.inputs}) if "{" in text else text
 
 
 @dataclass(frozen=True)
@@ -92,7 +99,8 @@ class Graph:
         """A node's backward prompts, each with the predecessors its "Hint k" lines go to:
         one showing all hints side by side, or (no sibling) one per hint."""
         hints = [{"name": h, "value": values[h]} for h in node.hints]
-        question = dict(node=node.name, context=describe(node.context, values), output=output, feedback=feedback)
+        question = dict(node=node.name, prompt=node.instruction(values, self.prompts), context=describe(node.context, values),
+                        output=output, feedback=feedback)
         if sibling:
             return [(node.hints, self.render_builtin("backward", hints=hints, **question))]
         return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
@@ -106,7 +114,7 @@ def _models(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
     models = {}
     for role in MODEL_ROLES:
         own = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name == role for s in b.settings}
-        settings = {**DEFAULT_MODEL_SETTINGS, **shared, **own}
+        settings = {**DEFAULT_MODEL_SETTINGS, **DEFAULT_ROLE_SETTINGS.get(role, {}), **shared, **own}
         name = settings.pop("name", None)
         models[role] = ModelSpec(role, str(name) if name is not None else None, MappingProxyType(settings))
     return models
@@ -156,6 +164,6 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         answer_field=output.field,
         models=MappingProxyType(_models(pipeline)),
         optimize=MappingProxyType({**DEFAULT_OPTIMIZE, **{s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}}),
-        builtins=MappingProxyType({name: overrides.get(name) or builtin_source(name) for name in BUILTIN}),
+        builtins=MappingProxyType({name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}),
         warnings=tuple(diagnostics),
     )

@@ -61,6 +61,7 @@ class Completion:
     cost: float
     cached: bool
     latency: float
+    finish_reason: str | None = None  # "length": the reply was cut off by max_tokens
 
 
 @dataclass
@@ -165,6 +166,18 @@ class LLM:
             raise LLMError(NO_MODEL.format(role=role))
         return spec
 
+    def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
+        name = self.model(role).name
+        if embedded.serves(name):
+            return 0.0
+        try:
+            prompt_cost, completion_cost = litellm.cost_per_token(model=name, prompt_tokens=prompt_tokens,
+                                                                  completion_tokens=completion_tokens)
+        except Exception:  # litellm raises plain exceptions for models it does not know
+            return None
+        return prompt_cost + completion_cost
+
     async def complete(self, role: str, prompt: str) -> Completion:
         """One chat completion for `role`, from the cache when it has it."""
         spec = self.model(role)
@@ -177,7 +190,8 @@ class LLM:
             hit = self.cache.get(key)
             if hit is not None:
                 usage.cache_hits += 1
-                return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0)
+                return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0,
+                                  hit.get("finish_reason"))
         if key in self._inflight:  # the same request is already on its way: share its answer
             usage.cache_hits += 1
             return await asyncio.shield(self._inflight[key])
@@ -187,7 +201,7 @@ class LLM:
             result = await self._call(role, spec, messages, settings, timeout)
             if self.cache is not None:
                 self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
-                                     "completion_tokens": result.completion_tokens})
+                                     "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
             future.set_result(result)
             return result
         except BaseException as exc:
@@ -236,8 +250,9 @@ class LLM:
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         usage.cost += cost
-        text = response.choices[0].message.content or ""
-        return Completion(text, prompt_tokens, completion_tokens, cost, False, latency)
+        choice = response.choices[0]
+        text = choice.message.content or ""
+        return Completion(text, prompt_tokens, completion_tokens, cost, False, latency, getattr(choice, "finish_reason", None))
 
     def _check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:

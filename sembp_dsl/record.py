@@ -34,6 +34,7 @@ class Settings:
     gate: str  # validation | train | none
     only: tuple[str, ...]
     models: Mapping[str, str]
+    gate_alpha: float = 0.1  # a step passes the gate when a one-sided sign test on its wins and losses gives p <= this
 
     def recorded(self) -> dict:
         """As written in run.json: plain JSON, credentials inside URLs masked."""

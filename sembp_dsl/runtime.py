@@ -14,12 +14,14 @@ import re
 from dataclasses import dataclass
 from typing import Mapping
 
+from jinja2 import TemplateError
+
 from .graph import Graph, GraphNode
 from .llm import LLM, CallFailed
 from .metrics import parse_number
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
-CALL_FAILED, NOT_RUN = "call failed", "not run"
+CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
 LEADING_LABEL = re.compile(r"^[\W_]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?\s*)?[\W_]*", re.I)
 
 
@@ -41,8 +43,8 @@ class NodeTrace:
 
     @property
     def lost(self) -> bool:
-        """No reply at all: the call failed for good, or a predecessor's did."""
-        return self.error is not None and self.error.startswith((CALL_FAILED, NOT_RUN))
+        """No reply at all: the call failed for good, the prompt did not render, or a predecessor was lost."""
+        return self.error is not None and self.error.startswith((CALL_FAILED, NOT_RUN, NOT_RENDERED))
 
     @property
     def value(self) -> str:
@@ -114,7 +116,10 @@ def first_json(text: str):
 
 
 async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
-    prompt = node.render(values, graph.prompts)
+    try:
+        prompt = node.render(values, graph.prompts)
+    except TemplateError as exc:  # this sample's values break the template: this sample fails, the run goes on
+        return NodeTrace.without_reply(node.name, "", f"{NOT_RENDERED}: {type(exc).__name__}: {exc}")
     try:
         completion = await llm.complete("forward", prompt)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on

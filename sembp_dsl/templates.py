@@ -17,8 +17,8 @@ DEFAULT_TEMPLATE = "{{ prompt }}\n{% for name, value in inputs %}\n{{ name }}: {
 # declaring a template of the same name. Values: the variables each one may use.
 BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error"},
-    "backward": {"task", "node", "context", "hints", "output", "feedback"},
-    "backward_no_sibling": {"task", "node", "context", "hints", "output", "feedback"},
+    "backward": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
+    "backward_no_sibling": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
     "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
 }
 

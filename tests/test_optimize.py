@@ -104,10 +104,10 @@ def test_gradients_reach_the_right_predecessors(tmp_path, fake_llm, script):
     assert "Hint 1 (from c)" in first and "Hint 2 (from a)" in first  # edge order numbers the hints
     assert "Hint 1 (from a)" in second and "Hint 2 (from b)" in second
     assert "c should say more." in second.split("# Feedback on the output")[1]  # c spoke only after d told it
-    assert feedback["d"] == ["The answer should be Yes. The output was: An analysis."]
-    assert feedback["c"] == ["c should say more."]
-    assert sorted(feedback["a"]) == ["a should say more.", "a should say more."]  # from d and from c
-    assert feedback["b"] == ["b should say more."]
+    assert feedback["d"] == "The answer should be Yes. The output was: An analysis."
+    assert feedback["c"] == "c should say more."
+    assert feedback["a"] == "1. a should say more.\n2. a should say more."  # from c and from d, in that order
+    assert feedback["b"] == "b should say more."
 
 
 def test_no_sibling_asks_once_per_edge_with_one_hint(tmp_path, fake_llm, script):
@@ -116,21 +116,21 @@ def test_no_sibling_asks_once_per_edge_with_one_hint(tmp_path, fake_llm, script)
     asks = script.of_kind("backward")
     assert len(asks) == 4 == backward_calls(graph, "no_sibling")
     assert all(len(re.findall(r"^Hint \d+ \(from", a, re.M)) == 1 for a in asks)
-    assert len(feedback["a"]) == 2 and feedback["b"] == ["b should say more."]
+    assert feedback["a"].count("a should say more.") == 2 and feedback["b"] == "b should say more."
 
 
 def test_no_gradient_mode_makes_no_backward_calls(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
     feedback = llm.run(backward(graph, llm, trace, "Yes", "none"))
     assert script.of_kind("backward") == []
-    assert feedback["d"] and not any(feedback[n] for n in "abc")
+    assert not any(feedback.values())  # not even the loss reaches the output node: no gradient at all
 
 
 def test_malformed_hint_lines_give_no_gradient_and_are_counted(tmp_path, fake_llm, script):
     script.backward_reply = "I think everything is fine.\nHint 7: out of range"
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
     feedback = llm.run(backward(graph, llm, trace, "Yes", "sibling"))
-    assert feedback["c"] == [] and feedback["a"] == [] and feedback["b"] == []
+    assert feedback["c"] == "" and feedback["a"] == "" and feedback["b"] == ""
     assert llm.ledger.counters["gradient lines missing"] == 2  # d's two hints; c then had nothing to pass on
 
 
@@ -151,7 +151,6 @@ def test_candidate_validation(tmp_path, fake_llm):
     example = [{"input": "Q: the senator said that taxes went up by forty percent last year in ohio", "output": "", "gradient": ""}]
     old = graph.prompts["verdict_task"]
     reasons = {
-        None: "no <prompt>...</prompt> in the reply",
         "  ": "empty prompt",
         "x" * 5000: "too long",
         "Use the feedback to decide.": "mentions 'feedback'",
@@ -170,9 +169,9 @@ def test_gate_accepts_a_better_prompt_and_writes_it_back(tmp_path, fake_llm, scr
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1", capsys=capsys)
+    code, out = optimize(path, "--data", data(tmp_path, n=10), "--train-size", "3", "--val-size", "5", "--iters", "1", capsys=capsys)
     assert code == 0
-    assert "gate 0.000 -> 1.000" in out and "accepted" in out
+    assert "gate: 0.000 -> 1.000; 5 wins, 0 losses, p = 0.031 <= 0.1: passes" in out and "accepted" in out
     after = path.read_text()
     new = load(str(path))
     old = parse_text(before, str(path))
@@ -210,7 +209,8 @@ def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, sc
 def test_only_and_frozen(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--only", "verdict_task", capsys=capsys)
+    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--only", "verdict_task",
+             "--gate-alpha", "1", capsys=capsys)
     prompts = {p.name: p.text for p in load(str(path)).params}
     assert prompts["verdict_task"].startswith("Improved") and prompts["look"] == "Look at the claim."
     assert len(script.of_kind("optimizer")) == 1
@@ -222,7 +222,8 @@ def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path, fake_llm, script, 
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--dry-run", capsys=capsys)
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--dry-run",
+                         "--gate-alpha", "1", capsys=capsys)
     assert code == 0 and path.read_text() == before
     assert '+param verdict_task = "Improved instruction for verdict_task."' in out
     assert "nothing written (--dry-run)" in out
@@ -295,7 +296,8 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     _versioned(script)
     dataset = data(tmp_path, n=8)
     env = {**os.environ, "SBPC_CACHE_DIR": str(tmp_path / "cache")}
-    flags = ["--data", dataset, "--train-size", "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task"]
+    flags = ["--data", dataset, "--train-size", "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task",
+             "--gate-alpha", "1"]
 
     def command(path):
         return [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), *flags, "--runs-dir", str(path.parent / "runs")]
@@ -353,7 +355,8 @@ def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
     out = tmp_path / "best.sbp"
-    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out), capsys=capsys)
+    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out),
+             "--gate-alpha", "1", capsys=capsys)
     assert path.read_text() == before and "Improved instruction" in out.read_text()
 
 
@@ -378,9 +381,9 @@ def test_update_sample_takes_a_seeded_subset(tmp_path, fake_llm, script, capsys)
 def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "0", "--iters", "1",
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "5", "--val-size", "0", "--iters", "1",
                          "--gate", "train", capsys=capsys)
-    assert code == 0 and "train 0.000, gate 0.000 -> 1.000" in out and "accepted" in out
+    assert code == 0 and "train 0.000, accepted" in out and "gate: 0.000 -> 1.000; 5 wins, 0 losses" in out
 
 
 @pytest.mark.parametrize("suffix", [".sbp", ".yaml"])
@@ -437,7 +440,8 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
         ''')
     path = tmp_path / "toy.yaml"
     path.write_text(source)
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", capsys=capsys)
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1",
+                         "--gate-alpha", "1", capsys=capsys)
     assert code == 0 and "accepted" in out
     after = load(str(path))
     assert {p.name: p.text for p in after.params} == {"look": "Improved instruction for look.",
