@@ -1,0 +1,299 @@
+"""The method as the paper defines it, and the guards that keep what reaches a user's file defensible."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import re
+import shutil
+import textwrap
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import ROOT
+from sembp_dsl.backward import backward, hint_lines
+from sembp_dsl.descent import examples_for, extract, validate
+from sembp_dsl.llm import LLM
+from sembp_dsl.runtime import run
+from sembp_dsl.source import compile_file, load
+from sembp_dsl.stats import gate_passes, sign_test, wins_needed
+from test_optimize import TOY, data, optimize, trace_and_llm, write
+
+FAN = textwrap.dedent('''\
+    pipeline fan "Answer the question"
+    input q: text
+    param p = "Think about it."
+    param judge = "Answer Yes or No."
+    node a: text { prompt = p }
+    node b: text { prompt = p }
+    node c: text { prompt = p }
+    node out: choice(Yes, No) { prompt = judge }
+    q -> a
+    a -> b, c
+    b, c -> out
+    output out
+    ''')
+
+
+# --- backward ------------------------------------------------------------------------------------
+
+def test_the_backward_question_shows_the_nodes_own_instruction(tmp_path, fake_llm, script):
+    graph, llm, trace = trace_and_llm(write(tmp_path, "toy.sbp", TOY, fake_llm.url), q="the claim")
+    llm.run(backward(graph, llm, trace, "Yes", "sibling"))
+    [ask] = script.of_kind("backward")
+    assert "# Instruction given to verdict\nSay Yes or No." in ask
+    llm.run(backward(graph, llm, trace, "Yes", "no_sibling"))
+    assert all("# Instruction given to verdict\nSay Yes or No." in a for a in script.of_kind("backward")[1:])
+
+
+def test_no_gradient_ablation_shows_the_optimizer_no_feedback(tmp_path, fake_llm, script, capsys):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1",
+             "--gradient", "none", "--dry-run", capsys=capsys)
+    asks = script.of_kind("optimizer")
+    assert len(asks) == 3 and not script.of_kind("backward")
+    for ask in asks:
+        assert "How the output should change" not in ask and "The answer should be" not in ask
+        assert "how its output should have been different" not in ask
+    # and with gradients the same prompts do carry them: the assertion above can fail
+    script.prompts.clear()
+    optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1", "--dry-run",
+             "--no-cache", capsys=capsys)
+    assert all("How the output should change" in ask for ask in script.of_kind("optimizer"))
+
+
+def test_fan_out_feedback_is_byte_identical_under_shuffled_latencies(tmp_path, fake_llm, script):
+    path = write(tmp_path, "fan.sbp", FAN, fake_llm.url)
+    graph = compile_file(str(path))
+    script.backward_reply = None
+    results = []
+    for seed in range(6):
+        llm = LLM(graph.models)  # no cache: every reply really comes back in its own time
+        shuffle = random.Random(seed)
+        complete = llm.complete
+
+        async def slow(role, prompt, complete=complete, shuffle=shuffle):
+            await asyncio.sleep(shuffle.uniform(0, 0.05))
+            return await complete(role, prompt)
+
+        llm.complete = slow
+        trace = llm.run(run(graph, llm, {"q": "x"}))
+        feedback = llm.run(backward(graph, llm, trace, "Yes", "sibling"))
+        examples = examples_for(graph, "p", [(trace, feedback)])
+        results.append((feedback, graph.render_builtin("optimizer", node="a", param="p", prompt="Think.",
+                                                       examples=examples, max_chars=800)))
+    assert all(r == results[0] for r in results)
+    assert results[0][0]["a"] == "1. a should say more.\n2. a should say more."  # from b, then c: numbered
+
+
+HINT_CASES = {
+    "Hint 1: x": "x",
+    "**Hint 1:** x": "x",
+    "1. Hint 1: x": "x",
+    "Hint 1 - x": "x",
+    "- Hint 1: x": "x",
+    "Hint 1 (from a): x": "x",
+    "### Hint 1: x": "x",
+    "Hint 1:\nx": "x",
+}
+
+
+@pytest.mark.parametrize("reply, text", HINT_CASES.items())
+def test_hint_lines_in_the_forms_models_write(reply, text):
+    assert hint_lines(reply, 2) == {1: text}
+
+
+def test_a_label_alone_does_not_swallow_the_next_hint():
+    assert hint_lines("Hint 1:\nHint 2: make it shorter", 2) == {2: "make it shorter"}
+
+
+LABELS = st.sampled_from(["Hint {k}: {t}", "**Hint {k}:** {t}", "{k}. Hint {k}: {t}", "Hint {k} - {t}",
+                          "- Hint {k}: {t}", "Hint {k}:\n{t}", "  hint {k}) {t}"])
+SENTENCE = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters=" ,'"), min_size=1,
+                   max_size=60).map(str.strip).filter(lambda t: t and not re.match(r"(?i)hint", t))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(LABELS, SENTENCE), min_size=1, max_size=6), st.text(max_size=40).filter(lambda t: "int" not in t.lower()))
+def test_hint_lines_property(hints, chatter):
+    """Whatever labels a model uses, line k goes to hint k, and nothing else does."""
+    reply = "\n".join([chatter.replace("\n", " ").strip(), *(form.format(k=k, t=t) for k, (form, t) in enumerate(hints, 1))])
+    lines = hint_lines(reply, len(hints))
+    assert lines == {k: t for k, (_, t) in enumerate(hints, 1)}
+
+
+# --- candidates ----------------------------------------------------------------------------------
+
+def test_only_a_closed_prompt_block_is_a_candidate():
+    assert extract("Sure.\n<prompt>A new rule.</prompt>") == ("A new rule.", None)
+    assert extract("<prompt>old</prompt> then <prompt>new</prompt>") == ("new", None)
+    assert extract("<prompt>echo <prompt>inner</prompt>") == ("inner", None)
+    new, reason = extract("<prompt>Analyze how the state the", "length")
+    assert new is None and "cut off by the token limit" in reason
+    new, reason = extract("<prompt>first</prompt> and a second try: <prompt>Analyze how the", "length")
+    assert new is None and "cut off" in reason  # the fragment after the last closed block was the real answer
+    assert extract("<prompt>done</prompt> and some chatter that ran", "length") == ("done", None)
+    new, reason = extract("<prompt>never closed")
+    assert new is None and "no closed <prompt>" in reason
+
+
+INJECTIONS = [
+    "{{ ''.__class__.__mro__[1].__subclasses__() }}",
+    "{% for i in range(99999) %}x{% endfor %}",
+    "Judge {{ q | upper }}.",
+    "Judge {{ q.name }}.",
+    "Judge {{ q[100000] }}.",
+    "Judge {{ lipsum(n=200000) }}.",
+    "Judge {{ 'x' * 300000000 }}.",
+    "Judge {{ q ~ q }}.",
+    "{% set x = 1 %}Judge.",
+    "Judge {{ 7 }}.",
+]
+
+
+@pytest.mark.parametrize("payload", INJECTIONS)
+def test_a_candidate_is_text_not_code(tmp_path, fake_llm, payload):
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    reason = validate(graph, "verdict_task", "Say Yes or No.", payload, [], [{"q": "x", "a": "y", "b": "z"}])
+    assert reason is not None and ("template code" in reason or "breaks the template" in reason), reason
+
+
+def test_a_plain_input_reference_is_still_allowed(tmp_path, fake_llm):
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    assert validate(graph, "verdict_task", "Say Yes or No.", "Judge {{ q }} on {{a}}.", [],
+                    [{"q": "x", "a": "y", "b": "z"}]) is None
+
+
+def test_injected_candidates_are_rejected_and_the_run_goes_on(tmp_path, fake_llm, script, capsys):
+    """Even with --no-gate, no payload reaches the file; the run finishes; a rerun from the cache too."""
+    payloads = iter(INJECTIONS * 3)
+    script.improve = lambda param, prompt: next(payloads) if param == "look" else f"Improved instruction for {param}."
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", "--no-gate"]
+    code, out = optimize(path, *flags, capsys=capsys)
+    assert code == 0
+    text = path.read_text()
+    assert "__class__" not in text and "{%" not in text and "Improved instruction for check." in text
+    assert 'param look = "Look at the claim."' in text
+    assert "look: rejected: is template code" in out
+    code, _ = optimize(path, *flags, capsys=capsys)  # the same replies, now from the cache
+    assert code == 0
+
+
+def test_a_cut_off_optimizer_reply_is_rejected(tmp_path, fake_llm, script, capsys):
+    script.improve = lambda param, prompt: "A long instruction that the token limit will cut " * 5
+    path = tmp_path / "toy.sbp"
+    path.write_text(write(tmp_path, "toy.sbp", TOY, fake_llm.url).read_text()
+                    + 'model optimizer { name = "openai/fake"  api_base = "%s"  max_tokens = 12 }\n' % fake_llm.url)
+    before = path.read_text()
+    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1",
+                         "--no-gate", capsys=capsys)
+    assert code == 0 and path.read_text() == before
+    assert out.count("rejected: cut off by the token limit") == 3
+
+
+def test_backward_and_optimizer_get_a_default_max_tokens(tmp_path, fake_llm):
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    assert graph.models["backward"].settings["max_tokens"] == 512
+    assert graph.models["optimizer"].settings["max_tokens"] == 1024
+    assert "max_tokens" not in graph.models["forward"].settings
+    liar = compile_file(str(ROOT / "pipelines/liar.sbp"))
+    assert liar.models["optimizer"].settings["max_tokens"] == 160  # the file's own setting wins
+
+
+def test_an_empty_override_of_a_builtin_template_is_honoured(tmp_path, fake_llm):
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY + 'template loss = ""\n', fake_llm.url)))
+    assert graph.builtins["loss"] == ""
+
+
+def test_a_template_error_is_a_per_sample_error(tmp_path, fake_llm, script):
+    source = TOY.replace("Claim: {{ q }}", "Claim: {{ q[5] }}")  # fails on claims shorter than 6 characters
+    graph, llm, trace = trace_and_llm(write(tmp_path, "toy.sbp", source, fake_llm.url), q="abc")
+    assert trace.final.lost and trace.final.error.startswith("template failed: UndefinedError")
+    _, _, fine = trace_and_llm(write(tmp_path, "toy.sbp", source, fake_llm.url), q="a long claim")
+    assert fine.final.error is None
+
+
+# --- the gate -------------------------------------------------------------------------------------
+
+def test_the_sign_test_gate():
+    assert gate_passes(5, 0, 0.1) and sign_test(5, 0) == 1 / 32
+    assert not gate_passes(2, 0, 0.1) and sign_test(2, 0) == 0.25
+    assert wins_needed(0.1) == 4  # 6 samples at 0.1 need 4 wins and no loss
+    # alpha = 1 is the paper's rule: any strictly higher score on the same split
+    assert gate_passes(1, 0, 1.0) and gate_passes(3, 2, 1.0)
+    assert not gate_passes(2, 2, 1.0) and not gate_passes(0, 0, 1.0)
+    assert not gate_passes(6, 3, 0.1)  # p = 0.254: a net gain of three, but not beyond noise
+
+
+def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    before = path.read_text()
+    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1"]
+    code, out = optimize(path, *flags, capsys=capsys)
+    assert code == 0 and path.read_text() == before
+    assert "2 wins, 0 losses, p = 0.250 > 0.1: does not pass" in out
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    [it] = record["iterations"]
+    assert len(it["gate"]["wins"]) == 2 and it["gate"]["losses"] == [] and it["gradients"]
+    assert all(g["nodes"]["verdict"].startswith("The answer should be Yes") for g in it["gradients"])
+    code, out = optimize(path, *flags, "--gate-alpha", "1", capsys=capsys)
+    assert code == 0 and "accepted" in out and path.read_text() != before
+
+
+def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path, fake_llm, script, capsys):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1")
+    assert "a step needs at least 4 wins and no loss" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "0")
+    assert stop.value.code == 2 and "the gate split is empty" in capsys.readouterr().err
+
+
+def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
+    from fake_server import FakeServer
+
+    from sembp_dsl.evaluate import evaluate
+    from sembp_dsl.optimize import Optimizer
+    from sembp_dsl.record import RunRecord, Settings
+    from sembp_dsl.datasets import load as load_data
+
+    with FakeServer(reply=script, failures=[500, 500]) as server:
+        path = write(tmp_path, "toy.sbp", TOY, server.url)
+        graph = compile_file(str(path))
+        llm = LLM(graph.models, retries=0)
+        samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
+        settings_ = Settings(file=str(path), data="x", seed=0, iterations=1, train_size=4, val_size=0, test_size=0,
+                             errors_per_gradient=4, gradient="sibling", update="full", gate="none", only=(),
+                             models={}, gate_alpha=0.1)
+        record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
+        lines = []
+        outcome = llm.run(Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None,
+                                    lines.append).run())
+    [it] = outcome.iterations
+    assert it.lost >= 1 and "lost to failed calls" in lines[0]
+    assert len(it.gradients) == 4 - it.lost  # every other sample was wrong and learnt from; the lost ones not
+    assert llm.ledger.roles["backward"].calls == 4 - it.lost
+
+
+# --- the plan ------------------------------------------------------------------------------------
+
+def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
+    """`--plan` for the README's settings: the real run stays within every role's bound."""
+    path = write(tmp_path, "liar.sbp", (ROOT / "pipelines/liar.sbp").read_text(), fake_llm.url)
+    flags = ["--data", "liar", "--train-size", "6", "--val-size", "6", "--iters", "2", "--gate-alpha", "1"]
+    code, out = optimize(path, *flags, "--plan", "--json", capsys=capsys)
+    assert code == 0 and fake_llm.requests == 0  # the plan calls no model
+    bound = json.loads(out)["calls"]
+    assert bound == {"forward": 2 * 6 * (6 + 6) + 6 * 6, "backward": 2 * 2 * 1, "optimizer": 2 * 6}
+    script.verdict = lambda prompt: random.Random(prompt).choice(["Yes", "No"])
+    code, out = optimize(path, *flags, "--json", capsys=capsys)
+    assert code == 0
+    roles = json.loads(out)["ledger"]["roles"]
+    for role, most in bound.items():
+        assert roles[role]["calls"] + roles[role]["cache_hits"] <= most
+    assert roles["optimizer"]["calls"] > 0  # the run did go through every phase
