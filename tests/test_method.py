@@ -297,3 +297,42 @@ def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     for role, most in bound.items():
         assert roles[role]["calls"] + roles[role]["cache_hits"] <= most
     assert roles["optimizer"]["calls"] > 0  # the run did go through every phase
+
+
+def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "No" if "Improved" in prompt else "Yes"  # the "improvement" makes it worse
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    data_file = tmp_path / "mixed.jsonl"
+    data_file.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "No" if i < 10 else "Yes"}) + "\n"
+                                 for i in range(20)))
+    code, out = optimize(path, "--data", str(data_file), "--train-size", "5", "--val-size", "5", "--test-size", "10",
+                         "--iters", "1", "--no-gate", "--dry-run", "--seed", "3", capsys=capsys)
+    assert code == 0
+    line = next(line for line in out.splitlines() if line.startswith("test (10 samples)"))
+    before, after = map(float, re.search(r"initial ([\d.]+) -> final ([\d.]+)", line).groups())
+    mean = float(re.search(r"paired change ([+-][\d.]+)", line).group(1))
+    assert mean == pytest.approx(after - before) and mean < 0
+    assert "scores LOWER than the original on the held-out test split" in out
+
+
+def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
+    from sembp_dsl.datasets import load as load_data
+    from sembp_dsl.optimize import Optimizer
+    from sembp_dsl.record import RunRecord, Settings
+
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    llm = LLM(graph.models)
+    samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
+    settings_ = Settings(file="toy.sbp", data="x", seed=0, iterations=1, train_size=4, val_size=0, test_size=0,
+                         errors_per_gradient=2, gradient="sibling", update="full", gate="train", only=(), models={})
+    bars: dict[str, list] = {}
+
+    def progress(what, total):
+        bars[what] = [total, 0]
+        return lambda result: bars[what].__setitem__(1, bars[what][1] + 1)
+
+    record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
+    llm.run(Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lambda line: None,
+                      progress).run())
+    assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]
+    assert bars["iteration 1: train"] == [4, 4] and bars["iteration 1: gate"] == [4, 4]
