@@ -290,6 +290,19 @@ def cmd_optimize(args) -> int:
     return code
 
 
+def cmd_serve(args) -> int:
+    from .serve import serve
+
+    pipeline = _pipeline(args)
+
+    def announce(url: str) -> None:
+        print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
+              "GET /health; Ctrl-C stops)", flush=True)
+
+    serve(pipeline, args.host, args.port, announce)
+    return 0
+
+
 def held_out_change(before, after) -> str:
     """The test split, initial vs final, as a paired difference with its 95% interval, in words when it fell."""
     from .stats import paired_interval
@@ -427,6 +440,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(op, train=None, val=None, test=None)
     _add_model_flags(op)
     op.set_defaults(run=cmd_optimize)
+
+    srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
+                                     "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+                                     "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
+                         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
+                                "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
+    srv.add_argument("file", metavar="FILE")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    _add_model_flags(srv)
+    srv.set_defaults(run=cmd_serve)
     return parser
 
 
