@@ -118,8 +118,8 @@ def _pipeline(args):
     from .api import load
 
     roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
-    pipeline = load(args.file, model=args.model, roles=roles, concurrency=args.concurrency, timeout=args.timeout,
-                    cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
+    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
+                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
     return pipeline
@@ -174,21 +174,14 @@ def cmd_eval(args) -> int:
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
                   disable=args.json or None) as bar:
             evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+        code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
             print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
                               **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
-            return 0
-        low, high = evaluation.interval
-        print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-              f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
-        if evaluation.stopped:
-            print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-        for r in evaluation.wrong[: args.errors]:
-            final = r.trace.final
-            print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                  f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+            return code
+        print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
         _print_ledger(pipeline, args)
-    return 0
+    return code
 
 
 def cmd_optimize(args) -> int:
@@ -325,6 +318,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                                    "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
     g.add_argument("--backward-model", help="model for backward (gradient) calls")
     g.add_argument("--optimizer-model", help="model for optimizer calls")
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
     g.add_argument("--concurrency", type=int, default=16, help="LLM calls in flight at most (default 16)")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
@@ -483,9 +478,10 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
+    from .cache import CacheError
     from .datasets import DataError
 
-    known: list[type[Exception]] = [DataError, TemplateError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 
