@@ -462,6 +462,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .datasets import anchor_data_dir
+
+    anchor_data_dir()
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -23,6 +23,7 @@ __all__ = [
     "Dataset",
     "Sample",
     "Splits",
+    "anchor_data_dir",
     "data_dirs",
     "load",
     "make_splits",
@@ -85,18 +86,32 @@ class Splits:
     test: tuple[Sample, ...]
 
 
+def anchor_data_dir() -> None:
+    """Make a relative $SBPC_DATA_DIR absolute, against the folder it was given in (the current one).
+
+    Called once at startup, so a process this one starts in another folder (a test
+    running `sbpc` in a temporary folder) still finds the data.
+    """
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        os.environ[DATA_DIR_ENV] = str(Path(env).expanduser().absolute())
+
+
 def data_dirs(flag: str | None = None) -> list[Path]:
     """Folders searched for built-in data sets, most specific first.
 
     Order: the --data-dir flag, then $SBPC_DATA_DIR, then the user cache
-    ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped.
+    ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped; relative
+    folders are made absolute against the current folder. A given folder that is
+    a file is an error, not a silent skip.
     """
     candidates: list[Path] = []
-    if flag:
-        candidates.append(Path(flag).expanduser())
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        candidates.append(Path(env).expanduser())
+    for given, what in ((flag, "--data-dir"), (os.environ.get(DATA_DIR_ENV), f"${DATA_DIR_ENV}")):
+        if given:
+            path = Path(given).expanduser().absolute()
+            if path.exists() and not path.is_dir():
+                raise DataError(f"{what} {given!r} is a file, not a folder; {_HOW_TO_GET}")
+            candidates.append(path)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     candidates.append(Path(cache).expanduser() / "sbpc" / "datasets")
     unique: list[Path] = []

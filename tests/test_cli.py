@@ -1,0 +1,73 @@
+"""The command line as a newcomer meets it: the README's commands, argument checks, usage messages."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+from sembp_dsl import cli
+
+
+def readme_commands() -> dict[str, str]:
+    """The README's first commands, by the comment above each ("main job", "tests")."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    first = {label: next(i for i, line in enumerate(lines) if line.startswith(f"    # {label}"))
+             for label in ("main job", "tests")}
+    return {"main": lines[first["main job"] + 1][4:], "tests": lines[first["tests"] + 1][4:]}
+
+
+# --- the README's commands work as written ------------------------------------------------------
+
+def test_ci_runs_the_readme_commands_verbatim_with_no_environment_of_its_own():
+    printed = subprocess.run([str(ROOT / ".ci/run"), "--print"], capture_output=True, text=True, check=True).stdout
+    commands = readme_commands()
+    assert printed.splitlines() == [commands["main"], commands["tests"]]
+    script = (ROOT / ".ci/run").read_text()
+    assert "export" not in script and "SBPC_" not in script  # CI sees what a newcomer sees
+    assert "apt-get install -y -qq chromium" in script  # the report tests need a real browser
+
+
+def test_the_main_job_works_on_a_copy_git_ignores():
+    main = readme_commands()["main"]
+    assert "cp pipelines/liar.sbp liar.sbp &&" in main and " optimize liar.sbp " in main
+    assert "pipelines/liar.sbp --data" not in main  # the tests' example files are never rewritten
+    for copy in ("liar.sbp", "liar.optimized.sbp"):
+        assert subprocess.run(["git", "check-ignore", "-q", copy], cwd=ROOT).returncode == 0, copy
+
+
+def test_a_relative_data_dir_is_resolved_where_it_was_given(tmp_path):
+    """The README runs pytest with SBPC_DATA_DIR=../shared/datasets; tests then run sbpc in temporary folders."""
+    data = Path(os.environ["SBPC_DATA_DIR"])
+    relative = os.path.relpath(data, ROOT)
+    child = textwrap.dedent(f'''\
+        import subprocess, sys
+        sys.path.insert(0, "tests")
+        import conftest  # what pytest imports first
+        done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "optimize", {str(ROOT / "pipelines/liar.sbp")!r},
+                               "--data", "liar", "--train-size", "1", "--val-size", "1", "--iters", "1", "--plan"],
+                              cwd={str(tmp_path)!r}, capture_output=True, text=True)
+        print(done.stderr, file=sys.stderr)
+        sys.exit(done.returncode)
+        ''')
+    env = {**os.environ, "SBPC_DATA_DIR": relative}
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # and sbpc itself resolves it against its own starting folder
+    flag = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(ROOT / "pipelines/liar.sbp"), "--data",
+                           "liar", "--data-dir", relative, "--train-size", "1", "--val-size", "1", "--plan"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert flag.returncode == 0, flag.stderr
+
+
+def test_a_data_dir_that_is_a_file_is_an_error(tmp_path, capsys):
+    not_a_folder = tmp_path / "datasets"
+    not_a_folder.write_text("")
+    code = cli.main(["eval", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--data-dir", str(not_a_folder)])
+    err = capsys.readouterr().err
+    assert code == 1 and "--data-dir" in err and "is a file, not a folder" in err
