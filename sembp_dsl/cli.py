@@ -109,6 +109,9 @@ def _mapping(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
+EVAL_TEST_SIZE = 100  # samples `eval` scores on a built-in data set when no size is given
+
+
 class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
@@ -138,7 +141,21 @@ def _print_ledger(llm, args) -> None:
         print("\n" + llm.ledger.render(), file=sys.stderr)
 
 
+def input_problems(graph, inputs) -> list[str]:
+    """What is wrong with the inputs given to `run`: unknown names (with a close one) and missing ones."""
+    from .diagnostics import did_you_mean
+
+    names = [i.name for i in graph.inputs]
+    problems = [f"--input: the pipeline has no input '{name}'{did_you_mean(name, names)} (inputs: {', '.join(names)})"
+                for name in inputs if name not in names]
+    missing = [name for name in names if name not in inputs]
+    if missing:
+        problems.append(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
+    return problems
+
+
 def cmd_run(args) -> int:
+    from .datasets import as_text
     from .runtime import run
     from .source import compile_file
 
@@ -150,11 +167,11 @@ def cmd_run(args) -> int:
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
-    missing = [i.name for i in graph.inputs if i.name not in inputs]
-    if missing:
-        raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
+    problems = input_problems(graph, inputs)
+    if problems:
+        raise UsageError("; ".join(problems))
     llm = _session(args, graph)
-    trace = llm.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
+    trace = llm.run(run(graph, llm, {k: as_text(v) for k, v in inputs.items()}))
     if args.json:
         print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
     else:
@@ -176,11 +193,10 @@ def cmd_eval(args) -> int:
     from .source import compile_file
 
     graph = compile_file(args.file)
-    dataset = datasets.load(args.data, args.data_dir)
+    dataset = datasets.load(args.data, args.data_dir, args.test_data)
     # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
-    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
-                                  _or_file(args.val_size, graph, "val_size"), args.test_size,
-                                  _or_file(args.seed, graph, "seed"))
+    splits = datasets.eval_splits(dataset, args.train_size, args.val_size, args.test_size, _or_file(args.seed, graph, "seed"),
+                                  (graph.optimize["train_size"], graph.optimize["val_size"], EVAL_TEST_SIZE))
     samples = getattr(splits, args.split)[: args.limit]
     llm = _session(args, graph)
     metric = metric_for(graph, dataset.metric)
@@ -221,10 +237,12 @@ def cmd_optimize(args) -> int:
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
+    from .diagnostics import did_you_mean
+
     only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
     for name in only:
         if name not in graph.prompts:
-            raise UsageError(f"--only: no param '{name}' (params: {', '.join(graph.prompts)})")
+            raise UsageError(f"--only: no param '{name}'{did_you_mean(name, graph.prompts)} (params: {', '.join(graph.prompts)})")
         if name not in graph.trainable:
             raise UsageError(f"--only: param '{name}' is frozen or used by no node")
     llm = _session(args, graph)
@@ -235,9 +253,9 @@ def cmd_optimize(args) -> int:
         gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
         gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
         models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
-        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"),
+        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"), test_data=args.test_data,
     )
-    dataset = datasets.load(args.data, args.data_dir)
+    dataset = datasets.load(args.data, args.data_dir, args.test_data)
     gate_size = settings.val_size if settings.gate == "validation" else 0
     splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
     if settings.gate != "none" and not (splits.val if settings.gate == "validation" else splits.train):
@@ -352,15 +370,18 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
 
 
-def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int) -> None:
+def _add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv)")
+    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+                                                 "JSON values that are not strings reach prompts as JSON text")
+    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
+                                                       "--data then gives train and val only")
     g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
     g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
     from_file = "the file's optimize block"
-    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train if train is not None else from_file})")
-    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val if val is not None else from_file})")
-    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test if test is not None else from_file})")
+    g.add_argument("--train-size", type=int, help=f"training samples (default: {from_file})")
+    g.add_argument("--val-size", type=int, help=f"validation samples (default: {from_file})")
+    g.add_argument("--test-size", type=int, help=f"test samples (default: {test_default})")
     g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
 
 
@@ -414,7 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
     ev.add_argument("--limit", type=int, help="score only the first N samples of the split")
     ev.add_argument("--errors", type=int, default=0, metavar="N", help="print the first N wrong samples")
-    _add_data_flags(ev, train=None, val=None, test=100)
+    _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)
 
@@ -455,7 +476,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
-    _add_data_flags(op, train=None, val=None, test=None)
+    _add_data_flags(op)
     _add_model_flags(op)
     op.set_defaults(run=cmd_optimize)
     return parser

@@ -35,6 +35,7 @@ class Settings:
     only: tuple[str, ...]
     models: Mapping[str, str]
     gate_alpha: float = 0.1  # a step passes the gate when a one-sided sign test on its wins and losses gives p <= this
+    test_data: str | None = None  # a separate test file (--test-data); last, with a default, so old records load
 
     def recorded(self) -> dict:
         """As written in run.json: plain JSON, credentials inside URLs masked."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -10,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from conftest import ROOT, with_fake_model
 from sembp_dsl import cli
 
 
@@ -71,3 +72,71 @@ def test_a_data_dir_that_is_a_file_is_an_error(tmp_path, capsys):
     code = cli.main(["eval", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--data-dir", str(not_a_folder)])
     err = capsys.readouterr().err
     assert code == 1 and "--data-dir" in err and "is a file, not a folder" in err
+
+
+# --- your data in one flag ----------------------------------------------------------------------
+
+ECHO = textwrap.dedent('''\
+    pipeline echo "Answer a question"
+    input q: text
+    input extra: text
+    param ask = "Answer."
+    node answer: text { prompt = ask }
+    q, extra -> answer
+    output answer
+    ''')
+
+
+def echo_pipeline(tmp_path, url: str) -> Path:
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO, url))
+    return path
+
+
+def rows(tmp_path, n: int, name: str = "mine.jsonl") -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"q": f"q{i}", "extra": {"n": i}, "answer": "ok"}) + "\n" for i in range(n)))
+    return str(path)
+
+
+def test_eval_scores_a_small_file_whole_and_passes_json_values_as_json(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "ok"
+    code = cli.main(["eval", str(echo_pipeline(tmp_path, fake_llm.url)), "--data", rows(tmp_path, 10), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["scored"] == 10
+    assert any('{"n": 3}' in prompt for prompt in script.prompts) and "{'n'" not in "".join(script.prompts)
+
+
+def test_a_split_larger_than_the_file_says_which_flags_to_pass(tmp_path, capsys):
+    code = cli.main(["eval", str(ROOT / "pipelines/liar.sbp"), "--data", rows(tmp_path, 10), "--test-size", "50"])
+    err = capsys.readouterr().err
+    assert code == 1 and "--test-size" in err and "at most 10" in err and "Traceback" not in err
+
+
+def test_eval_with_a_separate_test_file(tmp_path, fake_llm, script, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    code = cli.main(["eval", str(path), "--data", rows(tmp_path, 4, "train.jsonl"), "--test-data",
+                     rows(tmp_path, 3, "test.jsonl"), "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 3
+
+
+def test_run_input_json_keeps_null_and_objects_as_json(tmp_path, fake_llm, script, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    code = cli.main(["run", str(path), "--input-json", '{"q": null, "extra": {"a": [1, true]}}'])
+    assert code == 0
+    [prompt] = script.prompts
+    assert "null" in prompt and '{"a": [1, true]}' in prompt and "None" not in prompt
+
+
+def test_an_unknown_input_is_an_error_with_a_did_you_mean(tmp_path, fake_llm, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", str(path), "--input", "q=x", "--input", "extr=y"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
+
+
+def test_only_names_get_a_did_you_mean(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "verdict_tsk", "--plan"])
+    assert "no param 'verdict_tsk'; did you mean 'verdict_task'?" in capsys.readouterr().err
