@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .writeback import atomic_write
 
@@ -85,6 +86,12 @@ class RunRecord:
 
     def save(self) -> None:
         atomic_write(self.folder / "run.json", json.dumps(self.data, indent=2, ensure_ascii=False))
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The command that continues a run: the one that was given, shell-quoted, with --resume."""
+    words = ["sbpc", *argv]
+    return shlex.join(words if "--resume" in words else [*words, "--resume"])
 
 
 def _public(value):

@@ -140,3 +140,50 @@ def test_only_names_get_a_did_you_mean(capsys):
     with pytest.raises(SystemExit):
         cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "verdict_tsk", "--plan"])
     assert "no param 'verdict_tsk'; did you mean 'verdict_task'?" in capsys.readouterr().err
+
+
+# --- argument validation --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, flags", [
+    ("eval", ["--concurrency", "0"]), ("eval", ["--concurrency", "-1"]), ("eval", ["--timeout", "0"]),
+    ("eval", ["--timeout", "-5"]), ("eval", ["--timeout", "nan"]), ("eval", ["--limit", "-1"]),
+    ("eval", ["--test-size", "-3"]), ("optimize", ["--errors-per-gradient", "-1"]), ("optimize", ["--train-size", "-1"]),
+    ("optimize", ["--val-size", "-2"]), ("optimize", ["--gate-alpha", "0"]), ("optimize", ["--max-cost", "-1"]),
+])
+def test_bad_numbers_are_usage_errors_of_their_subcommand(command, flags, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([command, str(ROOT / "pipelines/liar.sbp"), "--data", "liar", *flags])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"argument {flags[0]}: expected" in err and f"usage: sbpc {command}" in err
+
+
+def test_errors_found_by_a_subcommand_print_its_usage(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "nope", "--plan"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("usage: sbpc optimize") and "sbpc optimize: error: --only" in err
+
+
+def test_help_shows_only_flags_that_apply(capsys):
+    helps = {}
+    for command in ("run", "eval", "optimize"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        helps[command] = capsys.readouterr().out
+    for command in ("run", "eval"):  # forward calls only
+        assert "--backward-model" not in helps[command] and "--optimizer-model" not in helps[command]
+    assert "--backward-model" in helps["optimize"] and "--optimizer-model" in helps["optimize"]
+    assert "--data" not in helps["run"] and "--concurrency" in helps["run"]
+
+
+def test_the_resume_hint_is_the_real_command_line(tmp_path, fake_llm, script, capsys):
+    folder = tmp_path / "my pipelines"
+    folder.mkdir()
+    path = echo_pipeline(folder, fake_llm.url)
+    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
+            "--runs-dir", str(folder / "runs"), "--max-calls", "3"]
+    cli.main(argv)
+    out = capsys.readouterr().out
+    assert "stopped early" in out and "..." not in out
+    assert f"continue with: sbpc optimize '{path}' --data {argv[3]} --train-size 2" in out
+    assert out.split("continue with: ")[1].splitlines()[0].endswith("--max-calls 3 --resume")
