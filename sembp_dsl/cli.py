@@ -270,17 +270,17 @@ def cmd_optimize(args) -> int:
     runs = Path(args.runs_dir)
     if args.resume:
         try:
-            record = RunRecord.resume(runs, settings)
+            record = RunRecord.resume(runs, settings, graph.pipeline.text)
         except ResumeError as exc:
             raise UsageError(f"--resume: {exc}")
         initial = graph.with_prompts(record.data["initial_prompts"])
         print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
     else:
         initial = graph
-        record = RunRecord.create(runs, settings, graph.prompts)
+        record = RunRecord.create(runs, settings, graph.prompts, graph.pipeline.text)
 
     original_text = rewrite(graph.pipeline, initial.prompts)
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
+    writer = WriteBack(graph.pipeline, args.out, args.dry_run, record.expect_source)
 
     def write_back(accepted) -> None:
         notice = writer(accepted.prompts)
@@ -539,8 +539,9 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from jinja2 import TemplateError
 
     from .datasets import DataError
+    from .record import RecordError
 
-    known: list[type[Exception]] = [DataError, TemplateError]
+    known: list[type[Exception]] = [DataError, TemplateError, RecordError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

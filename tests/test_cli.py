@@ -187,3 +187,77 @@ def test_the_resume_hint_is_the_real_command_line(tmp_path, fake_llm, script, ca
     assert "stopped early" in out and "..." not in out
     assert f"continue with: sbpc optimize '{path}' --data {argv[3]} --train-size 2" in out
     assert out.split("continue with: ")[1].splitlines()[0].endswith("--max-calls 3 --resume")
+
+
+# --- run records ------------------------------------------------------------------------------------
+
+def accepted_run(tmp_path, fake_llm, script, capsys) -> tuple[Path, list[str], Path]:
+    """One accepted iteration written into echo.sbp; returns the file, the command and its record."""
+    script.improve = lambda param, prompt: "Say ok. VERDICT"
+    script.verdict = lambda prompt: "ok"
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2", "--iters", "1",
+            "--gate-alpha", "1", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0 and "VERDICT" in path.read_text()
+    capsys.readouterr()
+    [record] = (tmp_path / "runs").glob("*/run.json")
+    return path, argv, record
+
+
+def unfinish(record: Path, drop: tuple[str, ...] = ()) -> None:
+    """As if the run had been killed (kill -9) before its end; `drop` removes keys older records lack."""
+    data = json.loads(record.read_text())
+    data["finished"] = False
+    for key in drop:
+        data.pop(key, None)
+        data["settings"].pop(key, None)
+    record.write_text(json.dumps(data))
+
+
+def test_resume_refuses_a_file_edited_since_the_run_wrote_it(tmp_path, fake_llm, script, capsys):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    written = path.read_text()
+    unfinish(record)
+    edited = written.replace('"Say ok. VERDICT"', '"My own careful edit."')
+    path.write_text(edited)
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--resume"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "was changed since the run" in err and "without --resume" in err
+    assert path.read_text() == edited  # never silently reverted
+    path.write_text(written)  # undo the edit: the run continues
+    assert cli.main([*argv, "--resume"]) == 0 and "resuming" in capsys.readouterr().err
+
+
+def test_old_records_without_new_fields_still_resume(tmp_path, fake_llm, script, capsys):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    unfinish(record, drop=("test_data", "source_sha256"))
+    assert cli.main([*argv, "--resume"]) == 0 and json.loads(record.read_text())["finished"]
+
+
+@pytest.mark.parametrize("garbage", ["{}", "not json", "[1, 2]", '{"settings": 1, "iterations": [], "finished": false}',
+                                     '{"settings": {"file": "x"}, "initial_prompts": {}, "iterations": [3], "finished": false}'])
+def test_a_bad_run_record_does_not_break_resume(tmp_path, fake_llm, script, capsys, garbage):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    unfinish(record)
+    for name in ("99999999-bad", "00000000-bad"):  # newer and older than the good record
+        (tmp_path / "runs" / name).mkdir()
+        (tmp_path / "runs" / name / "run.json").write_text(garbage)
+    assert cli.main([*argv, "--resume"]) == 0
+    record.unlink()
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--resume"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no unfinished run" in err and "99999999-bad/run.json: not a run record" in err
+    assert "Traceback" not in err
+
+
+def test_a_runs_dir_that_is_a_file_is_a_clear_error_before_any_call(tmp_path, fake_llm, capsys):
+    runs = tmp_path / "runs"
+    runs.write_text("")
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    for extra in ([], ["--resume"]):
+        code = cli.main(["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
+                         "--runs-dir", str(runs), *extra])
+        err = capsys.readouterr().err
+        assert code == 1 and f"--runs-dir {runs} is a file, not a folder" in err and fake_llm.requests == 0
