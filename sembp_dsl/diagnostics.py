@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .ir import Span
@@ -55,3 +57,9 @@ def error(span: Span | None, message: str, file: str = "") -> Diagnostic:
 
 def warning(span: Span | None, message: str) -> Diagnostic:
     return Diagnostic("warning", message, span, span.file if span else "")
+
+
+def did_you_mean(name: str, known: Iterable[str]) -> str:
+    """'; did you mean 'x'?' for the closest known name, or '' when none is close."""
+    close = difflib.get_close_matches(name, list(known), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
