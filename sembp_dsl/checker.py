@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import ir
 from .diagnostics import Diagnostic, error, point, warning
 from .metrics import METRICS
-from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateSyntaxError, variables
+from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateProblem, trial_render, variables
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
@@ -220,11 +220,17 @@ class Checker:
         """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
         try:
             used = variables(text)
-        except TemplateSyntaxError as exc:
-            self.error(self.locate(literal, None, exc.lineno), f"template syntax{what}: {exc.message}")
+        except TemplateProblem as exc:
+            self.error(self.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}")
             return None
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
+        if used <= allowed and text != DEFAULT_TEMPLATE:
+            failure = trial_render(text, used)
+            if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
+                report = self.error if failure.limit or not used else self.warn
+                report(self.locate(literal, None, failure.lineno),
+                       f"template{what} {'cannot' if report == self.error else 'may not'} render: {failure.message}")
         return used
 
     def check_template_variables(self, node: ir.Node, received: tuple[str, ...]) -> None:
