@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from .ir import Span
@@ -55,3 +56,15 @@ def error(span: Span | None, message: str, file: str = "") -> Diagnostic:
 
 def warning(span: Span | None, message: str) -> Diagnostic:
     return Diagnostic("warning", message, span, span.file if span else "")
+
+
+def did_you_mean(name: str, candidates) -> str:
+    """`; did you mean 'x'?` for the closest candidate, or nothing when none is close."""
+    close = difflib.get_close_matches(name, [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def one_of(name: str, what: str, candidates) -> str:
+    """`unknown setting 'x'; did you mean 'y'?`, or the full list when nothing is close."""
+    hint = did_you_mean(name, candidates)
+    return f"unknown {what} '{name}'" + (hint or f"; expected one of {', '.join(map(str, candidates))}")

@@ -77,3 +77,46 @@ def test_ordinary_templates_render_as_before(tmp_path):
     source = "{% for w in q.split() %}{{ loop.index }}={{ w|upper }} {% endfor %}{{ '%05d' % 42 }} {{ '{:>4}'.format(7) }}"
     node = compile_file(str(template_file(tmp_path, source))).nodes["a"]
     assert node.render({"q": "a b"}, {}) == "1=A 2=B 00042    7"
+
+
+YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
+
+
+def check_yaml(tmp_path, text: str) -> tuple[int, str]:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(text.encode("utf-8"))
+    code, err = run_cli("check", str(path))
+    return code, err.replace(str(tmp_path) + "/", "")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error: 'abc' is not a valid !!int"),
+    ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error: 'maybe' is not a valid !!bool"),
+    ("description: !!timestamp never\n", "p.yaml:7:14: error: 'never' is not a valid !!timestamp"),
+    ("description: 2024-01-01\n", "p.yaml:7:14: error: YAML reads '2024-01-01' as !!timestamp"),
+    ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error: .nan is not a finite number"),
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error: YAML: nested more than 64 levels deep"),
+    ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error: YAML alias '*x' is not supported here"),
+    ("params:\n  r: *nope\n", "p.yaml:8:6: error: YAML: found undefined alias 'nope'"),
+    ("description: a\x00b\n", "p.yaml:7:15: error: YAML: character '\\x00' is not allowed"),
+])
+def test_hostile_yaml_is_a_located_error(tmp_path, extra, expected):
+    code, err = check_yaml(tmp_path, YAML + extra)
+    assert code == 1 and err.startswith(expected), err
+    assert err.count("error:") == 1
+
+
+def test_yaml_type_errors_are_in_words(tmp_path):
+    source = YAML.replace("  a: {type: text}\n", "  a: {type: text}\n  b: {type: choice(Yes, No)}\n  c: {type: texts}\n")
+    code, err = check_yaml(tmp_path, source.replace("q -> a", "q -> a, b, c"))
+    assert code == 1 and err.count("error:") == 2, err  # the split choice is one cause, not three errors
+    assert 'p.yaml:5:13: error: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"' in err
+    assert "p.yaml:6:13: error: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"; did you mean 'text'?" in err
+    assert "does not match" not in err and "^" + "\\s" not in err
+
+
+def test_yaml_one_of_failures_are_explained(tmp_path):
+    code, err = check_yaml(tmp_path, YAML.replace("inputs: {q: text}", "inputs: {q: 3}").replace("output: a", "output: {node: a, from: 3}"))
+    assert "p.yaml:2:13: error: inputs.q: expected a type (text, number, json, \"choice(A, B)\") or a mapping with type and from, not the number 3" in err
+    assert "p.yaml:6:25: error: output.from: expected a string, not the number 3" in err
+    assert "is not valid here" not in err
