@@ -16,7 +16,7 @@ from importlib import resources
 import yaml
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, did_you_mean, error, one_of, point
+from .diagnostics import SURROGATE, Diagnostic, PipelineError, did_you_mean, error, one_of, point
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -150,6 +150,8 @@ class Lowering:
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
         try:
+            if SURROGATE.search(node.value):
+                raise BadScalar("a \\u escape in this string is half a surrogate pair, not a character")
             return _scalar(node)
         except BadScalar as exc:
             self.errors.append(error(self.span(node), str(exc)))
@@ -209,7 +211,7 @@ class Lowering:
                 self.errors.append(error(self.span(node), "an edge needs names on both sides of '->'"))
             groups.append(names)
             offset += len(part) + 2
-        return [ir.Edge(s, t) for a, b in zip(groups, groups[1:]) for t in b for s in a]
+        return [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
 
     def lower(self, root: yaml.MappingNode) -> ir.Pipeline:
         section = {k.value: v for k, v in root.value}
@@ -283,6 +285,7 @@ def _scalar(node: yaml.Node):
 
 def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
     """Parse and validate the YAML form; raise PipelineError with every problem found."""
+    text = re.sub(r"\r(?!\n)", "\n", text)  # old Mac line ends, so lines count the same everywhere
     loader = None
     try:
         loader = Loader(text)
