@@ -118,7 +118,7 @@ class Checker:
             seen.add(s.key)
             accepted = allowed.get(s.key)
             if accepted is None:
-                self.error(s.span, one_of(s.key, "setting", allowed) + f" in {where}")
+                self.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
             elif isinstance(accepted[0], str):
                 if s.value not in accepted:
                     self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"

@@ -110,7 +110,7 @@ class Builder(Transformer):
     @staticmethod
     def value(tok: Token) -> ir.Value:
         if tok.type == "NUMBER":
-            return float(tok) if "." in tok else int(tok)
+            return float(tok) if any(c in tok for c in ".eE") else int(tok)
         if tok.type in ("TRUE", "FALSE"):
             return tok.type == "TRUE"
         return str(tok)
