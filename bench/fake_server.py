@@ -156,6 +156,7 @@ class _State:
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list = []  # parsed JSON request bodies, in arrival order
+        self.headers: list = []  # their headers (lower-case names)
         self._ids = itertools.count(1)
 
 
@@ -342,6 +343,7 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
             return False
         if state.record:
             state.bodies.append(request)
+            state.headers.append(headers)
 
         failure = _fault_for(state, n)
         if failure is not None:
@@ -452,7 +454,8 @@ class FakeServer:
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
     ``base_url`` (without ``/v1``), ``requests``, ``connections``,
     ``in_flight``, ``max_in_flight``, ``bodies`` (parsed JSON of every chat
-    request), ``faults``, ``fault_counts``, ``fault_times``.
+    request), ``headers`` (theirs), ``faults``, ``fault_counts``,
+    ``fault_times``.
     """
 
     def __init__(self, delay: float = 0.0, reply: Reply = None,
@@ -493,6 +496,10 @@ class FakeServer:
     @property
     def bodies(self) -> list:
         return self._state.bodies
+
+    @property
+    def headers(self) -> list:
+        return self._state.headers
 
     @property
     def faults(self) -> int:

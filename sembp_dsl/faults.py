@@ -152,6 +152,8 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
         status, message = None, unreachable
         return failure(TRANSIENT) if reached else failure(CONFIG, ADDRESS_HINT)
     if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        if status in (408, 500):  # litellm's stand-ins: no reply came, so no status either
+            status = None
         return failure(TRANSIENT)
     if status in (401, 403) or isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
         return failure(CONFIG, KEY_HINT)

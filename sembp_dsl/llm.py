@@ -152,6 +152,7 @@ class LLM:
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
+        self.stopped: str | None = None  # why this session cannot work: every later call fails at once with it
         self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
 
     def run(self, work: Awaitable[T]) -> T:
@@ -248,6 +249,8 @@ class LLM:
             self._check_budget()
             async with self.limit:
                 self._check_budget()
+                if self.stopped:  # calls still queued when the command was found unable to work
+                    raise LLMError(self.stopped)
                 usage.calls += 1
                 start = time.perf_counter()
                 try:
@@ -261,7 +264,8 @@ class LLM:
                     return result
             if failure.kind == CONFIG:
                 usage.failures += 1
-                raise LLMError(f"{role} model '{spec.name}': {failure.describe()}")
+                self.stopped = self.stopped or f"{role} model '{spec.name}': {failure.describe()}"
+                raise LLMError(self.stopped)
             if failure.kind != TRANSIENT or attempt == self.retries:
                 usage.failures += 1
                 self._give_up(role, spec, failure)
@@ -277,7 +281,8 @@ class LLM:
             return
         seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:
-            raise LLMError(f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}")
+            self.stopped = self.stopped or f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}"
+            raise LLMError(self.stopped)
 
     def _record(self, usage: RoleUsage, response, latency: float) -> Completion:
         choices = getattr(response, "choices", None)
