@@ -15,13 +15,19 @@ from .llm import LLM, BudgetExceeded
 from .metrics import score
 from .runtime import Trace, run
 
+Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
+
 
 @dataclass(frozen=True)
 class Result:
     sample: Sample
     expected: str
     trace: Trace
-    correct: bool
+    score: float  # 1.0 right, 0.0 wrong; a Python metric may give partial credit
+
+    @property
+    def correct(self) -> bool:
+        return self.score >= 1.0
 
 
 @dataclass(frozen=True)
@@ -53,7 +59,7 @@ class Evaluation:
     @property
     def accuracy(self) -> float | None:
         """None when nothing was scored: no number is better than a 0.000 that failed calls made up."""
-        return self.correct / self.scored if self.scored else None
+        return sum(r.score for r in self.results) / self.scored if self.scored else None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -114,6 +120,8 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
     values = {}
     for item in graph.inputs:
         name = mapping.get(item.name) or item.field or item.name
+        if name not in sample.fields and item.name in sample.fields:  # examples may name the input itself
+            name = item.name
         if name not in sample.fields:
             raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
                             f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
@@ -133,7 +141,7 @@ async def evaluate(
     graph: Graph,
     llm: LLM,
     samples: Sequence[Sample],
-    metric: str,
+    metric: str | Judge,
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
@@ -142,7 +150,11 @@ async def evaluate(
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
         trace = await run(graph, llm, inputs)
-        result = Result(sample, expected, trace, score(metric, trace.output, expected))
+        if trace.final.lost:  # no answer to score, not even by a metric written in Python
+            value = 0.0
+        else:
+            value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+        result = Result(sample, expected, trace, float(value))
         if on_done:
             on_done(result)
         return result

@@ -140,6 +140,7 @@ class LLM:
         cache: ResponseCache | None = None,
         max_calls: int | None = None,
         max_cost: float | None = None,
+        ledger: Ledger | None = None,
     ):
         self.models = dict(models)
         self._resolved: dict[str, ModelSpec | None] = {}
@@ -148,7 +149,7 @@ class LLM:
         self.backoff = BACKOFF if backoff is None else backoff
         self.cache = cache
         self.max_calls, self.max_cost = max_calls, max_cost
-        self.ledger = Ledger()
+        self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
