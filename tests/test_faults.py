@@ -9,7 +9,6 @@ import json
 import sqlite3
 import subprocess
 import sys
-import textwrap
 import time
 from types import MappingProxyType
 
@@ -22,17 +21,10 @@ from sembp_dsl.cache import ResponseCache, default_path
 from sembp_dsl.faults import CONFIG, REQUEST, TRANSIENT, first_line, redact
 from sembp_dsl.graph import ModelSpec
 from sembp_dsl.llm import LLM, CallFailed, LLMError
+from test_llm import TOY
 from test_optimize import TOY as GRAPH, data
 
 KEY = "sk-test-not-a-real-key"  # conftest's OPENAI_API_KEY
-TOY = textwrap.dedent('''\
-    pipeline toy "Decide"
-    input q: text
-    param p = "Answer Yes or No."
-    node verdict: choice(Yes, No) { prompt = p }
-    q -> verdict
-    output verdict
-    ''')
 
 
 @pytest.fixture(autouse=True)
