@@ -134,17 +134,32 @@ def test_bad_requests_fail_without_retry_and_context_length_says_what_to_do():
         with pytest.raises(CallFailed) as err:
             ask(LLM(models(server.url)), "hi")
         assert server.requests == 1 and err.value.failure.kind == REQUEST
-    exc = llm_module.litellm.BadRequestError("This model's maximum context length is 8192 tokens", "fake", "openai")
+    import litellm
+
+    exc = litellm.BadRequestError("This model's maximum context length is 8192 tokens", "fake", "openai")
     failure = faults.classify(exc, None, reached=True)
     assert failure.kind == REQUEST and "shorten the inputs" in failure.hint
 
 
 def test_missing_credentials_from_litellm_is_a_configuration_error():
-    exc = llm_module.litellm.InternalServerError(
+    import litellm
+
+    exc = litellm.InternalServerError(
         "OpenAIException - Missing credentials. Please pass an `api_key`", "openai", "fake")
     assert faults.classify(exc, None, reached=True).kind == CONFIG
-    plain_500 = llm_module.litellm.InternalServerError("OpenAIException - worker crashed", "openai", "fake")
+    plain_500 = litellm.InternalServerError("OpenAIException - worker crashed", "openai", "fake")
     assert faults.classify(plain_500, None, reached=True).kind == TRANSIENT
+
+
+def test_fast_path_failures_are_named_as_litellm_names_them():
+    import litellm
+    from litellm.llms.openai.common_utils import OpenAIError
+
+    for status in (400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502, 503, 504, 529):
+        with pytest.raises(Exception) as err:
+            litellm.exception_type(model="fake", custom_llm_provider="openai",
+                                   original_exception=OpenAIError(status_code=status, message="x"))
+        assert type(err.value).__name__ == faults.CallError("x", status).name, status
 
 
 def test_no_key_at_all_stops_with_the_variable_to_set(tmp_path, monkeypatch, capsys):
@@ -384,3 +399,19 @@ def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
     assert llm.ledger.roles["forward"].retries == 0 and llm.ledger.roles["forward"].failures == 1
     [answer] = ask(llm, "Say hello.")  # one request that cannot succeed does not stop the session
     assert answer.text.strip()
+
+
+# -- startup: the fast path and the cache never import litellm ---------------------------------------------------
+
+PROBE = "import sys; from sembp_dsl import cli; code = cli.main(sys.argv[1:]); print(code, 'litellm' in sys.modules, 'openai' in sys.modules)"
+
+
+def test_the_fast_path_and_a_cached_eval_never_import_litellm(tmp_path):
+    with FakeServer(reply="Yes") as server:
+        path = pipeline(tmp_path, server.url)
+        probe = [sys.executable, "-c", PROBE]
+        evaluation = eval_args(path, rows(3, tmp_path), "--test-size", "3")
+        for args in (["run", path, "--input", "q=x"], evaluation, evaluation):
+            proc = subprocess.run([*probe, *args], capture_output=True, text=True, timeout=120)
+            assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr  # the last: all from the cache
+        assert server.requests == 4
