@@ -18,7 +18,7 @@ Endpoints
     OpenAI chat completion JSON (``stream: true`` is answered with SSE chunks).
 ``GET /stats``
     ``{"requests", "connections", "in_flight", "max_in_flight",
-    "cpu_seconds"}`` -- lets a
+    "cpu_seconds", "first_request_time"}`` -- lets a
     benchmark read counters from a server running in another process.
 ``POST /reset``
     Zero the counters (and re-arm scripted ``failures``).
@@ -152,6 +152,7 @@ class _State:
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
         self.requests = 0
+        self.first_request_time = None  # time.time() when the first chat request arrived
         self.connections = 0  # TCP connections accepted
         self.in_flight = 0
         self.max_in_flight = 0
@@ -226,6 +227,7 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
                     "in_flight": state.in_flight,
                     "max_in_flight": state.max_in_flight,
                     "cpu_seconds": time.process_time(),
+                    "first_request_time": state.first_request_time,
                 }
                 writer.write(_response(200, json.dumps(stats).encode(),
                                        keep_alive=keep_alive))
@@ -329,6 +331,8 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
                            keep_alive: bool) -> bool:
     n = state.requests
     state.requests += 1
+    if state.first_request_time is None:
+        state.first_request_time = time.time()
     state.in_flight += 1
     if state.in_flight > state.max_in_flight:
         state.max_in_flight = state.in_flight
