@@ -24,7 +24,7 @@ NUMBER = (int, float)
 NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")}
 MODEL_SETTINGS = {
     "name": (str,), "temperature": NUMBER, "top_p": NUMBER, "max_tokens": (int,), "seed": (int,),
-    "api_base": (str,), "timeout": NUMBER, "stop": (str,),
+    "api_base": (str,), "api_key_env": (str,), "timeout": NUMBER, "stop": (str,),
 }
 OPTIMIZE_SETTINGS = {
     "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
