@@ -116,50 +116,24 @@ class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
 
-def _session(args, graph):
-    """The LLM layer for a command, with the models and limits its flags ask for."""
-    from dataclasses import replace
+def _pipeline(args):
+    """The pipeline of a command, with the models and limits its flags ask for."""
+    from .api import load
 
-    from .cache import ResponseCache
-    from .llm import LLM
-
-    models = dict(graph.models)
-    for role, flag in (("forward", args.model), ("backward", args.backward_model or args.model),
-                       ("optimizer", args.optimizer_model or args.model)):
-        if flag:
-            models[role] = replace(models[role], name=flag)
-    cache = None if args.no_cache else ResponseCache()
-    llm = LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
-              max_calls=args.max_calls, max_cost=args.max_cost)
+    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
+    pipeline = load(args.file, model=args.model, roles=roles, concurrency=args.concurrency, timeout=args.timeout,
+                    cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
-    return llm
+    return pipeline
 
 
-def _print_ledger(llm, args) -> None:
+def _print_ledger(pipeline, args) -> None:
     if not args.json:
-        print("\n" + llm.ledger.render(), file=sys.stderr)
-
-
-def input_problems(graph, inputs) -> list[str]:
-    """What is wrong with the inputs given to `run`: unknown names (with a close one) and missing ones."""
-    from .diagnostics import did_you_mean
-
-    names = [i.name for i in graph.inputs]
-    problems = [f"--input: the pipeline has no input '{name}'{did_you_mean(name, names)} (inputs: {', '.join(names)})"
-                for name in inputs if name not in names]
-    missing = [name for name in names if name not in inputs]
-    if missing:
-        problems.append(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
-    return problems
+        print("\n" + pipeline.ledger.render(), file=sys.stderr)
 
 
 def cmd_run(args) -> int:
-    from .datasets import as_text
-    from .runtime import run
-    from .source import compile_file
-
-    graph = compile_file(args.file)
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -167,21 +141,21 @@ def cmd_run(args) -> int:
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
-    problems = input_problems(graph, inputs)
-    if problems:
-        raise UsageError("; ".join(problems))
-    llm = _session(args, graph)
-    trace = llm.run(run(graph, llm, {k: as_text(v) for k, v in inputs.items()}))
-    if args.json:
-        print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
-    else:
-        if args.trace:
-            for t in trace.nodes.values():
-                print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
-                      f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
-        final = trace.final
-        print(trace.output if trace.output is not None else f"(no answer: {final.error})\n{final.reply}")
-    _print_ledger(llm, args)
+    with _pipeline(args) as pipeline:
+        try:  # unknown names (with a close one) and missing ones are usage errors, before any call
+            prediction = pipeline.batch([inputs])[0]
+        except ValueError as exc:
+            raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
+        trace = prediction.trace
+        if args.json:
+            print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
+        else:
+            if args.trace:
+                for t in trace.nodes.values():
+                    print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                          f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
+            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+        _print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
 
@@ -189,98 +163,71 @@ def cmd_eval(args) -> int:
     from tqdm import tqdm
 
     from . import datasets
-    from .evaluate import evaluate, metric_for
-    from .source import compile_file
+    from .evaluate import metric_for
 
-    graph = compile_file(args.file)
-    dataset = datasets.load(args.data, args.data_dir, args.test_data)
-    # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
-    splits = datasets.eval_splits(dataset, args.train_size, args.val_size, args.test_size, _or_file(args.seed, graph, "seed"),
-                                  (graph.optimize["train_size"], graph.optimize["val_size"], EVAL_TEST_SIZE))
-    samples = getattr(splits, args.split)[: args.limit]
-    llm = _session(args, graph)
-    metric = metric_for(graph, dataset.metric)
-    with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
-              disable=args.json or None) as bar:
-        evaluation = llm.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
-    if args.json:
-        print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
-                          **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
-        return 0
-    low, high = evaluation.interval
-    print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-          f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
-    if evaluation.stopped:
-        print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-    for r in evaluation.wrong[: args.errors]:
-        final = r.trace.final
-        print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-              f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
-    _print_ledger(llm, args)
+    with _pipeline(args) as pipeline:
+        dataset = datasets.load(args.data, args.data_dir, args.test_data)
+        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
+        # the user's own file with no size given is scored whole
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        samples = getattr(splits, args.split)[: args.limit]
+        metric = metric_for(pipeline.graph, dataset.metric)
+        with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
+                  disable=args.json or None) as bar:
+            evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+        if args.json:
+            print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
+                              **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
+            return 0
+        low, high = evaluation.interval
+        print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
+              f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
+        if evaluation.stopped:
+            print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
+        for r in evaluation.wrong[: args.errors]:
+            final = r.trace.final
+            print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+                  f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+        _print_ledger(pipeline, args)
     return 0
 
 
 def cmd_optimize(args) -> int:
-    from pathlib import Path
+    from dataclasses import asdict
 
     from tqdm import tqdm
 
     from . import datasets
     from .evaluate import metric_for
-    from dataclasses import asdict
-
-    from .optimize import Optimizer, plan
+    from .record import ResumeError, resume_command
     from .stats import wins_needed
-    from .record import ResumeError, RunRecord, Settings, resume_command
-    from .source import compile_file
-    from .writeback import WriteBack, rewrite, unified_diff
+    from .writeback import WriteBack
 
-    graph = compile_file(args.file)
+    pipeline = _pipeline(args)
+    graph = pipeline.graph
     _report(graph.warnings, graph.pipeline.text)
-    from .diagnostics import did_you_mean
-
-    only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
-    for name in only:
-        if name not in graph.prompts:
-            raise UsageError(f"--only: no param '{name}'{did_you_mean(name, graph.prompts)} (params: {', '.join(graph.prompts)})")
-        if name not in graph.trainable:
-            raise UsageError(f"--only: param '{name}' is frozen or used by no node")
-    llm = _session(args, graph)
-    settings = Settings(
-        file=args.file, data=args.data, seed=_or_file(args.seed, graph, "seed"), iterations=_or_file(args.iters, graph, "iterations"),
-        train_size=_or_file(args.train_size, graph, "train_size"), val_size=_or_file(args.val_size, graph, "val_size"),
-        test_size=_or_file(args.test_size, graph, "test_size"), errors_per_gradient=_or_file(args.errors_per_gradient, graph, "errors_per_gradient"),
-        gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
-        gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
-        models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
-        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"), test_data=args.test_data,
-    )
+    method = dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gradient=args.gradient,
+                  update=args.update, gate="none" if args.no_gate else args.gate, gate_alpha=args.gate_alpha,
+                  only=tuple(p.strip() for p in args.only.split(",")) if args.only else (), seed=args.seed)
+    try:
+        settings = pipeline.method(**method)
+    except ValueError as exc:
+        raise UsageError(f"--only: {exc}")
+    gate = settings.gate
     dataset = datasets.load(args.data, args.data_dir, args.test_data)
-    gate_size = settings.val_size if settings.gate == "validation" else 0
-    splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
-    if settings.gate != "none" and not (splits.val if settings.gate == "validation" else splits.train):
-        raise UsageError(f"the gate split is empty: give --{'val' if settings.gate == 'validation' else 'train'}-size "
+    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
+                                  _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
+                                  _or_file(args.test_size, graph, "test_size"), settings.seed)
+    if gate != "none" and not (splits.val if gate == "validation" else splits.train):
+        raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
                          "of at least 1, or --no-gate")
     mapping = _mapping(args.map, "--map")
-    the_plan = plan(graph, llm, settings, splits.train, splits.val, splits.test, mapping)
+    the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
 
-    runs = Path(args.runs_dir)
-    if args.resume:
-        try:
-            record = RunRecord.resume(runs, settings, graph.pipeline.text)
-        except ResumeError as exc:
-            raise UsageError(f"--resume: {exc}")
-        initial = graph.with_prompts(record.data["initial_prompts"])
-        print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
-    else:
-        initial = graph
-        record = RunRecord.create(runs, settings, graph.prompts, graph.pipeline.text)
-
-    original_text = rewrite(graph.pipeline, initial.prompts)
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run, record.expect_source)
+    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
 
     def write_back(accepted) -> None:
         notice = writer(accepted.prompts)
@@ -301,29 +248,35 @@ def cmd_optimize(args) -> int:
         if not args.json:
             print(line, flush=True)
 
-    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), mapping,
-                          splits.train, splits.val, splits.test, record, write_back, log, progress)
     if not args.json:
         print(the_plan.render(), file=sys.stderr)
-        if settings.gate != "none" and len(optimizer.gate_split()) < wins_needed(settings.gate_alpha):
-            print(f"warning: the gate split has {len(optimizer.gate_split())} samples, but a step needs at least "
-                  f"{wins_needed(settings.gate_alpha)} wins and no loss to pass at gate_alpha {settings.gate_alpha:g}: "
+        alpha = settings.gate_alpha
+        gate_size = len(splits.train if gate == "train" else splits.val)
+        if gate != "none" and gate_size < wins_needed(alpha):
+            print(f"warning: the gate split has {gate_size} samples, but a step needs at least "
+                  f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
                   "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
                   "or a larger --gate-alpha.", file=sys.stderr)
     try:
-        outcome = llm.run(optimizer.run())
+        found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
+                                  data=args.data, test_data=args.test_data, mapping=mapping, runs_dir=args.runs_dir,
+                                  resume=args.resume, on_accept=write_back, on_record=writer.report_to, log=log,
+                                  progress=progress, **method)
+    except ResumeError as exc:
+        raise UsageError(f"--resume: {exc}")
     except KeyboardInterrupt:
-        done = len(record.data["iterations"])
-        print(f"\ninterrupted after {done} finished iteration(s); the best prompts so far are in {writer.target}"
+        print(f"\ninterrupted; the best prompts so far are in {writer.target}"
               f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
               file=sys.stderr)
         raise
+    finally:
+        pipeline.close()
     log("")
-    final_text = rewrite(graph.pipeline, outcome.graph.prompts)
-    diff = unified_diff(original_text, final_text, args.file)
+    outcome, diff = found.outcome, found.diff
     code = 1 if outcome.failed else 0
     if args.json:
-        print(json.dumps({"run": str(record.folder), "plan": asdict(the_plan), **record.data, "diff": diff}, indent=2))
+        record = json.loads((found.record / "run.json").read_text())
+        print(json.dumps({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}, indent=2))
         return code
     if outcome.stopped:
         print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
@@ -334,9 +287,22 @@ def cmd_optimize(args) -> int:
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
-    print(f"run record: {record.folder}/run.json")
-    _print_ledger(llm, args)
+    print(f"run record: {found.record}/run.json")
+    _print_ledger(pipeline, args)
     return code
+
+
+def cmd_serve(args) -> int:
+    from .serve import serve
+
+    pipeline = _pipeline(args)
+
+    def announce(url: str) -> None:
+        print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
+              "GET /health; Ctrl-C stops)", flush=True)
+
+    serve(pipeline, args.host, args.port, announce)
+    return 0
 
 
 def held_out_change(before, after) -> str:
@@ -504,6 +470,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(op)
     _add_model_flags(op, learning=True)
     op.set_defaults(run=cmd_optimize, parser=op)
+
+    srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
+                                     "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+                                     "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
+                         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
+                                "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
+    srv.add_argument("file", metavar="FILE")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
+    _add_model_flags(srv)
+    srv.set_defaults(run=cmd_serve, parser=srv)
     return parser
 
 

@@ -14,13 +14,19 @@ from .llm import LLM, BudgetExceeded
 from .metrics import score
 from .runtime import Trace, run
 
+Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
+
 
 @dataclass(frozen=True)
 class Result:
     sample: Sample
     expected: str
     trace: Trace
-    correct: bool
+    score: float  # 1.0 right, 0.0 wrong; a Python metric may give partial credit
+
+    @property
+    def correct(self) -> bool:
+        return self.score >= 1.0
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,7 @@ class Evaluation:
 
     @property
     def accuracy(self) -> float:
-        return self.correct / len(self.results) if self.results else 0.0
+        return sum(r.score for r in self.results) / len(self.results) if self.results else 0.0
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -71,6 +77,8 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
     values = {}
     for item in graph.inputs:
         name = mapping.get(item.name) or item.field or item.name
+        if name not in sample.fields and item.name in sample.fields:  # examples may name the input itself
+            name = item.name
         if name not in sample.fields:
             raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
                             f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
@@ -90,7 +98,7 @@ async def evaluate(
     graph: Graph,
     llm: LLM,
     samples: Sequence[Sample],
-    metric: str,
+    metric: str | Judge,
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
@@ -99,7 +107,8 @@ async def evaluate(
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
         trace = await run(graph, llm, inputs)
-        result = Result(sample, expected, trace, score(metric, trace.output, expected))
+        value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+        result = Result(sample, expected, trace, float(value))
         if on_done:
             on_done(result)
         return result

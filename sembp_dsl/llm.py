@@ -125,6 +125,7 @@ class LLM:
         cache: ResponseCache | None = None,
         max_calls: int | None = None,
         max_cost: float | None = None,
+        ledger: Ledger | None = None,
     ):
         self.models = dict(models)
         self._resolved: dict[str, ModelSpec | None] = {}
@@ -132,7 +133,7 @@ class LLM:
         self.timeout, self.retries, self.backoff = timeout, retries, backoff
         self.cache = cache
         self.max_calls, self.max_cost = max_calls, max_cost
-        self.ledger = Ledger()
+        self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
 

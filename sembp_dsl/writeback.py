@@ -14,7 +14,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from . import ir
 from .diagnostics import PipelineError
@@ -123,14 +123,21 @@ def save(path: Path, text: str, loaded: str) -> Path:
 class WriteBack:
     """Where a run's accepted prompts go: over the source (guarded), or to --out, or nowhere (--dry-run)."""
 
-    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False,
-                 expect_source: Callable[..., None] = lambda *texts: None):
-        """`expect_source(*texts)` is told which texts the source file may hold, before and after each write
-        into it, so a resumed run can tell its own writes from a user's edit."""
-        self.pipeline, self.dry_run, self.expect_source = pipeline, dry_run, expect_source
+    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False):
+        self.pipeline, self.dry_run = pipeline, dry_run
+        self.record = None
         self.target = Path(out or pipeline.path)
         self.guarded = out is None  # only the source file can have been edited by someone else
         self.loaded = pipeline.text
+
+    def report_to(self, record) -> None:
+        """Tell this run record (its `expect_source`) which texts the source file may hold, before and after
+        each write into it, so a resumed run can tell its own writes from a user's edit."""
+        self.record = record
+
+    def _expect(self, *texts: str) -> None:
+        if self.record is not None:
+            self.record.expect_source(*texts)
 
     def __call__(self, prompts: Mapping[str, str]) -> str | None:
         """Write; returns a notice for the user when the file had to go elsewhere."""
@@ -140,10 +147,10 @@ class WriteBack:
         if not self.guarded:
             atomic_write(self.target, text)
             return None
-        self.expect_source(self.loaded, text)
+        self._expect(self.loaded, text)
         target = save(self.target, text, self.loaded)
         if target == self.target:
-            self.expect_source(text)
+            self._expect(text)
             self.loaded = text
             return None
         self.target, self.guarded = target, False

@@ -133,7 +133,7 @@ def test_an_unknown_input_is_an_error_with_a_did_you_mean(tmp_path, fake_llm, ca
     with pytest.raises(SystemExit) as stop:
         cli.main(["run", str(path), "--input", "q=x", "--input", "extr=y"])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "no input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
+    assert stop.value.code == 2 and "unknown input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
 
 
 def test_only_names_get_a_did_you_mean(capsys):
@@ -226,7 +226,7 @@ def test_resume_refuses_a_file_edited_since_the_run_wrote_it(tmp_path, fake_llm,
     assert stop.value.code == 2 and "was changed since the run" in err and "without --resume" in err
     assert path.read_text() == edited  # never silently reverted
     path.write_text(written)  # undo the edit: the run continues
-    assert cli.main([*argv, "--resume"]) == 0 and "resuming" in capsys.readouterr().err
+    assert cli.main([*argv, "--resume"]) == 0 and "resuming" in capsys.readouterr().out
 
 
 def test_old_records_without_new_fields_still_resume(tmp_path, fake_llm, script, capsys):
