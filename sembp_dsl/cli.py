@@ -227,7 +227,7 @@ def cmd_optimize(args) -> int:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
 
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
+    writer = WriteBack(graph.pipeline, args.out, args.dry_run, params=settings.only or graph.trainable)
 
     def write_back(accepted) -> None:
         notice = writer(accepted.prompts)
@@ -519,8 +519,9 @@ def _known_errors() -> tuple[type[Exception], ...]:
 
     from .datasets import DataError
     from .record import RecordError
+    from .writeback import WriteBackError
 
-    known: list[type[Exception]] = [DataError, TemplateError, RecordError]
+    known: list[type[Exception]] = [DataError, TemplateError, RecordError, WriteBackError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 
