@@ -106,6 +106,7 @@ class Optimized:
     initial: "Pipeline"
     outcome: Outcome
     record: Path  # the run folder; run.json inside
+    written: Path | None  # where accepted steps were written (optimize(write=True)), else None
 
     @property
     def diff(self) -> str:
@@ -216,15 +217,15 @@ class Pipeline:
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
 
     def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
-        """The pipeline's inputs as text: strings as given, other values as JSON; unknown or missing names are errors."""
+        """The pipeline's inputs as text: strings as given, other values as JSON. Unknown and missing names
+        are one error naming them all, before any call."""
         names = self.inputs
-        unknown = [k for k in given if k not in names]
-        if unknown:
-            hint = did_you_mean(unknown[0], names)
-            raise ValueError(f"unknown input '{unknown[0]}'{hint}; {self.path} takes: {', '.join(names)}")
-        missing = [n for n in names if n not in given]
+        problems = [f"no input '{name}'{did_you_mean(name, names)}" for name in given if name not in names]
+        missing = [name for name in names if name not in given]
         if missing:
-            raise ValueError(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+            problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        if problems:
+            raise ValueError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
         return {k: as_text(v) for k, v in given.items()}
 
     # --- scoring it ----------------------------------------------------------------
@@ -254,11 +255,11 @@ class Pipeline:
 
     def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
                test_size: int | None = None, seed: int | None = None) -> Splits:
-        """The seeded splits `evaluate` scores: a user's own data with no size given is scored whole; otherwise
-        sizes not given come from the pipeline's `optimize` block (test: 100)."""
+        """The splits `evaluate` scores: a user's file with no size given is scored whole; otherwise seeded splits,
+        sizes not given from the pipeline's `optimize` block (test: 100), so test never overlaps training."""
         o = self.graph.optimize
         return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
-                                    defaults=(o["train_size"], o["val_size"], 100))
+                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE))
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
@@ -283,36 +284,41 @@ class Pipeline:
     def optimize(self, train: Sequence, val: Sequence = (), test: Sequence = (), *,
                  metric: str | Metric | None = None, data: str = "examples", test_data: str | None = None,
                  mapping: Mapping[str, str] | None = None, runs_dir: str | Path = ".sbpc/runs", resume: bool = False,
-                 on_accept: Callable[["Pipeline"], None] | None = None,
-                 on_record: Callable[[RunRecord], None] | None = None, log: Callable[[str], None] | None = None,
+                 write: bool = False, out: str | Path | None = None, log: Callable[[str], None] | None = None,
                  progress: Callable[[str, int], Callable[[object], None]] | None = None, **method: Any) -> Optimized:
         """Semantic backpropagation on these examples, as `sbpc optimize` runs it, with a run record in `runs_dir`.
-        Nothing is written to the source until you call `.pipeline.save()` (or do it in `on_accept`).
+
         `method`: iters, errors_per_gradient, gradient, update, gate, gate_alpha, only, seed (default: the
-        pipeline's `optimize` block). `resume`: continue the last unfinished run asked exactly the same, if the
-        source file is as that run left it. `on_record` gets the run record before the first call (a writer
-        that writes into the source reports to it: `WriteBack.report_to`)."""
+        pipeline's `optimize` block). With `write`, every accepted step goes into the source file (or `out`)
+        at once, so an interrupted run keeps it; without, nothing is written until `.pipeline.save()`.
+        `resume`: continue the last unfinished run asked exactly the same. `data`/`test_data` name the
+        examples in the run record."""
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
+        # what could not be written is said now, before a record or a call
+        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), settings, source)
             log(f"resuming {record.folder} after iteration {len(record.data['iterations'])}")
         else:
             record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
-        if on_record:
-            on_record(record)
         initial = self.with_prompts(record.data["initial_prompts"])
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
-        accept = (lambda graph: on_accept(self._sibling(graph))) if on_accept else (lambda graph: None)
+        writer.report_to(record)
+
+        def accept(graph: Graph) -> None:
+            notice = writer(graph.prompts)
+            if notice:
+                log(notice)
 
         async def work() -> Outcome:
             return await Optimizer(initial.graph, self._llm(), settings, scorer, mapping or {}, train, val, test,
                                    record, accept, log, progress).run()
 
         outcome = self._sync(work())
-        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder)
+        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None)
 
     def method(self, **method: Any) -> Settings:
         """The method's settings, arguments over the pipeline's `optimize` block: iters, errors_per_gradient,

@@ -109,7 +109,6 @@ def _mapping(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-EVAL_TEST_SIZE = 100  # samples `eval` scores on a built-in data set when no size is given
 
 
 class UsageError(Exception):
@@ -121,8 +120,8 @@ def _pipeline(args):
     from .api import load
 
     roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
-    pipeline = load(args.file, model=args.model, roles=roles, concurrency=args.concurrency, timeout=args.timeout,
-                    cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
+    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
+                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
     return pipeline
@@ -175,21 +174,14 @@ def cmd_eval(args) -> int:
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
                   disable=args.json or None) as bar:
             evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+        code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
             print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
                               **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
-            return 0
-        low, high = evaluation.interval
-        print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-              f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
-        if evaluation.stopped:
-            print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-        for r in evaluation.wrong[: args.errors]:
-            final = r.trace.final
-            print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                  f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+            return code
+        print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
         _print_ledger(pipeline, args)
-    return 0
+    return code
 
 
 def cmd_optimize(args) -> int:
@@ -201,7 +193,6 @@ def cmd_optimize(args) -> int:
     from .evaluate import metric_for
     from .record import ResumeError, resume_command
     from .stats import wins_needed
-    from .writeback import WriteBack
 
     pipeline = _pipeline(args)
     graph = pipeline.graph
@@ -226,13 +217,6 @@ def cmd_optimize(args) -> int:
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
-
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run, params=settings.only or graph.trainable)
-
-    def write_back(accepted) -> None:
-        notice = writer(accepted.prompts)
-        if notice:
-            print(notice, file=sys.stderr)
 
     bars = []
 
@@ -260,12 +244,12 @@ def cmd_optimize(args) -> int:
     try:
         found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
                                   data=args.data, test_data=args.test_data, mapping=mapping, runs_dir=args.runs_dir,
-                                  resume=args.resume, on_accept=write_back, on_record=writer.report_to, log=log,
-                                  progress=progress, **method)
+                                  resume=args.resume, write=not args.dry_run, out=args.out, log=log, progress=progress,
+                                  **method)
     except ResumeError as exc:
         raise UsageError(f"--resume: {exc}")
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the best prompts so far are in {writer.target}"
+        print(f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
               f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
               file=sys.stderr)
         raise
@@ -283,7 +267,7 @@ def cmd_optimize(args) -> int:
               f"{resume_command(args.argv)}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {writer.target}"
+    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
@@ -352,6 +336,8 @@ def _add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None
         g.add_argument("--optimizer-model", help="model for optimizer calls")
     else:
         p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
     g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
     g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
@@ -378,6 +364,7 @@ def _add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .datasets import EVAL_TEST_SIZE
 
     parser = argparse.ArgumentParser(
         prog="sbpc",
@@ -517,11 +504,12 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
+    from .cache import CacheError
     from .datasets import DataError
     from .record import RecordError
     from .writeback import WriteBackError
 
-    known: list[type[Exception]] = [DataError, TemplateError, RecordError, WriteBackError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

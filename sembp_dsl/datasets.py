@@ -197,6 +197,9 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     )
 
 
+EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no size is given
+
+
 def eval_splits(
     dataset: Dataset, train: int | None, val: int | None, test: int | None, seed: int,
     defaults: tuple[int, int, int],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
@@ -31,9 +32,20 @@ class Result:
 
 @dataclass(frozen=True)
 class Evaluation:
+    """Scores over the samples that got an answer; samples lost to failed calls are counted, never scored."""
+
     results: tuple[Result, ...]
     requested: int
     stopped: str | None  # why the run stopped early, if it did
+
+    @property
+    def lost(self) -> list[Result]:
+        """Samples with no answer to score: a call failed for good, or a template did not render."""
+        return [r for r in self.results if r.trace.final.lost]
+
+    @property
+    def scored(self) -> int:
+        return len(self.results) - len(self.lost)
 
     @property
     def correct(self) -> int:
@@ -41,16 +53,18 @@ class Evaluation:
 
     @property
     def wrong(self) -> list[Result]:
+        """Every sample not answered right: wrong answers and lost samples."""
         return [r for r in self.results if not r.correct]
 
     @property
-    def accuracy(self) -> float:
-        return sum(r.score for r in self.results) / len(self.results) if self.results else 0.0
+    def accuracy(self) -> float | None:
+        """None when nothing was scored: no number is better than a 0.000 that failed calls made up."""
+        return sum(r.score for r in self.results) / self.scored if self.scored else None
 
     @property
     def interval(self) -> tuple[float, float]:
         """Wilson score 95% interval: honest for small samples and accuracies near 0 or 1."""
-        n = len(self.results)
+        n = self.scored
         if not n:
             return (0.0, 1.0)
         z, p = 1.96, self.accuracy
@@ -58,12 +72,41 @@ class Evaluation:
         half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return (max(0.0, centre - half), min(1.0, centre + half))
 
+    def lost_causes(self) -> dict[str, int]:
+        """Lost samples by cause, most frequent first."""
+        causes = Counter(r.trace.final.failure.cause if r.trace.final.failure else r.trace.final.error.split(":")[0]
+                         for r in self.lost)
+        return dict(causes.most_common())
+
+    def report(self, label: str, metric: str, errors: int = 0) -> str:
+        """The text summary: accuracy (or n/a), losses with their causes, a budget stop, the first wrong samples."""
+        if self.accuracy is None:
+            lines = [f"{label}: accuracy n/a (nothing scored), metric {metric}"]
+        else:
+            low, high = self.interval
+            lines = [f"{label}: accuracy {self.accuracy:.3f} ({self.correct}/{self.scored}), "
+                     f"95% interval [{low:.3f}, {high:.3f}], metric {metric}"]
+        if self.lost:
+            causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
+            lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
+        for r in self.wrong[:errors]:
+            final = r.trace.final
+            what = "lost" if final.lost else "wrong"
+            lines.append(f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+                         f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+        return "\n".join(lines)
+
     def to_json(self, errors: int = 0) -> dict:
         return {
-            "accuracy": self.accuracy, "interval95": list(self.interval), "correct": self.correct,
-            "scored": len(self.results), "requested": self.requested, "stopped": self.stopped,
+            "accuracy": self.accuracy, "interval95": list(self.interval) if self.scored else None,
+            "correct": self.correct, "scored": self.scored, "lost": len(self.lost), "lost_causes": self.lost_causes(),
+            "requested": self.requested, "stopped": self.stopped,
             "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                        "reply": r.trace.final.reply, "error": r.trace.final.error} for r in self.wrong[:errors]],
+                        "reply": r.trace.final.reply, "error": r.trace.final.error,
+                        "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None}
+                       for r in self.wrong[:errors]],
         }
 
 
@@ -107,7 +150,10 @@ async def evaluate(
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
         trace = await run(graph, llm, inputs)
-        value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+        if trace.final.lost:  # no answer to score, not even by a metric written in Python
+            value = 0.0
+        else:
+            value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
         result = Result(sample, expected, trace, float(value))
         if on_done:
             on_done(result)

@@ -5,7 +5,7 @@ spans; every other byte stays. Each new literal is proved by parsing the new fil
 again: it must give the old IR with exactly those prompts changed. Files are
 written atomically and never over a file someone changed since we read it; they
 keep their line endings, byte order mark, mode, symbolic and hard links. What can
-surely not be written (a read-only file, a bad --out, a YAML alias) is said before
+surely not be written (a read-only file, a bad --out) is said before
 a run starts.
 """
 
@@ -17,7 +17,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Mapping
 
 from . import ir
 from .diagnostics import PipelineError
@@ -183,10 +183,10 @@ def save(path: Path, text: str, loaded: str) -> Path:
     return target
 
 
-def check_writable(pipeline: ir.Pipeline, out: str | None = None, params: Iterable[str] | None = None) -> None:
+def check_writable(pipeline: ir.Pipeline, out: str | None = None) -> None:
     """Raise WriteBackError, before any run, for what would surely fail when a step is written back:
-    a read-only source, an --out that is a folder, in a missing folder, read-only or of another kind
-    than the source, and changeable params that share their text through a YAML anchor and alias."""
+    a read-only source, or an --out that is a folder, in a missing folder, read-only or of another
+    kind than the source. (YAML aliases, which would tie two params together, the parser refuses.)"""
     source = Path(pipeline.path)
     if out is None:
         if _read_only(source):
@@ -204,17 +204,6 @@ def check_writable(pipeline: ir.Pipeline, out: str | None = None, params: Iterab
         if _kind(target) != kind:
             raise WriteBackError(f"--out {out}: the optimized pipeline is written in the syntax of {source}, so "
                                  f"its name must end in {' or '.join(_YAML_KINDS) if kind == 'YAML' else '.sbp'}")
-    changing = set(params) if params is not None else {p.name for p in pipeline.params if not p.frozen}
-    shared: dict[int, list[ir.Param]] = {}
-    for param in pipeline.params:
-        shared.setdefault(param.literal.start, []).append(param)
-    for group in shared.values():
-        if len(group) > 1 and changing & {p.name for p in group}:
-            where = group[-1].span
-            names = " and ".join(f"'{p.name}'" for p in group)
-            raise WriteBackError(f"{where.file}:{where.line}:{where.column}: params {names} share one text through a "
-                                 "YAML anchor and alias, so write-back cannot change one without the other: write "
-                                 "each prompt out in full, or freeze them, or leave them out of --only")
 
 
 def _read_only(path: Path) -> bool:
@@ -231,12 +220,10 @@ def _kind(path: Path) -> str:
 class WriteBack:
     """Where a run's accepted prompts go: over the source (guarded), or to --out, or nowhere (--dry-run)."""
 
-    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False,
-                 params: Iterable[str] | None = None):
-        """Raises WriteBackError now for what could not be written later (see check_writable);
-        `params`: the prompts the run may change (default: every one not frozen)."""
+    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False):
+        """Raises WriteBackError now for what could not be written later (see check_writable)."""
         if not dry_run:
-            check_writable(pipeline, out, params)
+            check_writable(pipeline, out)
         self.pipeline, self.dry_run = pipeline, dry_run
         self.target = Path(out or pipeline.path)
         self.guarded = out is None  # only the source file can have been edited by someone else

@@ -133,7 +133,7 @@ def test_an_unknown_input_is_an_error_with_a_did_you_mean(tmp_path, fake_llm, ca
     with pytest.raises(SystemExit) as stop:
         cli.main(["run", str(path), "--input", "q=x", "--input", "extr=y"])
     err = capsys.readouterr().err
-    assert stop.value.code == 2 and "unknown input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
+    assert stop.value.code == 2 and "no input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
 
 
 def test_only_names_get_a_did_you_mean(capsys):
