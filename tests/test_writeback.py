@@ -13,27 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, with_fake_model
+from test_optimize import TOY
 from sembp_dsl import cli
 from sembp_dsl.source import load, parse_text
 from sembp_dsl.writeback import WriteBack, rewrite
-
-TOY = textwrap.dedent('''\
-    pipeline toy "Decide whether a claim is true"
-    input q: text
-    param look = "Look at the claim."
-    param verdict_task = "Say Yes or No."
-    template judge = """
-      {{ prompt }} VERDICT
-      Claim: {{ q }}
-      A: {{ a }}
-      """
-    node a: text { prompt = look }
-    node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }
-    q -> a
-    q, a -> verdict
-    output verdict
-    ''')
-
 
 def copy_of(tmp_path: Path, name: str, transform=lambda text: text, bom: bool = False) -> Path:
     path = tmp_path / name
