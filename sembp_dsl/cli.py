@@ -141,10 +141,10 @@ def cmd_run(args) -> int:
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
     with _pipeline(args) as pipeline:
-        try:
+        try:  # unknown names (with a close one) and missing ones are usage errors, before any call
             prediction = pipeline.batch([inputs])[0]
         except ValueError as exc:
-            raise UsageError(f"--input: {exc}")
+            raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
         trace = prediction.trace
         if args.json:
             print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
@@ -166,7 +166,8 @@ def cmd_eval(args) -> int:
 
     with _pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
-        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
+        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
+        # the user's own file with no size given is scored whole
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
@@ -466,9 +467,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
     srv.add_argument("file", metavar="FILE")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
-    srv.set_defaults(run=cmd_serve)
+    srv.set_defaults(run=cmd_serve, parser=srv)
     return parser
 
 
@@ -506,8 +507,9 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from .cache import CacheError
     from .datasets import DataError
     from .record import RecordError
+    from .writeback import WriteBackError
 
-    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 
