@@ -123,3 +123,11 @@ def test_check_rejects_an_empty_choice_and_nan(tmp_path):
     yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\nmodels: {forward: {temperature: .nan, timeout: -1}}\n'
     code, err = check(tmp_path, yaml, "p.yaml")
     assert code == 1 and "p.yaml:7:33: error: .nan is not a finite number" in err
+
+
+def test_a_repeated_edge_is_one_warning_at_the_repeat(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n")
+    assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
+        "p.sbp:5:1: warning: edge q -> a is declared twice"]
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq, q -> a\noutput a\n")
+    assert code == 0 and "p.sbp:4:4: warning: edge q -> a is declared twice" in err
