@@ -205,3 +205,19 @@ def test_sbpc_schema_prints_the_shipped_schema():
     with contextlib.redirect_stdout(out):
         assert cli.main(["schema"]) == 0
     assert json.loads(out.getvalue()) == schema()
+
+
+def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
+    import re
+
+    from sembp_dsl.emit import emit_mermaid
+
+    path = tmp_path / "k.sbp"
+    path.write_text('pipeline k\ninput end: text\nnode style: choice("(A)", "B") {}\nnode class: text {}\n'
+                    'node click: text {}\nend -> style, class -> click\noutput click\n')
+    chart = emit_mermaid(compile_file(str(path))).splitlines()
+    assert chart[0] == "flowchart LR"
+    shape = re.compile(r'  n\d+(\(\["[^"]*"\]\)|\[\["[^"]*"\]\]|\["[^"]*"\])\Z')
+    assert all(shape.match(line) or re.fullmatch(r"  n\d+ --> n\d+", line) for line in chart[1:]), chart
+    assert chart[1:5] == ['  n0(["end"])', '  n1["style: choice((A), B)"]', '  n2["class: text"]', '  n3[["click: text"]]']
+    assert chart[5:] == ["  n0 --> n1", "  n0 --> n2", "  n1 --> n3", "  n2 --> n3"]
