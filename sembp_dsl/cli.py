@@ -116,40 +116,30 @@ def _mapping(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
+
+
 class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
 
-def _session(args, graph):
-    """The LLM layer for a command, with the models and limits its flags ask for."""
-    from dataclasses import replace
+def _pipeline(args):
+    """The pipeline of a command, with the models and limits its flags ask for."""
+    from .api import load
 
-    from .cache import ResponseCache
-    from .llm import LLM
-
-    models = dict(graph.models)
-    for role, flag in (("forward", args.model), ("backward", args.backward_model or args.model),
-                       ("optimizer", args.optimizer_model or args.model)):
-        if flag:
-            models[role] = replace(models[role], name=flag)
-    cache = None if args.no_cache else ResponseCache()
-    llm = LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
-              max_calls=args.max_calls, max_cost=args.max_cost)
+    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
+    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
+                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
-    return llm
+    return pipeline
 
 
-def _print_ledger(llm, args) -> None:
+def _print_ledger(pipeline, args) -> None:
     if not args.json:
-        print("\n" + llm.ledger.render(), file=sys.stderr)
+        print("\n" + pipeline.ledger.render(), file=sys.stderr)
 
 
 def cmd_run(args) -> int:
-    from .runtime import run
-    from .source import compile_file
-
-    graph = compile_file(args.file)
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -157,21 +147,21 @@ def cmd_run(args) -> int:
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
-    missing = [i.name for i in graph.inputs if i.name not in inputs]
-    if missing:
-        raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
-    llm = _session(args, graph)
-    trace = llm.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
-    if args.json:
-        print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
-    else:
-        if args.trace:
-            for t in trace.nodes.values():
-                print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
-                      f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
-        final = trace.final
-        print(trace.output if trace.output is not None else f"(no answer: {final.error})\n{final.reply}")
-    _print_ledger(llm, args)
+    with _pipeline(args) as pipeline:
+        try:
+            prediction = pipeline.batch([inputs])[0]
+        except ValueError as exc:
+            raise UsageError(f"--input: {exc}")
+        trace = prediction.trace
+        if args.json:
+            print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
+        else:
+            if args.trace:
+                for t in trace.nodes.values():
+                    print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                          f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
+            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+        _print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
 
@@ -179,102 +169,60 @@ def cmd_eval(args) -> int:
     from tqdm import tqdm
 
     from . import datasets
-    from .evaluate import evaluate, metric_for
-    from .source import compile_file
+    from .evaluate import metric_for
 
-    graph = compile_file(args.file)
-    dataset = datasets.load(args.data, args.data_dir)
-    # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
-    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
-                                  _or_file(args.val_size, graph, "val_size"), args.test_size,
-                                  _or_file(args.seed, graph, "seed"))
-    samples = getattr(splits, args.split)[: args.limit]
-    llm = _session(args, graph)
-    metric = metric_for(graph, dataset.metric)
-    with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
-              disable=args.json or None) as bar:
-        evaluation = llm.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
-    if args.json:
-        print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
-                          **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
-        return 0
-    low, high = evaluation.interval
-    print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-          f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
-    if evaluation.stopped:
-        print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-    for r in evaluation.wrong[: args.errors]:
-        final = r.trace.final
-        print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-              f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
-    _print_ledger(llm, args)
-    return 0
+    with _pipeline(args) as pipeline:
+        dataset = datasets.load(args.data, args.data_dir, args.test_data)
+        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        samples = getattr(splits, args.split)[: args.limit]
+        metric = metric_for(pipeline.graph, dataset.metric)
+        with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
+                  disable=args.json or None) as bar:
+            evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+        code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
+        if args.json:
+            print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
+                              **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
+            return code
+        print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
+        _print_ledger(pipeline, args)
+    return code
 
 
 def cmd_optimize(args) -> int:
-    from pathlib import Path
+    from dataclasses import asdict
 
     from tqdm import tqdm
 
     from . import datasets
     from .evaluate import metric_for
-    from dataclasses import asdict
-
-    from .optimize import Optimizer, plan
+    from .record import ResumeError, resume_command
     from .stats import wins_needed
-    from .record import ResumeError, RunRecord, Settings
-    from .source import compile_file
-    from .writeback import WriteBack, rewrite, unified_diff
 
-    graph = compile_file(args.file)
+    pipeline = _pipeline(args)
+    graph = pipeline.graph
     _report(graph.warnings, graph.pipeline.text)
-    only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
-    for name in only:
-        if name not in graph.prompts:
-            raise UsageError(f"--only: no param '{name}' (params: {', '.join(graph.prompts)})")
-        if name not in graph.trainable:
-            raise UsageError(f"--only: param '{name}' is frozen or used by no node")
-    llm = _session(args, graph)
-    settings = Settings(
-        file=args.file, data=args.data, seed=_or_file(args.seed, graph, "seed"), iterations=_or_file(args.iters, graph, "iterations"),
-        train_size=_or_file(args.train_size, graph, "train_size"), val_size=_or_file(args.val_size, graph, "val_size"),
-        test_size=_or_file(args.test_size, graph, "test_size"), errors_per_gradient=_or_file(args.errors_per_gradient, graph, "errors_per_gradient"),
-        gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
-        gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
-        models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
-        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"),
-    )
-    dataset = datasets.load(args.data, args.data_dir)
-    gate_size = settings.val_size if settings.gate == "validation" else 0
-    splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
-    if settings.gate != "none" and not (splits.val if settings.gate == "validation" else splits.train):
-        raise UsageError(f"the gate split is empty: give --{'val' if settings.gate == 'validation' else 'train'}-size "
+    method = dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gradient=args.gradient,
+                  update=args.update, gate="none" if args.no_gate else args.gate, gate_alpha=args.gate_alpha,
+                  only=tuple(p.strip() for p in args.only.split(",")) if args.only else (), seed=args.seed)
+    try:
+        settings = pipeline.method(**method)
+    except ValueError as exc:
+        raise UsageError(f"--only: {exc}")
+    gate = settings.gate
+    dataset = datasets.load(args.data, args.data_dir, args.test_data)
+    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
+                                  _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
+                                  _or_file(args.test_size, graph, "test_size"), settings.seed)
+    if gate != "none" and not (splits.val if gate == "validation" else splits.train):
+        raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
                          "of at least 1, or --no-gate")
     mapping = _mapping(args.map, "--map")
-    the_plan = plan(graph, llm, settings, splits.train, splits.val, splits.test, mapping)
+    the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
-
-    runs = Path(args.runs_dir)
-    if args.resume:
-        try:
-            record = RunRecord.resume(runs, settings)
-        except ResumeError as exc:
-            raise UsageError(f"--resume: {exc}")
-        initial = graph.with_prompts(record.data["initial_prompts"])
-        print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
-    else:
-        initial = graph
-        record = RunRecord.create(runs, settings, graph.prompts)
-
-    original_text = rewrite(graph.pipeline, initial.prompts)
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
-
-    def write_back(accepted) -> None:
-        notice = writer(accepted.prompts)
-        if notice:
-            print(notice, file=sys.stderr)
 
     bars = []
 
@@ -290,42 +238,61 @@ def cmd_optimize(args) -> int:
         if not args.json:
             print(line, flush=True)
 
-    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), mapping,
-                          splits.train, splits.val, splits.test, record, write_back, log, progress)
     if not args.json:
         print(the_plan.render(), file=sys.stderr)
-        if settings.gate != "none" and len(optimizer.gate_split()) < wins_needed(settings.gate_alpha):
-            print(f"warning: the gate split has {len(optimizer.gate_split())} samples, but a step needs at least "
-                  f"{wins_needed(settings.gate_alpha)} wins and no loss to pass at gate_alpha {settings.gate_alpha:g}: "
+        alpha = settings.gate_alpha
+        gate_size = len(splits.train if gate == "train" else splits.val)
+        if gate != "none" and gate_size < wins_needed(alpha):
+            print(f"warning: the gate split has {gate_size} samples, but a step needs at least "
+                  f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
                   "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
                   "or a larger --gate-alpha.", file=sys.stderr)
     try:
-        outcome = llm.run(optimizer.run())
+        found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
+                                  data=args.data, test_data=args.test_data, mapping=mapping, runs_dir=args.runs_dir,
+                                  resume=args.resume, write=not args.dry_run, out=args.out, log=log, progress=progress,
+                                  **method)
+    except ResumeError as exc:
+        raise UsageError(f"--resume: {exc}")
     except KeyboardInterrupt:
-        done = len(record.data["iterations"])
-        print(f"\ninterrupted after {done} finished iteration(s); the best prompts so far are in {writer.target}"
-              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: sbpc optimize {args.file} ... --resume",
+        print(f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
+              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
               file=sys.stderr)
         raise
+    finally:
+        pipeline.close()
     log("")
-    final_text = rewrite(graph.pipeline, outcome.graph.prompts)
-    diff = unified_diff(original_text, final_text, args.file)
+    outcome, diff = found.outcome, found.diff
     code = 1 if outcome.failed else 0
     if args.json:
-        print(json.dumps({"run": str(record.folder), "plan": asdict(the_plan), **record.data, "diff": diff}, indent=2))
+        record = json.loads((found.record / "run.json").read_text())
+        print(json.dumps({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}, indent=2))
         return code
     if outcome.stopped:
         print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
-              f"sbpc optimize {args.file} ... --resume")
+              f"{resume_command(args.argv)}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {writer.target}"
+    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
-    print(f"run record: {record.folder}/run.json")
-    _print_ledger(llm, args)
+    print(f"run record: {found.record}/run.json")
+    _print_ledger(pipeline, args)
     return code
+
+
+def cmd_serve(args) -> int:
+    from .serve import serve
+
+    pipeline = _pipeline(args)
+
+    def announce(url: str) -> None:
+        print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
+              "GET /health; Ctrl-C stops)", flush=True)
+
+    serve(pipeline, args.host, args.port, announce)
+    return 0
 
 
 def held_out_change(before, after) -> str:
@@ -344,35 +311,66 @@ def held_out_change(before, after) -> str:
     return text
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
+def _number(kind, low: float, inclusive: bool, what: str, high: float = float("inf")):
+    """An argparse type: a finite `kind` above `low` (or at it, when inclusive) and at most `high`; else a usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not low <= value <= min(high, 1e308) or (value == low and not inclusive):  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+COUNT = _number(int, 0, True, "a whole number, 0 or more")
+POSITIVE_COUNT = _number(int, 1, True, "a whole number, 1 or more")
+SECONDS = _number(float, 0, False, "a number of seconds above 0")
+DOLLARS = _number(float, 0, True, "an amount of dollars, 0 or more")
+PROBABILITY = _number(float, 0, False, "a probability above 0 and at most 1", high=1)
+
+
+def _add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
     g = p.add_argument_group("models and limits")
-    g.add_argument("--model", help="litellm model for every call (unless --backward-model / --optimizer-model say otherwise), "
-                                   "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
-    g.add_argument("--backward-model", help="model for backward (gradient) calls")
-    g.add_argument("--optimizer-model", help="model for optimizer calls")
-    g.add_argument("--concurrency", type=int, default=16, help="LLM calls in flight at most (default 16)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per call before it is retried (default 120)")
+    every = "every call (unless --backward-model / --optimizer-model say otherwise)" if learning else "every call"
+    g.add_argument("--model", help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+                                   "ollama/llama3, embedded/smollm2-135m")
+    if learning:
+        g.add_argument("--backward-model", help="model for backward (gradient) calls")
+        g.add_argument("--optimizer-model", help="model for optimizer calls")
+    else:
+        p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
+    g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
+    g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
                                                             "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
-    g.add_argument("--max-calls", type=int, help="stop cleanly after this many LLM calls")
-    g.add_argument("--max-cost", type=float, help="stop cleanly once this many dollars are spent")
+    g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
+    g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
 
 
-def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int) -> None:
+def _add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv)")
+    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+                                                 "JSON values that are not strings reach prompts as JSON text")
+    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
+                                                       "--data then gives train and val only")
     g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
     g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
     from_file = "the file's optimize block"
-    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train if train is not None else from_file})")
-    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val if val is not None else from_file})")
-    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test if test is not None else from_file})")
+    g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
+    g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")
+    g.add_argument("--test-size", type=COUNT, help=f"test samples (default: {test_default})")
     g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .datasets import EVAL_TEST_SIZE
 
     parser = argparse.ArgumentParser(
         prog="sbpc",
@@ -389,7 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
-    check.set_defaults(run=cmd_check)
+    check.set_defaults(run=cmd_check, parser=check)
 
     comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
                           description="Compile a pipeline file and print it in another form.",
@@ -400,7 +398,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
-    comp.set_defaults(run=cmd_compile)
+    comp.set_defaults(run=cmd_compile, parser=comp)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
                             description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
@@ -417,7 +415,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
     _add_model_flags(run)
-    run.set_defaults(run=cmd_run)
+    run.set_defaults(run=cmd_run, parser=run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -426,11 +424,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "  sbpc eval pipelines/bbh.sbp --data bbh:navigate --errors 3")
     ev.add_argument("file", metavar="FILE")
     ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
-    ev.add_argument("--limit", type=int, help="score only the first N samples of the split")
-    ev.add_argument("--errors", type=int, default=0, metavar="N", help="print the first N wrong samples")
-    _add_data_flags(ev, train=None, val=None, test=100)
+    ev.add_argument("--limit", type=COUNT, help="score only the first N samples of the split")
+    ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
+    _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
-    ev.set_defaults(run=cmd_eval)
+    ev.set_defaults(run=cmd_eval, parser=ev)
 
     op = sub.add_parser(
         "optimize", help="optimize the prompts of a pipeline and write them back into its file",
@@ -447,8 +445,8 @@ def build_parser() -> argparse.ArgumentParser:
                "Settings not given as flags come from the pipeline's `optimize { ... }` block.")
     op.add_argument("file", metavar="FILE")
     g = op.add_argument_group("method")
-    g.add_argument("--iters", type=int, help="iterations (default: the file's, else 3)")
-    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default 2)")
+    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's, else 3)")
+    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default 2)")
     g.add_argument("--gradient", choices=["sibling", "no-sibling", "no_sibling", "none"],
                    help="sibling: one backward call per node, all hints side by side (default); "
                         "no-sibling: one call per edge; none: no backward calls")
@@ -458,7 +456,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=["validation", "train", "none"], help="split that must improve for a step to be kept "
                                                                            "(default validation; train reproduces the paper's code)")
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
-    g.add_argument("--gate-alpha", type=float, metavar="P",
+    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P",
                    help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
                         "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)")
     w = op.add_argument_group("output")
@@ -469,15 +467,32 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
-    _add_data_flags(op, train=None, val=None, test=None)
-    _add_model_flags(op)
-    op.set_defaults(run=cmd_optimize)
+    _add_data_flags(op)
+    _add_model_flags(op, learning=True)
+    op.set_defaults(run=cmd_optimize, parser=op)
+
+    srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
+                                     "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+                                     "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
+                         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
+                                "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
+    srv.add_argument("file", metavar="FILE")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    _add_model_flags(srv)
+    srv.set_defaults(run=cmd_serve)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .datasets import anchor_data_dir
+
+    anchor_data_dir()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
     try:
         return args.run(args)
     except PipelineError as exc:
@@ -489,7 +504,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except UsageError as exc:
-        parser.error(str(exc))
+        args.parser.error(str(exc))  # with the usage of the subcommand that was given
     except Exception as exc:
         known = _known_errors()
         if not isinstance(exc, known):
@@ -502,9 +517,11 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
+    from .cache import CacheError
     from .datasets import DataError
+    from .record import RecordError
 
-    known: list[type[Exception]] = [DataError, TemplateError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

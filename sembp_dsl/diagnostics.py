@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .ir import Span
@@ -77,7 +78,7 @@ def warning(span: Span | None, message: str) -> Diagnostic:
     return Diagnostic("warning", message, span, span.file if span else "")
 
 
-def did_you_mean(name: str, candidates) -> str:
+def did_you_mean(name: str, candidates: Iterable) -> str:
     """`; did you mean 'x'?` for the closest candidate, or nothing when none is close."""
     close = difflib.get_close_matches(name, [str(c) for c in candidates], n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""
