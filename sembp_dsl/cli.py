@@ -84,6 +84,13 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_schema(args) -> int:
+    from .yaml_form import schema_text
+
+    print(schema_text(), end="")
+    return 0
+
+
 def cmd_compile(args) -> int:
     from .emit import EMITTERS
     from .source import compile_file
@@ -393,6 +400,13 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
     comp.set_defaults(run=cmd_compile, parser=comp)
+
+    schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
+                            description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
+                                        "  # yaml-language-server: $schema=pipeline.schema.json\n"
+                                        "after `sbpc schema > pipeline.schema.json`.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    schema.set_defaults(run=cmd_schema)
 
     run = sub.add_parser("run", help="run a pipeline on one input and print its output",
                          formatter_class=argparse.RawDescriptionHelpFormatter,

@@ -260,6 +260,8 @@ def variables(source: str) -> frozenset[str]:
 
     `include`, `import` and `extends` are refused: a pipeline's templates live in its own file.
     """
+    if "{" not in source:  # plain text: every Jinja construct starts with a brace
+        return frozenset()
     try:
         tree = ENV.parse(source)
         for kind, tag in FORBIDDEN.items():
@@ -280,6 +282,8 @@ def compile_template(source: str) -> BoundedTemplate:
 
 def trial_render(source: str, names: frozenset[str]) -> RenderError | None:
     """Render with a placeholder for every variable; the error, if this fails whatever the data."""
+    if "{" not in source:
+        return None
     values = {name: f"<{name}>" for name in names}
     values["inputs"] = [(name, f"<{name}>") for name in sorted(names - {"inputs", "prompt"})]
     try:
