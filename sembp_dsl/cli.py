@@ -458,7 +458,90 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(op, train=None, val=None, test=None)
     _add_model_flags(op)
     op.set_defaults(run=cmd_optimize)
+    _add_run_commands(sub)
     return parser
+
+
+def _runs_command(work):
+    """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
+    def command(args) -> int:
+        from .runs import RunsError
+
+        try:
+            return work(args)
+        except RunsError as exc:
+            print(f"sbpc: error: {exc}", file=sys.stderr)
+            return 1
+    return command
+
+
+@_runs_command
+def cmd_runs(args) -> int:
+    from .runs import find_runs, render_list
+
+    runs = find_runs(args.runs_dir)
+    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs))
+    return 0
+
+
+@_runs_command
+def cmd_show(args) -> int:
+    from .runs import render_show, resolve
+
+    run = resolve(args.run_spec, args.runs_dir)
+    print(json.dumps(run.data, indent=2, ensure_ascii=False) if args.json else render_show(run))
+    return 0
+
+
+@_runs_command
+def cmd_apply(args) -> int:
+    from .runs import apply, resolve
+
+    target, diff, notice = apply(resolve(args.run_spec, args.runs_dir), args.iteration, args.file)
+    if notice:
+        print(notice, file=sys.stderr)
+    print(f"{diff}written to {target}" if diff else f"{args.file} already holds these prompts; nothing written")
+    return 0
+
+
+def _add_run_commands(sub) -> None:
+    """Commands over run records: list, show, apply, report, compare."""
+    def runs_dir(p):
+        p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
+
+    RUN = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
+           "(e.g. 20260101-1200)")
+    ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
+                        description="Every run in the runs folder: when, file, data, the settings that differ from the "
+                                    "defaults, initial -> best gate score, test before -> after, calls, cost, and "
+                                    "whether it finished.")
+    runs_dir(ls)
+    ls.add_argument("--json", action="store_true", help="print the runs as JSON")
+    ls.set_defaults(run=cmd_runs)
+
+    show = sub.add_parser("show", help="show one run iteration by iteration",
+                          formatter_class=argparse.RawDescriptionHelpFormatter,
+                          description="A run iteration by iteration: scores, each candidate prompt with its fate and why, "
+                                      "a word diff against the prompt it would replace ([-old-]{+new+}), and the "
+                                      "gradients behind it.",
+                          epilog="examples:\n  sbpc show -1                 # the newest run\n"
+                                 "  sbpc show .sbpc/runs/20260101-120000-liar")
+    show.add_argument("run_spec", metavar="RUN", help=RUN)
+    runs_dir(show)
+    show.add_argument("--json", action="store_true", help="print the run record as it is")
+    show.set_defaults(run=cmd_show)
+
+    ap = sub.add_parser("apply", help="write the prompts of one iteration of a run into a pipeline file",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        description="Write the prompts a run had after iteration K into FILE, with optimize's own "
+                                    "write-back: only the prompt literals change, checked by parsing the file again.",
+                        epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
+    ap.add_argument("run_spec", metavar="RUN", help=RUN)
+    ap.add_argument("--iteration", type=int, required=True, metavar="K",
+                    help="the iteration whose prompts to write (0: the run's initial prompts)")
+    ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
+    runs_dir(ap)
+    ap.set_defaults(run=cmd_apply)
 
 
 def main(argv: list[str] | None = None) -> int:
