@@ -504,6 +504,20 @@ def cmd_apply(args) -> int:
     return 0
 
 
+@_runs_command
+def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from .report import render
+    from .runs import resolve
+    from .writeback import atomic_write
+
+    runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
+    atomic_write(Path(args.out), render(runs))
+    print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
+    return 0
+
+
 def _add_run_commands(sub) -> None:
     """Commands over run records: list, show, apply, report, compare."""
     def runs_dir(p):
@@ -542,6 +556,20 @@ def _add_run_commands(sub) -> None:
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
     ap.set_defaults(run=cmd_apply)
+
+    rep = sub.add_parser("report", help="write one HTML page about one run, or comparing several",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="One self-contained HTML file that opens offline: train, gate and test scores and "
+                                     "calls and cost per iteration (plots by matplotlib: pip install 'sbpc[report]'), "
+                                     "every candidate's diff and fate, the gradients per node, and the final diff of "
+                                     "the source file. Several runs give one page that compares them. The page runs "
+                                     "no script and loads nothing.",
+                         epilog="examples:\n  sbpc report -1 && xdg-open report.html\n"
+                                "  sbpc report 3 4 5 --out ablation.html")
+    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=RUN)
+    rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
+    runs_dir(rep)
+    rep.set_defaults(run=cmd_report)
 
 
 def main(argv: list[str] | None = None) -> int:
