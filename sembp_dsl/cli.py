@@ -518,6 +518,42 @@ def cmd_report(args) -> int:
     return 0
 
 
+def cmd_compare(args) -> int:
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from . import compare, datasets
+    from .evaluate import metric_for
+    from .source import compile_file
+    from .writeback import atomic_write
+
+    graph = compile_file(args.file)
+    llm = _session(args, graph)
+    try:
+        rows = compare.make_rows(compare.parse_vary(args.vary or [], graph), args.grid)
+        base = compare.base_settings(graph, llm, args.file, args.data, seed=args.seed, iterations=args.iters,
+                                     train_size=args.train_size, val_size=args.val_size, test_size=args.test_size,
+                                     errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha)
+        seeds = [base.seed + i for i in range(args.seeds)]
+        dataset = datasets.load(args.data, args.data_dir)
+        with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
+                  disable=args.json or None) as bar:
+            results = compare.compare(graph, llm, base, dataset, metric_for(graph, dataset.metric),
+                                      _mapping(args.map, "--map"), rows, seeds, args.runs_dir,
+                                      lambda what: (bar.set_postfix_str(what), bar.update()))
+    except compare.CompareError as exc:
+        print(f"sbpc: error: {exc}", file=sys.stderr)
+        return 1
+    print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
+                      "ledger": llm.ledger.to_json()}, indent=2) if args.json else compare.markdown(results, base))
+    if args.report:
+        atomic_write(Path(args.report), compare.html(results, base))
+        print(f"wrote {args.report}", file=sys.stderr)
+    _print_ledger(llm, args)
+    return 0
+
+
 def _add_run_commands(sub) -> None:
     """Commands over run records: list, show, apply, report, compare."""
     def runs_dir(p):
@@ -570,6 +606,36 @@ def _add_run_commands(sub) -> None:
     rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
     runs_dir(rep)
     rep.set_defaults(run=cmd_report)
+
+    cmp = sub.add_parser(
+        "compare", help="optimize under several settings and seeds, and compare held-out accuracy",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run one optimize per setting and seed (never writing back, all sharing one response cache) and\n"
+                    "print a table: per row, held-out test accuracy as the mean and 95% t interval over seeds, the\n"
+                    "difference from the first row paired by seed with its interval, and calls, tokens, cost and\n"
+                    "wall time. Rows change one --vary setting at a time from the base (the first value of each\n"
+                    "--vary), as the paper's liar.sh does; --grid runs every combination instead.",
+        epilog="examples:\n"
+               "  sbpc compare pipelines/liar.sbp --data liar --vary gradient=sibling,no-sibling,none --seeds 3 --test-size 100\n"
+               "  sbpc compare pipelines/liar_paper.sbp --data liar --vary gradient=sibling,none,no-sibling \\\n"
+               "      --vary only=each --vary gate=train,none --seeds 3 --test-size 200 --report liar.html   # liar.sh\n"
+               "--vary takes gradient, only (each | all | PARAM[+PARAM]), gate, update, iterations,\n"
+               "errors_per_gradient, train_size, val_size, gate_alpha.")
+    cmp.add_argument("file", metavar="FILE")
+    g = cmp.add_argument_group("experiment")
+    g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
+                   help="a setting and its values; the first is the base (repeat for several settings)")
+    g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
+    g.add_argument("--seeds", type=int, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
+    g.add_argument("--iters", type=int, help="iterations (default: the file's)")
+    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default: the file's)")
+    g.add_argument("--gate-alpha", type=float, metavar="P", help="the gate's sign-test level (default: the file's)")
+    w = cmp.add_argument_group("output")
+    w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
+    w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
+    _add_data_flags(cmp, train=None, val=None, test=None)
+    _add_model_flags(cmp)
+    cmp.set_defaults(run=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:
