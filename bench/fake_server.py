@@ -23,6 +23,19 @@ Endpoints
 ``POST /reset``
     Zero the counters (and re-arm scripted ``failures``).
 
+Faults
+------
+``failures`` scripts the first requests; ``fault_rate`` injects faults at
+random (seeded) into any request after that, drawn from ``fault_kinds``.
+An entry is an HTTP status (answered with a JSON error) or one of
+``FAULTS``: transient ones (``TRANSIENT_FAULTS``: 429 with and without
+Retry-After, 500, 503, a hang, a body that is not JSON, a list body,
+``choices: []``, no ``choices``, ``content: null``, a connection reset
+mid-body, an HTML 502 page) and permanent ones (``PERMANENT_FAULTS``:
+401 echoing the key it got, litellm's "Missing credentials" as a 500, an
+HTML 404 page).  ``faults`` counts what was injected (``fault_counts`` by
+kind); ``refused_url()`` is an address where nothing listens.
+
 In-process use (tests)::
 
     from fake_server import FakeServer
@@ -48,8 +61,10 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import re
 import select
+import socket
 import signal
 import subprocess
 import sys
@@ -57,10 +72,16 @@ import threading
 import time
 from typing import Any, Callable, Iterable, Optional, Sequence, Union
 
-__all__ = ["FakeServer", "spawn", "HANG"]
+__all__ = ["FakeServer", "spawn", "refused_url", "HANG", "FAULTS", "TRANSIENT_FAULTS", "PERMANENT_FAULTS"]
 
 #: Put this in ``failures`` to make that request hang (sleep ``hang_seconds``).
 HANG = "hang"
+TRANSIENT_FAULTS = ("429", "429-retry-after", "500", "503", HANG, "malformed", "list-body", "empty-choices",
+                    "no-choices", "null-content", "reset", "html-502")
+PERMANENT_FAULTS = ("401", "missing-credentials", "html-404")
+FAULTS = TRANSIENT_FAULTS + PERMANENT_FAULTS
+MISSING_CREDENTIALS = ("Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, "
+                       "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable.")
 
 Reply = Union[None, str, Callable[[list], str]]
 
@@ -110,7 +131,9 @@ class _State:
 
     def __init__(self, delay: float, reply: Reply, failures: Sequence,
                  hang: bool, hang_seconds: float,
-                 retry_after: Optional[float], record: bool = True) -> None:
+                 retry_after: Optional[float], record: bool = True,
+                 fault_rate: float = 0.0, fault_kinds: Sequence = TRANSIENT_FAULTS,
+                 seed: int = 0) -> None:
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -118,9 +141,16 @@ class _State:
         self.hang = hang
         self.hang_seconds = hang_seconds
         self.retry_after = retry_after
+        self.fault_rate = fault_rate
+        self.fault_kinds = list(fault_kinds)
+        self.seed = seed
         self.reset()
 
     def reset(self) -> None:
+        self.random = random.Random(self.seed)
+        self.faults = 0  # faults injected (scripted or at random)
+        self.fault_counts: dict = {}
+        self.fault_times: list = []  # time.monotonic() of each injected fault
         self.requests = 0
         self.connections = 0  # TCP connections accepted
         self.in_flight = 0
@@ -186,7 +216,8 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
             path = target.split("?", 1)[0].rstrip("/")
 
             if method == "POST" and path in _CHAT_PATHS:
-                await _chat_completion(state, body, writer, keep_alive)
+                if await _chat_completion(state, body, headers, writer, keep_alive):
+                    return  # the fault cut the connection
             elif method == "GET" and path == "/stats":
                 stats = {
                     "requests": state.requests,
@@ -224,9 +255,77 @@ def _error_body(status: int, message: str) -> bytes:
 # Chat completions
 # --------------------------------------------------------------------------
 
-async def _chat_completion(state: _State, body: bytes,
+def _fault_for(state: _State, n: int):
+    """The fault request number n gets, or None: the script first, then the dice."""
+    if n < len(state.failures):
+        failure = state.failures[n]
+        return None if failure in (None, 200) else failure
+    if state.fault_rate and state.random.random() < state.fault_rate:
+        return state.random.choice(state.fault_kinds)
+    return None
+
+
+def _html(status: int) -> bytes:
+    reason = f"{status} {_REASONS.get(status, 'Error')}"
+    return (f"<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n<title>{reason}</title>\n"
+            f"</head><body>\n<h1>{reason}</h1>\n<p>The proxy server could not handle the request.</p>\n"
+            "<hr><address>Apache/2.4.41 Server at 127.0.0.1</address>\n</body></html>\n").encode()
+
+
+def _completion_body(text, finish: str = "stop", **usage: int) -> dict:
+    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": "fake",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
+                         "finish_reason": finish}], "usage": usage or {"prompt_tokens": 1, "completion_tokens": 1,
+                                                                       "total_tokens": 2}}
+
+
+def _inject(state: _State, fault, headers: dict, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
+    """Answer with a fault instead of a completion; True when the connection was cut."""
+    def send(status: int, body: bytes, content_type: str = "application/json", extra=()) -> None:
+        writer.write(_response(status, body, keep_alive=keep_alive, content_type=content_type, extra_headers=extra))
+
+    if isinstance(fault, int) or (isinstance(fault, str) and fault.isdigit()):
+        status = int(fault)
+        extra = []
+        if state.retry_after is not None and status in (429, 503, 529):
+            extra.append(("Retry-After", f"{state.retry_after:g}"))
+        message = f"scripted failure {status}"
+        if status == 401:  # as some servers do: echo the key, which the client must never print
+            message = f"Incorrect API key provided: {headers.get('authorization', '').removeprefix('Bearer ')}"
+        send(status, _error_body(status, message), extra=extra)
+    elif fault == "429-retry-after":
+        wait = state.retry_after if state.retry_after is not None else 1
+        send(429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")])
+    elif fault == "missing-credentials":
+        send(500, _error_body(500, MISSING_CREDENTIALS))
+    elif fault in ("html-502", "html-404"):
+        status = int(fault[-3:])
+        send(status, _html(status), content_type="text/html")
+    elif fault == "malformed":
+        send(200, b'{"id": "chatcmpl-fake", "choices": [{"message": ')
+    elif fault == "list-body":
+        send(200, b"[]")
+    elif fault == "empty-choices":
+        send(200, json.dumps({**_completion_body("x"), "choices": []}).encode())
+    elif fault == "no-choices":
+        body = _completion_body("x")
+        del body["choices"]
+        send(200, json.dumps(body).encode())
+    elif fault == "null-content":
+        send(200, json.dumps(_completion_body(None)).encode())
+    elif fault == "reset":  # promise a body, send half of it, drop the connection
+        body = json.dumps(_completion_body("this reply never arrives whole")).encode()
+        writer.write(_response(200, body, keep_alive=True)[:-len(body) // 2])
+        writer.transport.abort()
+        return True
+    else:
+        raise ValueError(f"unknown fault {fault!r}")
+    return False
+
+
+async def _chat_completion(state: _State, body: bytes, headers: dict,
                            writer: asyncio.StreamWriter,
-                           keep_alive: bool) -> None:
+                           keep_alive: bool) -> bool:
     n = state.requests
     state.requests += 1
     state.in_flight += 1
@@ -240,24 +339,22 @@ async def _chat_completion(state: _State, body: bytes,
         if not isinstance(request, dict):
             writer.write(_response(400, _error_body(400, "body is not JSON"),
                                    keep_alive=keep_alive))
-            return
+            return False
         if state.record:
             state.bodies.append(request)
 
-        failure = state.failures[n] if n < len(state.failures) else None
+        failure = _fault_for(state, n)
+        if failure is not None:
+            state.faults += 1
+            state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
+            state.fault_times.append(time.monotonic())
         if state.hang or failure == HANG:
             await asyncio.sleep(state.hang_seconds)
         elif state.delay > 0:
             await asyncio.sleep(state.delay)
 
-        if isinstance(failure, int) and failure != 200:
-            extra = []
-            if state.retry_after is not None and failure in (429, 503, 529):
-                extra.append(("Retry-After", f"{state.retry_after:g}"))
-            writer.write(_response(
-                failure, _error_body(failure, f"scripted failure {failure}"),
-                keep_alive=keep_alive, extra_headers=extra))
-            return
+        if failure not in (None, HANG):
+            return _inject(state, failure, headers, writer, keep_alive)
 
         messages = request.get("messages") or []
         reply = state.reply
@@ -285,7 +382,7 @@ async def _chat_completion(state: _State, body: bytes,
             payload = _sse_body(completion_id, created, model, text, usage)
             writer.write(_response(200, payload, keep_alive=keep_alive,
                                    content_type="text/event-stream"))
-            return
+            return False
         payload = json.dumps({
             "id": completion_id,
             "object": "chat.completion",
@@ -300,6 +397,7 @@ async def _chat_completion(state: _State, body: bytes,
             "usage": usage,
         }).encode()
         writer.write(_response(200, payload, keep_alive=keep_alive))
+        return False
     finally:
         state.in_flight -= 1
 
@@ -344,22 +442,29 @@ class FakeServer:
         hang: if true, every request hangs (sleeps ``hang_seconds``).
         hang_seconds: how long a hanging request sleeps (longer than any
             client timeout); hanging requests are cancelled on ``stop()``.
-        retry_after: if set, 429/503/529 failures carry ``Retry-After``.
+        retry_after: if set, 429/503/529 failures carry ``Retry-After``
+            (and ``429-retry-after`` faults carry it instead of 1 s).
+        fault_rate: probability that a request after the script gets a
+            fault, drawn from ``fault_kinds`` (statuses or ``FAULTS``).
+        seed: seed of those draws (``reset()`` re-seeds).
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
     ``base_url`` (without ``/v1``), ``requests``, ``connections``,
     ``in_flight``, ``max_in_flight``, ``bodies`` (parsed JSON of every chat
-    request).
+    request), ``faults``, ``fault_counts``, ``fault_times``.
     """
 
     def __init__(self, delay: float = 0.0, reply: Reply = None,
                  failures: Sequence = (), hang: bool = False,
                  hang_seconds: float = 3600.0,
                  retry_after: Optional[float] = None,
+                 fault_rate: float = 0.0,
+                 fault_kinds: Sequence = TRANSIENT_FAULTS, seed: int = 0,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self._state = _State(delay, reply, failures, hang, hang_seconds,
-                             retry_after)
+                             retry_after, fault_rate=fault_rate,
+                             fault_kinds=fault_kinds, seed=seed)
         self.host = host
         self.port = port
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -390,6 +495,18 @@ class FakeServer:
         return self._state.bodies
 
     @property
+    def faults(self) -> int:
+        return self._state.faults
+
+    @property
+    def fault_counts(self) -> dict:
+        return dict(self._state.fault_counts)
+
+    @property
+    def fault_times(self) -> list:
+        return list(self._state.fault_times)
+
+    @property
     def base_url(self) -> str:
         return f"http://{self.host}:{self.port}"
 
@@ -408,10 +525,12 @@ class FakeServer:
         ``hang_seconds`` or ``retry_after`` while running."""
         for key, value in options.items():
             if key not in ("delay", "reply", "failures", "hang",
-                           "hang_seconds", "retry_after"):
+                           "hang_seconds", "retry_after", "fault_rate",
+                           "fault_kinds"):
                 raise TypeError(f"unknown option {key!r}")
             setattr(self._state, key,
-                    list(value) if key == "failures" else value)
+                    list(value) if key in ("failures", "fault_kinds")
+                    else value)
 
     # Lifecycle -----------------------------------------------------------
     def start(self) -> "FakeServer":
@@ -519,15 +638,25 @@ def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
     return line, stop
 
 
+def refused_url() -> str:
+    """An OpenAI-style base URL on a loopback port where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
 def _parse_failures(text: str) -> list:
-    return [HANG if item.strip() == HANG else int(item)
+    return [int(item) if item.strip().isdigit() else item.strip()
             for item in text.split(",") if item.strip()]
 
 
 async def _main(args: argparse.Namespace) -> None:
     state = _State(args.delay, args.reply, _parse_failures(args.failures),
                    args.hang, args.hang_seconds, args.retry_after,
-                   record=False)
+                   record=False, fault_rate=args.fault_rate,
+                   fault_kinds=_parse_failures(args.fault_kinds)
+                   or TRANSIENT_FAULTS, seed=args.seed)
     server = await _start_server(state, args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}/v1", flush=True)
@@ -551,12 +680,19 @@ def main(argv: Optional[list] = None) -> None:
     parser.add_argument("--reply", default=None,
                         help="fixed reply text (default: echo last message)")
     parser.add_argument("--failures", default="",
-                        help="comma-separated statuses for the first requests,"
-                             " e.g. 429,500,hang")
+                        help="comma-separated statuses or faults for the first"
+                             " requests, e.g. 429,500,hang,reset")
     parser.add_argument("--hang", action="store_true",
                         help="every request hangs")
     parser.add_argument("--hang-seconds", type=float, default=3600.0)
     parser.add_argument("--retry-after", type=float, default=None)
+    parser.add_argument("--fault-rate", type=float, default=0.0,
+                        help="probability of a fault per request after the"
+                             " scripted ones")
+    parser.add_argument("--fault-kinds", default="",
+                        help="comma-separated faults to draw from (default:"
+                             f" the transient ones: {','.join(TRANSIENT_FAULTS)})")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     try:
         import uvloop  # optional; only if already installed

@@ -1,7 +1,7 @@
 """A persistent response cache in SQLite, so a repeated run costs no new calls.
 
-The key hashes the model, the messages and every sampling setting; secrets are
-never part of it (the caller passes no API key here). WAL mode and a busy timeout
+The key hashes the model, the endpoint, the messages and every sampling setting;
+secrets are never part of it (the caller passes no API key and no credentials here). WAL mode and a busy timeout
 make it safe for many processes at once; within a process all access happens on
 the event loop's thread.
 """
@@ -28,18 +28,43 @@ def cache_key(model: str, messages: list[dict], settings: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
+class CacheError(Exception):
+    """The cache cannot be used (a file where its folder should be, a damaged or foreign database)."""
+
+
 class ResponseCache:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_path()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
-        self.db.execute("PRAGMA journal_mode=WAL")
-        self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+        fix = f"set {CACHE_ENV} to another folder, or pass --no-cache"
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            if not self.path.parent.is_dir():
+                raise NotADirectoryError
+        except OSError as exc:
+            reason = "is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror or exc
+            raise CacheError(f"the response cache folder {self.path.parent} cannot be used ({reason}): {fix}") from None
+        try:
+            self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("PRAGMA synchronous=NORMAL")
+            self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
+            columns = {row[1] for row in self.db.execute("PRAGMA table_info(responses)")}
+        except sqlite3.Error as exc:
+            raise CacheError(f"the response cache {self.path} is not a usable SQLite database ({exc}): "
+                             f"delete it, {fix}") from None
+        if not {"key", "value"} <= columns:
+            self.db.close()
+            raise CacheError(f"the response cache {self.path} holds a table 'responses' of another program "
+                             f"(columns {', '.join(sorted(columns))}): delete it, {fix}")
 
     def get(self, key: str) -> dict | None:
+        """The stored reply, or None; an entry that does not read back is a miss, not an error."""
         row = self.db.execute("SELECT value FROM responses WHERE key = ?", (key,)).fetchone()
-        return json.loads(row[0]) if row else None
+        try:
+            value = json.loads(row[0]) if row else None
+        except (TypeError, ValueError):
+            return None
+        return value if isinstance(value, dict) and isinstance(value.get("text"), str) else None
 
     def put(self, key: str, value: dict) -> None:
         self.db.execute("INSERT OR REPLACE INTO responses (key, value) VALUES (?, ?)", (key, json.dumps(value)))

@@ -113,36 +113,24 @@ class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
 
-def _session(args, graph):
-    """The LLM layer for a command, with the models and limits its flags ask for."""
-    from dataclasses import replace
+def _pipeline(args):
+    """The pipeline of a command, with the models and limits its flags ask for."""
+    from .api import load
 
-    from .cache import ResponseCache
-    from .llm import LLM
-
-    models = dict(graph.models)
-    for role, flag in (("forward", args.model), ("backward", args.backward_model or args.model),
-                       ("optimizer", args.optimizer_model or args.model)):
-        if flag:
-            models[role] = replace(models[role], name=flag)
-    cache = None if args.no_cache else ResponseCache()
-    llm = LLM(models, concurrency=args.concurrency, timeout=args.timeout, cache=cache,
-              max_calls=args.max_calls, max_cost=args.max_cost)
+    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
+    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
+                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
-    return llm
+    return pipeline
 
 
-def _print_ledger(llm, args) -> None:
+def _print_ledger(pipeline, args) -> None:
     if not args.json:
-        print("\n" + llm.ledger.render(), file=sys.stderr)
+        print("\n" + pipeline.ledger.render(), file=sys.stderr)
 
 
 def cmd_run(args) -> int:
-    from .runtime import run
-    from .source import compile_file
-
-    graph = compile_file(args.file)
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -150,21 +138,24 @@ def cmd_run(args) -> int:
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
-    missing = [i.name for i in graph.inputs if i.name not in inputs]
-    if missing:
-        raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
-    llm = _session(args, graph)
-    trace = llm.run(run(graph, llm, {k: str(v) for k, v in inputs.items()}))
-    if args.json:
-        print(json.dumps({"trace": trace.to_json(), "ledger": llm.ledger.to_json()}, indent=2))
-    else:
-        if args.trace:
-            for t in trace.nodes.values():
-                print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
-                      f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
-        final = trace.final
-        print(trace.output if trace.output is not None else f"(no answer: {final.error})\n{final.reply}")
-    _print_ledger(llm, args)
+    with _pipeline(args) as pipeline:
+        missing = [name for name in pipeline.inputs if name not in inputs]
+        if missing:
+            raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
+        try:
+            prediction = pipeline.batch([inputs])[0]
+        except ValueError as exc:
+            raise UsageError(f"--input: {exc}")
+        trace = prediction.trace
+        if args.json:
+            print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
+        else:
+            if args.trace:
+                for t in trace.nodes.values():
+                    print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                          f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
+            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+        _print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
 
@@ -172,96 +163,62 @@ def cmd_eval(args) -> int:
     from tqdm import tqdm
 
     from . import datasets
-    from .evaluate import evaluate, metric_for
-    from .source import compile_file
+    from .evaluate import metric_for
 
-    graph = compile_file(args.file)
-    dataset = datasets.load(args.data, args.data_dir)
-    # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
-    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
-                                  _or_file(args.val_size, graph, "val_size"), args.test_size,
-                                  _or_file(args.seed, graph, "seed"))
-    samples = getattr(splits, args.split)[: args.limit]
-    llm = _session(args, graph)
-    metric = metric_for(graph, dataset.metric)
-    with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
-              disable=args.json or None) as bar:
-        evaluation = llm.run(evaluate(graph, llm, samples, metric, _mapping(args.map, "--map"), lambda r: bar.update()))
-    if args.json:
-        print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
-                          **evaluation.to_json(args.errors), "ledger": llm.ledger.to_json()}, indent=2))
-        return 0
-    low, high = evaluation.interval
-    print(f"{args.file} on {dataset.name}/{args.split}: accuracy {evaluation.accuracy:.3f} "
-          f"({evaluation.correct}/{len(evaluation.results)}), 95% interval [{low:.3f}, {high:.3f}], metric {metric}")
-    if evaluation.stopped:
-        print(f"stopped early: {evaluation.stopped}; scored {len(evaluation.results)} of {evaluation.requested}")
-    for r in evaluation.wrong[: args.errors]:
-        final = r.trace.final
-        print(f"\n--- wrong: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-              f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
-    _print_ledger(llm, args)
-    return 0
+    with _pipeline(args) as pipeline:
+        dataset = datasets.load(args.data, args.data_dir)
+        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        samples = getattr(splits, args.split)[: args.limit]
+        metric = metric_for(pipeline.graph, dataset.metric)
+        with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
+                  disable=args.json or None) as bar:
+            evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+        code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
+        if args.json:
+            print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
+                              **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
+            return code
+        print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
+        _print_ledger(pipeline, args)
+    return code
 
 
 def cmd_optimize(args) -> int:
-    from pathlib import Path
+    from dataclasses import asdict
 
     from tqdm import tqdm
 
     from . import datasets
     from .evaluate import metric_for
-    from dataclasses import asdict
-
-    from .optimize import Optimizer, plan
+    from .record import ResumeError
     from .stats import wins_needed
-    from .record import ResumeError, RunRecord, Settings
-    from .source import compile_file
-    from .writeback import WriteBack, rewrite, unified_diff
+    from .writeback import WriteBack
 
-    graph = compile_file(args.file)
+    pipeline = _pipeline(args)
+    graph = pipeline.graph
     _report(graph.warnings, graph.pipeline.text)
-    only = tuple(p.strip() for p in args.only.split(",")) if args.only else ()
-    for name in only:
-        if name not in graph.prompts:
-            raise UsageError(f"--only: no param '{name}' (params: {', '.join(graph.prompts)})")
-        if name not in graph.trainable:
-            raise UsageError(f"--only: param '{name}' is frozen or used by no node")
-    llm = _session(args, graph)
-    settings = Settings(
-        file=args.file, data=args.data, seed=_or_file(args.seed, graph, "seed"), iterations=_or_file(args.iters, graph, "iterations"),
-        train_size=_or_file(args.train_size, graph, "train_size"), val_size=_or_file(args.val_size, graph, "val_size"),
-        test_size=_or_file(args.test_size, graph, "test_size"), errors_per_gradient=_or_file(args.errors_per_gradient, graph, "errors_per_gradient"),
-        gradient=_or_file(args.gradient, graph, "gradient").replace("-", "_"), update=_or_file(args.update, graph, "update"),
-        gate="none" if args.no_gate else _or_file(args.gate, graph, "gate"), only=only,
-        models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
-        gate_alpha=_or_file(args.gate_alpha, graph, "gate_alpha"),
-    )
+    method = dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gradient=args.gradient,
+                  update=args.update, gate="none" if args.no_gate else args.gate, gate_alpha=args.gate_alpha,
+                  only=tuple(p.strip() for p in args.only.split(",")) if args.only else (), seed=args.seed)
+    try:
+        settings = pipeline.method(**method)
+    except ValueError as exc:
+        raise UsageError(f"--only: {exc}")
+    gate = settings.gate
     dataset = datasets.load(args.data, args.data_dir)
-    gate_size = settings.val_size if settings.gate == "validation" else 0
-    splits = datasets.make_splits(dataset, settings.train_size, gate_size, settings.test_size, settings.seed)
-    if settings.gate != "none" and not (splits.val if settings.gate == "validation" else splits.train):
-        raise UsageError(f"the gate split is empty: give --{'val' if settings.gate == 'validation' else 'train'}-size "
+    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
+                                  _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
+                                  _or_file(args.test_size, graph, "test_size"), settings.seed)
+    if gate != "none" and not (splits.val if gate == "validation" else splits.train):
+        raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
                          "of at least 1, or --no-gate")
     mapping = _mapping(args.map, "--map")
-    the_plan = plan(graph, llm, settings, splits.train, splits.val, splits.test, mapping)
+    the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
 
-    runs = Path(args.runs_dir)
-    if args.resume:
-        try:
-            record = RunRecord.resume(runs, settings)
-        except ResumeError as exc:
-            raise UsageError(f"--resume: {exc}")
-        initial = graph.with_prompts(record.data["initial_prompts"])
-        print(f"resuming {record.folder} after iteration {len(record.data['iterations'])}", file=sys.stderr)
-    else:
-        initial = graph
-        record = RunRecord.create(runs, settings, graph.prompts)
-
-    original_text = rewrite(graph.pipeline, initial.prompts)
     writer = WriteBack(graph.pipeline, args.out, args.dry_run)
 
     def write_back(accepted) -> None:
@@ -283,29 +240,34 @@ def cmd_optimize(args) -> int:
         if not args.json:
             print(line, flush=True)
 
-    optimizer = Optimizer(initial, llm, settings, metric_for(graph, dataset.metric), mapping,
-                          splits.train, splits.val, splits.test, record, write_back, log, progress)
     if not args.json:
         print(the_plan.render(), file=sys.stderr)
-        if settings.gate != "none" and len(optimizer.gate_split()) < wins_needed(settings.gate_alpha):
-            print(f"warning: the gate split has {len(optimizer.gate_split())} samples, but a step needs at least "
-                  f"{wins_needed(settings.gate_alpha)} wins and no loss to pass at gate_alpha {settings.gate_alpha:g}: "
+        alpha = settings.gate_alpha
+        gate_size = len(splits.train if gate == "train" else splits.val)
+        if gate != "none" and gate_size < wins_needed(alpha):
+            print(f"warning: the gate split has {gate_size} samples, but a step needs at least "
+                  f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
                   "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
                   "or a larger --gate-alpha.", file=sys.stderr)
     try:
-        outcome = llm.run(optimizer.run())
+        found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
+                                  data=args.data, mapping=mapping, runs_dir=args.runs_dir, resume=args.resume,
+                                  on_accept=write_back, log=log, progress=progress, **method)
+    except ResumeError as exc:
+        raise UsageError(f"--resume: {exc}")
     except KeyboardInterrupt:
-        done = len(record.data["iterations"])
-        print(f"\ninterrupted after {done} finished iteration(s); the best prompts so far are in {writer.target}"
+        print(f"\ninterrupted; the best prompts so far are in {writer.target}"
               f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: sbpc optimize {args.file} ... --resume",
               file=sys.stderr)
         raise
+    finally:
+        pipeline.close()
     log("")
-    final_text = rewrite(graph.pipeline, outcome.graph.prompts)
-    diff = unified_diff(original_text, final_text, args.file)
+    outcome, diff = found.outcome, found.diff
     code = 1 if outcome.failed else 0
     if args.json:
-        print(json.dumps({"run": str(record.folder), "plan": asdict(the_plan), **record.data, "diff": diff}, indent=2))
+        record = json.loads((found.record / "run.json").read_text())
+        print(json.dumps({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}, indent=2))
         return code
     if outcome.stopped:
         print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
@@ -316,9 +278,22 @@ def cmd_optimize(args) -> int:
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
-    print(f"run record: {record.folder}/run.json")
-    _print_ledger(llm, args)
+    print(f"run record: {found.record}/run.json")
+    _print_ledger(pipeline, args)
     return code
+
+
+def cmd_serve(args) -> int:
+    from .serve import serve
+
+    pipeline = _pipeline(args)
+
+    def announce(url: str) -> None:
+        print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
+              "GET /health; Ctrl-C stops)", flush=True)
+
+    serve(pipeline, args.host, args.port, announce)
+    return 0
 
 
 def held_out_change(before, after) -> str:
@@ -343,6 +318,8 @@ def _add_model_flags(p: argparse.ArgumentParser) -> None:
                                    "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
     g.add_argument("--backward-model", help="model for backward (gradient) calls")
     g.add_argument("--optimizer-model", help="model for optimizer calls")
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
     g.add_argument("--concurrency", type=int, default=16, help="LLM calls in flight at most (default 16)")
     g.add_argument("--timeout", type=float, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
@@ -458,6 +435,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(op, train=None, val=None, test=None)
     _add_model_flags(op)
     op.set_defaults(run=cmd_optimize)
+
+    srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
+                         formatter_class=argparse.RawDescriptionHelpFormatter,
+                         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
+                                     "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+                                     "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
+                         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
+                                "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
+    srv.add_argument("file", metavar="FILE")
+    srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    _add_model_flags(srv)
+    srv.set_defaults(run=cmd_serve)
     _add_run_commands(sub)
     return parser
 
@@ -525,32 +515,33 @@ def cmd_compare(args) -> int:
 
     from . import compare, datasets
     from .evaluate import metric_for
-    from .source import compile_file
     from .writeback import atomic_write
 
-    graph = compile_file(args.file)
-    llm = _session(args, graph)
-    try:
-        rows = compare.make_rows(compare.parse_vary(args.vary or [], graph), args.grid)
-        base = compare.base_settings(graph, llm, args.file, args.data, seed=args.seed, iterations=args.iters,
-                                     train_size=args.train_size, val_size=args.val_size, test_size=args.test_size,
-                                     errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha)
-        seeds = [base.seed + i for i in range(args.seeds)]
-        dataset = datasets.load(args.data, args.data_dir)
-        with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
-                  disable=args.json or None) as bar:
-            results = compare.compare(graph, llm, base, dataset, metric_for(graph, dataset.metric),
-                                      _mapping(args.map, "--map"), rows, seeds, args.runs_dir,
-                                      lambda what: (bar.set_postfix_str(what), bar.update()))
-    except compare.CompareError as exc:
-        print(f"sbpc: error: {exc}", file=sys.stderr)
-        return 1
-    print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
-                      "ledger": llm.ledger.to_json()}, indent=2) if args.json else compare.markdown(results, base))
-    if args.report:
-        atomic_write(Path(args.report), compare.html(results, base))
-        print(f"wrote {args.report}", file=sys.stderr)
-    _print_ledger(llm, args)
+    with _pipeline(args) as pipeline:
+        try:
+            rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
+            dataset = datasets.load(args.data, args.data_dir)
+            experiment = compare.Experiment(
+                pipeline, args.data, dataset,
+                dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
+                dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha),
+                metric_for(pipeline.graph, dataset.metric), _mapping(args.map, "--map"))
+            first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
+            seeds = [first + i for i in range(args.seeds)]
+            with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
+                      disable=args.json or None) as bar:
+                results = compare.compare(experiment, rows, seeds, args.runs_dir,
+                                          lambda what: (bar.set_postfix_str(what), bar.update()))
+        except compare.CompareError as exc:
+            print(f"sbpc: error: {exc}", file=sys.stderr)
+            return 1
+        print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
+                          "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
+              else compare.markdown(results, experiment))
+        if args.report:
+            atomic_write(Path(args.report), compare.html(results, experiment))
+            print(f"wrote {args.report}", file=sys.stderr)
+        _print_ledger(pipeline, args)
     return 0
 
 
@@ -665,9 +656,10 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
+    from .cache import CacheError
     from .datasets import DataError
 
-    known: list[type[Exception]] = [DataError, TemplateError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

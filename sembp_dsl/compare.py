@@ -13,15 +13,19 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+from typing import TYPE_CHECKING
+
 from .datasets import Dataset, make_splits
 from .graph import Graph
-from .llm import LLM
-from .record import RunRecord, Settings
+from .record import Settings
 from .stats import t_interval
+
+if TYPE_CHECKING:
+    from .api import Pipeline
 
 VARIABLE = {  # what --vary may change, and how a value is read
     "gradient": lambda v: v.replace("-", "_"),
@@ -132,61 +136,73 @@ def make_rows(varies: Sequence[tuple[str, list]], grid: bool = False) -> list[Ro
     return rows
 
 
-def base_settings(graph: Graph, llm: LLM, file: str, data: str, **given) -> Settings:
-    """The settings every row starts from: a given value (not None) wins over the file's `optimize` block."""
-    def pick(key):
-        return given[key] if given.get(key) is not None else graph.optimize[key]
-
-    return Settings(file=file, data=data, seed=pick("seed"), iterations=pick("iterations"),
-                    train_size=pick("train_size"), val_size=pick("val_size"), test_size=pick("test_size"),
-                    errors_per_gradient=pick("errors_per_gradient"), gradient=pick("gradient").replace("-", "_"),
-                    update=pick("update"), gate=pick("gate"), only=(),
-                    models={role: llm.model(role).name for role in ("forward", "backward", "optimizer")},
-                    gate_alpha=pick("gate_alpha"))
+SIZES = ("train_size", "val_size", "test_size")
 
 
-def optimize_once(graph: Graph, llm: LLM, settings: Settings, dataset: Dataset, metric: str,
-                  mapping: Mapping[str, str], runs_dir: Path):
-    """One optimize that writes nothing back: the one place compare runs the method (to become api.Pipeline.optimize)."""
-    from .optimize import Optimizer
+@dataclass(frozen=True)
+class Experiment:
+    """What every row shares: the pipeline (its models, cache and ledger), the data, the sizes, the base method."""
 
+    pipeline: "Pipeline"
+    data: str
+    dataset: Dataset
+    sizes: Mapping[str, int | None]  # train_size, val_size, test_size; None: the file's
+    method: Mapping[str, object]  # Pipeline.optimize's method settings given as flags (None: the file's)
+    metric: str
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def size(self, key: str, changes: Mapping[str, object]) -> int:
+        value = changes.get(key, self.sizes.get(key))
+        return value if value is not None else self.pipeline.graph.optimize[key]
+
+    def settings(self, row: Row, seed: int) -> tuple[Settings, dict]:
+        """A row's method settings on a seed (for checks and labels), and the arguments that ask for them."""
+        method = {k: v for k, v in self.method.items() if v is not None}
+        method.update({("iters" if k == "iterations" else k): v for k, v in row.changes.items() if k not in SIZES})
+        method["seed"] = seed
+        return self.pipeline.method(**method), method
+
+    def describe(self) -> str:
+        return f"{self.pipeline.path} on {self.data}"
+
+
+def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path):
+    """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
+    _, method = experiment.settings(row, seed)
     # val is drawn whatever the gate, so every row of a seed is tested on the same samples
-    splits = make_splits(dataset, settings.train_size, settings.val_size, settings.test_size, settings.seed)
-    record = RunRecord.create(runs_dir, settings, graph.prompts)
-    optimizer = Optimizer(graph, llm, settings, metric, mapping, splits.train, splits.val, splits.test, record,
-                          on_accept=lambda accepted: None, log=lambda line: None)
-    return llm.run(optimizer.run()), record
+    splits = make_splits(experiment.dataset, *(experiment.size(k, row.changes) for k in SIZES), seed)
+    return experiment.pipeline.optimize(splits.train, splits.val, splits.test, metric=experiment.metric,
+                                        data=experiment.data, mapping=experiment.mapping, runs_dir=runs_dir, **method)
 
 
-def compare(graph: Graph, llm: LLM, base: Settings, dataset: Dataset, metric: str, mapping: Mapping[str, str],
-            rows: Sequence[Row], seeds: Sequence[int], runs_dir: Path | None = None,
+def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], runs_dir: Path | None = None,
             tick: Callable[[str], None] = lambda what: None) -> list[RowResult]:
     """Every row on every seed; run records go to runs_dir, or to a folder deleted afterwards."""
-    if base.test_size < 1:
+    if experiment.size("test_size", {}) < 1:
         raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
-    for row in rows:
-        settings = replace(base, **row.changes)
-        if settings.gate == "validation" and settings.val_size < 1:
-            raise CompareError(f"row '{row.label}' gates on the validation split: give --val-size of at least 1")
-        if settings.gate == "train" and settings.train_size < 1:
-            raise CompareError(f"row '{row.label}' gates on the training split: give --train-size of at least 1")
+    for row in rows:  # every row must be able to run before the first one spends anything
+        settings, _ = experiment.settings(row, seeds[0])
+        gate_split = {"validation": "val_size", "train": "train_size"}.get(settings.gate)
+        if gate_split and experiment.size(gate_split, row.changes) < 1:
+            raise CompareError(f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size "
+                               "of at least 1")
+    ledger = experiment.pipeline.ledger
     with tempfile.TemporaryDirectory(prefix="sbpc-compare-") as scratch:
         folder = Path(runs_dir) if runs_dir else Path(scratch)
         results = []
         for row in rows:
             result = RowResult(row)
             for seed in seeds:
-                settings = replace(base, seed=seed, **row.changes)
-                ledger = llm.ledger
                 before, started = (ledger.calls, ledger.tokens, ledger.cost), time.perf_counter()
-                outcome, record = optimize_once(graph, llm, settings, dataset, metric, mapping, folder)
-                if outcome.stopped or outcome.test_after is None:
+                optimized = optimize_once(experiment, row, seed, folder)
+                outcome = optimized.outcome
+                if outcome.stopped or outcome.test_after is None or outcome.test_after.accuracy is None:
                     raise CompareError(f"row '{row.label}', seed {seed} did not finish: "
                                        f"{outcome.stopped or 'no test score'}")
                 result.seeds.append(SeedResult(
                     seed, outcome.test_before.accuracy, outcome.test_after.accuracy, ledger.calls - before[0],
                     ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,
-                    str(record.folder) if runs_dir else ""))
+                    str(optimized.record) if runs_dir else ""))
                 tick(f"{row.label}, seed {seed}")
             results.append(result)
     return results
@@ -227,22 +243,22 @@ HEADER = ["setting", "test accuracy, mean [95% CI]", "difference from the first 
           "tokens", "cost $", "wall s"]
 
 
-def preamble(results: Sequence[RowResult], base: Settings) -> str:
+def preamble(results: Sequence[RowResult], experiment: Experiment) -> str:
     seeds = [s.seed for s in results[0].seeds]
     initial = interval(*t_interval([s.test_initial for s in results[0].seeds]))
-    return (f"{base.file} on {base.data}: {len(results)} row(s) x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
-            f"{base.test_size} test samples per seed; before optimizing: {initial}")
+    return (f"{experiment.describe()}: {len(results)} row(s) x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
+            f"{experiment.size('test_size', {})} test samples per seed; before optimizing: {initial}")
 
 
-def markdown(results: Sequence[RowResult], base: Settings) -> str:
-    lines = [preamble(results, base), "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
+    lines = [preamble(results, experiment), "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(results)]
     lines += ["", "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
                   "shares with the rows before it; wall time likewise."]
     return "\n".join(lines)
 
 
-def html(results: Sequence[RowResult], base: Settings) -> str:
+def html(results: Sequence[RowResult], experiment: Experiment) -> str:
     from html import escape
 
     from .report import page, plot_intervals, table
@@ -255,9 +271,9 @@ def html(results: Sequence[RowResult], base: Settings) -> str:
         return ([m for m, _, _ in triples], [lo if lo is not None else m for m, lo, _ in triples],
                 [hi if hi is not None else m for m, _, hi in triples])
 
-    body = [f"<p>{escape(preamble(results, base))}</p>", table(HEADER, table_rows(results)),
+    body = [f"<p>{escape(preamble(results, experiment))}</p>", table(HEADER, table_rows(results)),
             plot_intervals(labels, *bounds(accuracy), ylabel="test accuracy",
                            title="held-out test accuracy per setting, mean and 95% t interval over seeds"),
             plot_intervals(labels, *bounds(difference), ylabel="difference",
                            title="difference from the first row, paired by seed, with its 95% t interval")]
-    return page(f"sbpc compare: {base.file}", "\n".join(body))
+    return page(f"sbpc compare: {experiment.pipeline.path}", "\n".join(body))

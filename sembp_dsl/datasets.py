@@ -65,6 +65,8 @@ class Sample:
     # Excluded from hashing so samples can live in sets despite holding a dict.
     fields: Mapping[str, str] = field(hash=False)
     answer: str
+    # The example as a Python caller gave it (values not yet text), for a metric written in Python.
+    given: Mapping[str, object] | None = field(default=None, hash=False, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections import Counter
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
@@ -14,20 +15,37 @@ from .llm import LLM, BudgetExceeded
 from .metrics import score
 from .runtime import Trace, run
 
+Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
+
 
 @dataclass(frozen=True)
 class Result:
     sample: Sample
     expected: str
     trace: Trace
-    correct: bool
+    score: float  # 1.0 right, 0.0 wrong; a Python metric may give partial credit
+
+    @property
+    def correct(self) -> bool:
+        return self.score >= 1.0
 
 
 @dataclass(frozen=True)
 class Evaluation:
+    """Scores over the samples that got an answer; samples lost to failed calls are counted, never scored."""
+
     results: tuple[Result, ...]
     requested: int
     stopped: str | None  # why the run stopped early, if it did
+
+    @property
+    def lost(self) -> list[Result]:
+        """Samples with no answer to score: a call failed for good, or a template did not render."""
+        return [r for r in self.results if r.trace.final.lost]
+
+    @property
+    def scored(self) -> int:
+        return len(self.results) - len(self.lost)
 
     @property
     def correct(self) -> int:
@@ -35,16 +53,18 @@ class Evaluation:
 
     @property
     def wrong(self) -> list[Result]:
+        """Every sample not answered right: wrong answers and lost samples."""
         return [r for r in self.results if not r.correct]
 
     @property
-    def accuracy(self) -> float:
-        return self.correct / len(self.results) if self.results else 0.0
+    def accuracy(self) -> float | None:
+        """None when nothing was scored: no number is better than a 0.000 that failed calls made up."""
+        return sum(r.score for r in self.results) / self.scored if self.scored else None
 
     @property
     def interval(self) -> tuple[float, float]:
         """Wilson score 95% interval: honest for small samples and accuracies near 0 or 1."""
-        n = len(self.results)
+        n = self.scored
         if not n:
             return (0.0, 1.0)
         z, p = 1.96, self.accuracy
@@ -52,12 +72,41 @@ class Evaluation:
         half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return (max(0.0, centre - half), min(1.0, centre + half))
 
+    def lost_causes(self) -> dict[str, int]:
+        """Lost samples by cause, most frequent first."""
+        causes = Counter(r.trace.final.failure.cause if r.trace.final.failure else r.trace.final.error.split(":")[0]
+                         for r in self.lost)
+        return dict(causes.most_common())
+
+    def report(self, label: str, metric: str, errors: int = 0) -> str:
+        """The text summary: accuracy (or n/a), losses with their causes, a budget stop, the first wrong samples."""
+        if self.accuracy is None:
+            lines = [f"{label}: accuracy n/a (nothing scored), metric {metric}"]
+        else:
+            low, high = self.interval
+            lines = [f"{label}: accuracy {self.accuracy:.3f} ({self.correct}/{self.scored}), "
+                     f"95% interval [{low:.3f}, {high:.3f}], metric {metric}"]
+        if self.lost:
+            causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
+            lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
+        for r in self.wrong[:errors]:
+            final = r.trace.final
+            what = "lost" if final.lost else "wrong"
+            lines.append(f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+                         f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+        return "\n".join(lines)
+
     def to_json(self, errors: int = 0) -> dict:
         return {
-            "accuracy": self.accuracy, "interval95": list(self.interval), "correct": self.correct,
-            "scored": len(self.results), "requested": self.requested, "stopped": self.stopped,
+            "accuracy": self.accuracy, "interval95": list(self.interval) if self.scored else None,
+            "correct": self.correct, "scored": self.scored, "lost": len(self.lost), "lost_causes": self.lost_causes(),
+            "requested": self.requested, "stopped": self.stopped,
             "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                        "reply": r.trace.final.reply, "error": r.trace.final.error} for r in self.wrong[:errors]],
+                        "reply": r.trace.final.reply, "error": r.trace.final.error,
+                        "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None}
+                       for r in self.wrong[:errors]],
         }
 
 
@@ -71,6 +120,8 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
     values = {}
     for item in graph.inputs:
         name = mapping.get(item.name) or item.field or item.name
+        if name not in sample.fields and item.name in sample.fields:  # examples may name the input itself
+            name = item.name
         if name not in sample.fields:
             raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
                             f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
@@ -90,7 +141,7 @@ async def evaluate(
     graph: Graph,
     llm: LLM,
     samples: Sequence[Sample],
-    metric: str,
+    metric: str | Judge,
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
@@ -99,7 +150,11 @@ async def evaluate(
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
         trace = await run(graph, llm, inputs)
-        result = Result(sample, expected, trace, score(metric, trace.output, expected))
+        if trace.final.lost:  # no answer to score, not even by a metric written in Python
+            value = 0.0
+        else:
+            value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+        result = Result(sample, expected, trace, float(value))
         if on_done:
             on_done(result)
         return result

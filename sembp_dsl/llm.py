@@ -2,8 +2,13 @@
 
 `LLM.complete(role, prompt)` adds, around `litellm.acompletion`: a global
 concurrency limit, a per-call timeout, retries with exponential backoff and jitter
-on transient failures (and none on failures that cannot succeed), a persistent
-cache, a ledger of calls, tokens and cost per role, and budget stops.
+(or the server's Retry-After) on transient failures only, a persistent cache, a
+ledger of calls, tokens, cost, retries and failures per role, and budget stops.
+
+A failure that no request can get past (no key, unknown model, nothing listening)
+stops the command at once; so do the first calls of a command when they all fail
+for good for the same reason: a run that cannot work says why instead of scoring
+every sample wrong (see faults.py for which failure is which).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import openai  # noqa: E402  (a dependency of litellm: the base of its exception
 
 from . import embedded  # noqa: E402
 from .cache import ResponseCache, cache_key  # noqa: E402
+from .faults import CONFIG, TRANSIENT, BadReply, Failure, classify  # noqa: E402
 from .graph import ModelSpec  # noqa: E402
 from .transport import FastPath  # noqa: E402
 
@@ -30,10 +36,8 @@ T = TypeVar("T")
 litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
 
 ROLES = ("forward", "backward", "optimizer")
-TRANSIENT = (
-    litellm.RateLimitError, litellm.Timeout, litellm.APIConnectionError, litellm.InternalServerError,
-    litellm.BadGatewayError, litellm.ServiceUnavailableError,
-)
+BACKOFF = 1.0  # seconds before the first retry; doubled for each next one
+STOP_AFTER = 3  # calls failed for good for the same reason, none succeeded yet: the command cannot work
 NO_MODEL = (
     "no model is configured for {role} calls, and the embedded model is not installed.\n"
     "  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, pass --model,\n"
@@ -47,6 +51,10 @@ class LLMError(Exception):
 
 class CallFailed(Exception):
     """A call that failed for good after its retries: that sample is lost, the run goes on."""
+
+    def __init__(self, failure: Failure, attempts: int):
+        super().__init__(failure.describe() + (f" (after {attempts} attempts)" if attempts > 1 else ""))
+        self.failure = failure
 
 
 class BudgetExceeded(Exception):
@@ -81,6 +89,7 @@ class Ledger:
 
     roles: dict[str, RoleUsage] = field(default_factory=lambda: {r: RoleUsage() for r in ROLES})
     counters: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)  # failed attempts (retried or not) by cause
 
     @property
     def calls(self) -> int:
@@ -97,19 +106,25 @@ class Ledger:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
 
+    def fault(self, failure: Failure) -> None:
+        self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
+
     def to_json(self) -> dict:
         return {"roles": {r: vars(u).copy() for r, u in self.roles.items()}, "counters": dict(self.counters),
-                "calls": self.calls, "tokens": self.tokens, "cost": self.cost}
+                "faults": dict(self.faults), "calls": self.calls, "tokens": self.tokens, "cost": self.cost}
 
     def render(self) -> str:
-        lines = [f"{'role':<10} {'calls':>6} {'cached':>7} {'prompt tok':>11} {'compl. tok':>11} {'cost $':>9}"]
-        for role, u in self.roles.items():
-            if u.calls or u.cache_hits:
-                lines.append(f"{role:<10} {u.calls:>6} {u.cache_hits:>7} {u.prompt_tokens:>11} {u.completion_tokens:>11} {u.cost:>9.4f}")
-        lines.append(f"{'total':<10} {self.calls:>6} {sum(u.cache_hits for u in self.roles.values()):>7} "
-                     f"{sum(u.prompt_tokens for u in self.roles.values()):>11} "
-                     f"{sum(u.completion_tokens for u in self.roles.values()):>11} {self.cost:>9.4f}")
+        def row(name: str, usages: list[RoleUsage]) -> str:
+            total = lambda attr: sum(getattr(u, attr) for u in usages)  # noqa: E731
+            return (f"{name:<10} {total('calls'):>6} {total('cache_hits'):>7} {total('retries'):>8} {total('failures'):>7} "
+                    f"{total('prompt_tokens'):>11} {total('completion_tokens'):>11} {total('cost'):>9.4f}")
+
+        lines = [f"{'role':<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
+                 f"{'compl. tok':>11} {'cost $':>9}"]
+        lines += [row(role, [u]) for role, u in self.roles.items() if u.calls or u.cache_hits]
+        lines.append(row("total", list(self.roles.values())))
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
+        lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
         return "\n".join(lines)
 
 
@@ -121,20 +136,24 @@ class LLM:
         concurrency: int = 16,
         timeout: float = 120.0,
         retries: int = 4,
-        backoff: float = 1.0,
+        backoff: float | None = None,
         cache: ResponseCache | None = None,
         max_calls: int | None = None,
         max_cost: float | None = None,
+        ledger: Ledger | None = None,
     ):
         self.models = dict(models)
         self._resolved: dict[str, ModelSpec | None] = {}
         self.limit = asyncio.Semaphore(concurrency)
-        self.timeout, self.retries, self.backoff = timeout, retries, backoff
+        self.timeout, self.retries = timeout, retries
+        self.backoff = BACKOFF if backoff is None else backoff
         self.cache = cache
         self.max_calls, self.max_cost = max_calls, max_cost
-        self.ledger = Ledger()
+        self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
+        self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
+        self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
 
     def run(self, work: Awaitable[T]) -> T:
         """Run a coroutine to completion, then close the connections it opened."""
@@ -184,7 +203,13 @@ class LLM:
         messages = [{"role": "user", "content": prompt}]
         settings = dict(spec.settings)
         timeout = float(settings.pop("timeout", self.timeout))  # how long to wait is not part of the answer
-        key = cache_key(spec.name, messages, settings)
+        key = api_key(spec, settings.pop("api_key_env", None))
+        if key:
+            settings["api_key"] = key
+        endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
+        # the answer depends on where it comes from, not on the key or the credentials in a URL
+        answer = {k: v for k, v in settings.items() if k not in ("api_base", "api_key")}
+        key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
         usage = self.ledger.roles[role]
         if self.cache is not None:
             hit = self.cache.get(key)
@@ -198,7 +223,7 @@ class LLM:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._call(role, spec, messages, settings, timeout)
+            result = await self._call(role, spec, messages, settings, timeout, endpoint)
             if self.cache is not None:
                 self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
                                      "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
@@ -214,10 +239,12 @@ class LLM:
         finally:
             del self._inflight[key]
 
-    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float) -> Completion:
+    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float,
+                    endpoint: str | None) -> Completion:
         usage = self.ledger.roles[role]
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
         deadline = 24 * 3600.0 if embedded.serves(spec.name) else timeout
+        secrets = tuple(v for v in (settings.get("api_key"), os.environ.get("OPENAI_API_KEY")) if v)
         for attempt in range(self.retries + 1):
             self._check_budget()
             async with self.limit:
@@ -226,20 +253,41 @@ class LLM:
                 start = time.perf_counter()
                 try:
                     response = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
-                except TRANSIENT as exc:
-                    if attempt == self.retries:
-                        usage.failures += 1
-                        raise CallFailed(f"{type(exc).__name__}: {_short(exc)}") from exc
-                    usage.retries += 1
-                except openai.OpenAIError as exc:  # litellm's errors all derive from it; bad key, unknown model...
-                    usage.failures += 1
-                    raise LLMError(f"{role} model '{spec.name}': {_short(exc)}") from None
+                    result = self._record(usage, response, time.perf_counter() - start)
+                except (openai.OpenAIError, BadReply) as exc:  # litellm's errors all derive from openai's
+                    failure = classify(exc, endpoint, self.succeeded > 0, secrets)
+                    self.ledger.fault(failure)
                 else:
-                    return self._record(usage, response, time.perf_counter() - start)
-            await asyncio.sleep(self.backoff * 2**attempt * random.uniform(0.5, 1.5))
+                    self.succeeded += 1
+                    return result
+            if failure.kind == CONFIG:
+                usage.failures += 1
+                raise LLMError(f"{role} model '{spec.name}': {failure.describe()}")
+            if failure.kind != TRANSIENT or attempt == self.retries:
+                usage.failures += 1
+                self._give_up(role, spec, failure)
+                raise CallFailed(failure, attempt + 1)
+            usage.retries += 1
+            wait = failure.retry_after
+            await asyncio.sleep(wait if wait is not None else self.backoff * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
+    def _give_up(self, role: str, spec: ModelSpec, failure: Failure) -> None:
+        """A call failed for good: when the first calls of the command all did, for the same reason, stop."""
+        if self.succeeded:
+            return
+        seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
+        if seen >= STOP_AFTER:
+            raise LLMError(f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}")
+
     def _record(self, usage: RoleUsage, response, latency: float) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise BadReply("no choices in the reply")
+        choice = choices[0]
+        text = getattr(getattr(choice, "message", None), "content", None)
+        if not isinstance(text, str):  # null content is no answer: never cache it as ""
+            raise BadReply("the reply's content is null")
         tokens = getattr(response, "usage", None)
         prompt_tokens = int(getattr(tokens, "prompt_tokens", 0) or 0)
         completion_tokens = int(getattr(tokens, "completion_tokens", 0) or 0)
@@ -250,8 +298,6 @@ class LLM:
         usage.prompt_tokens += prompt_tokens
         usage.completion_tokens += completion_tokens
         usage.cost += cost
-        choice = response.choices[0]
-        text = choice.message.content or ""
         return Completion(text, prompt_tokens, completion_tokens, cost, False, latency, getattr(choice, "finish_reason", None))
 
     def _check_budget(self) -> None:
@@ -261,6 +307,12 @@ class LLM:
             raise BudgetExceeded(f"--max-cost {self.max_cost} reached (spent ${self.ledger.cost:.4f})")
 
 
-def _short(exc: Exception) -> str:
-    """litellm's messages repeat the provider's whole reply; the first line says it."""
-    return str(getattr(exc, "message", exc)).strip().splitlines()[0][:300]
+def api_key(spec: ModelSpec, variable: str | None) -> str | None:
+    """The key named by the model's `api_key_env` setting; None: the provider's usual variable."""
+    if variable is None:
+        return None
+    value = os.environ.get(variable)
+    if not value:
+        raise LLMError(f"{spec.role} model '{spec.name}': api_key_env names ${variable}, which is not set "
+                       f"(export {variable}=<your key>; a local server accepts any value)")
+    return value

@@ -16,6 +16,7 @@ from typing import Mapping
 
 from jinja2 import TemplateError
 
+from .faults import Failure
 from .graph import Graph, GraphNode
 from .llm import LLM, CallFailed
 from .metrics import parse_number
@@ -36,10 +37,14 @@ class NodeTrace:
     completion_tokens: int
     latency: float
     cached: bool
+    failure: Failure | None = None  # why the call failed (status, endpoint, the provider's words), if it did
 
     @classmethod
-    def without_reply(cls, node: str, prompt: str, reason: str) -> "NodeTrace":
-        return cls(node, prompt, "", None, reason, 0, 0, 0.0, False)
+    def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> "NodeTrace":
+        return cls(node, prompt, "", None, reason, 0, 0, 0.0, False, failure)
+
+    def to_json(self) -> dict:
+        return {**vars(self), "failure": self.failure.to_json() if self.failure else None}
 
     @property
     def lost(self) -> bool:
@@ -73,7 +78,7 @@ class Trace:
 
     def to_json(self) -> dict:
         return {"inputs": dict(self.inputs), "output": self.output,
-                "nodes": {name: vars(t) for name, t in self.nodes.items()}}
+                "nodes": {name: t.to_json() for name, t in self.nodes.items()}}
 
 
 def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
@@ -123,7 +128,7 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
     try:
         completion = await llm.complete("forward", prompt)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
-        return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}")
+        return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
     output, error = parse_reply(node, completion.text)
     return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
                      completion.completion_tokens, completion.latency, completion.cached)
@@ -135,8 +140,10 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
 
     async def start(node: GraphNode) -> NodeTrace:
         done = await asyncio.gather(*(tasks[h] for h in node.hints))
-        if any(t.lost for t in done):
-            return NodeTrace.without_reply(node.name, "", f"{NOT_RUN}: a predecessor's call failed")
+        lost = [t for t in done if t.lost]
+        if lost:  # the cause travels on, so the output node says why its sample was lost
+            return NodeTrace.without_reply(node.name, "", f"{NOT_RUN}: a predecessor's call failed",
+                                           next((t.failure for t in lost if t.failure), None))
         values = {**inputs, **{t.node: t.value for t in done}}
         return await run_node(graph, llm, node, values)
 

@@ -13,10 +13,12 @@ retries. Measured in bench/litellm_overhead.py.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import os
 from typing import Any, NamedTuple, Optional
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
 
@@ -28,14 +30,18 @@ from litellm.types.utils import LlmProviders  # noqa: E402
 from litellm.utils import ProviderConfigManager  # noqa: E402
 from yarl import URL  # noqa: E402
 
+from .faults import BadReply, first_line, redact  # noqa: E402
+
+ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
+
 
 class Route(NamedTuple):
     """Where and how a model string is served on the fast path."""
     model: str          # provider-side model name, e.g. "gpt-4o-mini"
     provider: str       # litellm provider, e.g. "openai"
-    url: str            # .../chat/completions
+    url: str            # .../chat/completions, without user:password@
     api_base: str
-    api_key: str
+    authorization: str  # "Bearer <key>", or "Basic ..." from a user:password@ in the base URL
     config: Any         # litellm chat config (builds the request body)
     proxy: Any          # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
     proxy_auth: Any
@@ -91,14 +97,24 @@ class FastPath:
         route = None
         if (not params.get("stream") and self.PARAMS.issuperset(params)
                 and not isinstance(params.get("response_format"), type)):
-            route = _fast_route(model, api_base, api_key)
+            route = _fast_route(model, api_base, api_key, _env_snapshot())
         if route is None or route.provider not in self.PROVIDERS:
+            if api_base:
+                api_base, basic = split_credentials(api_base)
+                if basic:
+                    extra_headers = {**(extra_headers or {}), "Authorization": basic}
             return await litellm.acompletion(
                 model=model, messages=messages, api_base=api_base,
                 api_key=api_key, timeout=timeout, extra_headers=extra_headers,
                 max_retries=0, **params)
         return await self._fast(route, messages, timeout, extra_headers,
                                 params)
+
+    @staticmethod
+    def endpoint(model: str, api_base: Optional[str]) -> Optional[str]:
+        """Where calls for this model go, without credentials; None for
+        in-process models and providers whose address litellm keeps."""
+        return _endpoint(model, api_base, _env_snapshot())
 
     async def aclose(self) -> None:
         for session in self._sessions.values():
@@ -129,7 +145,7 @@ class FastPath:
             {"custom_llm_provider": route.provider,
              "api_base": route.api_base}, {})
         body.update(extra_body)
-        headers = {"Authorization": f"Bearer {route.api_key}"}
+        headers = {"Authorization": route.authorization}
         if extra_headers:
             headers.update(extra_headers)
 
@@ -140,6 +156,7 @@ class FastPath:
                     timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 payload = await resp.read()
                 status, resp_headers = resp.status, dict(resp.headers)
+                reason = resp.reason
         except asyncio.TimeoutError as exc:
             raise litellm.Timeout(
                 message=f"Request timed out after {timeout} s",
@@ -150,14 +167,14 @@ class FastPath:
                 model=route.model) from exc
         if status >= 400:
             error = OpenAIError(status_code=status,
-                                message=_error_message(payload),
+                                message=_error_message(payload, status, reason),
                                 headers=resp_headers)
             # The mapping acompletion applies (RateLimitError, ...).
             raise litellm.exception_type(
                 model=route.model, original_exception=error,
                 custom_llm_provider=route.provider)
 
-        response = litellm.ModelResponse(**json.loads(payload))
+        response = _completion(payload)
         try:
             prompt_cost, completion_cost = litellm.cost_per_token(
                 model=route.model, custom_llm_provider=route.provider,
@@ -173,25 +190,70 @@ class FastPath:
         return response
 
 
-@functools.lru_cache(maxsize=1024)
-def _fast_route(model: str, api_base: Optional[str],
-                api_key: Optional[str]) -> Optional[Route]:
-    """Resolve a litellm model string once (env vars are read at first use)."""
+def _env_snapshot() -> tuple:
+    """The environment variables a route depends on: part of the memo key,
+    so a changed variable is seen at once."""
+    return tuple(os.environ.get(name) for name in (*ENV_BASES, "OPENAI_API_KEY"))
 
+
+def split_credentials(url: str) -> tuple[str, Optional[str]]:
+    """A URL without its user:password@, and those credentials as a Basic
+    Authorization header (aiohttp refuses both at once; httpx would send
+    Basic too)."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url, None
+    pair = f"{unquote(parts.username or '')}:{unquote(parts.password or '')}"
+    netloc = parts.netloc.rpartition("@")[2]
+    header = "Basic " + base64.b64encode(pair.encode()).decode()
+    return urlunsplit(parts._replace(netloc=netloc)), header
+
+
+def _resolve(model: str, api_base: Optional[str]):
+    """(provider-side name, provider, key litellm found, base URL) or None."""
     try:
         name, provider, dynamic_key, base = litellm.get_llm_provider(
             model, api_base=api_base)
     except Exception:
         return None
-    env = os.environ.get
     if provider == "openai":
-        base = base or litellm.api_base or env("OPENAI_BASE_URL") or env(
-            "OPENAI_API_BASE") or "https://api.openai.com/v1"
+        env = os.environ.get
+        base = base or litellm.api_base or env(ENV_BASES[0]) or env(
+            ENV_BASES[1]) or "https://api.openai.com/v1"
+    return name, provider, dynamic_key, base
+
+
+@functools.lru_cache(maxsize=1024)
+def _endpoint(model: str, api_base: Optional[str], env: tuple) -> Optional[str]:
+    resolved = _resolve(model, api_base)
+    if resolved is None:
+        return redact(api_base)
+    _, provider, _, base = resolved
+    if not base:
+        return None
+    if provider in FastPath.PROVIDERS:
+        base = base.rstrip("/") + "/chat/completions"
+    return redact(base)
+
+
+@functools.lru_cache(maxsize=1024)
+def _fast_route(model: str, api_base: Optional[str],
+                api_key: Optional[str], env: tuple) -> Optional[Route]:
+    """Resolve a litellm model string once per environment."""
+
+    resolved = _resolve(model, api_base)
+    if resolved is None:
+        return None
+    name, provider, dynamic_key, base = resolved
+    if provider == "openai":
         api_key = (api_key or dynamic_key or litellm.api_key
-                   or litellm.openai_key or env("OPENAI_API_KEY"))
+                   or litellm.openai_key or os.environ.get("OPENAI_API_KEY"))
     else:
         api_key = api_key or dynamic_key
-    if not base or not api_key:
+    if not base:
+        return None
+    base, basic = split_credentials(base)
+    if not (basic or api_key):
         return None
     config = ProviderConfigManager.get_provider_chat_config(
         name, LlmProviders(provider))
@@ -202,8 +264,8 @@ def _fast_route(model: str, api_base: Optional[str],
         proxy, proxy_auth = get_env_proxy_for_url(URL(url))
     except LookupError:
         proxy = proxy_auth = None
-    return Route(name, provider, url, base, api_key, config, proxy,
-                 proxy_auth)
+    return Route(name, provider, url, base, basic or f"Bearer {api_key}",
+                 config, proxy, proxy_auth)
 
 
 def _optional_params(model: str, provider: str, params: dict) -> dict:
@@ -233,8 +295,31 @@ def _map_params(model: str, provider: str, params: dict) -> dict:
     return optional
 
 
-def _error_message(payload: bytes) -> str:
+def _error_message(payload: bytes, status: int, reason: Optional[str]) -> str:
+    """The provider's first meaningful line: the JSON error's message, an
+    HTML page's title, or the status text."""
     try:
-        return json.loads(payload)["error"]["message"]
+        error = json.loads(payload)["error"]
+        text = error["message"] if isinstance(error, dict) else error
     except Exception:
-        return payload.decode("utf-8", "replace")[:2000]
+        text = payload.decode("utf-8", "replace")[:20000]
+    line = first_line(str(text), status)
+    return reason if line == "no message" and reason else line
+
+
+def _completion(payload: bytes):
+    """A 2xx body as a ModelResponse; BadReply when it is not a chat
+    completion with text (never let such a reply be cached as "")."""
+    try:
+        body = json.loads(payload)
+    except ValueError:
+        raise BadReply(f"the body is not JSON ({first_line(payload.decode('utf-8', 'replace')[:200])})") from None
+    if not isinstance(body, dict):
+        raise BadReply(f"the body is a JSON {type(body).__name__}, not an object")
+    choices = body.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise BadReply("no choices in the reply" if choices is None else "empty choices in the reply")
+    try:
+        return litellm.ModelResponse(**body)
+    except Exception as exc:
+        raise BadReply(f"not a chat completion ({type(exc).__name__})") from None

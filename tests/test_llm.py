@@ -175,7 +175,9 @@ def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
     with FakeServer(reply="fine", failures=[500]) as server:
         llm = LLM(models(server.url), retries=0)
         trace = llm.run(run(graph, llm, {"q": "x"}))
-        assert trace.nodes["a"].error.startswith("call failed: InternalServerError")
+        assert trace.nodes["a"].error == (f"call failed: 500 Internal Server Error from {server.url}/chat/completions: "
+                                          "scripted failure 500")
+        assert trace.nodes["b"].failure == trace.nodes["a"].failure  # the cause travels to the output node
         assert trace.nodes["b"].error == "not run: a predecessor's call failed" and trace.output is None
         assert server.requests == 1  # b spent nothing on a sample already lost
         assert llm.run(run(graph, llm, {"q": "y"})).output == "fine"

@@ -326,7 +326,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     done = subprocess.run(command(resumed) + ["--resume"], env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "resuming" in done.stderr
+    assert "resuming" in done.stdout
     assert resumed.read_text() == reference.read_text()
     final = json.loads(records[0].read_text())
     expected = json.loads(next((reference_dir / "runs").glob("*/run.json")).read_text())

@@ -1,0 +1,463 @@
+"""The front door: load a pipeline, call it, evaluate it, optimize it, save it. The CLI is a thin layer over this.
+
+    triage = sembp_dsl.load("triage.sbp", model="openai/gpt-4o-mini")
+    triage(ticket="The app crashes on login").output
+
+A Pipeline owns its model settings, one response cache and one ledger of calls,
+tokens and cost. Calls run on an event loop: `acall` on the caller's, the sync
+methods on a private one the pipeline keeps (so connections are reused between
+calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import weakref
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
+
+from . import datasets
+from .cache import ResponseCache
+from .datasets import DataError, Sample, Splits
+from .diagnostics import PipelineError
+from .evaluate import Evaluation, Result, evaluate, metric_for
+from .graph import MODEL_ROLES, Graph, ModelSpec
+from .llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
+from .optimize import Optimizer, Outcome, Plan, plan
+from .record import RunRecord, Settings
+from .runtime import Trace, run
+from .source import compile_file
+from .writeback import WriteBack, rewrite, unified_diff
+
+__all__ = [
+    "BudgetExceeded", "CallFailed", "DataError", "Evaluation", "LLMError", "Optimized", "Pipeline", "PipelineError",
+    "Prediction", "Usage", "load",
+]
+
+T = TypeVar("T")
+Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
+Examples = Sequence[Mapping[str, Any]] | str
+METHOD = ("iters", "errors_per_gradient", "gradient", "update", "gate", "gate_alpha", "only", "seed")
+
+
+def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str | Mapping[str, Any]] | None = None,
+         api_base: str | None = None, concurrency: int = 16, timeout: float = 120.0, cache: bool | str | Path = True,
+         max_calls: int | None = None, max_cost: float | None = None) -> "Pipeline":
+    """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
+
+    `model` names the litellm model for every role; `roles` overrides per role, with a name or a
+    mapping of model settings (`{"backward": {"name": "openai/gpt-4o", "temperature": 0}}`).
+    `cache`: True for the shared response cache, a path for another one, False for none.
+    """
+    graph = compile_file(str(path))
+    return Pipeline(graph, models=_models(graph, model, roles or {}, api_base), concurrency=concurrency,
+                    timeout=timeout, cache=cache, max_calls=max_calls, max_cost=max_cost)
+
+
+def _models(graph: Graph, model: str | None, roles: Mapping[str, str | Mapping[str, Any]],
+            api_base: str | None) -> dict[str, ModelSpec]:
+    unknown = sorted(set(roles) - set(MODEL_ROLES))
+    if unknown:
+        raise ValueError(f"unknown model role {unknown[0]!r}; roles are {', '.join(MODEL_ROLES)}")
+    models = {}
+    for role, spec in graph.models.items():
+        own = roles.get(role, {})
+        own = {"name": own} if isinstance(own, str) else dict(own)
+        name = own.pop("name", None) or model or spec.name
+        settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
+        models[role] = ModelSpec(role, name, settings)
+    return models
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one prediction cost: calls made (cache hits not counted), tokens and dollars."""
+
+    calls: int
+    cache_hits: int
+    prompt_tokens: int
+    completion_tokens: int
+    cost: float
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A pipeline's answer: `output` typed by the output node (str, int/float, JSON value), None when it has none."""
+
+    output: Any
+    text: str | None  # the output as the metric sees it
+    error: str | None  # why there is no output: an unparsable reply, or a call that failed
+    trace: Trace
+    usage: Usage
+
+    @property
+    def failed(self) -> bool:
+        """No answer because a call failed or a prompt did not render, not because the model answered badly."""
+        return self.trace.final.lost
+
+
+@dataclass(frozen=True)
+class Optimized:
+    """What `Pipeline.optimize` found: the best pipeline, the method's outcome, and the run record."""
+
+    pipeline: "Pipeline"
+    initial: "Pipeline"
+    outcome: Outcome
+    record: Path  # the run folder; run.json inside
+
+    @property
+    def diff(self) -> str:
+        """The change to the source file, as a unified diff ("" when no prompt changed)."""
+        before = rewrite(self.initial.graph.pipeline, self.initial.prompts)
+        after = rewrite(self.pipeline.graph.pipeline, self.pipeline.prompts)
+        return unified_diff(before, after, self.pipeline.path)
+
+
+class Pipeline:
+    """A compiled pipeline, callable like a function. Build one with `load`."""
+
+    def __init__(self, graph: Graph, *, models: Mapping[str, ModelSpec], concurrency: int = 16,
+                 timeout: float = 120.0, cache: bool | str | Path | ResponseCache = True,
+                 max_calls: int | None = None, max_cost: float | None = None):
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        if isinstance(cache, (str, Path)):
+            cache = ResponseCache(cache)
+        elif cache is True:
+            cache = ResponseCache()
+        self.graph = graph
+        self._session = _Session(dict(models), cache or None, dict(concurrency=concurrency, timeout=timeout,
+                                                                   max_calls=max_calls, max_cost=max_cost))
+
+    @property
+    def ledger(self) -> Ledger:
+        """Calls, tokens and cost of every call this pipeline (and its `with_prompts` twins) made."""
+        return self._session.ledger
+
+    # --- what it is ----------------------------------------------------------------
+
+    @property
+    def path(self) -> str:
+        return self.graph.pipeline.path
+
+    @property
+    def prompts(self) -> Mapping[str, str]:
+        """The current text of every prompt parameter."""
+        return self.graph.prompts
+
+    @property
+    def inputs(self) -> tuple[str, ...]:
+        return tuple(i.name for i in self.graph.inputs)
+
+    def with_prompts(self, prompts: Mapping[str, str]) -> "Pipeline":
+        """The same pipeline (models, cache, ledger) with other prompt texts."""
+        return self._sibling(self.graph.with_prompts(prompts))
+
+    def _sibling(self, graph: Graph) -> "Pipeline":
+        twin = Pipeline.__new__(Pipeline)
+        twin.graph, twin._session = graph, self._session
+        return twin
+
+    def save(self, path: str | Path | None = None) -> Path:
+        """Write the current prompts into the source file (or `path`), exactly as `sbpc optimize` does:
+        only the changed literals, proved by re-parsing, atomically; never over a file changed since it was read."""
+        writer = WriteBack(self.graph.pipeline, str(path) if path else None)
+        writer(self.prompts)
+        return writer.target
+
+    # --- calling it ----------------------------------------------------------------
+
+    def __call__(self, **inputs: Any) -> Prediction:
+        """Run the pipeline on one input; raises CallFailed when a call failed for good."""
+        return self._sync(self.acall(**inputs))
+
+    async def acall(self, **inputs: Any) -> Prediction:
+        """`pipeline(...)` for async code: runs on the caller's event loop."""
+        prediction = await self._predict(inputs)
+        if prediction.failed:
+            raise CallFailed(prediction.error)
+        return prediction
+
+    def batch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
+              on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+        """Many inputs, at most `concurrency` rows in flight, predictions in input order.
+        A row whose call failed gets a Prediction with `.failed` and the cause in `.error`; the others go on."""
+        return self._sync(self.abatch(rows, concurrency=concurrency, on_done=on_done))
+
+    async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
+                     on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+        rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
+        bound = asyncio.Semaphore(concurrency or len(rows) or 1)
+
+        async def one(row: dict[str, str]) -> Prediction:
+            async with bound:
+                prediction = await self._predict(row, checked=True)
+            if on_done:
+                on_done(prediction)
+            return prediction
+
+        return list(await asyncio.gather(*(one(row) for row in rows)))
+
+    async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
+        llm = self._llm()
+        trace = await run(self.graph, llm, inputs if checked else self._inputs(inputs))
+        return self._prediction(trace, llm)
+
+    def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
+        calls = [t for t in trace.nodes.values() if t.reply and not t.cached]
+        prompt_tokens = sum(t.prompt_tokens for t in calls)
+        completion_tokens = sum(t.completion_tokens for t in calls)
+        cost = llm.price("forward", prompt_tokens, completion_tokens) if calls else 0.0
+        usage = Usage(len(calls), sum(t.cached for t in trace.nodes.values()), prompt_tokens, completion_tokens,
+                      cost or 0.0)
+        final = trace.final
+        return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
+
+    def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
+        """The pipeline's inputs as text: strings as given, other values as JSON; unknown or missing names are errors."""
+        names = self.inputs
+        unknown = [k for k in given if k not in names]
+        if unknown:
+            hint = _close(unknown[0], names)
+            raise ValueError(f"unknown input '{unknown[0]}'{hint}; {self.path} takes: {', '.join(names)}")
+        missing = [n for n in names if n not in given]
+        if missing:
+            raise ValueError(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        return {k: as_text(v) for k, v in given.items()}
+
+    # --- scoring it ----------------------------------------------------------------
+
+    def evaluate(self, examples: Examples, metric: str | Metric | None = None, *, split: str = "test",
+                 train_size: int | None = None, val_size: int | None = None, test_size: int = 100,
+                 seed: int | None = None, limit: int | None = None, data_dir: str | None = None,
+                 mapping: Mapping[str, str] | None = None,
+                 on_done: Callable[[Result], None] | None = None) -> Evaluation:
+        """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
+        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored.
+        `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
+        default: the pipeline's `metric`, else the data set's."""
+        if isinstance(examples, str):
+            dataset = datasets.load(examples, data_dir)
+            splits = self.splits(dataset, train_size, val_size, test_size, seed)
+            samples, default_metric = getattr(splits, split)[:limit], dataset.metric
+        else:
+            samples, default_metric = _samples(examples, "example")[:limit], "exact"
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
+        return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
+
+    async def aevaluate(self, samples: Sequence[Sample], metric, mapping: Mapping[str, str] | None = None,
+                        on_done: Callable[[Result], None] | None = None) -> Evaluation:
+        return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
+
+    def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
+               test_size: int = 100, seed: int | None = None) -> Splits:
+        """The data set's seeded splits; sizes not given come from the pipeline's `optimize` block."""
+        o = self.graph.optimize
+        return datasets.make_splits(dataset, _given(train_size, o["train_size"]), _given(val_size, o["val_size"]),
+                                    test_size, _given(seed, o["seed"]))
+
+    def _metric(self, metric: str | Metric):
+        """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
+        if isinstance(metric, str):
+            return metric
+        no_usage = Usage(0, 0, 0, 0, 0.0)
+
+        def judge(trace: Trace, sample: Sample, expected: str) -> float:
+            prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
+            return float(metric(prediction, sample.given or {**sample.fields, "answer": sample.answer}))
+
+        return judge
+
+    # --- improving it --------------------------------------------------------------
+
+    def plan(self, train: Sequence, val: Sequence = (), test: Sequence = (), *, mapping: Mapping[str, str] | None = None,
+             **method: Any) -> Plan:
+        """The most calls, tokens and cost `optimize` can take on these examples; calls no model."""
+        settings, train, val, test = self._prepare(train, val, test, "examples", method)
+        return plan(self.graph, LLM(self._session.models), settings, train, val, test, mapping or {})
+
+    def optimize(self, train: Sequence, val: Sequence = (), test: Sequence = (), *,
+                 metric: str | Metric | None = None, data: str = "examples", mapping: Mapping[str, str] | None = None,
+                 runs_dir: str | Path = ".sbpc/runs", resume: bool = False,
+                 on_accept: Callable[["Pipeline"], None] | None = None, log: Callable[[str], None] | None = None,
+                 progress: Callable[[str, int], Callable[[object], None]] | None = None, **method: Any) -> Optimized:
+        """Semantic backpropagation on these examples, as `sbpc optimize` runs it, with a run record in `runs_dir`.
+        Nothing is written to the source until you call `.pipeline.save()` (or do it in `on_accept`).
+        `method`: iters, errors_per_gradient, gradient, update, gate, gate_alpha, only, seed (default: the
+        pipeline's `optimize` block). `resume`: continue the last unfinished run asked exactly the same."""
+        settings, train, val, test = self._prepare(train, val, test, data, method)
+        log = log or (lambda line: None)
+        if resume:
+            record = RunRecord.resume(Path(runs_dir), settings)
+            log(f"resuming {record.folder} after iteration {len(record.data['iterations'])}")
+        else:
+            record = RunRecord.create(Path(runs_dir), settings, self.prompts)
+        initial = self.with_prompts(record.data["initial_prompts"])
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
+        accept = (lambda graph: on_accept(self._sibling(graph))) if on_accept else (lambda graph: None)
+
+        async def work() -> Outcome:
+            return await Optimizer(initial.graph, self._llm(), settings, scorer, mapping or {}, train, val, test,
+                                   record, accept, log, progress).run()
+
+        outcome = self._sync(work())
+        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder)
+
+    def method(self, **method: Any) -> Settings:
+        """The method's settings, arguments over the pipeline's `optimize` block: iters, errors_per_gradient,
+        gradient, update, gate, gate_alpha, only, seed. Raises ValueError for a param `only` cannot optimize."""
+        unknown = sorted(set(method) - set(METHOD))
+        if unknown:
+            raise TypeError(f"unknown method setting {unknown[0]!r}{_close(unknown[0], METHOD)}")
+        o, m = self.graph.optimize, method
+        only = tuple(m.get("only") or ())
+        for name in only:
+            if name not in self.graph.prompts:
+                raise ValueError(f"no param '{name}'{_close(name, self.graph.prompts)} (params: {', '.join(self.graph.prompts)})")
+            if name not in self.graph.trainable:
+                raise ValueError(f"param '{name}' is frozen or used by no node")
+        names = LLM(self._session.models)
+        return Settings(
+            file=self.path, data="examples", seed=_given(m.get("seed"), o["seed"]), iterations=_given(m.get("iters"), o["iterations"]),
+            train_size=0, val_size=0, test_size=0,
+            errors_per_gradient=_given(m.get("errors_per_gradient"), o["errors_per_gradient"]),
+            gradient=_given(m.get("gradient"), o["gradient"]).replace("-", "_"), update=_given(m.get("update"), o["update"]),
+            gate=_given(m.get("gate"), o["gate"]), only=only,
+            models={role: names.model(role).name for role in MODEL_ROLES},
+            gate_alpha=_given(m.get("gate_alpha"), o["gate_alpha"]),
+        )
+
+    def _prepare(self, train: Sequence, val: Sequence, test: Sequence, data: str,
+                 method: Mapping[str, Any]) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
+        """The settings of a run on these examples, and the examples as samples."""
+        train, val, test = _samples(train, "train"), _samples(val, "val"), _samples(test, "test")
+        settings = replace(self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test))
+        gate_split = train if settings.gate == "train" else val
+        if settings.gate != "none" and not gate_split:
+            raise ValueError(f"the gate split ({'train' if settings.gate == 'train' else 'val'}) is empty: "
+                             "give examples for it, or gate='none'")
+        return settings, train, val, test
+
+    # --- the event loops -----------------------------------------------------------
+
+    def _llm(self) -> LLM:
+        return self._session.llm()
+
+    def _sync(self, work: Awaitable[T]) -> T:
+        return self._session.sync(work)
+
+    def close(self) -> None:
+        """Close the connections that sync calls opened (they also close when the pipeline is collected)."""
+        self._session.close()
+
+    async def aclose(self) -> None:
+        """Close the connections this event loop's calls opened."""
+        llm = self._session.llms.pop(asyncio.get_running_loop(), None)
+        if llm is not None:
+            await llm.transport.aclose()
+
+    def __enter__(self) -> "Pipeline":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<Pipeline {self.graph.pipeline.name} from {self.path}: {', '.join(self.inputs)} -> {self.graph.output}>"
+
+
+class _Session:
+    """What a pipeline and its `with_prompts` twins share: models, limits, cache, ledger, and one LLM layer
+    per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop."""
+
+    def __init__(self, models: dict[str, ModelSpec], cache: ResponseCache | None, limits: dict):
+        self.models, self.cache, self.limits = models, cache, limits
+        self.ledger = Ledger()
+        self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._finalizer = None
+
+    def llm(self) -> LLM:
+        loop = asyncio.get_running_loop()
+        if loop not in self.llms:
+            self.llms[loop] = LLM(self.models, cache=self.cache, ledger=self.ledger, **self.limits)
+        return self.llms[loop]
+
+    def sync(self, work: Awaitable[T]) -> T:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            getattr(work, "close", lambda: None)()
+            raise RuntimeError("a Pipeline's sync methods cannot run inside an event loop: "
+                               "use `await pipeline.acall(...)`, `abatch` or `aevaluate`")
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
+            self._finalizer = weakref.finalize(self, _shut, self.loop, self.llms)
+        return self.loop.run_until_complete(work)
+
+    def close(self) -> None:
+        if self._finalizer is not None:
+            self._finalizer()
+
+
+def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
+    """Close the private loop's connections, then the loop."""
+    if loop.is_closed():
+        return
+    pending = asyncio.all_tasks(loop)  # left behind by an interrupt: they must not go on calling
+    for task in pending:
+        task.cancel()
+    if pending:
+        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+    llm = llms.pop(loop, None)
+    if llm is not None:
+        loop.run_until_complete(llm.transport.aclose())
+    loop.close()
+
+
+def _samples(examples: Sequence, name: str) -> list[Sample]:
+    return list(examples) if all(isinstance(e, Sample) for e in examples) else from_records(examples, name)
+
+
+def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> list[Sample]:
+    """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected output."""
+    samples = []
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping):
+            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
+        answer = next((k for k in row if str(k).casefold() in ("answer", "label", "target")), None)
+        fields = {str(k): as_text(v) for k, v in row.items() if k != answer}
+        samples.append(Sample(f"{name}/{i}", fields, as_text(row[answer]).strip() if answer else "", given=row))
+    return samples
+
+
+def as_text(value: Any) -> str:
+    """What a prompt shows for a value: strings as they are, anything else as JSON (never a Python repr)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _typed(graph: Graph, text: str | None) -> Any:
+    if text is None:
+        return None
+    kind = graph.nodes[graph.output].type.kind
+    if kind == "number":
+        number = float(text)
+        return int(number) if number.is_integer() else number
+    if kind == "json":
+        return json.loads(text)
+    return text
+
+
+def _given(value, default):
+    return value if value is not None else default
+
+
+def _close(name: str, names: Iterable[str]) -> str:
+    import difflib
+
+    match = difflib.get_close_matches(name, list(names), n=1)
+    return f" (did you mean '{match[0]}'?)" if match else ""

@@ -1,0 +1,186 @@
+"""Why a model call failed, in words: the provider's own line, the HTTP status, the endpoint, what to set.
+
+Every failed attempt becomes a `Failure`, and its `kind` decides what happens next:
+- transient: worth another try (rate limits, timeouts, dropped connections, 5xx, malformed replies);
+- request: this request cannot succeed, others may (bad request, context length): not retried;
+- config: no request can succeed (no or bad key, unknown model, nothing listening at the address):
+  the command stops at once, saying what to set.
+
+Nothing here may print a secret: endpoints lose their user:password@ and query, and key-like
+strings in providers' messages are masked.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from email.utils import parsedate_to_datetime
+from http import HTTPStatus
+from socket import gaierror
+from time import time
+from urllib.parse import urlsplit
+
+TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
+MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
+
+KEY_HINT = ("set OPENAI_API_KEY (a local OpenAI-compatible server accepts any value, e.g. OPENAI_API_KEY=dummy), "
+            "or name the variable that holds the key with api_key_env in the model block")
+ADDRESS_HINT = "start the server, or fix api_base / --api-base / OPENAI_BASE_URL"
+PATH_HINT = "check api_base: an OpenAI-compatible server's base URL usually ends in /v1"
+MODEL_HINT = "check the model name (--model or name in the model block)"
+CONTEXT_HINT = "the prompt is too long for the model: shorten the inputs, lower max_tokens, or use a larger model"
+
+LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*|\w*(?:Error|Exception)\s*[:\-]\s*|Timeout Error:\s*)+")
+TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
+TAG = re.compile(r"<[^>]*>")
+SECRET = re.compile(r"\b(sk-|key-|Bearer\s+|Basic\s+)[A-Za-z0-9_\-.+/=]{6,}")
+MISSING_CREDENTIALS = re.compile(r"missing credentials|api[_ ]?key\b.{0,80}\b(?:must be set|not set|environment variable)"
+                                 r"|no api key", re.I | re.S)
+CONTEXT_LENGTH = re.compile(r"context[_ ]length|context window|maximum context|too many tokens", re.I)
+
+
+class BadReply(Exception):
+    """A 2xx reply that is not a chat completion (not JSON, no choices, null content): worth another try."""
+
+    status_code = 200
+
+
+@dataclass(frozen=True)
+class Failure:
+    kind: str  # transient | request | config
+    error: str  # the exception's class name, e.g. RateLimitError
+    status: int | None  # the HTTP status, when there was a reply
+    endpoint: str | None  # scheme://host:port/path, never credentials
+    message: str  # the provider's first meaningful line
+    hint: str = ""  # what to set or do
+    retry_after: float | None = None  # seconds the server asked us to wait (bounded)
+
+    @property
+    def cause(self) -> str:
+        """A short label to count failures by: '503 Service Unavailable', 'Timeout', 'BadReply: ...'."""
+        if self.status and self.status != 200:
+            return f"{self.status} {_phrase(self.status)}".strip()
+        return self.error if self.error != "BadReply" else f"malformed reply: {self.message}"
+
+    def describe(self) -> str:
+        """One line: the cause, where, the provider's words, and what to do."""
+        where = f" from {self.endpoint}" if self.endpoint else ""
+        text = f"{self.cause}{where}"
+        if self.message and self.message not in text:
+            text += f": {self.message}"
+        return text + (f" ({self.hint})" if self.hint else "")
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+def redact(url: str | None) -> str | None:
+    """scheme://host:port/path of a URL: no user:password@, no query (it may hold a key)."""
+    if not url:
+        return None
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "(unparseable URL)"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{parts.scheme}://{host}{port}{parts.path}" if parts.scheme else host + port + parts.path
+
+
+def mask_secrets(text: str, secrets: tuple[str, ...] = ()) -> str:
+    for secret in secrets:
+        if secret and len(secret) >= 4:
+            text = text.replace(secret, "***")
+    return SECRET.sub(lambda m: m.group(1) + "***", text)
+
+
+def first_line(text: str, status: int | None = None) -> str:
+    """The provider's first meaningful line: an HTML page's <title> (or first text), never the page."""
+    text = LITELLM_PREFIX.sub("", str(text).strip())
+    title = TITLE.search(text)
+    if title:
+        text = title.group(1)
+    elif text.lstrip().startswith("<"):
+        text = TAG.sub("\n", text)
+    line = next((" ".join(row.split()) for row in text.splitlines() if row.strip()), "")
+    line = LITELLM_PREFIX.sub("", line)[:300]
+    return line or (_phrase(status) if status else "") or "no message"
+
+
+def retry_after(headers) -> float | None:
+    """Seconds from a Retry-After header (seconds or an HTTP date), bounded by MAX_RETRY_AFTER."""
+    value = None
+    for name, v in (headers or {}).items():
+        if str(name).lower() in ("retry-after", "retry-after-ms"):
+            value = (name.lower(), str(v).strip())
+            break
+    if value is None:
+        return None
+    name, text = value
+    try:
+        seconds = float(text) / (1000 if name == "retry-after-ms" else 1)
+    except ValueError:
+        try:
+            seconds = parsedate_to_datetime(text).timestamp() - time()
+        except (TypeError, ValueError, IndexError):
+            return None
+    if seconds != seconds:  # NaN
+        return None
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+
+
+def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: tuple[str, ...] = ()) -> Failure:
+    """What a failed attempt means. `reached`: a call to this endpoint has succeeded before, so a
+    refused connection is a server restarting, not a wrong address."""
+    import openai  # litellm's exceptions derive from openai's
+
+    status = getattr(exc, "status_code", None)
+    status = status if isinstance(status, int) else None
+    error = type(exc).__name__
+    message = mask_secrets(first_line(getattr(exc, "message", None) or str(exc), status), secrets)
+    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+
+    def failure(kind: str, hint: str = "", wait: float | None = None) -> Failure:
+        return Failure(kind, error, status, endpoint, message, hint, wait)
+
+    if isinstance(exc, BadReply):
+        return failure(TRANSIENT)
+    unreachable = _unreachable(exc)
+    if unreachable:
+        status, message = None, unreachable
+        return failure(TRANSIENT) if reached else failure(CONFIG, ADDRESS_HINT)
+    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+        return failure(TRANSIENT)
+    if status in (401, 403) or isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return failure(CONFIG, KEY_HINT)
+    if MISSING_CREDENTIALS.search(message):
+        return failure(CONFIG, KEY_HINT)
+    if status == 404 or isinstance(exc, openai.NotFoundError):
+        return failure(CONFIG, MODEL_HINT if "model" in message.lower() else PATH_HINT)
+    if status in (408, 409, 425, 429) or (status is not None and status >= 500):
+        return failure(TRANSIENT, wait=retry_after(headers) if status in (429, 503) else None)
+    return failure(REQUEST, CONTEXT_HINT if CONTEXT_LENGTH.search(message) else "")
+
+
+def _unreachable(exc: BaseException) -> str | None:
+    """'connection refused' or 'unknown host' somewhere in the exception's chain, else None."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        os_error = getattr(exc, "os_error", None)
+        for e in (exc, os_error):
+            if isinstance(e, ConnectionRefusedError):
+                return "connection refused: nothing listens at this address"
+            if isinstance(e, gaierror):
+                return "unknown host"
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _phrase(status: int | None) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return ""
