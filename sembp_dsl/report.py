@@ -138,6 +138,9 @@ def plot_spend(runs: Sequence[Run]) -> str:
             label = run.name if len(runs) > 1 else None
             calls_ax.plot(xs, [it.get("calls", 0) for it in run.iterations], marker="o", color=color, label=label)
             cost_ax.plot(xs, [it.get("cost", 0.0) for it in run.iterations], marker="o", color=color, label=label)
+        if not any(it.get("cost") for run in runs for it in run.iterations):
+            cost_ax.text(0.5, 0.5, "no cost: every call was to a model\nwithout a price (local, or unknown to litellm)",
+                         transform=cost_ax.transAxes, ha="center", va="center", color="#666")
         calls_ax.set(xlabel="iteration", ylabel="calls", title="model calls per iteration")
         cost_ax.set(xlabel="iteration", ylabel="dollars", title="cost per iteration")
         for ax in (calls_ax, cost_ax):
@@ -210,8 +213,9 @@ def run_html(run: Run) -> str:
     parts = [f"<h2>{escape(run.name)}</h2>",
              f"<p>{escape(str(s.get('file')))} on {escape(str(s.get('data')))}, started {escape(run.started)}; "
              f"<b>{escape(run.status)}</b></p>",
+             "<details><summary>settings</summary>" +
              table(["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)]
-                                          for k, v in s.items()])]
+                                          for k, v in s.items()]) + "</details>"]
     if run.test:
         parts.append(f"<p>test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> "
                      f"{fmt(run.test['final'])}</p>")

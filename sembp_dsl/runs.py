@@ -241,12 +241,19 @@ def render_iteration(run: Run, it: dict) -> list[str]:
         if c.get("new") is not None:
             lines.append(_indent(plain_word_diff(before.get(c["param"], ""), c["new"]), "      "))
         else:
-            lines.append(_indent("reply: " + (c.get("reply") or "").strip()[:400], "      "))
+            lines.append(_indent("reply: " + _excerpt(c.get("reply") or ""), "      "))
     for g in it.get("gradients", []):
         lines.append(f"  gradients from sample {g['sample']} (expected {g['expected']!r}, got {g.get('output')!r}):")
         for node, text in g.get("nodes", {}).items():
             lines.append(_indent(f"{node}: {text}", "      "))
     return lines
+
+
+def _excerpt(text: str, lines: int = 6) -> str:
+    """The start of a long reply: its first lines, and how much was left out (`sbpc report` shows it whole)."""
+    rows = text.strip().splitlines()
+    cut = "\n".join(row[:200] for row in rows[:lines])
+    return cut + (f"\n[... {len(rows) - lines} more lines]" if len(rows) > lines else "")
 
 
 def _indent(text: str, prefix: str) -> str:
