@@ -16,7 +16,7 @@ import json
 from html import escape
 from typing import Callable, Sequence
 
-from .runs import Run, RunsError, final_diff, fmt, prompt_changes, word_diff
+from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
@@ -169,27 +169,16 @@ def plot_intervals(labels: Sequence[str], means: Sequence[float], lows: Sequence
 # --- the run pages ---------------------------------------------------------------------------------
 
 def summary_table(runs: Sequence[Run]) -> str:
-    rows = []
-    for run in runs:
-        s = run.summary()
-        settings = " ".join(f"{k}={v}" for k, v in s["settings"].items())
-        test = f"{fmt(s['test']['initial'])} -> {fmt(s['test']['final'])}" if s["test"] else "-"
-        rows.append([run.name, s["file"], s["data"], settings, f"{fmt(s['initial_score'])} -> {fmt(s['best_score'])}",
-                     test, s["iterations"], s["calls"], s["tokens"], f"{s['cost']:.4f}", s["status"]])
+    rows = [[run.name, run.settings.get("file"), run.settings.get("data"), run.settings_words(), *run.scores_words(),
+             len(run.iterations), run.calls, run.tokens, f"{run.cost:.4f}", run.status] for run in runs]
     return table(["run", "file", "data", "settings", "gate initial -> best", "test initial -> final", "iterations",
                   "calls", "tokens", "cost $", "status"], rows)
 
 
 def iteration_html(run: Run, it: dict) -> str:
     k = it["index"]
-    verdict = "accepted" if it.get("accepted") else (f"kept old ({it['note']})" if it.get("note") else "rejected")
-    parts = [f"<h3>iteration {k}: {escape(verdict)}</h3>",
-             f"<p>train {fmt(it.get('train_score'))}; gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}; "
-             f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}</p>"]
-    gate = it.get("gate")
-    if gate:
-        parts.append(f"<p>gate: {len(gate['wins'])} wins, {len(gate['losses'])} losses, p = {gate['p']:.3f} "
-                     f"(alpha {gate['alpha']:g})</p>")
+    parts = [f"<h3>iteration {k}: {escape(verdict(it))}</h3>",
+             f"<p>train {fmt(it.get('train_score'))}; {escape(gate_words(it) or 'no gate')}; {escape(spend(it))}</p>"]
     if it.get("lost"):
         parts.append(f"<p>{it['lost']} training sample(s) lost to failed calls</p>")
     before = run.prompts_at(k - 1)

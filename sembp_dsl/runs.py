@@ -108,6 +108,14 @@ class Run:
             out.update({f"{role}_model": name for role, name in models.items()})
         return out
 
+    def settings_words(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.changed_settings().items()) or "defaults"
+
+    def scores_words(self) -> tuple[str, str]:
+        """The gate score initial -> best, and the test score initial -> final ("-" without a test split)."""
+        test = f"{fmt(self.test['initial'])} -> {fmt(self.test['final'])}" if self.test else "-"
+        return f"{fmt(self.initial_score)} -> {fmt(self.best_score)}", test
+
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
         s = self.settings
@@ -196,12 +204,9 @@ def render_list(runs: list[Run]) -> str:
         return "no runs"
     lines = []
     for number, run in enumerate(runs, 1):
-        s = run.summary()
-        test = f"test {fmt(s['test']['initial'])} -> {fmt(s['test']['final'])}" if s["test"] else "test -"
-        changed = " ".join(f"{k}={v}" for k, v in s["settings"].items())
-        lines.append(f"{number:>3}  {s['started']}  {s['file']}  {s['data']}  [{changed}]  "
-                     f"gate {fmt(s['initial_score'])} -> {fmt(s['best_score'])}  {test}  "
-                     f"{s['calls']} calls  ${s['cost']:.4f}  {s['status']}")
+        gate, test = run.scores_words()
+        lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
+                     f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
     return "\n".join(lines)
 
 
@@ -210,7 +215,7 @@ def render_show(run: Run) -> str:
     s = run.settings
     lines = [f"run {run.name}  ({run.folder})",
              f"  {s.get('file')} on {s.get('data')}, started {run.started}; {run.status}",
-             "  settings: " + (" ".join(f"{k}={v}" for k, v in run.changed_settings().items()) or "defaults"),
+             "  settings: " + run.settings_words(),
              f"  gate score: initial {fmt(run.initial_score)}, best {fmt(run.best_score)}"]
     if run.test:
         lines.append(f"  test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> {fmt(run.test['final'])}")
@@ -224,15 +229,29 @@ def render_show(run: Run) -> str:
     return "\n".join(lines)
 
 
+def verdict(it: dict) -> str:
+    """What became of an iteration's step, in words."""
+    return "accepted" if it.get("accepted") else (f"kept old ({it['note']})" if it.get("note") else "rejected")
+
+
+def spend(it: dict) -> str:
+    return f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}"
+
+
+def gate_words(it: dict) -> str | None:
+    """The gate's decision of an iteration, or None when no proposal met the gate."""
+    gate = it.get("gate")
+    if not gate:
+        return None
+    return (f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
+            f"{len(gate['losses'])} losses, p = {gate['p']:.3f} (alpha {gate['alpha']:g})")
+
+
 def render_iteration(run: Run, it: dict) -> list[str]:
     k = it["index"]
-    verdict = "accepted" if it.get("accepted") else (f"kept old ({it['note']})" if it.get("note") else "rejected")
-    lines = [f"iteration {k}: train {fmt(it.get('train_score'))}, {verdict}; "
-             f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}"]
-    gate = it.get("gate")
-    if gate:
-        lines.append(f"  gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
-                     f"{len(gate['losses'])} losses, p = {gate['p']:.3f} (alpha {gate['alpha']:g})")
+    lines = [f"iteration {k}: train {fmt(it.get('train_score'))}, {verdict(it)}; {spend(it)}"]
+    if gate_words(it):
+        lines.append("  " + gate_words(it))
     if it.get("lost"):
         lines.append(f"  {it['lost']} training sample(s) lost to failed calls")
     before = run.prompts_at(k - 1)
