@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
-    check.set_defaults(run=cmd_check, parser=check)
+    check.set_defaults(run=cmd_check)
 
     comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
                           description="Compile a pipeline file and print it in another form.",
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
-    comp.set_defaults(run=cmd_compile, parser=comp)
+    comp.set_defaults(run=cmd_compile)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
                             description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
     _add_model_flags(run)
-    run.set_defaults(run=cmd_run, parser=run)
+    run.set_defaults(run=cmd_run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
     _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
-    ev.set_defaults(run=cmd_eval, parser=ev)
+    ev.set_defaults(run=cmd_eval)
 
     op = sub.add_parser(
         "optimize", help="optimize the prompts of a pipeline and write them back into its file",
@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
     _add_data_flags(op)
     _add_model_flags(op, learning=True)
-    op.set_defaults(run=cmd_optimize, parser=op)
+    op.set_defaults(run=cmd_optimize)
 
     srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -483,8 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
-    srv.set_defaults(run=cmd_serve, parser=srv)
+    srv.set_defaults(run=cmd_serve)
     _add_run_commands(sub)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 
@@ -556,7 +558,7 @@ def cmd_compare(args) -> int:
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
-            dataset = datasets.load(args.data, args.data_dir)
+            dataset = datasets.load(args.data, args.data_dir, args.test_data)
             experiment = compare.Experiment(
                 pipeline, args.data, dataset,
                 dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
@@ -614,7 +616,7 @@ def _add_run_commands(sub) -> None:
                                     "write-back: only the prompt literals change, checked by parsing the file again.",
                         epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
     ap.add_argument("run_spec", metavar="RUN", help=RUN)
-    ap.add_argument("--iteration", type=int, required=True, metavar="K",
+    ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
                     help="the iteration whose prompts to write (0: the run's initial prompts)")
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
@@ -653,15 +655,15 @@ def _add_run_commands(sub) -> None:
     g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
                    help="a setting and its values; the first is the base (repeat for several settings)")
     g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
-    g.add_argument("--seeds", type=int, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
-    g.add_argument("--iters", type=int, help="iterations (default: the file's)")
-    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default: the file's)")
-    g.add_argument("--gate-alpha", type=float, metavar="P", help="the gate's sign-test level (default: the file's)")
+    g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
+    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
+    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)")
+    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)")
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
-    _add_data_flags(cmp, train=None, val=None, test=None)
-    _add_model_flags(cmp)
+    _add_data_flags(cmp)
+    _add_model_flags(cmp, learning=True)
     cmp.set_defaults(run=cmd_compare)
 
 

@@ -152,6 +152,7 @@ def test_only_names_get_a_did_you_mean(capsys):
     ("eval", ["--timeout", "-5"]), ("eval", ["--timeout", "nan"]), ("eval", ["--limit", "-1"]),
     ("eval", ["--test-size", "-3"]), ("optimize", ["--errors-per-gradient", "-1"]), ("optimize", ["--train-size", "-1"]),
     ("optimize", ["--val-size", "-2"]), ("optimize", ["--gate-alpha", "0"]), ("optimize", ["--max-cost", "-1"]),
+    ("compare", ["--seeds", "0"]), ("compare", ["--gate-alpha", "1.5"]), ("compare", ["--test-size", "-1"]),
 ])
 def test_bad_numbers_are_usage_errors_of_their_subcommand(command, flags, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -169,13 +170,15 @@ def test_errors_found_by_a_subcommand_print_its_usage(capsys):
 
 def test_help_shows_only_flags_that_apply(capsys):
     helps = {}
-    for command in ("run", "eval", "optimize"):
+    for command in ("run", "eval", "optimize", "compare", "serve"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         helps[command] = capsys.readouterr().out
-    for command in ("run", "eval"):  # forward calls only
+    for command in ("run", "eval", "serve"):  # forward calls only
         assert "--backward-model" not in helps[command] and "--optimizer-model" not in helps[command]
-    assert "--backward-model" in helps["optimize"] and "--optimizer-model" in helps["optimize"]
+    for command in ("optimize", "compare"):
+        assert "--backward-model" in helps[command] and "--optimizer-model" in helps[command]
+        assert "--test-data" in helps[command]
     assert "--data" not in helps["run"] and "--concurrency" in helps["run"]
 
 
