@@ -556,7 +556,7 @@ def cmd_compare(args) -> int:
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
-            dataset = datasets.load(args.data, args.data_dir)
+            dataset = datasets.load(args.data, args.data_dir, args.test_data)
             experiment = compare.Experiment(
                 pipeline, args.data, dataset,
                 dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
@@ -653,16 +653,16 @@ def _add_run_commands(sub) -> None:
     g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
                    help="a setting and its values; the first is the base (repeat for several settings)")
     g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
-    g.add_argument("--seeds", type=int, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
-    g.add_argument("--iters", type=int, help="iterations (default: the file's)")
-    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default: the file's)")
-    g.add_argument("--gate-alpha", type=float, metavar="P", help="the gate's sign-test level (default: the file's)")
+    g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
+    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
+    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)")
+    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)")
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
-    _add_data_flags(cmp, train=None, val=None, test=None)
-    _add_model_flags(cmp)
-    cmp.set_defaults(run=cmd_compare)
+    _add_data_flags(cmp)
+    _add_model_flags(cmp, learning=True)
+    cmp.set_defaults(run=cmd_compare, parser=cmp)
 
 
 def main(argv: list[str] | None = None) -> int:
