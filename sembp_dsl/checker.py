@@ -327,7 +327,8 @@ class Checker:
             self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
         return ref.name
 
-    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "") -> frozenset | None:
+    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
+                           builtin: bool = False) -> frozenset | None:
         """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
         try:
             used = variables(text)
@@ -337,7 +338,7 @@ class Checker:
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
         if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure = trial_render(text, used)
+            failure = trial_render(text, used, builtin)
             if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
                 report = self.error if failure.limit or not used else self.warn
                 report(self.locate(literal, None, failure.lineno),
@@ -378,6 +379,7 @@ class Checker:
                 self.template_variables(
                     template.text, template.literal, allowed,
                     lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+                    builtin=True,
                 )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:
