@@ -175,7 +175,7 @@ def cmd_eval(args) -> int:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
-        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
