@@ -211,6 +211,8 @@ def eval_splits(
     if dataset.user and split == "test" and train is None and val is None and test is None:
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
+    if split != "test" and test is None:
+        defaults = (*defaults[:2], 0)  # train and val are carved before test: its size cannot move them
     sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
     return make_splits(dataset, *sizes, seed)
 
