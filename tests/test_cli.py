@@ -309,3 +309,14 @@ def test_the_readme_quick_start_runs_as_written_against_a_local_server(tmp_path,
     assert models == {"my-model"} and "Traceback" not in done.stderr  # every role went to the server
     assert {script.kind(p) for p in script.prompts} == {"forward", "backward", "optimizer"}
     assert (tmp_path / "pipelines/gsm8k.sbp").read_text() == (ROOT / "pipelines/gsm8k.sbp").read_text()
+
+
+@pytest.mark.parametrize("garbage", ["[1, 2]", '{"settings": 3}', '{"iterations": [1]}', "not json"])
+def test_bad_run_records_are_clear_errors_for_the_run_commands(tmp_path, capsys, garbage):
+    bad = tmp_path / "runs" / "20260101-000000-bad"
+    bad.mkdir(parents=True)
+    (bad / "run.json").write_text(garbage)
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0  # listed as nothing, not a traceback
+    assert cli.main(["show", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "not a run record" in err and "Traceback" not in err
