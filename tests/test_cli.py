@@ -7,9 +7,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -320,3 +322,30 @@ def test_bad_run_records_are_clear_errors_for_the_run_commands(tmp_path, capsys,
     assert cli.main(["show", str(bad)]) == 1
     err = capsys.readouterr().err
     assert "not a run record" in err and "Traceback" not in err
+
+
+def test_after_kill_9_and_an_edit_resume_refuses_and_keeps_the_edit(tmp_path, fake_llm, script):
+    from test_optimize import TOY, _versioned, data, write
+
+    _versioned(script)
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    command = [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=8), "--train-size",
+               "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task", "--gate-alpha", "1",
+               "--runs-dir", str(tmp_path / "runs")]
+    fake_llm.configure(delay=0.05)  # slow enough to kill it between iterations
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((tmp_path / "runs").glob("*/run.json"))
+        if records and "version 1" in path.read_text():
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    fake_llm.configure(delay=0.0)
+    assert not json.loads(records[0].read_text())["finished"]
+    edited = path.read_text().replace("Judge carefully, version 1.", "My own words.")
+    path.write_text(edited)
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "was changed since the run" in done.stderr
+    assert path.read_text() == edited
