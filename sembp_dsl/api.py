@@ -20,8 +20,8 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVa
 
 from . import datasets
 from .cache import ResponseCache
-from .datasets import DataError, Sample, Splits
-from .diagnostics import PipelineError
+from .datasets import DataError, Sample, Splits, as_text
+from .diagnostics import PipelineError, did_you_mean
 from .evaluate import Evaluation, Result, evaluate, metric_for
 from .graph import MODEL_ROLES, Graph, ModelSpec
 from .llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
@@ -106,6 +106,7 @@ class Optimized:
     initial: "Pipeline"
     outcome: Outcome
     record: Path  # the run folder; run.json inside
+    written: Path | None  # where accepted steps were written (optimize(write=True)), else None
 
     @property
     def diff(self) -> str:
@@ -216,21 +217,21 @@ class Pipeline:
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
 
     def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
-        """The pipeline's inputs as text: strings as given, other values as JSON; unknown or missing names are errors."""
+        """The pipeline's inputs as text: strings as given, other values as JSON. Unknown and missing names
+        are one error naming them all, before any call."""
         names = self.inputs
-        unknown = [k for k in given if k not in names]
-        if unknown:
-            hint = _close(unknown[0], names)
-            raise ValueError(f"unknown input '{unknown[0]}'{hint}; {self.path} takes: {', '.join(names)}")
-        missing = [n for n in names if n not in given]
+        problems = [f"no input '{name}'{did_you_mean(name, names)}" for name in given if name not in names]
+        missing = [name for name in names if name not in given]
         if missing:
-            raise ValueError(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+            problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
+        if problems:
+            raise ValueError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
         return {k: as_text(v) for k, v in given.items()}
 
     # --- scoring it ----------------------------------------------------------------
 
     def evaluate(self, examples: Examples, metric: str | Metric | None = None, *, split: str = "test",
-                 train_size: int | None = None, val_size: int | None = None, test_size: int = 100,
+                 train_size: int | None = None, val_size: int | None = None, test_size: int | None = None,
                  seed: int | None = None, limit: int | None = None, data_dir: str | None = None,
                  mapping: Mapping[str, str] | None = None,
                  on_done: Callable[[Result], None] | None = None) -> Evaluation:
@@ -252,11 +253,12 @@ class Pipeline:
         return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
 
     def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
-               test_size: int = 100, seed: int | None = None) -> Splits:
-        """The data set's seeded splits; sizes not given come from the pipeline's `optimize` block."""
+               test_size: int | None = None, seed: int | None = None) -> Splits:
+        """The splits `evaluate` scores: a user's file with no size given is scored whole; otherwise seeded splits,
+        sizes not given from the pipeline's `optimize` block (test: 100), so test never overlaps training."""
         o = self.graph.optimize
-        return datasets.make_splits(dataset, _given(train_size, o["train_size"]), _given(val_size, o["val_size"]),
-                                    test_size, _given(seed, o["seed"]))
+        return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
+                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE))
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
@@ -279,43 +281,53 @@ class Pipeline:
         return plan(self.graph, LLM(self._session.models), settings, train, val, test, mapping or {})
 
     def optimize(self, train: Sequence, val: Sequence = (), test: Sequence = (), *,
-                 metric: str | Metric | None = None, data: str = "examples", mapping: Mapping[str, str] | None = None,
-                 runs_dir: str | Path = ".sbpc/runs", resume: bool = False,
-                 on_accept: Callable[["Pipeline"], None] | None = None, log: Callable[[str], None] | None = None,
+                 metric: str | Metric | None = None, data: str = "examples", test_data: str | None = None,
+                 mapping: Mapping[str, str] | None = None, runs_dir: str | Path = ".sbpc/runs", resume: bool = False,
+                 write: bool = False, out: str | Path | None = None, log: Callable[[str], None] | None = None,
                  progress: Callable[[str, int], Callable[[object], None]] | None = None, **method: Any) -> Optimized:
         """Semantic backpropagation on these examples, as `sbpc optimize` runs it, with a run record in `runs_dir`.
-        Nothing is written to the source until you call `.pipeline.save()` (or do it in `on_accept`).
+
         `method`: iters, errors_per_gradient, gradient, update, gate, gate_alpha, only, seed (default: the
-        pipeline's `optimize` block). `resume`: continue the last unfinished run asked exactly the same."""
+        pipeline's `optimize` block). With `write`, every accepted step goes into the source file (or `out`)
+        at once, so an interrupted run keeps it; without, nothing is written until `.pipeline.save()`.
+        `resume`: continue the last unfinished run asked exactly the same. `data`/`test_data` name the
+        examples in the run record."""
         settings, train, val, test = self._prepare(train, val, test, data, method)
+        settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
+        source = self.graph.pipeline.text
         if resume:
-            record = RunRecord.resume(Path(runs_dir), settings)
+            record = RunRecord.resume(Path(runs_dir), settings, source)
             log(f"resuming {record.folder} after iteration {len(record.data['iterations'])}")
         else:
-            record = RunRecord.create(Path(runs_dir), settings, self.prompts)
+            record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
-        accept = (lambda graph: on_accept(self._sibling(graph))) if on_accept else (lambda graph: None)
+        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write, record.expect_source)
+
+        def accept(graph: Graph) -> None:
+            notice = writer(graph.prompts)
+            if notice:
+                log(notice)
 
         async def work() -> Outcome:
             return await Optimizer(initial.graph, self._llm(), settings, scorer, mapping or {}, train, val, test,
                                    record, accept, log, progress).run()
 
         outcome = self._sync(work())
-        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder)
+        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None)
 
     def method(self, **method: Any) -> Settings:
         """The method's settings, arguments over the pipeline's `optimize` block: iters, errors_per_gradient,
         gradient, update, gate, gate_alpha, only, seed. Raises ValueError for a param `only` cannot optimize."""
         unknown = sorted(set(method) - set(METHOD))
         if unknown:
-            raise TypeError(f"unknown method setting {unknown[0]!r}{_close(unknown[0], METHOD)}")
+            raise TypeError(f"unknown method setting {unknown[0]!r}{did_you_mean(unknown[0], METHOD)}")
         o, m = self.graph.optimize, method
         only = tuple(m.get("only") or ())
         for name in only:
             if name not in self.graph.prompts:
-                raise ValueError(f"no param '{name}'{_close(name, self.graph.prompts)} (params: {', '.join(self.graph.prompts)})")
+                raise ValueError(f"no param '{name}'{did_you_mean(name, self.graph.prompts)} (params: {', '.join(self.graph.prompts)})")
             if name not in self.graph.trainable:
                 raise ValueError(f"param '{name}' is frozen or used by no node")
         names = LLM(self._session.models)
@@ -435,11 +447,6 @@ def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> li
     return samples
 
 
-def as_text(value: Any) -> str:
-    """What a prompt shows for a value: strings as they are, anything else as JSON (never a Python repr)."""
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def _typed(graph: Graph, text: str | None) -> Any:
     if text is None:
         return None
@@ -454,10 +461,3 @@ def _typed(graph: Graph, text: str | None) -> Any:
 
 def _given(value, default):
     return value if value is not None else default
-
-
-def _close(name: str, names: Iterable[str]) -> str:
-    import difflib
-
-    match = difflib.get_close_matches(name, list(names), n=1)
-    return f" (did you mean '{match[0]}'?)" if match else ""

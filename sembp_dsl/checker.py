@@ -11,9 +11,9 @@ from collections import deque
 from dataclasses import dataclass
 
 from . import ir
-from .diagnostics import Diagnostic, error, point, warning
+from .diagnostics import Diagnostic, did_you_mean, error, one_of, point, warning
 from .metrics import METRICS
-from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateSyntaxError, variables
+from .templates import BUILTIN, BUILTIN_SHAPES, DEFAULT_TEMPLATE, TemplateProblem, trial_render, variables
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
@@ -32,6 +32,14 @@ OPTIMIZE_SETTINGS = {
     "val_size": (int,), "test_size": (int,), "seed": (int,), "gate_alpha": NUMBER,
 }
 BLOCKS = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+# Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
+BOUNDS = {
+    "temperature": (0, 2, False), "top_p": (0, 1, False), "max_tokens": (1, 10_000_000, False),
+    "seed": (-2**63, 2**63 - 1, False), "timeout": (0, 86_400, True), "iterations": (0, 1_000, False),
+    "errors_per_gradient": (1, 1_000, False), "train_size": (0, 10_000_000, False), "val_size": (0, 10_000_000, False),
+    "test_size": (0, 10_000_000, False), "gate_alpha": (0, 1, True),
+}
+MAX_CYCLES_REPORTED = 20
 
 
 @dataclass(frozen=True)
@@ -69,6 +77,7 @@ class Checker:
 
     def run(self) -> Analysis:
         p = self.p
+        self.tainted: set[str] = set()  # nodes whose other errors would only repeat an error already reported
         self.nodes = self.unique("node or input", [*p.inputs, *p.nodes])
         self.node_names = {n.name for n in p.nodes}
         self.params = self.unique("param", p.params)
@@ -85,7 +94,8 @@ class Checker:
         output = self.check_output()
         metric = self.check_metric(output)
         for node in p.nodes:
-            self.check_template_variables(node, predecessors.get(node.name, ()))
+            if node.name not in self.tainted:
+                self.check_template_variables(node, predecessors.get(node.name, ()))
         self.check_builtin_overrides()
         self.warn_unused(predecessors, successors, output)
         return Analysis(predecessors, successors, order, metric)
@@ -108,81 +118,149 @@ class Checker:
             seen.add(s.key)
             accepted = allowed.get(s.key)
             if accepted is None:
-                self.error(s.span, f"unknown setting '{s.key}' in {where}; expected one of {', '.join(allowed)}")
+                self.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
             elif isinstance(accepted[0], str):
                 if s.value not in accepted:
-                    self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}")
+                    self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
+                                             + did_you_mean(str(s.value), accepted))
             elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
                 kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
                 self.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
+            elif s.key in BOUNDS:
+                self.check_bounds(s)
+
+    def check_bounds(self, s: ir.Setting) -> None:
+        low, high, exclusive = BOUNDS[s.key]
+        if s.value != s.value or not (low < s.value if exclusive else low <= s.value) or s.value > high:
+            low_text = f"more than {low}" if exclusive else f"at least {low}"
+            self.error(s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
 
     def check_node(self, node: ir.Node) -> None:
         self.check_settings(f"node '{node.name}'", node.settings, NODE_SETTINGS)
         prompt = node.setting("prompt")
         if prompt is not None and isinstance(prompt.value, str) and prompt.value not in self.params:
-            self.error(prompt.value_span, f"undefined param '{prompt.value}'")
+            self.error(prompt.value_span, f"undefined param '{prompt.value}'{did_you_mean(prompt.value, self.params)}")
         template = node.setting("template")
         if template is not None and isinstance(template.value, str):
             if IDENTIFIER.match(template.value) and template.value not in self.templates:
-                self.error(template.value_span, f"undefined template '{template.value}'")
+                self.error(template.value_span, f"undefined template '{template.value}'{did_you_mean(template.value, self.templates)}")
+                self.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
         if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
             self.error(node.type.span, "a choice lists the same option twice")
+        if node.type.kind == "choice" and not all(c.strip() for c in node.type.choices):
+            self.error(node.type.span, "a choice option cannot be empty")
 
     def check_block(self, block: ir.Block) -> None:
         allowed = BLOCKS.get(block.kind)
         if allowed is None:
-            self.error(block.span, f"unknown block '{block.kind}'; expected one of {', '.join(BLOCKS)}")
+            self.error(block.span, one_of(block.kind, "block", BLOCKS))
             return
         if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
-            self.error(block.span, f"unknown model role '{block.name}'; expected one of {', '.join(MODEL_ROLES)}")
+            self.error(block.span, one_of(block.name, "model role", MODEL_ROLES))
         if block.kind == "optimize" and block.name is not None:
             self.error(block.span, "an optimize block takes no name")
         self.check_settings(f"{block.kind} block", block.settings, allowed)
 
     def check_edges(self):
-        predecessors: dict[str, list[str]] = {n.name: [] for n in self.p.nodes}
-        successors: dict[str, list[str]] = {n: [] for n in self.nodes}
+        """Predecessors and successors from the edge statements, each checked as the product it is.
+
+        A target fed by one statement shares that statement's tuple of sources, so a statement of
+        n x m names costs n + m, not n * m. A name is reported once per statement, and a node whose
+        in-edges are incomplete (or that a misspelt name probably meant) is not checked further.
+        """
+        feeds: dict[str, list[tuple[ir.Ref, ...]]] = {n.name: [] for n in self.p.nodes}
+        fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in self.nodes}
+        reported: set[int] = set()
         for edge in self.p.edges:
-            ok = True
-            for ref in (edge.source, edge.target):
-                if ref.name not in self.nodes:
-                    self.error(ref.span, f"undefined node or input '{ref.name}'")
-                    ok = False
-            if ok and edge.target.name not in self.node_names:
-                self.error(edge.target.span, f"'{edge.target.name}' is an input; edges can only lead into nodes")
-                ok = False
-            if not ok:
-                continue
-            if edge.source.name in predecessors[edge.target.name]:
-                self.warn(edge.source.span, f"edge {edge.source.name} -> {edge.target.name} is declared twice")
-                continue
-            predecessors[edge.target.name].append(edge.source.name)
-            successors[edge.source.name].append(edge.target.name)
-        return ({k: tuple(v) for k, v in predecessors.items()}, {k: tuple(v) for k, v in successors.items()})
+            sources = tuple(ref for ref in edge.sources if self.defined(ref, reported))
+            targets = []
+            for ref in edge.targets:
+                if not self.defined(ref, reported):
+                    continue
+                if ref.name not in self.node_names:
+                    if id(ref) not in reported:
+                        self.error(ref.span, f"'{ref.name}' is an input; edges can only lead into nodes")
+                        reported.add(id(ref))
+                    continue
+                targets.append(ref.name)
+            if len(sources) < len(edge.sources):
+                self.tainted.update(targets)
+            for target in dict.fromkeys(targets):
+                feeds[target].append(sources)
+            names = tuple(dict.fromkeys(ref.name for ref in sources))
+            for source in names:
+                fed[source].append(tuple(dict.fromkeys(targets)))
+        predecessors = {target: self.merge(target, groups) for target, groups in feeds.items()}
+        successors = {name: self.join(groups) for name, groups in fed.items()}
+        return predecessors, successors
+
+    def defined(self, ref: ir.Ref, reported: set[int]) -> bool:
+        if ref.name in self.nodes:
+            return True
+        if id(ref) not in reported:
+            reported.add(id(ref))
+            hint = did_you_mean(ref.name, self.nodes)
+            self.error(ref.span, f"undefined node or input '{ref.name}'{hint}")
+            if hint:  # the node it probably meant lacks this edge: its template errors would be noise
+                self.tainted.add(hint.split("'")[1])
+        return False
+
+    def merge(self, target: str, groups: list[tuple[ir.Ref, ...]]) -> tuple[str, ...]:
+        """The sources feeding `target`, in edge order; a pair declared twice is warned about once."""
+        if len(groups) == 1 and len({ref.name for ref in groups[0]}) == len(groups[0]):
+            return tuple(ref.name for ref in groups[0])
+        seen: dict[str, None] = {}
+        for group in groups:
+            for ref in group:
+                if ref.name in seen:
+                    self.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
+                seen[ref.name] = None
+        return tuple(seen)
+
+    @staticmethod
+    def join(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+        return groups[0] if len(groups) == 1 else tuple(dict.fromkeys(name for group in groups for name in group))
 
     def check_cycles(self, predecessors, successors) -> tuple[str, ...]:
-        """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle."""
+        """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle.
+
+        Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
+        algorithm runs on over what is left, so the next report is a different cycle.
+        """
         waiting = {n: sum(1 for s in preds if s in self.node_names) for n, preds in predecessors.items()}
-        ready = deque(n.name for n in self.p.nodes if waiting.get(n.name) == 0)
-        order: list[str] = []
-        while ready:
-            name = ready.popleft()
-            order.append(name)
-            for succ in successors.get(name, ()):
-                waiting[succ] -= 1
-                if waiting[succ] == 0:
-                    ready.append(succ)
-        left = [n for n in waiting if waiting[n] > 0]
-        if left:
-            cycle = self.find_cycle(left, predecessors)
-            node = self.nodes[cycle[0]]
-            self.error(node.span, f"cycle: {' -> '.join(cycle)}")
+        order = self.kahn([n.name for n in self.p.nodes], waiting, successors)
+        left = {n: None for n in waiting if waiting[n] > 0}
+        for _ in range(MAX_CYCLES_REPORTED):
+            if not left:
+                break
+            cycle = self.find_cycle(list(left), predecessors, left)
+            self.error(self.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
+            for name in cycle:
+                left.pop(name, None)
+            freed = [s for name in cycle[:-1] for s in successors.get(name, ()) if s in left]
+            for name in freed:
+                waiting[name] -= 1
+            for name in self.kahn([n for n in dict.fromkeys(freed) if waiting[n] == 0], waiting, successors, left):
+                left.pop(name, None)
         return tuple(order)
 
     @staticmethod
-    def find_cycle(left: list[str], predecessors) -> list[str]:
+    def kahn(ready: list[str], waiting: dict[str, int], successors, among: dict | None = None) -> list[str]:
+        queue = deque(n for n in ready if waiting.get(n) == 0)
+        order: list[str] = []
+        while queue:
+            name = queue.popleft()
+            order.append(name)
+            for succ in successors.get(name, ()):
+                if succ in waiting and (among is None or succ in among):
+                    waiting[succ] -= 1
+                    if waiting[succ] == 0:
+                        queue.append(succ)
+        return order
+
+    @staticmethod
+    def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
         """Every node left over by Kahn's algorithm has a left-over predecessor: walk back until one repeats."""
-        remaining = set(left)
         path, index = [left[0]], {left[0]: 0}
         while True:
             pred = next(p for p in predecessors[path[-1]] if p in remaining)
@@ -200,7 +278,8 @@ class Checker:
             self.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
         ref = outputs[0].node
         if ref.name not in self.node_names:
-            self.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in self.nodes else ""))
+            self.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in self.nodes
+                                                                    else did_you_mean(ref.name, self.node_names)))
             return None
         return self.nodes[ref.name]
 
@@ -211,20 +290,27 @@ class Checker:
             return default_metric(output.type if output else None)
         ref = self.p.metrics[0]
         if ref.name not in METRICS:
-            self.error(ref.span, f"unknown metric '{ref.name}'; expected one of {', '.join(METRICS)}")
+            self.error(ref.span, one_of(ref.name, "metric", METRICS))
         elif output is not None and ref.name == "numeric" and output.type.kind != "number":
             self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
         return ref.name
 
-    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "") -> frozenset | None:
+    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
+                           shapes: dict | None = None) -> frozenset | None:
         """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
         try:
             used = variables(text)
-        except TemplateSyntaxError as exc:
-            self.error(self.locate(literal, None, exc.lineno), f"template syntax{what}: {exc.message}")
+        except TemplateProblem as exc:
+            self.error(self.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}")
             return None
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
+        if used <= allowed and text != DEFAULT_TEMPLATE:
+            failure = trial_render(text, used, shapes)
+            if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
+                report = self.error if failure.limit or not used else self.warn
+                report(self.locate(literal, None, failure.lineno),
+                       f"template{what} {'cannot' if report == self.error else 'may not'} render: {failure.message}")
         return used
 
     def check_template_variables(self, node: ir.Node, received: tuple[str, ...]) -> None:
@@ -257,6 +343,7 @@ class Checker:
                 self.template_variables(
                     template.text, template.literal, allowed,
                     lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+                    shapes=BUILTIN_SHAPES,
                 )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:

@@ -109,6 +109,8 @@ def _mapping(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
+
+
 class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
@@ -139,9 +141,6 @@ def cmd_run(args) -> int:
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
     with _pipeline(args) as pipeline:
-        missing = [name for name in pipeline.inputs if name not in inputs]
-        if missing:
-            raise UsageError(f"missing inputs: {', '.join(missing)} (give them with --input NAME=VALUE)")
         try:
             prediction = pipeline.batch([inputs])[0]
         except ValueError as exc:
@@ -166,7 +165,7 @@ def cmd_eval(args) -> int:
     from .evaluate import metric_for
 
     with _pipeline(args) as pipeline:
-        dataset = datasets.load(args.data, args.data_dir)
+        dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
         samples = getattr(splits, args.split)[: args.limit]
@@ -191,9 +190,8 @@ def cmd_optimize(args) -> int:
 
     from . import datasets
     from .evaluate import metric_for
-    from .record import ResumeError
+    from .record import ResumeError, resume_command
     from .stats import wins_needed
-    from .writeback import WriteBack
 
     pipeline = _pipeline(args)
     graph = pipeline.graph
@@ -206,7 +204,7 @@ def cmd_optimize(args) -> int:
     except ValueError as exc:
         raise UsageError(f"--only: {exc}")
     gate = settings.gate
-    dataset = datasets.load(args.data, args.data_dir)
+    dataset = datasets.load(args.data, args.data_dir, args.test_data)
     splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
                                   _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
                                   _or_file(args.test_size, graph, "test_size"), settings.seed)
@@ -218,13 +216,6 @@ def cmd_optimize(args) -> int:
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
         return 0
-
-    writer = WriteBack(graph.pipeline, args.out, args.dry_run)
-
-    def write_back(accepted) -> None:
-        notice = writer(accepted.prompts)
-        if notice:
-            print(notice, file=sys.stderr)
 
     bars = []
 
@@ -251,13 +242,14 @@ def cmd_optimize(args) -> int:
                   "or a larger --gate-alpha.", file=sys.stderr)
     try:
         found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
-                                  data=args.data, mapping=mapping, runs_dir=args.runs_dir, resume=args.resume,
-                                  on_accept=write_back, log=log, progress=progress, **method)
+                                  data=args.data, test_data=args.test_data, mapping=mapping, runs_dir=args.runs_dir,
+                                  resume=args.resume, write=not args.dry_run, out=args.out, log=log, progress=progress,
+                                  **method)
     except ResumeError as exc:
         raise UsageError(f"--resume: {exc}")
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the best prompts so far are in {writer.target}"
-              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: sbpc optimize {args.file} ... --resume",
+        print(f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
+              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
               file=sys.stderr)
         raise
     finally:
@@ -271,10 +263,10 @@ def cmd_optimize(args) -> int:
         return code
     if outcome.stopped:
         print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
-              f"sbpc optimize {args.file} ... --resume")
+              f"{resume_command(args.argv)}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {writer.target}"
+    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
     print(f"\n{diff}" if diff else "no prompt changed")
     if diff:
         print(where)
@@ -312,37 +304,66 @@ def held_out_change(before, after) -> str:
     return text
 
 
-def _add_model_flags(p: argparse.ArgumentParser) -> None:
+def _number(kind, low: float, inclusive: bool, what: str, high: float = float("inf")):
+    """An argparse type: a finite `kind` above `low` (or at it, when inclusive) and at most `high`; else a usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not low <= value <= min(high, 1e308) or (value == low and not inclusive):  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+COUNT = _number(int, 0, True, "a whole number, 0 or more")
+POSITIVE_COUNT = _number(int, 1, True, "a whole number, 1 or more")
+SECONDS = _number(float, 0, False, "a number of seconds above 0")
+DOLLARS = _number(float, 0, True, "an amount of dollars, 0 or more")
+PROBABILITY = _number(float, 0, False, "a probability above 0 and at most 1", high=1)
+
+
+def _add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
     g = p.add_argument_group("models and limits")
-    g.add_argument("--model", help="litellm model for every call (unless --backward-model / --optimizer-model say otherwise), "
-                                   "e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, ollama/llama3, embedded/smollm2-135m")
-    g.add_argument("--backward-model", help="model for backward (gradient) calls")
-    g.add_argument("--optimizer-model", help="model for optimizer calls")
+    every = "every call (unless --backward-model / --optimizer-model say otherwise)" if learning else "every call"
+    g.add_argument("--model", help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+                                   "ollama/llama3, embedded/smollm2-135m")
+    if learning:
+        g.add_argument("--backward-model", help="model for backward (gradient) calls")
+        g.add_argument("--optimizer-model", help="model for optimizer calls")
+    else:
+        p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
     g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
                                                       "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
-    g.add_argument("--concurrency", type=int, default=16, help="LLM calls in flight at most (default 16)")
-    g.add_argument("--timeout", type=float, default=120.0, help="seconds per call before it is retried (default 120)")
+    g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
+    g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
                                                             "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
-    g.add_argument("--max-calls", type=int, help="stop cleanly after this many LLM calls")
-    g.add_argument("--max-cost", type=float, help="stop cleanly once this many dollars are spent")
+    g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
+    g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
 
 
-def _add_data_flags(p: argparse.ArgumentParser, train: int, val: int, test: int) -> None:
+def _add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv)")
+    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+                                                 "JSON values that are not strings reach prompts as JSON text")
+    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
+                                                       "--data then gives train and val only")
     g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
     g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
     from_file = "the file's optimize block"
-    g.add_argument("--train-size", type=int, default=train, help=f"training samples (default {train if train is not None else from_file})")
-    g.add_argument("--val-size", type=int, default=val, help=f"validation samples (default {val if val is not None else from_file})")
-    g.add_argument("--test-size", type=int, default=test, help=f"test samples (default {test if test is not None else from_file})")
+    g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
+    g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")
+    g.add_argument("--test-size", type=COUNT, help=f"test samples (default: {test_default})")
     g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
     from . import __version__
+    from .datasets import EVAL_TEST_SIZE
 
     parser = argparse.ArgumentParser(
         prog="sbpc",
@@ -359,7 +380,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
-    check.set_defaults(run=cmd_check)
+    check.set_defaults(run=cmd_check, parser=check)
 
     comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
                           description="Compile a pipeline file and print it in another form.",
@@ -370,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
-    comp.set_defaults(run=cmd_compile)
+    comp.set_defaults(run=cmd_compile, parser=comp)
 
     run = sub.add_parser("run", help="run a pipeline on one input and print its output",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -380,7 +401,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
     _add_model_flags(run)
-    run.set_defaults(run=cmd_run)
+    run.set_defaults(run=cmd_run, parser=run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -389,11 +410,11 @@ def build_parser() -> argparse.ArgumentParser:
                                "  sbpc eval pipelines/bbh.sbp --data bbh:navigate --errors 3")
     ev.add_argument("file", metavar="FILE")
     ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
-    ev.add_argument("--limit", type=int, help="score only the first N samples of the split")
-    ev.add_argument("--errors", type=int, default=0, metavar="N", help="print the first N wrong samples")
-    _add_data_flags(ev, train=None, val=None, test=100)
+    ev.add_argument("--limit", type=COUNT, help="score only the first N samples of the split")
+    ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
+    _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
-    ev.set_defaults(run=cmd_eval)
+    ev.set_defaults(run=cmd_eval, parser=ev)
 
     op = sub.add_parser(
         "optimize", help="optimize the prompts of a pipeline and write them back into its file",
@@ -410,8 +431,8 @@ def build_parser() -> argparse.ArgumentParser:
                "Settings not given as flags come from the pipeline's `optimize { ... }` block.")
     op.add_argument("file", metavar="FILE")
     g = op.add_argument_group("method")
-    g.add_argument("--iters", type=int, help="iterations (default: the file's, else 3)")
-    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default 2)")
+    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's, else 3)")
+    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default 2)")
     g.add_argument("--gradient", choices=["sibling", "no-sibling", "no_sibling", "none"],
                    help="sibling: one backward call per node, all hints side by side (default); "
                         "no-sibling: one call per edge; none: no backward calls")
@@ -421,7 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--gate", choices=["validation", "train", "none"], help="split that must improve for a step to be kept "
                                                                            "(default validation; train reproduces the paper's code)")
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
-    g.add_argument("--gate-alpha", type=float, metavar="P",
+    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P",
                    help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
                         "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)")
     w = op.add_argument_group("output")
@@ -432,9 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
-    _add_data_flags(op, train=None, val=None, test=None)
-    _add_model_flags(op)
-    op.set_defaults(run=cmd_optimize)
+    _add_data_flags(op)
+    _add_model_flags(op, learning=True)
+    op.set_defaults(run=cmd_optimize, parser=op)
 
     srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -469,8 +490,8 @@ def _runs_command(work):
 def cmd_runs(args) -> int:
     from .runs import find_runs, render_list
 
-    runs = find_runs(args.runs_dir)
-    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs))
+    runs, skipped = find_runs(args.runs_dir)
+    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs, skipped))
     return 0
 
 
@@ -520,7 +541,7 @@ def cmd_compare(args) -> int:
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
-            dataset = datasets.load(args.data, args.data_dir)
+            dataset = datasets.load(args.data, args.data_dir, args.test_data)
             experiment = compare.Experiment(
                 pipeline, args.data, dataset,
                 dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
@@ -624,14 +645,18 @@ def _add_run_commands(sub) -> None:
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
-    _add_data_flags(cmp, train=None, val=None, test=None)
+    _add_data_flags(cmp)
     _add_model_flags(cmp)
     cmp.set_defaults(run=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .datasets import anchor_data_dir
+
+    anchor_data_dir()
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
     try:
         return args.run(args)
     except PipelineError as exc:
@@ -643,7 +668,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except UsageError as exc:
-        parser.error(str(exc))
+        args.parser.error(str(exc))  # with the usage of the subcommand that was given
     except Exception as exc:
         known = _known_errors()
         if not isinstance(exc, known):
@@ -658,8 +683,9 @@ def _known_errors() -> tuple[type[Exception], ...]:
 
     from .cache import CacheError
     from .datasets import DataError
+    from .record import RecordError
 
-    known: list[type[Exception]] = [DataError, TemplateError, CacheError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

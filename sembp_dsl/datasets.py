@@ -13,9 +13,12 @@ import io
 import json
 import os
 import random
+import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from .diagnostics import did_you_mean
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -23,7 +26,10 @@ __all__ = [
     "Dataset",
     "Sample",
     "Splits",
+    "anchor_data_dir",
+    "as_text",
     "data_dirs",
+    "eval_splits",
     "load",
     "make_splits",
 ]
@@ -76,6 +82,7 @@ class Dataset:
     name: str
     pools: Mapping[str, tuple[Sample, ...]] = field(hash=False)
     metric: str
+    user: bool = False  # the user's own file(s): `eval` scores them whole unless sizes are given
 
 
 @dataclass(frozen=True)
@@ -87,18 +94,32 @@ class Splits:
     test: tuple[Sample, ...]
 
 
+def anchor_data_dir() -> None:
+    """Make a relative $SBPC_DATA_DIR absolute, against the folder it was given in (the current one).
+
+    Called once at startup, so a process this one starts in another folder (a test
+    running `sbpc` in a temporary folder) still finds the data.
+    """
+    env = os.environ.get(DATA_DIR_ENV)
+    if env:
+        os.environ[DATA_DIR_ENV] = str(Path(env).expanduser().absolute())
+
+
 def data_dirs(flag: str | None = None) -> list[Path]:
     """Folders searched for built-in data sets, most specific first.
 
     Order: the --data-dir flag, then $SBPC_DATA_DIR, then the user cache
-    ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped.
+    ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped; relative
+    folders are made absolute against the current folder. A given folder that is
+    a file is an error, not a silent skip.
     """
     candidates: list[Path] = []
-    if flag:
-        candidates.append(Path(flag).expanduser())
-    env = os.environ.get(DATA_DIR_ENV)
-    if env:
-        candidates.append(Path(env).expanduser())
+    for given, what in ((flag, "--data-dir"), (os.environ.get(DATA_DIR_ENV), f"${DATA_DIR_ENV}")):
+        if given:
+            path = Path(given).expanduser().absolute()
+            if path.exists() and not path.is_dir():
+                raise DataError(f"{what} {given!r} is a file, not a folder; {_HOW_TO_GET}")
+            candidates.append(path)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     candidates.append(Path(cache).expanduser() / "sbpc" / "datasets")
     unique: list[Path] = []
@@ -108,8 +129,26 @@ def data_dirs(flag: str | None = None) -> list[Path]:
     return unique
 
 
-def load(spec: str, data_dir: str | None = None) -> Dataset:
-    """Load "liar", "gsm8k", "bbh:<task>" or a user .jsonl/.csv/.tsv file."""
+def as_text(value: object) -> str:
+    """A data or input value as prompts and metrics see it: strings as they are, anything else as JSON text."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def load(spec: str, data_dir: str | None = None, test_data: str | None = None) -> Dataset:
+    """Load "liar", "gsm8k", "bbh:<task>" or a user .jsonl/.csv/.tsv file.
+
+    With `test_data` (a user file), the test split comes from that file and
+    train/val from `spec` only, so what is scored is never trained on.
+    """
+    dataset = _load(spec, data_dir)
+    if test_data is None:
+        return dataset
+    test = _load_user_file(Path(test_data).expanduser())
+    train = dataset.pools.get("train") or tuple(s for pool in dataset.pools.values() for s in pool)
+    return Dataset(f"{dataset.name}+{test.name}", {"train": train, "test": test.pools["all"]}, dataset.metric, user=True)
+
+
+def _load(spec: str, data_dir: str | None) -> Dataset:
     name = spec.strip()
     if name == "liar":
         return _load_liar(_find_folder("liar", data_dir))
@@ -140,8 +179,8 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     if "test" in dataset.pools:
         train_pool = _shuffled(dataset.pools.get("train", ()), rng)
         test_pool = _shuffled(dataset.pools["test"], rng)
-        _check_size(dataset, "train", train + val, len(train_pool), "train + val")
-        _check_size(dataset, "test", test, len(test_pool), "test")
+        _check_size(dataset, "train", {"train": train, "val": val}, len(train_pool))
+        _check_size(dataset, "test", {"test": test}, len(test_pool))
         return Splits(
             train=tuple(train_pool[:train]),
             val=tuple(train_pool[train:train + val]),
@@ -150,12 +189,29 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     merged = [s for pool in dataset.pools.values() for s in pool]
     pool = _shuffled(merged, rng)
     names = "+".join(dataset.pools) or "(none)"
-    _check_size(dataset, names, train + val + test, len(pool), "train + val + test")
+    _check_size(dataset, names, {"train": train, "val": val, "test": test}, len(pool))
     return Splits(
         train=tuple(pool[:train]),
         val=tuple(pool[train:train + val]),
         test=tuple(pool[train + val:train + val + test]),
     )
+
+
+EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no size is given
+
+
+def eval_splits(
+    dataset: Dataset, train: int | None, val: int | None, test: int | None, seed: int,
+    defaults: tuple[int, int, int],
+) -> Splits:
+    """The splits `eval` scores: a user's data with no size given is scored whole (its test file, else
+    every row, in file order); otherwise the splits `optimize` would carve, sizes not given taken from
+    `defaults`, so test never overlaps what was trained on."""
+    if dataset.user and train is None and val is None and test is None:
+        whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
+        return Splits((), (), whole)
+    sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
+    return make_splits(dataset, *sizes, seed)
 
 
 def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) -> list[Sample]:
@@ -164,12 +220,20 @@ def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) ->
     return out
 
 
-def _check_size(dataset: Dataset, pool: str, wanted: int, available: int, what: str) -> None:
-    if wanted > available:
-        raise DataError(
-            f"{dataset.name}: asked for {wanted} samples ({what}) but the {pool!r} pool "
-            f"has only {available} available"
-        )
+def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available: int) -> None:
+    """A request larger than the pool: say which flags to pass, with sizes that fit (same proportions)."""
+    wanted = sum(sizes.values())
+    if wanted <= available:
+        return
+    fitting = {split: size * available // wanted for split, size in sizes.items()}
+    flags = " ".join(f"--{split}-size {size}" for split, size in fitting.items())
+    what = " + ".join(sizes)
+    hint = f"pass sizes that add up to at most {available}, for example {flags}"
+    if dataset.user:
+        hint += "; `eval` with no size scores the whole file"
+    raise DataError(
+        f"{dataset.name}: asked for {wanted} samples ({what}) but the {pool!r} pool has only {available}; {hint}"
+    )
 
 
 # --- locating and reading files -------------------------------------------------
@@ -187,6 +251,9 @@ def _find_folder(sub: str, flag: str | None) -> Path:
 def _read_text(path: Path) -> str:
     """Whole file as text; every I/O or decoding failure becomes a DataError."""
     try:
+        if path.exists() and not path.is_dir() and not stat.S_ISREG(path.stat().st_mode):
+            # a FIFO or a device would block or never end
+            raise DataError(f"{path}: not a regular file (a pipe or a device?); give a file")
         raw = path.read_bytes()
     except FileNotFoundError:
         raise DataError(f"{path}: file not found") from None
@@ -284,7 +351,7 @@ def _gsm8k_file(folder: Path, split: str) -> tuple[Sample, ...]:
 def _load_bbh(folder: Path, task: str) -> Dataset:
     tasks = sorted(p.stem for p in folder.glob("*.json"))
     if task not in tasks:  # also rejects path tricks such as "../liar/train"
-        wanted = f"unknown BBH task {task!r}" if task else "no BBH task given (use bbh:<task>)"
+        wanted = f"unknown BBH task {task!r}{did_you_mean(task, tasks)}" if task else "no BBH task given (use bbh:<task>)"
         raise DataError(f"{wanted}; available tasks in {folder}: {', '.join(tasks) or '(none)'}")
     path = folder / f"{task}.json"
     try:
@@ -307,7 +374,7 @@ def _load_user_file(path: Path) -> Dataset:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
         records = [
-            (line, {str(k): str(v) for k, v in rec.items()}) for line, rec in _json_lines(path)
+            (line, {str(k): as_text(v) for k, v in rec.items()}) for line, rec in _json_lines(path)
         ]
     else:
         records = _table_records(path, suffix)
@@ -320,7 +387,7 @@ def _load_user_file(path: Path) -> Dataset:
             raise DataError(f"{path}:{line}: missing answer column {answer_col!r}")
         fields = {k: v for k, v in record.items() if k != answer_col}
         samples.append(Sample(f"{path.name}/{index}", fields, record[answer_col].strip()))
-    return Dataset(path.name, {"all": tuple(samples)}, "exact")
+    return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
 
 
 def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .ir import Span
+
+SOURCE_CONTEXT = 60  # characters of a long source line shown either side of the error
+INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: no character, and no file or model accepts it
 
 
 @dataclass(frozen=True)
@@ -15,18 +22,27 @@ class Diagnostic:
     file: str = ""
 
     def render(self, text: str | None) -> str:
+        """The message, then the source line with a caret under the span. A hostile file must not
+        drive the terminal: control and invisible characters are shown escaped, long lines cut."""
         if self.span is None:
-            return f"{self.file}: {self.severity}: {self.message}"
+            return visible(f"{self.file}: {self.severity}: {self.message}")
         span = self.span
-        head = f"{span.file}:{span.line}:{span.column}: {self.severity}: {self.message}"
+        head = visible(f"{span.file}:{span.line}:{span.column}: {self.severity}: {self.message}")
         lines = (text or "").split("\n")
         if not 0 < span.line <= len(lines):
             return head
-        source = lines[span.line - 1].rstrip("\r").expandtabs(1)
-        width = span.end_column - span.column if span.end_line == span.line else len(source) - span.column + 1
+        raw = lines[span.line - 1].rstrip("\r")
+        column = min(span.column - 1, len(raw))
+        width = span.end_column - span.column if span.end_line == span.line else len(raw) - column
+        first = max(0, column - SOURCE_CONTEXT)
+        before = visible(raw[first:column].expandtabs(1))
+        marked = visible(raw[column:column + max(1, width)].expandtabs(1))
+        after = visible(raw[column + max(1, width):][:SOURCE_CONTEXT].expandtabs(1))
+        cut_before, cut_after = ("..." if first else ""), ("..." if len(raw) > column + max(1, width) + SOURCE_CONTEXT else "")
         gutter = f"{span.line:>5} | "
-        caret = " " * (span.column - 1) + "^" + "~" * max(0, min(width, 80) - 1)
-        return f"{head}\n{gutter}{source}\n{' ' * (len(gutter) - 2)}| {caret}"
+        caret = " " * (len(cut_before) + len(before)) + "^" + "~" * max(0, min(len(marked), 80) - 1)
+        return f"{head}\n{gutter}{cut_before}{before}{marked[:80]}{after if len(marked) <= 80 else ''}{cut_after}\n" \
+               f"{' ' * (len(gutter) - 2)}| {caret}"
 
 
 class PipelineError(Exception):
@@ -39,6 +55,11 @@ class PipelineError(Exception):
 
     def render(self) -> str:
         return "\n".join(d.render(self.text) for d in self.diagnostics)
+
+
+def visible(text: str) -> str:
+    """Text safe to print: escape sequences, bidi overrides and other invisible characters written out."""
+    return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)
 
 
 def point(file: str, text: str, offset: int, length: int = 1) -> Span:
@@ -55,3 +76,15 @@ def error(span: Span | None, message: str, file: str = "") -> Diagnostic:
 
 def warning(span: Span | None, message: str) -> Diagnostic:
     return Diagnostic("warning", message, span, span.file if span else "")
+
+
+def did_you_mean(name: str, candidates: Iterable) -> str:
+    """`; did you mean 'x'?` for the closest candidate, or nothing when none is close."""
+    close = difflib.get_close_matches(name, [str(c) for c in candidates], n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""
+
+
+def one_of(name: str, what: str, candidates, where: str = "") -> str:
+    """`unknown setting 'x' in node 'a'; did you mean 'y'?`, or the full list when nothing is close."""
+    hint = did_you_mean(name, candidates)
+    return f"unknown {what} '{name}'{where}" + (hint or f"; expected one of {', '.join(map(str, candidates))}")

@@ -12,9 +12,10 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, error, point
+from .diagnostics import SURROGATE, Diagnostic, PipelineError, did_you_mean, error, point
 
 MAX_SYNTAX_ERRORS = 20
+LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def span_of(file: str, tok: Token) -> ir.Span:
@@ -73,10 +74,14 @@ class Builder(Transformer):
     # terminals
     def STRING(self, tok: Token) -> Token:
         try:
-            return tok.update(value=json.loads(tok, strict=False))
+            value = json.loads(tok, strict=False)
         except ValueError:
             self.errors.append(error(self.span(tok), "invalid escape sequence in string"))
             return tok.update(value=tok[1:-1])
+        if SURROGATE.search(value):  # "\ud800" alone: no character, and no file or model accepts it
+            self.errors.append(error(self.span(tok), "a \\u escape in this string is half a surrogate pair, not a character"))
+            value = SURROGATE.sub("\ufffd", value)
+        return tok.update(value=value)
 
     def BLOCK_STRING(self, tok: Token) -> Token:
         try:
@@ -105,7 +110,7 @@ class Builder(Transformer):
     @staticmethod
     def value(tok: Token) -> ir.Value:
         if tok.type == "NUMBER":
-            return float(tok) if "." in tok else int(tok)
+            return float(tok) if any(c in tok for c in ".eE") else int(tok)
         if tok.type in ("TRUE", "FALSE"):
             return tok.type == "TRUE"
         return str(tok)
@@ -132,12 +137,8 @@ class Builder(Transformer):
         return [("node", ir.Node(str(name), type_, tuple(settings), span=self.span(name)))]
 
     def edge_chain(self, groups):
-        return [
-            ("edge", ir.Edge(ir.Ref(str(s), span=self.span(s)), ir.Ref(str(t), span=self.span(t))))
-            for sources, targets in zip(groups, groups[1:])
-            for t in targets
-            for s in sources
-        ]
+        refs = [tuple(ir.Ref(str(name), span=self.span(name)) for name in group) for group in groups]
+        return [("edge", ir.Edge(sources, targets)) for sources, targets in zip(refs, refs[1:])]
 
     def output_decl(self, children):
         name = children[0]
@@ -196,13 +197,24 @@ def _describe(terminal: str) -> str:
     return terminal
 
 
+def _expected(exc: UnexpectedToken) -> set[str]:
+    """What the parser could take here. LALR's `expected` is the state's after default reductions, which
+    can be a state inside an unrelated rule; asking the parser which terminals it accepts is exact."""
+    try:
+        return set(exc.interactive_parser.accepts()) or set(exc.expected)
+    except Exception:  # an interactive parser cannot always be rebuilt; the state's set is then the best there is
+        return set(exc.expected)
+
+
 def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
     if isinstance(exc, UnexpectedToken):
         tok = exc.token
-        expected = sorted({_describe(t) for t in exc.expected})
+        expected = sorted({_describe(t) for t in _expected(exc)})
         found = "end of file" if tok.type == "$END" else repr(str(tok))
         where = point(file, text, len(text)) if tok.type == "$END" else span_of(file, tok)
-        return error(where, f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}")
+        keywords = [word.strip("'") for word in expected if word.startswith("'") and word[1:-1].isalpha()]
+        hint = did_you_mean(str(tok), keywords) if tok.type == "NAME" else ""
+        return error(where, f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}{hint}")
     assert isinstance(exc, UnexpectedCharacters)
     offset = exc.pos_in_stream
     char = text[offset]
@@ -216,17 +228,37 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
     return error(point(file, text, offset), message)
 
 
-_STATEMENT_START = re.compile(r"^(?:frozen|param|input|template|node|output|metric|[A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)
+# Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).
+_SKIP = r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|#[^\n]*'
+_STATEMENT_START = re.compile(
+    _SKIP + r"|(?<![\w.])(frozen|param|input|template|node|output|metric)\b"
+    r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)
+
+
+def _statement_starts(text: str) -> list[int]:
+    starts = []
+    for match in _STATEMENT_START.finditer(text):
+        if match.group(1):
+            starts.append(match.start(1))
+        elif match.group(2):
+            starts.append(match.start(2))
+    return starts
 
 
 def _mask_statement(text: str, offset: int) -> str | None:
-    """Blank out (keeping newlines) the statement around a syntax error, so parsing can go on after it."""
-    starts = [m.start() for m in _STATEMENT_START.finditer(text)]
+    """Blank out (keeping newlines) the statement around a syntax error, so parsing can go on after it.
+
+    In the header (`pipeline name "description"`), only what follows the error is blanked, so a stray
+    token there does not hide the rest of the file.
+    """
+    starts = [s for s in _statement_starts(text) if s > 0]
     before = [s for s in starts if s <= offset]
     after = [s for s in starts if s > offset]
-    if not before or before[-1] == 0 and text.startswith("pipeline"):
+    if not before and not text.lstrip().startswith("pipeline"):
         return None
-    begin, end = before[-1], (after[0] if after else len(text))
+    begin, end = (before[-1] if before else offset), (after[0] if after else len(text))
+    if begin == end:
+        return None
     return text[:begin] + re.sub(r"[^\n]", " ", text[begin:end]) + text[end:]
 
 
@@ -236,6 +268,7 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
     After a syntax error the broken statement is blanked out and parsing starts
     again, so one run reports every broken statement, not the first alone.
     """
+    text = LONE_CR.sub("\n", text)  # old Mac line ends: one character for another, so offsets hold
     syntax: list[Diagnostic] = []
     attempt: str | None = text
     while attempt is not None and len(syntax) < MAX_SYNTAX_ERRORS:
@@ -245,11 +278,11 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
                 pipeline = _lark().parse(attempt)
         except UnexpectedInput as exc:
             diagnostic = _syntax_error(file, text, exc)
-            if syntax and syntax[-1].span.line == diagnostic.span.line:
+            if syntax and syntax[-1].span == diagnostic.span:
                 break
             syntax.append(diagnostic)
             offset = exc.pos_in_stream if exc.pos_in_stream is not None else len(text)
-            headerless = isinstance(exc, UnexpectedToken) and "PIPELINE" in exc.expected
+            headerless = isinstance(exc, UnexpectedToken) and "PIPELINE" in _expected(exc)
             attempt = _mask_statement(attempt, offset) if offset < len(text) and not headerless else None
             continue
         if syntax:

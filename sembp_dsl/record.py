@@ -7,12 +7,14 @@ and `--resume` can continue it. No secrets: credentials inside URLs are masked.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+import shlex
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .writeback import atomic_write
 
@@ -35,48 +37,69 @@ class Settings:
     only: tuple[str, ...]
     models: Mapping[str, str]
     gate_alpha: float = 0.1  # a step passes the gate when a one-sided sign test on its wins and losses gives p <= this
+    test_data: str | None = None  # a separate test file (--test-data); last, with a default, so old records load
 
     def recorded(self) -> dict:
         """As written in run.json: plain JSON, credentials inside URLs masked."""
         return json.loads(json.dumps(_public(asdict(self))))
 
 
-class ResumeError(Exception):
+class RecordError(Exception):
+    """A run record that cannot be written or read, explained for the user."""
+
+
+class ResumeError(RecordError):
     """--resume found nothing it may continue."""
 
 
 class RunRecord:
-    """A folder per run holding run.json: settings, scores and every candidate with its fate. No secrets."""
+    """A folder per run holding run.json: settings, scores and every candidate with its fate. No secrets.
+
+    It also keeps the sha256 of the text the run last left in the source file, so `--resume` can tell a
+    user's edit (which it must not overwrite) from its own writes.
+    """
 
     def __init__(self, folder: Path, data: dict):
         self.folder, self.data = folder, data
 
     @classmethod
-    def create(cls, runs_dir: Path, settings: Settings, initial: Mapping[str, str]) -> "RunRecord":
+    def create(cls, runs_dir: Path, settings: Settings, initial: Mapping[str, str], source: str = "") -> "RunRecord":
+        """A new record; `source` is the text of the file the run starts from."""
+        _check_folder(runs_dir)
         stamp = time.strftime("%Y%m%d-%H%M%S")
         folder = runs_dir / f"{stamp}-{Path(settings.file).stem}"
         n = 1
         while folder.exists():
             n += 1
             folder = runs_dir / f"{stamp}-{Path(settings.file).stem}-{n}"
-        folder.mkdir(parents=True)
+        try:
+            folder.mkdir(parents=True)
+        except OSError as exc:
+            raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
         record = cls(folder, {"settings": settings.recorded(), "initial_prompts": dict(initial),
-                              "initial_score": None, "iterations": [], "finished": False})
+                              "initial_score": None, "iterations": [], "finished": False,
+                              "source_sha256": [_sha256(source)]})
         record.save()
         return record
 
     @classmethod
     def load(cls, folder: Path) -> "RunRecord":
-        """The record kept in `folder`; OSError or ValueError when there is none or it is not JSON."""
-        return cls(folder, json.loads((folder / "run.json").read_text(encoding="utf-8")))
+        """The record kept in `folder`; RecordError when there is none or it is not one."""
+        return cls(folder, _read(folder / "run.json"))
 
     @classmethod
-    def resume(cls, runs_dir: Path, settings: Settings) -> "RunRecord":
-        """The newest unfinished run of this file, which must have been asked exactly the same."""
+    def resume(cls, runs_dir: Path, settings: Settings, source: str) -> "RunRecord":
+        """The newest unfinished run of this file, which must have been asked exactly the same, and must
+        find the file as it left it. Unreadable records are skipped (and named if nothing is found)."""
+        _check_folder(runs_dir)
+        skipped = []
         for folder in sorted(runs_dir.glob("*"), reverse=True):
+            if not folder.is_dir():
+                continue
             try:
-                data = json.loads((folder / "run.json").read_text())
-            except (OSError, ValueError):
+                data = _read(folder / "run.json")
+            except RecordError as exc:
+                skipped.append(str(exc))
                 continue
             if data["settings"]["file"] != settings.file or data["finished"]:
                 continue
@@ -84,11 +107,52 @@ class RunRecord:
             differ = [k for k in wanted if data["settings"].get(k) != wanted[k]]
             if differ:
                 raise ResumeError(f"the run in {folder} was started with other settings ({', '.join(differ)})")
+            if _sha256(source) not in data.get("source_sha256", [_sha256(source)]):
+                raise ResumeError(
+                    f"{settings.file} was changed since the run in {folder} last wrote it; resuming would undo "
+                    "that change. To optimize the file as it is now, start a new run (without --resume); to "
+                    "continue the old run, first undo the change (for example with git checkout or git stash)")
             return cls(folder, data)
-        raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}")
+        note = "".join(f"\n  skipped {reason}" for reason in skipped)
+        raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
+
+    def expect_source(self, *texts: str) -> None:
+        """The source file now holds one of these texts (the old one until a write is done, then the new one)."""
+        self.data["source_sha256"] = [_sha256(text) for text in texts]
+        self.save()
 
     def save(self) -> None:
         atomic_write(self.folder / "run.json", json.dumps(self.data, indent=2, ensure_ascii=False))
+
+
+def _check_folder(runs_dir: Path) -> None:
+    if runs_dir.exists() and not runs_dir.is_dir():
+        raise RecordError(f"--runs-dir {runs_dir} is a file, not a folder; give a folder for run records")
+
+
+def _read(path: Path) -> dict:
+    """A run record, checked enough that resuming it cannot fail on its shape."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise RecordError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except ValueError as exc:  # also bad UTF-8
+        raise RecordError(f"{path}: not a run record (invalid JSON: {exc})") from None
+    shape = {"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool}
+    if not isinstance(data, dict) or any(not isinstance(data.get(k), kind) for k, kind in shape.items()) \
+            or not isinstance(data["settings"].get("file"), str) or not all(isinstance(i, dict) for i in data["iterations"]):
+        raise RecordError(f"{path}: not a run record (expected {', '.join(shape)} of the right types)")
+    return data
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def resume_command(argv: Sequence[str]) -> str:
+    """The command that continues a run: the one that was given, shell-quoted, with --resume."""
+    words = ["sbpc", *argv]
+    return shlex.join(words if "--resume" in words else [*words, "--resume"])
 
 
 def _public(value):

@@ -12,10 +12,10 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .graph import DEFAULT_OPTIMIZE
-from .record import RunRecord
+from .record import RecordError, RunRecord
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
@@ -126,15 +126,17 @@ class Run:
                 "finished": bool(self.data.get("finished")), "status": self.status}
 
 
-def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Run]:
-    """Every readable run in the folder, oldest first; a folder without a readable run.json is skipped."""
-    runs = []
+def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
+    """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    runs, skipped = [], []
     for folder in sorted(Path(runs_dir).glob("*")):
+        if not folder.is_dir():
+            continue
         try:
             runs.append(Run(folder, RunRecord.load(folder).data))
-        except (OSError, ValueError):
-            continue
-    return runs
+        except RecordError as exc:
+            skipped.append(str(exc))
+    return runs, skipped
 
 
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
@@ -144,7 +146,7 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         return Run(path, _load(path))
     if path.name == "run.json" and path.is_file():
         return Run(path.parent, _load(path.parent))
-    runs = find_runs(runs_dir)
+    runs, _ = find_runs(runs_dir)
     if re.fullmatch(r"-?\d+", spec):
         index = int(spec)
         if 1 <= index <= len(runs):
@@ -166,8 +168,8 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
 def _load(folder: Path) -> dict:
     try:
         return RunRecord.load(folder).data
-    except (OSError, ValueError) as exc:
-        raise RunsError(f"cannot read {folder / 'run.json'}: {exc}")
+    except RecordError as exc:
+        raise RunsError(str(exc))
 
 
 # --- words ------------------------------------------------------------------------------------
@@ -199,14 +201,13 @@ def fmt(score: float | None) -> str:
 
 # --- the terminal -------------------------------------------------------------------------------
 
-def render_list(runs: list[Run]) -> str:
-    if not runs:
-        return "no runs"
-    lines = []
+def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
+    lines = [] if runs else ["no runs"]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
+    lines += [f"skipped {reason}" for reason in skipped]
     return "\n".join(lines)
 
 

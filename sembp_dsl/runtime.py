@@ -124,7 +124,8 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
     try:
         prompt = node.render(values, graph.prompts)
     except TemplateError as exc:  # this sample's values break the template: this sample fails, the run goes on
-        return NodeTrace.without_reply(node.name, "", f"{NOT_RENDERED}: {type(exc).__name__}: {exc}")
+        line = getattr(exc, "lineno", None)
+        return NodeTrace.without_reply(node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else ""))
     try:
         completion = await llm.complete("forward", prompt)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on

@@ -1,14 +1,233 @@
-"""Jinja2, sandboxed: pipeline files are data from strangers, so their templates get no Python."""
+"""Jinja2, sandboxed and bounded: pipeline files are data from strangers, so their templates get no
+Python, no file access, and a budget of work and output per render.
+
+Every way a template can make work grows a `Budget`: loop iterations, calls (macros and methods),
+filter results, operators that build big values (`'x' * 10**9`, `2 ** 10**9`), and the text each
+block or macro outputs. Spending past the budget, or any Python error while rendering (`{{ 1/0 }}`,
+a recursive macro), raises `RenderError`, a `TemplateError` carrying the template line, so a render
+failure is a located error in `check` and a per-sample error at run time, never a traceback or a hang.
+"""
 
 from __future__ import annotations
 
+import functools
+import re
+import time
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from typing import Mapping
 
-from jinja2 import StrictUndefined, TemplateSyntaxError, meta
+from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
 
-ENV = SandboxedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+MAX_OUTPUT_CHARS = 16_000_000  # all text one render outputs, macros and blocks included
+MAX_VALUE_CHARS = 4_000_000  # one string, list or number (in digits) built by an operator, call or filter
+MAX_STEPS = 1_000_000  # loop iterations + calls + filter result items
+CALL_STEPS = 20  # a call (a macro, a method) costs about twenty loop iterations
+MAX_SECONDS = 3.0  # a backstop for work the step count cannot see
+MAX_ARGUMENT = 1_000_000  # an integer passed to a call or filter (widths, counts, repeats)
+MAX_LIPSUM = 100  # paragraphs or words asked of `lipsum`
+WIDE_FORMAT = re.compile(r"[%{:][^%{}]*?\d{7,}")  # a printf or format() width of a million or more
+FORBIDDEN = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
+
+
+class RenderError(TemplateError):
+    """A template failed while rendering: over a limit, or a Python error such as division by zero.
+
+    `limit`: the template went over a limit of work, size or depth (data rarely changes that).
+    """
+
+    def __init__(self, message: str, lineno: int | None = None, limit: bool = True):
+        super().__init__(message)
+        self.lineno, self.limit = lineno, limit
+
+
+@dataclass
+class Budget:
+    steps: int = 0
+    output: int = 0
+    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
+
+    def step(self, count: int = 1) -> None:
+        self.steps += count
+        if self.steps > MAX_STEPS:
+            raise RenderError(f"too much work: more than {MAX_STEPS:,} loop iterations, calls and filter items")
+        if self.steps & 0x3FF == 0 and time.monotonic() > self.deadline:
+            raise RenderError(f"rendering took more than {MAX_SECONDS:g} s")
+
+    def emit(self, chars: int) -> None:
+        self.output += chars
+        if self.output > MAX_OUTPUT_CHARS:
+            raise RenderError(f"output too large: more than {MAX_OUTPUT_CHARS:,} characters")
+
+
+_BUDGET: ContextVar[Budget] = ContextVar("template_budget")
+
+
+def _budget() -> Budget:
+    try:
+        return _BUDGET.get()
+    except LookupError:  # rendered outside `BoundedTemplate.render` (for instance by Jinja itself)
+        budget = Budget()
+        _BUDGET.set(budget)
+        return budget
+
+
+def _size(value) -> int:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value.bit_length() * 3 // 10  # decimal digits, roughly
+    return len(value) if isinstance(value, (str, bytes, list, tuple, dict, set)) else 0
+
+
+def _check_value(value):
+    size = _size(value)
+    if size > MAX_VALUE_CHARS:
+        raise RenderError(f"value too large: {size:,} items or characters (the limit is {MAX_VALUE_CHARS:,})")
+    return value
+
+
+def _check_arguments(args, kwargs) -> None:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, (tuple, list)):
+            _check_arguments(value, {})
+        elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_ARGUMENT:
+            raise RenderError(f"argument {value} is too large (the limit is {MAX_ARGUMENT:,})")
+        elif isinstance(value, str) and WIDE_FORMAT.search(value):
+            raise RenderError("a format width of a million or more characters")
+
+
+def _estimated_size(op: str, left, right) -> int:
+    """How big `left op right` would be, before building it."""
+    if op in ("*", "+"):
+        if isinstance(left, int) and isinstance(right, int):
+            return (_size(left) + _size(right)) if op == "*" else max(_size(left), _size(right))
+        if op == "+":
+            return _size(left) + _size(right)
+        count, seq = (right, left) if isinstance(right, int) else (left, right)
+        return _size(seq) * count if isinstance(count, int) else 0
+    if op == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
+        return right * left.bit_length() * 3 // 10
+    if op == "%" and isinstance(left, str):
+        _check_arguments((left, *(right if isinstance(right, tuple) else (right,))), {})
+    return 0
+
+
+class BoundedTemplate(Template):
+    def render(self, *args, **kwargs) -> str:
+        token = _BUDGET.set(Budget())
+        try:
+            return super().render(*args, **kwargs)
+        except RenderError as exc:
+            raise RenderError(str(exc), exc.lineno or _template_line(exc), exc.limit) from None
+        except TemplateSyntaxError:
+            raise
+        except RecursionError as exc:
+            raise RenderError("nested or recursive too deeply (a macro that calls itself?)", _template_line(exc)) from None
+        except MemoryError as exc:
+            raise RenderError("out of memory", _template_line(exc)) from None
+        except Exception as exc:  # the template's own error ({{ 1/0 }}, a bad call): one sample's problem
+            raise RenderError(f"{type(exc).__name__}: {exc}", _template_line(exc), limit=False) from None
+        finally:
+            _BUDGET.reset(token)
+
+
+def _template_line(exc: BaseException) -> int | None:
+    """The template line an error happened on: Jinja rewrites tracebacks to point into the template."""
+    line, tb = None, exc.__traceback__
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == "<template>":
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return line
+
+
+class BoundedEnvironment(SandboxedEnvironment):
+    intercepted_binops = frozenset({"*", "**", "+", "%", "//"})
+    template_class = BoundedTemplate
+
+    def call_binop(self, context, op, left, right):
+        _budget().step()
+        size = _estimated_size(op, left, right)
+        if size > MAX_VALUE_CHARS:
+            raise RenderError(f"'{op}' would build a value of {size:,} items or characters (the limit is {MAX_VALUE_CHARS:,})")
+        return _check_value(super().call_binop(context, op, left, right))
+
+    def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
+        budget = _budget()
+        budget.step(CALL_STEPS)
+        _check_arguments(args, kwargs)
+        wrapped = getattr(__obj, "__wrapped__", None)  # str.format, wrapped by the sandbox
+        if isinstance(getattr(wrapped, "__self__", None), str):
+            _check_arguments((wrapped.__self__,), {})
+        result = _check_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
+        budget.step(_size(result) // 8)
+        return result
+
+    def _generate(self, source, name, filename, defer_init=False):
+        """Count loop iterations and bound `~`: every `{% for %}` iterates through the `_counted`
+        filter, every `a ~ b` joins through `_joined`."""
+        for loop in source.find_all(nodes.For):
+            loop.iter = nodes.Filter(loop.iter, "_counted", [], [], None, None, lineno=loop.iter.lineno)
+        for concat in list(source.find_all(nodes.Concat)):
+            joined = nodes.Filter(nodes.List(concat.nodes), "_joined", [], [], None, None, lineno=concat.lineno)
+            concat.nodes = [joined]
+        return super()._generate(source, name, filename, defer_init)
+
+
+def _bounded_filter(function):
+    @functools.wraps(function)
+    def bounded(*args, **kwargs):
+        _check_arguments(args[1:], kwargs)  # args[0] is the value filtered (or the context/environment)
+        result = _check_value(function(*args, **kwargs))
+        _budget().step(1 + _size(result) // 8)
+        return result
+
+    return bounded
+
+
+def _counted(iterable):
+    budget = _budget()
+    for item in iterable:
+        budget.step()
+        yield item
+
+
+def _joined(values) -> str:
+    texts = [str(v) for v in values]
+    size = sum(map(len, texts))
+    if size > MAX_VALUE_CHARS:
+        raise RenderError(f"'~' would build a string of {size:,} characters (the limit is {MAX_VALUE_CHARS:,})")
+    return "".join(texts)
+
+
+def _bounded_concat(parts) -> str:
+    budget, out = _budget(), []
+    for part in parts:
+        budget.emit(len(part))
+        out.append(part)
+    return "".join(out)
+
+
+def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    if n > MAX_LIPSUM or max > MAX_LIPSUM:
+        raise RenderError(f"lipsum: at most {MAX_LIPSUM} paragraphs of at most {MAX_LIPSUM} words")
+    return _LIPSUM(n=n, html=html, min=min, max=max)
+
+
+def _make_env() -> BoundedEnvironment:
+    env = BoundedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
+    env.concat = _bounded_concat
+    env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
+    env.filters["_counted"] = _counted
+    env.filters["_joined"] = _joined
+    env.globals["lipsum"] = _bounded_lipsum
+    return env
+
+
+_LIPSUM = SandboxedEnvironment().globals["lipsum"]
+ENV = _make_env()
 
 # A node without a template gets its prompt followed by one "name: value" line per input.
 DEFAULT_TEMPLATE = "{{ prompt }}\n{% for name, value in inputs %}\n{{ name }}: {{ value }}{% endfor %}"
@@ -21,6 +240,9 @@ BUILTIN = {
     "backward_no_sibling": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
     "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
 }
+# the built-in templates' variables that are not text, as placeholders of the shape the method passes
+BUILTIN_SHAPES = {"hints": [{"name": "<hint>", "value": "<hint>"}],
+                  "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}], "max_chars": 800}
 
 
 @lru_cache(maxsize=None)
@@ -28,15 +250,50 @@ def builtin_source(name: str) -> str:
     return resources.files("sembp_dsl").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
 
 
+class TemplateProblem(TemplateError):
+    """A template that cannot work: bad syntax, a forbidden tag, or too deep to compile."""
+
+    def __init__(self, message: str, lineno: int | None, syntax: bool = False):
+        super().__init__(message)
+        self.lineno, self.syntax = lineno, syntax
+
+
 @lru_cache(maxsize=4096)
 def variables(source: str) -> frozenset[str]:
-    """Names a template reads from its context (raises TemplateSyntaxError)."""
-    return frozenset(meta.find_undeclared_variables(ENV.parse(source)))
+    """Names a template reads from its context; TemplateProblem when it cannot work at all.
+
+    `include`, `import` and `extends` are refused: a pipeline's templates live in its own file.
+    """
+    try:
+        tree = ENV.parse(source)
+        for kind, tag in FORBIDDEN.items():
+            for found in tree.find_all(kind):
+                raise TemplateProblem(f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno)
+        compile_template(source)
+        return frozenset(meta.find_undeclared_variables(tree))
+    except TemplateSyntaxError as exc:
+        raise TemplateProblem(exc.message or str(exc), exc.lineno, syntax=True) from None
+    except (RecursionError, MemoryError, SyntaxError, ValueError) as exc:  # too deep or too big for Python to compile
+        raise TemplateProblem(f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None)) from None
 
 
 @lru_cache(maxsize=4096)
-def compile_template(source: str):
+def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)
 
 
-__all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "builtin_source", "variables", "compile_template", "TemplateSyntaxError"]
+def trial_render(source: str, names: frozenset[str], shapes: Mapping[str, object] | None = None) -> RenderError | None:
+    """Render with a placeholder for every variable (`shapes`: for those that are not text); the error, if this
+    fails whatever the data."""
+    values = {name: f"<{name}>" for name in names}
+    values["inputs"] = [(name, f"<{name}>") for name in sorted(names - {"inputs", "prompt"})]
+    values.update({name: shape for name, shape in (shapes or {}).items() if name in names})
+    try:
+        compile_template(source).render(values)
+    except RenderError as exc:
+        return exc
+    return None
+
+
+__all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "BUILTIN_SHAPES", "RenderError", "TemplateProblem", "builtin_source", "variables",
+           "compile_template", "trial_render", "TemplateSyntaxError"]

@@ -14,7 +14,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
+from typing import Callable, Mapping
 
 from . import ir
 from .diagnostics import PipelineError
@@ -123,8 +123,11 @@ def save(path: Path, text: str, loaded: str) -> Path:
 class WriteBack:
     """Where a run's accepted prompts go: over the source (guarded), or to --out, or nowhere (--dry-run)."""
 
-    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False):
-        self.pipeline, self.dry_run = pipeline, dry_run
+    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False,
+                 expect_source: Callable[..., None] = lambda *texts: None):
+        """`expect_source(*texts)` is told which texts the source file may hold, before and after each write
+        into it, so a resumed run can tell its own writes from a user's edit."""
+        self.pipeline, self.dry_run, self.expect_source = pipeline, dry_run, expect_source
         self.target = Path(out or pipeline.path)
         self.guarded = out is None  # only the source file can have been edited by someone else
         self.loaded = pipeline.text
@@ -137,9 +140,11 @@ class WriteBack:
         if not self.guarded:
             atomic_write(self.target, text)
             return None
+        self.expect_source(self.loaded, text)
         target = save(self.target, text, self.loaded)
-        self.loaded = text
         if target == self.target:
+            self.expect_source(text)
+            self.loaded = text
             return None
         self.target, self.guarded = target, False
         return f"{self.pipeline.path} changed on disk during the run; writing to {target} instead"

@@ -8,6 +8,7 @@ prompt's scalar in place.
 from __future__ import annotations
 
 import json
+import math
 import re
 from functools import lru_cache
 from importlib import resources
@@ -15,7 +16,7 @@ from importlib import resources
 import yaml
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, error, point
+from .diagnostics import SURROGATE, Diagnostic, PipelineError, did_you_mean, error, one_of, point
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -31,26 +32,103 @@ def _span(file: str, node: yaml.Node) -> ir.Span:
     return ir.Span(file, start.line + 1, start.column + 1, end.line + 1, end.column + 1, start.index, end.index)
 
 
+MAX_DEPTH = 64  # mappings and lists inside each other; a pipeline needs four
+UNQUOTED_CHOICE = re.compile(r"\s*choice\s*\([^)]*\Z")
+WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
+         "integer": "a whole number", "boolean": "true or false", "null": "nothing"}
+
+
+class Loader(yaml.SafeLoader):
+    """Safe loading minus what a stranger's file can abuse: aliases (a few lines can ask for gigabytes,
+    and an aliased prompt cannot be written back) and nesting deep enough to exhaust Python's stack."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.depth = 0
+        self.refused: set[str] = set()
+        self.problems: list[tuple[yaml.Mark, str]] = []
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent) and self.peek_event().anchor not in self.refused:
+            event = self.peek_event()
+            self.refused.add(event.anchor)  # one error per anchor, however often it is used
+            self.problems.append((event.start_mark, f"YAML alias '*{event.anchor}' is not supported here: write the value out"))
+        if self.depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _kind(value) -> str:
+    """How a YAML value reads in words: `the number 3`, `a list`, `'texts'`."""
+    if isinstance(value, bool):
+        return f"the boolean {str(value).lower()} (quote it to make it a string)"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, str):
+        return repr(value)
+    return {dict: "a mapping", list: "a list", type(None): "nothing"}.get(type(value), type(value).__name__)
+
+
+def specific(err):
+    """For a value matching none of several forms: the error inside the form it has the shape of."""
+    while err.validator == "oneOf":
+        branches = [e for e in err.context if _matches_type(err.schema["oneOf"][e.relative_schema_path[0]], err.instance)]
+        if not branches:
+            break
+        err = max(branches, key=lambda e: len(e.absolute_path))
+    return err
+
+
+def explain(err) -> str:
+    """A jsonschema error in words, as a YAML user would put it (never a regex)."""
+    schema, value = err.schema, err.instance
+    if err.validator == "oneOf":
+        return f"expected {schema.get('description', 'a different value')}, not {_kind(value)}"
+    if err.validator == "type":
+        expected = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
+        return f"expected {' or '.join(WORDS[t] for t in expected)}, not {_kind(value)}"
+    if err.validator == "pattern":
+        return f"{_kind(value)} is not {schema.get('description', 'valid here')}{did_you_mean(str(value), schema.get('examples', []))}"
+    if err.validator == "enum":
+        hint = did_you_mean(str(value), schema["enum"]) or f"; expected one of {', '.join(map(str, schema['enum']))}"
+        return f"{_kind(value)} is not allowed here{hint}"
+    if err.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
+        word = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most", "exclusiveMaximum": "less than"}
+        return f"must be {word[err.validator]} {err.validator_value}, not {value}"
+    if err.validator == "required":
+        return err.message.replace("is a required property", "is required")
+    if err.validator == "minProperties":
+        return "must not be empty"
+    if err.validator == "minLength":
+        return "must not be empty"
+    return err.message
+
+
+def _matches_type(branch: dict, value) -> bool:
+    target = branch.get("type") or schema()["$defs"].get(branch.get("$ref", "").rsplit("/", 1)[-1], {}).get("type")
+    kinds = {"object": dict, "array": list, "string": str}
+    return isinstance(value, kinds[target]) if target in kinds else False
+
+
+class BadScalar(ValueError):
+    pass
+
+
 class Lowering:
     def __init__(self, text: str, file: str):
         self.text, self.file = text, file
         self.errors: list[Diagnostic] = []
-        self.seen: set[int] = set()
+        self.reported: set[tuple] = set()  # paths already explained: schema errors inside them would repeat the cause
 
     def span(self, node: yaml.Node) -> ir.Span:
         return _span(self.file, node)
 
     def plain(self, node: yaml.Node, where: dict, path: tuple = ()):
-        """Python data for the schema, remembering the YAML node at every path.
-
-        A collection reached twice is an alias (`*name`): refused, because expanding
-        aliases is how a few lines of YAML ask for gigabytes ("billion laughs").
-        """
-        if isinstance(node, (yaml.MappingNode, yaml.SequenceNode)):
-            if id(node) in self.seen:
-                self.errors.append(error(self.span(node), "YAML aliases of mappings or lists are not supported here"))
-                return None
-            self.seen.add(id(node))
+        """Python data for the schema, remembering the YAML node at every path."""
         where[path] = node
         if isinstance(node, yaml.MappingNode):
             out = {}
@@ -62,31 +140,43 @@ class Lowering:
                     self.errors.append(error(self.span(key), f"duplicate key '{key.value}'"))
                 where[path + (key.value, "<key>")] = key
                 out[key.value] = self.plain(value, where, path + (key.value,))
+                if key.value == "type" and isinstance(value, yaml.ScalarNode) and value.style is None \
+                        and UNQUOTED_CHOICE.match(value.value):
+                    written = re.match(r"[^\n)]*\)?", self.text[value.start_mark.index:]).group()
+                    self.errors.append(error(self.span(value), "a choice type must be quoted in YAML, or its commas"
+                                             f" end the value: write type: \"{written}\""))
+                    self.reported.add(path)
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
-        return _scalar(node)
+        try:
+            if SURROGATE.search(node.value):
+                raise BadScalar("a \\u escape in this string is half a surrogate pair, not a character")
+            return _scalar(node)
+        except BadScalar as exc:
+            self.errors.append(error(self.span(node), str(exc)))
+            self.reported.add(path)
+            return node.value
 
     def validate(self, data, where: dict) -> None:
         from jsonschema import Draft202012Validator
 
         for err in sorted(Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
+            err = specific(err)
             path = tuple(err.absolute_path)
+            if any(path[:len(done)] == done for done in self.reported):
+                continue
             node = where.get(path) or where[()]
             if err.validator == "additionalProperties" and isinstance(err.instance, dict):
                 extra = [k for k in err.instance if k not in err.schema.get("properties", {})]
                 node = where.get(path + (extra[0], "<key>"), node) if extra else node
-                message = f"unknown key '{extra[0]}'" if extra else err.message
+                message = one_of(extra[0], "key", err.schema.get("properties", {})) if extra else err.message
             elif "propertyNames" in err.relative_schema_path:  # a bad key: point at the key itself
                 node = where.get(path + (err.instance, "<key>"), node)
                 message = (f"'{err.instance}' is not a valid name" if err.validator == "pattern"
-                           else f"unknown key '{err.instance}'; expected one of {', '.join(err.validator_value)}")
-            elif err.validator == "required":
-                message = err.message.replace("is a required property", "is required")
-            elif err.validator == "oneOf":
-                message = f"{json.dumps(err.instance)[:60]} is not valid here"
+                           else one_of(err.instance, "key", err.validator_value))
             else:
-                message = err.message
+                message = explain(err)
             where_ = ".".join(map(str, path))
             self.errors.append(error(self.span(node), f"{where_}: {message}" if where_ else message))
 
@@ -121,7 +211,7 @@ class Lowering:
                 self.errors.append(error(self.span(node), "an edge needs names on both sides of '->'"))
             groups.append(names)
             offset += len(part) + 2
-        return [ir.Edge(s, t) for a, b in zip(groups, groups[1:]) for t in b for s in a]
+        return [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
 
     def lower(self, root: yaml.MappingNode) -> ir.Pipeline:
         section = {k.value: v for k, v in root.value}
@@ -174,39 +264,50 @@ class Lowering:
         )
 
 
-_CONSTRUCTOR = yaml.SafeLoader("")
-
-
 def _scalar(node: yaml.Node):
-    """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean)."""
+    """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
+    value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
     if not isinstance(node, yaml.ScalarNode):
         return None
     if node.tag == "tag:yaml.org,2002:str":
         return node.value
+    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
     try:
-        return _CONSTRUCTOR.construct_object(node)
-    except yaml.YAMLError:
-        return node.value
+        value = yaml.SafeLoader("").construct_object(node)
+    except Exception:  # PyYAML's constructors raise ValueError, KeyError, AttributeError...: all bad input
+        raise BadScalar(f"'{node.value}' is not a valid {tag}") from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BadScalar(f"{node.value} is not a finite number")
+    if value is not None and not isinstance(value, (str, int, float, bool)):
+        raise BadScalar(f"YAML reads '{node.value}' as {tag}, which a pipeline cannot use; quote it to make it a string")
+    return value
 
 
 def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
     """Parse and validate the YAML form; raise PipelineError with every problem found."""
+    text = re.sub(r"\r(?!\n)", "\n", text)  # old Mac line ends, so lines count the same everywhere
+    loader = None
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
+        loader = Loader(text)
+        root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        span = ir.Span(file, mark.line + 1, mark.column + 1, mark.line + 1, mark.column + 2, mark.index, mark.index + 1)
-        raise PipelineError([error(span, f"YAML: {exc.problem or exc.context}")], text)
-    except yaml.YAMLError as exc:
-        raise PipelineError([error(None, f"YAML: {exc}", file)], text)
+        raise PipelineError([error(point(file, text, mark.index), f"YAML: {exc.problem or exc.context}")], text)
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as NUL
+        raise PipelineError([error(point(file, text, exc.position), f"YAML: character {ascii(chr(exc.character))}"
+                                   " is not allowed in YAML")], text)
+    finally:
+        if loader is not None:
+            loader.dispose()
+    if loader.problems:
+        raise PipelineError([error(point(file, text, mark.index), message) for mark, message in loader.problems], text)
     lowering = Lowering(text, file)
     if not isinstance(root, yaml.MappingNode):
         where = _span(file, root) if root is not None else None
         raise PipelineError([error(where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file)], text)
     where: dict = {}
     data = lowering.plain(root, where)
-    if not lowering.errors:
-        lowering.validate(data, where)
+    lowering.validate(data, where)
     if lowering.errors:
         raise PipelineError(lowering.errors, text)
     pipeline = lowering.lower(root)

@@ -9,11 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from sembp_dsl.datasets import anchor_data_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # the fake OpenAI-compatible server lives with the benchmarks
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("SBPC_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))
+anchor_data_dir()  # the README runs pytest with a relative folder; tests run `sbpc` in temporary folders
 
 
 @pytest.fixture(autouse=True)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.datasets import DATA_DIR_ENV, DataError, Dataset, Sample, data_dirs, load, make_splits
+from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits, load,
+                                make_splits)
 
 LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",
                 "c1", "c2", "c3", "c4", "c5", "context")
@@ -337,3 +338,77 @@ def test_splits_too_large_say_how_many_are_available(liar: Dataset, data_dir: Pa
         make_splits(bbh, len(bbh.pools["all"]), 0, 1, seed=0)
     with pytest.raises(DataError):
         make_splits(bbh, -1, 0, 0, seed=0)
+
+
+# --- your data in one flag ----------------------------------------------------------------------
+
+
+def test_json_values_that_are_not_strings_arrive_as_json_text(tmp_path: Path) -> None:
+    row = {"obj": {"sentiment": "négatif"}, "items": [1, "a"], "n": 2.5, "yes": True, "none": None,
+           "answer": {"label": "x"}}
+    sample = load(_write(tmp_path / "d.jsonl", json.dumps(row))).pools["all"][0]
+    assert sample.fields == {"obj": '{"sentiment": "négatif"}', "items": '[1, "a"]', "n": "2.5", "yes": "true",
+                             "none": "null"}
+    assert sample.answer == '{"label": "x"}'  # so `metric json` can match an object answer
+
+
+def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Path) -> None:
+    spec = _write(tmp_path / "ten.jsonl", "".join(json.dumps({"q": str(i), "answer": "a"}) + "\n" for i in range(10)))
+    dataset = load(spec)
+    whole = eval_splits(dataset, None, None, None, seed=0, defaults=(20, 20, 100))
+    assert [s.id for s in whole.test] == [f"ten.jsonl/{i}" for i in range(10)] and whole.train == whole.val == ()
+    assert len(eval_splits(dataset, None, None, 3, seed=0, defaults=(2, 2, 100)).test) == 3
+    with pytest.raises(DataError) as err:
+        eval_splits(dataset, 20, None, None, seed=0, defaults=(20, 20, 100))
+    message = str(err.value)
+    assert "asked for 140" in message and "has only 10" in message
+    assert "--train-size 1 --val-size 1 --test-size 7" in message and "no size scores the whole file" in message
+
+
+def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:
+    bbh = load("bbh:navigate", str(data_dir))
+    assert len(eval_splits(bbh, None, None, None, seed=0, defaults=(0, 0, 100)).test) == 100
+
+
+def test_separate_test_file(tmp_path: Path) -> None:
+    train = _write(tmp_path / "train.jsonl", "".join(json.dumps({"q": f"t{i}", "answer": "a"}) + "\n" for i in range(6)))
+    test = _write(tmp_path / "test.csv", "q,answer\nx1,b\nx2,b\nx3,b\n")
+    dataset = load(train, test_data=test)
+    assert dataset.name == "train.jsonl+test.csv"
+    splits = make_splits(dataset, 3, 3, 3, seed=1)
+    assert {s.fields["q"] for s in splits.train + splits.val} == {f"t{i}" for i in range(6)}
+    assert {s.fields["q"] for s in splits.test} == {"x1", "x2", "x3"}
+    whole = eval_splits(dataset, None, None, None, seed=0, defaults=(1, 1, 100))
+    assert [s.fields["q"] for s in whole.test] == ["x1", "x2", "x3"]
+    with pytest.raises(DataError, match="--test-size 3"):
+        make_splits(dataset, 0, 0, 4, seed=0)
+
+
+def test_bbh_task_names_get_a_did_you_mean(data_dir: Path) -> None:
+    with pytest.raises(DataError, match="did you mean 'navigate'"):
+        load("bbh:navigat", str(data_dir))
+
+
+def test_a_fifo_as_data_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "data.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(DataError, match="not a regular file"):
+        load(str(fifo))
+
+
+def test_a_data_dir_that_is_a_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "file").write_text("")
+    with pytest.raises(DataError, match="--data-dir 'file' is a file"):
+        monkeypatch.chdir(tmp_path)
+        load("liar", "file")
+    monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "file"))
+    with pytest.raises(DataError, match=f"\\${DATA_DIR_ENV} .* is a file"):
+        data_dirs()
+
+
+def test_a_relative_data_dir_variable_is_anchored_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv(DATA_DIR_ENV, "data")
+    anchor_data_dir()
+    monkeypatch.chdir("/")
+    assert os.environ[DATA_DIR_ENV] == str(tmp_path / "data") and data_dirs()[0] == tmp_path / "data"

@@ -102,12 +102,16 @@ def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_pa
     # what a run killed during its second of three iterations leaves: one iteration, no end, no test, no ledger
     record["settings"]["iterations"] = 3
     record["iterations"] = record["iterations"][:1]
-    for key in ("finished", "stopped", "test", "ledger"):
+    for key in ("stopped", "test", "ledger"):
         record.pop(key, None)
+    record["finished"] = False
     killed = runs / "20990101-000000-toy"
     killed.mkdir()
     (killed / "run.json").write_text(json.dumps(record))
     (runs / "not-a-run").mkdir()  # a folder without a record is skipped, not an error
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert code == 0 and out.count("finished") == 1 and "interrupted after 1 of 3 iterations" in out
+    assert "skipped " in out and "not-a-run" in out
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     first, last = json.loads(out)
     assert last["run"] == "20990101-000000-toy" and not last["finished"]
@@ -139,7 +143,8 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
     runs = tmp_path / "runs"
     for name in ("20260101-100000-a", "20260101-110000-b", "20260202-100000-c"):
         (runs / name).mkdir(parents=True)
-        (runs / name / "run.json").write_text(json.dumps({"settings": {}, "iterations": []}))
+        (runs / name / "run.json").write_text(json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {},
+                                                          "iterations": [], "finished": True}))
     assert resolve("1", runs).name == "20260101-100000-a" and resolve("-1", runs).name == "20260202-100000-c"
     assert resolve("20260202", runs).name == "20260202-100000-c"
     assert resolve(str(runs / "20260101-110000-b" / "run.json"), runs).name == "20260101-110000-b"

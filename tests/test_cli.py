@@ -1,0 +1,263 @@
+"""The command line as a newcomer meets it: the README's commands, argument checks, usage messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, with_fake_model
+from sembp_dsl import cli
+
+
+def readme_commands() -> dict[str, str]:
+    """The README's first commands, by the comment above each ("main job", "tests")."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    first = {label: next(i for i, line in enumerate(lines) if line.startswith(f"    # {label}"))
+             for label in ("main job", "tests")}
+    return {"main": lines[first["main job"] + 1][4:], "tests": lines[first["tests"] + 1][4:]}
+
+
+# --- the README's commands work as written ------------------------------------------------------
+
+def test_ci_runs_the_readme_commands_verbatim_with_no_environment_of_its_own():
+    printed = subprocess.run([str(ROOT / ".ci/run"), "--print"], capture_output=True, text=True, check=True).stdout
+    commands = readme_commands()
+    assert printed.splitlines() == [commands["main"], commands["tests"]]
+    script = (ROOT / ".ci/run").read_text()
+    assert "export" not in script and "SBPC_" not in script  # CI sees what a newcomer sees
+    assert "apt-get install -y -qq chromium" in script  # the report tests need a real browser
+
+
+def test_the_main_job_works_on_a_copy_git_ignores():
+    main = readme_commands()["main"]
+    assert "cp pipelines/liar.sbp liar.sbp &&" in main and " optimize liar.sbp " in main
+    assert "pipelines/liar.sbp --data" not in main  # the tests' example files are never rewritten
+    for copy in ("liar.sbp", "liar.optimized.sbp"):
+        assert subprocess.run(["git", "check-ignore", "-q", copy], cwd=ROOT).returncode == 0, copy
+
+
+def test_a_relative_data_dir_is_resolved_where_it_was_given(tmp_path):
+    """The README runs pytest with SBPC_DATA_DIR=../shared/datasets; tests then run sbpc in temporary folders."""
+    data = Path(os.environ["SBPC_DATA_DIR"])
+    relative = os.path.relpath(data, ROOT)
+    child = textwrap.dedent(f'''\
+        import subprocess, sys
+        sys.path.insert(0, "tests")
+        import conftest  # what pytest imports first
+        done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "optimize", {str(ROOT / "pipelines/liar.sbp")!r},
+                               "--data", "liar", "--train-size", "1", "--val-size", "1", "--iters", "1", "--plan"],
+                              cwd={str(tmp_path)!r}, capture_output=True, text=True)
+        print(done.stderr, file=sys.stderr)
+        sys.exit(done.returncode)
+        ''')
+    env = {**os.environ, "SBPC_DATA_DIR": relative}
+    done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    # and sbpc itself resolves it against its own starting folder
+    flag = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(ROOT / "pipelines/liar.sbp"), "--data",
+                           "liar", "--data-dir", relative, "--train-size", "1", "--val-size", "1", "--plan"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert flag.returncode == 0, flag.stderr
+
+
+def test_a_data_dir_that_is_a_file_is_an_error(tmp_path, capsys):
+    not_a_folder = tmp_path / "datasets"
+    not_a_folder.write_text("")
+    code = cli.main(["eval", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--data-dir", str(not_a_folder)])
+    err = capsys.readouterr().err
+    assert code == 1 and "--data-dir" in err and "is a file, not a folder" in err
+
+
+# --- your data in one flag ----------------------------------------------------------------------
+
+ECHO = textwrap.dedent('''\
+    pipeline echo "Answer a question"
+    input q: text
+    input extra: text
+    param ask = "Answer."
+    node answer: text { prompt = ask }
+    q, extra -> answer
+    output answer
+    ''')
+
+
+def echo_pipeline(tmp_path, url: str) -> Path:
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO, url))
+    return path
+
+
+def rows(tmp_path, n: int, name: str = "mine.jsonl") -> str:
+    path = tmp_path / name
+    path.write_text("".join(json.dumps({"q": f"q{i}", "extra": {"n": i}, "answer": "ok"}) + "\n" for i in range(n)))
+    return str(path)
+
+
+def test_eval_scores_a_small_file_whole_and_passes_json_values_as_json(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "ok"
+    code = cli.main(["eval", str(echo_pipeline(tmp_path, fake_llm.url)), "--data", rows(tmp_path, 10), "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert code == 0 and report["scored"] == 10
+    assert any('{"n": 3}' in prompt for prompt in script.prompts) and "{'n'" not in "".join(script.prompts)
+
+
+def test_a_split_larger_than_the_file_says_which_flags_to_pass(tmp_path, capsys):
+    code = cli.main(["eval", str(ROOT / "pipelines/liar.sbp"), "--data", rows(tmp_path, 10), "--test-size", "50"])
+    err = capsys.readouterr().err
+    assert code == 1 and "--test-size" in err and "at most 10" in err and "Traceback" not in err
+
+
+def test_eval_with_a_separate_test_file(tmp_path, fake_llm, script, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    code = cli.main(["eval", str(path), "--data", rows(tmp_path, 4, "train.jsonl"), "--test-data",
+                     rows(tmp_path, 3, "test.jsonl"), "--json"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 3
+
+
+def test_run_input_json_keeps_null_and_objects_as_json(tmp_path, fake_llm, script, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    code = cli.main(["run", str(path), "--input-json", '{"q": null, "extra": {"a": [1, true]}}'])
+    assert code == 0
+    [prompt] = script.prompts
+    assert "null" in prompt and '{"a": [1, true]}' in prompt and "None" not in prompt
+
+
+def test_an_unknown_input_is_an_error_with_a_did_you_mean(tmp_path, fake_llm, capsys):
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["run", str(path), "--input", "q=x", "--input", "extr=y"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no input 'extr'; did you mean 'extra'?" in err and fake_llm.requests == 0
+
+
+def test_only_names_get_a_did_you_mean(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "verdict_tsk", "--plan"])
+    assert "no param 'verdict_tsk'; did you mean 'verdict_task'?" in capsys.readouterr().err
+
+
+# --- argument validation --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("command, flags", [
+    ("eval", ["--concurrency", "0"]), ("eval", ["--concurrency", "-1"]), ("eval", ["--timeout", "0"]),
+    ("eval", ["--timeout", "-5"]), ("eval", ["--timeout", "nan"]), ("eval", ["--limit", "-1"]),
+    ("eval", ["--test-size", "-3"]), ("optimize", ["--errors-per-gradient", "-1"]), ("optimize", ["--train-size", "-1"]),
+    ("optimize", ["--val-size", "-2"]), ("optimize", ["--gate-alpha", "0"]), ("optimize", ["--max-cost", "-1"]),
+])
+def test_bad_numbers_are_usage_errors_of_their_subcommand(command, flags, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([command, str(ROOT / "pipelines/liar.sbp"), "--data", "liar", *flags])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and f"argument {flags[0]}: expected" in err and f"usage: sbpc {command}" in err
+
+
+def test_errors_found_by_a_subcommand_print_its_usage(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "nope", "--plan"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("usage: sbpc optimize") and "sbpc optimize: error: --only" in err
+
+
+def test_help_shows_only_flags_that_apply(capsys):
+    helps = {}
+    for command in ("run", "eval", "optimize"):
+        with pytest.raises(SystemExit):
+            cli.main([command, "--help"])
+        helps[command] = capsys.readouterr().out
+    for command in ("run", "eval"):  # forward calls only
+        assert "--backward-model" not in helps[command] and "--optimizer-model" not in helps[command]
+    assert "--backward-model" in helps["optimize"] and "--optimizer-model" in helps["optimize"]
+    assert "--data" not in helps["run"] and "--concurrency" in helps["run"]
+
+
+def test_the_resume_hint_is_the_real_command_line(tmp_path, fake_llm, script, capsys):
+    folder = tmp_path / "my pipelines"
+    folder.mkdir()
+    path = echo_pipeline(folder, fake_llm.url)
+    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
+            "--runs-dir", str(folder / "runs"), "--max-calls", "3"]
+    cli.main(argv)
+    out = capsys.readouterr().out
+    assert "stopped early" in out and "..." not in out
+    assert f"continue with: sbpc optimize '{path}' --data {argv[3]} --train-size 2" in out
+    assert out.split("continue with: ")[1].splitlines()[0].endswith("--max-calls 3 --resume")
+
+
+# --- run records ------------------------------------------------------------------------------------
+
+def accepted_run(tmp_path, fake_llm, script, capsys) -> tuple[Path, list[str], Path]:
+    """One accepted iteration written into echo.sbp; returns the file, the command and its record."""
+    script.improve = lambda param, prompt: "Say ok. VERDICT"
+    script.verdict = lambda prompt: "ok"
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2", "--iters", "1",
+            "--gate-alpha", "1", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(argv) == 0 and "VERDICT" in path.read_text()
+    capsys.readouterr()
+    [record] = (tmp_path / "runs").glob("*/run.json")
+    return path, argv, record
+
+
+def unfinish(record: Path, drop: tuple[str, ...] = ()) -> None:
+    """As if the run had been killed (kill -9) before its end; `drop` removes keys older records lack."""
+    data = json.loads(record.read_text())
+    data["finished"] = False
+    for key in drop:
+        data.pop(key, None)
+        data["settings"].pop(key, None)
+    record.write_text(json.dumps(data))
+
+
+def test_resume_refuses_a_file_edited_since_the_run_wrote_it(tmp_path, fake_llm, script, capsys):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    written = path.read_text()
+    unfinish(record)
+    edited = written.replace('"Say ok. VERDICT"', '"My own careful edit."')
+    path.write_text(edited)
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--resume"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "was changed since the run" in err and "without --resume" in err
+    assert path.read_text() == edited  # never silently reverted
+    path.write_text(written)  # undo the edit: the run continues
+    assert cli.main([*argv, "--resume"]) == 0 and "resuming" in capsys.readouterr().out
+
+
+def test_old_records_without_new_fields_still_resume(tmp_path, fake_llm, script, capsys):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    unfinish(record, drop=("test_data", "source_sha256"))
+    assert cli.main([*argv, "--resume"]) == 0 and json.loads(record.read_text())["finished"]
+
+
+@pytest.mark.parametrize("garbage", ["{}", "not json", "[1, 2]", '{"settings": 1, "iterations": [], "finished": false}',
+                                     '{"settings": {"file": "x"}, "initial_prompts": {}, "iterations": [3], "finished": false}'])
+def test_a_bad_run_record_does_not_break_resume(tmp_path, fake_llm, script, capsys, garbage):
+    path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
+    unfinish(record)
+    for name in ("99999999-bad", "00000000-bad"):  # newer and older than the good record
+        (tmp_path / "runs" / name).mkdir()
+        (tmp_path / "runs" / name / "run.json").write_text(garbage)
+    assert cli.main([*argv, "--resume"]) == 0
+    record.unlink()
+    with pytest.raises(SystemExit) as stop:
+        cli.main([*argv, "--resume"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "no unfinished run" in err and "99999999-bad/run.json: not a run record" in err
+    assert "Traceback" not in err
+
+
+def test_a_runs_dir_that_is_a_file_is_a_clear_error_before_any_call(tmp_path, fake_llm, capsys):
+    runs = tmp_path / "runs"
+    runs.write_text("")
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    for extra in ([], ["--resume"]):
+        code = cli.main(["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
+                         "--runs-dir", str(runs), *extra])
+        err = capsys.readouterr().err
+        assert code == 1 and f"--runs-dir {runs} is a file, not a folder" in err and fake_llm.requests == 0

@@ -1,0 +1,122 @@
+"""Pipeline files are data from strangers: hostile templates, YAML and files give located errors, never a
+traceback, a hang or gigabytes; the corpus in tests/hostile_corpus.py runs through `check` and `compile`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+import time
+
+import pytest
+
+from sembp_dsl import cli
+from sembp_dsl.source import compile_file
+from sembp_dsl.templates import RenderError
+
+HEADER = 'pipeline t "A test"\ninput q: text\n'
+
+
+def run_cli(*argv: str) -> tuple[int, str]:
+    err, out = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+        code = cli.main(list(argv))
+    return code, err.getvalue() + out.getvalue()
+
+
+def template_file(tmp_path, template: str, name: str = "p.sbp"):
+    path = tmp_path / name
+    path.write_text(HEADER + f'template t = """\n{template}\n"""\nnode a: text {{ template = t }}\nq -> a\noutput a\n')
+    return path
+
+
+@pytest.mark.parametrize("template, message", [
+    ("{{ range(10**9) }}", "argument 1000000000 is too large"),
+    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "too much work|took more"),
+    ("{{ lipsum(n=200000) }}", "lipsum: at most"),
+    ("{{ 'x' * 300000000 }}", r"'\*' would build a value of 300,000,000"),
+    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursive too deeply"),
+    ("{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(40) }}", "too much work|took more"),
+    ("{{ 1/0 }}", "ZeroDivisionError"),
+    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "'~' would build"),
+    ("{% for i in range(99999) %}" + "x" * 1000 + "{% endfor %}", "output too large"),
+    ("{{ 'x'|center(999999999) }}", "too large"),
+    ("{{ '{:>99999999}'.format(1) }}", "format width"),
+    ("{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}", "nested too deeply"),
+    ("{% include 'other.j2' %}", "'{% include %}' is not allowed"),
+    ("{% import 'other.j2' as o %}", "'{% import %}' is not allowed"),
+    ("{% extends 'base.j2' %}", "'{% extends %}' is not allowed"),
+])
+def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, message):
+    start = time.monotonic()
+    code, err = run_cli("check", str(template_file(tmp_path, template)))
+    assert time.monotonic() - start < 10
+    assert code == 1 and re.search(message, err), err
+    assert "p.sbp:4:1: error: template" in err and "Traceback" not in err
+
+
+def test_a_template_that_fails_on_some_data_is_a_per_sample_render_error(tmp_path):
+    # `q|int` of a placeholder is 0, so check cannot know: a warning, and at run time this sample's error
+    path = template_file(tmp_path, "{{ 10 / (q|int) }}")
+    code, err = run_cli("check", str(path))
+    assert code == 0 and "warning: template may not render: ZeroDivisionError" in err
+    node = compile_file(str(path)).nodes["a"]
+    assert node.render({"q": "4"}, {}) == "2.5"
+    with pytest.raises(RenderError, match="ZeroDivisionError") as caught:
+        node.render({"q": "0"}, {})
+    assert caught.value.lineno == 1
+
+
+def test_a_data_value_that_makes_a_template_blow_up_is_stopped(tmp_path):
+    node = compile_file(str(template_file(tmp_path, "{{ 'ab' * (q|int) }}"))).nodes["a"]
+    with pytest.raises(RenderError, match="would build"):
+        node.render({"q": "900000000"}, {})
+
+
+def test_ordinary_templates_render_as_before(tmp_path):
+    source = "{% for w in q.split() %}{{ loop.index }}={{ w|upper }} {% endfor %}{{ '%05d' % 42 }} {{ '{:>4}'.format(7) }}"
+    node = compile_file(str(template_file(tmp_path, source))).nodes["a"]
+    assert node.render({"q": "a b"}, {}) == "1=A 2=B 00042    7"
+
+
+YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
+
+
+def check_yaml(tmp_path, text: str) -> tuple[int, str]:
+    path = tmp_path / "p.yaml"
+    path.write_bytes(text.encode("utf-8"))
+    code, err = run_cli("check", str(path))
+    return code, err.replace(str(tmp_path) + "/", "")
+
+
+@pytest.mark.parametrize("extra, expected", [
+    ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error: 'abc' is not a valid !!int"),
+    ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error: 'maybe' is not a valid !!bool"),
+    ("description: !!timestamp never\n", "p.yaml:7:14: error: 'never' is not a valid !!timestamp"),
+    ("description: 2024-01-01\n", "p.yaml:7:14: error: YAML reads '2024-01-01' as !!timestamp"),
+    ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error: .nan is not a finite number"),
+    ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error: YAML: nested more than 64 levels deep"),
+    ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error: YAML alias '*x' is not supported here"),
+    ("params:\n  r: *nope\n", "p.yaml:8:6: error: YAML: found undefined alias 'nope'"),
+    ("description: a\x00b\n", "p.yaml:7:15: error: YAML: character '\\x00' is not allowed"),
+])
+def test_hostile_yaml_is_a_located_error(tmp_path, extra, expected):
+    code, err = check_yaml(tmp_path, YAML + extra)
+    assert code == 1 and err.startswith(expected), err
+    assert err.count("error:") == 1
+
+
+def test_yaml_type_errors_are_in_words(tmp_path):
+    source = YAML.replace("  a: {type: text}\n", "  a: {type: text}\n  b: {type: choice(Yes, No)}\n  c: {type: texts}\n")
+    code, err = check_yaml(tmp_path, source.replace("q -> a", "q -> a, b, c"))
+    assert code == 1 and err.count("error:") == 2, err  # the split choice is one cause, not three errors
+    assert 'p.yaml:5:13: error: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"' in err
+    assert "p.yaml:6:13: error: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"; did you mean 'text'?" in err
+    assert "does not match" not in err and "^" + "\\s" not in err
+
+
+def test_yaml_one_of_failures_are_explained(tmp_path):
+    code, err = check_yaml(tmp_path, YAML.replace("inputs: {q: text}", "inputs: {q: 3}").replace("output: a", "output: {node: a, from: 3}"))
+    assert "p.yaml:2:13: error: inputs.q: expected a type (text, number, json, \"choice(A, B)\") or a mapping with type and from, not the number 3" in err
+    assert "p.yaml:6:25: error: output.from: expected a string, not the number 3" in err
+    assert "is not valid here" not in err
