@@ -549,10 +549,16 @@ def cmd_compare(args) -> int:
                 metric_for(pipeline.graph, dataset.metric), _mapping(args.map, "--map"))
             first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
             seeds = [first + i for i in range(args.seeds)]
+
+            def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
+                inner = tqdm(total=total, desc=f"  {what}", unit="sample", file=sys.stderr, leave=False,
+                             disable=args.json or None)
+                return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
+
             with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
                       disable=args.json or None) as bar:
                 results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (bar.set_postfix_str(what), bar.update()))
+                                          lambda what: (bar.set_postfix_str(what), bar.update()), phase)
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1

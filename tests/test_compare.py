@@ -124,3 +124,24 @@ def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, fl
     code, out, err = compare(capsys, path, dataset, *flags)
     assert code == 1 and message in err and "Traceback" not in err and out == ""
     assert fake_llm.requests == 0
+
+
+def test_every_phase_of_every_optimize_reports_progress(setup):
+    from sembp_dsl import api, compare as comparing, datasets
+
+    path, dataset = setup
+    phases, finished = [], []
+
+    def progress(what, total):
+        phases.append((what, total))
+        return lambda done: None
+
+    with api.load(path) as pipeline:
+        experiment = comparing.Experiment(pipeline, dataset, datasets.load(dataset),
+                                          dict(train_size=3, val_size=3, test_size=6), dict(iters=1), "exact")
+        rows = comparing.make_rows([("gradient", ["sibling", "none"])])
+        results = comparing.compare(experiment, rows, [0, 1], tick=finished.append, progress=progress)
+    assert [len(r.seeds) for r in results] == [2, 2]
+    assert finished == ["base: gradient=sibling, seed 0", "base: gradient=sibling, seed 1", "gradient=none, seed 0",
+                        "gradient=none, seed 1"]
+    assert ("iteration 1: train", 3) in phases and ("test, final", 6) in phases
