@@ -145,3 +145,10 @@ def test_every_phase_of_every_optimize_reports_progress(setup):
     assert finished == ["base: gradient=sibling, seed 0", "base: gradient=sibling, seed 1", "gradient=none, seed 0",
                         "gradient=none, seed 1"]
     assert ("iteration 1: train", 3) in phases and ("test, final", 6) in phases
+
+
+def test_a_report_with_no_folder_is_refused_before_any_call(setup, tmp_path, capsys, fake_llm):
+    path, dataset = setup
+    with pytest.raises(SystemExit) as exit:
+        compare(capsys, path, dataset, "--report", str(tmp_path / "nowhere" / "c.html"))
+    assert exit.value.code == 2 and "--report: no folder" in capsys.readouterr().err and fake_llm.requests == 0

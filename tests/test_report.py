@@ -210,3 +210,9 @@ def test_the_page_loads_offline_with_no_console_error_and_its_plots(two_runs, tm
     assert result["styled"] == "rgb(221, 255, 221)"  # the page's own style passed the policy
     assert result["rows"] == 3
     assert '<script>alert("x")</script>' in result["text"]  # shown as text, not run
+
+
+def test_a_page_that_cannot_be_written_is_an_error(two_runs, tmp_path, capsys):
+    assert cli.main(["report", "1", "--runs-dir", str(two_runs), "--out", str(tmp_path / "nowhere" / "r.html")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err
