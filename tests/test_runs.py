@@ -159,3 +159,17 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
 def test_word_diff_marks_only_the_changed_words():
     assert plain_word_diff("Say Yes or No.", "Say Yes or No, briefly.") == "Say Yes or [-No.-]{+No, briefly.+}"
     assert plain_word_diff("a b", "a b") == "a b"
+
+
+def test_a_run_stopped_by_its_budget_says_why(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
+              "--iters", "3", "--max-calls", "50", "--runs-dir", str(tmp_path / "runs")])
+    capsys.readouterr()
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"), "--json")
+    [run] = json.loads(out)
+    assert code == 0 and not run["finished"] and run["status"].startswith("stopped: ") and "50" in run["status"]
+    assert run["iterations"] >= 1
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "stopped: " in out and "iteration 1: train 0.000, accepted" in out
