@@ -173,3 +173,39 @@ def test_a_run_stopped_by_its_budget_says_why(tmp_path, fake_llm, script, capsys
     assert run["iterations"] >= 1
     code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
     assert code == 0 and "stopped: " in out and "iteration 1: train 0.000, accepted" in out
+
+
+def test_a_run_killed_mid_way_for_real(tmp_path, fake_llm, script, capsys):
+    """SIGKILL after the first of three iterations: the record has what was done, and nothing more."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    script.improve = lambda param, prompt: f"Improved {param} {prompt.count('Improved')}"  # every step proposes anew
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    original = path.read_text()
+    fake_llm.configure(delay=0.05)
+    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=12),
+                             "--train-size", "3", "--val-size", "5", "--iters", "3", "--gate-alpha", "1",
+                             "--runs-dir", str(tmp_path / "runs")],
+                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((tmp_path / "runs").glob("*/run.json"))
+        if records and len(json.loads(records[0].read_text())["iterations"]) >= 1:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    fake_llm.configure(delay=0.0)
+    done = len(json.loads(records[0].read_text())["iterations"])
+    assert 1 <= done < 3
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"interrupted after {done} of 3 iterations" in out
+    code, out, _ = sbpc(capsys, "show", "-1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"({3 - done} iteration(s) not run)" in out and "candidate for look: taken" in out
+    code, _, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and path.read_text() == original
