@@ -18,7 +18,7 @@ Endpoints
     OpenAI chat completion JSON (``stream: true`` is answered with SSE chunks).
 ``GET /stats``
     ``{"requests", "connections", "in_flight", "max_in_flight",
-    "cpu_seconds"}`` -- lets a
+    "cpu_seconds", "first_request_time"}`` -- lets a
     benchmark read counters from a server running in another process.
 ``POST /reset``
     Zero the counters (and re-arm scripted ``failures``).
@@ -152,10 +152,12 @@ class _State:
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
         self.requests = 0
+        self.first_request_time = None  # time.time() when the first chat request arrived
         self.connections = 0  # TCP connections accepted
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list = []  # parsed JSON request bodies, in arrival order
+        self.headers: list = []  # their headers (lower-case names)
         self._ids = itertools.count(1)
 
 
@@ -225,6 +227,7 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
                     "in_flight": state.in_flight,
                     "max_in_flight": state.max_in_flight,
                     "cpu_seconds": time.process_time(),
+                    "first_request_time": state.first_request_time,
                 }
                 writer.write(_response(200, json.dumps(stats).encode(),
                                        keep_alive=keep_alive))
@@ -328,6 +331,8 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
                            keep_alive: bool) -> bool:
     n = state.requests
     state.requests += 1
+    if state.first_request_time is None:
+        state.first_request_time = time.time()
     state.in_flight += 1
     if state.in_flight > state.max_in_flight:
         state.max_in_flight = state.in_flight
@@ -342,6 +347,7 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
             return False
         if state.record:
             state.bodies.append(request)
+            state.headers.append(headers)
 
         failure = _fault_for(state, n)
         if failure is not None:
@@ -452,7 +458,8 @@ class FakeServer:
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
     ``base_url`` (without ``/v1``), ``requests``, ``connections``,
     ``in_flight``, ``max_in_flight``, ``bodies`` (parsed JSON of every chat
-    request), ``faults``, ``fault_counts``, ``fault_times``.
+    request), ``headers`` (theirs), ``faults``, ``fault_counts``,
+    ``fault_times``.
     """
 
     def __init__(self, delay: float = 0.0, reply: Reply = None,
@@ -493,6 +500,10 @@ class FakeServer:
     @property
     def bodies(self) -> list:
         return self._state.bodies
+
+    @property
+    def headers(self) -> list:
+        return self._state.headers
 
     @property
     def faults(self) -> int:

@@ -84,6 +84,13 @@ def cmd_check(args) -> int:
     return 1 if failed else 0
 
 
+def cmd_schema(args) -> int:
+    from .yaml_form import schema_text
+
+    print(schema_text(), end="")
+    return 0
+
+
 def cmd_compile(args) -> int:
     from .emit import EMITTERS
     from .source import compile_file
@@ -141,10 +148,10 @@ def cmd_run(args) -> int:
         raise UsageError("--input-json expects a JSON object")
     inputs.update(_mapping(args.input, "--input"))
     with _pipeline(args) as pipeline:
-        try:
+        try:  # unknown names (with a close one) and missing ones are usage errors, before any call
             prediction = pipeline.batch([inputs])[0]
         except ValueError as exc:
-            raise UsageError(f"--input: {exc}")
+            raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
         trace = prediction.trace
         if args.json:
             print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
@@ -166,7 +173,8 @@ def cmd_eval(args) -> int:
 
     with _pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
-        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps
+        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
+        # the user's own file with no size given is scored whole
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
@@ -393,6 +401,13 @@ def build_parser() -> argparse.ArgumentParser:
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
     comp.set_defaults(run=cmd_compile, parser=comp)
 
+    schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
+                            description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
+                                        "  # yaml-language-server: $schema=pipeline.schema.json\n"
+                                        "after `sbpc schema > pipeline.schema.json`.",
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    schema.set_defaults(run=cmd_schema)
+
     run = sub.add_parser("run", help="run a pipeline on one input and print its output",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
                          epilog="example:\n  sbpc run pipelines/gsm8k.sbp --input question='What is 7 times 6?' --trace")
@@ -466,9 +481,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
     srv.add_argument("file", metavar="FILE")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=int, default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
-    srv.set_defaults(run=cmd_serve)
+    srv.set_defaults(run=cmd_serve, parser=srv)
     _add_run_commands(sub)
     return parser
 
@@ -589,7 +604,7 @@ def _add_run_commands(sub) -> None:
         p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
 
     run_help = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
-           "(e.g. 20260101-1200)")
+                "(e.g. 20260101-1200)")
     ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
                         description="Every run in the runs folder: when, file, data, the settings that differ from the "
                                     "defaults, initial -> best gate score, test before -> after, calls, cost, and "
@@ -655,15 +670,15 @@ def _add_run_commands(sub) -> None:
     g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
                    help="a setting and its values; the first is the base (repeat for several settings)")
     g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
-    g.add_argument("--seeds", type=int, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
-    g.add_argument("--iters", type=int, help="iterations (default: the file's)")
-    g.add_argument("--errors-per-gradient", type=int, help="failed training samples per gradient (default: the file's)")
-    g.add_argument("--gate-alpha", type=float, metavar="P", help="the gate's sign-test level (default: the file's)")
+    g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
+    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
+    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)")
+    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)")
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
     _add_data_flags(cmp)
-    _add_model_flags(cmp)
+    _add_model_flags(cmp, learning=True)
     cmp.set_defaults(run=cmd_compare, parser=cmp)
 
 
@@ -685,7 +700,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except UsageError as exc:
-        args.parser.error(str(exc))  # with the usage of the subcommand that was given
+        getattr(args, "parser", parser).error(str(exc))  # with the usage of the subcommand that was given
     except Exception as exc:
         known = _known_errors()
         if not isinstance(exc, known):
@@ -701,8 +716,9 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from .cache import CacheError
     from .datasets import DataError
     from .record import RecordError
+    from .writeback import WriteBackError
 
-    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError]
+    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

@@ -229,7 +229,7 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
 
 
 # Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).
-_SKIP = r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|#[^\n]*'
+_SKIP = r'"""[\s\S]*?"""|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*'
 _STATEMENT_START = re.compile(
     _SKIP + r"|(?<![\w.])(frozen|param|input|template|node|output|metric)\b"
     r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)

@@ -17,7 +17,6 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
@@ -240,9 +239,6 @@ BUILTIN = {
     "backward_no_sibling": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
     "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
 }
-# the built-in templates' variables that are not text, as placeholders of the shape the method passes
-BUILTIN_SHAPES = {"hints": [{"name": "<hint>", "value": "<hint>"}],
-                  "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}], "max_chars": 800}
 
 
 @lru_cache(maxsize=None)
@@ -264,6 +260,8 @@ def variables(source: str) -> frozenset[str]:
 
     `include`, `import` and `extends` are refused: a pipeline's templates live in its own file.
     """
+    if "{" not in source:  # plain text: every Jinja construct starts with a brace
+        return frozenset()
     try:
         tree = ENV.parse(source)
         for kind, tag in FORBIDDEN.items():
@@ -282,12 +280,23 @@ def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)
 
 
-def trial_render(source: str, names: frozenset[str], shapes: Mapping[str, object] | None = None) -> RenderError | None:
-    """Render with a placeholder for every variable (`shapes`: for those that are not text); the error, if this
-    fails whatever the data."""
+# What the built-in templates are given, in shape: lists of records, not text.
+BUILTIN_SHAPES = {
+    "hints": [{"name": "<hint>", "value": "<value>"}],
+    "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
+    "max_chars": 400,
+}
+
+
+def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> RenderError | None:
+    """Render with a placeholder for every variable (shaped as the built-ins get them, for a built-in);
+    the error, if this fails whatever the data."""
+    if "{" not in source:
+        return None
     values = {name: f"<{name}>" for name in names}
     values["inputs"] = [(name, f"<{name}>") for name in sorted(names - {"inputs", "prompt"})]
-    values.update({name: shape for name, shape in (shapes or {}).items() if name in names})
+    if builtin:
+        values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
     try:
         compile_template(source).render(values)
     except RenderError as exc:
@@ -295,5 +304,5 @@ def trial_render(source: str, names: frozenset[str], shapes: Mapping[str, object
     return None
 
 
-__all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "BUILTIN_SHAPES", "RenderError", "TemplateProblem", "builtin_source", "variables",
+__all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "RenderError", "TemplateProblem", "builtin_source", "variables",
            "compile_template", "trial_render", "TemplateSyntaxError"]

@@ -123,3 +123,101 @@ def test_check_rejects_an_empty_choice_and_nan(tmp_path):
     yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\nmodels: {forward: {temperature: .nan, timeout: -1}}\n'
     code, err = check(tmp_path, yaml, "p.yaml")
     assert code == 1 and "p.yaml:7:33: error: .nan is not a finite number" in err
+
+
+def test_a_repeated_edge_is_one_warning_at_the_repeat(tmp_path):
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n")
+    assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
+        "p.sbp:5:1: warning: edge q -> a is declared twice"]
+    code, err = check(tmp_path, HEADER + "node a: text {}\nq, q -> a\noutput a\n")
+    assert code == 0 and "p.sbp:4:4: warning: edge q -> a is declared twice" in err
+
+
+SCHEMA_YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
+
+
+@pytest.mark.parametrize("extra, edit", [
+    ("colour: red\n", None),
+    (None, ("a: {type: text}", "a: {type: text, promt: p}")),
+    (None, ("a: {type: text}", "a: {type: text, parse: json}")),
+    (None, ("a: {type: text}", "a: {type: 3}")),
+    (None, ("a: {type: text}", "a: {type: texts}")),
+    ("metric: exactt\n", None),
+    ("models: {fowrard: {name: m}}\n", None),
+    ("models: {forward: {name: m, temprature: 0}}\n", None),
+    ("models: {forward: {temperature: hot}}\n", None),
+    ("models: {forward: {max_tokens: 0}}\n", None),
+    ("optimize: {gradient: sibbling}\n", None),
+    ("optimize: {iterations: -1}\n", None),
+    ("optimize: {gate_alpha: 0}\n", None),
+    ("optimize: {train_size: many}\n", None),
+    (None, ("inputs: {q: text}", "inputs: {q: [text]}")),
+    (None, ("output: a", "output: {node: a, form: answer}")),
+])
+def test_the_shipped_schema_rejects_what_check_rejects(tmp_path, extra, edit):
+    import jsonschema
+    import yaml
+
+    from sembp_dsl.yaml_form import schema
+
+    source = SCHEMA_YAML + (extra or "")
+    if edit:
+        source = source.replace(*edit)
+    assert list(jsonschema.Draft202012Validator(schema()).iter_errors(yaml.safe_load(source))), source
+    code, err = check(tmp_path, source, "p.yaml")
+    assert code == 1 and err.count("error:") == 1, err
+
+
+def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
+    import jsonschema
+    import yaml
+
+    from sembp_dsl import checker
+    from sembp_dsl.metrics import METRICS
+    from sembp_dsl.yaml_form import schema
+
+    root = Path(__file__).resolve().parents[1]
+    jsonschema.Draft202012Validator.check_schema(schema())
+    for path in [root / "pipelines/liar.yaml"]:
+        jsonschema.validate(yaml.safe_load(path.read_text()), schema(), cls=jsonschema.Draft202012Validator)
+    defs = schema()["$defs"]
+    for name, table in (("model", checker.MODEL_SETTINGS), ("optimize", checker.OPTIMIZE_SETTINGS)):
+        assert set(defs[name]["properties"]) == set(table), name
+        for key, accepted in table.items():
+            if isinstance(accepted[0], str):
+                assert defs[name]["properties"][key]["enum"] == list(accepted)
+            if key in checker.BOUNDS:
+                low, high, exclusive = checker.BOUNDS[key]
+                assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
+                assert defs[name]["properties"][key]["maximum"] == high
+    node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
+    assert set(node) == {"type", *checker.NODE_SETTINGS}
+    assert schema()["properties"]["metric"]["enum"] == list(METRICS)
+    assert schema()["properties"]["models"]["propertyNames"]["enum"] == ["default", *checker.MODEL_ROLES]
+
+
+def test_sbpc_schema_prints_the_shipped_schema():
+    import json
+
+    from sembp_dsl.yaml_form import schema
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert cli.main(["schema"]) == 0
+    assert json.loads(out.getvalue()) == schema()
+
+
+def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
+    import re
+
+    from sembp_dsl.emit import emit_mermaid
+
+    path = tmp_path / "k.sbp"
+    path.write_text('pipeline k\ninput end: text\nnode style: choice("(A)", "B") {}\nnode class: text {}\n'
+                    'node click: text {}\nend -> style, class -> click\noutput click\n')
+    chart = emit_mermaid(compile_file(str(path))).splitlines()
+    assert chart[0] == "flowchart LR"
+    shape = re.compile(r'  n\d+(\(\["[^"]*"\]\)|\[\["[^"]*"\]\]|\["[^"]*"\])\Z')
+    assert all(shape.match(line) or re.fullmatch(r"  n\d+ --> n\d+", line) for line in chart[1:]), chart
+    assert chart[1:5] == ['  n0(["end"])', '  n1["style: choice((A), B)"]', '  n2["class: text"]', '  n3[["click: text"]]']
+    assert chart[5:] == ["  n0 --> n1", "  n0 --> n2", "  n1 --> n3", "  n2 --> n3"]
