@@ -196,7 +196,18 @@ def plain_word_diff(old: str, new: str) -> str:
 
 
 def fmt(score: float | None) -> str:
-    return "-" if score is None else f"{score:.3f}"
+    """A score as shown: three decimals, "-" when there is none (and as it is, if a record holds something else)."""
+    if score is None:
+        return "-"
+    return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: control characters from replies (escape sequences, say) shown as \\xNN, not obeyed."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # --- the terminal -------------------------------------------------------------------------------
@@ -208,7 +219,7 @@ def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
     lines += [f"skipped {reason}" for reason in skipped]
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def render_show(run: Run) -> str:
@@ -227,7 +238,7 @@ def render_show(run: Run) -> str:
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):
         lines.append(f"\n({missing} iteration(s) not run)")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def verdict(it: dict) -> str:
@@ -245,7 +256,7 @@ def gate_words(it: dict) -> str | None:
     if not gate:
         return None
     return (f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
-            f"{len(gate['losses'])} losses, p = {gate['p']:.3f} (alpha {gate['alpha']:g})")
+            f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})")
 
 
 def render_iteration(run: Run, it: dict) -> list[str]:

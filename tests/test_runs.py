@@ -209,3 +209,15 @@ def test_a_run_killed_mid_way_for_real(tmp_path, fake_llm, script, capsys):
     assert code == 0 and f"({3 - done} iteration(s) not run)" in out and "candidate for look: taken" in out
     code, _, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(tmp_path / "runs"))
     assert code == 0 and path.read_text() == original
+
+
+def test_show_never_sends_a_replys_control_characters_to_the_terminal(accepted, capsys):
+    _, _, runs = accepted
+    [folder] = runs.iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    record["iterations"][0]["gradients"][0]["nodes"]["a"] = "clear the screen \x1b[2J and ring \x07"
+    record["iterations"][0]["candidates"][0]["new"] = "Look \x1b]0;pwned\x07 here."
+    (folder / "run.json").write_text(json.dumps(record))
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(runs))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "clear the screen \\x1b[2J and ring \\x07" in out and "\\x1b]0;pwned\\x07" in out
