@@ -56,6 +56,7 @@ class SeedResult:
     cost: float
     seconds: float
     run: str
+    lost: int = 0  # test samples lost to failed calls (before or after), left out of the scores
 
 
 @dataclass
@@ -201,13 +202,14 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
                 before, started = (ledger.calls, ledger.tokens, ledger.cost), time.perf_counter()
                 optimized = optimize_once(experiment, row, seed, folder, progress)
                 outcome = optimized.outcome
-                if outcome.stopped or outcome.test_after is None or outcome.test_after.accuracy is None:
+                tests = (outcome.test_before, outcome.test_after)
+                if outcome.stopped or any(t is None or t.accuracy is None for t in tests):
                     raise CompareError(f"row '{row.label}', seed {seed} did not finish: "
-                                       f"{outcome.stopped or 'no test score'}")
+                                       f"{outcome.stopped or 'no test sample could be scored'}")
                 result.seeds.append(SeedResult(
-                    seed, outcome.test_before.accuracy, outcome.test_after.accuracy, ledger.calls - before[0],
+                    seed, tests[0].accuracy, tests[1].accuracy, ledger.calls - before[0],
                     ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,
-                    str(optimized.record) if runs_dir else ""))
+                    str(optimized.record) if runs_dir else "", sum(len(t.lost) for t in tests)))
                 tick(f"{row.label}, seed {seed}")
             results.append(result)
     return results
@@ -260,6 +262,10 @@ def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(results)]
     lines += ["", "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
                   "shares with the rows before it; wall time likewise."]
+    lost = {r.row.label: int(r.total("lost")) for r in results if r.total("lost")}
+    if lost:
+        lines.append("Warning: test samples lost to failed calls were left out of the scores: "
+                     + ", ".join(f"{label}: {n}" for label, n in lost.items()))
     return "\n".join(lines)
 
 

@@ -152,3 +152,15 @@ def test_a_report_with_no_folder_is_refused_before_any_call(setup, tmp_path, cap
     with pytest.raises(SystemExit) as exit:
         compare(capsys, path, dataset, "--report", str(tmp_path / "nowhere" / "c.html"))
     assert exit.value.code == 2 and "--report: no folder" in capsys.readouterr().err and fake_llm.requests == 0
+
+
+def test_lost_test_samples_are_said_under_the_table():
+    from types import SimpleNamespace
+
+    from sembp_dsl.compare import markdown
+
+    experiment = SimpleNamespace(describe=lambda: "toy.sbp on d", size=lambda key, changes: 6)
+    seeds = [SeedResult(0, 0.5, 0.5, 1, 1, 0.0, 0.0, "", lost=2), SeedResult(1, 0.5, 0.7, 1, 1, 0.0, 0.0, "")]
+    text = markdown([RowResult(Row("base", {}), seeds)], experiment)
+    assert text.endswith("Warning: test samples lost to failed calls were left out of the scores: base: 2")
+    assert "lost" not in markdown([RowResult(Row("base", {}), seeds[1:])], experiment)
