@@ -507,8 +507,8 @@ def _runs_command(work):
 def cmd_runs(args) -> int:
     from .runs import find_runs, render_list
 
-    runs = find_runs(args.runs_dir)
-    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs))
+    runs, skipped = find_runs(args.runs_dir)
+    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs, skipped))
     return 0
 
 
@@ -532,20 +532,30 @@ def cmd_apply(args) -> int:
     return 0
 
 
-@_runs_command
-def cmd_report(args) -> int:
+def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
-    from .report import render
-    from .runs import resolve
+    from .runs import RunsError
     from .writeback import atomic_write
 
+    try:
+        atomic_write(Path(path), html)
+    except OSError as exc:
+        raise RunsError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@_runs_command
+def cmd_report(args) -> int:
+    from .report import render
+    from .runs import resolve
+
     runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
-    atomic_write(Path(args.out), render(runs))
+    _write_page(args.out, render(runs))
     print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
     return 0
 
 
+@_runs_command
 def cmd_compare(args) -> int:
     from pathlib import Path
 
@@ -553,8 +563,9 @@ def cmd_compare(args) -> int:
 
     from . import compare, datasets
     from .evaluate import metric_for
-    from .writeback import atomic_write
 
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise UsageError(f"--report: no folder {Path(args.report).parent} to write {args.report} in")
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
@@ -566,10 +577,16 @@ def cmd_compare(args) -> int:
                 metric_for(pipeline.graph, dataset.metric), _mapping(args.map, "--map"))
             first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
             seeds = [first + i for i in range(args.seeds)]
+
+            def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
+                inner = tqdm(total=total, desc=f"  {what}", unit="sample", file=sys.stderr, leave=False,
+                             disable=args.json or None)
+                return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
+
             with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
                       disable=args.json or None) as bar:
                 results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (bar.set_postfix_str(what), bar.update()))
+                                          lambda what: (bar.set_postfix_str(what), bar.update()), phase)
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1
@@ -577,7 +594,7 @@ def cmd_compare(args) -> int:
                           "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
               else compare.markdown(results, experiment))
         if args.report:
-            atomic_write(Path(args.report), compare.html(results, experiment))
+            _write_page(args.report, compare.html(results, experiment))
             print(f"wrote {args.report}", file=sys.stderr)
         _print_ledger(pipeline, args)
     return 0
@@ -588,15 +605,15 @@ def _add_run_commands(sub) -> None:
     def runs_dir(p):
         p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
 
-    RUN = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
-           "(e.g. 20260101-1200)")
+    run_help = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
+                "(e.g. 20260101-1200)")
     ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
                         description="Every run in the runs folder: when, file, data, the settings that differ from the "
                                     "defaults, initial -> best gate score, test before -> after, calls, cost, and "
                                     "whether it finished.")
     runs_dir(ls)
     ls.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ls.set_defaults(run=cmd_runs)
+    ls.set_defaults(run=cmd_runs, parser=ls)
 
     show = sub.add_parser("show", help="show one run iteration by iteration",
                           formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -605,22 +622,22 @@ def _add_run_commands(sub) -> None:
                                       "gradients behind it.",
                           epilog="examples:\n  sbpc show -1                 # the newest run\n"
                                  "  sbpc show .sbpc/runs/20260101-120000-liar")
-    show.add_argument("run_spec", metavar="RUN", help=RUN)
+    show.add_argument("run_spec", metavar="RUN", help=run_help)
     runs_dir(show)
     show.add_argument("--json", action="store_true", help="print the run record as it is")
-    show.set_defaults(run=cmd_show)
+    show.set_defaults(run=cmd_show, parser=show)
 
     ap = sub.add_parser("apply", help="write the prompts of one iteration of a run into a pipeline file",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Write the prompts a run had after iteration K into FILE, with optimize's own "
                                     "write-back: only the prompt literals change, checked by parsing the file again.",
                         epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
-    ap.add_argument("run_spec", metavar="RUN", help=RUN)
+    ap.add_argument("run_spec", metavar="RUN", help=run_help)
     ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
                     help="the iteration whose prompts to write (0: the run's initial prompts)")
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
-    ap.set_defaults(run=cmd_apply)
+    ap.set_defaults(run=cmd_apply, parser=ap)
 
     rep = sub.add_parser("report", help="write one HTML page about one run, or comparing several",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -631,10 +648,10 @@ def _add_run_commands(sub) -> None:
                                      "no script and loads nothing.",
                          epilog="examples:\n  sbpc report -1 && xdg-open report.html\n"
                                 "  sbpc report 3 4 5 --out ablation.html")
-    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=RUN)
+    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
     rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
     runs_dir(rep)
-    rep.set_defaults(run=cmd_report)
+    rep.set_defaults(run=cmd_report, parser=rep)
 
     cmp = sub.add_parser(
         "compare", help="optimize under several settings and seeds, and compare held-out accuracy",
