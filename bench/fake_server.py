@@ -133,7 +133,9 @@ class _State:
                  hang: bool, hang_seconds: float,
                  retry_after: Optional[float], record: bool = True,
                  fault_rate: float = 0.0, fault_kinds: Sequence = TRANSIENT_FAULTS,
-                 seed: int = 0) -> None:
+                 seed: int = 0, slots: int = 0, rpm: int = 0) -> None:
+        self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
+        self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -152,6 +154,9 @@ class _State:
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
         self.requests = 0
+        self.rate_limited = 0  # requests refused with 429 for going past rpm
+        self.admitted: list = []  # time.monotonic() of the requests admitted within the last minute
+        self._slots = None  # asyncio.Semaphore(slots), made on the server's loop
         self.first_request_time = None  # time.time() when the first chat request arrived
         self.connections = 0  # TCP connections accepted
         self.in_flight = 0
@@ -258,6 +263,17 @@ def _error_body(status: int, message: str) -> bytes:
 # Chat completions
 # --------------------------------------------------------------------------
 
+class _NoLimit:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+
+_NO_LIMIT = _NoLimit()
+
+
 def _fault_for(state: _State, n: int):
     """The fault request number n gets, or None: the script first, then the dice."""
     if n < len(state.failures):
@@ -354,10 +370,22 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
             state.faults += 1
             state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
             state.fault_times.append(time.monotonic())
-        if state.hang or failure == HANG:
-            await asyncio.sleep(state.hang_seconds)
-        elif state.delay > 0:
-            await asyncio.sleep(state.delay)
+        if state.rpm:
+            now = time.monotonic()
+            state.admitted = [t for t in state.admitted if t > now - 60]
+            if len(state.admitted) >= state.rpm:
+                state.rate_limited += 1
+                writer.write(_response(429, _error_body(429, f"rate limit: {state.rpm} requests per minute"),
+                                       keep_alive=keep_alive, extra_headers=[("Retry-After", "1")]))
+                return False
+            state.admitted.append(now)
+        if state.slots and state._slots is None:
+            state._slots = asyncio.Semaphore(state.slots)
+        async with state._slots or _NO_LIMIT:
+            if state.hang or failure == HANG:
+                await asyncio.sleep(state.hang_seconds)
+            elif state.delay > 0:
+                await asyncio.sleep(state.delay)
 
         if failure not in (None, HANG):
             return _inject(state, failure, headers, writer, keep_alive)
@@ -453,6 +481,9 @@ class FakeServer:
         fault_rate: probability that a request after the script gets a
             fault, drawn from ``fault_kinds`` (statuses or ``FAULTS``).
         seed: seed of those draws (``reset()`` re-seeds).
+        slots: requests served at once (0: no limit); the rest queue.
+        rpm: requests admitted in any 60 s (0: no limit); the rest get 429
+            (counted in ``rate_limited``).
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
@@ -468,10 +499,12 @@ class FakeServer:
                  retry_after: Optional[float] = None,
                  fault_rate: float = 0.0,
                  fault_kinds: Sequence = TRANSIENT_FAULTS, seed: int = 0,
+                 slots: int = 0, rpm: int = 0,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self._state = _State(delay, reply, failures, hang, hang_seconds,
                              retry_after, fault_rate=fault_rate,
-                             fault_kinds=fault_kinds, seed=seed)
+                             fault_kinds=fault_kinds, seed=seed, slots=slots,
+                             rpm=rpm)
         self.host = host
         self.port = port
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -504,6 +537,10 @@ class FakeServer:
     @property
     def headers(self) -> list:
         return self._state.headers
+
+    @property
+    def rate_limited(self) -> int:
+        return self._state.rate_limited
 
     @property
     def faults(self) -> int:
