@@ -652,7 +652,7 @@ async def _shutdown(server) -> None:
 
 def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
           failures: Sequence = (), host: str = "127.0.0.1",
-          timeout: float = 20.0):
+          timeout: float = 20.0, slots: int = 0, rpm: int = 0):
     """Start the server in a separate Python process.
 
     Returns ``(url, stop)``: ``url`` is "http://HOST:PORT/v1" and ``stop()``
@@ -665,6 +665,10 @@ def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
         cmd += ["--reply", reply]
     if failures:
         cmd += ["--failures", ",".join(str(f) for f in failures)]
+    if slots:
+        cmd += ["--slots", str(slots)]
+    if rpm:
+        cmd += ["--rpm", str(rpm)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().strip() if ready else ""
@@ -704,7 +708,8 @@ async def _main(args: argparse.Namespace) -> None:
                    args.hang, args.hang_seconds, args.retry_after,
                    record=False, fault_rate=args.fault_rate,
                    fault_kinds=_parse_failures(args.fault_kinds)
-                   or TRANSIENT_FAULTS, seed=args.seed)
+                   or TRANSIENT_FAULTS, seed=args.seed, slots=args.slots,
+                   rpm=args.rpm)
     server = await _start_server(state, args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}/v1", flush=True)
@@ -741,6 +746,10 @@ def main(argv: Optional[list] = None) -> None:
                         help="comma-separated faults to draw from (default:"
                              f" the transient ones: {','.join(TRANSIENT_FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slots", type=int, default=0,
+                        help="requests served at once; the rest queue (0: any)")
+    parser.add_argument("--rpm", type=int, default=0,
+                        help="requests admitted per minute; the rest get 429")
     args = parser.parse_args(argv)
     try:
         import uvloop  # optional; only if already installed
