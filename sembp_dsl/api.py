@@ -236,7 +236,8 @@ class Pipeline:
                  mapping: Mapping[str, str] | None = None,
                  on_done: Callable[[Result], None] | None = None) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
-        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored.
+        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored
+        (your own file is scored whole when no size is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
         if isinstance(examples, str):
@@ -295,6 +296,8 @@ class Pipeline:
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
+        # what could not be written is said now, before a record or a call
+        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), settings, source)
@@ -303,7 +306,7 @@ class Pipeline:
             record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
-        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write, record.expect_source)
+        writer.report_to(record)
 
         def accept(graph: Graph) -> None:
             notice = writer(graph.prompts)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from . import ir
 from .diagnostics import Diagnostic, did_you_mean, error, one_of, point, warning
 from .metrics import METRICS
-from .templates import BUILTIN, DEFAULT_TEMPLATE, TemplateProblem, trial_render, variables
+from .templates import BUILTIN, DEFAULT_TEMPLATE, MAX_OUTPUT_CHARS, TemplateProblem, trial_render, variables
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
@@ -42,6 +42,7 @@ BOUNDS = {
     "concurrency": (1, 100_000, False), "rpm": (1, 10_000_000_000, False), "tpm": (1, 10_000_000_000, False),
 }
 MAX_CYCLES_REPORTED = 20
+MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
 
 
 @dataclass(frozen=True)
@@ -79,6 +80,7 @@ class Checker:
 
     def run(self) -> Analysis:
         p = self.p
+        self.received_sets: dict[tuple[int, bool], frozenset[str]] = {}
         self.tainted: set[str] = set()  # nodes whose other errors would only repeat an error already reported
         self.nodes = self.unique("node or input", [*p.inputs, *p.nodes])
         self.node_names = {n.name for n in p.nodes}
@@ -120,7 +122,7 @@ class Checker:
             seen.add(s.key)
             accepted = allowed.get(s.key)
             if accepted is None:
-                self.error(s.span, one_of(s.key, "setting", allowed) + f" in {where}")
+                self.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
             elif isinstance(accepted[0], str):
                 if s.value not in accepted:
                     self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
@@ -170,7 +172,12 @@ class Checker:
         n x m names costs n + m, not n * m. A name is reported once per statement, and a node whose
         in-edges are incomplete (or that a misspelt name probably meant) is not checked further.
         """
-        feeds: dict[str, list[tuple[ir.Ref, ...]]] = {n.name: [] for n in self.p.nodes}
+        pairs = sum(len(edge.sources) * len(edge.targets) for edge in self.p.edges)
+        if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
+            biggest = max(self.p.edges, key=lambda e: len(e.sources) * len(e.targets))
+            self.error(biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}")
+            return {n.name: () for n in self.p.nodes}, {n: () for n in self.nodes}
+        feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in self.p.nodes}
         fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in self.nodes}
         reported: set[int] = set()
         for edge in self.p.edges:
@@ -187,14 +194,24 @@ class Checker:
                 targets.append(ref.name)
             if len(sources) < len(edge.sources):
                 self.tainted.update(targets)
-            for target in dict.fromkeys(targets):
-                feeds[target].append(sources)
-            names = tuple(dict.fromkeys(ref.name for ref in sources))
-            for source in names:
-                fed[source].append(tuple(dict.fromkeys(targets)))
+            feeding, fed_by_each = self.distinct(sources, targets), tuple(dict.fromkeys(targets))
+            for target in fed_by_each:
+                feeds[target].append(feeding)
+            for source in feeding:
+                fed[source].append(fed_by_each)
         predecessors = {target: self.merge(target, groups) for target, groups in feeds.items()}
         successors = {name: self.join(groups) for name, groups in fed.items()}
         return predecessors, successors
+
+    def distinct(self, sources: tuple[ir.Ref, ...], targets: list[str]) -> tuple[str, ...]:
+        """The names of one statement's sources, each once (a repeat is warned about)."""
+        names: dict[str, None] = {}
+        for ref in sources:
+            if ref.name in names:
+                for target in dict.fromkeys(targets):
+                    self.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
+            names[ref.name] = None
+        return tuple(names)
 
     def defined(self, ref: ir.Ref, reported: set[int]) -> bool:
         if ref.name in self.nodes:
@@ -207,17 +224,27 @@ class Checker:
                 self.tainted.add(hint.split("'")[1])
         return False
 
-    def merge(self, target: str, groups: list[tuple[ir.Ref, ...]]) -> tuple[str, ...]:
-        """The sources feeding `target`, in edge order; a pair declared twice is warned about once."""
-        if len(groups) == 1 and len({ref.name for ref in groups[0]}) == len(groups[0]):
-            return tuple(ref.name for ref in groups[0])
+    def merge(self, target: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+        """The sources feeding `target`, in edge order: the one statement's tuple itself when only one
+        feeds it; a pair declared in two statements is warned about."""
+        if len(groups) == 1:
+            return groups[0]
         seen: dict[str, None] = {}
         for group in groups:
-            for ref in group:
-                if ref.name in seen:
-                    self.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
-                seen[ref.name] = None
+            for name in group:
+                if name in seen:
+                    self.warn(self.edge_span(name, target), f"edge {name} -> {target} is declared twice")
+                seen[name] = None
         return tuple(seen)
+
+    def edge_span(self, source: str, target: str) -> ir.Span | None:
+        """Where `source -> target` is declared last (for a warning about a repeated edge)."""
+        for edge in reversed(self.p.edges):
+            if any(t.name == target for t in edge.targets):
+                ref = next((s for s in edge.sources if s.name == source), None)
+                if ref is not None:
+                    return ref.span
+        return None
 
     @staticmethod
     def join(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
@@ -229,7 +256,12 @@ class Checker:
         Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
         algorithm runs on over what is left, so the next report is a different cycle.
         """
-        waiting = {n: sum(1 for s in preds if s in self.node_names) for n, preds in predecessors.items()}
+        counted: dict[int, int] = {}  # targets of one statement share their tuple of sources: count it once
+        waiting = {}
+        for name, preds in predecessors.items():
+            if id(preds) not in counted:
+                counted[id(preds)] = sum(1 for s in preds if s in self.node_names)
+            waiting[name] = counted[id(preds)]
         order = self.kahn([n.name for n in self.p.nodes], waiting, successors)
         left = {n: None for n in waiting if waiting[n] > 0}
         for _ in range(MAX_CYCLES_REPORTED):
@@ -297,7 +329,8 @@ class Checker:
             self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
         return ref.name
 
-    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "") -> frozenset | None:
+    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
+                           builtin: bool = False) -> frozenset | None:
         """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
         try:
             used = variables(text)
@@ -307,7 +340,7 @@ class Checker:
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
         if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure = trial_render(text, used)
+            failure = trial_render(text, used, builtin)
             if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
                 report = self.error if failure.limit or not used else self.warn
                 report(self.locate(literal, None, failure.lineno),
@@ -319,18 +352,22 @@ class Checker:
         named = self.templates.get(str(setting.value)) if setting else None
         literal = named.literal if named else (setting.value_span if setting else node.span)
         label = f"template '{named.name}'" if named else "the template"
+        key = (id(received), setting is None)
+        if key not in self.received_sets:  # nodes fed by one statement share `received`: one set for all
+            self.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
         used = self.template_variables(
-            template_source(self.p, node), literal,
-            set(received) | {"prompt"} | ({"inputs"} if setting is None else set()),
+            template_source(self.p, node), literal, self.received_sets[key],
             lambda name: f"{label} uses '{name}', which node '{node.name}' does not receive"
                          f" (it receives: {', '.join(received) or 'nothing'})",
         )
         if used is None:
             return
         param = self.params.get(str(prompt.value)) if prompt else None
-        if param is not None:  # a prompt may use the node's inputs too
+        if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
+            self.error(param.span, f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}")
+        elif param is not None:  # a prompt may use the node's inputs too
             self.template_variables(
-                param.text, param.literal, set(received),
+                param.text, param.literal, self.received_sets[key] - {"prompt", "inputs"},
                 lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
                 what=f" in param '{param.name}'",
             )
@@ -344,6 +381,7 @@ class Checker:
                 self.template_variables(
                     template.text, template.literal, allowed,
                     lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+                    builtin=True,
                 )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:
@@ -380,9 +418,13 @@ class Checker:
                 self.warn(item.span, f"input '{item.name}' is not used by any node")
         if output is None:
             return
-        reaches, stack = {output.name}, [output.name]
+        reaches, stack, walked = {output.name}, [output.name], set()
         while stack:
-            for pred in predecessors.get(stack.pop(), ()):
+            preds = predecessors.get(stack.pop(), ())
+            if id(preds) in walked:  # a tuple shared by the targets of one statement: walk it once
+                continue
+            walked.add(id(preds))
+            for pred in preds:
                 if pred not in reaches:
                     reaches.add(pred)
                     stack.append(pred)

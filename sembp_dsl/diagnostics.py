@@ -84,7 +84,7 @@ def did_you_mean(name: str, candidates: Iterable) -> str:
     return f"; did you mean '{close[0]}'?" if close else ""
 
 
-def one_of(name: str, what: str, candidates) -> str:
-    """`unknown setting 'x'; did you mean 'y'?`, or the full list when nothing is close."""
+def one_of(name: str, what: str, candidates, where: str = "") -> str:
+    """`unknown setting 'x' in node 'a'; did you mean 'y'?`, or the full list when nothing is close."""
     hint = did_you_mean(name, candidates)
-    return f"unknown {what} '{name}'" + (hint or f"; expected one of {', '.join(map(str, candidates))}")
+    return f"unknown {what} '{name}'{where}" + (hint or f"; expected one of {', '.join(map(str, candidates))}")

@@ -43,18 +43,21 @@ def emit_dot(graph: Graph) -> str:
 
 
 def emit_mermaid(graph: Graph) -> str:
+    """A Mermaid flowchart. Ids are generated (`n0`, `n1`, ...) and names appear only in quoted labels:
+    a node called `end`, `style` or `class` is a keyword to Mermaid and would break the chart."""
     def quote(text: str) -> str:
         return '"' + text.replace('"', "#quot;") + '"'
 
+    ids = {name: f"n{index}" for index, name in enumerate([*(i.name for i in graph.inputs), *graph.nodes])}
     lines = ["flowchart LR"]
     for item in graph.inputs:
-        lines.append(f"  {item.name}([{quote(item.name)}])")
+        lines.append(f"  {ids[item.name]}([{quote(item.name)}])")
     for name in graph.nodes:
         shape = ("[[", "]]") if name == graph.output else ("[", "]")
-        lines.append(f"  {name}{shape[0]}{quote(_node_label(graph, name))}{shape[1]}")
+        lines.append(f"  {ids[name]}{shape[0]}{quote(_node_label(graph, name))}{shape[1]}")
     for node in graph.nodes.values():
         for pred in node.inputs:
-            lines.append(f"  {pred} --> {node.name}")
+            lines.append(f"  {ids[pred]} --> {ids[node.name]}")
     return "\n".join(lines)
 
 

@@ -133,12 +133,16 @@ def _build(pipeline: ir.Pipeline) -> Graph:
     declared = {n.name: n for n in pipeline.nodes}
     input_names = {i.name for i in pipeline.inputs}
     nodes = {}
+    split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
     for name in analysis.order:
         node = declared[name]
         preds = analysis.predecessors[name]
         prompt, parse = node.setting("prompt"), node.setting("parse")
         source = template_source(pipeline, node)
         compile_template(source)
+        if id(preds) not in split:
+            split[id(preds)] = (tuple(p for p in preds if p not in input_names), tuple(p for p in preds if p in input_names))
+        hints, context = split[id(preds)]
         nodes[name] = GraphNode(
             name=name,
             type=node.type,
@@ -146,8 +150,8 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             template=source,
             parse=str(parse.value) if parse else "reply",
             inputs=preds,
-            hints=tuple(p for p in preds if p not in input_names),
-            context=tuple(p for p in preds if p in input_names),
+            hints=hints,
+            context=context,
             successors=analysis.successors[name],
         )
     used = {n.param for n in nodes.values()}

@@ -110,7 +110,7 @@ class Builder(Transformer):
     @staticmethod
     def value(tok: Token) -> ir.Value:
         if tok.type == "NUMBER":
-            return float(tok) if "." in tok else int(tok)
+            return float(tok) if any(c in tok for c in ".eE") else int(tok)
         if tok.type in ("TRUE", "FALSE"):
             return tok.type == "TRUE"
         return str(tok)
@@ -229,7 +229,7 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
 
 
 # Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).
-_SKIP = r'"""[\s\S]*?"""|"(?:[^"\\\n]|\\.)*"|#[^\n]*'
+_SKIP = r'"""[\s\S]*?"""|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*'
 _STATEMENT_START = re.compile(
     _SKIP + r"|(?<![\w.])(frozen|param|input|template|node|output|metric)\b"
     r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)

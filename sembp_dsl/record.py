@@ -83,6 +83,11 @@ class RunRecord:
         return record
 
     @classmethod
+    def load(cls, folder: Path) -> "RunRecord":
+        """The record kept in `folder`; OSError or ValueError when there is none or it is not JSON."""
+        return cls(folder, json.loads((folder / "run.json").read_text(encoding="utf-8")))
+
+    @classmethod
     def resume(cls, runs_dir: Path, settings: Settings, source: str) -> "RunRecord":
         """The newest unfinished run of this file, which must have been asked exactly the same, and must
         find the file as it left it. Unreadable records are skipped (and named if nothing is found)."""

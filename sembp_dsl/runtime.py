@@ -23,7 +23,11 @@ from .metrics import parse_number
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
-LEADING_LABEL = re.compile(r"^[\W_]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?\s*)?[\W_]*", re.I)
+# "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
+LEADING_LABEL = re.compile(r"^[\s*_#>`]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I)
+WRAPPERS = re.compile(r"^[\s\"'`*_\u201c\u2018]+")  # quotes and emphasis around an answer carry no meaning
+OUTER_PUNCTUATION = re.compile(r"^[\W_]+|[\W_]+$")
+NEGATIVE = re.compile(r"-\s*\d")
 
 
 @dataclass(frozen=True)
@@ -102,11 +106,32 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         if number is None:
             return None, "no number in the reply"
         return (str(int(number)) if number == int(number) else repr(number)), None
-    head = LEADING_LABEL.sub("", text, count=1).casefold()
-    for choice in node.type.choices:
-        if re.match(re.escape(choice.casefold()) + r"(?!\w)", head):
-            return choice, None
-    return None, f"the reply does not start with one of {', '.join(node.type.choices)}"
+    choice = match_choice(node.type.choices, text)
+    if choice is None:
+        return None, f"the reply does not start with one of {', '.join(node.type.choices)}"
+    return choice, None
+
+
+def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
+    """The option a reply starts with, after a label such as "Answer:".
+
+    Options are matched as written first, longest first, so `(A)` matches "(A) because..." and
+    `-1` is not read as `1`; only then without their outer punctuation, so "A" still counts for
+    `(A)` and "Yes." for `Yes`.
+    """
+    head = WRAPPERS.sub("", LEADING_LABEL.sub("", reply, count=1)).casefold()
+    for choice in sorted(choices, key=len, reverse=True):
+        option = choice.casefold()
+        if head.startswith(option) and not (option[-1:].isalnum() and head[len(option):len(option) + 1].isalnum()):
+            return choice
+    if NEGATIVE.match(head):  # a negative number is not its absolute value
+        return None
+    bare = OUTER_PUNCTUATION.sub("", head.split("\n", 1)[0])
+    for choice in sorted(choices, key=len, reverse=True):
+        option = OUTER_PUNCTUATION.sub("", choice.casefold())
+        if option and choice[:1] not in "+-" and re.match(re.escape(option) + r"(?!\w)", bare):
+            return choice
+    return None
 
 
 def first_json(text: str):

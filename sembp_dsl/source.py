@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
+import stat
 
 from . import ir
 from .diagnostics import PipelineError, error, point
@@ -10,17 +11,18 @@ from .graph import Graph, build
 from .parser import parse
 
 SUFFIXES = (".sbp", ".yaml", ".yml")
+MAX_FILE_BYTES = 64 * 2**20  # far beyond any real pipeline; its prompts could not be sent anyway
 
 
 def read(path: str) -> str:
-    """The file's text; PipelineError for a missing file, a directory, or bytes that are not UTF-8."""
-    file = Path(path)
+    """The file's text; PipelineError for a missing file, a directory, a FIFO or device (which could
+    block forever), a file past MAX_FILE_BYTES, or bytes that are not UTF-8."""
     try:
-        data = file.read_bytes()
+        data = _read_regular(path)
     except IsADirectoryError:
         raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
     except FileNotFoundError:
-        raise PipelineError([error(None, "no such file", path)])
+        raise PipelineError([error(None, "no such file" + (" (a broken symbolic link)" if os.path.islink(path) else ""), path)])
     except OSError as exc:
         raise PipelineError([error(None, f"cannot read: {exc.strerror or exc}", path)])
     try:
@@ -28,6 +30,24 @@ def read(path: str) -> str:
     except UnicodeDecodeError as exc:
         text = data[: exc.start].decode("utf-8", errors="replace")
         raise PipelineError([error(point(path, text, len(text)), f"invalid UTF-8 (byte 0x{data[exc.start]:02x})")], text)
+
+
+def _read_regular(path: str) -> bytes:
+    """Open without blocking (a FIFO would wait for a writer), then refuse anything but a regular file."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(fd)
+        if stat.S_ISDIR(info.st_mode):
+            raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
+        if not stat.S_ISREG(info.st_mode):
+            raise PipelineError([error(None, "is not a regular file (a FIFO, socket or device?); give a pipeline file", path)])
+        if info.st_size > MAX_FILE_BYTES:
+            raise PipelineError([error(None, f"is {info.st_size / 2**20:.1f} MB; a pipeline file may be at most"
+                                             f" {MAX_FILE_BYTES // 2**20} MB", path)])
+        data = file.read(MAX_FILE_BYTES + 1)
+    if len(data) > MAX_FILE_BYTES:  # it grew while being read
+        raise PipelineError([error(None, f"is larger than {MAX_FILE_BYTES // 2**20} MB", path)])
+    return data
 
 
 def load(path: str) -> ir.Pipeline:

@@ -260,6 +260,8 @@ def variables(source: str) -> frozenset[str]:
 
     `include`, `import` and `extends` are refused: a pipeline's templates live in its own file.
     """
+    if "{" not in source:  # plain text: every Jinja construct starts with a brace
+        return frozenset()
     try:
         tree = ENV.parse(source)
         for kind, tag in FORBIDDEN.items():
@@ -278,10 +280,23 @@ def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)
 
 
-def trial_render(source: str, names: frozenset[str]) -> RenderError | None:
-    """Render with a placeholder for every variable; the error, if this fails whatever the data."""
+# What the built-in templates are given, in shape: lists of records, not text.
+BUILTIN_SHAPES = {
+    "hints": [{"name": "<hint>", "value": "<value>"}],
+    "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
+    "max_chars": 400,
+}
+
+
+def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> RenderError | None:
+    """Render with a placeholder for every variable (shaped as the built-ins get them, for a built-in);
+    the error, if this fails whatever the data."""
+    if "{" not in source:
+        return None
     values = {name: f"<{name}>" for name in names}
     values["inputs"] = [(name, f"<{name}>") for name in sorted(names - {"inputs", "prompt"})]
+    if builtin:
+        values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
     try:
         compile_template(source).render(values)
     except RenderError as exc:

@@ -22,9 +22,14 @@ TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
+def schema_text() -> str:
+    """The shipped JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
+    return resources.files("sembp_dsl").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8")
+
+
 @lru_cache(maxsize=None)
 def schema() -> dict:
-    return json.loads(resources.files("sembp_dsl").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8"))
+    return json.loads(schema_text())
 
 
 def _span(file: str, node: yaml.Node) -> ir.Span:
@@ -161,7 +166,8 @@ class Lowering:
     def validate(self, data, where: dict) -> None:
         from jsonschema import Draft202012Validator
 
-        for err in sorted(Draft202012Validator(schema()).iter_errors(data), key=lambda e: list(map(str, e.absolute_path))):
+        found = []
+        for err in Draft202012Validator(schema()).iter_errors(data):
             err = specific(err)
             path = tuple(err.absolute_path)
             if any(path[:len(done)] == done for done in self.reported):
@@ -178,7 +184,8 @@ class Lowering:
             else:
                 message = explain(err)
             where_ = ".".join(map(str, path))
-            self.errors.append(error(self.span(node), f"{where_}: {message}" if where_ else message))
+            found.append(error(self.span(node), f"{where_}: {message}" if where_ else message))
+        self.errors += sorted(found, key=lambda d: d.span.start)  # in the order of the file
 
     def settings(self, mapping: yaml.MappingNode, skip: tuple[str, ...] = ()) -> tuple[ir.Setting, ...]:
         return tuple(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -261,3 +264,45 @@ def test_a_runs_dir_that_is_a_file_is_a_clear_error_before_any_call(tmp_path, fa
                          "--runs-dir", str(runs), *extra])
         err = capsys.readouterr().err
         assert code == 1 and f"--runs-dir {runs} is a file, not a folder" in err and fake_llm.requests == 0
+
+
+# --- the README's "your model, your data" quick start -------------------------------------------
+
+def quick_start_lines() -> list[str]:
+    """The indented command lines of the README's "Your model, your data" section."""
+    section = (ROOT / "README.md").read_text().split("## Your model, your data", 1)[1].split("\n## ", 1)[0]
+    return [line[4:] for line in section.splitlines() if line.startswith("    ")]
+
+
+def test_the_readme_quick_start_runs_as_written_against_a_local_server(tmp_path, script):
+    from fake_server import FakeServer
+
+    def reply(messages):  # a solver that multiplies once its instruction is improved; scripted backward and optimizer
+        prompt = messages[-1]["content"]
+        asked = re.search(r"Problem: What is (\d+) times 7\?", prompt)
+        if script.kind(prompt) == "forward" and asked and "Hint 1:" in prompt:
+            return f"So the answer is {int(asked.group(1)) * 7}." if "Improved instruction" in prompt else "No idea."
+        return script(messages)
+
+    lines = quick_start_lines()
+    assert len(lines) == 5 and "--api-base http://localhost:8000/v1" in lines[1] and "OPENAI_API_KEY=dummy" in lines[0]
+    (tmp_path / "pipelines").mkdir()
+    shutil.copy(ROOT / "pipelines/gsm8k.sbp", tmp_path / "pipelines/gsm8k.sbp")
+    bin_dir = tmp_path / "bin"  # `sbpc` as installed: this checkout's code
+    bin_dir.mkdir()
+    (bin_dir / "sbpc").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m sembp_dsl.cli "$@"\n')
+    (bin_dir / "sbpc").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("OPENAI_API_KEY")  # the quick start sets its own dummy key
+    with FakeServer(reply=reply) as server:
+        script_text = "\n".join(lines).replace("http://localhost:8000/v1", server.url)
+        done = subprocess.run(["bash", "-e", "-c", script_text], cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+        models = {body["model"] for body in server.bodies}
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mine.jsonl/test: accuracy 0.000 (0/12)" in done.stdout  # eval scored the whole file
+    assert "accepted" in done.stdout and "written to mine.sbp" in done.stdout
+    assert 'param solve = "Improved instruction for solve."' in (tmp_path / "mine.sbp").read_text()
+    assert models == {"my-model"} and "Traceback" not in done.stderr  # every role went to the server
+    assert {script.kind(p) for p in script.prompts} == {"forward", "backward", "optimizer"}
+    assert (tmp_path / "pipelines/gsm8k.sbp").read_text() == (ROOT / "pipelines/gsm8k.sbp").read_text()

@@ -118,3 +118,27 @@ def test_concurrent_acompletions_and_loop_stays_free(litellm):
         assert r.choices[0].message.content.strip()
         assert r.usage.completion_tokens > 0
     assert ticks > 3  # the event loop kept running while the model generated in a worker thread
+
+
+def test_the_python_api_through_the_embedded_model(tmp_path):
+    """load -> call -> batch -> evaluate with a Python metric -> optimize -> save, on the real model."""
+    import sembp_dsl as sbp
+
+    path = tmp_path / "echo.sbp"
+    path.write_text('pipeline echo "Answer a yes/no question"\ninput question: text\n'
+                    'param ask = "Answer the question with Yes or No."\n'
+                    'node answer: choice(Yes, No) { prompt = ask }\nquestion -> answer\noutput answer\n'
+                    'model { max_tokens = 8  temperature = 0 }\nmodel backward { max_tokens = 48 }\n'
+                    'model optimizer { max_tokens = 64 }\n')
+    with sbp.load(path, model=embedded.MODEL, cache=tmp_path / "cache.sqlite") as echo:
+        one = echo(question="Is the sky blue?")
+        assert one.usage.calls == 1 and one.trace.final.reply  # the model answered something
+        rows = [{"question": q} for q in ("Is water wet?", "Is fire cold?")]
+        assert len(echo.batch(rows, concurrency=2)) == 2
+        examples = [{**rows[0], "answer": "Yes"}, {**rows[1], "answer": "No"}]
+        report = echo.evaluate(examples, metric=lambda prediction, example: prediction.output is not None)
+        assert report.scored == 2
+        found = echo.optimize(examples, examples, iters=1, gate_alpha=1, runs_dir=tmp_path / "runs")
+        assert (found.record / "run.json").exists() and len(found.outcome.iterations) == 1
+        assert found.pipeline.save() == path and "pipeline echo" in path.read_text()
+        assert echo.ledger.calls >= 4

@@ -120,3 +120,57 @@ def test_yaml_one_of_failures_are_explained(tmp_path):
     assert "p.yaml:2:13: error: inputs.q: expected a type (text, number, json, \"choice(A, B)\") or a mapping with type and from, not the number 3" in err
     assert "p.yaml:6:25: error: output.from: expected a string, not the number 3" in err
     assert "is not valid here" not in err
+
+
+def edge_statement(n: int, sources: str = "input") -> str:
+    names = [f"s{i}" for i in range(n)], [f"t{i}" for i in range(n)]
+    return ("pipeline big\n" + "".join(f"{sources} {s}: text{' {}' if sources == 'node' else ''}\n" for s in names[0])
+            + ("input q: text\nq -> " + ", ".join(names[0]) + "\n" if sources == "node" else "")
+            + "".join(f"node {t}: text {{}}\n" for t in names[1])
+            + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput t0\n")
+
+
+def test_a_big_edge_statement_is_kept_as_a_product(tmp_path):
+    import tracemalloc
+
+    from sembp_dsl.parser import parse
+
+    pipeline = parse(edge_statement(1500))
+    assert len(pipeline.edges) == 1 and len(pipeline.edges[0].sources) == len(pipeline.edges[0].targets) == 1500
+    path = tmp_path / "big.sbp"
+    path.write_text(edge_statement(1500))
+    tracemalloc.start()
+    start = time.monotonic()
+    graph = compile_file(str(path))
+    seconds, (_, peak) = time.monotonic() - start, tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert len(graph.nodes["t7"].inputs) == 1500
+    assert graph.nodes["t7"].inputs is graph.nodes["t8"].inputs  # one tuple shared, not 1,500 copies
+    assert peak < 150 * 2**20 and seconds < 20, (peak, seconds)  # was 1.7 GB and 98 s in check alone
+
+
+def test_past_a_sane_size_the_edges_are_a_limit_error(tmp_path, monkeypatch):
+    from sembp_dsl import checker
+
+    monkeypatch.setattr(checker, "MAX_EDGES", 10_000)
+    code, err = run_cli("check", str(_write(tmp_path, "big.sbp", edge_statement(101))))
+    assert code == 1 and "big.sbp:204:1: error: the edges declare 10,201 pairs; a pipeline may have at most 10,000" in err
+
+
+def test_a_20_mb_literal_is_cheap_to_check_and_a_limit_error_to_compile(tmp_path):
+    import tracemalloc
+
+    path = _write(tmp_path, "lit.sbp", 'pipeline t\ninput q: text\nparam p = "' + "x" * (20 * 2**20)
+                  + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    tracemalloc.start()
+    code, err = run_cli("check", str(path))
+    _, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert peak < 400 * 2**20, peak  # was 3.3 GB
+    assert code == 1 and "lit.sbp:3:7: error: param 'p' is 20,971,520 characters; a prompt may be at most 16,000,000" in err
+
+
+def _write(folder, name: str, text: str):
+    path = folder / name
+    path.write_text(text)
+    return path

@@ -252,7 +252,9 @@ def test_emitters():
     data = json.loads(EMITTERS["ir"](graph))
     assert data["params"][0]["literal"][1:3] == [9, 27]  # line and column of the first prompt literal
     assert '"statement_analysis" -> "verdict";' in EMITTERS["dot"](graph)
-    assert "statement_analysis --> verdict" in EMITTERS["mermaid"](graph)
+    mermaid = EMITTERS["mermaid"](graph)
+    ids = {line.split('"')[1].split(":")[0]: line.split()[0].split("[")[0].split("(")[0] for line in mermaid.splitlines()[1:] if '"' in line}
+    assert f"{ids['statement_analysis']} --> {ids['verdict']}" in mermaid
     prompts = EMITTERS["prompts"](graph)
     assert "Hint 5 (from source_analysis): <output of source_analysis>" in prompts
     assert prompts.count("backward, no sibling") == 5

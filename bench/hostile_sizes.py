@@ -1,0 +1,74 @@
+"""Cost of hostile sizes: one edge statement of n x n names, and one huge string literal.
+
+Each case runs `check` and `compile` in a fresh process (so peak memory is its own) and prints
+wall time and peak memory above an import-only baseline, and the ratio to the case half its size.
+Linear cost means a ratio near 2 when the input doubles.
+
+    PYTHONPATH=. python bench/hostile_sizes.py
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+CHILD = """
+import json, resource, sys, time
+from sembp_dsl.checker import check
+from sembp_dsl.source import compile_file, load
+base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+start = time.perf_counter()
+from sembp_dsl.diagnostics import PipelineError
+try:
+    check(load(sys.argv[1])) if sys.argv[2] == "check" else compile_file(sys.argv[1])
+except PipelineError as exc:
+    sys.exit("limit error: " + exc.diagnostics[0].message)
+print(json.dumps({"s": time.perf_counter() - start,
+                  "mb": (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - base) / 1024}))
+"""
+
+
+def edge_statement(n: int) -> str:
+    names = [f"input_number_{i:05d}" for i in range(n)], [f"node_number_{i:05d}" for i in range(n)]
+    return ("pipeline big\n" + "".join(f"input {s}: text\n" for s in names[0])
+            + "".join(f"node {t}: text {{}}\n" for t in names[1])
+            + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput {names[1][0]}\n")
+
+
+def literal(megabytes: int) -> str:
+    return ('pipeline big\ninput q: text\nparam p = "' + "x" * (megabytes * 2**20)
+            + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+
+
+def measure(text: str, phase: str, folder: Path) -> dict:
+    path = folder / "case.sbp"
+    path.write_text(text)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(path), phase], capture_output=True, text=True)
+    if out.returncode:  # past a limit: show the message, which is the point of the case
+        return {"error": out.stderr.strip().splitlines()[-1][:90]}
+    return json.loads(out.stdout) | {"kb": len(text.encode()) / 1024}
+
+
+def main() -> None:
+    cases = [("n x n edge statement", edge_statement, [375, 750, 1500]), ("string literal (MB)", literal, [5, 10, 20])]
+    with tempfile.TemporaryDirectory() as folder:
+        print(f"{'case':<24}{'size':>7}{'input KB':>10}{'phase':>9}{'s':>8}{'MB':>8}{'x time':>8}{'x MB':>7}")
+        for label, make, sizes in cases:
+            for phase in ("check", "compile"):
+                previous = None
+                for size in sizes:
+                    got = measure(make(size), phase, Path(folder))
+                    if "error" in got:
+                        print(f"{label:<24}{size:>7}{'':>10}{phase:>9}  {got['error']}")
+                        continue
+                    ratio = (f"{got['s'] / previous['s']:8.2f}{got['mb'] / max(previous['mb'], 1):7.2f}"
+                             if previous else f"{'':8}{'':7}")
+                    print(f"{label:<24}{size:>7}{got['kb']:>10.0f}{phase:>9}{got['s']:8.2f}{got['mb']:8.0f}{ratio}")
+                    previous = got
+
+
+if __name__ == "__main__":
+    main()

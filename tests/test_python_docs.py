@@ -1,0 +1,30 @@
+"""docs/python.md is run, block by block, against the fake model: its examples cannot rot."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "python.md"
+
+
+def blocks(kind: str) -> list[str]:
+    return re.findall(rf"```{kind}\n(.*?)```", DOC.read_text(), re.S)
+
+
+def test_every_python_example_runs(tmp_path, monkeypatch, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if re.search(r"crash|fail", prompt, re.I) else "No"
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", fake_llm.url)  # "openai/gpt-4o-mini" in the docs reaches the fake model
+    (pipeline,) = blocks("sbp")
+    Path("triage.sbp").write_text(pipeline)
+    examples = blocks("python")
+    assert len(examples) >= 8
+    namespace: dict = {}
+    for code in examples:
+        exec(compile(code, f"{DOC.name} example", "exec"), namespace)
+    out = capsys.readouterr().out
+    assert "no input 'priority'" in out and "['Yes', 'No']" in out
+    assert namespace["report"].accuracy == 1.0
+    assert fake_llm.requests > 0 and "forward" in out  # the ledger was printed
+    namespace["triage"].close()
