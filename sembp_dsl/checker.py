@@ -25,6 +25,7 @@ NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")
 MODEL_SETTINGS = {
     "name": (str,), "temperature": NUMBER, "top_p": NUMBER, "max_tokens": (int,), "seed": (int,),
     "api_base": (str,), "api_key_env": (str,), "timeout": NUMBER, "stop": (str,),
+    "router": (str,), "concurrency": (int,), "rpm": (int,), "tpm": (int,),
 }
 OPTIMIZE_SETTINGS = {
     "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
@@ -38,6 +39,7 @@ BOUNDS = {
     "seed": (-2**63, 2**63 - 1, False), "timeout": (0, 86_400, True), "iterations": (0, 1_000, False),
     "errors_per_gradient": (1, 1_000, False), "train_size": (0, 10_000_000, False), "val_size": (0, 10_000_000, False),
     "test_size": (0, 10_000_000, False), "gate_alpha": (0, 1, True),
+    "concurrency": (1, 100_000, False), "rpm": (1, 10_000_000_000, False), "tpm": (1, 10_000_000_000, False),
 }
 MAX_CYCLES_REPORTED = 20
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
@@ -338,9 +340,9 @@ class Checker:
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
         if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure = trial_render(text, used, builtin)
-            if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
-                report = self.error if failure.limit or not used else self.warn
+            failure, certain = trial_render(text, used, builtin)
+            if failure is not None:  # an error when no data can help, else a warning
+                report = self.error if certain else self.warn
                 report(self.locate(literal, None, failure.lineno),
                        f"template{what} {'cannot' if report == self.error else 'may not'} render: {failure.message}")
         return used

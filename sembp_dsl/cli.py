@@ -175,7 +175,7 @@ def cmd_eval(args) -> int:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
-        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
-    check.set_defaults(run=cmd_check, parser=check)
+    check.set_defaults(run=cmd_check)
 
     comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
                           description="Compile a pipeline file and print it in another form.",
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
-    comp.set_defaults(run=cmd_compile, parser=comp)
+    comp.set_defaults(run=cmd_compile)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
                             description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
     _add_model_flags(run)
-    run.set_defaults(run=cmd_run, parser=run)
+    run.set_defaults(run=cmd_run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
     _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
-    ev.set_defaults(run=cmd_eval, parser=ev)
+    ev.set_defaults(run=cmd_eval)
 
     op = sub.add_parser(
         "optimize", help="optimize the prompts of a pipeline and write them back into its file",
@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
     _add_data_flags(op)
     _add_model_flags(op, learning=True)
-    op.set_defaults(run=cmd_optimize, parser=op)
+    op.set_defaults(run=cmd_optimize)
 
     srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -483,8 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
-    srv.set_defaults(run=cmd_serve, parser=srv)
+    srv.set_defaults(run=cmd_serve)
     _add_run_commands(sub)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 
@@ -631,7 +633,7 @@ def _add_run_commands(sub) -> None:
                                     "write-back: only the prompt literals change, checked by parsing the file again.",
                         epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
     ap.add_argument("run_spec", metavar="RUN", help=run_help)
-    ap.add_argument("--iteration", type=int, required=True, metavar="K",
+    ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
                     help="the iteration whose prompts to write (0: the run's initial prompts)")
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
@@ -679,7 +681,7 @@ def _add_run_commands(sub) -> None:
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
     _add_data_flags(cmp)
     _add_model_flags(cmp, learning=True)
-    cmp.set_defaults(run=cmd_compare, parser=cmp)
+    cmp.set_defaults(run=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:

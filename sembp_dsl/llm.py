@@ -18,6 +18,7 @@ import asyncio
 import os
 import random
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Awaitable, Mapping, TypeVar
 
@@ -25,7 +26,8 @@ from . import embedded, prices
 from .cache import ResponseCache, cache_key
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
 from .graph import ModelSpec
-from .transport import FastPath, Reply
+from .limits import RateLimit
+from .transport import FastPath, Reply, RouterConfigError
 
 T = TypeVar("T")
 
@@ -138,7 +140,8 @@ class LLM:
     ):
         self.models = dict(models)
         self._resolved: dict[str, ModelSpec | None] = {}
-        self.limit = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
+        self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {role or "": semaphore}
         self.timeout, self.retries = timeout, retries
         self.backoff = BACKOFF if backoff is None else backoff
         self.cache = cache
@@ -146,6 +149,7 @@ class LLM:
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
+        self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
         self.stopped: str | None = None  # why this session cannot work: every later call fails at once with it
         self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
@@ -193,7 +197,11 @@ class LLM:
         key = api_key(spec, settings.pop("api_key_env", None))
         if key:
             settings["api_key"] = key
-        endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
+        limits = {name: settings.pop(name) for name in ("concurrency", "rpm", "tpm") if name in settings}
+        if settings.get("router"):  # a litellm Router config: the name is one of its model groups
+            endpoint = f"litellm router {settings['router']}"
+        else:
+            endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
         # the answer depends on where it comes from, not on the key or the credentials in a URL
         answer = {k: v for k, v in settings.items() if k not in ("api_base", "api_key")}
         key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
@@ -210,7 +218,7 @@ class LLM:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._call(role, spec, messages, settings, timeout, endpoint)
+            result = await self._call(role, spec, messages, settings, timeout, endpoint, limits)
             if self.cache is not None:
                 self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
                                      "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
@@ -227,14 +235,22 @@ class LLM:
             del self._inflight[key]
 
     async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float,
-                    endpoint: str | None) -> Completion:
+                    endpoint: str | None, limits: dict) -> Completion:
         usage = self.ledger.roles[role]
+        slots = self._slots.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
+        # the global bound, and a model block's own `concurrency` for its role (semaphores belong to one loop)
+        role_limit = slots.setdefault(role, asyncio.Semaphore(int(limits.get("concurrency") or 1 << 30)))
+        rate = None
+        if limits.get("rpm") or limits.get("tpm"):
+            rate = self._rates.setdefault((spec.name, endpoint), RateLimit(limits.get("rpm"), limits.get("tpm")))
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
         deadline = 24 * 3600.0 if embedded.serves(spec.name) else timeout
         secrets = tuple(v for v in (settings.get("api_key"), os.environ.get("OPENAI_API_KEY")) if v)
         for attempt in range(self.retries + 1):
             self._check_budget()
-            async with self.limit:
+            async with role_limit, slots[""]:
+                if rate is not None:
+                    await rate.acquire()
                 self._check_budget()
                 if self.stopped:  # calls still queued when the command was found unable to work
                     raise LLMError(self.stopped)
@@ -243,12 +259,17 @@ class LLM:
                 try:
                     reply = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
                 except Exception as exc:
+                    if isinstance(exc, RouterConfigError):
+                        raise LLMError(str(exc)) from None
                     if not is_call_error(exc):
                         raise
-                    failure = classify(exc, endpoint, self.succeeded > 0, secrets)
+                    # behind a router, one refused deployment is no wrong address: the others may answer
+                    failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings, secrets)
                     self.ledger.fault(failure)
                 else:
                     self.succeeded += 1
+                    if rate is not None:
+                        rate.spent(reply.prompt_tokens + reply.completion_tokens)
                     return self._record(usage, reply, time.perf_counter() - start)
             if failure.kind == CONFIG:
                 usage.failures += 1

@@ -77,6 +77,7 @@ class FastPath:
     def __init__(self, connection_limit: int = 0) -> None:
         self._connection_limit = connection_limit  # 0 = unlimited
         self._sessions: dict = {}
+        self._routers: dict = {}  # router config path -> litellm.Router
 
     # -- public ------------------------------------------------------------
     async def acompletion(self, model: str, messages: list, *,
@@ -84,7 +85,10 @@ class FastPath:
                           api_key: Optional[str] = None,
                           timeout: float = 600.0,
                           extra_headers: Optional[dict] = None,
+                          router: Optional[str] = None,
                           **params: Any) -> Reply:
+        if router:
+            return await self._via_router(router, model, messages, timeout, params)
         route = None
         if (not params.get("stream") and self.PARAMS.issuperset(params)
                 and not isinstance(params.get("response_format"), type)):
@@ -102,6 +106,14 @@ class FastPath:
         """Where calls for this model go, without credentials; None for
         in-process models and providers whose address litellm keeps."""
         return _endpoint(model, api_base, _env_snapshot())
+
+    async def _via_router(self, path: str, model: str, messages: list, timeout: float, params: dict) -> Reply:
+        """Through litellm's Router: its deployments, weights, limits, cooldowns and fallbacks."""
+        router = self._routers.get(path)
+        if router is None:
+            router = self._routers[path] = load_router(path)
+        response = await router.acompletion(model=model, messages=messages, timeout=timeout, **params)
+        return from_litellm(response, response.model or model)
 
     async def aclose(self) -> None:
         for session in self._sessions.values():
@@ -263,6 +275,35 @@ async def _via_litellm(model: str, messages: list, api_base: Optional[str], api_
         model=model, messages=messages, api_base=api_base, api_key=api_key,
         timeout=timeout, extra_headers=extra_headers, max_retries=0, **params)
     return from_litellm(response, model)
+
+
+class RouterConfigError(Exception):
+    """A router config file that cannot be read or is not a litellm Router config."""
+
+
+def load_router(path: str):
+    """A `litellm.Router` from a litellm proxy/Router config file (YAML or JSON):
+    `model_list` (deployments: `model_name`, `litellm_params` with `model`,
+    `api_base`, `api_key` or `os.environ/VAR`, `rpm`, `tpm`, `weight`) and
+    `router_settings` (`routing_strategy`, `fallbacks`, `num_retries`, ...)."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        raise RouterConfigError(f"router config {path}: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
+        raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
+                                "(litellm's Router / proxy config format)")
+    settings = config.get("router_settings") or {}
+    if not isinstance(settings, dict):
+        raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
+    litellm = _litellm()
+    try:
+        return litellm.Router(model_list=config["model_list"], **{"num_retries": 0, **settings})
+    except Exception as exc:  # litellm validates deployments and settings its own way
+        raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {first_line(str(exc))}") from None
 
 
 def from_litellm(response: Any, model: str) -> Reply:
