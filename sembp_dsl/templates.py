@@ -20,6 +20,7 @@ from importlib import resources
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
+from jinja2.utils import generate_lorem_ipsum
 
 MAX_OUTPUT_CHARS = 16_000_000  # all text one render outputs, macros and blocks included
 MAX_VALUE_CHARS = 4_000_000  # one string, list or number (in digits) built by an operator, call or filter
@@ -212,7 +213,7 @@ def _bounded_concat(parts) -> str:
 def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
     if n > MAX_LIPSUM or max > MAX_LIPSUM:
         raise RenderError(f"lipsum: at most {MAX_LIPSUM} paragraphs of at most {MAX_LIPSUM} words")
-    return _LIPSUM(n=n, html=html, min=min, max=max)
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
 def _make_env() -> BoundedEnvironment:
@@ -225,7 +226,6 @@ def _make_env() -> BoundedEnvironment:
     return env
 
 
-_LIPSUM = SandboxedEnvironment().globals["lipsum"]
 ENV = _make_env()
 
 # A node without a template gets its prompt followed by one "name: value" line per input.
