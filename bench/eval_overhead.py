@@ -42,6 +42,7 @@ from sembp_dsl.evaluate import evaluate  # noqa: E402
 from sembp_dsl.graph import build  # noqa: E402
 from sembp_dsl.llm import LLM  # noqa: E402
 from sembp_dsl.source import parse_text  # noqa: E402
+from sembp_dsl.transport import from_litellm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai/gpt-4o-mini"  # in litellm's price table, so cost is computed on every path
@@ -77,7 +78,7 @@ def sbpc_eval(graph, samples, concurrency: int, *, through_litellm: bool = False
     llm = LLM(graph.models, concurrency=concurrency, cache=cache)
     if through_litellm:  # our whole layer, but sending through bare litellm.acompletion
         async def send(model, messages, **settings):
-            return await litellm.acompletion(model=model, messages=messages, max_retries=0, **settings)
+            return from_litellm(await litellm.acompletion(model=model, messages=messages, max_retries=0, **settings), model)
         llm.transport.acompletion = send
     evaluation = llm.run(evaluate(graph, llm, samples, "exact"))
     assert len(evaluation.results) == len(samples)

@@ -18,7 +18,7 @@ Endpoints
     OpenAI chat completion JSON (``stream: true`` is answered with SSE chunks).
 ``GET /stats``
     ``{"requests", "connections", "in_flight", "max_in_flight",
-    "cpu_seconds"}`` -- lets a
+    "cpu_seconds", "first_request_time"}`` -- lets a
     benchmark read counters from a server running in another process.
 ``POST /reset``
     Zero the counters (and re-arm scripted ``failures``).
@@ -133,7 +133,9 @@ class _State:
                  hang: bool, hang_seconds: float,
                  retry_after: Optional[float], record: bool = True,
                  fault_rate: float = 0.0, fault_kinds: Sequence = TRANSIENT_FAULTS,
-                 seed: int = 0) -> None:
+                 seed: int = 0, slots: int = 0, rpm: int = 0) -> None:
+        self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
+        self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -152,10 +154,15 @@ class _State:
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
         self.requests = 0
+        self.rate_limited = 0  # requests refused with 429 for going past rpm
+        self.admitted: list = []  # time.monotonic() of the requests admitted within the last minute
+        self._slots = None  # asyncio.Semaphore(slots), made on the server's loop
+        self.first_request_time = None  # time.time() when the first chat request arrived
         self.connections = 0  # TCP connections accepted
         self.in_flight = 0
         self.max_in_flight = 0
         self.bodies: list = []  # parsed JSON request bodies, in arrival order
+        self.headers: list = []  # their headers (lower-case names)
         self._ids = itertools.count(1)
 
 
@@ -225,6 +232,7 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
                     "in_flight": state.in_flight,
                     "max_in_flight": state.max_in_flight,
                     "cpu_seconds": time.process_time(),
+                    "first_request_time": state.first_request_time,
                 }
                 writer.write(_response(200, json.dumps(stats).encode(),
                                        keep_alive=keep_alive))
@@ -254,6 +262,17 @@ def _error_body(status: int, message: str) -> bytes:
 # --------------------------------------------------------------------------
 # Chat completions
 # --------------------------------------------------------------------------
+
+class _NoLimit:
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        return False
+
+
+_NO_LIMIT = _NoLimit()
+
 
 def _fault_for(state: _State, n: int):
     """The fault request number n gets, or None: the script first, then the dice."""
@@ -328,6 +347,8 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
                            keep_alive: bool) -> bool:
     n = state.requests
     state.requests += 1
+    if state.first_request_time is None:
+        state.first_request_time = time.time()
     state.in_flight += 1
     if state.in_flight > state.max_in_flight:
         state.max_in_flight = state.in_flight
@@ -342,16 +363,29 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
             return False
         if state.record:
             state.bodies.append(request)
+            state.headers.append(headers)
 
         failure = _fault_for(state, n)
         if failure is not None:
             state.faults += 1
             state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
             state.fault_times.append(time.monotonic())
-        if state.hang or failure == HANG:
-            await asyncio.sleep(state.hang_seconds)
-        elif state.delay > 0:
-            await asyncio.sleep(state.delay)
+        if state.rpm:
+            now = time.monotonic()
+            state.admitted = [t for t in state.admitted if t > now - 60]
+            if len(state.admitted) >= state.rpm:
+                state.rate_limited += 1
+                writer.write(_response(429, _error_body(429, f"rate limit: {state.rpm} requests per minute"),
+                                       keep_alive=keep_alive, extra_headers=[("Retry-After", "1")]))
+                return False
+            state.admitted.append(now)
+        if state.slots and state._slots is None:
+            state._slots = asyncio.Semaphore(state.slots)
+        async with state._slots or _NO_LIMIT:
+            if state.hang or failure == HANG:
+                await asyncio.sleep(state.hang_seconds)
+            elif state.delay > 0:
+                await asyncio.sleep(state.delay)
 
         if failure not in (None, HANG):
             return _inject(state, failure, headers, writer, keep_alive)
@@ -447,12 +481,16 @@ class FakeServer:
         fault_rate: probability that a request after the script gets a
             fault, drawn from ``fault_kinds`` (statuses or ``FAULTS``).
         seed: seed of those draws (``reset()`` re-seeds).
+        slots: requests served at once (0: no limit); the rest queue.
+        rpm: requests admitted in any 60 s (0: no limit); the rest get 429
+            (counted in ``rate_limited``).
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
     ``base_url`` (without ``/v1``), ``requests``, ``connections``,
     ``in_flight``, ``max_in_flight``, ``bodies`` (parsed JSON of every chat
-    request), ``faults``, ``fault_counts``, ``fault_times``.
+    request), ``headers`` (theirs), ``faults``, ``fault_counts``,
+    ``fault_times``.
     """
 
     def __init__(self, delay: float = 0.0, reply: Reply = None,
@@ -461,10 +499,12 @@ class FakeServer:
                  retry_after: Optional[float] = None,
                  fault_rate: float = 0.0,
                  fault_kinds: Sequence = TRANSIENT_FAULTS, seed: int = 0,
+                 slots: int = 0, rpm: int = 0,
                  host: str = "127.0.0.1", port: int = 0) -> None:
         self._state = _State(delay, reply, failures, hang, hang_seconds,
                              retry_after, fault_rate=fault_rate,
-                             fault_kinds=fault_kinds, seed=seed)
+                             fault_kinds=fault_kinds, seed=seed, slots=slots,
+                             rpm=rpm)
         self.host = host
         self.port = port
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -493,6 +533,14 @@ class FakeServer:
     @property
     def bodies(self) -> list:
         return self._state.bodies
+
+    @property
+    def headers(self) -> list:
+        return self._state.headers
+
+    @property
+    def rate_limited(self) -> int:
+        return self._state.rate_limited
 
     @property
     def faults(self) -> int:
@@ -604,7 +652,7 @@ async def _shutdown(server) -> None:
 
 def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
           failures: Sequence = (), host: str = "127.0.0.1",
-          timeout: float = 20.0):
+          timeout: float = 20.0, slots: int = 0, rpm: int = 0):
     """Start the server in a separate Python process.
 
     Returns ``(url, stop)``: ``url`` is "http://HOST:PORT/v1" and ``stop()``
@@ -617,6 +665,10 @@ def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
         cmd += ["--reply", reply]
     if failures:
         cmd += ["--failures", ",".join(str(f) for f in failures)]
+    if slots:
+        cmd += ["--slots", str(slots)]
+    if rpm:
+        cmd += ["--rpm", str(rpm)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     ready, _, _ = select.select([proc.stdout], [], [], timeout)
     line = proc.stdout.readline().strip() if ready else ""
@@ -656,7 +708,8 @@ async def _main(args: argparse.Namespace) -> None:
                    args.hang, args.hang_seconds, args.retry_after,
                    record=False, fault_rate=args.fault_rate,
                    fault_kinds=_parse_failures(args.fault_kinds)
-                   or TRANSIENT_FAULTS, seed=args.seed)
+                   or TRANSIENT_FAULTS, seed=args.seed, slots=args.slots,
+                   rpm=args.rpm)
     server = await _start_server(state, args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}/v1", flush=True)
@@ -693,6 +746,10 @@ def main(argv: Optional[list] = None) -> None:
                         help="comma-separated faults to draw from (default:"
                              f" the transient ones: {','.join(TRANSIENT_FAULTS)})")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--slots", type=int, default=0,
+                        help="requests served at once; the rest queue (0: any)")
+    parser.add_argument("--rpm", type=int, default=0,
+                        help="requests admitted per minute; the rest get 429")
     args = parser.parse_args(argv)
     try:
         import uvloop  # optional; only if already installed

@@ -43,14 +43,13 @@ Method
 
 The fast path
 -------------
-``FastPath`` below is the recipe for the LLM layer: for OpenAI-compatible
-providers it sends the request body litellm itself would build (litellm's
-``get_optional_params`` + the provider config's ``transform_request``) over
-a shared aiohttp session, prices it with ``litellm.cost_per_token`` (same
-price table, cached-token aware), maps HTTP errors with
-``litellm.exception_type`` (same exception classes as ``acompletion``) and
-returns a ``litellm.ModelResponse`` with ``_hidden_params["response_cost"]``.
-Everything else (other providers, streaming, unknown params) falls back to
+``FastPath`` (sembp_dsl/transport.py) is the recipe for the LLM layer: for
+``openai/`` models on any OpenAI-compatible server it sends the request body
+litellm itself would send (the OpenAI passthrough) over a shared aiohttp
+session, without importing litellm, prices it from litellm's packaged price
+table (sembp_dsl/prices.py), names HTTP errors as ``litellm.exception_type``
+does, and returns a ``Reply`` (text, tokens, cost). Everything else (other
+providers, streaming, unknown params) falls back to
 ``litellm.acompletion(..., max_retries=0)``.
 
 Usage::
@@ -206,8 +205,9 @@ async def v_fast(url: str, conc: int) -> Call:
     fast = FastPath()
 
     async def call(i: int):
-        return _check_litellm(await fast.acompletion(
-            MODEL, messages_for(i), api_base=url, api_key=API_KEY))
+        reply = await fast.acompletion(MODEL, messages_for(i), api_base=url, api_key=API_KEY)
+        assert reply.text, "empty reply"
+        return reply.cost
     return call
 
 

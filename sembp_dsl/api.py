@@ -236,12 +236,13 @@ class Pipeline:
                  mapping: Mapping[str, str] | None = None,
                  on_done: Callable[[Result], None] | None = None) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
-        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored.
+        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored
+        (your own file is scored whole when no size is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
         if isinstance(examples, str):
             dataset = datasets.load(examples, data_dir)
-            splits = self.splits(dataset, train_size, val_size, test_size, seed)
+            splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:
             samples, default_metric = _samples(examples, "example")[:limit], "exact"
@@ -253,12 +254,13 @@ class Pipeline:
         return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
 
     def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
-               test_size: int | None = None, seed: int | None = None) -> Splits:
-        """The splits `evaluate` scores: a user's file with no size given is scored whole; otherwise seeded splits,
-        sizes not given from the pipeline's `optimize` block (test: 100), so test never overlaps training."""
+               test_size: int | None = None, seed: int | None = None, split: str = "test") -> Splits:
+        """The splits `evaluate` scores: a user's file with no size given is scored whole (as `split` "test");
+        otherwise seeded splits, sizes not given from the pipeline's `optimize` block (test: 100), so test
+        never overlaps training."""
         o = self.graph.optimize
         return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
-                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE))
+                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE), split)
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
@@ -295,6 +297,8 @@ class Pipeline:
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
+        # what could not be written is said now, before a record or a call
+        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), settings, source)
@@ -303,7 +307,7 @@ class Pipeline:
             record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
-        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write, record.expect_source)
+        writer.report_to(record)
 
         def accept(graph: Graph) -> None:
             notice = writer(graph.prompts)

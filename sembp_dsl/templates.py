@@ -280,16 +280,27 @@ def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)
 
 
+# What the built-in templates are given, in shape: lists of records, not text.
+BUILTIN_SHAPES = {
+    "hints": [{"name": "<hint>", "value": "<value>"}],
+    "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
+    "max_chars": 400,
+}
+
+
 @lru_cache(maxsize=1024)
-def trial_render(source: str, names: frozenset[str]) -> tuple[RenderError | None, bool]:
-    """Render with placeholders for every variable, `<name>` then `1`: the first failure, and
-    whether it is certain (a limit, or both failed: the template's own error, such as `{{ 1/0 }}`)."""
+def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
+    """Render with placeholders for every variable, `<name>` then `1` (a built-in's lists shaped as it gets
+    them): the first failure, and whether it is certain (a limit, or both failed: the template's own error,
+    such as `{{ 1/0 }}`)."""
     if "{" not in source:
         return None, False
     failures = []
     for placeholder in ("<{}>", "1"):
         values = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
+        if builtin:
+            values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
         try:
             compile_template(source).render(values)
         except RenderError as exc:

@@ -1,13 +1,15 @@
-"""The call path to models: litellm for every provider, with a fast lane for OpenAI-compatible ones.
+"""The call path to models: a fast lane for OpenAI-compatible servers, litellm for everything else.
 
-`litellm.acompletion` spends about 4 ms of Python per call (logging objects, an
-executor hop, the OpenAI SDK), which at 64 calls in flight saturates a core. For
-OpenAI-compatible providers `FastPath` keeps everything of litellm that matters
-to us (model strings and provider resolution, its parameter mapping and request
-body, its price table, its exception classes) but sends the request over one
-shared aiohttp session: about 0.5 ms per call (see docs/performance.md).
-Everything else goes to `litellm.acompletion(..., max_retries=0)`; our own layer
-retries. Measured in bench/litellm_overhead.py.
+Importing litellm takes seconds (10 s on a loaded 2-core machine), and `litellm.acompletion`
+spends about 4 ms of Python per call, which at 64 calls in flight saturates a core. For
+`openai/<model>` (any OpenAI-compatible server) `FastPath` sends the request body litellm would
+send over one shared aiohttp session, without importing litellm at all: about 0.5 ms per call,
+and the first request leaves well within a second of launch. litellm stays the reference: prices
+come from its packaged price table (prices.py), failures are named after its exception types
+(faults.LITELLM_NAMES). Everything else (other providers, OpenAI's reasoning models whose
+parameters litellm rewrites, streaming, unusual parameters, the embedded model) goes to
+`litellm.acompletion(..., max_retries=0)`, imported on that first use; our own layer retries.
+Measured in bench/litellm_overhead.py and bench/startup.py.
 """
 
 from __future__ import annotations
@@ -17,64 +19,54 @@ import base64
 import functools
 import json
 import os
+import re
 from typing import Any, NamedTuple, Optional
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
-
 import aiohttp  # noqa: E402  (litellm's own HTTP client library)
-import litellm  # noqa: E402
 from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
-from litellm.llms.openai.common_utils import OpenAIError  # noqa: E402
-from litellm.types.utils import LlmProviders  # noqa: E402
-from litellm.utils import ProviderConfigManager  # noqa: E402
 from yarl import URL  # noqa: E402
 
-from .faults import BadReply, first_line, redact  # noqa: E402
+from . import embedded, prices
+from .faults import BadReply, CallError, first_line, redact
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
+OPENAI_BASE = "https://api.openai.com/v1"
+#: OpenAI models whose parameters litellm rewrites (max_tokens -> max_completion_tokens, no temperature):
+#: they take litellm's path.
+REWRITTEN = re.compile(r"^(?:o\d|gpt-5)")
+
+
+class Reply(NamedTuple):
+    """A chat completion with text, whichever path it came by."""
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    cost: Optional[float]  # dollars; None when litellm's price table does not know the model
+    finish_reason: Optional[str]  # "length": cut off by max_tokens
 
 
 class Route(NamedTuple):
     """Where and how a model string is served on the fast path."""
-    model: str          # provider-side model name, e.g. "gpt-4o-mini"
-    provider: str       # litellm provider, e.g. "openai"
-    url: str            # .../chat/completions, without user:password@
-    api_base: str
-    authorization: str  # "Bearer <key>", or "Basic ..." from a user:password@ in the base URL
-    config: Any         # litellm chat config (builds the request body)
-    proxy: Any          # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
+    model: str                    # provider-side model name, e.g. "gpt-4o-mini"
+    url: str                      # .../chat/completions, without user:password@
+    authorization: Optional[str]  # "Bearer <key>", "Basic ..." from a user:password@, None: no key anywhere
+    proxy: Any                    # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
     proxy_auth: Any
 
     def __repr__(self) -> str:  # keep the API key out of logs
-        return (f"Route(model={self.model!r}, provider={self.provider!r}, "
-                f"url={self.url!r})")
+        return f"Route(model={self.model!r}, url={self.url!r})"
 
 
 class FastPath:
-    """``litellm.acompletion`` replacement with a cheap path for
-    OpenAI-compatible providers.
+    """``litellm.acompletion`` replacement with a cheap, litellm-free path for
+    OpenAI-compatible servers; returns a `Reply` either way.
 
-    Keeps: litellm model strings and provider resolution
-    (``litellm.get_llm_provider``), litellm's parameter mapping
-    (``get_optional_params``) and request body (the provider config's
-    ``transform_request``), litellm's price table (``cost_per_token``) and
-    litellm's exception classes (``exception_type``).  Drops: litellm's
-    logging/callback machinery (sbpc registers no litellm callbacks),
-    litellm's retries (sbpc retries itself) and the executor-thread hop.
-
-    Anything else -- other providers, ``stream=True``, parameters outside
-    ``PARAMS`` -- goes to ``litellm.acompletion(..., max_retries=0)``.
-    Both paths return a ``litellm.ModelResponse`` whose
-    ``_hidden_params["response_cost"]`` is the cost (None if unpriced).
-
-    One instance per process; it keeps one aiohttp session per event loop.
+    One instance per event loop's LLM layer; it keeps one aiohttp session per loop.
     """
 
-    #: Providers whose litellm chat config is a plain OpenAI passthrough.
-    #: Widen only after checking the provider's config in litellm.
-    PROVIDERS = frozenset({"openai", "hosted_vllm", "lm_studio", "llamafile"})
-    #: Request parameters the fast path forwards (through litellm's mapping).
+    #: Request parameters the fast path forwards as they are (the OpenAI
+    #: passthrough litellm applies to `openai/` models).
     PARAMS = frozenset({
         "temperature", "top_p", "max_tokens", "max_completion_tokens", "n",
         "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
@@ -85,6 +77,7 @@ class FastPath:
     def __init__(self, connection_limit: int = 0) -> None:
         self._connection_limit = connection_limit  # 0 = unlimited
         self._sessions: dict = {}
+        self._routers: dict = {}  # router config path -> litellm.Router
 
     # -- public ------------------------------------------------------------
     async def acompletion(self, model: str, messages: list, *,
@@ -92,29 +85,35 @@ class FastPath:
                           api_key: Optional[str] = None,
                           timeout: float = 600.0,
                           extra_headers: Optional[dict] = None,
-                          **params: Any):
-
+                          router: Optional[str] = None,
+                          **params: Any) -> Reply:
+        if router:
+            return await self._via_router(router, model, messages, timeout, params)
         route = None
         if (not params.get("stream") and self.PARAMS.issuperset(params)
                 and not isinstance(params.get("response_format"), type)):
             route = _fast_route(model, api_base, api_key, _env_snapshot())
-        if route is None or route.provider not in self.PROVIDERS:
-            if api_base:
-                api_base, basic = split_credentials(api_base)
-                if basic:
-                    extra_headers = {**(extra_headers or {}), "Authorization": basic}
-            return await litellm.acompletion(
-                model=model, messages=messages, api_base=api_base,
-                api_key=api_key, timeout=timeout, extra_headers=extra_headers,
-                max_retries=0, **params)
-        return await self._fast(route, messages, timeout, extra_headers,
-                                params)
+        if route is None:
+            return await _via_litellm(model, messages, api_base, api_key,
+                                      timeout, extra_headers, params)
+        if route.authorization is None:  # what litellm would say, without importing it to say it
+            raise CallError(f"Missing credentials: no API key for {model} (OPENAI_API_KEY is not set)",
+                            name="AuthenticationError")
+        return await self._fast(route, messages, timeout, extra_headers, params)
 
     @staticmethod
     def endpoint(model: str, api_base: Optional[str]) -> Optional[str]:
         """Where calls for this model go, without credentials; None for
         in-process models and providers whose address litellm keeps."""
         return _endpoint(model, api_base, _env_snapshot())
+
+    async def _via_router(self, path: str, model: str, messages: list, timeout: float, params: dict) -> Reply:
+        """Through litellm's Router: its deployments, weights, limits, cooldowns and fallbacks."""
+        router = self._routers.get(path)
+        if router is None:
+            router = self._routers[path] = load_router(path)
+        response = await router.acompletion(model=model, messages=messages, timeout=timeout, **params)
+        return from_litellm(response, response.model or model)
 
     async def aclose(self) -> None:
         for session in self._sessions.values():
@@ -136,58 +135,26 @@ class FastPath:
         return session
 
     async def _fast(self, route: Route, messages: list, timeout: float,
-                    extra_headers: Optional[dict], params: dict):
-
-        optional = _optional_params(route.model, route.provider, params)
-        extra_body = optional.pop("extra_body", None) or {}
-        body = route.config.transform_request(
-            route.model, messages, optional,
-            {"custom_llm_provider": route.provider,
-             "api_base": route.api_base}, {})
-        body.update(extra_body)
+                    extra_headers: Optional[dict], params: dict) -> Reply:
+        body = {"model": route.model, "messages": messages,
+                **{k: v for k, v in params.items() if v is not None}}
         headers = {"Authorization": route.authorization}
         if extra_headers:
             headers.update(extra_headers)
-
         try:
             async with self._session().post(
                     route.url, json=body, headers=headers,
                     proxy=route.proxy, proxy_auth=route.proxy_auth,
                     timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
                 payload = await resp.read()
-                status, resp_headers = resp.status, dict(resp.headers)
-                reason = resp.reason
+                status, resp_headers, reason = resp.status, dict(resp.headers), resp.reason
         except asyncio.TimeoutError as exc:
-            raise litellm.Timeout(
-                message=f"Request timed out after {timeout} s",
-                model=route.model, llm_provider=route.provider) from exc
+            raise CallError(f"Request timed out after {timeout} s", name="Timeout") from exc
         except aiohttp.ClientError as exc:
-            raise litellm.APIConnectionError(
-                message=str(exc), llm_provider=route.provider,
-                model=route.model) from exc
+            raise CallError(str(exc) or type(exc).__name__, name="APIConnectionError") from exc
         if status >= 400:
-            error = OpenAIError(status_code=status,
-                                message=_error_message(payload, status, reason),
-                                headers=resp_headers)
-            # The mapping acompletion applies (RateLimitError, ...).
-            raise litellm.exception_type(
-                model=route.model, original_exception=error,
-                custom_llm_provider=route.provider)
-
-        response = _completion(payload)
-        try:
-            prompt_cost, completion_cost = litellm.cost_per_token(
-                model=route.model, custom_llm_provider=route.provider,
-                usage_object=response.usage)
-            cost = prompt_cost + completion_cost
-        except Exception:  # model not in the price table
-            cost = None
-        response._hidden_params.update({
-            "custom_llm_provider": route.provider, "api_base": route.api_base,
-            "response_cost": cost, "headers": resp_headers,
-            "sbpc_fast_path": True,
-        })
-        return response
+            raise CallError(_error_message(payload, status, reason), status, resp_headers)
+        return _reply(_completion(payload), route.model)
 
 
 def _env_snapshot() -> tuple:
@@ -209,90 +176,40 @@ def split_credentials(url: str) -> tuple[str, Optional[str]]:
     return urlunsplit(parts._replace(netloc=netloc)), header
 
 
-def _resolve(model: str, api_base: Optional[str]):
-    """(provider-side name, provider, key litellm found, base URL) or None."""
-    try:
-        name, provider, dynamic_key, base = litellm.get_llm_provider(
-            model, api_base=api_base)
-    except Exception:
+def _openai_base(model: str, api_base: Optional[str]) -> Optional[str]:
+    """The base URL of an `openai/` model (flag or setting, then the
+    environment, then OpenAI's own); None for other providers."""
+    if not model.startswith("openai/"):
         return None
-    if provider == "openai":
-        env = os.environ.get
-        base = base or litellm.api_base or env(ENV_BASES[0]) or env(
-            ENV_BASES[1]) or "https://api.openai.com/v1"
-    return name, provider, dynamic_key, base
+    env = os.environ.get
+    return api_base or env(ENV_BASES[0]) or env(ENV_BASES[1]) or OPENAI_BASE
 
 
 @functools.lru_cache(maxsize=1024)
 def _endpoint(model: str, api_base: Optional[str], env: tuple) -> Optional[str]:
-    resolved = _resolve(model, api_base)
-    if resolved is None:
+    base = _openai_base(model, api_base)
+    if base is None:
         return redact(api_base)
-    _, provider, _, base = resolved
-    if not base:
-        return None
-    if provider in FastPath.PROVIDERS:
-        base = base.rstrip("/") + "/chat/completions"
-    return redact(base)
+    return redact(base.rstrip("/") + "/chat/completions")
 
 
 @functools.lru_cache(maxsize=1024)
 def _fast_route(model: str, api_base: Optional[str],
                 api_key: Optional[str], env: tuple) -> Optional[Route]:
-    """Resolve a litellm model string once per environment."""
-
-    resolved = _resolve(model, api_base)
-    if resolved is None:
-        return None
-    name, provider, dynamic_key, base = resolved
-    if provider == "openai":
-        api_key = (api_key or dynamic_key or litellm.api_key
-                   or litellm.openai_key or os.environ.get("OPENAI_API_KEY"))
-    else:
-        api_key = api_key or dynamic_key
-    if not base:
+    """Resolve a model string once per environment; None: litellm's path."""
+    base = _openai_base(model, api_base)
+    name = model.split("/", 1)[1]
+    if base is None or REWRITTEN.match(name):
         return None
     base, basic = split_credentials(base)
-    if not (basic or api_key):
-        return None
-    config = ProviderConfigManager.get_provider_chat_config(
-        name, LlmProviders(provider))
-    if config is None:
-        return None
+    api_key = api_key or os.environ.get("OPENAI_API_KEY")
     url = base.rstrip("/") + "/chat/completions"
     try:
         proxy, proxy_auth = get_env_proxy_for_url(URL(url))
     except LookupError:
         proxy = proxy_auth = None
-    return Route(name, provider, url, base, basic or f"Bearer {api_key}",
-                 config, proxy, proxy_auth)
-
-
-def _optional_params(model: str, provider: str, params: dict) -> dict:
-    """litellm's provider parameter mapping (a fresh dict per call).
-
-    ``get_optional_params`` costs ~0.1 ms, so results for hashable parameter
-    sets (the common case: scalars only) are memoised.
-    """
-    try:
-        key = tuple(sorted(params.items()))
-        return dict(_optional_params_cached(
-            model, provider, litellm.drop_params, key))
-    except TypeError:  # unhashable values (stop lists, tools, ...)
-        return _map_params(model, provider, params)
-
-
-@functools.lru_cache(maxsize=4096)
-def _optional_params_cached(model: str, provider: str, drop_params: Any,
-                            items: tuple) -> dict:
-    return _map_params(model, provider, dict(items))
-
-
-def _map_params(model: str, provider: str, params: dict) -> dict:
-    optional = litellm.utils.get_optional_params(
-        model=model, custom_llm_provider=provider, **params)
-    optional.pop("stream", None)
-    return optional
+    authorization = basic or (f"Bearer {api_key}" if api_key else None)
+    return Route(name, url, authorization, proxy, proxy_auth)
 
 
 def _error_message(payload: bytes, status: int, reason: Optional[str]) -> str:
@@ -307,19 +224,89 @@ def _error_message(payload: bytes, status: int, reason: Optional[str]) -> str:
     return reason if line == "no message" and reason else line
 
 
-def _completion(payload: bytes):
-    """A 2xx body as a ModelResponse; BadReply when it is not a chat
-    completion with text (never let such a reply be cached as "")."""
+def _completion(payload: bytes) -> dict:
+    """A 2xx body as a chat completion; BadReply when it is not one."""
     try:
         body = json.loads(payload)
     except ValueError:
         raise BadReply(f"the body is not JSON ({first_line(payload.decode('utf-8', 'replace')[:200])})") from None
     if not isinstance(body, dict):
         raise BadReply(f"the body is a JSON {type(body).__name__}, not an object")
+    return body
+
+
+def _reply(body: dict, model: str) -> Reply:
+    """The text, tokens and price of a chat completion (a dict, or litellm's
+    ModelResponse as a dict); BadReply when there is no text (never let such
+    a reply be cached as "")."""
     choices = body.get("choices")
     if not isinstance(choices, list) or not choices:
         raise BadReply("no choices in the reply" if choices is None else "empty choices in the reply")
+    choice = choices[0] if isinstance(choices[0], dict) else {}
+    text = (choice.get("message") or {}).get("content")
+    if not isinstance(text, str):
+        raise BadReply("the reply's content is null")
+    usage = body.get("usage") or {}
+    prompt_tokens = int(usage.get("prompt_tokens") or 0)
+    completion_tokens = int(usage.get("completion_tokens") or 0)
+    return Reply(text, prompt_tokens, completion_tokens,
+                 prices.cost(model, prompt_tokens, completion_tokens), choice.get("finish_reason"))
+
+
+def _litellm():
+    """litellm, imported on first need (it takes seconds)."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
+    import litellm
+
+    litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
+    return litellm
+
+
+async def _via_litellm(model: str, messages: list, api_base: Optional[str], api_key: Optional[str],
+                       timeout: float, extra_headers: Optional[dict], params: dict) -> Reply:
+    litellm = _litellm()
+    if embedded.serves(model):
+        embedded.register()
+    if api_base:
+        api_base, basic = split_credentials(api_base)
+        if basic:
+            extra_headers = {**(extra_headers or {}), "Authorization": basic}
+    response = await litellm.acompletion(
+        model=model, messages=messages, api_base=api_base, api_key=api_key,
+        timeout=timeout, extra_headers=extra_headers, max_retries=0, **params)
+    return from_litellm(response, model)
+
+
+class RouterConfigError(Exception):
+    """A router config file that cannot be read or is not a litellm Router config."""
+
+
+def load_router(path: str):
+    """A `litellm.Router` from a litellm proxy/Router config file (YAML or JSON):
+    `model_list` (deployments: `model_name`, `litellm_params` with `model`,
+    `api_base`, `api_key` or `os.environ/VAR`, `rpm`, `tpm`, `weight`) and
+    `router_settings` (`routing_strategy`, `fallbacks`, `num_retries`, ...)."""
+    import yaml
+
     try:
-        return litellm.ModelResponse(**body)
-    except Exception as exc:
-        raise BadReply(f"not a chat completion ({type(exc).__name__})") from None
+        with open(path, encoding="utf-8") as file:
+            config = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        raise RouterConfigError(f"router config {path}: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
+        raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
+                                "(litellm's Router / proxy config format)")
+    settings = config.get("router_settings") or {}
+    if not isinstance(settings, dict):
+        raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
+    litellm = _litellm()
+    try:
+        return litellm.Router(model_list=config["model_list"], **{"num_retries": 0, **settings})
+    except Exception as exc:  # litellm validates deployments and settings its own way
+        raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {first_line(str(exc))}") from None
+
+
+def from_litellm(response: Any, model: str) -> Reply:
+    """A `litellm.ModelResponse` as a Reply, priced as litellm priced it."""
+    reply = _reply(response.model_dump(), model)
+    return reply._replace(cost=(getattr(response, "_hidden_params", None) or {}).get("response_cost"))

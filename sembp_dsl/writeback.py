@@ -3,7 +3,10 @@
 Only the literal of each changed parameter is replaced, found through the IR's
 spans; every other byte stays. Each new literal is proved by parsing the new file
 again: it must give the old IR with exactly those prompts changed. Files are
-written atomically and never over a file someone changed since we read it.
+written atomically and never over a file someone changed since we read it; they
+keep their line endings, byte order mark, mode, symbolic and hard links. What can
+surely not be written (a read-only file, a bad --out) is said before
+a run starts.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import os
 import tempfile
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Mapping
 
 from . import ir
 from .diagnostics import PipelineError
@@ -23,7 +26,11 @@ from .source import parse_text
 
 
 class WriteBackError(Exception):
-    pass
+    """The optimized pipeline cannot be written where it should go; the message says why and what to do."""
+
+
+_BOM = "\ufeff"
+_YAML_KINDS = (".yaml", ".yml")
 
 
 def _indent_of_line(text: str, offset: int) -> str:
@@ -56,13 +63,38 @@ def yaml_literal(text: str, source: str, param: ir.Param) -> str:
     if "\n" in text and in_block_mapping and text == text.strip() and "\r" not in text:
         indent, nl = _indent_of_line(source, param.span.start) + "  ", _newline(source)
         return "|-" + nl + nl.join(indent + line if line else "" for line in text.split("\n"))
-    return json.dumps(text, ensure_ascii=False)
+    return yaml_quoted(text)
+
+
+def yaml_quoted(text: str) -> str:
+    """A double-quoted YAML scalar that parses back to exactly `text`.
+
+    Every character YAML would fold or refuse is escaped: line breaks (including
+    \\x85, \\u2028 and \\u2029), tabs, carriage returns, control and other
+    non-printable characters, and the byte order mark.
+    """
+    out = []
+    for char in text:
+        code = ord(char)
+        if char in '"\\':
+            out.append("\\" + char)
+        elif char in _YAML_SHORT_ESCAPES:
+            out.append(_YAML_SHORT_ESCAPES[char])
+        elif (0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000) \
+                and char not in "\u2028\u2029\ufeff":
+            out.append(char)
+        else:
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
+    return '"' + "".join(out) + '"'
+
+
+_YAML_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 
 def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
     """The pipeline's source with the given prompts replaced, and nothing else changed."""
     source = pipeline.text
-    is_yaml = pipeline.path.endswith((".yaml", ".yml"))
+    is_yaml = pipeline.path.endswith(_YAML_KINDS)
     changed = [p for p in pipeline.params if p.name in prompts and prompts[p.name] != p.text]
     expected = replace(pipeline, params=tuple(replace(p, text=prompts.get(p.name, p.text)) for p in pipeline.params))
     for plain in (False, True):  # pretty literals first; quoted one-liners if those do not survive a re-parse
@@ -70,7 +102,7 @@ def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
         for param in sorted(changed, key=lambda p: p.literal.start, reverse=True):
             text = prompts[param.name]
             if plain:
-                literal = json.dumps(text, ensure_ascii=False)
+                literal = yaml_quoted(text) if is_yaml else json.dumps(text, ensure_ascii=False)
             else:
                 literal = (yaml_literal if is_yaml else sbp_literal)(text, source, param)
             region = source[param.literal.start:param.literal.end]
@@ -88,49 +120,125 @@ def unified_diff(old: str, new: str, path: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
+def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | None = None) -> None:
+    """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one.
+
+    A symbolic link is written through to its target (the link stays a link); a file with other hard
+    links is rewritten in place, so every name keeps seeing it. The file keeps its mode; a new one takes
+    the mode of `mode_from` (the source of a pipeline written elsewhere).
+    """
+    path = Path(os.path.realpath(path))
+    data = ((_BOM if bom else "") + text).encode("utf-8", "surrogatepass")
+    if path.is_file() and path.stat().st_nlink > 1:
+        with open(path, "r+b") as f:
+            f.write(data)
+            f.truncate()
             f.flush()
             os.fsync(f.fileno())
-        if path.exists():
-            os.chmod(tmp, path.stat().st_mode & 0o7777)
+        return
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        like = path if path.exists() else mode_from
+        if like is not None and like.exists():
+            os.chmod(tmp, like.stat().st_mode & 0o7777)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
+def read_current(path: Path) -> tuple[str | None, bool]:
+    """The file's text as the compiler reads it (byte order mark stripped, line endings kept), and whether
+    it had a byte order mark; (None, False) when it cannot be read."""
+    try:
+        raw = path.read_bytes()
+    except OSError:
+        return None, False
+    bom = raw.startswith(_BOM.encode())
+    try:
+        return raw.decode("utf-8-sig" if bom else "utf-8"), bom
+    except UnicodeDecodeError:
+        return None, bom
+
+
 def beside(path: Path) -> Path:
-    """Where to write when the file changed under us: liar.sbp -> liar.optimized.sbp."""
-    return path.with_name(f"{path.stem}.optimized{path.suffix}")
+    """Where to write when the file changed under us: liar.sbp -> liar.optimized.sbp, or, when that
+    exists already, liar.optimized-2.sbp and so on (an earlier result is never overwritten)."""
+    candidate, n = path.with_name(f"{path.stem}.optimized{path.suffix}"), 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = path.with_name(f"{path.stem}.optimized-{n}{path.suffix}")
+    return candidate
 
 
 def save(path: Path, text: str, loaded: str) -> Path:
     """Write `text` to `path` unless the file no longer holds `loaded`; then write beside it."""
-    try:
-        current = path.read_text(encoding="utf-8")
-    except OSError:
-        current = None
+    current, bom = read_current(path)
     target = path if current == loaded else beside(path)
-    atomic_write(target, text)
+    atomic_write(target, text, bom=bom, mode_from=path)
     return target
+
+
+def check_writable(pipeline: ir.Pipeline, out: str | None = None) -> None:
+    """Raise WriteBackError, before any run, for what would surely fail when a step is written back:
+    a read-only source, or an --out that is a folder, in a missing folder, read-only or of another
+    kind than the source. (YAML aliases, which would tie two params together, the parser refuses.)"""
+    source = Path(pipeline.path)
+    if out is None:
+        if _read_only(source):
+            raise WriteBackError(f"{source} is read-only, so the optimized prompts could not be written into it: "
+                                 "make it writable (chmod u+w), or give --out FILE, or use --dry-run")
+    else:
+        target = Path(out)
+        if target.is_dir():
+            raise WriteBackError(f"--out {out} is a folder; give the name of a file to write")
+        if not target.parent.is_dir():
+            raise WriteBackError(f"--out {out}: the folder {target.parent} does not exist")
+        if _read_only(target):
+            raise WriteBackError(f"--out {out} is read-only")
+        kind = _kind(source)
+        if _kind(target) != kind:
+            raise WriteBackError(f"--out {out}: the optimized pipeline is written in the syntax of {source}, so "
+                                 f"its name must end in {' or '.join(_YAML_KINDS) if kind == 'YAML' else '.sbp'}")
+
+
+def _read_only(path: Path) -> bool:
+    """An existing file we may not write (checked by its mode bits too: root may write anything)."""
+    if not path.exists():
+        return False
+    return not os.access(path, os.W_OK) or not path.stat().st_mode & 0o222
+
+
+def _kind(path: Path) -> str:
+    return "YAML" if path.suffix.lower() in _YAML_KINDS else path.suffix.lower()
 
 
 class WriteBack:
     """Where a run's accepted prompts go: over the source (guarded), or to --out, or nowhere (--dry-run)."""
 
-    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False,
-                 expect_source: Callable[..., None] = lambda *texts: None):
-        """`expect_source(*texts)` is told which texts the source file may hold, before and after each write
-        into it, so a resumed run can tell its own writes from a user's edit."""
-        self.pipeline, self.dry_run, self.expect_source = pipeline, dry_run, expect_source
+    def __init__(self, pipeline: ir.Pipeline, out: str | None = None, dry_run: bool = False):
+        """Raises WriteBackError now for what could not be written later (see check_writable)."""
+        if not dry_run:
+            check_writable(pipeline, out)
+        self.pipeline, self.dry_run = pipeline, dry_run
         self.target = Path(out or pipeline.path)
         self.guarded = out is None  # only the source file can have been edited by someone else
         self.loaded = pipeline.text
+        self.bom = read_current(Path(pipeline.path))[1]  # kept in whatever file the result goes to
+        self.record = None
+
+    def report_to(self, record) -> None:
+        """Tell this run record (its `expect_source`) which texts the source file may hold, before and after
+        each write into it, so a resumed run can tell its own writes from a user's edit."""
+        self.record = record
+
+    def _expect(self, *texts: str) -> None:
+        if self.record is not None:
+            self.record.expect_source(*texts)
 
     def __call__(self, prompts: Mapping[str, str]) -> str | None:
         """Write; returns a notice for the user when the file had to go elsewhere."""
@@ -138,12 +246,12 @@ class WriteBack:
             return None
         text = rewrite(self.pipeline, prompts)
         if not self.guarded:
-            atomic_write(self.target, text)
+            atomic_write(self.target, text, bom=self.bom, mode_from=Path(self.pipeline.path))
             return None
-        self.expect_source(self.loaded, text)
+        self._expect(self.loaded, text)
         target = save(self.target, text, self.loaded)
         if target == self.target:
-            self.expect_source(text)
+            self._expect(text)
             self.loaded = text
             return None
         self.target, self.guarded = target, False

@@ -149,3 +149,43 @@ def test_spawn_subprocess():
         stop()
     with pytest.raises(httpx.ConnectError):
         chat(url, timeout=1)
+
+
+def test_faults_at_a_rate_are_seeded_and_counted():
+    kinds = ["500", "empty-choices", "html-502"]
+    with FakeServer(reply="ok", fault_rate=0.5, fault_kinds=kinds, seed=7) as srv:
+        first = [chat(srv.url).status_code for _ in range(40)]
+        assert srv.faults == sum(srv.fault_counts.values()) == len(srv.fault_times)
+        assert 8 <= srv.faults <= 32 and set(srv.fault_counts) <= set(kinds)
+        srv.reset()  # re-seeds: the same faults again
+        assert [chat(srv.url).status_code for _ in range(40)] == first
+
+
+@pytest.mark.parametrize("fault, check", [
+    ("html-404", lambda r: r.status_code == 404 and "<title>404 Not Found</title>" in r.text),
+    ("missing-credentials", lambda r: r.status_code == 500 and "Missing credentials" in r.text),
+    ("401", lambda r: r.status_code == 401 and "sk-echoed" in r.text),
+    ("null-content", lambda r: r.json()["choices"][0]["message"]["content"] is None),
+    ("empty-choices", lambda r: r.json()["choices"] == []),
+    ("no-choices", lambda r: "choices" not in r.json()),
+    ("list-body", lambda r: r.json() == []),
+    ("malformed", lambda r: r.status_code == 200 and r.text.startswith("{") and not r.text.endswith("}")),
+    ("429-retry-after", lambda r: r.status_code == 429 and r.headers["retry-after"] == "0.5"),
+])
+def test_each_fault_looks_as_it_should(fault, check):
+    with FakeServer(failures=[fault], retry_after=0.5) as srv:
+        response = httpx.post(srv.url + "/chat/completions", headers={"Authorization": "Bearer sk-echoed"},
+                              json={"model": "m", "messages": MESSAGES})
+        assert check(response) and srv.fault_counts == {fault: 1}
+        assert chat(srv.url).status_code == 200
+
+
+def test_reset_mid_body_and_refused_connections():
+    from fake_server import refused_url
+
+    with FakeServer(failures=["reset"]) as srv:
+        with pytest.raises(httpx.RemoteProtocolError):
+            chat(srv.url)
+        assert chat(srv.url).status_code == 200
+    with pytest.raises(httpx.ConnectError):
+        chat(refused_url(), timeout=1)

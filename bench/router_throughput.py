@@ -1,0 +1,78 @@
+"""Throughput over 4 deployments through litellm's Router, against one deployment; each server admits 16 requests
+at once (the rest queue, as on a vLLM server with 16 sequences).
+
+Prints, from one run: wall time for N calls through a Router of 1 deployment and of 4, their ratio (target
+>= 3.5x, issue 11), the client CPU per call on each path, and the same N calls on the fast path to one server
+for reference. Servers are separate processes (bench/fake_server.py --slots 16).
+
+    .venv/bin/python bench/router_throughput.py --calls 128 --delay 1.0
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import MappingProxyType
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
+
+from fake_server import spawn  # noqa: E402
+from sembp_dsl.graph import ModelSpec  # noqa: E402
+from sembp_dsl.llm import LLM  # noqa: E402
+
+
+def measure(settings: dict, name: str, prompts: list[str], concurrency: int) -> tuple[float, float]:
+    """(wall s, client CPU ms per call) for the prompts, after a warm-up call that loads litellm and the router."""
+    llm = LLM({"forward": ModelSpec("forward", name, MappingProxyType(settings))}, concurrency=concurrency)
+
+    async def go(batch):
+        await asyncio.gather(*(llm.complete("forward", p) for p in batch))
+    llm.run(go(["warm-up"]))
+    wall, cpu = time.perf_counter(), time.process_time()
+    llm.run(go(prompts))
+    return time.perf_counter() - wall, (time.process_time() - cpu) / len(prompts) * 1000
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=128)
+    ap.add_argument("--delay", type=float, default=1.0)
+    ap.add_argument("--slots", type=int, default=16)
+    args = ap.parse_args()
+    servers = [spawn(args.delay, reply="ok", slots=args.slots) for _ in range(4)]
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            results = {}
+            for n in (1, 4):
+                path = Path(tmp) / f"router-{n}.yaml"
+                path.write_text(yaml.safe_dump({
+                    "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url}}
+                                   for url, _ in servers[:n]],
+                    "router_settings": {"routing_strategy": "least-busy"}}))
+                results[n] = measure({"router": str(path)}, "pool", [f"r{n} {i}" for i in range(args.calls)], 4 * args.slots)
+            fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(args.calls)],
+                           args.slots)
+    finally:
+        for _, stop in servers:
+            stop()
+    ideal = args.calls / args.slots * args.delay
+    print(f"{args.calls} calls, {args.delay} s each, {args.slots} slots per server (load average {os.getloadavg()[0]:.1f}):")
+    print(f"  router, 1 deployment    {results[1][0]:6.2f} s  ({ideal:.2f} ideal)  {results[1][1]:5.2f} ms CPU/call")
+    print(f"  router, 4 deployments   {results[4][0]:6.2f} s  ({ideal / 4:.2f} ideal)  {results[4][1]:5.2f} ms CPU/call")
+    print(f"  ratio                   {results[1][0] / results[4][0]:6.2f}x (target >= 3.5x)")
+    print(f"  fast path, 1 server     {fast[0]:6.2f} s  ({ideal:.2f} ideal)  {fast[1]:5.2f} ms CPU/call")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Settings x seeds -> one optimize each -> a table: does a setting beat another on held-out data, and by how much?
+
+Rows vary one setting at a time from a base (the first value of every --vary), as
+the paper's liar.sh does, or over the full grid. Every row and seed runs the whole
+method, never writes back, and shares one response cache, so rows that make the
+same calls pay once. Accuracy is the final pipeline's on the test split, which
+depends only on the seed: the difference from the first row is paired by seed, and
+both get a Student t interval over seeds.
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from typing import TYPE_CHECKING
+
+from .datasets import Dataset, make_splits
+from .graph import Graph
+from .record import Settings
+from .stats import t_interval
+
+if TYPE_CHECKING:
+    from .api import Pipeline
+
+VARIABLE = {  # what --vary may change, and how a value is read
+    "gradient": lambda v: v.replace("-", "_"),
+    "gate": str, "update": str, "only": str,
+    "iterations": int, "errors_per_gradient": int, "train_size": int, "val_size": int, "gate_alpha": float,
+}
+CHOICES = {"gradient": ("sibling", "no_sibling", "none"), "gate": ("validation", "train", "none"),
+           "update": ("full", "sample")}
+
+
+class CompareError(Exception):
+    """A --vary that cannot be run, or a row that could not finish: no table is better than a wrong one."""
+
+
+@dataclass(frozen=True)
+class Row:
+    label: str
+    changes: Mapping[str, object]  # setting -> value, over the base settings
+
+
+@dataclass
+class SeedResult:
+    seed: int
+    test_initial: float
+    test_final: float
+    calls: int
+    tokens: int
+    cost: float
+    seconds: float
+    run: str
+    lost: int = 0  # test samples lost to failed calls (before or after), left out of the scores
+
+
+@dataclass
+class RowResult:
+    row: Row
+    seeds: list[SeedResult] = field(default_factory=list)
+
+    def total(self, key: str) -> float:
+        return sum(getattr(s, key) for s in self.seeds)
+
+    def accuracy(self) -> tuple[float, float | None, float | None]:
+        """Mean test accuracy with its t interval, clipped to [0, 1] where few seeds make it overshoot."""
+        mean, low, high = t_interval([s.test_final for s in self.seeds])
+        return (mean, None, None) if low is None else (mean, max(0.0, low), min(1.0, high))
+
+    def difference(self, first: "RowResult") -> tuple[float, float | None, float | None]:
+        """Paired by seed: the same test samples, the same starting prompts."""
+        base = {s.seed: s.test_final for s in first.seeds}
+        return t_interval([s.test_final - base[s.seed] for s in self.seeds])
+
+
+def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
+    """`--vary KEY=V1,V2` flags as (setting, values); `only=each` is all prompts, then each trainable one alone."""
+    out = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not values.strip():
+            raise CompareError(f"--vary expects SETTING=VALUE,VALUE..., got {spec!r}")
+        if key not in VARIABLE:
+            raise CompareError(f"--vary: cannot vary '{key}' (can vary: {', '.join(VARIABLE)})")
+        if key in (k for k, _ in out):
+            raise CompareError(f"--vary {key} is given twice")
+        parsed = []
+        for raw in (v.strip() for v in values.split(",")):
+            try:
+                value = VARIABLE[key](raw)
+            except ValueError:
+                kind = "whole number" if VARIABLE[key] is int else "number"
+                raise CompareError(f"--vary {key}: '{raw}' is not a {kind}")
+            if key in CHOICES and value not in CHOICES[key]:
+                raise CompareError(f"--vary {key}: '{raw}' is not one of {', '.join(CHOICES[key])}")
+            parsed += only_values(value, graph) if key == "only" else [value]
+        out.append((key, list(dict.fromkeys(parsed))))
+    return out
+
+
+def only_values(value: str, graph: Graph) -> list[tuple[str, ...]]:
+    if value == "each":
+        return [(), *((p,) for p in graph.trainable)]
+    if value == "all":
+        return [()]
+    names = tuple(value.split("+"))
+    for name in names:
+        if name not in graph.trainable:
+            raise CompareError(f"--vary only: '{name}' is not a trainable param ({', '.join(graph.trainable)})")
+    return [names]
+
+
+def show(key: str, value) -> str:
+    if key == "only":
+        return f"only={'+'.join(value) or 'all'}"
+    return f"{key}={str(value).replace('_', '-') if key == 'gradient' else value}"
+
+
+def make_rows(varies: Sequence[tuple[str, list]], grid: bool = False) -> list[Row]:
+    """One factor at a time from the base (liar.sh's design), or every combination with `grid`."""
+    if not varies:
+        return [Row("as in the file", {})]
+    keys = [k for k, _ in varies]
+    if grid:
+        combos = [dict(zip(keys, values)) for values in itertools.product(*(v for _, v in varies))]
+        return [Row(", ".join(show(k, c[k]) for k in keys), c) for c in combos]
+    base = {k: values[0] for k, values in varies}
+    rows = [Row("base: " + ", ".join(show(k, base[k]) for k in keys), base)]
+    for key, values in varies:
+        rows += [Row(show(key, value), {**base, key: value}) for value in values[1:]]
+    return rows
+
+
+SIZES = ("train_size", "val_size", "test_size")
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What every row shares: the pipeline (its models, cache and ledger), the data, the sizes, the base method."""
+
+    pipeline: "Pipeline"
+    data: str
+    dataset: Dataset
+    sizes: Mapping[str, int | None]  # train_size, val_size, test_size; None: the file's
+    method: Mapping[str, object]  # Pipeline.optimize's method settings given as flags (None: the file's)
+    metric: str
+    mapping: Mapping[str, str] = field(default_factory=dict)
+
+    def size(self, key: str, changes: Mapping[str, object]) -> int:
+        value = changes.get(key, self.sizes.get(key))
+        return value if value is not None else self.pipeline.graph.optimize[key]
+
+    def settings(self, row: Row, seed: int) -> tuple[Settings, dict]:
+        """A row's method settings on a seed (for checks and labels), and the arguments that ask for them."""
+        method = {k: v for k, v in self.method.items() if v is not None}
+        method.update({("iters" if k == "iterations" else k): v for k, v in row.changes.items() if k not in SIZES})
+        method["seed"] = seed
+        return self.pipeline.method(**method), method
+
+    def describe(self) -> str:
+        return f"{self.pipeline.path} on {self.data}"
+
+
+Progress = Callable[[str, int], Callable[[object], None]]  # a phase and its size -> called once per item done
+
+
+def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, progress: Progress | None = None):
+    """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
+    _, method = experiment.settings(row, seed)
+    # val is drawn whatever the gate, so every row of a seed is tested on the same samples
+    splits = make_splits(experiment.dataset, *(experiment.size(k, row.changes) for k in SIZES), seed)
+    return experiment.pipeline.optimize(splits.train, splits.val, splits.test, metric=experiment.metric,
+                                        data=experiment.data, mapping=experiment.mapping, runs_dir=runs_dir,
+                                        progress=progress, **method)
+
+
+def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], runs_dir: Path | None = None,
+            tick: Callable[[str], None] = lambda what: None, progress: Progress | None = None) -> list[RowResult]:
+    """Every row on every seed; run records go to runs_dir, or to a folder deleted afterwards.
+    `tick` hears of each finished optimize, `progress` of each phase inside one."""
+    if experiment.size("test_size", {}) < 1:
+        raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
+    for row in rows:  # every row must be able to run before the first one spends anything
+        settings, _ = experiment.settings(row, seeds[0])
+        gate_split = {"validation": "val_size", "train": "train_size"}.get(settings.gate)
+        if gate_split and experiment.size(gate_split, row.changes) < 1:
+            raise CompareError(f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size "
+                               "of at least 1")
+    ledger = experiment.pipeline.ledger
+    with tempfile.TemporaryDirectory(prefix="sbpc-compare-") as scratch:
+        folder = Path(runs_dir) if runs_dir else Path(scratch)
+        results = []
+        for row in rows:
+            result = RowResult(row)
+            for seed in seeds:
+                before, started = (ledger.calls, ledger.tokens, ledger.cost), time.perf_counter()
+                optimized = optimize_once(experiment, row, seed, folder, progress)
+                outcome = optimized.outcome
+                tests = (outcome.test_before, outcome.test_after)
+                if outcome.stopped or any(t is None or t.accuracy is None for t in tests):
+                    raise CompareError(f"row '{row.label}', seed {seed} did not finish: "
+                                       f"{outcome.stopped or 'no test sample could be scored'}")
+                result.seeds.append(SeedResult(
+                    seed, tests[0].accuracy, tests[1].accuracy, ledger.calls - before[0],
+                    ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,
+                    str(optimized.record) if runs_dir else "", sum(len(t.lost) for t in tests)))
+                tick(f"{row.label}, seed {seed}")
+            results.append(result)
+    return results
+
+
+# --- what the user reads --------------------------------------------------------------------------
+
+def interval(mean: float, low: float | None, high: float | None, signed: bool = False) -> str:
+    f = "{:+.3f}" if signed else "{:.3f}"
+    return f.format(mean) + (f" [{f.format(low)}, {f.format(high)}]" if low is not None else " (one seed: no interval)")
+
+
+def to_json(results: Sequence[RowResult]) -> list[dict]:
+    first = results[0]
+    out = []
+    for r in results:
+        mean, low, high = r.accuracy()
+        d_mean, d_low, d_high = r.difference(first)
+        out.append({"row": r.row.label, "changes": {k: list(v) if isinstance(v, tuple) else v
+                                                    for k, v in r.row.changes.items()},
+                    "test_accuracy": {"mean": mean, "low": low, "high": high},
+                    "difference_from_first": {"mean": d_mean, "low": d_low, "high": d_high},
+                    "calls": int(r.total("calls")), "tokens": int(r.total("tokens")), "cost": r.total("cost"),
+                    "seconds": r.total("seconds"), "seeds": [vars(s) for s in r.seeds]})
+    return out
+
+
+def table_rows(results: Sequence[RowResult]) -> list[list[str]]:
+    first, rows = results[0], []
+    for n, r in enumerate(results):
+        diff = "(the reference)" if n == 0 else interval(*r.difference(first), signed=True)
+        rows.append([r.row.label, interval(*r.accuracy()), diff, str(int(r.total("calls"))), str(int(r.total("tokens"))),
+                     f"{r.total('cost'):.4f}", f"{r.total('seconds'):.1f}"])
+    return rows
+
+
+HEADER = ["setting", "test accuracy, mean [95% CI]", "difference from the first row, paired [95% CI]", "calls",
+          "tokens", "cost $", "wall s"]
+
+
+def preamble(results: Sequence[RowResult], experiment: Experiment) -> str:
+    seeds = [s.seed for s in results[0].seeds]
+    initial = interval(*t_interval([s.test_initial for s in results[0].seeds]))
+    return (f"{experiment.describe()}: {len(results)} row(s) x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
+            f"{experiment.size('test_size', {})} test samples per seed; before optimizing: {initial}")
+
+
+def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
+    lines = [preamble(results, experiment), "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(results)]
+    lines += ["", "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
+                  "shares with the rows before it; wall time likewise."]
+    lost = {r.row.label: int(r.total("lost")) for r in results if r.total("lost")}
+    if lost:
+        lines.append("Warning: test samples lost to failed calls were left out of the scores: "
+                     + ", ".join(f"{label}: {n}" for label, n in lost.items()))
+    return "\n".join(lines)
+
+
+def html(results: Sequence[RowResult], experiment: Experiment) -> str:
+    from html import escape
+
+    from .report import page, plot_intervals, table
+
+    labels = [r.row.label for r in results]
+    accuracy = [r.accuracy() for r in results]
+    difference = [r.difference(results[0]) for r in results]
+
+    def bounds(triples):
+        return ([m for m, _, _ in triples], [lo if lo is not None else m for m, lo, _ in triples],
+                [hi if hi is not None else m for m, _, hi in triples])
+
+    body = [f"<p>{escape(preamble(results, experiment))}</p>", table(HEADER, table_rows(results)),
+            plot_intervals(labels, *bounds(accuracy), ylabel="test accuracy",
+                           title="held-out test accuracy per setting, mean and 95% t interval over seeds"),
+            plot_intervals(labels, *bounds(difference), ylabel="difference",
+                           title="difference from the first row, paired by seed, with its 95% t interval")]
+    return page(f"sbpc compare: {experiment.pipeline.path}", "\n".join(body))

@@ -1,0 +1,236 @@
+"""Run records -> one self-contained HTML page: plots, every candidate with its diff and fate, gradients, the final diff.
+
+The page opens offline and trusts nothing it shows: prompts, replies and sample ids
+come from strangers, so every string is escaped, and a Content-Security-Policy
+forbids scripts, remote loads and any style but the page's own (pinned by its hash).
+Plots are drawn by matplotlib as SVG and embedded as data: images, which cannot run
+code or load anything even if a label held markup.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+from html import escape
+from typing import Callable, Sequence
+
+from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
+
+CSS = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
+h1 { font-size: 1.5em; } h2 { font-size: 1.25em; border-bottom: 1px solid #ddd; margin-top: 2em; }
+h3 { font-size: 1.05em; margin-bottom: .3em; }
+table { border-collapse: collapse; margin: .5em 0; } td, th { border: 1px solid #ddd; padding: .25em .6em; text-align: left; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+pre, .prompt { white-space: pre-wrap; word-break: break-word; font: 12.5px/1.4 ui-monospace, monospace;
+  background: #f8f8f8; padding: .5em; border-radius: 4px; margin: .3em 0; }
+del { background: #fdd; color: #900; } ins { background: #dfd; color: #060; text-decoration: none; }
+.taken { color: #060; font-weight: 600; } .rejected { color: #900; font-weight: 600; }
+.muted { color: #666; } img.plot { max-width: 100%; height: auto; display: block; margin: .5em 0; }
+details { margin: .4em 0; } summary { cursor: pointer; }
+pre .add { color: #060; } pre .del { color: #900; } pre .hunk { color: #559; }
+"""
+
+PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
+
+
+def page(title: str, body: str) -> str:
+    """A whole page: the strict policy, the one style block it allows, and `body` (already escaped)."""
+    digest = base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
+    policy = (f"default-src 'none'; img-src data:; style-src 'sha256-{digest}'; "
+              "base-uri 'none'; form-action 'none'")
+    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
+            f'<meta name="referrer" content="no-referrer">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+            f"<h1>{escape(title)}</h1>\n{body}\n</body>\n</html>\n")
+
+
+def figure(draw: Callable, size: tuple[float, float] = (9, 3.6), alt: str = "plot") -> str:
+    """An <img> holding the SVG matplotlib draws: `draw(fig)` fills a fresh figure (no pyplot, no GUI)."""
+    try:
+        from matplotlib import rc_context
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise RunsError("the report draws its plots with matplotlib, which is not installed: pip install 'sbpc[report]'")
+
+    # labels are data: no $...$ mathtext; text stays text; the same input gives the same bytes
+    with rc_context({"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "sbpc"}):
+        fig = Figure(figsize=size, layout="constrained")
+        draw(fig)
+        out = io.BytesIO()
+        fig.savefig(out, format="svg", metadata={"Date": None})
+    data = base64.b64encode(out.getvalue()).decode()
+    return f'<img class="plot" alt="{escape(alt)}" src="data:image/svg+xml;base64,{data}">'
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
+    """An HTML table; numbers are right-aligned, everything is escaped."""
+    def cell(value) -> str:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return f'<td class="num">{escape(str(value))}</td>'
+        return f"<td>{escape(str(value))}</td>"
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "\n".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
+    return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
+
+
+def diff_html(old: str, new: str) -> str:
+    """A word diff as <del>/<ins>, escaped."""
+    tags = {"=": "{}", "-": "<del>{}</del>", "+": "<ins>{}</ins>"}
+    return f'<div class="prompt">{"".join(tags[op].format(escape(text)) for op, text in word_diff(old, new))}</div>'
+
+
+def unified_html(diff: str) -> str:
+    """A unified diff in a <pre>, lines coloured by kind, escaped."""
+    def line(text: str) -> str:
+        kind = ("add" if text.startswith("+") else "del" if text.startswith("-") else "hunk" if text.startswith("@@")
+                else "")
+        return f'<span class="{kind}">{escape(text)}</span>' if kind else escape(text)
+    return "<pre>" + "".join(line(t) for t in diff.splitlines(True)) + "</pre>"
+
+
+# --- plots ----------------------------------------------------------------------------------------
+
+def score_series(run: Run) -> dict[str, list[tuple[int, float]]]:
+    """Points (x, score) where x is the number of finished iterations whose prompts are scored (0: the initial)."""
+    its = run.iterations
+    train = [(it["index"] - 1, it["train_score"]) for it in its if it.get("train_score") is not None]
+    gate = []
+    if run.initial_score is not None:
+        gate, kept = [(0, run.initial_score)], run.initial_score
+        for it in its:
+            if it.get("accepted") and it.get("gate_after") is not None:
+                kept = it["gate_after"]
+            gate.append((it["index"], kept))
+    test = [(0, run.test["initial"]), (len(its), run.test["final"])] if run.test else []
+    return {"train": train, "gate": gate, "test": test}
+
+
+def plot_scores(runs: Sequence[Run]) -> str:
+    def draw(fig):
+        ax = fig.subplots()
+        for n, run in enumerate(runs):
+            color, label = PALETTE[n % len(PALETTE)], (f"{run.name}: " if len(runs) > 1 else "")
+            series = score_series(run)
+            for key, style in (("train", dict(linestyle=":", marker=".")), ("gate", dict(linestyle="-", marker="o")),
+                               ("test", dict(linestyle="none", marker="s", markersize=8))):
+                if series[key]:
+                    xs, ys = zip(*series[key])
+                    ax.plot(xs, ys, color=color, label=f"{label}{key}", **style)
+        ax.set(xlabel="iterations done (0: initial prompts)", ylabel="accuracy", ylim=(-0.05, 1.05),
+               title="scores: train (before each step), gate (prompts kept), test (initial and final)")
+        ax.xaxis.get_major_locator().set_params(integer=True)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small", loc="best")
+    return figure(draw, alt="train, gate and test scores per iteration")
+
+
+def plot_spend(runs: Sequence[Run]) -> str:
+    def draw(fig):
+        calls_ax, cost_ax = fig.subplots(1, 2)
+        for n, run in enumerate(runs):
+            color = PALETTE[n % len(PALETTE)]
+            xs = [it["index"] for it in run.iterations]
+            label = run.name if len(runs) > 1 else None
+            calls_ax.plot(xs, [it.get("calls", 0) for it in run.iterations], marker="o", color=color, label=label)
+            cost_ax.plot(xs, [it.get("cost", 0.0) for it in run.iterations], marker="o", color=color, label=label)
+        if not any(it.get("cost") for run in runs for it in run.iterations):
+            cost_ax.text(0.5, 0.5, "no cost: every call was to a model\nwithout a price (local, or unknown to litellm)",
+                         transform=cost_ax.transAxes, ha="center", va="center", color="#666")
+        calls_ax.set(xlabel="iteration", ylabel="calls", title="model calls per iteration")
+        cost_ax.set(xlabel="iteration", ylabel="dollars", title="cost per iteration")
+        for ax in (calls_ax, cost_ax):
+            ax.xaxis.get_major_locator().set_params(integer=True)
+            ax.set_ylim(bottom=0)
+            ax.grid(alpha=0.3)
+        if len(runs) > 1:
+            calls_ax.legend(fontsize="small")
+    return figure(draw, alt="calls and cost per iteration")
+
+
+def plot_intervals(labels: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
+                   ylabel: str, title: str) -> str:
+    """One point per row with its interval as an error bar (compare's plot)."""
+    def draw(fig):
+        ax = fig.subplots()
+        xs = range(len(labels))
+        ax.errorbar(xs, means, yerr=[[m - lo for m, lo in zip(means, lows)], [hi - m for m, hi in zip(means, highs)]],
+                    fmt="o", capsize=6, color=PALETTE[0])
+        ax.set_xticks(list(xs), [str(label) for label in labels], rotation=20, ha="right", fontsize="small")
+        ax.set(ylabel=ylabel, title=title)
+        ax.grid(alpha=0.3, axis="y")
+    return figure(draw, size=(9, 4), alt=title)
+
+
+# --- the run pages ---------------------------------------------------------------------------------
+
+def summary_table(runs: Sequence[Run]) -> str:
+    rows = [[run.name, run.settings.get("file"), run.settings.get("data"), run.settings_words(), *run.scores_words(),
+             len(run.iterations), run.calls, run.tokens, f"{run.cost:.4f}", run.status] for run in runs]
+    return table(["run", "file", "data", "settings", "gate initial -> best", "test initial -> final", "iterations",
+                  "calls", "tokens", "cost $", "status"], rows)
+
+
+def iteration_html(run: Run, it: dict) -> str:
+    k = it["index"]
+    parts = [f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
+             f"<p>train {escape(fmt(it.get('train_score')))}; {escape(gate_words(it) or 'no gate')}; "
+             f"{escape(spend(it))}</p>"]
+    if it.get("lost"):
+        parts.append(f"<p>{escape(str(it['lost']))} training sample(s) lost to failed calls</p>")
+    before = run.prompts_at(k - 1)
+    for c in it.get("candidates", []):
+        fate = c["fate"]
+        kind = "taken" if fate == "taken" else "rejected"
+        parts.append(f'<p>candidate for <b>{escape(str(c["param"]))}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        if c.get("new") is not None:
+            parts.append(diff_html(before.get(c["param"], ""), c["new"]))
+        parts.append(f"<details><summary>the optimizer's reply</summary><pre>{escape(c.get('reply') or '')}</pre></details>")
+    for g in it.get("gradients", []):
+        rows = [[node, text] for node, text in g.get("nodes", {}).items()]
+        parts.append(f"<details><summary>gradients from sample {escape(str(g['sample']))} (expected "
+                     f"{escape(repr(g['expected']))}, got {escape(repr(g.get('output')))})</summary>"
+                     f"{table(['node', 'gradient'], rows)}</details>")
+    return "\n".join(parts)
+
+
+def run_html(run: Run) -> str:
+    s = run.settings
+    parts = [f"<h2>{escape(run.name)}</h2>",
+             f"<p>{escape(str(s.get('file')))} on {escape(str(s.get('data')))}, started {escape(run.started)}; "
+             f"<b>{escape(run.status)}</b></p>",
+             "<details><summary>settings</summary>" +
+             table(["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)]
+                                          for k, v in s.items()]) + "</details>"]
+    if run.test:
+        parts.append(f"<p>test ({escape(str(run.test.get('samples')))} samples): "
+                     f"{escape(run.scores_words()[1])}</p>")
+    parts += [iteration_html(run, it) for it in run.iterations]
+    missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
+    if missing > 0 and not run.data.get("finished"):
+        parts.append(f'<p class="muted">{missing} iteration(s) not run.</p>')
+    parts.append("<h3>the source file, initial -> final prompts</h3>")
+    diff = final_diff(run)
+    if diff:
+        parts.append(unified_html(diff))
+    elif diff is None:
+        changes = prompt_changes(run)
+        parts.append('<p class="muted">the source file is gone or no longer fits; the changed prompts:</p>')
+        parts += [f"<p><b>{escape(name)}</b></p>{diff_html(old, new)}" for name, (old, new) in changes.items()]
+        if not changes:
+            parts.append("<p>no prompt changed</p>")
+    else:
+        parts.append("<p>no prompt changed</p>")
+    return "\n".join(parts)
+
+
+def render(runs: Sequence[Run]) -> str:
+    """One run's page, or a page comparing several: a summary table, shared plots, then each run in full."""
+    title = f"sbpc run {runs[0].name}" if len(runs) == 1 else f"sbpc: {len(runs)} runs compared"
+    body = [summary_table(runs), plot_scores(runs), plot_spend(runs)]
+    body += [run_html(run) for run in runs]
+    return page(title, "\n".join(body))

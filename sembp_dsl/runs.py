@@ -1,0 +1,336 @@
+"""Run records -> what a person reads: the list of runs, one run iteration by iteration, and its prompts back into a file.
+
+Records are read through record.py and taken as they are: a run killed mid-way
+has fewer iterations, no ledger and no end, and is shown as interrupted, never
+as a result it did not reach.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from .graph import DEFAULT_OPTIMIZE
+from .record import RecordError, RunRecord
+
+DEFAULT_RUNS_DIR = ".sbpc/runs"
+# a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
+DEFAULTS = {**{k: v for k, v in DEFAULT_OPTIMIZE.items() if not k.endswith("_size")}, "only": []}
+
+
+class RunsError(Exception):
+    """No such run, no such iteration, or a file the run's prompts do not fit."""
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run record, with the questions a reader asks of it answered in one place."""
+
+    folder: Path
+    data: dict
+
+    @property
+    def name(self) -> str:
+        return self.folder.name
+
+    @property
+    def settings(self) -> dict:
+        return self.data.get("settings", {})
+
+    @property
+    def iterations(self) -> list[dict]:
+        return self.data.get("iterations", [])
+
+    @property
+    def started(self) -> str:
+        """When the run began, from its folder name (YYYYmmdd-HHMMSS-...), else the record's time."""
+        match = re.match(r"(\d{8}-\d{6})", self.name)
+        if match:
+            return time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
+        return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((self.folder / "run.json").stat().st_mtime))
+
+    @property
+    def status(self) -> str:
+        """finished | stopped: <why> | interrupted after k of n iterations."""
+        if self.data.get("finished"):
+            return "finished"
+        if self.data.get("stopped"):
+            return f"stopped: {self.data['stopped']}"
+        return f"interrupted after {len(self.iterations)} of {self.settings.get('iterations', '?')} iterations"
+
+    @property
+    def initial_score(self) -> float | None:
+        return self.data.get("initial_score")
+
+    @property
+    def best_score(self) -> float | None:
+        """The gate score of the prompts the run ended with (the last accepted step's, else the initial)."""
+        best = self.initial_score
+        for it in self.iterations:
+            if it.get("accepted") and it.get("gate_after") is not None:
+                best = it["gate_after"]
+        return best
+
+    @property
+    def test(self) -> dict | None:
+        return self.data.get("test")
+
+    @property
+    def calls(self) -> int:
+        return self.data["ledger"]["calls"] if "ledger" in self.data else sum(it.get("calls", 0) for it in self.iterations)
+
+    @property
+    def tokens(self) -> int:
+        return self.data["ledger"]["tokens"] if "ledger" in self.data else sum(it.get("tokens", 0) for it in self.iterations)
+
+    @property
+    def cost(self) -> float:
+        return self.data["ledger"]["cost"] if "ledger" in self.data else sum(it.get("cost", 0.0) for it in self.iterations)
+
+    def prompts_at(self, k: int) -> dict[str, str]:
+        """The prompts after iteration k; 0 is the run's initial prompts."""
+        if not 0 <= k <= len(self.iterations):
+            raise RunsError(f"{self.name} has iterations 0 to {len(self.iterations)} (0: the initial prompts), not {k}")
+        return dict(self.iterations[k - 1]["prompts"]) if k else dict(self.data.get("initial_prompts", {}))
+
+    def changed_settings(self) -> dict:
+        """The settings that differ from sbpc's defaults, and the models."""
+        s = self.settings
+        out = {k: s[k] for k in DEFAULTS if k in s and s[k] != DEFAULTS[k]}
+        models = s.get("models", {})
+        if len(set(models.values())) == 1:
+            out["model"] = next(iter(models.values()))
+        else:
+            out.update({f"{role}_model": name for role, name in models.items()})
+        return out
+
+    def settings_words(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.changed_settings().items()) or "defaults"
+
+    def scores_words(self) -> tuple[str, str]:
+        """The gate score initial -> best, and the test score initial -> final ("-" without a test split)."""
+        test = f"{fmt(self.test['initial'])} -> {fmt(self.test['final'])}" if self.test else "-"
+        return f"{fmt(self.initial_score)} -> {fmt(self.best_score)}", test
+
+    def summary(self) -> dict:
+        """One run in a line's worth of facts (`sbpc runs --json`)."""
+        s = self.settings
+        return {"run": self.name, "folder": str(self.folder), "started": self.started, "file": s.get("file"),
+                "data": s.get("data"), "settings": self.changed_settings(), "iterations": len(self.iterations),
+                "initial_score": self.initial_score, "best_score": self.best_score, "test": self.test,
+                "calls": self.calls, "tokens": self.tokens, "cost": self.cost,
+                "finished": bool(self.data.get("finished")), "status": self.status}
+
+
+def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
+    """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    runs, skipped = [], []
+    for folder in sorted(Path(runs_dir).glob("*")):
+        if not folder.is_dir():
+            continue
+        try:
+            runs.append(Run(folder, RunRecord.load(folder).data))
+        except RecordError as exc:
+            skipped.append(str(exc))
+    return runs, skipped
+
+
+def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
+    """RUN as the user gives it: a run folder, the number `sbpc runs` shows (-1: the newest), or a name prefix."""
+    path = Path(spec)
+    if (path / "run.json").is_file():
+        return Run(path, _load(path))
+    if path.name == "run.json" and path.is_file():
+        return Run(path.parent, _load(path.parent))
+    runs, _ = find_runs(runs_dir)
+    if re.fullmatch(r"-?\d+", spec):
+        index = int(spec)
+        if 1 <= index <= len(runs):
+            return runs[index - 1]
+        if -len(runs) <= index <= -1:
+            return runs[index]
+    matches = [r for r in runs if r.name.startswith(spec)]  # digits beyond the run count: the start of a date
+    if len(matches) == 1:
+        return matches[0]
+    if matches:
+        raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
+    if re.fullmatch(r"-?\d+", spec):
+        raise RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
+    close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)
+    hint = f"; did you mean '{close[0]}'?" if close else " (`sbpc runs` lists them)"
+    raise RunsError(f"no run '{spec}' in {runs_dir}{hint}")
+
+
+def _load(folder: Path) -> dict:
+    try:
+        return RunRecord.load(folder).data
+    except RecordError as exc:
+        raise RunsError(str(exc))
+
+
+# --- words ------------------------------------------------------------------------------------
+
+def word_diff(old: str, new: str) -> list[tuple[str, str]]:
+    """`new` against `old` word by word: ("=", same) ("-", removed) ("+", added), whitespace kept with its word."""
+    a, b = re.findall(r"\S+\s*|\s+", old), re.findall(r"\S+\s*|\s+", new)
+    ops: list[tuple[str, str]] = []
+    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
+        if tag == "equal":
+            ops.append(("=", "".join(a[i1:i2])))
+            continue
+        if i2 > i1:
+            ops.append(("-", "".join(a[i1:i2])))
+        if j2 > j1:
+            ops.append(("+", "".join(b[j1:j2])))
+    return ops
+
+
+def plain_word_diff(old: str, new: str) -> str:
+    """The word diff as git prints it with --word-diff=plain: [-removed-]{+added+}."""
+    marks = {"=": "{}", "-": "[-{}-]", "+": "{{+{}+}}"}
+    return "".join(marks[op].format(text) for op, text in word_diff(old, new))
+
+
+def fmt(score: float | None) -> str:
+    """A score as shown: three decimals, "-" when there is none (and as it is, if a record holds something else)."""
+    if score is None:
+        return "-"
+    return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: control characters from replies (escape sequences, say) shown as \\xNN, not obeyed."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+# --- the terminal -------------------------------------------------------------------------------
+
+def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
+    lines = [] if runs else ["no runs"]
+    for number, run in enumerate(runs, 1):
+        gate, test = run.scores_words()
+        lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
+                     f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
+    lines += [f"skipped {reason}" for reason in skipped]
+    return printable("\n".join(lines))
+
+
+def render_show(run: Run) -> str:
+    """The run iteration by iteration: scores, candidates with fates and word diffs, the gradients behind them."""
+    s = run.settings
+    lines = [f"run {run.name}  ({run.folder})",
+             f"  {s.get('file')} on {s.get('data')}, started {run.started}; {run.status}",
+             "  settings: " + run.settings_words(),
+             f"  gate score: initial {fmt(run.initial_score)}, best {fmt(run.best_score)}"]
+    if run.test:
+        lines.append(f"  test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> {fmt(run.test['final'])}")
+    lines.append(f"  {run.calls} calls, {run.tokens} tokens, ${run.cost:.4f}")
+    for it in run.iterations:
+        lines.append("")
+        lines.extend(render_iteration(run, it))
+    missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
+    if missing > 0 and not run.data.get("finished"):
+        lines.append(f"\n({missing} iteration(s) not run)")
+    return printable("\n".join(lines))
+
+
+def verdict(it: dict) -> str:
+    """What became of an iteration's step, in words."""
+    return "accepted" if it.get("accepted") else (f"kept old ({it['note']})" if it.get("note") else "rejected")
+
+
+def spend(it: dict) -> str:
+    return f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}"
+
+
+def gate_words(it: dict) -> str | None:
+    """The gate's decision of an iteration, or None when no proposal met the gate."""
+    gate = it.get("gate")
+    if not gate:
+        return None
+    return (f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
+            f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})")
+
+
+def render_iteration(run: Run, it: dict) -> list[str]:
+    k = it["index"]
+    lines = [f"iteration {k}: train {fmt(it.get('train_score'))}, {verdict(it)}; {spend(it)}"]
+    if gate_words(it):
+        lines.append("  " + gate_words(it))
+    if it.get("lost"):
+        lines.append(f"  {it['lost']} training sample(s) lost to failed calls")
+    before = run.prompts_at(k - 1)
+    for c in it.get("candidates", []):
+        lines.append(f"  candidate for {c['param']}: {c['fate']}")
+        if c.get("new") is not None:
+            lines.append(_indent(plain_word_diff(before.get(c["param"], ""), c["new"]), "      "))
+        else:
+            lines.append(_indent("reply: " + _excerpt(c.get("reply") or ""), "      "))
+    for g in it.get("gradients", []):
+        lines.append(f"  gradients from sample {g['sample']} (expected {g['expected']!r}, got {g.get('output')!r}):")
+        for node, text in g.get("nodes", {}).items():
+            lines.append(_indent(f"{node}: {text}", "      "))
+    return lines
+
+
+def _excerpt(text: str, lines: int = 6) -> str:
+    """The start of a long reply: its first lines, and how much was left out (`sbpc report` shows it whole)."""
+    rows = text.strip().splitlines()
+    cut = "\n".join(row[:200] for row in rows[:lines])
+    return cut + (f"\n[... {len(rows) - lines} more lines]" if len(rows) > lines else "")
+
+
+def _indent(text: str, prefix: str) -> str:
+    return "\n".join(prefix + line for line in text.splitlines() or [""])
+
+
+# --- back into a file ---------------------------------------------------------------------------
+
+def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
+    """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice)."""
+    from .source import load
+    from .writeback import WriteBack, WriteBackError, rewrite, unified_diff
+
+    prompts = run.prompts_at(k)
+    pipeline = load(file)
+    params = {p.name for p in pipeline.params}
+    unknown = sorted(set(prompts) - params)
+    if unknown:
+        raise RunsError(f"{file} has no param {', '.join(unknown)}: run {run.name} optimized {run.settings.get('file')}")
+    try:
+        diff = unified_diff(pipeline.text, rewrite(pipeline, prompts), file)
+        writer = WriteBack(pipeline)
+        notice = writer(prompts) if diff else None
+    except WriteBackError as exc:
+        raise RunsError(f"{file}: {exc}")
+    return str(writer.target), diff, notice
+
+
+def final_diff(run: Run) -> str | None:
+    """The source file's diff from the run's initial to its final prompts, if the file is still there to render it."""
+    from .diagnostics import PipelineError
+    from .source import load
+    from .writeback import WriteBackError, rewrite, unified_diff
+
+    file = run.settings.get("file")
+    try:
+        pipeline = load(file)
+        final = run.prompts_at(len(run.iterations))
+        if not set(final) <= {p.name for p in pipeline.params}:
+            return None
+        return unified_diff(rewrite(pipeline, run.prompts_at(0)), rewrite(pipeline, final), file)
+    except (OSError, PipelineError, WriteBackError, TypeError):
+        return None
+
+
+def prompt_changes(run: Run) -> Mapping[str, tuple[str, str]]:
+    """Param -> (initial, final) for every prompt the run changed: the diff when the source file is gone."""
+    first, last = run.prompts_at(0), run.prompts_at(len(run.iterations))
+    return {name: (first.get(name, ""), text) for name, text in last.items() if first.get(name) != text}

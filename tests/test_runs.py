@@ -1,0 +1,223 @@
+"""`sbpc runs`, `show` and `apply` on real run records (fake LLM), finished, rejected and interrupted."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sembp_dsl import cli
+from sembp_dsl.runs import plain_word_diff, resolve, RunsError
+from test_optimize import TOY, data, write
+
+
+def optimize(tmp_path, fake_llm, script, *flags):
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    original = path.read_text()
+    code = cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
+                     "--test-size", "4", "--runs-dir", str(tmp_path / "runs"), *flags])
+    assert code == 0
+    return path, original
+
+
+def sbpc(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.fixture
+def accepted(tmp_path, fake_llm, script, capsys):
+    """A finished run whose first iteration was accepted and written back."""
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path, original = optimize(tmp_path, fake_llm, script, "--iters", "2")
+    capsys.readouterr()
+    return path, original, tmp_path / "runs"
+
+
+def test_runs_lists_every_run_with_its_scores(accepted, capsys):
+    path, _, runs = accepted
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
+    assert code == 0
+    [line] = json.loads(out)
+    assert line["file"] == str(path) and line["finished"] and line["status"] == "finished"
+    assert (line["initial_score"], line["best_score"]) == (0.0, 1.0)
+    assert line["test"] == {"initial": 0.0, "final": 1.0, "samples": 4}
+    assert line["settings"] == {"iterations": 2, "model": "openai/fake"}  # only what differs from the defaults
+    assert line["calls"] > 0
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert "gate 0.000 -> 1.000" in out and "test 0.000 -> 1.000" in out and out.rstrip().endswith("finished")
+
+
+def test_show_gives_scores_fates_word_diffs_and_gradients(accepted, capsys):
+    _, _, runs = accepted
+    code, out, _ = sbpc(capsys, "show", "-1", "--runs-dir", str(runs))
+    assert code == 0
+    assert "iteration 1: train 0.000, accepted" in out
+    assert "gate 0.000 -> 1.000: 5 wins, 0 losses, p = 0.031" in out
+    assert "candidate for verdict_task: taken" in out
+    assert "[-Say Yes or No.-]{+Improved instruction for verdict_task.+}" in out
+    assert "a: a should say more." in out and "verdict: The answer should be Yes." in out
+    assert "iteration 2: train 1.000, kept old (no training errors to learn from)" in out
+
+
+def test_show_gives_the_gates_reason_for_a_rejected_candidate(tmp_path, fake_llm, script, capsys):
+    optimize(tmp_path, fake_llm, script, "--iters", "1")  # the verdict never changes: the gate rejects
+    capsys.readouterr()
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0
+    assert "candidate for verdict_task: rejected by the gate: 0 wins, 0 losses, p = 1.000" in out
+    assert "iteration 1: train 0.000, rejected" in out
+
+
+def test_apply_writes_exactly_what_optimize_wrote(accepted, capsys):
+    path, original, runs = accepted
+    optimized = path.read_text()
+    assert optimized != original
+    code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(runs))
+    assert code == 0 and path.read_text() == original  # iteration 0: the initial prompts, byte for byte
+    assert "-param verdict_task = \"Improved instruction for verdict_task.\"" in out
+    code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "1", str(path), "--runs-dir", str(runs))
+    assert code == 0 and path.read_text() == optimized
+    code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "1", str(path), "--runs-dir", str(runs))
+    assert code == 0 and "nothing written" in out
+
+
+def test_apply_refuses_a_file_without_the_runs_params(accepted, tmp_path, capsys):
+    _, _, runs = accepted
+    other = tmp_path / "other.sbp"
+    other.write_text('pipeline other "x"\ninput q: text\nparam p = "Do it."\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    before = other.read_text()
+    code, _, err = sbpc(capsys, "apply", "-1", "--iteration", "1", str(other), "--runs-dir", str(runs))
+    assert code == 1 and "has no param" in err and "check" in err and "Traceback" not in err
+    assert other.read_text() == before
+
+
+def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_path, capsys):
+    path, original, runs = accepted
+    [folder] = runs.iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    # what a run killed during its second of three iterations leaves: one iteration, no end, no test, no ledger
+    record["settings"]["iterations"] = 3
+    record["iterations"] = record["iterations"][:1]
+    for key in ("stopped", "test", "ledger"):
+        record.pop(key, None)
+    record["finished"] = False
+    killed = runs / "20990101-000000-toy"
+    killed.mkdir()
+    (killed / "run.json").write_text(json.dumps(record))
+    (runs / "not-a-run").mkdir()  # a folder without a record is skipped, not an error
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert code == 0 and out.count("finished") == 1 and "interrupted after 1 of 3 iterations" in out
+    assert "skipped " in out and "not-a-run" in out
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
+    first, last = json.loads(out)
+    assert last["run"] == "20990101-000000-toy" and not last["finished"]
+    assert last["status"] == "interrupted after 1 of 3 iterations" and last["test"] is None
+    assert last["calls"] == record["iterations"][0]["calls"]  # summed from the iterations when the ledger is missing
+    code, out, _ = sbpc(capsys, "show", "2099", "--runs-dir", str(runs))
+    assert code == 0 and "interrupted after 1 of 3 iterations" in out and "(2 iteration(s) not run)" in out
+    assert "candidate for look: taken" in out
+    path.write_text(original)
+    code, _, _ = sbpc(capsys, "apply", "2099", "--iteration", "1", str(path), "--runs-dir", str(runs))
+    assert code == 0 and "Improved instruction for look." in path.read_text()
+    code, _, err = sbpc(capsys, "apply", "2099", "--iteration", "2", str(path), "--runs-dir", str(runs))
+    assert code == 1 and "has iterations 0 to 1" in err
+
+
+def test_a_run_killed_before_its_first_iteration(tmp_path, capsys):
+    folder = tmp_path / "runs" / "20990101-000000-toy"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps({"settings": {"file": "toy.sbp", "data": "d", "iterations": 3},
+                                                 "initial_prompts": {"p": "x"}, "initial_score": None,
+                                                 "iterations": [], "finished": False}))
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "gate - -> -" in out and "interrupted after 0 of 3 iterations" in out
+    code, out, _ = sbpc(capsys, "show", str(folder), "--runs-dir", str(tmp_path / "nowhere"))
+    assert code == 0 and "(3 iteration(s) not run)" in out
+
+
+def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    for name in ("20260101-100000-a", "20260101-110000-b", "20260202-100000-c"):
+        (runs / name).mkdir(parents=True)
+        (runs / name / "run.json").write_text(json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {},
+                                                          "iterations": [], "finished": True}))
+    assert resolve("1", runs).name == "20260101-100000-a" and resolve("-1", runs).name == "20260202-100000-c"
+    assert resolve("20260202", runs).name == "20260202-100000-c"
+    assert resolve(str(runs / "20260101-110000-b" / "run.json"), runs).name == "20260101-110000-b"
+    with pytest.raises(RunsError, match="names 2 runs"):
+        resolve("20260101", runs)
+    with pytest.raises(RunsError, match="did you mean '20260202-100000-c'"):
+        resolve("20260202-100000-d", runs)
+    code, _, err = sbpc(capsys, "show", "7", "--runs-dir", str(runs))
+    assert code == 1 and "no run number 7" in err and "Traceback" not in err
+
+
+def test_word_diff_marks_only_the_changed_words():
+    assert plain_word_diff("Say Yes or No.", "Say Yes or No, briefly.") == "Say Yes or [-No.-]{+No, briefly.+}"
+    assert plain_word_diff("a b", "a b") == "a b"
+
+
+def test_a_run_stopped_by_its_budget_says_why(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
+              "--iters", "3", "--max-calls", "50", "--runs-dir", str(tmp_path / "runs")])
+    capsys.readouterr()
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"), "--json")
+    [run] = json.loads(out)
+    assert code == 0 and not run["finished"] and run["status"].startswith("stopped: ") and "50" in run["status"]
+    assert run["iterations"] >= 1
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "stopped: " in out and "iteration 1: train 0.000, accepted" in out
+
+
+def test_a_run_killed_mid_way_for_real(tmp_path, fake_llm, script, capsys):
+    """SIGKILL after the first of three iterations: the record has what was done, and nothing more."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    script.improve = lambda param, prompt: f"Improved {param} {prompt.count('Improved')}"  # every step proposes anew
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    original = path.read_text()
+    fake_llm.configure(delay=0.05)
+    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=12),
+                             "--train-size", "3", "--val-size", "5", "--iters", "3", "--gate-alpha", "1",
+                             "--runs-dir", str(tmp_path / "runs")],
+                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((tmp_path / "runs").glob("*/run.json"))
+        if records and len(json.loads(records[0].read_text())["iterations"]) >= 1:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    fake_llm.configure(delay=0.0)
+    done = len(json.loads(records[0].read_text())["iterations"])
+    assert 1 <= done < 3
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"interrupted after {done} of 3 iterations" in out
+    code, out, _ = sbpc(capsys, "show", "-1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"({3 - done} iteration(s) not run)" in out and "candidate for look: taken" in out
+    code, _, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and path.read_text() == original
+
+
+def test_show_never_sends_a_replys_control_characters_to_the_terminal(accepted, capsys):
+    _, _, runs = accepted
+    [folder] = runs.iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    record["iterations"][0]["gradients"][0]["nodes"]["a"] = "clear the screen \x1b[2J and ring \x07"
+    record["iterations"][0]["candidates"][0]["new"] = "Look \x1b]0;pwned\x07 here."
+    (folder / "run.json").write_text(json.dumps(record))
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(runs))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "clear the screen \\x1b[2J and ring \\x07" in out and "\\x1b]0;pwned\\x07" in out
