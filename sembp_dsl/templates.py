@@ -290,13 +290,14 @@ BUILTIN_SHAPES = {
 
 @lru_cache(maxsize=1024)
 def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
-    """Render with placeholders for every variable, `<name>` then `1` (a built-in's lists shaped as it gets
-    them): the first failure, and whether it is certain (a limit, or both failed: the template's own error,
-    such as `{{ 1/0 }}`)."""
+    """Render with placeholders for every variable, `<name>` then `100000` (a built-in's lists shaped as it
+    gets them): the first failure, and whether it is certain. It is when the template goes over a limit
+    with the small placeholders, or fails with both for a reason of its own (`{{ 1/0 }}`, a sandbox escape);
+    a built-in override's records are only guessed at, so its failures are never certain."""
     if "{" not in source:
         return None, False
     failures = []
-    for placeholder in ("<{}>", "1"):
+    for placeholder in ("<{}>", "100000"):  # short text, then text that is also a number six digits long
         values = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
         if builtin:
@@ -304,10 +305,11 @@ def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> t
         try:
             compile_template(source).render(values)
         except RenderError as exc:
-            if exc.limit:
-                return exc, True
+            if exc.limit and not failures:
+                return exc, not builtin
             failures.append(exc)
-    return (failures[0], len(failures) == 2) if failures else (None, False)
+    certain = len(failures) == 2 and not builtin and not failures[1].limit
+    return (failures[0], certain) if failures else (None, False)
 
 
 __all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "RenderError", "TemplateProblem", "builtin_source", "variables",
