@@ -69,10 +69,8 @@ _BUDGET: ContextVar[Budget] = ContextVar("template_budget")
 def _budget() -> Budget:
     try:
         return _BUDGET.get()
-    except LookupError:  # rendered outside `BoundedTemplate.render` (for instance by Jinja itself)
-        budget = Budget()
-        _BUDGET.set(budget)
-        return budget
+    except LookupError:  # not inside `BoundedTemplate.render` (Template.generate): each operation's own limits
+        return Budget()
 
 
 def _size(value) -> int:
