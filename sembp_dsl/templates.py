@@ -29,7 +29,8 @@ CALL_STEPS = 20  # a call (a macro, a method) costs about twenty loop iterations
 MAX_SECONDS = 3.0  # a backstop for work the step count cannot see
 MAX_ARGUMENT = 1_000_000  # an integer passed to a call or filter (widths, counts, repeats)
 MAX_LIPSUM = 100  # paragraphs or words asked of `lipsum`
-WIDE_FORMAT = re.compile(r"[%{:][^%{}]*?\d{7,}")  # a printf or format() width of a million or more
+# A printf (`%9999999d`) or format() (`{:>9999999}`) width or precision of a million or more.
+WIDE_FORMAT = re.compile(r"%[-+ #0]*\d{7,}|%[-+ #0]*\d*\.\d{7,}|\{[^{}]*:[^{}]*?\d{7,}[^{}]*\}")
 FORBIDDEN = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
 
 
@@ -51,10 +52,10 @@ class Budget:
     deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
 
     def step(self, count: int = 1) -> None:
-        self.steps += count
+        before, self.steps = self.steps, self.steps + count
         if self.steps > MAX_STEPS:
             raise RenderError(f"too much work: more than {MAX_STEPS:,} loop iterations, calls and filter items")
-        if self.steps & 0x3FF == 0 and time.monotonic() > self.deadline:
+        if before >> 10 != self.steps >> 10 and time.monotonic() > self.deadline:  # every 1,024 steps
             raise RenderError(f"rendering took more than {MAX_SECONDS:g} s")
 
     def emit(self, chars: int) -> None:
@@ -92,8 +93,11 @@ def _check_arguments(args, kwargs) -> None:
             _check_arguments(value, {})
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_ARGUMENT:
             raise RenderError(f"argument {value} is too large (the limit is {MAX_ARGUMENT:,})")
-        elif isinstance(value, str) and WIDE_FORMAT.search(value):
-            raise RenderError("a format width of a million or more characters")
+
+
+def _check_format(text: str) -> None:
+    if WIDE_FORMAT.search(text):
+        raise RenderError("a format width of a million or more characters")
 
 
 def _estimated_size(op: str, left, right) -> int:
@@ -108,7 +112,8 @@ def _estimated_size(op: str, left, right) -> int:
     if op == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
         return right * left.bit_length() * 3 // 10
     if op == "%" and isinstance(left, str):
-        _check_arguments((left, *(right if isinstance(right, tuple) else (right,))), {})
+        _check_format(left)
+        _check_arguments(right if isinstance(right, tuple) else (right,), {})
     return 0
 
 
@@ -158,7 +163,7 @@ class BoundedEnvironment(SandboxedEnvironment):
         _check_arguments(args, kwargs)
         wrapped = getattr(__obj, "__wrapped__", None)  # str.format, wrapped by the sandbox
         if isinstance(getattr(wrapped, "__self__", None), str):
-            _check_arguments((wrapped.__self__,), {})
+            _check_format(wrapped.__self__)
         result = _check_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
         budget.step(_size(result) // 8)
         return result
