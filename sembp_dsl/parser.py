@@ -12,7 +12,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, lone_surrogate, did_you_mean, error, point
+from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, point
 
 MAX_SYNTAX_ERRORS = 20
 LONE_CR = re.compile(r"\r(?!\n)")
@@ -81,7 +81,7 @@ class Builder(Transformer):
         return tok.update(value=self.checked(tok, value))
 
     def checked(self, tok: Token, value: str) -> str:
-        problem = lone_surrogate(value)
+        problem = bad_characters(value)
         if problem:
             self.errors.append(error(self.span(tok), problem))
         return value

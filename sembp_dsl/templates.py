@@ -293,14 +293,13 @@ BUILTIN_SHAPES = {
 
 @lru_cache(maxsize=1024)
 def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
-    """Render with placeholders for every variable, `<name>` then `100000` (a built-in's lists shaped as it
-    gets them): the first failure, and whether it is certain. It is when the template goes over a limit
-    with the small placeholders, or fails with both for a reason of its own (`{{ 1/0 }}`, a sandbox escape);
-    a built-in override's records are only guessed at, so its failures are never certain."""
+    """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
+    them): the first failure, and whether it is certain: a limit with the first, or both failed (the
+    template's own error, such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
     if "{" not in source:
         return None, False
     failures = []
-    for placeholder in ("<{}>", "100000"):  # short text, then text that is also a number six digits long
+    for placeholder in ("<{}>" + "." * 200, "1"):  # long text, so indexing a real input is not taken for an error
         values = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
         if builtin:
@@ -309,9 +308,9 @@ def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> t
             compile_template(source).render(values)
         except RenderError as exc:
             if exc.limit and not failures:
-                return exc, not builtin
+                return exc, True
             failures.append(exc)
-    certain = len(failures) == 2 and not builtin and not failures[1].limit
+    certain = len(failures) == 2 and not failures[1].limit  # `range(q|int)` over a limit with `1` is data's doing
     return (failures[0], certain) if failures else (None, False)
 
 

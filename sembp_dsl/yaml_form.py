@@ -16,7 +16,7 @@ from importlib import resources
 import yaml
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, lone_surrogate, did_you_mean, error, one_of, point
+from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, one_of, point
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -153,7 +153,7 @@ class Lowering:
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
         try:
-            problem = lone_surrogate(node.value)
+            problem = bad_characters(node.value)
             if problem:
                 raise BadScalar(problem)
             return _scalar(node)

@@ -241,3 +241,12 @@ def test_the_language_doc_matches_the_code():
         row = re.search(rf"^\| `{name}` \|[^|]*\| (.*) \|$", doc, re.M).group(1)
         if not row.startswith("same as"):
             assert set(re.findall(r"`(\w+)`", row)) == allowed, name
+
+
+def test_control_characters_in_strings_are_errors(tmp_path):
+    code, err = check(tmp_path, HEADER + 'param p = "red \x1b[31m"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    assert code == 1 and "p.sbp:3:11: error: control character \\x1b in a string; pipelines hold text" in err
+    assert "\x1b" not in err
+    yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\ndescription: "bell \\a"\n'
+    code, err = check(tmp_path, yaml, "p.yaml")
+    assert code == 1 and "p.yaml:7:14: error: control character \\x07 in a string" in err
