@@ -246,6 +246,11 @@ class Pipeline:
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:
             samples, default_metric = _samples(examples, "example")[:limit], "exact"
+            unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
+            if unanswered and not callable(metric):
+                raise DataError(f"{unanswered[0]} has no expected output: give each example an "
+                                f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
+                                "or score with a metric of your own")
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
         return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
 
@@ -449,7 +454,7 @@ def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> li
     for i, row in enumerate(rows):
         if not isinstance(row, Mapping):
             raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
-        answer = next((k for k in row if str(k).casefold() in ("answer", "label", "target")), None)
+        answer = next((k for wanted in datasets.ANSWER_COLUMNS for k in row if str(k).casefold() == wanted), None)
         fields = {str(k): as_text(v) for k, v in row.items() if k != answer}
         samples.append(Sample(f"{name}/{i}", fields, as_text(row[answer]).strip() if answer else "", given=row))
     return samples

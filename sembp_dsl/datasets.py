@@ -55,7 +55,7 @@ _LIAR_REQUIRED = ("statement", "job_title", "state", "party", "context")
 # The task is "is it a lie?": a statement labelled false is a lie.
 _LIAR_ANSWER = {"false": "Yes", "true": "No"}
 
-_ANSWER_COLUMNS = ("answer", "label", "target")
+ANSWER_COLUMNS = ("answer", "label", "target")
 _USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
@@ -416,11 +416,11 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
 
 def _answer_column(path: Path, columns: list[str]) -> str:
     """The expected-output column: answer, else label, else target (any case)."""
-    for wanted in _ANSWER_COLUMNS:
+    for wanted in ANSWER_COLUMNS:
         for column in columns:
             if column.casefold() == wanted:
                 return column
     raise DataError(
-        f"{path}: no answer column (need one of {', '.join(_ANSWER_COLUMNS)}); "
+        f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
         f"columns found: {', '.join(columns) or '(none)'}"
     )

@@ -132,6 +132,12 @@ def test_a_metric_that_returns_something_else_is_named(triage):
         triage.evaluate([{"ticket": "crash", "answer": "Yes"}], metric=shout)
 
 
+def test_examples_without_an_answer_are_refused_before_any_call(triage, fake_llm):
+    with pytest.raises(sbp.DataError, match="example/1 has no expected output"):
+        triage.evaluate([{"ticket": "a", "label": "Yes"}, {"ticket": "b"}])
+    assert fake_llm.requests == 0
+
+
 def test_evaluate_a_data_file_by_path(triage, tmp_path):
     data = tmp_path / "tickets.jsonl"
     data.write_text("".join(json.dumps({**row, "label": "Yes"}) + "\n" for row in tickets(6)))
