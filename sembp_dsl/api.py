@@ -12,6 +12,7 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import weakref
 from dataclasses import dataclass, replace
@@ -19,6 +20,7 @@ from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
 from . import datasets
+from .checker import BOUNDS, OPTIMIZE_SETTINGS
 from .cache import ResponseCache
 from .datasets import DataError, Sample, Splits, as_text
 from .diagnostics import PipelineError, did_you_mean
@@ -40,6 +42,7 @@ T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
 Examples = Sequence[Mapping[str, Any]] | str
 METHOD = ("iters", "errors_per_gradient", "gradient", "update", "gate", "gate_alpha", "only", "seed")
+SETTING = {"iters": "iterations"}  # a method argument's name in the `optimize` block, where they differ
 
 
 def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str | Mapping[str, Any]] | None = None,
@@ -154,6 +157,12 @@ class Pipeline:
 
     def with_prompts(self, prompts: Mapping[str, str]) -> "Pipeline":
         """The same pipeline (models, cache, ledger) with other prompt texts."""
+        for name, text in prompts.items():
+            if name not in self.graph.prompts:
+                raise ValueError(f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
+                                 f"(params: {', '.join(self.graph.prompts)})")
+            if not isinstance(text, str):
+                raise TypeError(f"param '{name}' must be text, got {type(text).__name__}")
         return self._sibling(self.graph.with_prompts(prompts))
 
     def _sibling(self, graph: Graph) -> "Pipeline":
@@ -189,6 +198,9 @@ class Pipeline:
 
     async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
                      on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
+                                        or concurrency < 1):
+            raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
         rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
         bound = asyncio.Semaphore(concurrency or len(rows) or 1)
 
@@ -226,7 +238,7 @@ class Pipeline:
             problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
         if problems:
             raise ValueError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
-        return {k: as_text(v) for k, v in given.items()}
+        return {name: _input_text(name, value) for name, value in given.items()}
 
     # --- scoring it ----------------------------------------------------------------
 
@@ -240,6 +252,8 @@ class Pipeline:
         (your own file is scored whole when no size is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
+        if limit is not None and limit < 0:
+            raise ValueError(f"limit must be 0 or more, got {limit}")
         if isinstance(examples, str):
             dataset = datasets.load(examples, data_dir)
             splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
@@ -271,13 +285,20 @@ class Pipeline:
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
         if isinstance(metric, str):
             return metric
+        name = getattr(metric, "__name__", metric)
+        if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(getattr(metric, "__call__", None)):
+            raise TypeError(f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score")
         no_usage = Usage(0, 0, 0, 0, 0.0)
 
         def judge(trace: Trace, sample: Sample, expected: str) -> float:
             prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
-            value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
+            try:
+                value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
+            except Exception as exc:
+                raise ValueError(f"the metric {name!r} failed on {sample.id}: {type(exc).__name__}: {exc}") from exc
             if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:
-                raise TypeError(f"the metric {getattr(metric, '__name__', metric)!r} returned {value!r}; "
+                getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
+                raise TypeError(f"the metric {name!r} returned {value!r}; "
                                 "a metric returns a bool or a number from 0 to 1")
             return float(value)
 
@@ -336,8 +357,12 @@ class Pipeline:
         unknown = sorted(set(method) - set(METHOD))
         if unknown:
             raise TypeError(f"unknown method setting {unknown[0]!r}{did_you_mean(unknown[0], METHOD)}")
+        for key, value in method.items():
+            if value is not None and key != "only":
+                _check_setting(key, value)
         o, m = self.graph.optimize, method
-        only = tuple(m.get("only") or ())
+        only = m.get("only") or ()
+        only = (only,) if isinstance(only, str) else tuple(only)
         for name in only:
             if name not in self.graph.prompts:
                 raise ValueError(f"no param '{name}'{did_you_mean(name, self.graph.prompts)} (params: {', '.join(self.graph.prompts)})")
@@ -359,6 +384,8 @@ class Pipeline:
         """The settings of a run on these examples, and the examples as samples."""
         train, val, test = _samples(train, "train"), _samples(val, "val"), _samples(test, "test")
         settings = replace(self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test))
+        if not train and settings.iterations:
+            raise ValueError("train is empty: optimizing learns from the training examples' errors")
         gate_split = train if settings.gate == "train" else val
         if settings.gate != "none" and not gate_split:
             raise ValueError(f"the gate split ({'train' if settings.gate == 'train' else 'val'}) is empty: "
@@ -444,20 +471,47 @@ def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
     loop.close()
 
 
+def _check_setting(key: str, value: Any) -> None:
+    """A method argument as the `optimize` block would take it: a known name, or a number in its range."""
+    setting = SETTING.get(key, key)
+    allowed = OPTIMIZE_SETTINGS[setting]
+    if isinstance(allowed[0], str):
+        if not isinstance(value, str) or value.replace("-", "_") not in allowed:
+            raise ValueError(f"{key}={value!r} is not one of {', '.join(allowed)}")
+        return
+    if isinstance(value, bool) or not isinstance(value, allowed):
+        raise TypeError(f"{key} must be {'a whole number' if allowed == (int,) else 'a number'}, got {value!r}")
+    low, high, low_excluded = BOUNDS[setting]
+    if value > high or value < low or (low_excluded and value == low):
+        raise ValueError(f"{key}={value!r} is out of range: {'above' if low_excluded else 'from'} {low} to {high}")
+
+
 def _samples(examples: Sequence, name: str) -> list[Sample]:
-    return list(examples) if all(isinstance(e, Sample) for e in examples) else from_records(examples, name)
+    return from_records(examples, name)
 
 
 def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> list[Sample]:
     """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected output."""
     samples = []
     for i, row in enumerate(rows):
+        if isinstance(row, Sample):
+            samples.append(row)
+            continue
         if not isinstance(row, Mapping):
             raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
         answer = next((k for wanted in datasets.ANSWER_COLUMNS for k in row if str(k).casefold() == wanted), None)
         fields = {str(k): as_text(v) for k, v in row.items() if k != answer}
         samples.append(Sample(f"{name}/{i}", fields, as_text(row[answer]).strip() if answer else "", given=row))
     return samples
+
+
+def _input_text(name: str, value: Any) -> str:
+    """One input as text; a value JSON cannot hold (bytes, a set, a tuple key, nesting past Python's limit) is named."""
+    try:
+        return as_text(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
+        raise ValueError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
 
 
 def _typed(graph: Graph, text: str | None) -> Any:

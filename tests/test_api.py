@@ -172,6 +172,76 @@ def test_optimize_rejects_what_cannot_run(triage):
         triage.optimize(examples, examples, iter=2)
 
 
+def test_method_settings_are_checked_like_the_optimize_block(triage, fake_llm, tmp_path):
+    examples = [{**row, "answer": "Yes"} for row in tickets(4)]
+    refused = [(dict(gradient="sideways"), ValueError, "gradient='sideways' is not one of sibling, no_sibling, none"),
+               (dict(update="zz"), ValueError, "update='zz' is not one of full, sample"),
+               (dict(gate="vali"), ValueError, "gate='vali' is not one of"),
+               (dict(gate_alpha=5), ValueError, "gate_alpha=5 is out of range"),
+               (dict(gate_alpha=0), ValueError, "gate_alpha=0 is out of range"),
+               (dict(errors_per_gradient=0), ValueError, "errors_per_gradient=0 is out of range"),
+               (dict(iters=-1), ValueError, "iters=-1 is out of range"),
+               (dict(iters=1.5), TypeError, "iters must be a whole number, got 1.5"),
+               (dict(seed="a"), TypeError, "seed must be a whole number")]
+    for method, error, message in refused:
+        with pytest.raises(error, match=re.escape(message)):
+            triage.optimize(examples, examples, runs_dir=tmp_path / "runs", **method)
+    with pytest.raises(ValueError, match="train is empty"):
+        triage.optimize([], examples, iters=1, runs_dir=tmp_path / "runs")
+    assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
+    assert triage.method(only="decide", gradient="no-sibling").only == ("decide",)  # one name, not its letters
+
+
+def test_examples_may_mix_samples_and_dicts(triage):
+    from sembp_dsl.datasets import Sample
+
+    train = [Sample("mine/0", {"ticket": "it crashes"}, "Yes"), {"ticket": "looks odd", "answer": "No"}]
+    assert triage.plan(train, train, iters=1).render().startswith("plan: at most")
+
+
+def test_batch_concurrency_must_be_a_positive_count(triage, fake_llm):
+    for bad in (0, -1, 1.5):
+        with pytest.raises(ValueError, match="concurrency must be a whole number of at least 1"):
+            triage.batch(tickets(2), concurrency=bad)
+    assert fake_llm.requests == 0
+
+
+def test_an_input_json_cannot_hold_is_named_before_any_call(triage, fake_llm):
+    deep: list = []
+    for _ in range(5000):
+        deep = [deep]
+    for bad, reason in ((b"\xff", "bytes is not JSON serializable"), ({1, 2}, "set is not JSON serializable"),
+                        ({(1, 2): "x"}, "keys must be"), (deep, "it nests too deeply")):
+        with pytest.raises(ValueError, match=f"input 'ticket' cannot be sent as text or JSON: .*{reason}"):
+            triage(ticket=bad)
+    assert fake_llm.requests == 0
+
+
+def test_a_metric_that_raises_or_is_async_is_named(triage):
+    examples = [{"ticket": "crash", "answer": "Yes"}, {"ticket": "fine", "answer": "No"}]
+
+    def picky(prediction, example):
+        return example["score"]
+
+    with pytest.raises(ValueError, match="the metric 'picky' failed on example/0: KeyError: 'score'"):
+        triage.evaluate(examples, metric=picky)
+
+    async def later(prediction, example):
+        return True
+
+    with pytest.raises(TypeError, match="the metric 'later' is async"):
+        triage.evaluate(examples, metric=later)
+    with pytest.raises(ValueError, match="limit must be 0 or more"):
+        triage.evaluate(examples, limit=-1)
+
+
+def test_with_prompts_refuses_unknown_params_and_non_text(triage):
+    with pytest.raises(ValueError, match="no param 'decid'; did you mean 'decide'"):
+        triage.with_prompts({"decid": "x"})
+    with pytest.raises(TypeError, match="param 'decide' must be text, got NoneType"):
+        triage.with_prompts({"decide": None})
+
+
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
