@@ -506,12 +506,18 @@ def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> li
 
 
 def _input_text(name: str, value: Any) -> str:
-    """One input as text; a value JSON cannot hold (bytes, a set, a tuple key, nesting past Python's limit) is named."""
+    """One input as text; a value JSON cannot hold (bytes, a set, a tuple key, nesting past Python's limit) or
+    UTF-8 cannot carry (a lone surrogate) is named."""
     try:
-        return as_text(value)
+        text = as_text(value)
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model "
+                         "request can carry") from None
     except (TypeError, ValueError, RecursionError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
         raise ValueError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
+    return text
 
 
 def _typed(graph: Graph, text: str | None) -> Any:

@@ -214,6 +214,8 @@ def test_an_input_json_cannot_hold_is_named_before_any_call(triage, fake_llm):
                         ({(1, 2): "x"}, "keys must be"), (deep, "it nests too deeply")):
         with pytest.raises(ValueError, match=f"input 'ticket' cannot be sent as text or JSON: .*{reason}"):
             triage(ticket=bad)
+    with pytest.raises(ValueError, match=r"input 'ticket' holds a lone surrogate \('\\ud800'\)"):
+        triage(ticket={"text": "\ud800"})
     assert fake_llm.requests == 0
 
 
