@@ -4,15 +4,18 @@
     POST /?trace=1                                          -> the same, plus every node's prompt and reply
     GET  /health                                            -> {"status": "ok", "pipeline": ..., "inputs": [...]}
 
-Bad input is the client's to fix: 400 with the reason (413 past the size limit). A model
-call that failed is the upstream's fault: 502 with its cause. Nothing here answers 500
-for something a client sent. Calls in flight are bounded by the pipeline's concurrency;
-further requests wait their turn.
+Bad input is the client's to fix: 400 with the reason (413 past the size limit, 408 for a
+body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
+Nothing here answers 500 for something a client sent; every error is a JSON {"error": ...}.
+Calls in flight are bounded by the pipeline's concurrency; further requests wait their turn.
+SIGTERM (or Ctrl-C) stops taking requests and lets those in flight finish.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import signal
 from dataclasses import asdict
 
 from aiohttp import web
@@ -20,11 +23,27 @@ from aiohttp import web
 from .api import BudgetExceeded, CallFailed, LLMError, Pipeline
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
+BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
+GRACE = 30.0  # seconds requests in flight get to finish once the server is told to stop
 
 
 def app(pipeline: Pipeline) -> web.Application:
     """The aiohttp application serving `pipeline`."""
-    application = web.Application(client_max_size=MAX_BODY)
+    usage = f"POST / takes a JSON object of inputs ({', '.join(pipeline.inputs)}); GET /health says what is served"
+
+    @web.middleware
+    async def json_errors(request: web.Request, handler) -> web.StreamResponse:
+        """aiohttp's own refusals (404, 405, 413) as JSON, saying what the service takes."""
+        try:
+            return await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                raise
+            reason = f"{exc.reason}: {usage}" if exc.status in (404, 405) else exc.text or exc.reason
+            return web.json_response({"error": reason}, status=exc.status, headers={
+                k: v for k, v in exc.headers.items() if k == "Allow"})
+
+    application = web.Application(client_max_size=MAX_BODY, middlewares=[json_errors])
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response({"status": "ok", "pipeline": pipeline.graph.pipeline.name, "file": pipeline.path,
@@ -32,8 +51,15 @@ def app(pipeline: Pipeline) -> web.Application:
 
     async def predict(request: web.Request) -> web.Response:
         try:
-            inputs = json.loads(await request.text())
-        except (ValueError, UnicodeDecodeError) as exc:
+            async with asyncio.timeout(BODY_TIMEOUT):
+                body = await request.read()
+        except TimeoutError:
+            return _error(408, f"the body did not arrive within {BODY_TIMEOUT:g} seconds")
+        except ConnectionError:  # the client went away: nobody reads an answer
+            return _error(400, "the client closed the connection before its body arrived")
+        try:
+            inputs = json.loads(body)  # JSON is UTF-8 (or -16/-32, detected), whatever charset a header claims
+        except ValueError as exc:
             return _error(400, f"the body is not JSON: {exc}")
         except RecursionError:
             return _error(400, "the body nests too deeply to be inputs")
@@ -67,18 +93,18 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 def serve(pipeline: Pipeline, host: str, port: int, announce) -> None:
-    """Serve until interrupted; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
-    import asyncio
-
+    """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
     async def main() -> None:
-        runner = web.AppRunner(app(pipeline), access_log=None)
+        runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         await site.start()
         host_bound, port_bound = runner.addresses[0][:2]  # the real port when 0 was asked
         announce(f"http://{host_bound}:{port_bound}")
+        stop = asyncio.Event()
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
         try:
-            await asyncio.Event().wait()
+            await stop.wait()
         finally:
             await runner.cleanup()
 

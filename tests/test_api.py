@@ -273,7 +273,8 @@ def test_a_call_the_provider_refuses_raises_with_its_message(triage, fake_llm):
 
 
 @pytest.fixture
-def server(tmp_path, fake_llm, script):
+def served(tmp_path, fake_llm, script):
+    """`sbpc serve` in a process of its own: (url, process)."""
     script.verdict = urgent_when_crash
     fake_llm.configure(delay=0.05)
     path = tmp_path / "triage.sbp"
@@ -286,10 +287,15 @@ def server(tmp_path, fake_llm, script):
         line = proc.stdout.readline()
         url = re.search(r"http://\S+", line)
         assert url, line + proc.stderr.read()
-        yield url.group(0)
+        yield url.group(0), proc
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def server(served):
+    return served[0]
 
 
 def test_serve_answers_64_concurrent_clients_without_an_error(server, fake_llm):
@@ -324,3 +330,73 @@ def test_serve_health_trace_and_bad_input(server):
         urllib.request.urlopen(urllib.request.Request(server + "/", data=b'{"ticket": "' + b"x" * (2 << 20) + b'"}',
                                                       method="POST"))
     assert caught.value.code == 413
+
+
+def raw_http(url: str, request: bytes, timeout: float = 10) -> bytes:
+    """What the server answers to these bytes, read until it closes the connection."""
+    import socket
+
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+        sock.sendall(request)
+        reply = b""
+        while chunk := sock.recv(65536):
+            reply += chunk
+    return reply
+
+
+def test_serve_answers_in_json_whatever_the_client_sent(server):
+    body = b'{"ticket": "crash"}'
+    reply = raw_http(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json; charset=klingon\r\n"
+                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    assert reply.startswith(b"HTTP/1.1 200") and b'"output": "Yes"' in reply  # JSON is UTF-8, whatever the header says
+    reply = raw_http(server, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    assert reply.startswith(b"HTTP/1.1 405") and b"Allow: POST" in reply
+    assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"].endswith(
+        "POST / takes a JSON object of inputs (ticket); GET /health says what is served")
+
+
+def test_serve_stops_on_sigterm_after_the_requests_in_flight(served, fake_llm):
+    import signal
+    import socket
+    import threading
+
+    url, proc = served
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port))) as gone:  # a client that leaves halfway through its body
+        gone.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"tic')
+        time.sleep(0.2)
+    fake_llm.configure(delay=0.5)
+    answers = []
+    body = b'{"ticket": "crash"}'
+    client = threading.Thread(target=lambda: answers.append(raw_http(
+        url, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body), 30)))
+    client.start()
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGTERM)
+    client.join(30)
+    assert answers and answers[0].startswith(b"HTTP/1.1 200")  # the request in flight was answered
+    assert proc.wait(timeout=30) == 0
+    assert "Traceback" not in proc.stderr.read()
+
+
+def test_serve_answers_408_to_a_body_that_trickles_in(triage, monkeypatch):
+    from aiohttp import web
+
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "BODY_TIMEOUT", 0.3)
+
+    async def main():
+        runner = web.AppRunner(serve.app(triage))
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+        writer.write(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"tic')
+        reply = await asyncio.wait_for(reader.read(4096), 5)
+        writer.close()
+        await runner.cleanup()
+        return reply
+
+    reply = asyncio.run(main())
+    assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.3 seconds" in reply
