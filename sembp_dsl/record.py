@@ -130,25 +130,85 @@ def _check_folder(runs_dir: Path) -> None:
         raise RecordError(f"--runs-dir {runs_dir} is a file, not a folder; give a folder for run records")
 
 
+NUMBER, MAYBE_TEXT = (int, float), (str, type(None))
+# What the readers (runs, show, apply, report, compare, --resume) take from each part of a record: the types
+# of the keys they use, and the keys they cannot do without. Scores are not checked: they are shown as they are.
+SHAPES = {
+    "record": ({"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool, "stopped": MAYBE_TEXT,
+                "ledger": dict, "test": (dict, type(None))}, ()),
+    "settings": ({"file": str, "data": MAYBE_TEXT, "iterations": int, "models": dict, "only": list}, ()),
+    "ledger": ({"calls": int, "tokens": int, "cost": NUMBER}, ("calls", "tokens", "cost")),
+    "test": ({}, ("initial", "final")),
+    "iteration": ({"index": int, "prompts": dict, "candidates": list, "gradients": list, "gate": (dict, type(None)),
+                   "accepted": bool, "lost": int, "note": str, "calls": int, "tokens": int, "cost": NUMBER},
+                  ("index", "prompts")),
+    "candidate": ({"param": str, "fate": str, "new": MAYBE_TEXT, "reply": MAYBE_TEXT}, ("param", "fate")),
+    "gradient": ({"nodes": dict}, ("sample", "expected")),
+    "gate": ({"wins": list, "losses": list}, ("wins", "losses", "p", "alpha")),
+}
+PARTS = {"record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
+         "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"}}
+PROMPTS = {"record": "initial_prompts", "iteration": "prompts"}  # param -> text
+RESUMED = ("settings", "initial_prompts", "iterations", "finished")
+
+
 def _read(path: Path, resumable: bool = False) -> dict:
-    """A run record, checked enough that reading it cannot fail on its shape: an object whose settings,
-    prompts and iterations, where present, have the right types. `resumable`: it must also hold every
-    part that resuming needs (a record cut short before those were written is shown, not resumed)."""
+    """A run record, checked enough that reading it cannot fail on its shape (SHAPES). `resumable`: it must
+    also hold every part that resuming needs (a record cut short before those were written is shown, not resumed)."""
+    if path.exists() and not path.is_file():  # a FIFO would block the reader forever
+        raise RecordError(f"{path}: not a run record (not a regular file)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecordError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # also bad UTF-8
         raise RecordError(f"{path}: not a run record (invalid JSON: {exc})") from None
-    shape = {"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool}
-    needed = shape if resumable else {}
-    if not isinstance(data, dict) or any(k not in data for k in needed) \
-            or any(k in data and not isinstance(data[k], kind) for k, kind in shape.items()) \
-            or not all(isinstance(i, dict) for i in data.get("iterations", [])) \
-            or (resumable and not isinstance(data["settings"].get("file"), str)):
-        kinds = ", ".join(f"{k} ({kind.__name__})" for k, kind in shape.items())
-        raise RecordError(f"{path}: not a run record (an object with {kinds})")
+    except RecursionError:
+        raise RecordError(f"{path}: not a run record (it nests too deeply)") from None
+    problem = _misshapen(data, "record", "")
+    if problem is None and resumable:
+        missing = [k for k in RESUMED if k not in data]
+        if not missing and not isinstance(data["settings"].get("file"), str):
+            missing = ["settings.file"]
+        problem = f"the record has no {', '.join(missing)}" if missing else None
+    if problem:
+        raise RecordError(f"{path}: not a run record ({problem})")
     return data
+
+
+def _misshapen(value, part: str, where: str) -> str | None:
+    """The first place where `value` is not what readers take for `part`, e.g. "iterations[2] has no 'prompts'"."""
+    def at(key: str) -> str:
+        return f"{where}.{key}" if where else key
+
+    if not isinstance(value, dict):
+        return f"{where or 'the record'} is {_kind(value)}, not an object"
+    types, required = SHAPES[part]
+    missing = [key for key in required if key not in value]
+    if missing:
+        return f"{where or 'the record'} has no '{missing[0]}'"
+    for key, kinds in types.items():
+        if key in value and (not isinstance(value[key], kinds) or (kinds in (int, NUMBER) and isinstance(value[key], bool))):
+            return f"{at(key)} is {_kind(value[key])}"
+    prompts = value.get(PROMPTS.get(part), {})
+    bad = next((name for name, text in prompts.items() if not isinstance(text, str)), None)
+    if bad is not None:
+        return f"{at(PROMPTS[part])}.{bad} is {_kind(prompts[bad])}, not text"
+    for key, child in PARTS.get(part, {}).items():
+        if not isinstance(value.get(key), (dict, list)):
+            continue
+        items = [(f"{key}[{i}]", item) for i, item in enumerate(value[key])] if isinstance(child, list) \
+            else [(key, value[key])]
+        for name, item in items:
+            problem = _misshapen(item, child[0] if isinstance(child, list) else child, at(name))
+            if problem:
+                return problem
+    return None
+
+
+def _kind(value) -> str:
+    return {dict: "an object", list: "a list", str: "text", bool: "true/false", type(None): "null"}.get(
+        type(value), "a number")
 
 
 def _sha256(text: str) -> str:

@@ -8,6 +8,7 @@ as a result it did not reach.
 from __future__ import annotations
 
 import difflib
+import glob
 import re
 import time
 from dataclasses import dataclass
@@ -142,7 +143,7 @@ def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     """RUN as the user gives it: a run folder, the number `sbpc runs` shows (-1: the newest), or a name prefix."""
     path = Path(spec)
-    if (path / "run.json").is_file():
+    if (path / "run.json").exists():
         return Run(path, _load(path))
     if path.name == "run.json" and path.is_file():
         return Run(path.parent, _load(path.parent))
@@ -158,6 +159,9 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         return matches[0]
     if matches:
         raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
+    unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()]
+    if len(unreadable) == 1:
+        _load(unreadable[0])  # the run `sbpc runs` skips: say why
     if re.fullmatch(r"-?\d+", spec):
         raise RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
     close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)

@@ -219,3 +219,57 @@ def test_show_never_sends_a_replys_control_characters_to_the_terminal(accepted, 
     code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(runs))
     assert code == 0 and "\x1b" not in out and "\x07" not in out
     assert "clear the screen \\x1b[2J and ring \\x07" in out and "\\x1b]0;pwned\\x07" in out
+
+
+GOOD_ITERATION = {"index": 1, "accepted": False, "prompts": {"p": "x"}, "calls": 2, "tokens": 9, "cost": 0.0,
+                  "candidates": [{"param": "p", "fate": "rejected", "new": "y", "reply": "<prompt>y</prompt>"}],
+                  "gradients": [{"sample": "s/0", "expected": "Yes", "output": "No", "nodes": {"n": "say more"}}],
+                  "gate": {"wins": [], "losses": [], "p": 1.0, "alpha": 0.1}}
+
+
+def record(**parts) -> dict:
+    return {"settings": {"file": "toy.sbp", "data": "d", "iterations": 1}, "initial_prompts": {"p": "x"},
+            "iterations": [GOOD_ITERATION], "finished": True, **parts}
+
+
+@pytest.mark.parametrize("data, where", [
+    (record(iterations=[{k: v for k, v in GOOD_ITERATION.items() if k != "index"}]), "iterations[0] has no 'index'"),
+    (record(iterations=[{**GOOD_ITERATION, "prompts": {"p": 3}}]), "iterations[0].prompts.p is a number, not text"),
+    (record(iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p"}]}]), "iterations[0].candidates[0] has no 'fate'"),
+    (record(iterations=[{**GOOD_ITERATION, "gradients": [{"sample": "s"}]}]), "iterations[0].gradients[0] has no 'expected'"),
+    (record(iterations=[{**GOOD_ITERATION, "gate": {"wins": []}}]), "iterations[0].gate has no 'losses'"),
+    (record(iterations=[{**GOOD_ITERATION, "cost": "lots"}]), "iterations[0].cost is text"),
+    (record(settings={"file": "toy.sbp", "iterations": "three"}), "settings.iterations is text"),
+    (record(settings={"file": "toy.sbp", "models": ["m"]}), "settings.models is a list"),
+    (record(ledger="lots"), "ledger is text"),
+    (record(ledger={"calls": 1}), "ledger has no 'tokens'"),
+    (record(test={"initial": 0.5}), "test has no 'final'"),
+])
+def test_a_record_missing_what_readers_need_is_named_where(tmp_path, capsys, data, where):
+    runs = tmp_path / "runs"
+    (runs / "20260101-000000-bad").mkdir(parents=True)
+    (runs / "20260101-000000-bad" / "run.json").write_text(json.dumps(data))
+    code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert code == 0 and f"not a run record ({where})" in out
+    for argv in (["show", "20260101"], ["report", "20260101", "--out", str(tmp_path / "r.html")]):
+        code, out, err = sbpc(capsys, *argv, "--runs-dir", str(runs))
+        assert code == 1 and f"not a run record ({where})" in err and "Traceback" not in err
+
+
+def test_a_good_record_passes_the_check(tmp_path, capsys):
+    (tmp_path / "runs" / "20260101-000000-ok").mkdir(parents=True)
+    (tmp_path / "runs" / "20260101-000000-ok" / "run.json").write_text(json.dumps(record()))
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "candidate for p: rejected" in out and "n: say more" in out
+
+
+def test_a_fifo_in_place_of_run_json_is_refused_not_waited_on(tmp_path, capsys):
+    import os
+
+    folder = tmp_path / "runs" / "20260101-000000-fifo"
+    folder.mkdir(parents=True)
+    os.mkfifo(folder / "run.json")
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "run.json: not a run record (not a regular file)" in out
+    code, _, err = sbpc(capsys, "show", str(folder))
+    assert code == 1 and "not a regular file" in err
