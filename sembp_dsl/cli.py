@@ -532,6 +532,16 @@ def cmd_apply(args) -> int:
     return 0
 
 
+def _check_page(path: str, flag: str) -> None:
+    """Say before any work that a page cannot be written there: no such folder, or a folder itself."""
+    from pathlib import Path
+
+    if Path(path).is_dir():
+        raise UsageError(f"{flag} {path} is a folder; give a file name, e.g. {Path(path) / 'report.html'}")
+    if not Path(path).resolve().parent.is_dir():
+        raise UsageError(f"{flag}: no folder {Path(path).parent} to write {path} in")
+
+
 def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
@@ -549,6 +559,7 @@ def cmd_report(args) -> int:
     from .report import render
     from .runs import resolve
 
+    _check_page(args.out, "--out")
     runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
     _write_page(args.out, render(runs))
     print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
@@ -564,8 +575,8 @@ def cmd_compare(args) -> int:
     from . import compare, datasets
     from .evaluate import metric_for
 
-    if args.report and not Path(args.report).resolve().parent.is_dir():
-        raise UsageError(f"--report: no folder {Path(args.report).parent} to write {args.report} in")
+    if args.report:
+        _check_page(args.report, "--report")
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)

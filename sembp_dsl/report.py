@@ -125,7 +125,8 @@ def plot_scores(runs: Sequence[Run]) -> str:
                title="scores: train (before each step), gate (prompts kept), test (initial and final)")
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize="small", loc="best")
+        if ax.get_legend_handles_labels()[0]:  # a run with no score yet draws nothing to name
+            ax.legend(fontsize="small", loc="best")
     return figure(draw, alt="train, gate and test scores per iteration")
 
 

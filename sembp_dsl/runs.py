@@ -129,6 +129,8 @@ class Run:
 
 def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
     """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    if Path(runs_dir).exists() and not Path(runs_dir).is_dir():
+        raise RunsError(f"--runs-dir {runs_dir} is a file, not a folder of run records")
     runs, skipped = [], []
     for folder in sorted(Path(runs_dir).glob("*")):
         if not folder.is_dir():

@@ -273,3 +273,30 @@ def test_a_fifo_in_place_of_run_json_is_refused_not_waited_on(tmp_path, capsys):
     assert code == 0 and "run.json: not a run record (not a regular file)" in out
     code, _, err = sbpc(capsys, "show", str(folder))
     assert code == 1 and "not a regular file" in err
+
+
+def test_report_and_compare_say_at_once_where_a_page_cannot_go(tmp_path, capsys):
+    (tmp_path / "runs" / "20260101-000000-ok").mkdir(parents=True)
+    (tmp_path / "runs" / "20260101-000000-ok" / "run.json").write_text(json.dumps(record()))
+    for out, said in ((tmp_path / "missing" / "r.html", "--out: no folder"), (tmp_path, "is a folder; give a file name")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["report", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs")])
+        assert stop.value.code == 2 and said in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:  # before the pipeline is even read, let alone a model called
+        cli.main(["compare", str(tmp_path / "none.sbp"), "--data", "x.jsonl", "--vary", "gate=train,none",
+                  "--report", str(tmp_path)])
+    assert stop.value.code == 2 and "--report" in capsys.readouterr().err
+    code, _, err = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs" / "20260101-000000-ok" / "run.json"))
+    assert code == 1 and "is a file, not a folder of run records" in err
+
+
+def test_a_report_of_a_run_with_no_scores_warns_of_nothing(tmp_path, capsys):
+    import warnings
+
+    pytest.importorskip("matplotlib")
+    (tmp_path / "runs" / "20260101-000000-ok").mkdir(parents=True)
+    (tmp_path / "runs" / "20260101-000000-ok" / "run.json").write_text(json.dumps(record()))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend"
+        code, _, err = sbpc(capsys, "report", "1", "--out", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and err == ""
