@@ -365,9 +365,10 @@ class Pipeline:
         only = (only,) if isinstance(only, str) else tuple(only)
         for name in only:
             if name not in self.graph.prompts:
-                raise ValueError(f"no param '{name}'{did_you_mean(name, self.graph.prompts)} (params: {', '.join(self.graph.prompts)})")
+                raise ValueError(f"only: no param '{name}'{did_you_mean(name, self.graph.prompts)} "
+                                 f"(params: {', '.join(self.graph.prompts)})")
             if name not in self.graph.trainable:
-                raise ValueError(f"param '{name}' is frozen or used by no node")
+                raise ValueError(f"only: param '{name}' is frozen or used by no node")
         names = LLM(self._session.models)
         return Settings(
             file=self.path, data="examples", seed=_given(m.get("seed"), o["seed"]), iterations=_given(m.get("iters"), o["iterations"]),
@@ -482,7 +483,7 @@ def _check_setting(key: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, allowed):
         raise TypeError(f"{key} must be {'a whole number' if allowed == (int,) else 'a number'}, got {value!r}")
     low, high, low_excluded = BOUNDS[setting]
-    if value > high or value < low or (low_excluded and value == low):
+    if not (low < value <= high if low_excluded else low <= value <= high):  # NaN too
         raise ValueError(f"{key}={value!r} is out of range: {'above' if low_excluded else 'from'} {low} to {high}")
 
 

@@ -209,13 +209,15 @@ def cmd_optimize(args) -> int:
                   only=tuple(p.strip() for p in args.only.split(",")) if args.only else (), seed=args.seed)
     try:
         settings = pipeline.method(**method)
-    except ValueError as exc:
-        raise UsageError(f"--only: {exc}")
+    except (TypeError, ValueError) as exc:  # a param --only cannot optimize, a number out of the method's range
+        raise UsageError(f"--{exc}")  # "--only: no param ...", "--iters=5000 is out of range ..."
     gate = settings.gate
     dataset = datasets.load(args.data, args.data_dir, args.test_data)
     splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
                                   _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
                                   _or_file(args.test_size, graph, "test_size"), settings.seed)
+    if settings.iterations and not splits.train:
+        raise UsageError("the train split is empty: give --train-size of at least 1")
     if gate != "none" and not (splits.val if gate == "validation" else splits.train):
         raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
                          "of at least 1, or --no-gate")

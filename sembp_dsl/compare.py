@@ -19,6 +19,7 @@ from typing import Callable, Mapping, Sequence
 
 from typing import TYPE_CHECKING
 
+from .checker import BOUNDS
 from .datasets import Dataset, make_splits
 from .graph import Graph
 from .record import Settings
@@ -99,6 +100,11 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
                 raise CompareError(f"--vary {key}: '{raw}' is not a {kind}")
             if key in CHOICES and value not in CHOICES[key]:
                 raise CompareError(f"--vary {key}: '{raw}' is not one of {', '.join(CHOICES[key])}")
+            if key in BOUNDS:
+                low, high, low_excluded = BOUNDS[key]
+                if not (low < value <= high if low_excluded else low <= value <= high):
+                    raise CompareError(f"--vary {key}: '{raw}' is out of range ({'above ' if low_excluded else ''}"
+                                       f"{low} to {high})")
             parsed += only_values(value, graph) if key == "only" else [value]
         out.append((key, list(dict.fromkeys(parsed))))
     return out
@@ -106,6 +112,9 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
 
 def only_values(value: str, graph: Graph) -> list[tuple[str, ...]]:
     if value == "each":
+        if len(graph.trainable) < 2:
+            raise CompareError(f"--vary only=each: {graph.pipeline.path} has one trainable param "
+                               f"({', '.join(graph.trainable)}), so each alone is the same as all")
         return [(), *((p,) for p in graph.trainable)]
     if value == "all":
         return [()]
@@ -113,7 +122,7 @@ def only_values(value: str, graph: Graph) -> list[tuple[str, ...]]:
     for name in names:
         if name not in graph.trainable:
             raise CompareError(f"--vary only: '{name}' is not a trainable param ({', '.join(graph.trainable)})")
-    return [names]
+    return [()] if set(names) == set(graph.trainable) else [names]  # every param named is all of them
 
 
 def show(key: str, value) -> str:
@@ -187,7 +196,12 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
     if experiment.size("test_size", {}) < 1:
         raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
     for row in rows:  # every row must be able to run before the first one spends anything
-        settings, _ = experiment.settings(row, seeds[0])
+        try:
+            settings, _ = experiment.settings(row, seeds[0])
+        except (TypeError, ValueError) as exc:  # a flag the method refuses with a row's changes
+            raise CompareError(f"row '{row.label}': {exc}") from None
+        if settings.iterations and experiment.size("train_size", row.changes) < 1:
+            raise CompareError(f"row '{row.label}' trains on no sample: give --train-size of at least 1")
         gate_split = {"validation": "val_size", "train": "train_size"}.get(settings.gate)
         if gate_split and experiment.size(gate_split, row.changes) < 1:
             raise CompareError(f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size "

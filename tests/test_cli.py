@@ -168,6 +168,11 @@ def test_errors_found_by_a_subcommand_print_its_usage(capsys):
         cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "nope", "--plan"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.startswith("usage: sbpc optimize") and "sbpc optimize: error: --only" in err
+    for flags, said in ((["--iters", "5000"], "--iters=5000 is out of range: from 0 to 1000"),
+                        (["--train-size", "0", "--no-gate"], "the train split is empty: give --train-size of at least 1")):
+        with pytest.raises(SystemExit) as stop:
+            cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--plan", *flags])
+        assert stop.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_help_shows_only_flags_that_apply(capsys):

@@ -118,6 +118,10 @@ def test_report_and_kept_runs(setup, tmp_path, capsys):
     (["--vary", "only=look,nope"], "'nope' is not a trainable param"),
     (["--vary", "iterations=one"], "'one' is not a whole number"),
     (["--test-size", "0"], "--test-size of at least 1"),
+    (["--vary", "iterations=-1,2"], "--vary iterations: '-1' is out of range (0 to 1000)"),
+    (["--vary", "gate_alpha=0,1"], "--vary gate_alpha: '0' is out of range (above 0 to 1)"),
+    (["--vary", "gate_alpha=nan"], "'nan' is out of range"),
+    (["--vary", "train_size=0,3"], "row 'base: train_size=0' trains on no sample: give --train-size of at least 1"),
 ])
 def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, flags, message):
     path, dataset = setup
@@ -164,3 +168,17 @@ def test_lost_test_samples_are_said_under_the_table():
     text = markdown([RowResult(Row("base", {}), seeds)], experiment)
     assert text.endswith("Warning: test samples lost to failed calls were left out of the scores: base: 2")
     assert "lost" not in markdown([RowResult(Row("base", {}), seeds[1:])], experiment)
+
+
+def test_only_each_on_one_trainable_param_is_refused_and_all_named_is_all(setup):
+    from dataclasses import replace
+
+    from sembp_dsl import compare
+    from sembp_dsl.source import compile_file
+
+    graph = compile_file(str(setup[0]))
+    assert len(graph.trainable) > 1
+    assert compare.parse_vary([f"only=all,{'+'.join(graph.trainable)}"], graph) == [("only", [()])]  # one row, not two
+    lone = replace(graph, trainable=graph.trainable[:1])
+    with pytest.raises(compare.CompareError, match=rf"only=each: .* has one trainable param \({graph.trainable[0]}\)"):
+        compare.parse_vary(["only=each"], lone)
