@@ -579,6 +579,7 @@ def cmd_compare(args) -> int:
 
     if args.report:
         _check_page(args.report, "--report")
+    done, rows, seeds = [], [], []  # optimize runs finished, for an interrupt to say
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
@@ -599,10 +600,19 @@ def cmd_compare(args) -> int:
             with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
                       disable=args.json or None) as bar:
                 results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (bar.set_postfix_str(what), bar.update()), phase)
+                                          lambda what: (done.append(what), bar.set_postfix_str(what), bar.update()),
+                                          phase)
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            kept = (f"their run records are in {args.runs_dir}" if args.runs_dir
+                    else "no run record was kept (--runs-dir keeps them)")
+            print(f"\ninterrupted after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
+                  f"must share seeds to be compared; {kept}."
+                  f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
+                  file=sys.stderr)
+            raise
         print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
                           "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
               else compare.markdown(results, experiment))

@@ -182,3 +182,23 @@ def test_only_each_on_one_trainable_param_is_refused_and_all_named_is_all(setup)
     lone = replace(graph, trainable=graph.trainable[:1])
     with pytest.raises(compare.CompareError, match=rf"only=each: .* has one trainable param \({graph.trainable[0]}\)"):
         compare.parse_vary(["only=each"], lone)
+
+
+def test_an_interrupted_compare_says_what_finished_and_what_is_kept(setup, tmp_path, capsys, monkeypatch):
+    from sembp_dsl import compare as module
+
+    path, dataset = setup
+    real, calls = module.optimize_once, []
+
+    def interrupted_on_the_third(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "optimize_once", interrupted_on_the_third)
+    code, out, err = compare(capsys, path, dataset, "--vary", "gate=validation,none", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 130 and out == ""
+    assert f"interrupted after 2 of 6 optimize runs: no table, since rows must share seeds to be compared; " \
+           f"their run records are in {tmp_path / 'runs'}. Run it again" in err
+    assert len(list((tmp_path / "runs").glob("*/run.json"))) == 2
