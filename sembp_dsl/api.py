@@ -242,7 +242,7 @@ class Pipeline:
         default: the pipeline's `metric`, else the data set's."""
         if isinstance(examples, str):
             dataset = datasets.load(examples, data_dir)
-            splits = self.splits(dataset, train_size, val_size, test_size, seed)
+            splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:
             samples, default_metric = _samples(examples, "example")[:limit], "exact"
@@ -254,12 +254,13 @@ class Pipeline:
         return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
 
     def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
-               test_size: int | None = None, seed: int | None = None) -> Splits:
-        """The splits `evaluate` scores: a user's file with no size given is scored whole; otherwise seeded splits,
-        sizes not given from the pipeline's `optimize` block (test: 100), so test never overlaps training."""
+               test_size: int | None = None, seed: int | None = None, split: str = "test") -> Splits:
+        """The splits `evaluate` scores: a user's file with no size given is scored whole (as `split` "test");
+        otherwise seeded splits, sizes not given from the pipeline's `optimize` block (test: 100), so test
+        never overlaps training."""
         o = self.graph.optimize
         return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
-                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE))
+                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE), split)
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""

@@ -340,9 +340,9 @@ class Checker:
         for name in sorted(used - allowed):
             self.error(self.locate(literal, name), misuse(name))
         if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure = trial_render(text, used, builtin)
-            if failure is not None:  # an error when no data can help: a limit, or a template that reads nothing
-                report = self.error if failure.limit or not used else self.warn
+            failure, certain = trial_render(text, used, builtin)
+            if failure is not None:  # an error when no data can help, else a warning
+                report = self.error if certain else self.warn
                 report(self.locate(literal, None, failure.lineno),
                        f"template{what} {'cannot' if report == self.error else 'may not'} render: {failure.message}")
         return used

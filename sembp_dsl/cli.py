@@ -175,7 +175,7 @@ def cmd_eval(args) -> int:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
-        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed)
+        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
@@ -388,7 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
                            formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
-    check.set_defaults(run=cmd_check, parser=check)
+    check.set_defaults(run=cmd_check)
 
     comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
                           description="Compile a pipeline file and print it in another form.",
@@ -399,7 +399,7 @@ def build_parser() -> argparse.ArgumentParser:
     comp.add_argument("file", metavar="FILE")
     comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
                       help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
-    comp.set_defaults(run=cmd_compile, parser=comp)
+    comp.set_defaults(run=cmd_compile)
 
     schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
                             description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
@@ -416,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
     _add_model_flags(run)
-    run.set_defaults(run=cmd_run, parser=run)
+    run.set_defaults(run=cmd_run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -429,7 +429,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
     _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     _add_model_flags(ev)
-    ev.set_defaults(run=cmd_eval, parser=ev)
+    ev.set_defaults(run=cmd_eval)
 
     op = sub.add_parser(
         "optimize", help="optimize the prompts of a pipeline and write them back into its file",
@@ -470,7 +470,7 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
     _add_data_flags(op)
     _add_model_flags(op, learning=True)
-    op.set_defaults(run=cmd_optimize, parser=op)
+    op.set_defaults(run=cmd_optimize)
 
     srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -483,8 +483,10 @@ def build_parser() -> argparse.ArgumentParser:
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
-    srv.set_defaults(run=cmd_serve, parser=srv)
+    srv.set_defaults(run=cmd_serve)
     _add_run_commands(sub)
+    for command in sub.choices.values():
+        command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 
@@ -505,8 +507,8 @@ def _runs_command(work):
 def cmd_runs(args) -> int:
     from .runs import find_runs, render_list
 
-    runs = find_runs(args.runs_dir)
-    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs))
+    runs, skipped = find_runs(args.runs_dir)
+    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs, skipped))
     return 0
 
 
@@ -530,20 +532,30 @@ def cmd_apply(args) -> int:
     return 0
 
 
-@_runs_command
-def cmd_report(args) -> int:
+def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
-    from .report import render
-    from .runs import resolve
+    from .runs import RunsError
     from .writeback import atomic_write
 
+    try:
+        atomic_write(Path(path), html)
+    except OSError as exc:
+        raise RunsError(f"cannot write {path}: {exc.strerror or exc}") from None
+
+
+@_runs_command
+def cmd_report(args) -> int:
+    from .report import render
+    from .runs import resolve
+
     runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
-    atomic_write(Path(args.out), render(runs))
+    _write_page(args.out, render(runs))
     print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
     return 0
 
 
+@_runs_command
 def cmd_compare(args) -> int:
     from pathlib import Path
 
@@ -551,8 +563,9 @@ def cmd_compare(args) -> int:
 
     from . import compare, datasets
     from .evaluate import metric_for
-    from .writeback import atomic_write
 
+    if args.report and not Path(args.report).resolve().parent.is_dir():
+        raise UsageError(f"--report: no folder {Path(args.report).parent} to write {args.report} in")
     with _pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
@@ -564,10 +577,16 @@ def cmd_compare(args) -> int:
                 metric_for(pipeline.graph, dataset.metric), _mapping(args.map, "--map"))
             first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
             seeds = [first + i for i in range(args.seeds)]
+
+            def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
+                inner = tqdm(total=total, desc=f"  {what}", unit="sample", file=sys.stderr, leave=False,
+                             disable=args.json or None)
+                return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
+
             with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
                       disable=args.json or None) as bar:
                 results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (bar.set_postfix_str(what), bar.update()))
+                                          lambda what: (bar.set_postfix_str(what), bar.update()), phase)
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1
@@ -575,7 +594,7 @@ def cmd_compare(args) -> int:
                           "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
               else compare.markdown(results, experiment))
         if args.report:
-            atomic_write(Path(args.report), compare.html(results, experiment))
+            _write_page(args.report, compare.html(results, experiment))
             print(f"wrote {args.report}", file=sys.stderr)
         _print_ledger(pipeline, args)
     return 0
@@ -586,15 +605,15 @@ def _add_run_commands(sub) -> None:
     def runs_dir(p):
         p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
 
-    RUN = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
-           "(e.g. 20260101-1200)")
+    run_help = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
+                "(e.g. 20260101-1200)")
     ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
                         description="Every run in the runs folder: when, file, data, the settings that differ from the "
                                     "defaults, initial -> best gate score, test before -> after, calls, cost, and "
                                     "whether it finished.")
     runs_dir(ls)
     ls.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ls.set_defaults(run=cmd_runs)
+    ls.set_defaults(run=cmd_runs, parser=ls)
 
     show = sub.add_parser("show", help="show one run iteration by iteration",
                           formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -603,22 +622,22 @@ def _add_run_commands(sub) -> None:
                                       "gradients behind it.",
                           epilog="examples:\n  sbpc show -1                 # the newest run\n"
                                  "  sbpc show .sbpc/runs/20260101-120000-liar")
-    show.add_argument("run_spec", metavar="RUN", help=RUN)
+    show.add_argument("run_spec", metavar="RUN", help=run_help)
     runs_dir(show)
     show.add_argument("--json", action="store_true", help="print the run record as it is")
-    show.set_defaults(run=cmd_show)
+    show.set_defaults(run=cmd_show, parser=show)
 
     ap = sub.add_parser("apply", help="write the prompts of one iteration of a run into a pipeline file",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         description="Write the prompts a run had after iteration K into FILE, with optimize's own "
                                     "write-back: only the prompt literals change, checked by parsing the file again.",
                         epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
-    ap.add_argument("run_spec", metavar="RUN", help=RUN)
-    ap.add_argument("--iteration", type=int, required=True, metavar="K",
+    ap.add_argument("run_spec", metavar="RUN", help=run_help)
+    ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
                     help="the iteration whose prompts to write (0: the run's initial prompts)")
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
-    ap.set_defaults(run=cmd_apply)
+    ap.set_defaults(run=cmd_apply, parser=ap)
 
     rep = sub.add_parser("report", help="write one HTML page about one run, or comparing several",
                          formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -629,10 +648,10 @@ def _add_run_commands(sub) -> None:
                                      "no script and loads nothing.",
                          epilog="examples:\n  sbpc report -1 && xdg-open report.html\n"
                                 "  sbpc report 3 4 5 --out ablation.html")
-    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=RUN)
+    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
     rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
     runs_dir(rep)
-    rep.set_defaults(run=cmd_report)
+    rep.set_defaults(run=cmd_report, parser=rep)
 
     cmp = sub.add_parser(
         "compare", help="optimize under several settings and seeds, and compare held-out accuracy",
@@ -662,7 +681,7 @@ def _add_run_commands(sub) -> None:
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
     _add_data_flags(cmp)
     _add_model_flags(cmp, learning=True)
-    cmp.set_defaults(run=cmd_compare, parser=cmp)
+    cmp.set_defaults(run=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -56,6 +56,7 @@ class SeedResult:
     cost: float
     seconds: float
     run: str
+    lost: int = 0  # test samples lost to failed calls (before or after), left out of the scores
 
 
 @dataclass
@@ -166,18 +167,23 @@ class Experiment:
         return f"{self.pipeline.path} on {self.data}"
 
 
-def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path):
+Progress = Callable[[str, int], Callable[[object], None]]  # a phase and its size -> called once per item done
+
+
+def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, progress: Progress | None = None):
     """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
     _, method = experiment.settings(row, seed)
     # val is drawn whatever the gate, so every row of a seed is tested on the same samples
     splits = make_splits(experiment.dataset, *(experiment.size(k, row.changes) for k in SIZES), seed)
     return experiment.pipeline.optimize(splits.train, splits.val, splits.test, metric=experiment.metric,
-                                        data=experiment.data, mapping=experiment.mapping, runs_dir=runs_dir, **method)
+                                        data=experiment.data, mapping=experiment.mapping, runs_dir=runs_dir,
+                                        progress=progress, **method)
 
 
 def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], runs_dir: Path | None = None,
-            tick: Callable[[str], None] = lambda what: None) -> list[RowResult]:
-    """Every row on every seed; run records go to runs_dir, or to a folder deleted afterwards."""
+            tick: Callable[[str], None] = lambda what: None, progress: Progress | None = None) -> list[RowResult]:
+    """Every row on every seed; run records go to runs_dir, or to a folder deleted afterwards.
+    `tick` hears of each finished optimize, `progress` of each phase inside one."""
     if experiment.size("test_size", {}) < 1:
         raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
     for row in rows:  # every row must be able to run before the first one spends anything
@@ -194,15 +200,16 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
             result = RowResult(row)
             for seed in seeds:
                 before, started = (ledger.calls, ledger.tokens, ledger.cost), time.perf_counter()
-                optimized = optimize_once(experiment, row, seed, folder)
+                optimized = optimize_once(experiment, row, seed, folder, progress)
                 outcome = optimized.outcome
-                if outcome.stopped or outcome.test_after is None or outcome.test_after.accuracy is None:
+                tests = (outcome.test_before, outcome.test_after)
+                if outcome.stopped or any(t is None or t.accuracy is None for t in tests):
                     raise CompareError(f"row '{row.label}', seed {seed} did not finish: "
-                                       f"{outcome.stopped or 'no test score'}")
+                                       f"{outcome.stopped or 'no test sample could be scored'}")
                 result.seeds.append(SeedResult(
-                    seed, outcome.test_before.accuracy, outcome.test_after.accuracy, ledger.calls - before[0],
+                    seed, tests[0].accuracy, tests[1].accuracy, ledger.calls - before[0],
                     ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,
-                    str(optimized.record) if runs_dir else ""))
+                    str(optimized.record) if runs_dir else "", sum(len(t.lost) for t in tests)))
                 tick(f"{row.label}, seed {seed}")
             results.append(result)
     return results
@@ -255,6 +262,10 @@ def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(results)]
     lines += ["", "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
                   "shares with the rows before it; wall time likewise."]
+    lost = {r.row.label: int(r.total("lost")) for r in results if r.total("lost")}
+    if lost:
+        lines.append("Warning: test samples lost to failed calls were left out of the scores: "
+                     + ", ".join(f"{label}: {n}" for label, n in lost.items()))
     return "\n".join(lines)
 
 

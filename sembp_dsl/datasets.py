@@ -202,14 +202,17 @@ EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no s
 
 def eval_splits(
     dataset: Dataset, train: int | None, val: int | None, test: int | None, seed: int,
-    defaults: tuple[int, int, int],
+    defaults: tuple[int, int, int], split: str = "test",
 ) -> Splits:
-    """The splits `eval` scores: a user's data with no size given is scored whole (its test file, else
-    every row, in file order); otherwise the splits `optimize` would carve, sizes not given taken from
-    `defaults`, so test never overlaps what was trained on."""
-    if dataset.user and train is None and val is None and test is None:
+    """The splits `eval` scores: a user's data with no size given is scored whole as the test split (its
+    test file, else every row, in file order); otherwise the splits `optimize` would carve, sizes not given
+    taken from `defaults`, so test never overlaps what was trained on. (Asked for the train or val split,
+    `eval` always carves.)"""
+    if dataset.user and split == "test" and train is None and val is None and test is None:
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
+    if split != "test" and test is None:
+        defaults = (*defaults[:2], 0)  # train and val are carved before test: its size cannot move them
     sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
     return make_splits(dataset, *sizes, seed)
 

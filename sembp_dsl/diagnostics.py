@@ -11,6 +11,7 @@ from .ir import Span
 
 SOURCE_CONTEXT = 60  # characters of a long source line shown either side of the error
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
+CONTROL = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")  # in a prompt: garbage to a model, escapes to a terminal
 SURROGATE = re.compile("[\ud800-\udfff]")  # half a UTF-16 pair: no character, and no file or model accepts it
 
 
@@ -88,3 +89,13 @@ def one_of(name: str, what: str, candidates, where: str = "") -> str:
     """`unknown setting 'x' in node 'a'; did you mean 'y'?`, or the full list when nothing is close."""
     hint = did_you_mean(name, candidates)
     return f"unknown {what} '{name}'{where}" + (hint or f"; expected one of {', '.join(map(str, candidates))}")
+
+
+def bad_characters(text: str) -> str | None:
+    """Why a string from a pipeline file cannot be a prompt: a lone surrogate or a control character."""
+    if SURROGATE.search(text):
+        return "a \\u escape in this string is half a surrogate pair, not a character"
+    control = CONTROL.search(text)
+    if control:
+        return f"control character {ascii(control.group())[1:-1]} in a string; pipelines hold text"
+    return None

@@ -12,7 +12,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ir
-from .diagnostics import SURROGATE, Diagnostic, PipelineError, did_you_mean, error, point
+from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, point
 
 MAX_SYNTAX_ERRORS = 20
 LONE_CR = re.compile(r"\r(?!\n)")
@@ -78,14 +78,17 @@ class Builder(Transformer):
         except ValueError:
             self.errors.append(error(self.span(tok), "invalid escape sequence in string"))
             return tok.update(value=tok[1:-1])
-        if SURROGATE.search(value):  # "\ud800" alone: no character, and no file or model accepts it
-            self.errors.append(error(self.span(tok), "a \\u escape in this string is half a surrogate pair, not a character"))
-            value = SURROGATE.sub("\ufffd", value)
-        return tok.update(value=value)
+        return tok.update(value=self.checked(tok, value))
+
+    def checked(self, tok: Token, value: str) -> str:
+        problem = bad_characters(value)
+        if problem:
+            self.errors.append(error(self.span(tok), problem))
+        return value
 
     def BLOCK_STRING(self, tok: Token) -> Token:
         try:
-            return tok.update(value=decode_block_string(tok))
+            return tok.update(value=self.checked(tok, decode_block_string(tok)))
         except BlockStringError as exc:
             line_start = tok.start_pos
             for _ in range(exc.line):

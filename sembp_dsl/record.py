@@ -44,7 +44,7 @@ class Settings:
         return json.loads(json.dumps(_public(asdict(self))))
 
 
-class RecordError(Exception):
+class RecordError(ValueError):
     """A run record that cannot be written or read, explained for the user."""
 
 
@@ -84,8 +84,8 @@ class RunRecord:
 
     @classmethod
     def load(cls, folder: Path) -> "RunRecord":
-        """The record kept in `folder`; OSError or ValueError when there is none or it is not JSON."""
-        return cls(folder, json.loads((folder / "run.json").read_text(encoding="utf-8")))
+        """The record kept in `folder`; RecordError (a ValueError) when there is none or it is not one."""
+        return cls(folder, _read(folder / "run.json"))
 
     @classmethod
     def resume(cls, runs_dir: Path, settings: Settings, source: str) -> "RunRecord":
@@ -97,7 +97,7 @@ class RunRecord:
             if not folder.is_dir():
                 continue
             try:
-                data = _read(folder / "run.json")
+                data = _read(folder / "run.json", resumable=True)
             except RecordError as exc:
                 skipped.append(str(exc))
                 continue
@@ -130,8 +130,10 @@ def _check_folder(runs_dir: Path) -> None:
         raise RecordError(f"--runs-dir {runs_dir} is a file, not a folder; give a folder for run records")
 
 
-def _read(path: Path) -> dict:
-    """A run record, checked enough that resuming it cannot fail on its shape."""
+def _read(path: Path, resumable: bool = False) -> dict:
+    """A run record, checked enough that reading it cannot fail on its shape: an object whose settings,
+    prompts and iterations, where present, have the right types. `resumable`: it must also hold every
+    part that resuming needs (a record cut short before those were written is shown, not resumed)."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -139,9 +141,13 @@ def _read(path: Path) -> dict:
     except ValueError as exc:  # also bad UTF-8
         raise RecordError(f"{path}: not a run record (invalid JSON: {exc})") from None
     shape = {"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool}
-    if not isinstance(data, dict) or any(not isinstance(data.get(k), kind) for k, kind in shape.items()) \
-            or not isinstance(data["settings"].get("file"), str) or not all(isinstance(i, dict) for i in data["iterations"]):
-        raise RecordError(f"{path}: not a run record (expected {', '.join(shape)} of the right types)")
+    needed = shape if resumable else {}
+    if not isinstance(data, dict) or any(k not in data for k in needed) \
+            or any(k in data and not isinstance(data[k], kind) for k, kind in shape.items()) \
+            or not all(isinstance(i, dict) for i in data.get("iterations", [])) \
+            or (resumable and not isinstance(data["settings"].get("file"), str)):
+        kinds = ", ".join(f"{k} ({kind.__name__})" for k, kind in shape.items())
+        raise RecordError(f"{path}: not a run record (an object with {kinds})")
     return data
 
 

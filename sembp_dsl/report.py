@@ -177,15 +177,16 @@ def summary_table(runs: Sequence[Run]) -> str:
 
 def iteration_html(run: Run, it: dict) -> str:
     k = it["index"]
-    parts = [f"<h3>iteration {k}: {escape(verdict(it))}</h3>",
-             f"<p>train {fmt(it.get('train_score'))}; {escape(gate_words(it) or 'no gate')}; {escape(spend(it))}</p>"]
+    parts = [f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
+             f"<p>train {escape(fmt(it.get('train_score')))}; {escape(gate_words(it) or 'no gate')}; "
+             f"{escape(spend(it))}</p>"]
     if it.get("lost"):
-        parts.append(f"<p>{it['lost']} training sample(s) lost to failed calls</p>")
+        parts.append(f"<p>{escape(str(it['lost']))} training sample(s) lost to failed calls</p>")
     before = run.prompts_at(k - 1)
     for c in it.get("candidates", []):
         fate = c["fate"]
         kind = "taken" if fate == "taken" else "rejected"
-        parts.append(f'<p>candidate for <b>{escape(c["param"])}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        parts.append(f'<p>candidate for <b>{escape(str(c["param"]))}</b>: <span class="{kind}">{escape(fate)}</span></p>')
         if c.get("new") is not None:
             parts.append(diff_html(before.get(c["param"], ""), c["new"]))
         parts.append(f"<details><summary>the optimizer's reply</summary><pre>{escape(c.get('reply') or '')}</pre></details>")
@@ -206,8 +207,8 @@ def run_html(run: Run) -> str:
              table(["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)]
                                           for k, v in s.items()]) + "</details>"]
     if run.test:
-        parts.append(f"<p>test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> "
-                     f"{fmt(run.test['final'])}</p>")
+        parts.append(f"<p>test ({escape(str(run.test.get('samples')))} samples): "
+                     f"{escape(run.scores_words()[1])}</p>")
     parts += [iteration_html(run, it) for it in run.iterations]
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):

@@ -12,10 +12,10 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .graph import DEFAULT_OPTIMIZE
-from .record import RunRecord
+from .record import RecordError, RunRecord
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
@@ -126,15 +126,17 @@ class Run:
                 "finished": bool(self.data.get("finished")), "status": self.status}
 
 
-def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> list[Run]:
-    """Every readable run in the folder, oldest first; a folder without a readable run.json is skipped."""
-    runs = []
+def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
+    """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    runs, skipped = [], []
     for folder in sorted(Path(runs_dir).glob("*")):
+        if not folder.is_dir():
+            continue
         try:
             runs.append(Run(folder, RunRecord.load(folder).data))
-        except (OSError, ValueError):
-            continue
-    return runs
+        except RecordError as exc:
+            skipped.append(str(exc))
+    return runs, skipped
 
 
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
@@ -144,7 +146,7 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         return Run(path, _load(path))
     if path.name == "run.json" and path.is_file():
         return Run(path.parent, _load(path.parent))
-    runs = find_runs(runs_dir)
+    runs, _ = find_runs(runs_dir)
     if re.fullmatch(r"-?\d+", spec):
         index = int(spec)
         if 1 <= index <= len(runs):
@@ -166,8 +168,8 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
 def _load(folder: Path) -> dict:
     try:
         return RunRecord.load(folder).data
-    except (OSError, ValueError) as exc:
-        raise RunsError(f"cannot read {folder / 'run.json'}: {exc}")
+    except RecordError as exc:
+        raise RunsError(str(exc))
 
 
 # --- words ------------------------------------------------------------------------------------
@@ -194,20 +196,30 @@ def plain_word_diff(old: str, new: str) -> str:
 
 
 def fmt(score: float | None) -> str:
-    return "-" if score is None else f"{score:.3f}"
+    """A score as shown: three decimals, "-" when there is none (and as it is, if a record holds something else)."""
+    if score is None:
+        return "-"
+    return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
+
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """Text for a terminal: control characters from replies (escape sequences, say) shown as \\xNN, not obeyed."""
+    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
 
 
 # --- the terminal -------------------------------------------------------------------------------
 
-def render_list(runs: list[Run]) -> str:
-    if not runs:
-        return "no runs"
-    lines = []
+def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
+    lines = [] if runs else ["no runs"]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
-    return "\n".join(lines)
+    lines += [f"skipped {reason}" for reason in skipped]
+    return printable("\n".join(lines))
 
 
 def render_show(run: Run) -> str:
@@ -226,7 +238,7 @@ def render_show(run: Run) -> str:
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):
         lines.append(f"\n({missing} iteration(s) not run)")
-    return "\n".join(lines)
+    return printable("\n".join(lines))
 
 
 def verdict(it: dict) -> str:
@@ -244,7 +256,7 @@ def gate_words(it: dict) -> str | None:
     if not gate:
         return None
     return (f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
-            f"{len(gate['losses'])} losses, p = {gate['p']:.3f} (alpha {gate['alpha']:g})")
+            f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})")
 
 
 def render_iteration(run: Run, it: dict) -> list[str]:

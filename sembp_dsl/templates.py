@@ -288,20 +288,26 @@ BUILTIN_SHAPES = {
 }
 
 
-def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> RenderError | None:
-    """Render with a placeholder for every variable (shaped as the built-ins get them, for a built-in);
-    the error, if this fails whatever the data."""
+@lru_cache(maxsize=1024)
+def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
+    """Render with placeholders for every variable, `<name>` then `1` (a built-in's lists shaped as it gets
+    them): the first failure, and whether it is certain (a limit, or both failed: the template's own error,
+    such as `{{ 1/0 }}`)."""
     if "{" not in source:
-        return None
-    values = {name: f"<{name}>" for name in names}
-    values["inputs"] = [(name, f"<{name}>") for name in sorted(names - {"inputs", "prompt"})]
-    if builtin:
-        values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
-    try:
-        compile_template(source).render(values)
-    except RenderError as exc:
-        return exc
-    return None
+        return None, False
+    failures = []
+    for placeholder in ("<{}>", "1"):
+        values = {name: placeholder.format(name) for name in names}
+        values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
+        if builtin:
+            values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
+        try:
+            compile_template(source).render(values)
+        except RenderError as exc:
+            if exc.limit:
+                return exc, True
+            failures.append(exc)
+    return (failures[0], len(failures) == 2) if failures else (None, False)
 
 
 __all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "RenderError", "TemplateProblem", "builtin_source", "variables",

@@ -16,7 +16,7 @@ from importlib import resources
 import yaml
 
 from . import ir
-from .diagnostics import SURROGATE, Diagnostic, PipelineError, did_you_mean, error, one_of, point
+from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, one_of, point
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -155,8 +155,9 @@ class Lowering:
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
         try:
-            if SURROGATE.search(node.value):
-                raise BadScalar("a \\u escape in this string is half a surrogate pair, not a character")
+            problem = bad_characters(node.value)
+            if problem:
+                raise BadScalar(problem)
             return _scalar(node)
         except BadScalar as exc:
             self.errors.append(error(self.span(node), str(exc)))
@@ -310,7 +311,7 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         raise PipelineError([error(point(file, text, mark.index), message) for mark, message in loader.problems], text)
     lowering = Lowering(text, file)
     if not isinstance(root, yaml.MappingNode):
-        where = _span(file, root) if root is not None else None
+        where = _span(file, root) if root is not None else point(file, text, 0)
         raise PipelineError([error(where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file)], text)
     where: dict = {}
     data = lowering.plain(root, where)

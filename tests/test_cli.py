@@ -7,9 +7,11 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -152,6 +154,7 @@ def test_only_names_get_a_did_you_mean(capsys):
     ("eval", ["--timeout", "-5"]), ("eval", ["--timeout", "nan"]), ("eval", ["--limit", "-1"]),
     ("eval", ["--test-size", "-3"]), ("optimize", ["--errors-per-gradient", "-1"]), ("optimize", ["--train-size", "-1"]),
     ("optimize", ["--val-size", "-2"]), ("optimize", ["--gate-alpha", "0"]), ("optimize", ["--max-cost", "-1"]),
+    ("compare", ["--seeds", "0"]), ("compare", ["--gate-alpha", "1.5"]), ("compare", ["--test-size", "-1"]),
 ])
 def test_bad_numbers_are_usage_errors_of_their_subcommand(command, flags, capsys):
     with pytest.raises(SystemExit) as stop:
@@ -169,13 +172,15 @@ def test_errors_found_by_a_subcommand_print_its_usage(capsys):
 
 def test_help_shows_only_flags_that_apply(capsys):
     helps = {}
-    for command in ("run", "eval", "optimize"):
+    for command in ("run", "eval", "optimize", "compare", "serve"):
         with pytest.raises(SystemExit):
             cli.main([command, "--help"])
         helps[command] = capsys.readouterr().out
-    for command in ("run", "eval"):  # forward calls only
+    for command in ("run", "eval", "serve"):  # forward calls only
         assert "--backward-model" not in helps[command] and "--optimizer-model" not in helps[command]
-    assert "--backward-model" in helps["optimize"] and "--optimizer-model" in helps["optimize"]
+    for command in ("optimize", "compare"):
+        assert "--backward-model" in helps[command] and "--optimizer-model" in helps[command]
+        assert "--test-data" in helps[command]
     assert "--data" not in helps["run"] and "--concurrency" in helps["run"]
 
 
@@ -306,3 +311,41 @@ def test_the_readme_quick_start_runs_as_written_against_a_local_server(tmp_path,
     assert models == {"my-model"} and "Traceback" not in done.stderr  # every role went to the server
     assert {script.kind(p) for p in script.prompts} == {"forward", "backward", "optimizer"}
     assert (tmp_path / "pipelines/gsm8k.sbp").read_text() == (ROOT / "pipelines/gsm8k.sbp").read_text()
+
+
+@pytest.mark.parametrize("garbage", ["[1, 2]", '{"settings": 3}', '{"iterations": [1]}', "not json"])
+def test_bad_run_records_are_clear_errors_for_the_run_commands(tmp_path, capsys, garbage):
+    bad = tmp_path / "runs" / "20260101-000000-bad"
+    bad.mkdir(parents=True)
+    (bad / "run.json").write_text(garbage)
+    assert cli.main(["runs", "--runs-dir", str(tmp_path / "runs")]) == 0  # listed as nothing, not a traceback
+    assert cli.main(["show", str(bad)]) == 1
+    err = capsys.readouterr().err
+    assert "not a run record" in err and "Traceback" not in err
+
+
+def test_after_kill_9_and_an_edit_resume_refuses_and_keeps_the_edit(tmp_path, fake_llm, script):
+    from test_optimize import TOY, _versioned, data, write
+
+    _versioned(script)
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    command = [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=8), "--train-size",
+               "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task", "--gate-alpha", "1",
+               "--runs-dir", str(tmp_path / "runs")]
+    fake_llm.configure(delay=0.05)  # slow enough to kill it between iterations
+    proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((tmp_path / "runs").glob("*/run.json"))
+        if records and "version 1" in path.read_text():
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    fake_llm.configure(delay=0.0)
+    assert not json.loads(records[0].read_text())["finished"]
+    edited = path.read_text().replace("Judge carefully, version 1.", "My own words.")
+    path.write_text(edited)
+    done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "was changed since the run" in done.stderr
+    assert path.read_text() == edited

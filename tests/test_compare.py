@@ -124,3 +124,43 @@ def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, fl
     code, out, err = compare(capsys, path, dataset, *flags)
     assert code == 1 and message in err and "Traceback" not in err and out == ""
     assert fake_llm.requests == 0
+
+
+def test_every_phase_of_every_optimize_reports_progress(setup):
+    from sembp_dsl import api, compare as comparing, datasets
+
+    path, dataset = setup
+    phases, finished = [], []
+
+    def progress(what, total):
+        phases.append((what, total))
+        return lambda done: None
+
+    with api.load(path) as pipeline:
+        experiment = comparing.Experiment(pipeline, dataset, datasets.load(dataset),
+                                          dict(train_size=3, val_size=3, test_size=6), dict(iters=1), "exact")
+        rows = comparing.make_rows([("gradient", ["sibling", "none"])])
+        results = comparing.compare(experiment, rows, [0, 1], tick=finished.append, progress=progress)
+    assert [len(r.seeds) for r in results] == [2, 2]
+    assert finished == ["base: gradient=sibling, seed 0", "base: gradient=sibling, seed 1", "gradient=none, seed 0",
+                        "gradient=none, seed 1"]
+    assert ("iteration 1: train", 3) in phases and ("test, final", 6) in phases
+
+
+def test_a_report_with_no_folder_is_refused_before_any_call(setup, tmp_path, capsys, fake_llm):
+    path, dataset = setup
+    with pytest.raises(SystemExit) as exit:
+        compare(capsys, path, dataset, "--report", str(tmp_path / "nowhere" / "c.html"))
+    assert exit.value.code == 2 and "--report: no folder" in capsys.readouterr().err and fake_llm.requests == 0
+
+
+def test_lost_test_samples_are_said_under_the_table():
+    from types import SimpleNamespace
+
+    from sembp_dsl.compare import markdown
+
+    experiment = SimpleNamespace(describe=lambda: "toy.sbp on d", size=lambda key, changes: 6)
+    seeds = [SeedResult(0, 0.5, 0.5, 1, 1, 0.0, 0.0, "", lost=2), SeedResult(1, 0.5, 0.7, 1, 1, 0.0, 0.0, "")]
+    text = markdown([RowResult(Row("base", {}), seeds)], experiment)
+    assert text.endswith("Warning: test samples lost to failed calls were left out of the scores: base: 2")
+    assert "lost" not in markdown([RowResult(Row("base", {}), seeds[1:])], experiment)

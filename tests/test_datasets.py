@@ -358,6 +358,8 @@ def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Pa
     whole = eval_splits(dataset, None, None, None, seed=0, defaults=(20, 20, 100))
     assert [s.id for s in whole.test] == [f"ten.jsonl/{i}" for i in range(10)] and whole.train == whole.val == ()
     assert len(eval_splits(dataset, None, None, 3, seed=0, defaults=(2, 2, 100)).test) == 3
+    asked_for_train = eval_splits(dataset, None, None, None, seed=0, defaults=(4, 2, 100), split="train")
+    assert asked_for_train.train == make_splits(dataset, 4, 2, 3, seed=0).train  # as optimize carves it, never empty
     with pytest.raises(DataError) as err:
         eval_splits(dataset, 20, None, None, seed=0, defaults=(20, 20, 100))
     message = str(err.value)

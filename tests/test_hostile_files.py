@@ -174,3 +174,85 @@ def _write(folder, name: str, text: str):
     path = folder / name
     path.write_text(text)
     return path
+
+
+def _corpus():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from hostile_corpus import corpus
+
+    return corpus()
+
+
+LOCATED = re.compile(r"^(?P<file>[^\n]+?):(?P<line>\d+):(?P<col>\d+): (error|warning): ", re.M)
+CORPUS = _corpus()
+
+
+def run_bounded(argv: list[str], seconds: float = 10) -> tuple[int, str, float]:
+    """Run the CLI in-process; an alarm turns a hang into a failure instead of a stuck test run."""
+    import signal
+
+    def hang(signum, frame):
+        raise TimeoutError(f"{' '.join(argv)} took more than {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    start = time.monotonic()
+    try:
+        code, output = run_cli(*argv)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    return code, output, time.monotonic() - start
+
+
+def test_the_corpus_is_big_and_varied():
+    names = [name for name, _ in CORPUS]
+    assert len(names) >= 300
+    assert sum(n.endswith(".sbp") for n in names) >= 150 and sum(n.endswith(".yaml") for n in names) >= 150
+
+
+@pytest.mark.parametrize("name, data", CORPUS, ids=[name for name, _ in CORPUS])
+def test_a_bad_file_gives_located_errors_never_a_traceback(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    for command in ("check", "compile"):
+        code, output, seconds = run_bounded([command, str(path)])  # an exception here is a traceback: the test fails
+        assert code in (0, 1) and seconds < 10, (command, code, seconds)
+        for line in output.splitlines():
+            if ": error: " in line and line.startswith(str(path)):
+                assert LOCATED.match(line), f"{command}: error without line:col: {line}"
+        if command == "check" and code == 1:
+            assert LOCATED.search(output), output[:2000]
+        assert "\x1b" not in output and "\x00" not in output and "\x07" not in output
+
+
+def test_odd_paths_are_refused_clearly_and_never_block(tmp_path):
+    import os
+
+    fifo = tmp_path / "fifo.sbp"
+    os.mkfifo(fifo)
+    code, output, seconds = run_bounded(["check", str(fifo)], seconds=5)
+    assert code == 1 and seconds < 5 and "fifo.sbp: error: is not a regular file (a FIFO, socket or device?)" in output
+    code, output, _ = run_bounded(["compile", str(fifo)], seconds=5)
+    assert code == 1 and "is not a regular file" in output
+    (tmp_path / "broken.sbp").symlink_to(tmp_path / "nowhere.sbp")
+    assert run_cli("check", str(tmp_path / "broken.sbp")) == (1, f"{tmp_path}/broken.sbp: error: no such file (a broken symbolic link)\n"
+                                                                 f"{tmp_path}/broken.sbp: 1 error(s)\n")
+    good = _write(tmp_path, "good.sbp", HEADER + "node a: text {}\nq -> a\noutput a\n")
+    (tmp_path / "link.sbp").symlink_to(good)
+    assert run_cli("check", str(tmp_path / "link.sbp"))[0] == 0  # a link to a regular file is fine
+    (tmp_path / "folder.sbp").mkdir()
+    assert "folder.sbp: error: is a directory, not a pipeline file" in run_cli("check", str(tmp_path / "folder.sbp"))[1]
+    assert "/dev/zero: error: is not a regular file" in run_bounded(["check", "/dev/zero"], seconds=5)[1]
+
+
+def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    from sembp_dsl import source
+
+    monkeypatch.setattr(source, "MAX_FILE_BYTES", 2**20)
+    path = _write(tmp_path, "huge.sbp", HEADER + "#" + "x" * (3 * 2**20) + "\n")
+    code, output = run_cli("check", str(path))
+    assert code == 1 and "huge.sbp: error: is 3.0 MB; a pipeline file may be at most 1 MB" in output

@@ -84,8 +84,9 @@ def test_a_page_from_an_interrupted_run_whose_file_is_gone(two_runs, tmp_path):
     record = json.loads((folder / "run.json").read_text())
     record["iterations"] = record["iterations"][:1]
     record["settings"]["file"] = str(tmp_path / "gone.sbp")
-    for key in ("finished", "test", "ledger"):
+    for key in ("test", "ledger"):
         record.pop(key)
+    record["finished"] = False  # what a killed run leaves
     (folder / "run.json").write_text(json.dumps(record))
     html = report(two_runs, tmp_path / "r.html", "1")
     assert "interrupted after 1 of 2 iterations" in html and "1 iteration(s) not run" in html
@@ -209,3 +210,9 @@ def test_the_page_loads_offline_with_no_console_error_and_its_plots(two_runs, tm
     assert result["styled"] == "rgb(221, 255, 221)"  # the page's own style passed the policy
     assert result["rows"] == 3
     assert '<script>alert("x")</script>' in result["text"]  # shown as text, not run
+
+
+def test_a_page_that_cannot_be_written_is_an_error(two_runs, tmp_path, capsys):
+    assert cli.main(["report", "1", "--runs-dir", str(two_runs), "--out", str(tmp_path / "nowhere" / "r.html")]) == 1
+    err = capsys.readouterr().err
+    assert "cannot write" in err and "Traceback" not in err

@@ -102,12 +102,16 @@ def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_pa
     # what a run killed during its second of three iterations leaves: one iteration, no end, no test, no ledger
     record["settings"]["iterations"] = 3
     record["iterations"] = record["iterations"][:1]
-    for key in ("finished", "stopped", "test", "ledger"):
+    for key in ("stopped", "test", "ledger"):
         record.pop(key, None)
+    record["finished"] = False
     killed = runs / "20990101-000000-toy"
     killed.mkdir()
     (killed / "run.json").write_text(json.dumps(record))
     (runs / "not-a-run").mkdir()  # a folder without a record is skipped, not an error
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert code == 0 and out.count("finished") == 1 and "interrupted after 1 of 3 iterations" in out
+    assert "skipped " in out and "not-a-run" in out
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     first, last = json.loads(out)
     assert last["run"] == "20990101-000000-toy" and not last["finished"]
@@ -139,7 +143,8 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
     runs = tmp_path / "runs"
     for name in ("20260101-100000-a", "20260101-110000-b", "20260202-100000-c"):
         (runs / name).mkdir(parents=True)
-        (runs / name / "run.json").write_text(json.dumps({"settings": {}, "iterations": []}))
+        (runs / name / "run.json").write_text(json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {},
+                                                          "iterations": [], "finished": True}))
     assert resolve("1", runs).name == "20260101-100000-a" and resolve("-1", runs).name == "20260202-100000-c"
     assert resolve("20260202", runs).name == "20260202-100000-c"
     assert resolve(str(runs / "20260101-110000-b" / "run.json"), runs).name == "20260101-110000-b"
@@ -154,3 +159,65 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
 def test_word_diff_marks_only_the_changed_words():
     assert plain_word_diff("Say Yes or No.", "Say Yes or No, briefly.") == "Say Yes or [-No.-]{+No, briefly.+}"
     assert plain_word_diff("a b", "a b") == "a b"
+
+
+def test_a_run_stopped_by_its_budget_says_why(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
+              "--iters", "3", "--max-calls", "50", "--runs-dir", str(tmp_path / "runs")])
+    capsys.readouterr()
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"), "--json")
+    [run] = json.loads(out)
+    assert code == 0 and not run["finished"] and run["status"].startswith("stopped: ") and "50" in run["status"]
+    assert run["iterations"] >= 1
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "stopped: " in out and "iteration 1: train 0.000, accepted" in out
+
+
+def test_a_run_killed_mid_way_for_real(tmp_path, fake_llm, script, capsys):
+    """SIGKILL after the first of three iterations: the record has what was done, and nothing more."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    script.improve = lambda param, prompt: f"Improved {param} {prompt.count('Improved')}"  # every step proposes anew
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    original = path.read_text()
+    fake_llm.configure(delay=0.05)
+    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=12),
+                             "--train-size", "3", "--val-size", "5", "--iters", "3", "--gate-alpha", "1",
+                             "--runs-dir", str(tmp_path / "runs")],
+                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        records = list((tmp_path / "runs").glob("*/run.json"))
+        if records and len(json.loads(records[0].read_text())["iterations"]) >= 1:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    fake_llm.configure(delay=0.0)
+    done = len(json.loads(records[0].read_text())["iterations"])
+    assert 1 <= done < 3
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"interrupted after {done} of 3 iterations" in out
+    code, out, _ = sbpc(capsys, "show", "-1", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and f"({3 - done} iteration(s) not run)" in out and "candidate for look: taken" in out
+    code, _, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and path.read_text() == original
+
+
+def test_show_never_sends_a_replys_control_characters_to_the_terminal(accepted, capsys):
+    _, _, runs = accepted
+    [folder] = runs.iterdir()
+    record = json.loads((folder / "run.json").read_text())
+    record["iterations"][0]["gradients"][0]["nodes"]["a"] = "clear the screen \x1b[2J and ring \x07"
+    record["iterations"][0]["candidates"][0]["new"] = "Look \x1b]0;pwned\x07 here."
+    (folder / "run.json").write_text(json.dumps(record))
+    code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(runs))
+    assert code == 0 and "\x1b" not in out and "\x07" not in out
+    assert "clear the screen \\x1b[2J and ring \\x07" in out and "\\x1b]0;pwned\\x07" in out
