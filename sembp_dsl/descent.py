@@ -16,6 +16,7 @@ from typing import Mapping, Sequence
 
 from jinja2 import nodes
 
+from .diagnostics import bad_characters
 from .graph import Graph, describe
 from .llm import LLM, CallFailed
 from .runtime import Trace
@@ -106,7 +107,7 @@ def validate(graph: Graph, param: str, old: str, new: str, examples: list[dict],
         return "unchanged"
     if "feedback" in new.casefold() and "feedback" not in old.casefold():
         return "mentions 'feedback'"
-    code = template_code(new)
+    code = bad_characters(new) or template_code(new)
     if code:
         return code
     used = {n.name for n in ENV.parse(new).find_all(nodes.Name)}

@@ -290,13 +290,13 @@ BUILTIN_SHAPES = {
 
 @lru_cache(maxsize=1024)
 def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
-    """Render with placeholders for every variable, `<name>` then `1` (a built-in's lists shaped as it gets
+    """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
     them): the first failure, and whether it is certain (a limit, or both failed: the template's own error,
-    such as `{{ 1/0 }}`)."""
+    such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
     if "{" not in source:
         return None, False
     failures = []
-    for placeholder in ("<{}>", "1"):
+    for placeholder in ("<{}>" + "." * 200, "1"):  # long text, so indexing a real input is not taken for an error
         values = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
         if builtin:

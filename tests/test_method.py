@@ -161,6 +161,14 @@ def test_a_candidate_is_text_not_code(tmp_path, fake_llm, payload):
     assert reason is not None and ("template code" in reason or "breaks the template" in reason), reason
 
 
+@pytest.mark.parametrize("payload", ["Judge \x1b[31mnow\x1b[0m.", "Judge\x00.", "Say \x08Yes."])
+def test_a_candidate_with_control_characters_is_refused(tmp_path, fake_llm, payload):
+    """The file could not hold it (check refuses control characters), and a model should not see it."""
+    graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    reason = validate(graph, "verdict_task", "Say Yes or No.", payload, [], [{"q": "x", "a": "y", "b": "z"}])
+    assert reason is not None and "control character" in reason
+
+
 def test_a_plain_input_reference_is_still_allowed(tmp_path, fake_llm):
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
     assert validate(graph, "verdict_task", "Say Yes or No.", "Judge {{ q }} on {{a}}.", [],

@@ -149,13 +149,14 @@ def test_one_iteration_on_liar_calls_as_the_papers_code_does(tmp_path, gradient,
         assert len(told) == 6
 
 
-def test_checks_clean_while_an_override_reading_a_missing_field_still_warns(tmp_path, capsys):
-    """Built-in overrides are trial-rendered with hints and examples shaped as the method passes them."""
+def test_checks_clean_while_an_override_reading_a_missing_field_is_refused(tmp_path, capsys):
+    """Built-in overrides are trial-rendered with hints and examples shaped as the method passes them:
+    a field those records never have can never render."""
     assert cli.main(["check", PAPER]) == 0
     assert capsys.readouterr().err == ""
     source = Path(PAPER).read_text().replace("{{ hint.value }}\n", "{{ hint.text }}\n", 1)
     broken = tmp_path / "broken.sbp"
     broken.write_text(source)
-    assert cli.main(["check", str(broken)]) == 0
+    assert cli.main(["check", str(broken)]) == 1
     err = capsys.readouterr().err
-    assert "warning: template may not render" in err and "has no attribute 'text'" in err
+    assert "error: template cannot render" in err and "has no attribute 'text'" in err

@@ -9,12 +9,13 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT, with_fake_model
 from test_optimize import TOY
 from sembp_dsl import cli
+from sembp_dsl.diagnostics import bad_characters
 from sembp_dsl.source import load, parse_text
 from sembp_dsl.writeback import WriteBack, rewrite
 
@@ -55,8 +56,8 @@ def test_crlf_and_bom_files_are_written_in_place_and_keep_both(tmp_path, name, c
     assert writer({"verdict_task": "Again."}) is None and load(str(path)).param("verdict_task").text == "Again."
 
 
-HARD_TEXTS = ["a\x85b", "a\u2028b\u2029c", "tab\there", "lone\rcr", "x\n\x85y", "\ufeffleading mark", "nul\x00 and \x1b[31m",
-              'quote " and \\ backslash', "trailing space ", "two\nlines", "  indented\n\tand tabbed", "emoji 😀", "\x7f\x9f"]
+HARD_TEXTS = ["a\x85b", "a\u2028b\u2029c", "tab\there", "lone\rcr", "x\n\x85y", "\ufeffleading mark", "c1 \x9f\x80",
+              'quote " and \\ backslash', "trailing space ", "two\nlines", "  indented\n\tand tabbed", "emoji 😀"]
 
 
 @pytest.mark.parametrize("name", ["liar.yaml", "liar.sbp"])
@@ -71,6 +72,7 @@ def test_hard_characters_are_written_in_a_form_that_parses_back(name, text):
 @settings(max_examples=150, deadline=None)
 @given(st.text(st.characters(exclude_categories=("Cs",)), max_size=40))
 def test_any_text_is_written_back_exactly_in_yaml(text):
+    assume(bad_characters(text) is None)  # control characters are refused in pipelines (and in candidates)
     original = load(str(ROOT / "pipelines/liar.yaml"))
     assert parse_text(rewrite(original, {"verdict_task": text}), original.path).param("verdict_task").text == text
 
