@@ -270,7 +270,11 @@ class Pipeline:
 
         def judge(trace: Trace, sample: Sample, expected: str) -> float:
             prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
-            return float(metric(prediction, sample.given or {**sample.fields, "answer": sample.answer}))
+            value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
+            if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:
+                raise TypeError(f"the metric {getattr(metric, '__name__', metric)!r} returned {value!r}; "
+                                "a metric returns a bool or a number from 0 to 1")
+            return float(value)
 
         return judge
 

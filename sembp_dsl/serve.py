@@ -35,6 +35,8 @@ def app(pipeline: Pipeline) -> web.Application:
             inputs = json.loads(await request.text())
         except (ValueError, UnicodeDecodeError) as exc:
             return _error(400, f"the body is not JSON: {exc}")
+        except RecursionError:
+            return _error(400, "the body nests too deeply to be inputs")
         if not isinstance(inputs, dict):
             return _error(400, f"the body must be a JSON object of inputs ({', '.join(pipeline.inputs)}), "
                                f"not {type(inputs).__name__}")

@@ -20,6 +20,7 @@ from importlib import resources
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
+from jinja2.utils import generate_lorem_ipsum
 
 MAX_OUTPUT_CHARS = 16_000_000  # all text one render outputs, macros and blocks included
 MAX_VALUE_CHARS = 4_000_000  # one string, list or number (in digits) built by an operator, call or filter
@@ -28,7 +29,8 @@ CALL_STEPS = 20  # a call (a macro, a method) costs about twenty loop iterations
 MAX_SECONDS = 3.0  # a backstop for work the step count cannot see
 MAX_ARGUMENT = 1_000_000  # an integer passed to a call or filter (widths, counts, repeats)
 MAX_LIPSUM = 100  # paragraphs or words asked of `lipsum`
-WIDE_FORMAT = re.compile(r"[%{:][^%{}]*?\d{7,}")  # a printf or format() width of a million or more
+# A printf (`%9999999d`) or format() (`{:>9999999}`) width or precision of a million or more.
+WIDE_FORMAT = re.compile(r"%[-+ #0]*\d{7,}|%[-+ #0]*\d*\.\d{7,}|\{[^{}]*:[^{}]*?\d{7,}[^{}]*\}")
 FORBIDDEN = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
 
 
@@ -50,10 +52,10 @@ class Budget:
     deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
 
     def step(self, count: int = 1) -> None:
-        self.steps += count
+        before, self.steps = self.steps, self.steps + count
         if self.steps > MAX_STEPS:
             raise RenderError(f"too much work: more than {MAX_STEPS:,} loop iterations, calls and filter items")
-        if self.steps & 0x3FF == 0 and time.monotonic() > self.deadline:
+        if before >> 10 != self.steps >> 10 and time.monotonic() > self.deadline:  # every 1,024 steps
             raise RenderError(f"rendering took more than {MAX_SECONDS:g} s")
 
     def emit(self, chars: int) -> None:
@@ -68,10 +70,8 @@ _BUDGET: ContextVar[Budget] = ContextVar("template_budget")
 def _budget() -> Budget:
     try:
         return _BUDGET.get()
-    except LookupError:  # rendered outside `BoundedTemplate.render` (for instance by Jinja itself)
-        budget = Budget()
-        _BUDGET.set(budget)
-        return budget
+    except LookupError:  # not inside `BoundedTemplate.render` (Template.generate): each operation's own limits
+        return Budget()
 
 
 def _size(value) -> int:
@@ -93,8 +93,11 @@ def _check_arguments(args, kwargs) -> None:
             _check_arguments(value, {})
         elif isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_ARGUMENT:
             raise RenderError(f"argument {value} is too large (the limit is {MAX_ARGUMENT:,})")
-        elif isinstance(value, str) and WIDE_FORMAT.search(value):
-            raise RenderError("a format width of a million or more characters")
+
+
+def _check_format(text: str) -> None:
+    if WIDE_FORMAT.search(text):
+        raise RenderError("a format width of a million or more characters")
 
 
 def _estimated_size(op: str, left, right) -> int:
@@ -109,7 +112,8 @@ def _estimated_size(op: str, left, right) -> int:
     if op == "**" and isinstance(left, int) and isinstance(right, int) and abs(left) > 1 and right > 0:
         return right * left.bit_length() * 3 // 10
     if op == "%" and isinstance(left, str):
-        _check_arguments((left, *(right if isinstance(right, tuple) else (right,))), {})
+        _check_format(left)
+        _check_arguments(right if isinstance(right, tuple) else (right,), {})
     return 0
 
 
@@ -159,7 +163,7 @@ class BoundedEnvironment(SandboxedEnvironment):
         _check_arguments(args, kwargs)
         wrapped = getattr(__obj, "__wrapped__", None)  # str.format, wrapped by the sandbox
         if isinstance(getattr(wrapped, "__self__", None), str):
-            _check_arguments((wrapped.__self__,), {})
+            _check_format(wrapped.__self__)
         result = _check_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
         budget.step(_size(result) // 8)
         return result
@@ -212,7 +216,7 @@ def _bounded_concat(parts) -> str:
 def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
     if n > MAX_LIPSUM or max > MAX_LIPSUM:
         raise RenderError(f"lipsum: at most {MAX_LIPSUM} paragraphs of at most {MAX_LIPSUM} words")
-    return _LIPSUM(n=n, html=html, min=min, max=max)
+    return generate_lorem_ipsum(n=n, html=html, min=min, max=max)
 
 
 def _make_env() -> BoundedEnvironment:
@@ -225,7 +229,6 @@ def _make_env() -> BoundedEnvironment:
     return env
 
 
-_LIPSUM = SandboxedEnvironment().globals["lipsum"]
 ENV = _make_env()
 
 # A node without a template gets its prompt followed by one "name: value" line per input.
@@ -291,8 +294,8 @@ BUILTIN_SHAPES = {
 @lru_cache(maxsize=1024)
 def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
     """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
-    them): the first failure, and whether it is certain (a limit, or both failed: the template's own error,
-    such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
+    them): the first failure, and whether it is certain: a limit with the first, or both failed (the
+    template's own error, such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
     if "{" not in source:
         return None, False
     failures = []
@@ -304,10 +307,11 @@ def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> t
         try:
             compile_template(source).render(values)
         except RenderError as exc:
-            if exc.limit:
+            if exc.limit and not failures:
                 return exc, True
             failures.append(exc)
-    return (failures[0], len(failures) == 2) if failures else (None, False)
+    certain = len(failures) == 2 and not failures[1].limit  # `range(q|int)` over a limit with `1` is data's doing
+    return (failures[0], certain) if failures else (None, False)
 
 
 __all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "RenderError", "TemplateProblem", "builtin_source", "variables",

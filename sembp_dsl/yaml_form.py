@@ -108,8 +108,6 @@ def explain(err) -> str:
         return err.message.replace("is a required property", "is required")
     if err.validator == "minProperties":
         return "must not be empty"
-    if err.validator == "minLength":
-        return "must not be empty"
     return err.message
 
 
@@ -272,6 +270,9 @@ class Lowering:
         )
 
 
+_CONSTRUCTOR = yaml.constructor.SafeConstructor()
+
+
 def _scalar(node: yaml.Node):
     """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
     value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
@@ -281,9 +282,11 @@ def _scalar(node: yaml.Node):
         return node.value
     tag = node.tag.replace("tag:yaml.org,2002:", "!!")
     try:
-        value = yaml.SafeLoader("").construct_object(node)
+        value = _CONSTRUCTOR.construct_object(node)
     except Exception:  # PyYAML's constructors raise ValueError, KeyError, AttributeError...: all bad input
         raise BadScalar(f"'{node.value}' is not a valid {tag}") from None
+    finally:
+        _CONSTRUCTOR.constructed_objects.clear()  # it would keep every node it ever saw
     if isinstance(value, float) and not math.isfinite(value):
         raise BadScalar(f"{node.value} is not a finite number")
     if value is not None and not isinstance(value, (str, int, float, bool)):

@@ -124,6 +124,14 @@ def test_evaluate_in_memory_examples_with_a_python_metric(triage):
     assert seen[0] is examples[0] or seen[0] in examples  # the example as it was given
 
 
+def test_a_metric_that_returns_something_else_is_named(triage):
+    def shout(prediction, example):
+        return "yes"
+
+    with pytest.raises(TypeError, match="'shout' returned 'yes'; a metric returns a bool or a number from 0 to 1"):
+        triage.evaluate([{"ticket": "crash", "answer": "Yes"}], metric=shout)
+
+
 def test_evaluate_a_data_file_by_path(triage, tmp_path):
     data = tmp_path / "tickets.jsonl"
     data.write_text("".join(json.dumps({**row, "label": "Yes"}) + "\n" for row in tickets(6)))
@@ -229,7 +237,7 @@ def test_serve_health_trace_and_bad_input(server):
     body = json.load(urllib.request.urlopen(request))
     assert body["output"] == "Yes" and set(body["trace"]["nodes"]) == {"notes", "urgent"}
     for payload, reason in ((b"not json", "not JSON"), (b"[1, 2]", "JSON object"), (b'{"tickt": 1}', "did you mean 'ticket'"),
-                            (b"{}", "missing input"), (b"\xff\xfe", "not JSON")):
+                            (b"{}", "missing input"), (b"\xff\xfe", "not JSON"), (b"[" * 100_000, "nests too deeply")):
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(urllib.request.Request(server + "/", data=payload, method="POST"))
         assert caught.value.code == 400

@@ -221,3 +221,32 @@ def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
     assert all(shape.match(line) or re.fullmatch(r"  n\d+ --> n\d+", line) for line in chart[1:]), chart
     assert chart[1:5] == ['  n0(["end"])', '  n1["style: choice((A), B)"]', '  n2["class: text"]', '  n3[["click: text"]]']
     assert chart[5:] == ["  n0 --> n1", "  n0 --> n2", "  n1 --> n3", "  n2 --> n3"]
+
+
+def test_the_language_doc_matches_the_code():
+    import re
+
+    from sembp_dsl.templates import BUILTIN, builtin_source
+
+    root = Path(__file__).resolve().parents[1]
+    doc = (root / "docs/language.md").read_text()
+    assert builtin_source("loss").strip() in doc  # the loss template, quoted verbatim
+    gsm8k = (root / "pipelines/gsm8k.sbp").read_text()
+    quoted = re.search(r"^(node answer: number \{.*?\})\s+# gsm8k\.sbp$", doc, re.M).group(1)
+    declared = re.search(r"^node answer: number\s*\{.*?\}", gsm8k, re.M).group(0)
+    assert quoted.split() == declared.split()
+    assert "End with the final answer, a single number, on the last line." in gsm8k
+    assert "End with the final answer, a single number, on the last line." in " ".join(doc.split())
+    for name, allowed in BUILTIN.items():
+        row = re.search(rf"^\| `{name}` \|[^|]*\| (.*) \|$", doc, re.M).group(1)
+        if not row.startswith("same as"):
+            assert set(re.findall(r"`(\w+)`", row)) == allowed, name
+
+
+def test_control_characters_in_strings_are_errors(tmp_path):
+    code, err = check(tmp_path, HEADER + 'param p = "red \x1b[31m"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    assert code == 1 and "p.sbp:3:11: error: control character \\x1b in a string; pipelines hold text" in err
+    assert "\x1b" not in err
+    yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\ndescription: "bell \\a"\n'
+    code, err = check(tmp_path, yaml, "p.yaml")
+    assert code == 1 and "p.yaml:7:14: error: control character \\x07 in a string" in err

@@ -256,3 +256,15 @@ def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monke
     path = _write(tmp_path, "huge.sbp", HEADER + "#" + "x" * (3 * 2**20) + "\n")
     code, output = run_cli("check", str(path))
     assert code == 1 and "huge.sbp: error: is 3.0 MB; a pipeline file may be at most 1 MB" in output
+
+
+def test_each_render_has_its_own_budget(tmp_path):
+    node = compile_file(str(template_file(tmp_path, "{% for i in range(100000) %}{% for c in 'abcdef' %}{% endfor %}{% endfor %}ok"))).nodes["a"]
+    for _ in range(3):  # 700,000 steps each: three renders would be over the limit if the budget carried over
+        assert node.render({"q": "x"}, {}) == "ok"
+
+
+def test_numbers_in_ordinary_strings_are_not_taken_for_format_widths(tmp_path):
+    source = "{{ 'id: 12345678'.replace('id', 'order') }} {{ 'call {n} at 5551234567'.format(n=q) }} {{ '%s 1234567' % q }}"
+    node = compile_file(str(template_file(tmp_path, source))).nodes["a"]
+    assert node.render({"q": "x"}, {}) == "order: 12345678 call x at 5551234567 x 1234567"
