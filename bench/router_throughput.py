@@ -1,11 +1,12 @@
 """Throughput over 4 deployments through litellm's Router, against one deployment; each server admits 16 requests
 at once (the rest queue, as on a vLLM server with 16 sequences).
 
-Prints, from one run: wall time for N calls through a Router of 1 deployment and of 4, their ratio (target
->= 3.5x, issue 11), the client CPU per call on each path, and the same N calls on the fast path to one server
-for reference. Servers are separate processes (bench/fake_server.py --slots 16).
+Prints, from one run, per call latency: the throughput (calls done per second with every slot busy, over the
+same number of full waves) through a Router of 1 deployment and of 4, their ratio (target >= 3.5x, issue 11),
+the client CPU per call, and one server on the fast path for reference. Servers are separate processes
+(bench/fake_server.py --slots 16).
 
-    .venv/bin/python bench/router_throughput.py --calls 128 --delay 1.0
+    .venv/bin/python bench/router_throughput.py [--delays 1,8] [--waves 2]
 """
 
 from __future__ import annotations
@@ -46,32 +47,41 @@ def measure(settings: dict, name: str, prompts: list[str], concurrency: int) -> 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--calls", type=int, default=128)
-    ap.add_argument("--delay", type=float, default=1.0)
+    ap.add_argument("--delays", default="1,8", help="seconds per call, comma-separated (default 1,8)")
+    ap.add_argument("--waves", type=int, default=2, help="full waves of calls per measurement (default 2)")
     ap.add_argument("--slots", type=int, default=16)
     args = ap.parse_args()
-    servers = [spawn(args.delay, reply="ok", slots=args.slots) for _ in range(4)]
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            results = {}
-            for n in (1, 4):
-                path = Path(tmp) / f"router-{n}.yaml"
-                path.write_text(yaml.safe_dump({
-                    "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url}}
-                                   for url, _ in servers[:n]],
-                    "router_settings": {"routing_strategy": "least-busy"}}))
-                results[n] = measure({"router": str(path)}, "pool", [f"r{n} {i}" for i in range(args.calls)], 4 * args.slots)
-            fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(args.calls)],
-                           args.slots)
-    finally:
-        for _, stop in servers:
-            stop()
-    ideal = args.calls / args.slots * args.delay
-    print(f"{args.calls} calls, {args.delay} s each, {args.slots} slots per server (load average {os.getloadavg()[0]:.1f}):")
-    print(f"  router, 1 deployment    {results[1][0]:6.2f} s  ({ideal:.2f} ideal)  {results[1][1]:5.2f} ms CPU/call")
-    print(f"  router, 4 deployments   {results[4][0]:6.2f} s  ({ideal / 4:.2f} ideal)  {results[4][1]:5.2f} ms CPU/call")
-    print(f"  ratio                   {results[1][0] / results[4][0]:6.2f}x (target >= 3.5x)")
-    print(f"  fast path, 1 server     {fast[0]:6.2f} s  ({ideal:.2f} ideal)  {fast[1]:5.2f} ms CPU/call")
+    print(f"throughput = calls / wall over {args.waves} full waves ({args.slots} slots per server, one process "
+          f"per server; load average {os.getloadavg()[0]:.1f} at start)")
+    for delay in (float(d) for d in args.delays.split(",")):
+        servers = [spawn(delay, reply="ok", slots=args.slots) for _ in range(4)]
+        try:
+            with tempfile.TemporaryDirectory() as tmp:
+                results = {}
+                for n in (1, 4):
+                    path = Path(tmp) / f"router-{n}.yaml"
+                    path.write_text(yaml.safe_dump({
+                        "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url}}
+                                       for url, _ in servers[:n]],
+                        "router_settings": {"routing_strategy": "least-busy"}}))
+                    calls = args.waves * args.slots * n
+                    wall, cpu = measure({"router": str(path)}, "pool", [f"r{n} {i}" for i in range(calls)], n * args.slots)
+                    results[n] = (calls, wall, cpu)
+                fast_calls = args.waves * args.slots
+                fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(fast_calls)],
+                               args.slots)
+        finally:
+            for _, stop in servers:
+                stop()
+        ideal = args.waves * delay
+        print(f"{delay:g} s per call (ideal wall {ideal:.2f} s):")
+        for n, (calls, wall, cpu) in results.items():
+            print(f"  router, {n} deployment{'s' if n > 1 else ' '} {calls:4d} calls {wall:6.2f} s  "
+                  f"{calls / wall:6.1f} calls/s  {cpu:5.2f} ms CPU/call")
+        ratio = (results[4][0] / results[4][1]) / (results[1][0] / results[1][1])
+        print(f"  throughput ratio {ratio:.2f}x (target >= 3.5x: {'met' if ratio >= 3.5 else 'not met'})")
+        print(f"  fast path, 1 server    {fast_calls:4d} calls {fast[0]:6.2f} s  {fast_calls / fast[0]:6.1f} calls/s  "
+              f"{fast[1]:5.2f} ms CPU/call")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,7 @@
 """IR -> checked IR: every semantic rule of the language, every violation reported at once.
 
+One function per rule, all reading and reporting through a `Context`; `check` runs them in order.
+
 The result, `Analysis`, is what the compiler builds on: predecessors in declaration
 order (which fixes hint numbering), successors and a topological order.
 """
@@ -67,42 +69,24 @@ def default_metric(output_type: ir.OutputType | None) -> str:
     return {"number": "numeric", "json": "json"}.get(kind, "exact")
 
 
-class Checker:
+class Context:
+    """What the rules share: the pipeline, the diagnostics so far, and the names declared in it."""
+
     def __init__(self, pipeline: ir.Pipeline):
         self.p = pipeline
         self.diagnostics: list[Diagnostic] = []
+        self.received_sets: dict[tuple[int, bool], frozenset[str]] = {}
+        self.tainted: set[str] = set()  # nodes whose other errors would only repeat an error already reported
+        self.nodes = self.unique("node or input", [*pipeline.inputs, *pipeline.nodes])
+        self.node_names = {n.name for n in pipeline.nodes}
+        self.params = self.unique("param", pipeline.params)
+        self.templates = self.unique("template", pipeline.templates)
 
     def error(self, span: ir.Span | None, message: str) -> None:
         self.diagnostics.append(error(span, message, self.p.path))
 
     def warn(self, span: ir.Span | None, message: str) -> None:
         self.diagnostics.append(warning(span, message))
-
-    def run(self) -> Analysis:
-        p = self.p
-        self.received_sets: dict[tuple[int, bool], frozenset[str]] = {}
-        self.tainted: set[str] = set()  # nodes whose other errors would only repeat an error already reported
-        self.nodes = self.unique("node or input", [*p.inputs, *p.nodes])
-        self.node_names = {n.name for n in p.nodes}
-        self.params = self.unique("param", p.params)
-        self.templates = self.unique("template", p.templates)
-        for item in [*p.inputs, *p.nodes]:
-            if item.name in RESERVED:
-                self.error(item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
-        for node in p.nodes:
-            self.check_node(node)
-        for block in p.blocks:
-            self.check_block(block)
-        predecessors, successors = self.check_edges()
-        order = self.check_cycles(predecessors, successors)
-        output = self.check_output()
-        metric = self.check_metric(output)
-        for node in p.nodes:
-            if node.name not in self.tainted:
-                self.check_template_variables(node, predecessors.get(node.name, ()))
-        self.check_builtin_overrides()
-        self.warn_unused(predecessors, successors, output)
-        return Analysis(predecessors, successors, order, metric)
 
     def unique(self, what: str, items) -> dict:
         seen: dict = {}
@@ -113,276 +97,6 @@ class Checker:
             else:
                 seen[item.name] = item
         return seen
-
-    def check_settings(self, where: str, settings, allowed: dict) -> None:
-        seen: set[str] = set()
-        for s in settings:
-            if s.key in seen:
-                self.error(s.span, f"duplicate setting '{s.key}' in {where}")
-            seen.add(s.key)
-            accepted = allowed.get(s.key)
-            if accepted is None:
-                self.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
-            elif isinstance(accepted[0], str):
-                if s.value not in accepted:
-                    self.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
-                                             + did_you_mean(str(s.value), accepted))
-            elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
-                kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
-                self.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
-            elif s.key in BOUNDS:
-                self.check_bounds(s)
-
-    def check_bounds(self, s: ir.Setting) -> None:
-        low, high, exclusive = BOUNDS[s.key]
-        if s.value != s.value or not (low < s.value if exclusive else low <= s.value) or s.value > high:
-            low_text = f"more than {low}" if exclusive else f"at least {low}"
-            self.error(s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
-
-    def check_node(self, node: ir.Node) -> None:
-        self.check_settings(f"node '{node.name}'", node.settings, NODE_SETTINGS)
-        prompt = node.setting("prompt")
-        if prompt is not None and isinstance(prompt.value, str) and prompt.value not in self.params:
-            self.error(prompt.value_span, f"undefined param '{prompt.value}'{did_you_mean(prompt.value, self.params)}")
-        template = node.setting("template")
-        if template is not None and isinstance(template.value, str):
-            if IDENTIFIER.match(template.value) and template.value not in self.templates:
-                self.error(template.value_span, f"undefined template '{template.value}'{did_you_mean(template.value, self.templates)}")
-                self.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
-        if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
-            self.error(node.type.span, "a choice lists the same option twice")
-        if node.type.kind == "choice" and not all(c.strip() for c in node.type.choices):
-            self.error(node.type.span, "a choice option cannot be empty")
-
-    def check_block(self, block: ir.Block) -> None:
-        allowed = BLOCKS.get(block.kind)
-        if allowed is None:
-            self.error(block.span, one_of(block.kind, "block", BLOCKS))
-            return
-        if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
-            self.error(block.span, one_of(block.name, "model role", MODEL_ROLES))
-        if block.kind == "optimize" and block.name is not None:
-            self.error(block.span, "an optimize block takes no name")
-        self.check_settings(f"{block.kind} block", block.settings, allowed)
-
-    def check_edges(self):
-        """Predecessors and successors from the edge statements, each checked as the product it is.
-
-        A target fed by one statement shares that statement's tuple of sources, so a statement of
-        n x m names costs n + m, not n * m. A name is reported once per statement, and a node whose
-        in-edges are incomplete (or that a misspelt name probably meant) is not checked further.
-        """
-        pairs = sum(len(edge.sources) * len(edge.targets) for edge in self.p.edges)
-        if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
-            biggest = max(self.p.edges, key=lambda e: len(e.sources) * len(e.targets))
-            self.error(biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}")
-            return {n.name: () for n in self.p.nodes}, {n: () for n in self.nodes}
-        feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in self.p.nodes}
-        fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in self.nodes}
-        reported: set[int] = set()
-        for edge in self.p.edges:
-            sources = tuple(ref for ref in edge.sources if self.defined(ref, reported))
-            targets = []
-            for ref in edge.targets:
-                if not self.defined(ref, reported):
-                    continue
-                if ref.name not in self.node_names:
-                    if id(ref) not in reported:
-                        self.error(ref.span, f"'{ref.name}' is an input; edges can only lead into nodes")
-                        reported.add(id(ref))
-                    continue
-                targets.append(ref.name)
-            if len(sources) < len(edge.sources):
-                self.tainted.update(targets)
-            feeding, fed_by_each = self.distinct(sources, targets), tuple(dict.fromkeys(targets))
-            for target in fed_by_each:
-                feeds[target].append(feeding)
-            for source in feeding:
-                fed[source].append(fed_by_each)
-        predecessors = {target: self.merge(target, groups) for target, groups in feeds.items()}
-        successors = {name: self.join(groups) for name, groups in fed.items()}
-        return predecessors, successors
-
-    def distinct(self, sources: tuple[ir.Ref, ...], targets: list[str]) -> tuple[str, ...]:
-        """The names of one statement's sources, each once (a repeat is warned about)."""
-        names: dict[str, None] = {}
-        for ref in sources:
-            if ref.name in names:
-                for target in dict.fromkeys(targets):
-                    self.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
-            names[ref.name] = None
-        return tuple(names)
-
-    def defined(self, ref: ir.Ref, reported: set[int]) -> bool:
-        if ref.name in self.nodes:
-            return True
-        if id(ref) not in reported:
-            reported.add(id(ref))
-            hint = did_you_mean(ref.name, self.nodes)
-            self.error(ref.span, f"undefined node or input '{ref.name}'{hint}")
-            if hint:  # the node it probably meant lacks this edge: its template errors would be noise
-                self.tainted.add(hint.split("'")[1])
-        return False
-
-    def merge(self, target: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
-        """The sources feeding `target`, in edge order: the one statement's tuple itself when only one
-        feeds it; a pair declared in two statements is warned about."""
-        if len(groups) == 1:
-            return groups[0]
-        seen: dict[str, None] = {}
-        for group in groups:
-            for name in group:
-                if name in seen:
-                    self.warn(self.edge_span(name, target), f"edge {name} -> {target} is declared twice")
-                seen[name] = None
-        return tuple(seen)
-
-    def edge_span(self, source: str, target: str) -> ir.Span | None:
-        """Where `source -> target` is declared last (for a warning about a repeated edge)."""
-        for edge in reversed(self.p.edges):
-            if any(t.name == target for t in edge.targets):
-                ref = next((s for s in edge.sources if s.name == source), None)
-                if ref is not None:
-                    return ref.span
-        return None
-
-    @staticmethod
-    def join(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
-        return groups[0] if len(groups) == 1 else tuple(dict.fromkeys(name for group in groups for name in group))
-
-    def check_cycles(self, predecessors, successors) -> tuple[str, ...]:
-        """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle.
-
-        Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
-        algorithm runs on over what is left, so the next report is a different cycle.
-        """
-        counted: dict[int, int] = {}  # targets of one statement share their tuple of sources: count it once
-        waiting = {}
-        for name, preds in predecessors.items():
-            if id(preds) not in counted:
-                counted[id(preds)] = sum(1 for s in preds if s in self.node_names)
-            waiting[name] = counted[id(preds)]
-        order = self.kahn([n.name for n in self.p.nodes], waiting, successors)
-        left = {n: None for n in waiting if waiting[n] > 0}
-        for _ in range(MAX_CYCLES_REPORTED):
-            if not left:
-                break
-            cycle = self.find_cycle(list(left), predecessors, left)
-            self.error(self.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
-            for name in cycle:
-                left.pop(name, None)
-            freed = [s for name in cycle[:-1] for s in successors.get(name, ()) if s in left]
-            for name in freed:
-                waiting[name] -= 1
-            for name in self.kahn([n for n in dict.fromkeys(freed) if waiting[n] == 0], waiting, successors, left):
-                left.pop(name, None)
-        return tuple(order)
-
-    @staticmethod
-    def kahn(ready: list[str], waiting: dict[str, int], successors, among: dict | None = None) -> list[str]:
-        queue = deque(n for n in ready if waiting.get(n) == 0)
-        order: list[str] = []
-        while queue:
-            name = queue.popleft()
-            order.append(name)
-            for succ in successors.get(name, ()):
-                if succ in waiting and (among is None or succ in among):
-                    waiting[succ] -= 1
-                    if waiting[succ] == 0:
-                        queue.append(succ)
-        return order
-
-    @staticmethod
-    def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
-        """Every node left over by Kahn's algorithm has a left-over predecessor: walk back until one repeats."""
-        path, index = [left[0]], {left[0]: 0}
-        while True:
-            pred = next(p for p in predecessors[path[-1]] if p in remaining)
-            if pred in index:
-                return (path[index[pred]:] + [pred])[::-1]
-            index[pred] = len(path)
-            path.append(pred)
-
-    def check_output(self) -> ir.Node | None:
-        outputs = self.p.outputs
-        if not outputs:
-            self.error(self.p.span, "no output node: add `output <node>`")
-            return None
-        for extra in outputs[1:]:
-            self.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
-        ref = outputs[0].node
-        if ref.name not in self.node_names:
-            self.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in self.nodes
-                                                                    else did_you_mean(ref.name, self.node_names)))
-            return None
-        return self.nodes[ref.name]
-
-    def check_metric(self, output: ir.Node | None) -> str:
-        for extra in self.p.metrics[1:]:
-            self.error(extra.span, f"a pipeline has one metric; already declared at line {self.p.metrics[0].span.line}")
-        if not self.p.metrics:
-            return default_metric(output.type if output else None)
-        ref = self.p.metrics[0]
-        if ref.name not in METRICS:
-            self.error(ref.span, one_of(ref.name, "metric", METRICS))
-        elif output is not None and ref.name == "numeric" and output.type.kind != "number":
-            self.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
-        return ref.name
-
-    def template_variables(self, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
-                           builtin: bool = False) -> frozenset | None:
-        """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
-        try:
-            used = variables(text)
-        except TemplateProblem as exc:
-            self.error(self.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}")
-            return None
-        for name in sorted(used - allowed):
-            self.error(self.locate(literal, name), misuse(name))
-        if used <= allowed and text != DEFAULT_TEMPLATE:
-            failure, certain = trial_render(text, used, builtin)
-            if failure is not None:  # an error when no data can help, else a warning
-                report = self.error if certain else self.warn
-                report(self.locate(literal, None, failure.lineno),
-                       f"template{what} {'cannot' if report == self.error else 'may not'} render: {failure.message}")
-        return used
-
-    def check_template_variables(self, node: ir.Node, received: tuple[str, ...]) -> None:
-        setting, prompt = node.setting("template"), node.setting("prompt")
-        named = self.templates.get(str(setting.value)) if setting else None
-        literal = named.literal if named else (setting.value_span if setting else node.span)
-        label = f"template '{named.name}'" if named else "the template"
-        key = (id(received), setting is None)
-        if key not in self.received_sets:  # nodes fed by one statement share `received`: one set for all
-            self.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
-        used = self.template_variables(
-            template_source(self.p, node), literal, self.received_sets[key],
-            lambda name: f"{label} uses '{name}', which node '{node.name}' does not receive"
-                         f" (it receives: {', '.join(received) or 'nothing'})",
-        )
-        if used is None:
-            return
-        param = self.params.get(str(prompt.value)) if prompt else None
-        if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
-            self.error(param.span, f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}")
-        elif param is not None:  # a prompt may use the node's inputs too
-            self.template_variables(
-                param.text, param.literal, self.received_sets[key] - {"prompt", "inputs"},
-                lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
-                what=f" in param '{param.name}'",
-            )
-        if setting is not None and "prompt" in used and prompt is None:
-            self.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
-
-    def check_builtin_overrides(self) -> None:
-        for template in self.p.templates:
-            if template.name in BUILTIN:
-                allowed = BUILTIN[template.name]
-                self.template_variables(
-                    template.text, template.literal, allowed,
-                    lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
-                    builtin=True,
-                )
 
     def locate(self, literal: ir.Span, name: str | None, line: int | None = None) -> ir.Span:
         """Point inside a template literal: at a variable's first use, or at a line of it."""
@@ -404,36 +118,342 @@ class Checker:
             return literal
         return point(literal.file, text, offset, len(name))
 
-    def warn_unused(self, predecessors, successors, output: ir.Node | None) -> None:
-        used_params = {str(s.value) for n in self.p.nodes if (s := n.setting("prompt"))}
-        for param in self.p.params:
-            if param.name not in used_params:
-                self.warn(param.span, f"param '{param.name}' is not used by any node")
-        used_templates = {str(s.value) for n in self.p.nodes if (s := n.setting("template"))}
-        for template in self.p.templates:
-            if template.name not in used_templates and template.name not in BUILTIN:
-                self.warn(template.span, f"template '{template.name}' is not used by any node")
-        for item in self.p.inputs:
-            if not successors.get(item.name):
-                self.warn(item.span, f"input '{item.name}' is not used by any node")
-        if output is None:
-            return
-        reaches, stack, walked = {output.name}, [output.name], set()
-        while stack:
-            preds = predecessors.get(stack.pop(), ())
-            if id(preds) in walked:  # a tuple shared by the targets of one statement: walk it once
+
+def check_reserved(cx: Context) -> None:
+    for item in [*cx.p.inputs, *cx.p.nodes]:
+        if item.name in RESERVED:
+            cx.error(item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
+
+
+def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
+    seen: set[str] = set()
+    for s in settings:
+        if s.key in seen:
+            cx.error(s.span, f"duplicate setting '{s.key}' in {where}")
+        seen.add(s.key)
+        accepted = allowed.get(s.key)
+        if accepted is None:
+            cx.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
+        elif isinstance(accepted[0], str):
+            if s.value not in accepted:
+                cx.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
+                                         + did_you_mean(str(s.value), accepted))
+        elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
+            kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
+            cx.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
+        elif s.key in BOUNDS:
+            check_bounds(cx, s)
+
+
+def check_bounds(cx: Context, s: ir.Setting) -> None:
+    low, high, exclusive = BOUNDS[s.key]
+    if s.value != s.value or not (low < s.value if exclusive else low <= s.value) or s.value > high:
+        low_text = f"more than {low}" if exclusive else f"at least {low}"
+        cx.error(s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
+
+
+def check_node(cx: Context, node: ir.Node) -> None:
+    check_settings(cx, f"node '{node.name}'", node.settings, NODE_SETTINGS)
+    prompt = node.setting("prompt")
+    if prompt is not None and isinstance(prompt.value, str) and prompt.value not in cx.params:
+        cx.error(prompt.value_span, f"undefined param '{prompt.value}'{did_you_mean(prompt.value, cx.params)}")
+    template = node.setting("template")
+    if template is not None and isinstance(template.value, str):
+        if IDENTIFIER.match(template.value) and template.value not in cx.templates:
+            cx.error(template.value_span, f"undefined template '{template.value}'{did_you_mean(template.value, cx.templates)}")
+            cx.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
+    if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
+        cx.error(node.type.span, "a choice lists the same option twice")
+    if node.type.kind == "choice" and not all(c.strip() for c in node.type.choices):
+        cx.error(node.type.span, "a choice option cannot be empty")
+
+
+def check_block(cx: Context, block: ir.Block) -> None:
+    allowed = BLOCKS.get(block.kind)
+    if allowed is None:
+        cx.error(block.span, one_of(block.kind, "block", BLOCKS))
+        return
+    if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
+        cx.error(block.span, one_of(block.name, "model role", MODEL_ROLES))
+    if block.kind == "optimize" and block.name is not None:
+        cx.error(block.span, "an optimize block takes no name")
+    check_settings(cx, f"{block.kind} block", block.settings, allowed)
+
+
+def check_edges(cx: Context):
+    """Predecessors and successors from the edge statements, each checked as the product it is.
+
+    A target fed by one statement shares that statement's tuple of sources, so a statement of
+    n x m names costs n + m, not n * m. A name is reported once per statement, and a node whose
+    in-edges are incomplete (or that a misspelt name probably meant) is not checked further.
+    """
+    pairs = sum(len(edge.sources) * len(edge.targets) for edge in cx.p.edges)
+    if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
+        biggest = max(cx.p.edges, key=lambda e: len(e.sources) * len(e.targets))
+        cx.error(biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}")
+        return {n.name: () for n in cx.p.nodes}, {n: () for n in cx.nodes}
+    feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in cx.p.nodes}
+    fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in cx.nodes}
+    reported: set[int] = set()
+    for edge in cx.p.edges:
+        sources = tuple(ref for ref in edge.sources if defined(cx, ref, reported))
+        targets = []
+        for ref in edge.targets:
+            if not defined(cx, ref, reported):
                 continue
-            walked.add(id(preds))
-            for pred in preds:
-                if pred not in reaches:
-                    reaches.add(pred)
-                    stack.append(pred)
-        for node in self.p.nodes:
-            if node.name not in reaches:
-                self.warn(node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
+            if ref.name not in cx.node_names:
+                if id(ref) not in reported:
+                    cx.error(ref.span, f"'{ref.name}' is an input; edges can only lead into nodes")
+                    reported.add(id(ref))
+                continue
+            targets.append(ref.name)
+        if len(sources) < len(edge.sources):
+            cx.tainted.update(targets)
+        feeding, fed_by_each = distinct(cx, sources, targets), tuple(dict.fromkeys(targets))
+        for target in fed_by_each:
+            feeds[target].append(feeding)
+        for source in feeding:
+            fed[source].append(fed_by_each)
+    predecessors = {target: merge(cx, target, groups) for target, groups in feeds.items()}
+    successors = {name: join(groups) for name, groups in fed.items()}
+    return predecessors, successors
+
+
+def distinct(cx: Context, sources: tuple[ir.Ref, ...], targets: list[str]) -> tuple[str, ...]:
+    """The names of one statement's sources, each once (a repeat is warned about)."""
+    names: dict[str, None] = {}
+    for ref in sources:
+        if ref.name in names:
+            for target in dict.fromkeys(targets):
+                cx.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
+        names[ref.name] = None
+    return tuple(names)
+
+
+def defined(cx: Context, ref: ir.Ref, reported: set[int]) -> bool:
+    if ref.name in cx.nodes:
+        return True
+    if id(ref) not in reported:
+        reported.add(id(ref))
+        hint = did_you_mean(ref.name, cx.nodes)
+        cx.error(ref.span, f"undefined node or input '{ref.name}'{hint}")
+        if hint:  # the node it probably meant lacks this edge: its template errors would be noise
+            cx.tainted.add(hint.split("'")[1])
+    return False
+
+
+def merge(cx: Context, target: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+    """The sources feeding `target`, in edge order: the one statement's tuple itself when only one
+    feeds it; a pair declared in two statements is warned about."""
+    if len(groups) == 1:
+        return groups[0]
+    seen: dict[str, None] = {}
+    for group in groups:
+        for name in group:
+            if name in seen:
+                cx.warn(edge_span(cx, name, target), f"edge {name} -> {target} is declared twice")
+            seen[name] = None
+    return tuple(seen)
+
+
+def edge_span(cx: Context, source: str, target: str) -> ir.Span | None:
+    """Where `source -> target` is declared last (for a warning about a repeated edge)."""
+    for edge in reversed(cx.p.edges):
+        if any(t.name == target for t in edge.targets):
+            ref = next((s for s in edge.sources if s.name == source), None)
+            if ref is not None:
+                return ref.span
+    return None
+
+
+def join(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+    return groups[0] if len(groups) == 1 else tuple(dict.fromkeys(name for group in groups for name in group))
+
+
+def check_cycles(cx: Context, predecessors, successors) -> tuple[str, ...]:
+    """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle.
+
+    Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
+    algorithm runs on over what is left, so the next report is a different cycle.
+    """
+    counted: dict[int, int] = {}  # targets of one statement share their tuple of sources: count it once
+    waiting = {}
+    for name, preds in predecessors.items():
+        if id(preds) not in counted:
+            counted[id(preds)] = sum(1 for s in preds if s in cx.node_names)
+        waiting[name] = counted[id(preds)]
+    order = kahn([n.name for n in cx.p.nodes], waiting, successors)
+    left = {n: None for n in waiting if waiting[n] > 0}
+    for _ in range(MAX_CYCLES_REPORTED):
+        if not left:
+            break
+        cycle = find_cycle(list(left), predecessors, left)
+        cx.error(cx.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
+        for name in cycle:
+            left.pop(name, None)
+        freed = [s for name in cycle[:-1] for s in successors.get(name, ()) if s in left]
+        for name in freed:
+            waiting[name] -= 1
+        for name in kahn([n for n in dict.fromkeys(freed) if waiting[n] == 0], waiting, successors, left):
+            left.pop(name, None)
+    return tuple(order)
+
+
+def kahn(ready: list[str], waiting: dict[str, int], successors, among: dict | None = None) -> list[str]:
+    queue = deque(n for n in ready if waiting.get(n) == 0)
+    order: list[str] = []
+    while queue:
+        name = queue.popleft()
+        order.append(name)
+        for succ in successors.get(name, ()):
+            if succ in waiting and (among is None or succ in among):
+                waiting[succ] -= 1
+                if waiting[succ] == 0:
+                    queue.append(succ)
+    return order
+
+
+def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
+    """Every node left over by Kahn's algorithm has a left-over predecessor: walk back until one repeats."""
+    path, index = [left[0]], {left[0]: 0}
+    while True:
+        pred = next(p for p in predecessors[path[-1]] if p in remaining)
+        if pred in index:
+            return (path[index[pred]:] + [pred])[::-1]
+        index[pred] = len(path)
+        path.append(pred)
+
+
+def check_output(cx: Context) -> ir.Node | None:
+    outputs = cx.p.outputs
+    if not outputs:
+        cx.error(cx.p.span, "no output node: add `output <node>`")
+        return None
+    for extra in outputs[1:]:
+        cx.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
+    ref = outputs[0].node
+    if ref.name not in cx.node_names:
+        cx.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in cx.nodes
+                                                                else did_you_mean(ref.name, cx.node_names)))
+        return None
+    return cx.nodes[ref.name]
+
+
+def check_metric(cx: Context, output: ir.Node | None) -> str:
+    for extra in cx.p.metrics[1:]:
+        cx.error(extra.span, f"a pipeline has one metric; already declared at line {cx.p.metrics[0].span.line}")
+    if not cx.p.metrics:
+        return default_metric(output.type if output else None)
+    ref = cx.p.metrics[0]
+    if ref.name not in METRICS:
+        cx.error(ref.span, one_of(ref.name, "metric", METRICS))
+    elif output is not None and ref.name == "numeric" and output.type.kind != "number":
+        cx.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
+    return ref.name
+
+
+def template_variables(cx: Context, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
+                       builtin: bool = False) -> frozenset | None:
+    """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
+    try:
+        used = variables(text)
+    except TemplateProblem as exc:
+        cx.error(cx.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}")
+        return None
+    for name in sorted(used - allowed):
+        cx.error(cx.locate(literal, name), misuse(name))
+    if used <= allowed and text != DEFAULT_TEMPLATE:
+        failure, certain = trial_render(text, used, builtin)
+        if failure is not None:  # an error when no data can help, else a warning
+            report = cx.error if certain else cx.warn
+            report(cx.locate(literal, None, failure.lineno),
+                   f"template{what} {'cannot' if report == cx.error else 'may not'} render: {failure.message}")
+    return used
+
+
+def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ...]) -> None:
+    setting, prompt = node.setting("template"), node.setting("prompt")
+    named = cx.templates.get(str(setting.value)) if setting else None
+    literal = named.literal if named else (setting.value_span if setting else node.span)
+    label = f"template '{named.name}'" if named else "the template"
+    key = (id(received), setting is None)
+    if key not in cx.received_sets:  # nodes fed by one statement share `received`: one set for all
+        cx.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
+    used = template_variables(cx, 
+        template_source(cx.p, node), literal, cx.received_sets[key],
+        lambda name: f"{label} uses '{name}', which node '{node.name}' does not receive"
+                     f" (it receives: {', '.join(received) or 'nothing'})",
+    )
+    if used is None:
+        return
+    param = cx.params.get(str(prompt.value)) if prompt else None
+    if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
+        cx.error(param.span, f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}")
+    elif param is not None:  # a prompt may use the node's inputs too
+        template_variables(cx, 
+            param.text, param.literal, cx.received_sets[key] - {"prompt", "inputs"},
+            lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
+            what=f" in param '{param.name}'",
+        )
+    if setting is not None and "prompt" in used and prompt is None:
+        cx.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
+
+
+def check_builtin_overrides(cx: Context) -> None:
+    for template in cx.p.templates:
+        if template.name in BUILTIN:
+            allowed = BUILTIN[template.name]
+            template_variables(cx, 
+                template.text, template.literal, allowed,
+                lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+                builtin=True,
+            )
+
+
+def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
+    used_params = {str(s.value) for n in cx.p.nodes if (s := n.setting("prompt"))}
+    for param in cx.p.params:
+        if param.name not in used_params:
+            cx.warn(param.span, f"param '{param.name}' is not used by any node")
+    used_templates = {str(s.value) for n in cx.p.nodes if (s := n.setting("template"))}
+    for template in cx.p.templates:
+        if template.name not in used_templates and template.name not in BUILTIN:
+            cx.warn(template.span, f"template '{template.name}' is not used by any node")
+    for item in cx.p.inputs:
+        if not successors.get(item.name):
+            cx.warn(item.span, f"input '{item.name}' is not used by any node")
+    if output is None:
+        return
+    reaches, stack, walked = {output.name}, [output.name], set()
+    while stack:
+        preds = predecessors.get(stack.pop(), ())
+        if id(preds) in walked:  # a tuple shared by the targets of one statement: walk it once
+            continue
+        walked.add(id(preds))
+        for pred in preds:
+            if pred not in reaches:
+                reaches.add(pred)
+                stack.append(pred)
+    for node in cx.p.nodes:
+        if node.name not in reaches:
+            cx.warn(node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
 
 
 def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
-    checker = Checker(pipeline)
-    analysis = checker.run()
-    return analysis, checker.diagnostics
+    """Every rule, in an order where each builds on what the ones before found; all diagnostics at once."""
+    cx = Context(pipeline)
+    check_reserved(cx)
+    for node in pipeline.nodes:
+        check_node(cx, node)
+    for block in pipeline.blocks:
+        check_block(cx, block)
+    predecessors, successors = check_edges(cx)
+    order = check_cycles(cx, predecessors, successors)
+    output = check_output(cx)
+    metric = check_metric(cx, output)
+    for node in pipeline.nodes:
+        if node.name not in cx.tainted:
+            check_template_variables(cx, node, predecessors.get(node.name, ()))
+    check_builtin_overrides(cx)
+    warn_unused(cx, predecessors, successors, output)
+    return Analysis(predecessors, successors, order, metric), cx.diagnostics

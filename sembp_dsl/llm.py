@@ -194,9 +194,9 @@ class LLM:
         messages = [{"role": "user", "content": prompt}]
         settings = dict(spec.settings)
         timeout = float(settings.pop("timeout", self.timeout))  # how long to wait is not part of the answer
-        key = api_key(spec, settings.pop("api_key_env", None))
-        if key:
-            settings["api_key"] = key
+        own_key = api_key(spec, settings.pop("api_key_env", None))
+        if own_key:
+            settings["api_key"] = own_key
         limits = {name: settings.pop(name) for name in ("concurrency", "rpm", "tpm") if name in settings}
         if settings.get("router"):  # a litellm Router config: the name is one of its model groups
             endpoint = f"litellm router {settings['router']}"

@@ -216,8 +216,9 @@ def _sha256(text: str) -> str:
 
 
 def resume_command(argv: Sequence[str]) -> str:
-    """The command that continues a run: the one that was given, shell-quoted, with --resume."""
-    words = ["sbpc", *argv]
+    """The command that continues a run: the one that was given, shell-quoted, with --resume
+    (credentials inside URLs masked: a password given in --api-base is never printed back)."""
+    words = _public(["sbpc", *argv])
     return shlex.join(words if "--resume" in words else [*words, "--resume"])
 
 

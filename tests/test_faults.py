@@ -344,6 +344,18 @@ def test_api_base_flag_and_credentials_in_the_url_move_to_a_header(tmp_path, cap
     assert "s3cret" not in out + err and "s3cret" not in cache_bytes()
 
 
+def test_credentials_in_the_api_base_never_reach_output_or_records(tmp_path, capsys):
+    with FakeServer(reply="Yes", fault_rate=1.0, fault_kinds=["401"]) as server:
+        path = pipeline(tmp_path, None, GRAPH)
+        code = cli.main(["optimize", path, "--data", data(tmp_path, n=8), "--train-size", "4", "--val-size", "4",
+                         "--test-size", "0", "--api-base", server.url.replace("http://", "http://bob:pa55word@"),
+                         "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+        out, err = capsys.readouterr()
+    [record] = (tmp_path / "runs").glob("*/run.json")
+    assert code == 1 and "--resume" in out and "401 Unauthorized" in out
+    assert "pa55word" not in out + err + record.read_text() + cache_bytes()
+
+
 def test_api_key_env_names_the_variable_that_holds_the_key(tmp_path, monkeypatch, capsys):
     with FakeServer(reply="Yes") as server:
         path = pipeline(tmp_path, server.url, extra='api_key_env = "MY_SERVER_KEY"')
