@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import weakref
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -423,20 +424,25 @@ class Pipeline:
 
 class _Session:
     """What a pipeline and its `with_prompts` twins share: models, limits, cache, ledger, and one LLM layer
-    per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop."""
+    per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop,
+    one per thread (a loop runs in one thread at a time)."""
 
     def __init__(self, models: dict[str, ModelSpec], cache: ResponseCache | None, limits: dict):
         self.models, self.cache, self.limits = models, cache, limits
         self.ledger = Ledger()
         self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
-        self.loop: asyncio.AbstractEventLoop | None = None
-        self._finalizer = None
+        self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
+        self._finalizers: list[weakref.finalize] = []
+        self._lock = threading.Lock()  # threads add and drop loops' LLM layers
 
     def llm(self) -> LLM:
         loop = asyncio.get_running_loop()
-        if loop not in self.llms:
-            self.llms[loop] = LLM(self.models, cache=self.cache, ledger=self.ledger, **self.limits)
-        return self.llms[loop]
+        with self._lock:
+            if loop not in self.llms:
+                for gone in [old for old in self.llms if old.is_closed()]:  # asyncio.run's loops, ended
+                    del self.llms[gone]
+                self.llms[loop] = LLM(self.models, cache=self.cache, ledger=self.ledger, **self.limits)
+            return self.llms[loop]
 
     def sync(self, work: Awaitable[T]) -> T:
         try:
@@ -447,25 +453,34 @@ class _Session:
             getattr(work, "close", lambda: None)()
             raise RuntimeError("a Pipeline's sync methods cannot run inside an event loop: "
                                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`")
-        if self.loop is None or self.loop.is_closed():
-            self.loop = asyncio.new_event_loop()
-            self._finalizer = weakref.finalize(self, _shut, self.loop, self.llms)
-        return self.loop.run_until_complete(work)
+        loop = self.loops.get(threading.get_ident())
+        if loop is None or loop.is_closed():
+            loop = self.loops[threading.get_ident()] = asyncio.new_event_loop()
+            self._finalizers.append(weakref.finalize(self, _shut, loop, self.llms))
+        try:
+            return loop.run_until_complete(work)
+        except BaseException:  # Ctrl-C: the rows still in flight must not go on calling at the next use
+            _cancel_pending(loop)
+            raise
 
     def close(self) -> None:
-        if self._finalizer is not None:
-            self._finalizer()
+        for finalizer in self._finalizers:
+            finalizer()
 
 
-def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
-    """Close the private loop's connections, then the loop."""
-    if loop.is_closed():
-        return
-    pending = asyncio.all_tasks(loop)  # left behind by an interrupt: they must not go on calling
+def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
+    pending = asyncio.all_tasks(loop)
     for task in pending:
         task.cancel()
     if pending:
         loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+
+
+def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
+    """Close a private loop's connections, then the loop (not one another thread is running a call on)."""
+    if loop.is_closed() or loop.is_running():
+        return
+    _cancel_pending(loop)
     llm = llms.pop(loop, None)
     if llm is not None:
         loop.run_until_complete(llm.transport.aclose())

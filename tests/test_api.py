@@ -244,6 +244,34 @@ def test_with_prompts_refuses_unknown_params_and_non_text(triage):
         triage.with_prompts({"decide": None})
 
 
+def test_sync_calls_from_several_threads_each_run_on_their_own_loop(triage):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda i: triage(ticket=f"#{i} it crashes").output, range(8)))
+    assert answers == ["Yes"] * 8
+
+
+def test_a_loop_that_ended_leaves_no_llm_layer_behind(triage):
+    for i in range(5):
+        assert asyncio.run(triage.acall(ticket=f"#{i} it crashes")).output == "Yes"
+    assert len(triage._session.llms) <= 1  # the last loop's, not one per asyncio.run
+
+
+def test_after_ctrl_c_in_batch_the_rows_left_make_no_call(triage, fake_llm):
+    fake_llm.configure(delay=0.05)
+
+    def stop(prediction):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        triage.batch(tickets(20), concurrency=2, on_done=stop)
+    made = fake_llm.requests
+    assert triage(ticket="it crashes").output == "Yes"
+    time.sleep(0.3)
+    assert fake_llm.requests <= made + 2  # this call's two, not the 18 rows left behind
+
+
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
