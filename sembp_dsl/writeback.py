@@ -25,7 +25,7 @@ from .parser import decode_block_string
 from .source import parse_text
 
 
-class WriteBackError(Exception):
+class WriteBackError(ValueError):
     """The optimized pipeline cannot be written where it should go; the message says why and what to do."""
 
 

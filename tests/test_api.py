@@ -272,6 +272,12 @@ def test_after_ctrl_c_in_batch_the_rows_left_make_no_call(triage, fake_llm):
     assert fake_llm.requests <= made + 2  # this call's two, not the 18 rows left behind
 
 
+def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
+    for target, said in ((tmp_path / "missing" / "x.sbp", "does not exist"), (tmp_path, "is a folder")):
+        with pytest.raises(ValueError, match=said):
+            triage.save(target)
+
+
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
