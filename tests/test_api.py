@@ -278,6 +278,25 @@ def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
             triage.save(target)
 
 
+def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage, fake_llm):
+    for answer in ("Maybe", 1, None, {"x": 1}):
+        with pytest.raises(sbp.DataError, match=r"example/1 expects .*, which urgent: choice\(Yes, No\) never answers"):
+            triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
+    assert fake_llm.requests == 0
+    assert triage.evaluate([{"ticket": "fine", "answer": "Maybe"}], metric=lambda p, e: 1.0).accuracy == 1.0
+
+
+
+def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_llm):
+    path = tmp_path / "count.sbp"
+    path.write_text('pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
+                    "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n")
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as count:
+        with pytest.raises(sbp.DataError, match="example/0 expects 'many', which holds no number"):
+            count.evaluate([{"q": "a b", "answer": "many"}])
+    assert fake_llm.requests == 0
+
+
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
