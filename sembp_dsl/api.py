@@ -40,6 +40,10 @@ __all__ = [
     "Prediction", "Usage", "load",
 ]
 
+
+class InputError(ValueError):
+    """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
+
 T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
 Examples = Sequence[Mapping[str, Any]] | str
@@ -239,7 +243,7 @@ class Pipeline:
         if missing:
             problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
         if problems:
-            raise ValueError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
+            raise InputError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
         return {name: _input_text(name, value) for name, value in given.items()}
 
     # --- scoring it ----------------------------------------------------------------
@@ -550,11 +554,11 @@ def _input_text(name: str, value: Any) -> str:
         text = as_text(value)
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise ValueError(f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model "
+        raise InputError(f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model "
                          "request can carry") from None
     except (TypeError, ValueError, RecursionError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
-        raise ValueError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
+        raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
     return text
 
 

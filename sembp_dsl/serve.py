@@ -20,7 +20,7 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from .api import BudgetExceeded, CallFailed, LLMError, Pipeline
+from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
@@ -68,7 +68,7 @@ def app(pipeline: Pipeline) -> web.Application:
                                f"not {type(inputs).__name__}")
         try:
             prediction = await pipeline.acall(**inputs)
-        except ValueError as exc:  # unknown or missing inputs
+        except InputError as exc:  # unknown, missing or unsendable inputs; another ValueError is no client's doing
             return _error(400, str(exc))
         except (CallFailed, LLMError) as exc:
             return _error(502, f"the model call failed: {exc}")

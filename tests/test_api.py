@@ -297,6 +297,17 @@ def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_
     assert fake_llm.requests == 0
 
 
+def test_a_reply_holding_a_lone_surrogate_does_not_break_the_next_call(tmp_path):
+    from fake_server import FakeServer
+
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE)
+    with FakeServer(reply=lambda messages: "Yes" if "Answer Yes or No" in messages[-1]["content"] else "notes \udfff") \
+            as server, sbp.load(path, model="openai/fake", api_base=server.url) as pipeline:
+        prediction = pipeline(ticket="x")  # the server sends "\\udfff" in JSON; the next prompt must still encode
+    assert prediction.output == "Yes" and prediction.trace.nodes["notes"].reply == "notes \ufffd"
+
+
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
