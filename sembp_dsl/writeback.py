@@ -120,12 +120,18 @@ def unified_diff(old: str, new: str, path: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
 
 
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | None = None) -> None:
     """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one.
 
     A symbolic link is written through to its target (the link stays a link); a file with other hard
     links is rewritten in place, so every name keeps seeing it. The file keeps its mode; a new one takes
-    the mode of `mode_from` (the source of a pipeline written elsewhere).
+    the mode of `mode_from` (the source of a pipeline written elsewhere), else the umask's, as open() gives.
     """
     path = Path(os.path.realpath(path))
     data = ((_BOM if bom else "") + text).encode("utf-8", "surrogatepass")
@@ -145,6 +151,8 @@ def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | 
         like = path if path.exists() else mode_from
         if like is not None and like.exists():
             os.chmod(tmp, like.stat().st_mode & 0o7777)
+        else:  # what open() would give a new file, not mkstemp's owner-only 0600 (a report is for sharing)
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

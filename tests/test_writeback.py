@@ -91,6 +91,17 @@ def test_out_and_the_beside_file_keep_the_source_mode(tmp_path):
     assert stat.S_IMODE((tmp_path / "toy.optimized.sbp").stat().st_mode) == 0o640
 
 
+def test_a_new_file_with_no_source_to_copy_takes_the_umask_not_0600(tmp_path):
+    from sembp_dsl.writeback import atomic_write
+
+    old = os.umask(0o022)
+    try:
+        atomic_write(tmp_path / "report.html", "<p>for sharing</p>")  # sbpc report --out, a run record
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
+
+
 def test_a_symlinked_pipeline_is_written_through_to_its_target(tmp_path):
     target = toy(tmp_path, "http://127.0.0.1:9", "real.sbp")
     link = tmp_path / "link.sbp"
