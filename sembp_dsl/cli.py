@@ -483,7 +483,7 @@ def build_parser() -> argparse.ArgumentParser:
                                 "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
     srv.add_argument("file", metavar="FILE")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=COUNT, default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument("--port", type=_number(int, 0, True, "a port from 0 to 65535", 65535), default=8000, help="port (default 8000; 0 picks a free one)")
     _add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
     _add_run_commands(sub)
@@ -744,6 +744,10 @@ def _known_errors() -> tuple[type[Exception], ...]:
     from .writeback import WriteBackError
 
     known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
+    if "sembp_dsl.serve" in sys.modules:
+        from .serve import ServeError
+
+        known.append(ServeError)
     if "sembp_dsl.llm" in sys.modules:
         from .llm import BudgetExceeded, LLMError
 

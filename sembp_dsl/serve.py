@@ -88,6 +88,10 @@ def app(pipeline: Pipeline) -> web.Application:
     return application
 
 
+class ServeError(Exception):
+    """The service could not start: the address is taken, unknown, or not this machine's."""
+
+
 def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
@@ -98,7 +102,12 @@ def serve(pipeline: Pipeline, host: str, port: int, announce) -> None:
         runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
-        await site.start()
+        try:
+            await site.start()
+        except OSError as exc:  # in use, not this machine's address, a name that does not resolve
+            await runner.cleanup()
+            reason = exc.strerror or str(exc)
+            raise ServeError(f"cannot listen on {host}:{port}: {reason.split(': ')[-1]}") from None
         host_bound, port_bound = runner.addresses[0][:2]  # the real port when 0 was asked
         announce(f"http://{host_bound}:{port_bound}")
         stop = asyncio.Event()

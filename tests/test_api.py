@@ -464,3 +464,16 @@ def test_serve_answers_408_to_a_body_that_trickles_in(triage, monkeypatch):
 
     reply = asyncio.run(main())
     assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.3 seconds" in reply
+
+
+def test_serve_on_a_port_in_use_is_one_line_not_a_traceback(served, tmp_path):
+    url, _ = served
+    port = url.rsplit(":", 1)[1]
+    path = tmp_path / "triage.sbp"
+    done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", port,
+                           "--model", "openai/fake"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip() == f"sbpc: error: cannot listen on 127.0.0.1:{port}: address already in use"
+    done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "70000"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "expected a port from 0 to 65535" in done.stderr
