@@ -193,7 +193,7 @@ class Pipeline:
         """`pipeline(...)` for async code: runs on the caller's event loop."""
         prediction = await self._predict(inputs)
         if prediction.failed:
-            raise CallFailed(prediction.error)
+            raise _Lost(prediction)
         return prediction
 
     def batch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
@@ -446,6 +446,17 @@ class Pipeline:
 
     def __repr__(self) -> str:
         return f"<Pipeline {self.graph.pipeline.name} from {self.path}: {', '.join(self.inputs)} -> {self.graph.output}>"
+
+
+class _Lost(CallFailed):
+    """CallFailed for a prediction with no answer: the trace's reason, and the failure of the call behind it
+    (None when a prompt did not render)."""
+
+    def __init__(self, prediction: Prediction):
+        cause = next((t for t in prediction.trace.nodes.values() if t.failure), None)
+        Exception.__init__(self, f"{cause.node}: {cause.error}" if cause else prediction.error)
+        self.failure = cause.failure if cause else None
+        self.prediction = prediction
 
 
 class _Session:

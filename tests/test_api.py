@@ -333,6 +333,13 @@ def test_a_call_the_provider_refuses_raises_with_its_message(triage, fake_llm):
         triage(ticket="x")
 
 
+def test_a_call_that_fails_for_good_raises_call_failed_with_its_cause(triage, fake_llm):
+    fake_llm.configure(failures=[400])  # a request the provider refuses: not retried, that sample is lost
+    with pytest.raises(sbp.CallFailed, match="notes: call failed: 400") as caught:
+        triage(ticket="x")
+    assert caught.value.failure.status == 400 and caught.value.prediction.failed
+
+
 # --- sbpc serve -----------------------------------------------------------------------------------
 
 
@@ -477,3 +484,15 @@ def test_serve_on_a_port_in_use_is_one_line_not_a_traceback(served, tmp_path):
     done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "70000"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and "expected a port from 0 to 65535" in done.stderr
+
+
+def test_serve_answers_502_with_the_cause_when_a_call_fails_for_good(server, fake_llm):
+    import urllib.error
+    import urllib.request
+
+    fake_llm.configure(failures=[400])
+    with pytest.raises(urllib.error.HTTPError) as caught:
+        urllib.request.urlopen(urllib.request.Request(server + "/", data=b'{"ticket": "x"}', method="POST"), timeout=30)
+    assert caught.value.code == 502 and "notes: call failed: 400" in json.load(caught.value)["error"]
+    health = json.load(urllib.request.urlopen(server + "/health"))  # and the server is still up
+    assert health["status"] == "ok"
