@@ -67,12 +67,16 @@ def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str 
 
 def _models(graph: Graph, model: str | None, roles: Mapping[str, str | Mapping[str, Any]],
             api_base: str | None) -> dict[str, ModelSpec]:
+    if not isinstance(roles, Mapping):
+        raise TypeError(f"roles must map a role ({', '.join(MODEL_ROLES)}) to a model, got {type(roles).__name__}")
     unknown = sorted(set(roles) - set(MODEL_ROLES))
     if unknown:
         raise ValueError(f"unknown model role {unknown[0]!r}; roles are {', '.join(MODEL_ROLES)}")
     models = {}
     for role, spec in graph.models.items():
         own = roles.get(role, {})
+        if not isinstance(own, (str, Mapping)):
+            raise TypeError(f"roles[{role!r}] must be a model name or a mapping of settings, got {own!r}")
         own = {"name": own} if isinstance(own, str) else dict(own)
         name = own.pop("name", None) or model or spec.name
         settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
@@ -131,8 +135,8 @@ class Pipeline:
     def __init__(self, graph: Graph, *, models: Mapping[str, ModelSpec], concurrency: int = 16,
                  timeout: float = 120.0, cache: bool | str | Path | ResponseCache = True,
                  max_calls: int | None = None, max_cost: float | None = None):
-        if concurrency < 1:
-            raise ValueError("concurrency must be at least 1")
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+            raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:

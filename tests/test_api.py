@@ -317,6 +317,12 @@ def test_models_are_overridden_per_role(tmp_path, fake_llm):
     assert settings.models == {"forward": "openai/fake", "backward": "openai/other", "optimizer": "openai/third"}
     with pytest.raises(ValueError, match="unknown model role"):
         sbp.load(path, roles={"backwards": "x"})
+    with pytest.raises(TypeError, match=r"roles\['forward'\] must be a model name or a mapping of settings, got 3"):
+        sbp.load(path, roles={"forward": 3})
+    with pytest.raises(TypeError, match="roles must map a role"):
+        sbp.load(path, roles=["forward"])
+    with pytest.raises(ValueError, match="concurrency must be a whole number of at least 1, got '4'"):
+        sbp.load(path, concurrency="4")
 
 
 def test_a_bad_file_raises_pipeline_error_with_located_diagnostics(tmp_path):
