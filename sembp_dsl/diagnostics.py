@@ -50,7 +50,8 @@ class PipelineError(Exception):
     """Raised with every diagnostic found, so callers can report them all at once."""
 
     def __init__(self, diagnostics: list[Diagnostic], text: str | None = None):
-        super().__init__(diagnostics[0].message if diagnostics else "invalid pipeline")
+        # str() names where, as `sbpc check` would (a log line "no such file" says not which); render() gives all
+        super().__init__(diagnostics[0].render(None).splitlines()[0] if diagnostics else "invalid pipeline")
         self.diagnostics = diagnostics
         self.text = text
 

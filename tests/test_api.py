@@ -331,6 +331,9 @@ def test_a_bad_file_raises_pipeline_error_with_located_diagnostics(tmp_path):
     with pytest.raises(sbp.PipelineError) as caught:
         sbp.load(path)
     assert re.search(r"bad\.sbp:\d+:\d+: error: .*tickt", caught.value.render())
+    assert re.fullmatch(r".*bad\.sbp:\d+:\d+: error: .*tickt.*", str(caught.value))  # a log line says where, too
+    with pytest.raises(sbp.PipelineError, match=r"missing\.sbp: error: no such file"):
+        sbp.load(tmp_path / "missing.sbp")
 
 
 def test_a_call_the_provider_refuses_raises_with_its_message(triage, fake_llm):
