@@ -198,7 +198,7 @@ def _fast_route(model: str, api_base: Optional[str],
                 api_key: Optional[str], env: tuple) -> Optional[Route]:
     """Resolve a model string once per environment; None: litellm's path."""
     base = _openai_base(model, api_base)
-    name = model.split("/", 1)[1]
+    name = model.split("/", 1)[-1]  # "openai/x" -> "x"; a bare name with an api_base is sent as it is
     if base is None or REWRITTEN.match(name):
         return None
     base, basic = split_credentials(base)

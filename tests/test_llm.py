@@ -181,3 +181,11 @@ def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
         assert trace.nodes["b"].error == "not run: a predecessor's call failed" and trace.output is None
         assert server.requests == 1  # b spent nothing on a sample already lost
         assert llm.run(run(graph, llm, {"q": "y"})).output == "fine"
+
+
+def test_a_model_name_without_a_provider_is_a_clear_failure_not_a_crash(tmp_path, fake_llm, capsys):
+    """`--model bare-name --api-base URL` once raised IndexError while choosing the call path."""
+    path = tmp_path / "toy.sbp"
+    path.write_text(with_fake_model(TOY, fake_llm.url))
+    code = cli.main(["run", str(path), "--input", "q=x", "--model", "bare-model", "--api-base", fake_llm.url, "--no-cache"])
+    assert code == 1 and "bare-model" in capsys.readouterr().out
