@@ -135,8 +135,7 @@ class Pipeline:
     def __init__(self, graph: Graph, *, models: Mapping[str, ModelSpec], concurrency: int = 16,
                  timeout: float = 120.0, cache: bool | str | Path | ResponseCache = True,
                  max_calls: int | None = None, max_cost: float | None = None):
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
+        _check_concurrency(concurrency)
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:
@@ -208,9 +207,8 @@ class Pipeline:
 
     async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
                      on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
-        if concurrency is not None and (isinstance(concurrency, bool) or not isinstance(concurrency, int)
-                                        or concurrency < 1):
-            raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
+        if concurrency is not None:
+            _check_concurrency(concurrency)
         rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
         bound = asyncio.Semaphore(concurrency or len(rows) or 1)
 
@@ -526,6 +524,11 @@ def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
     if llm is not None:
         loop.run_until_complete(llm.transport.aclose())
     loop.close()
+
+
+def _check_concurrency(concurrency: Any) -> None:
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
 
 
 def _check_setting(key: str, value: Any) -> None:
