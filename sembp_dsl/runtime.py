@@ -145,7 +145,6 @@ def first_json(text: str):
     return None
 
 
-LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
@@ -158,9 +157,8 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
         completion = await llm.complete("forward", prompt)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
         return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
-    reply = LONE_SURROGATE.sub("\ufffd", completion.text)  # a JSON "\ud800" from the server: no request could carry it
-    output, error = parse_reply(node, reply)
-    return NodeTrace(node.name, prompt, reply, output, error, completion.prompt_tokens,
+    output, error = parse_reply(node, completion.text)
+    return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
                      completion.completion_tokens, completion.latency, completion.cached)
 
 
