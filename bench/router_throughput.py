@@ -3,8 +3,9 @@ at once (the rest queue, as on a vLLM server with 16 sequences).
 
 Prints, from one run, per call latency: the throughput (calls done per second with every slot busy, over the
 same number of full waves) through a Router of 1 deployment and of 4, their ratio (target >= 3.5x, issue 11),
-the client CPU per call, and one server on the fast path for reference. Servers are separate processes
-(bench/fake_server.py --slots 16).
+and the client CPU per call; once as sbpc sends (the Router chooses, the fast path sends) and once with litellm
+sending the Router's requests itself, as it did before; and one server on the fast path for reference. Servers
+are separate processes (bench/fake_server.py --slots 16).
 
     .venv/bin/python bench/router_throughput.py [--delays 1,8] [--waves 2]
 """
@@ -29,8 +30,17 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
+from sembp_dsl import transport  # noqa: E402
 from sembp_dsl.graph import ModelSpec  # noqa: E402
 from sembp_dsl.llm import LLM  # noqa: E402
+
+SENDS = transport._sending_host
+
+
+def litellm_sends(fast):
+    """litellm's own host: the Router's requests go out through litellm.acompletion."""
+    from litellm.router_python_host import python_host
+    return python_host
 
 
 def measure(settings: dict, name: str, prompts: list[str], concurrency: int) -> tuple[float, float]:
@@ -55,34 +65,39 @@ def main() -> None:
           f"per server; load average {os.getloadavg()[0]:.1f} at start)")
     for delay in (float(d) for d in args.delays.split(",")):
         servers = [spawn(delay, reply="ok", slots=args.slots) for _ in range(4)]
+        results = {}
         try:
             with tempfile.TemporaryDirectory() as tmp:
-                results = {}
-                for n in (1, 4):
-                    path = Path(tmp) / f"router-{n}.yaml"
-                    path.write_text(yaml.safe_dump({
-                        "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url}}
-                                       for url, _ in servers[:n]],
-                        "router_settings": {"routing_strategy": "least-busy"}}))
-                    calls = args.waves * args.slots * n
-                    wall, cpu = measure({"router": str(path)}, "pool", [f"r{n} {i}" for i in range(calls)], n * args.slots)
-                    results[n] = (calls, wall, cpu)
+                for sender, host in (("fast path sends", SENDS), ("litellm sends", litellm_sends)):
+                    transport._sending_host = host
+                    for n in (1, 4):
+                        path = Path(tmp) / f"router-{n}.yaml"
+                        path.write_text(yaml.safe_dump({
+                            "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini",
+                                                                                     "api_base": url}}
+                                           for url, _ in servers[:n]],
+                            "router_settings": {"routing_strategy": "least-busy"}}))
+                        calls = args.waves * args.slots * n
+                        wall, cpu = measure({"router": str(path)}, "pool", [f"{sender} {n} {i}" for i in range(calls)],
+                                            n * args.slots)
+                        results[sender, n] = (calls, wall, cpu)
                 fast_calls = args.waves * args.slots
                 fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(fast_calls)],
                                args.slots)
         finally:
+            transport._sending_host = SENDS
             for _, stop in servers:
                 stop()
-        ideal = args.waves * delay
-        print(f"{delay:g} s per call (ideal wall {ideal:.2f} s):")
-        for n, (calls, wall, cpu) in results.items():
-            print(f"  router, {n} deployment{'s' if n > 1 else ' '} {calls:4d} calls {wall:6.2f} s  "
-                  f"{calls / wall:6.1f} calls/s  {cpu:5.2f} ms CPU/call")
-        ratio = (results[4][0] / results[4][1]) / (results[1][0] / results[1][1])
-        print(f"  throughput ratio {ratio:.2f}x (target >= 3.5x: {'met' if ratio >= 3.5 else 'not met'})")
-        print(f"  fast path, 1 server    {fast_calls:4d} calls {fast[0]:6.2f} s  {fast_calls / fast[0]:6.1f} calls/s  "
-              f"{fast[1]:5.2f} ms CPU/call")
-
+        print(f"{delay:g} s per call (ideal wall {args.waves * delay:.2f} s):")
+        for sender in ("fast path sends", "litellm sends"):
+            for n in (1, 4):
+                calls, wall, cpu = results[sender, n]
+                print(f"  router, {sender:15} {n} deployment{'s' if n > 1 else ' '} {calls:4d} calls {wall:6.2f} s  "
+                      f"{calls / wall:6.1f} calls/s  {cpu:5.2f} ms CPU/call")
+            ratio = (results[sender, 4][0] / results[sender, 4][1]) / (results[sender, 1][0] / results[sender, 1][1])
+            print(f"    throughput ratio {ratio:.2f}x (target >= 3.5x: {'met' if ratio >= 3.5 else 'not met'})")
+        print(f"  fast path alone, 1 server             {fast_calls:4d} calls {fast[0]:6.2f} s  "
+              f"{fast_calls / fast[0]:6.1f} calls/s  {fast[1]:5.2f} ms CPU/call")
 
 if __name__ == "__main__":
     main()

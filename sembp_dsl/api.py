@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import os
 import threading
 import weakref
 from dataclasses import dataclass, replace
@@ -61,12 +62,15 @@ def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str 
     `cache`: True for the shared response cache, a path for another one, False for none.
     """
     graph = compile_file(str(path))
-    return Pipeline(graph, models=_models(graph, model, roles or {}, api_base), concurrency=concurrency,
+    models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
+    return Pipeline(graph, models=models, concurrency=concurrency,
                     timeout=timeout, cache=cache, max_calls=max_calls, max_cost=max_cost)
 
 
 def _models(graph: Graph, model: str | None, roles: Mapping[str, str | Mapping[str, Any]],
-            api_base: str | None) -> dict[str, ModelSpec]:
+            api_base: str | None, folder: Path = Path()) -> dict[str, ModelSpec]:
+    """The model of each role. A `router` file named in the pipeline is found beside the pipeline
+    (one named in `roles` is the caller's, relative to the current folder)."""
     if not isinstance(roles, Mapping):
         raise TypeError(f"roles must map a role ({', '.join(MODEL_ROLES)}) to a model, got {type(roles).__name__}")
     unknown = sorted(set(roles) - set(MODEL_ROLES))
@@ -80,6 +84,8 @@ def _models(graph: Graph, model: str | None, roles: Mapping[str, str | Mapping[s
         own = {"name": own} if isinstance(own, str) else dict(own)
         name = own.pop("name", None) or model or spec.name
         settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
+        if "router" in spec.settings and "router" not in own:
+            settings["router"] = os.path.abspath(folder / spec.settings["router"])
         models[role] = ModelSpec(role, name, settings)
     return models
 

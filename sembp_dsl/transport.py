@@ -9,7 +9,9 @@ come from its packaged price table (prices.py), failures are named after its exc
 (faults.LITELLM_NAMES). Everything else (other providers, OpenAI's reasoning models whose
 parameters litellm rewrites, streaming, unusual parameters, the embedded model) goes to
 `litellm.acompletion(..., max_retries=0)`, imported on that first use; our own layer retries.
-Measured in bench/litellm_overhead.py and bench/startup.py.
+Behind a litellm Router (`router = FILE`) the Router chooses the deployment and the fast path
+sends to it when it is OpenAI-compatible (`load_router`). Measured in bench/litellm_overhead.py,
+bench/startup.py and bench/router_throughput.py.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
+import gc
 import json
 import os
 import re
@@ -89,17 +92,18 @@ class FastPath:
                           **params: Any) -> Reply:
         if router:
             return await self._via_router(router, model, messages, timeout, params)
-        route = None
-        if (not params.get("stream") and self.PARAMS.issuperset(params)
-                and not isinstance(params.get("response_format"), type)):
-            route = _fast_route(model, api_base, api_key, _env_snapshot())
+        route = self.route(model, api_base, api_key, params)
         if route is None:
             return await _via_litellm(model, messages, api_base, api_key,
                                       timeout, extra_headers, params)
-        if route.authorization is None:  # what litellm would say, without importing it to say it
-            raise CallError(f"Missing credentials: no API key for {model} (OPENAI_API_KEY is not set)",
-                            name="AuthenticationError")
-        return await self._fast(route, messages, timeout, extra_headers, params)
+        return await self.send(route, messages, timeout, extra_headers, params)
+
+    def route(self, model: str, api_base: Optional[str], api_key: Optional[str], params: dict) -> Optional[Route]:
+        """Where the fast path sends this call; None: it is litellm's to send."""
+        if (params.get("stream") or not self.PARAMS.issuperset(params)
+                or isinstance(params.get("response_format"), type)):
+            return None
+        return _fast_route(model, api_base, api_key, _env_snapshot())
 
     @staticmethod
     def endpoint(model: str, api_base: Optional[str]) -> Optional[str]:
@@ -111,9 +115,9 @@ class FastPath:
         """Through litellm's Router: its deployments, weights, limits, cooldowns and fallbacks."""
         router = self._routers.get(path)
         if router is None:
-            router = self._routers[path] = load_router(path)
+            router = self._routers[path] = load_router(path, self)
         response = await router.acompletion(model=model, messages=messages, timeout=timeout, **params)
-        return from_litellm(response, response.model or model)
+        return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
     async def aclose(self) -> None:
         for session in self._sessions.values():
@@ -134,8 +138,12 @@ class FastPath:
             self._sessions[loop] = session
         return session
 
-    async def _fast(self, route: Route, messages: list, timeout: float,
-                    extra_headers: Optional[dict], params: dict) -> Reply:
+    async def send(self, route: Route, messages: list, timeout: float,
+                   extra_headers: Optional[dict], params: dict) -> Reply:
+        """One request on the fast path; CallError or BadReply when it fails."""
+        if route.authorization is None:  # what litellm would say, without importing it to say it
+            raise CallError(f"Missing credentials: no API key for {route.model} (OPENAI_API_KEY is not set)",
+                            name="AuthenticationError")
         body = {"model": route.model, "messages": messages,
                 **{k: v for k, v in params.items() if v is not None}}
         headers = {"Authorization": route.authorization}
@@ -253,12 +261,17 @@ def _reply(body: dict, model: str) -> Reply:
                  prices.cost(model, prompt_tokens, completion_tokens), choice.get("finish_reason"))
 
 
+@functools.cache
 def _litellm():
     """litellm, imported on first need (it takes seconds)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
     import litellm
 
     litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
+    # litellm leaves ~400k long-lived objects behind: freezing them spares every later GC pass
+    # rescanning them (a third of the CPU per call through the Router; bench/router_throughput.py)
+    gc.collect()
+    gc.freeze()
     return litellm
 
 
@@ -281,11 +294,24 @@ class RouterConfigError(Exception):
     """A router config file that cannot be read or is not a litellm Router config."""
 
 
-def load_router(path: str):
+#: Where a Router's reply carries the `Reply` the fast path made of it (one parse, not two).
+REPLY = "sbpc_reply"
+#: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
+ROUTER_BOOKKEEPING = frozenset({"metadata", "model_info", "litellm_trace_id", "litellm_call_id",
+                                "_context_compaction_state", "max_retries"})
+#: Router switches the fast path can ignore while they are off; on, litellm sends the call.
+ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_through", "use_litellm_proxy",
+                             "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})
+
+
+def load_router(path: str, fast: FastPath):
     """A `litellm.Router` from a litellm proxy/Router config file (YAML or JSON):
     `model_list` (deployments: `model_name`, `litellm_params` with `model`,
     `api_base`, `api_key` or `os.environ/VAR`, `rpm`, `tpm`, `weight`) and
-    `router_settings` (`routing_strategy`, `fallbacks`, `num_retries`, ...)."""
+    `router_settings` (`routing_strategy`, `fallbacks`, `num_retries`, ...).
+
+    The Router chooses, limits, cools down and falls back as it always does; only the request to an
+    OpenAI-compatible deployment is sent by `fast` (litellm's own call costs 6 ms of CPU, ours 0.4)."""
     import yaml
 
     try:
@@ -299,11 +325,77 @@ def load_router(path: str):
     settings = config.get("router_settings") or {}
     if not isinstance(settings, dict):
         raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
-    litellm = _litellm()
+    _litellm()
+    from litellm.router import Router, router_arguments
+    from litellm.router_config import build_router_config
+
     try:
-        return litellm.Router(model_list=config["model_list"], **{"num_retries": 0, **settings})
+        arguments = router_arguments(model_list=config["model_list"], **{"num_retries": 0, **settings})
+        router = Router.from_config(build_router_config(arguments), _sending_host(fast))
     except Exception as exc:  # litellm validates deployments and settings its own way
         raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {first_line(str(exc))}") from None
+    return router
+
+
+def _sending_host(fast: FastPath):
+    """litellm's own `PythonHost` for a Router (what the Router reaches outside itself), except that
+    its chat call goes out on `fast` whenever the fast path would send it."""
+    from litellm.router_python_host import PythonHost
+
+    class SendingHost(PythonHost):
+        __slots__ = ()
+
+        def invoke(self, op: str):
+            endpoint = super().invoke(op)
+            if op != "acompletion":
+                return endpoint
+
+            async def acompletion(**kwargs: Any):
+                request = {key: value for key, value in kwargs.items()
+                           if key not in ROUTER_BOOKKEEPING and not (key in ROUTER_SWITCHES and not value)}
+                model, messages = request.pop("model"), request.pop("messages")
+                api_base, api_key, timeout, extra_headers = (
+                    request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
+                route = fast.route(model, api_base, api_key, request)
+                if route is None:
+                    return await endpoint(**kwargs)
+                try:
+                    reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
+                except CallError as exc:
+                    raise _as_litellm_error(exc, route.model) from exc
+                return _model_response(reply, route.model)
+            return acompletion
+
+    return SendingHost()
+
+
+def _as_litellm_error(exc: CallError, model: str) -> Exception:
+    """The litellm exception litellm itself would have raised, so the Router cools down, falls back
+    (`context_window_fallbacks` on a too-long prompt, ...) and reports as it always does."""
+    litellm = _litellm()
+    if exc.status_code is None:  # no reply came back: a timeout or no connection
+        kind = litellm.Timeout if exc.name == "Timeout" else litellm.APIConnectionError
+        return kind(message=exc.message, llm_provider="openai", model=model)
+    from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+
+    try:
+        exception_type(model=model, custom_llm_provider="openai", original_exception=exc)
+    except Exception as mapped:  # exception_type raises what it maps to
+        return mapped
+    return exc
+
+
+def _model_response(reply: Reply, model: str):
+    """A `litellm.ModelResponse` for the Router, carrying the `Reply` it was made from."""
+    litellm = _litellm()
+    response = litellm.ModelResponse(
+        model=model,
+        choices=[{"index": 0, "finish_reason": reply.finish_reason or "stop",
+                  "message": {"role": "assistant", "content": reply.text}}],
+        usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
+               "total_tokens": reply.prompt_tokens + reply.completion_tokens})
+    response._hidden_params.update({"response_cost": reply.cost, REPLY: reply})
+    return response
 
 
 def from_litellm(response: Any, model: str) -> Reply:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from pathlib import Path
 from types import MappingProxyType
 
 import pytest
@@ -14,7 +15,7 @@ import yaml
 from fake_server import FakeServer, refused_url, spawn
 from sembp_dsl import cli, limits
 from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, LLMError
+from sembp_dsl.llm import LLM, CallFailed, LLMError
 from test_llm import TOY
 
 
@@ -44,10 +45,10 @@ def timed(llm: LLM, prompts: list[str]) -> float:
 
 def test_four_deployments_give_at_least_3_5x_the_throughput_of_one(tmp_path):
     """Servers that admit 16 requests at once (separate processes, as vLLM servers would be), each call taking
-    8 s as a long generation does: throughput is calls done per second with every slot busy, measured over two
-    full waves on one deployment (32 calls) and on four (128 calls). litellm's Router costs a few ms of client
-    CPU per call, so with much shorter calls the ratio falls (bench/router_throughput.py, docs/performance.md)."""
-    servers = [spawn(8.0, reply="ok", slots=16) for _ in range(4)]
+    2 s: throughput is calls done per second with every slot busy, measured over two full waves on one
+    deployment (32 calls) and on four (128 calls). The Router chooses and the fast path sends, about 2 ms of
+    client CPU per call (bench/router_throughput.py: 3.7x at 1 s calls, 3.8x at 2 s, docs/performance.md)."""
+    servers = [spawn(2.0, reply="ok", slots=16) for _ in range(4)]
     try:
         throughput = {}
         for n in (1, 4):
@@ -136,3 +137,61 @@ def test_rate_limits_wait_for_the_window(monkeypatch):
         await tokens.acquire()
         assert time.perf_counter() - start >= 0.25
     asyncio.run(go())
+
+
+def test_routed_calls_are_sent_by_the_fast_path_and_keep_price_and_cut_offs(tmp_path, monkeypatch):
+    """The Router chooses; an OpenAI-compatible deployment's request goes out on the fast path (litellm's own
+    call costs 6 ms of CPU against 0.4), priced from litellm's table, a cut-off reply still marked as one."""
+    from sembp_dsl import transport
+
+    litellm = transport._litellm()
+
+    async def not_litellm(**kwargs):
+        raise AssertionError("litellm.acompletion was called for an OpenAI-compatible deployment")
+    monkeypatch.setattr(litellm, "acompletion", not_litellm)
+    with FakeServer(reply="one two three four five") as server:
+        path = router_file(tmp_path, [("pool", server.url)])
+        llm = LLM(routed(path, max_tokens=2), concurrency=4)
+        done = llm.run(llm.complete("forward", "hello"))
+    assert server.requests == 1 and server.bodies[0]["model"] == "gpt-4o-mini"
+    assert server.headers[0]["authorization"] == "Bearer sk-router-test"
+    assert done.text == "one two" and done.finish_reason == "length" and done.cost > 0
+
+
+def test_a_deployment_the_fast_path_cannot_send_goes_through_litellm(tmp_path):
+    """A deployment with a parameter only litellm understands (here its `mock_response`) is litellm's call."""
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
+        "model": "openai/gpt-4o-mini", "api_key": "sk-x", "mock_response": "answered by litellm"}}]}))
+    llm = LLM(routed(str(path)))
+    assert llm.run(llm.complete("forward", "hello")).text == "answered by litellm"
+
+
+def test_a_routed_rate_limit_is_waited_out_as_the_server_asks(tmp_path):
+    with FakeServer(reply="ok", failures=[429], retry_after=0.4) as server:
+        path = router_file(tmp_path, [("pool", server.url)])
+        llm = LLM(routed(path))
+        start = time.perf_counter()
+        assert llm.run(llm.complete("forward", "hello")).text == "ok"
+    assert server.requests == 2 and time.perf_counter() - start >= 0.4
+    assert llm.ledger.roles["forward"].retries == 1
+
+
+def test_a_router_whose_every_deployment_is_dead_says_so(tmp_path):
+    path = router_file(tmp_path, [("pool", refused_url()), ("pool", refused_url())])
+    llm = LLM(routed(path), retries=1, backoff=0)
+    with pytest.raises((LLMError, CallFailed), match="connection refused"):
+        llm.run(llm.complete("forward", "hello"))
+
+
+def test_a_router_file_is_found_beside_the_pipeline(tmp_path, monkeypatch, capsys):
+    with FakeServer(reply="Yes") as live:
+        folder = tmp_path / "pipelines"
+        folder.mkdir()
+        (folder / "router.yaml").write_text(Path(router_file(tmp_path, [("pool", live.url)])).read_text())
+        (folder / "toy.sbp").write_text(TOY + 'model { name = "pool"  router = "router.yaml"  temperature = 0 }\n')
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        monkeypatch.chdir(elsewhere)
+        code = cli.main(["run", str(folder / "toy.sbp"), "--input", "q=is it?", "--json"])
+    assert code == 0 and live.requests == 1, capsys.readouterr().err
