@@ -456,7 +456,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
     before = path.read_text()
     fake_llm.configure(delay=0.2)
     proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path),
-                             "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs")],
+                             "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs"), "--no-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while fake_llm.requests == 0 and time.time() < deadline:
@@ -464,7 +464,7 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     fake_llm.configure(delay=0.0)
-    assert proc.returncode == 130
+    assert proc.returncode == 130, (out, err)
     assert "Traceback" not in err and "--resume" in err
     assert path.read_text() == before  # nothing half-written
     assert json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"] is False
