@@ -509,8 +509,13 @@ def _runs_command(work):
 def cmd_runs(args) -> int:
     from .runs import find_runs, render_list
 
-    runs, skipped = find_runs(args.runs_dir)
-    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs, skipped))
+    runs, unreadable = find_runs(args.runs_dir)
+    if not args.json:
+        print(render_list(runs, unreadable))
+        return 0
+    print(json.dumps([r.summary() for r in runs], indent=2))
+    for reason in unreadable:  # not in the list of runs, which scripts read, but not kept from the user either
+        print(f"sbpc: warning: unreadable {reason}", file=sys.stderr)
     return 0
 
 

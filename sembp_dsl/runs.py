@@ -40,7 +40,7 @@ class Run:
 
     @property
     def settings(self) -> dict:
-        return self.data.get("settings", {})
+        return self.data["settings"]
 
     @property
     def iterations(self) -> list[dict]:
@@ -128,18 +128,18 @@ class Run:
 
 
 def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
-    """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    """Every run in the folder, oldest first, and why each other folder in it holds no readable run record."""
     if Path(runs_dir).exists() and not Path(runs_dir).is_dir():
         raise RunsError(f"--runs-dir {runs_dir} is a file, not a folder of run records")
-    runs, skipped = [], []
+    runs, unreadable = [], []
     for folder in sorted(Path(runs_dir).glob("*")):
         if not folder.is_dir():
             continue
         try:
             runs.append(Run(folder, RunRecord.load(folder).data))
         except RecordError as exc:
-            skipped.append(str(exc))
-    return runs, skipped
+            unreadable.append(str(exc))
+    return runs, unreadable
 
 
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
@@ -163,7 +163,7 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
     unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()]
     if len(unreadable) == 1:
-        _load(unreadable[0])  # the run `sbpc runs` skips: say why
+        _load(unreadable[0])  # a record `sbpc runs` lists as unreadable: say why
     if re.fullmatch(r"-?\d+", spec):
         raise RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
     close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)
@@ -218,13 +218,13 @@ def printable(text: str) -> str:
 
 # --- the terminal -------------------------------------------------------------------------------
 
-def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
+def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
     lines = [] if runs else ["no runs"]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
-    lines += [f"skipped {reason}" for reason in skipped]
+    lines += [f"unreadable {reason}" for reason in unreadable]
     return printable("\n".join(lines))
 
 

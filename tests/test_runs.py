@@ -106,10 +106,10 @@ def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_pa
     killed = runs / "20990101-000000-toy"
     killed.mkdir()
     (killed / "run.json").write_text(json.dumps(record))
-    (runs / "not-a-run").mkdir()  # a folder without a record is skipped, not an error
+    (runs / "not-a-run").mkdir()  # a folder without a record is named, not an error
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
     assert code == 0 and out.count("finished") == 1 and "interrupted after 1 of 3 iterations" in out
-    assert "skipped " in out and "not-a-run" in out
+    assert "unreadable " in out and "not-a-run" in out
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     first, last = json.loads(out)
     assert last["run"] == "20990101-000000-toy" and not last["finished"]
@@ -233,6 +233,10 @@ def record(**parts) -> dict:
 
 
 @pytest.mark.parametrize("data, where", [
+    ({}, "the record has no 'settings'"),  # valid JSON, an object, and still no run: never a phantom run line
+    ({"finished": True}, "the record has no 'settings'"),
+    (record(settings={}), "settings has no 'file'"),
+    (None, "the record is null, not an object"),
     (record(iterations=[{k: v for k, v in GOOD_ITERATION.items() if k != "index"}]), "iterations[0] has no 'index'"),
     (record(iterations=[{**GOOD_ITERATION, "prompts": {"p": 3}}]), "iterations[0].prompts.p is a number, not text"),
     (record(iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p"}]}]), "iterations[0].candidates[0] has no 'fate'"),
@@ -250,10 +254,15 @@ def test_a_record_missing_what_readers_need_is_named_where(tmp_path, capsys, dat
     (runs / "20260101-000000-bad").mkdir(parents=True)
     (runs / "20260101-000000-bad" / "run.json").write_text(json.dumps(data))
     code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs))
-    assert code == 0 and f"not a run record ({where})" in out
-    for argv in (["show", "20260101"], ["report", "20260101", "--out", str(tmp_path / "r.html")]):
+    assert code == 0 and f"unreadable {runs}/20260101-000000-bad/run.json: not a run record ({where})" in out
+    assert "no runs" in out  # and not counted as one
+    code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
+    assert code == 0 and json.loads(out) == [] and f"unreadable {runs}/20260101-000000-bad/run.json" in err
+    assert f"not a run record ({where})" in err
+    for argv in (["show", "20260101"], ["show", "20260101", "--json"], ["report", "20260101", "--out", str(tmp_path / "r.html")],
+                 ["apply", "20260101", "--iteration", "0", str(tmp_path / "toy.sbp")]):
         code, out, err = sbpc(capsys, *argv, "--runs-dir", str(runs))
-        assert code == 1 and f"not a run record ({where})" in err and "Traceback" not in err
+        assert code == 1 and out == "" and f"not a run record ({where})" in err and "Traceback" not in err
 
 
 def test_a_good_record_passes_the_check(tmp_path, capsys):
