@@ -495,36 +495,38 @@ def build_parser() -> argparse.ArgumentParser:
 def _runs_command(work):
     """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
     def command(args) -> int:
+        from .diagnostics import visible
         from .runs import RunsError
 
         try:
             return work(args)
-        except RunsError as exc:
-            print(f"sbpc: error: {exc}", file=sys.stderr)
+        except RunsError as exc:  # it may quote a record: a key from a hostile file, say
+            print(visible(f"sbpc: error: {exc}"), file=sys.stderr)
             return 1
     return command
 
 
 @_runs_command
 def cmd_runs(args) -> int:
-    from .runs import find_runs, render_list
+    from .diagnostics import visible
+    from .runs import find_runs, json_text, render_list
 
     runs, unreadable = find_runs(args.runs_dir)
     if not args.json:
         print(render_list(runs, unreadable))
         return 0
-    print(json.dumps([r.summary() for r in runs], indent=2))
+    print(json_text([r.summary() for r in runs]))
     for reason in unreadable:  # not in the list of runs, which scripts read, but not kept from the user either
-        print(f"sbpc: warning: unreadable {reason}", file=sys.stderr)
+        print(visible(f"sbpc: warning: unreadable {reason}"), file=sys.stderr)
     return 0
 
 
 @_runs_command
 def cmd_show(args) -> int:
-    from .runs import render_show, resolve
+    from .runs import json_text, render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
-    print(json.dumps(run.data, indent=2, ensure_ascii=False) if args.json else render_show(run))
+    print(json_text(run.data) if args.json else render_show(run))
     return 0
 
 

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import glob
+import json
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .diagnostics import INVISIBLE, visible
 from .graph import DEFAULT_OPTIMIZE
 from .record import RecordError, RunRecord
 
@@ -208,12 +210,11 @@ def fmt(score: float | None) -> str:
     return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
 
 
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """Text for a terminal: control characters from replies (escape sequences, say) shown as \\xNN, not obeyed."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+def json_text(value) -> str:
+    """A record's JSON for a terminal: text kept as it is, but what would steer the terminal or cannot be printed
+    (control characters, bidi overrides, lone surrogates: replies are strangers' data) written as \\u escapes,
+    so the JSON stays valid and reads back to the same strings."""
+    return INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, indent=2, ensure_ascii=False))
 
 
 # --- the terminal -------------------------------------------------------------------------------
@@ -225,7 +226,7 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
     lines += [f"unreadable {reason}" for reason in unreadable]
-    return printable("\n".join(lines))
+    return visible("\n".join(lines))
 
 
 def render_show(run: Run) -> str:
@@ -244,7 +245,7 @@ def render_show(run: Run) -> str:
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):
         lines.append(f"\n({missing} iteration(s) not run)")
-    return printable("\n".join(lines))
+    return visible("\n".join(lines))
 
 
 def verdict(it: dict) -> str:

@@ -309,3 +309,38 @@ def test_a_report_of_a_run_with_no_scores_warns_of_nothing(tmp_path, capsys):
         warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend"
         code, _, err = sbpc(capsys, "report", "1", "--out", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs"))
     assert code == 0 and err == ""
+
+
+STEERING = "\x9b2J \x1b[31m \x7f \x85 \u202e \ud800"  # C1 CSI, C0 escape, DEL, NEL, a bidi override, half a pair
+
+
+def test_json_and_text_outputs_escape_what_would_steer_the_terminal(tmp_path, capsys):
+    import re
+
+    raw = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e\ud800]")  # anything but newline, written as it is
+    hostile = record(settings={"file": "toy.sbp", "data": "d", "iterations": 1, "models": {"forward": "m" + STEERING}},
+                     stopped="budget " + STEERING, finished=False,
+                     iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p", "fate": "rejected", "new": None,
+                                                                    "reply": "reply " + STEERING}]}])
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(hostile))  # ASCII: \u escapes on disk, the characters once read
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    code, out, err = sbpc(capsys, "show", "1", "--json", *runs)
+    assert code == 0 and not raw.search(out) and json.loads(out) == hostile  # valid, and the same strings
+    assert "\\u009b2J" in out and "\\u202e" in out
+    code, out, err = sbpc(capsys, "runs", "--json", *runs)
+    assert code == 0 and not raw.search(out) and json.loads(out)[0]["status"] == "stopped: budget " + STEERING
+    for argv in (["show", "1"], ["runs"]):
+        code, out, err = sbpc(capsys, *argv, *runs)
+        assert code == 0 and not raw.search(out) and "\\x9b2J \\x1b[31m \\x7f \\x85 \\u202e \\ud800" in out
+
+
+def test_an_error_quoting_a_hostile_record_escapes_it(tmp_path, capsys):
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(record(initial_prompts={"\x9b2J": 3})))
+    code, out, err = sbpc(capsys, "show", "2026", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and "initial_prompts.\\x9b2J is a number, not text" in err and "\x9b" not in err
+    code, out, err = sbpc(capsys, "runs", "--json", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "initial_prompts.\\x9b2J is a number" in err and "\x9b" not in err
