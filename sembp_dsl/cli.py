@@ -1,5 +1,7 @@
 """`sbpc`: the command line. Each subcommand is a thin layer over one stage of the compiler.
 
+This module holds the entry point and the commands over pipelines and models; the commands over run
+records are in cli_runs.py, and the flags both share in cli_flags.py.
 Heavy modules (litellm, the model runtime) are imported only by the commands that
 call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 """
@@ -7,10 +9,12 @@ call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import sys
 
+from .cli_flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
+                        load_pipeline, number, parse_pairs, print_ledger)
+from .cli_runs import add_run_commands
 from .diagnostics import PipelineError
 
 LANGUAGE_BY_EXAMPLE = '''\
@@ -106,39 +110,6 @@ def _or_file(flag, graph, key: str):
     return flag if flag is not None else graph.optimize[key]
 
 
-def _mapping(pairs: list[str], what: str) -> dict[str, str]:
-    out = {}
-    for pair in pairs or []:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise UsageError(f"{what} expects NAME=VALUE, got {pair!r}")
-        out[name.strip()] = value
-    return out
-
-
-
-
-class UsageError(Exception):
-    """Bad flags: reported like argparse's own errors, with exit code 2."""
-
-
-def _pipeline(args):
-    """The pipeline of a command, with the models and limits its flags ask for."""
-    from .api import load
-
-    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
-    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
-                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
-    # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
-    gc.freeze()
-    return pipeline
-
-
-def _print_ledger(pipeline, args) -> None:
-    if not args.json:
-        print("\n" + pipeline.ledger.render(), file=sys.stderr)
-
-
 def cmd_run(args) -> int:
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
@@ -146,8 +117,8 @@ def cmd_run(args) -> int:
         raise UsageError(f"--input-json is not valid JSON: {exc}")
     if not isinstance(inputs, dict):
         raise UsageError("--input-json expects a JSON object")
-    inputs.update(_mapping(args.input, "--input"))
-    with _pipeline(args) as pipeline:
+    inputs.update(parse_pairs(args.input, "--input"))
+    with load_pipeline(args) as pipeline:
         try:  # unknown names (with a close one) and missing ones are usage errors, before any call
             prediction = pipeline.batch([inputs])[0]
         except ValueError as exc:
@@ -161,7 +132,7 @@ def cmd_run(args) -> int:
                     print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
                           f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
-        _print_ledger(pipeline, args)
+        print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
 
@@ -171,7 +142,7 @@ def cmd_eval(args) -> int:
     from . import datasets
     from .evaluate import metric_for
 
-    with _pipeline(args) as pipeline:
+    with load_pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
@@ -180,14 +151,14 @@ def cmd_eval(args) -> int:
         metric = metric_for(pipeline.graph, dataset.metric)
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
                   disable=args.json or None) as bar:
-            evaluation = pipeline.evaluate(samples, metric, mapping=_mapping(args.map, "--map"), on_done=lambda r: bar.update())
+            evaluation = pipeline.evaluate(samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update())
         code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
             print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
                               **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
             return code
         print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
-        _print_ledger(pipeline, args)
+        print_ledger(pipeline, args)
     return code
 
 
@@ -201,7 +172,7 @@ def cmd_optimize(args) -> int:
     from .record import ResumeError, resume_command
     from .stats import wins_needed
 
-    pipeline = _pipeline(args)
+    pipeline = load_pipeline(args)
     graph = pipeline.graph
     _report(graph.warnings, graph.pipeline.text)
     method = dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gradient=args.gradient,
@@ -221,7 +192,7 @@ def cmd_optimize(args) -> int:
     if gate != "none" and not (splits.val if gate == "validation" else splits.train):
         raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
                          "of at least 1, or --no-gate")
-    mapping = _mapping(args.map, "--map")
+    mapping = parse_pairs(args.map, "--map")
     the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
         print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
@@ -281,14 +252,14 @@ def cmd_optimize(args) -> int:
     if diff:
         print(where)
     print(f"run record: {found.record}/run.json")
-    _print_ledger(pipeline, args)
+    print_ledger(pipeline, args)
     return code
 
 
 def cmd_serve(args) -> int:
     from .serve import serve
 
-    pipeline = _pipeline(args)
+    pipeline = load_pipeline(args)
 
     def announce(url: str) -> None:
         print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
@@ -314,61 +285,6 @@ def held_out_change(before, after) -> str:
     return text
 
 
-def _number(kind, low: float, inclusive: bool, what: str, high: float = float("inf")):
-    """An argparse type: a finite `kind` above `low` (or at it, when inclusive) and at most `high`; else a usage error."""
-    def parse(text: str):
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if not low <= value <= min(high, 1e308) or (value == low and not inclusive):  # also refuses nan and inf
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-        return value
-    parse.__name__ = what  # argparse names the type in its messages
-    return parse
-
-
-COUNT = _number(int, 0, True, "a whole number, 0 or more")
-POSITIVE_COUNT = _number(int, 1, True, "a whole number, 1 or more")
-SECONDS = _number(float, 0, False, "a number of seconds above 0")
-DOLLARS = _number(float, 0, True, "an amount of dollars, 0 or more")
-PROBABILITY = _number(float, 0, False, "a probability above 0 and at most 1", high=1)
-
-
-def _add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
-    g = p.add_argument_group("models and limits")
-    every = "every call (unless --backward-model / --optimizer-model say otherwise)" if learning else "every call"
-    g.add_argument("--model", help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
-                                   "ollama/llama3, embedded/smollm2-135m")
-    if learning:
-        g.add_argument("--backward-model", help="model for backward (gradient) calls")
-        g.add_argument("--optimizer-model", help="model for optimizer calls")
-    else:
-        p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
-    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
-                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
-    g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
-    g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
-    g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
-                                                            "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
-    g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
-    g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
-    g.add_argument("--json", action="store_true", help="print a machine-readable report")
-
-
-def _add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
-    g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
-                                                 "JSON values that are not strings reach prompts as JSON text")
-    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
-                                                       "--data then gives train and val only")
-    g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
-    g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
-    from_file = "the file's optimize block"
-    g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
-    g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")
-    g.add_argument("--test-size", type=COUNT, help=f"test samples (default: {test_default})")
-    g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -417,7 +333,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--input", action="append", metavar="NAME=VALUE", help="a pipeline input (repeat for each)")
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
     run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
-    _add_model_flags(run)
+    add_model_flags(run)
     run.set_defaults(run=cmd_run)
 
     ev = sub.add_parser("eval", help="score a pipeline on a data split",
@@ -429,8 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
     ev.add_argument("--limit", type=COUNT, help="score only the first N samples of the split")
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
-    _add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
-    _add_model_flags(ev)
+    add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
+    add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)
 
     op = sub.add_parser(
@@ -470,8 +386,8 @@ def build_parser() -> argparse.ArgumentParser:
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
-    _add_data_flags(op)
-    _add_model_flags(op, learning=True)
+    add_data_flags(op)
+    add_model_flags(op, learning=True)
     op.set_defaults(run=cmd_optimize)
 
     srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
@@ -483,228 +399,15 @@ def build_parser() -> argparse.ArgumentParser:
                                 "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
     srv.add_argument("file", metavar="FILE")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=_number(int, 0, True, "a port from 0 to 65535", 65535), default=8000, help="port (default 8000; 0 picks a free one)")
-    _add_model_flags(srv)
+    srv.add_argument("--port", type=number(int, 0, True, "a port from 0 to 65535", 65535), default=8000, help="port (default 8000; 0 picks a free one)")
+    add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
-    _add_run_commands(sub)
+    add_run_commands(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 
-def _runs_command(work):
-    """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
-    def command(args) -> int:
-        from .runs import RunsError
-
-        try:
-            return work(args)
-        except RunsError as exc:
-            print(f"sbpc: error: {exc}", file=sys.stderr)
-            return 1
-    return command
-
-
-@_runs_command
-def cmd_runs(args) -> int:
-    from .runs import find_runs, render_list
-
-    runs, skipped = find_runs(args.runs_dir)
-    print(json.dumps([r.summary() for r in runs], indent=2) if args.json else render_list(runs, skipped))
-    return 0
-
-
-@_runs_command
-def cmd_show(args) -> int:
-    from .runs import render_show, resolve
-
-    run = resolve(args.run_spec, args.runs_dir)
-    print(json.dumps(run.data, indent=2, ensure_ascii=False) if args.json else render_show(run))
-    return 0
-
-
-@_runs_command
-def cmd_apply(args) -> int:
-    from .runs import apply, resolve
-
-    target, diff, notice = apply(resolve(args.run_spec, args.runs_dir), args.iteration, args.file)
-    if notice:
-        print(notice, file=sys.stderr)
-    print(f"{diff}written to {target}" if diff else f"{args.file} already holds these prompts; nothing written")
-    return 0
-
-
-def _check_page(path: str, flag: str) -> None:
-    """Say before any work that a page cannot be written there: no such folder, or a folder itself."""
-    from pathlib import Path
-
-    if Path(path).is_dir():
-        raise UsageError(f"{flag} {path} is a folder; give a file name, e.g. {Path(path) / 'report.html'}")
-    if not Path(path).resolve().parent.is_dir():
-        raise UsageError(f"{flag}: no folder {Path(path).parent} to write {path} in")
-
-
-def _write_page(path: str, html: str) -> None:
-    from pathlib import Path
-
-    from .runs import RunsError
-    from .writeback import atomic_write
-
-    try:
-        atomic_write(Path(path), html)
-    except OSError as exc:
-        raise RunsError(f"cannot write {path}: {exc.strerror or exc}") from None
-
-
-@_runs_command
-def cmd_report(args) -> int:
-    from .report import render
-    from .runs import resolve
-
-    _check_page(args.out, "--out")
-    runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
-    _write_page(args.out, render(runs))
-    print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
-    return 0
-
-
-@_runs_command
-def cmd_compare(args) -> int:
-    from pathlib import Path
-
-    from tqdm import tqdm
-
-    from . import compare, datasets
-    from .evaluate import metric_for
-
-    if args.report:
-        _check_page(args.report, "--report")
-    done, rows, seeds = [], [], []  # optimize runs finished, for an interrupt to say
-    with _pipeline(args) as pipeline:
-        try:
-            rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
-            dataset = datasets.load(args.data, args.data_dir, args.test_data)
-            experiment = compare.Experiment(
-                pipeline, args.data, dataset,
-                dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
-                dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha),
-                metric_for(pipeline.graph, dataset.metric), _mapping(args.map, "--map"))
-            first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
-            seeds = [first + i for i in range(args.seeds)]
-
-            def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
-                inner = tqdm(total=total, desc=f"  {what}", unit="sample", file=sys.stderr, leave=False,
-                             disable=args.json or None)
-                return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
-
-            with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
-                      disable=args.json or None) as bar:
-                results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (done.append(what), bar.set_postfix_str(what), bar.update()),
-                                          phase)
-        except compare.CompareError as exc:
-            print(f"sbpc: error: {exc}", file=sys.stderr)
-            return 1
-        except KeyboardInterrupt:
-            kept = (f"their run records are in {args.runs_dir}" if args.runs_dir
-                    else "no run record was kept (--runs-dir keeps them)")
-            print(f"\ninterrupted after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
-                  f"must share seeds to be compared; {kept}."
-                  f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
-                  file=sys.stderr)
-            raise
-        print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
-                          "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
-              else compare.markdown(results, experiment))
-        if args.report:
-            _write_page(args.report, compare.html(results, experiment))
-            print(f"wrote {args.report}", file=sys.stderr)
-        _print_ledger(pipeline, args)
-    return 0
-
-
-def _add_run_commands(sub) -> None:
-    """Commands over run records: list, show, apply, report, compare."""
-    def runs_dir(p):
-        p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
-
-    run_help = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
-                "(e.g. 20260101-1200)")
-    ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
-                        description="Every run in the runs folder: when, file, data, the settings that differ from the "
-                                    "defaults, initial -> best gate score, test before -> after, calls, cost, and "
-                                    "whether it finished.")
-    runs_dir(ls)
-    ls.add_argument("--json", action="store_true", help="print the runs as JSON")
-    ls.set_defaults(run=cmd_runs, parser=ls)
-
-    show = sub.add_parser("show", help="show one run iteration by iteration",
-                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                          description="A run iteration by iteration: scores, each candidate prompt with its fate and why, "
-                                      "a word diff against the prompt it would replace ([-old-]{+new+}), and the "
-                                      "gradients behind it.",
-                          epilog="examples:\n  sbpc show -1                 # the newest run\n"
-                                 "  sbpc show .sbpc/runs/20260101-120000-liar")
-    show.add_argument("run_spec", metavar="RUN", help=run_help)
-    runs_dir(show)
-    show.add_argument("--json", action="store_true", help="print the run record as it is")
-    show.set_defaults(run=cmd_show, parser=show)
-
-    ap = sub.add_parser("apply", help="write the prompts of one iteration of a run into a pipeline file",
-                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                        description="Write the prompts a run had after iteration K into FILE, with optimize's own "
-                                    "write-back: only the prompt literals change, checked by parsing the file again.",
-                        epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
-    ap.add_argument("run_spec", metavar="RUN", help=run_help)
-    ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
-                    help="the iteration whose prompts to write (0: the run's initial prompts)")
-    ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
-    runs_dir(ap)
-    ap.set_defaults(run=cmd_apply, parser=ap)
-
-    rep = sub.add_parser("report", help="write one HTML page about one run, or comparing several",
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         description="One self-contained HTML file that opens offline: train, gate and test scores and "
-                                     "calls and cost per iteration (plots by matplotlib: pip install 'sbpc[report]'), "
-                                     "every candidate's diff and fate, the gradients per node, and the final diff of "
-                                     "the source file. Several runs give one page that compares them. The page runs "
-                                     "no script and loads nothing.",
-                         epilog="examples:\n  sbpc report -1 && xdg-open report.html\n"
-                                "  sbpc report 3 4 5 --out ablation.html")
-    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
-    rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
-    runs_dir(rep)
-    rep.set_defaults(run=cmd_report, parser=rep)
-
-    cmp = sub.add_parser(
-        "compare", help="optimize under several settings and seeds, and compare held-out accuracy",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run one optimize per setting and seed (never writing back, all sharing one response cache) and\n"
-                    "print a table: per row, held-out test accuracy as the mean and 95% t interval over seeds, the\n"
-                    "difference from the first row paired by seed with its interval, and calls, tokens, cost and\n"
-                    "wall time. Rows change one --vary setting at a time from the base (the first value of each\n"
-                    "--vary), as the paper's liar.sh does; --grid runs every combination instead.",
-        epilog="examples:\n"
-               "  sbpc compare pipelines/liar.sbp --data liar --vary gradient=sibling,no-sibling,none --seeds 3 --test-size 100\n"
-               "  sbpc compare pipelines/liar_paper.sbp --data liar --vary gradient=sibling,none,no-sibling \\\n"
-               "      --vary only=each --vary gate=train,none --seeds 3 --test-size 200 --report liar.html   # liar.sh\n"
-               "--vary takes gradient, only (each | all | PARAM[+PARAM]), gate, update, iterations,\n"
-               "errors_per_gradient, train_size, val_size, gate_alpha.")
-    cmp.add_argument("file", metavar="FILE")
-    g = cmp.add_argument_group("experiment")
-    g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
-                   help="a setting and its values; the first is the base (repeat for several settings)")
-    g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
-    g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
-    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
-    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)")
-    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)")
-    w = cmp.add_argument_group("output")
-    w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
-    w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")
-    _add_data_flags(cmp)
-    _add_model_flags(cmp, learning=True)
-    cmp.set_defaults(run=cmd_compare)
 
 
 def main(argv: list[str] | None = None) -> int:

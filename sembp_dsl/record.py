@@ -135,8 +135,8 @@ NUMBER, MAYBE_TEXT = (int, float), (str, type(None))
 # of the keys they use, and the keys they cannot do without. Scores are not checked: they are shown as they are.
 SHAPES = {
     "record": ({"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool, "stopped": MAYBE_TEXT,
-                "ledger": dict, "test": (dict, type(None))}, ()),
-    "settings": ({"file": str, "data": MAYBE_TEXT, "iterations": int, "models": dict, "only": list}, ()),
+                "ledger": dict, "test": (dict, type(None))}, ("settings",)),
+    "settings": ({"file": str, "data": MAYBE_TEXT, "iterations": int, "models": dict, "only": list}, ("file",)),
     "ledger": ({"calls": int, "tokens": int, "cost": NUMBER}, ("calls", "tokens", "cost")),
     "test": ({}, ("initial", "final")),
     "iteration": ({"index": int, "prompts": dict, "candidates": list, "gradients": list, "gate": (dict, type(None)),
@@ -149,7 +149,7 @@ SHAPES = {
 PARTS = {"record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
          "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"}}
 PROMPTS = {"record": "initial_prompts", "iteration": "prompts"}  # param -> text
-RESUMED = ("settings", "initial_prompts", "iterations", "finished")
+RESUMED = ("initial_prompts", "iterations", "finished")  # besides the settings every record has
 
 
 def _read(path: Path, resumable: bool = False) -> dict:
@@ -168,8 +168,6 @@ def _read(path: Path, resumable: bool = False) -> dict:
     problem = _misshapen(data, "record", "")
     if problem is None and resumable:
         missing = [k for k in RESUMED if k not in data]
-        if not missing and not isinstance(data["settings"].get("file"), str):
-            missing = ["settings.file"]
         problem = f"the record has no {', '.join(missing)}" if missing else None
     if problem:
         raise RecordError(f"{path}: not a run record ({problem})")

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import difflib
 import glob
+import json
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .diagnostics import INVISIBLE, visible
 from .graph import DEFAULT_OPTIMIZE
 from .record import RecordError, RunRecord
 
@@ -40,7 +42,7 @@ class Run:
 
     @property
     def settings(self) -> dict:
-        return self.data.get("settings", {})
+        return self.data["settings"]
 
     @property
     def iterations(self) -> list[dict]:
@@ -128,18 +130,18 @@ class Run:
 
 
 def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
-    """Every run in the folder, oldest first, and why each other folder in it was skipped."""
+    """Every run in the folder, oldest first, and why each other folder in it holds no readable run record."""
     if Path(runs_dir).exists() and not Path(runs_dir).is_dir():
         raise RunsError(f"--runs-dir {runs_dir} is a file, not a folder of run records")
-    runs, skipped = [], []
+    runs, unreadable = [], []
     for folder in sorted(Path(runs_dir).glob("*")):
         if not folder.is_dir():
             continue
         try:
             runs.append(Run(folder, RunRecord.load(folder).data))
         except RecordError as exc:
-            skipped.append(str(exc))
-    return runs, skipped
+            unreadable.append(str(exc))
+    return runs, unreadable
 
 
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
@@ -163,7 +165,7 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
     unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()]
     if len(unreadable) == 1:
-        _load(unreadable[0])  # the run `sbpc runs` skips: say why
+        _load(unreadable[0])  # a record `sbpc runs` lists as unreadable: say why
     if re.fullmatch(r"-?\d+", spec):
         raise RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
     close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)
@@ -208,24 +210,23 @@ def fmt(score: float | None) -> str:
     return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
 
 
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def printable(text: str) -> str:
-    """Text for a terminal: control characters from replies (escape sequences, say) shown as \\xNN, not obeyed."""
-    return CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+def json_text(value) -> str:
+    """A record's JSON for a terminal: text kept as it is, but what would steer the terminal or cannot be printed
+    (control characters, bidi overrides, lone surrogates: replies are strangers' data) written as \\u escapes,
+    so the JSON stays valid and reads back to the same strings."""
+    return INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, indent=2, ensure_ascii=False))
 
 
 # --- the terminal -------------------------------------------------------------------------------
 
-def render_list(runs: list[Run], skipped: Sequence[str] = ()) -> str:
+def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
     lines = [] if runs else ["no runs"]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
                      f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
-    lines += [f"skipped {reason}" for reason in skipped]
-    return printable("\n".join(lines))
+    lines += [f"unreadable {reason}" for reason in unreadable]
+    return visible("\n".join(lines))
 
 
 def render_show(run: Run) -> str:
@@ -244,7 +245,7 @@ def render_show(run: Run) -> str:
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):
         lines.append(f"\n({missing} iteration(s) not run)")
-    return printable("\n".join(lines))
+    return visible("\n".join(lines))
 
 
 def verdict(it: dict) -> str:

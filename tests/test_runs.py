@@ -106,10 +106,10 @@ def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_pa
     killed = runs / "20990101-000000-toy"
     killed.mkdir()
     (killed / "run.json").write_text(json.dumps(record))
-    (runs / "not-a-run").mkdir()  # a folder without a record is skipped, not an error
+    (runs / "not-a-run").mkdir()  # a folder without a record is named, not an error
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
     assert code == 0 and out.count("finished") == 1 and "interrupted after 1 of 3 iterations" in out
-    assert "skipped " in out and "not-a-run" in out
+    assert "unreadable " in out and "not-a-run" in out
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     first, last = json.loads(out)
     assert last["run"] == "20990101-000000-toy" and not last["finished"]
@@ -233,6 +233,10 @@ def record(**parts) -> dict:
 
 
 @pytest.mark.parametrize("data, where", [
+    ({}, "the record has no 'settings'"),  # valid JSON, an object, and still no run: never a phantom run line
+    ({"finished": True}, "the record has no 'settings'"),
+    (record(settings={}), "settings has no 'file'"),
+    (None, "the record is null, not an object"),
     (record(iterations=[{k: v for k, v in GOOD_ITERATION.items() if k != "index"}]), "iterations[0] has no 'index'"),
     (record(iterations=[{**GOOD_ITERATION, "prompts": {"p": 3}}]), "iterations[0].prompts.p is a number, not text"),
     (record(iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p"}]}]), "iterations[0].candidates[0] has no 'fate'"),
@@ -250,10 +254,15 @@ def test_a_record_missing_what_readers_need_is_named_where(tmp_path, capsys, dat
     (runs / "20260101-000000-bad").mkdir(parents=True)
     (runs / "20260101-000000-bad" / "run.json").write_text(json.dumps(data))
     code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs))
-    assert code == 0 and f"not a run record ({where})" in out
-    for argv in (["show", "20260101"], ["report", "20260101", "--out", str(tmp_path / "r.html")]):
+    assert code == 0 and f"unreadable {runs}/20260101-000000-bad/run.json: not a run record ({where})" in out
+    assert "no runs" in out  # and not counted as one
+    code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
+    assert code == 0 and json.loads(out) == [] and f"unreadable {runs}/20260101-000000-bad/run.json" in err
+    assert f"not a run record ({where})" in err
+    for argv in (["show", "20260101"], ["show", "20260101", "--json"], ["report", "20260101", "--out", str(tmp_path / "r.html")],
+                 ["apply", "20260101", "--iteration", "0", str(tmp_path / "toy.sbp")]):
         code, out, err = sbpc(capsys, *argv, "--runs-dir", str(runs))
-        assert code == 1 and f"not a run record ({where})" in err and "Traceback" not in err
+        assert code == 1 and out == "" and f"not a run record ({where})" in err and "Traceback" not in err
 
 
 def test_a_good_record_passes_the_check(tmp_path, capsys):
@@ -300,3 +309,38 @@ def test_a_report_of_a_run_with_no_scores_warns_of_nothing(tmp_path, capsys):
         warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend"
         code, _, err = sbpc(capsys, "report", "1", "--out", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs"))
     assert code == 0 and err == ""
+
+
+STEERING = "\x9b2J \x1b[31m \x7f \x85 \u202e \ud800"  # C1 CSI, C0 escape, DEL, NEL, a bidi override, half a pair
+
+
+def test_json_and_text_outputs_escape_what_would_steer_the_terminal(tmp_path, capsys):
+    import re
+
+    raw = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e\ud800]")  # anything but newline, written as it is
+    hostile = record(settings={"file": "toy.sbp", "data": "d", "iterations": 1, "models": {"forward": "m" + STEERING}},
+                     stopped="budget " + STEERING, finished=False,
+                     iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p", "fate": "rejected", "new": None,
+                                                                    "reply": "reply " + STEERING}]}])
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(hostile))  # ASCII: \u escapes on disk, the characters once read
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    code, out, err = sbpc(capsys, "show", "1", "--json", *runs)
+    assert code == 0 and not raw.search(out) and json.loads(out) == hostile  # valid, and the same strings
+    assert "\\u009b2J" in out and "\\u202e" in out
+    code, out, err = sbpc(capsys, "runs", "--json", *runs)
+    assert code == 0 and not raw.search(out) and json.loads(out)[0]["status"] == "stopped: budget " + STEERING
+    for argv in (["show", "1"], ["runs"]):
+        code, out, err = sbpc(capsys, *argv, *runs)
+        assert code == 0 and not raw.search(out) and "\\x9b2J \\x1b[31m \\x7f \\x85 \\u202e \\ud800" in out
+
+
+def test_an_error_quoting_a_hostile_record_escapes_it(tmp_path, capsys):
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(record(initial_prompts={"\x9b2J": 3})))
+    code, out, err = sbpc(capsys, "show", "2026", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 1 and "initial_prompts.\\x9b2J is a number, not text" in err and "\x9b" not in err
+    code, out, err = sbpc(capsys, "runs", "--json", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "initial_prompts.\\x9b2J is a number" in err and "\x9b" not in err

@@ -1,0 +1,97 @@
+"""What cli.py and cli_runs.py share: the model and data flags, the number types that check flags, NAME=VALUE
+pairs, usage errors, and the pipeline and ledger the flags ask for. It imports neither, so no import runs back up."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import sys
+
+
+class UsageError(Exception):
+    """Bad flags: reported like argparse's own errors, with exit code 2."""
+
+
+def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
+    """NAME=VALUE flags (--input, --map) as a dict; anything else is a usage error."""
+    out = {}
+    for pair in pairs or []:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"{what} expects NAME=VALUE, got {pair!r}")
+        out[name.strip()] = value
+    return out
+
+
+def load_pipeline(args):
+    """The pipeline of a command, with the models and limits its flags ask for."""
+    from .api import load
+
+    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
+    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
+                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
+    # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
+    gc.freeze()
+    return pipeline
+
+
+def print_ledger(pipeline, args) -> None:
+    if not args.json:
+        print("\n" + pipeline.ledger.render(), file=sys.stderr)
+
+
+def number(kind, low: float, inclusive: bool, what: str, high: float = float("inf")):
+    """An argparse type: a finite `kind` above `low` (or at it, when inclusive) and at most `high`; else a usage error."""
+    def parse(text: str):
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+        if not low <= value <= min(high, 1e308) or (value == low and not inclusive):  # also refuses nan and inf
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+        return value
+    parse.__name__ = what  # argparse names the type in its messages
+    return parse
+
+
+COUNT = number(int, 0, True, "a whole number, 0 or more")
+POSITIVE_COUNT = number(int, 1, True, "a whole number, 1 or more")
+SECONDS = number(float, 0, False, "a number of seconds above 0")
+DOLLARS = number(float, 0, True, "an amount of dollars, 0 or more")
+PROBABILITY = number(float, 0, False, "a probability above 0 and at most 1", high=1)
+
+
+def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
+    g = p.add_argument_group("models and limits")
+    every = "every call (unless --backward-model / --optimizer-model say otherwise)" if learning else "every call"
+    g.add_argument("--model", help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+                                   "ollama/llama3, embedded/smollm2-135m")
+    if learning:
+        g.add_argument("--backward-model", help="model for backward (gradient) calls")
+        g.add_argument("--optimizer-model", help="model for optimizer calls")
+    else:
+        p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
+    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
+    g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
+    g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
+    g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
+                                                            "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
+    g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
+    g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
+    g.add_argument("--json", action="store_true", help="print a machine-readable report")
+
+
+def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
+    g = p.add_argument_group("data")
+    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+                                                 "JSON values that are not strings reach prompts as JSON text")
+    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
+                                                       "--data then gives train and val only")
+    g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
+    g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
+    from_file = "the file's optimize block"
+    g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
+    g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")
+    g.add_argument("--test-size", type=COUNT, help=f"test samples (default: {test_default})")
+    g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
