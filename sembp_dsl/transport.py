@@ -326,6 +326,9 @@ def load_router(path: str, fast: FastPath):
     if not isinstance(settings, dict):
         raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
     _litellm()
+    deployments = [d.get("litellm_params") for d in config["model_list"] if isinstance(d, dict)]
+    if any(isinstance(params, dict) and embedded.serves(str(params.get("model"))) for params in deployments):
+        embedded.register()  # the Router checks every deployment's provider as it is built
     from litellm.router import Router, router_arguments
     from litellm.router_config import build_router_config
 

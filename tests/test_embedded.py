@@ -142,3 +142,27 @@ def test_the_python_api_through_the_embedded_model(tmp_path):
         assert (found.record / "run.json").exists() and len(found.outcome.iterations) == 1
         assert found.pipeline.save() == path and "pipeline echo" in path.read_text()
         assert echo.ledger.calls >= 4
+
+
+def test_a_router_falls_back_to_the_embedded_model(tmp_path):
+    """litellm's Router over a dead OpenAI-compatible deployment, falling back to the embedded model: the
+    fast path's failure is raised as litellm's exception, the Router falls back, litellm sends to the model."""
+    import yaml
+
+    import sembp_dsl as sbp
+    from fake_server import refused_url
+
+    router = tmp_path / "router.yaml"
+    router.write_text(yaml.safe_dump({
+        "model_list": [{"model_name": "main", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": refused_url(),
+                                                                 "api_key": "sk-x"}},
+                       {"model_name": "local", "litellm_params": {"model": embedded.MODEL}}],
+        "router_settings": {"fallbacks": [{"main": ["local"]}]}}))
+    path = tmp_path / "echo.sbp"
+    path.write_text('pipeline echo "Answer a yes/no question"\ninput question: text\n'
+                    'param ask = "Answer the question with Yes or No."\n'
+                    'node answer: text { prompt = ask }\nquestion -> answer\noutput answer\n'
+                    'model { name = "main"  router = "router.yaml"  max_tokens = 8  temperature = 0 }\n')
+    with sbp.load(path, cache=False) as echo:
+        one = echo(question="Is the sky blue?")
+    assert one.output.strip() and echo.ledger.roles["forward"].failures == 0
