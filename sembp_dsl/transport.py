@@ -376,9 +376,8 @@ def _as_litellm_error(exc: CallError, model: str) -> Exception:
     """The litellm exception litellm itself would have raised, so the Router cools down, falls back
     (`context_window_fallbacks` on a too-long prompt, ...) and reports as it always does."""
     litellm = _litellm()
-    if exc.status_code is None:  # no reply came back: a timeout or no connection
-        kind = litellm.Timeout if exc.name == "Timeout" else litellm.APIConnectionError
-        return kind(message=exc.message, llm_provider="openai", model=model)
+    if exc.status_code is None:  # no reply came back: a timeout, no connection, no key to send
+        return getattr(litellm, exc.name)(message=exc.message, llm_provider="openai", model=model)
     from litellm.litellm_core_utils.exception_mapping_utils import exception_type
 
     try:

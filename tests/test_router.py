@@ -195,3 +195,15 @@ def test_a_router_file_is_found_beside_the_pipeline(tmp_path, monkeypatch, capsy
         monkeypatch.chdir(elsewhere)
         code = cli.main(["run", str(folder / "toy.sbp"), "--input", "q=is it?", "--json"])
     assert code == 0 and live.requests == 1, capsys.readouterr().err
+
+
+def test_a_routed_deployment_without_a_key_is_a_key_error(tmp_path, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with FakeServer(reply="ok") as server:
+        path = tmp_path / "router.yaml"
+        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
+            "model": "openai/gpt-4o-mini", "api_base": server.url}}]}))
+        llm = LLM(routed(str(path)), retries=1, backoff=0)
+        with pytest.raises(LLMError, match="(?i)api key|credentials"):
+            llm.run(llm.complete("forward", "hello"))
+    assert server.requests == 0
