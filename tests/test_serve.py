@@ -86,12 +86,17 @@ def wait_until(condition, within: float) -> float:
     return time.monotonic() - start
 
 
-def answer_in_background(client: socket.socket) -> list:
+def answer_in_background(client: socket.socket):
+    """Read the answer in a thread; call the result to wait for it."""
     answers: list = []
     thread = threading.Thread(target=lambda: answers.append(answer(client)), daemon=True)
     thread.start()
-    answers.append(thread)
-    return answers
+
+    def wait(timeout: float) -> tuple[int, dict]:
+        thread.join(timeout)
+        assert answers, f"no answer within {timeout:g} s"
+        return answers[0]
+    return wait
 
 
 def test_a_client_that_hangs_up_cancels_its_model_call_and_not_the_others(served, model):
@@ -100,21 +105,18 @@ def test_a_client_that_hangs_up_cancels_its_model_call_and_not_the_others(served
     wait_until(lambda: model.in_flight == 2, within=2)
     leaving.close()
     assert wait_until(lambda: model.in_flight == 1, within=1.5) < DELAY / 2  # not the call ending on its own
-    stayed[0].join(2 * DELAY)
-    status, body = stayed[1]
+    status, body = stayed(2 * DELAY)
     assert status == 200 and body["output"] == "something"
     assert model.requests == 2 and model.in_flight == 0  # the call of the client that left was not asked again
 
 
 def test_a_call_shared_with_a_client_that_hung_up_still_answers_the_one_that_stayed(served, model):
-    first, second = post(served, {"topic": "cats"}), None
+    first = post(served, {"topic": "cats"})
     wait_until(lambda: model.in_flight == 1, within=2)
-    second = post(served, {"topic": "cats"})  # the same prompt: served by the call already in flight
-    stayed = answer_in_background(second)
-    time.sleep(0.3)
+    stayed = answer_in_background(post(served, {"topic": "cats"}))  # the same prompt: shares the call in flight
+    time.sleep(0.5)
     assert model.requests == 1
     first.close()  # the request that made the call leaves
-    stayed[0].join(3 * DELAY)
-    status, body = stayed[1]
+    status, body = stayed(3 * DELAY)
     assert status == 200 and body["output"] == "something"
     assert model.requests == 2 and model.in_flight == 0  # the call was asked again for the client that stayed
