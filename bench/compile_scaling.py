@@ -1,10 +1,11 @@
 """Parse + check + compile time of generated pipelines, and `sbpc check` as a whole process.
 
 Targets (issue 2): 5,000 nodes / 20,000 edges from text to compiled graph in under
-2 s; 10x the nodes costs at most about 12x the time; `sbpc check` of the LIAR
-example under 0.5 s as a whole process, without importing litellm.
+2 s; 10x the nodes costs at most about 12x the time; one edge statement of n x n
+nodes costs time linear in n (twice the names, about twice the time); `sbpc check`
+of the LIAR example under 0.5 s as a whole process, without importing litellm.
 
-    python bench/compile_scaling.py [--nodes 5000] [--factor 10]
+    python bench/compile_scaling.py [--nodes 5000] [--factor 10] [--product 1500]
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ def generate(nodes: int, edges_per_node: int = 4, seed: int = 0) -> str:
     return "\n".join(lines) + "\n"
 
 
+def node_product(n: int) -> str:
+    """`a0, ..., a{n-1} -> b0, ..., b{n-1}`: one statement of n x n pairs whose sources are nodes."""
+    sources, targets = [f"a{i}" for i in range(n)], [f"b{i}" for i in range(n)]
+    return ("pipeline product\ninput q: text\n" + "".join(f"node {name}: text {{}}\n" for name in sources + targets)
+            + f"q -> {', '.join(sources)}\n{', '.join(sources)} -> {', '.join(targets)}\noutput b0\n")
+
+
 def best_of(runs: int, fn) -> float:
     times = []
     for _ in range(runs):
@@ -58,6 +66,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--factor", type=int, default=10)
+    ap.add_argument("--product", type=int, default=1500, help="names on each side of the n x n statement")
     args = ap.parse_args()
 
     build(parse(generate(10)))  # warm the grammar cache and imports
@@ -69,6 +78,11 @@ def main() -> None:
     print(f"{args.nodes:>7} nodes, {edges:>7} edges: {small:6.3f} s text -> compiled graph   (target < 2 s)")
     print(f"{args.nodes * args.factor:>7} nodes: {big:6.3f} s;  ratio {big / small:5.2f}x for {args.factor}x the nodes"
           f"   (target <= {1.2 * args.factor:.0f}x)")
+    half_text, product_text = node_product(args.product // 2), node_product(args.product)
+    half = best_of(3, lambda: build(parse(half_text)))
+    product = best_of(3, lambda: build(parse(product_text)))
+    print(f"one statement of {args.product:,} x {args.product:,} nodes: {product:6.3f} s text -> compiled graph; "
+          f"ratio {product / half:4.2f}x for 2x the names   (linear 2x, quadratic 4x)")
 
     cmd = [sys.executable, "-m", "sembp_dsl.cli", "check", str(ROOT / "pipelines" / "liar.sbp")]
     subprocess.run(cmd, check=True, capture_output=True)

@@ -10,7 +10,8 @@ connection and no routing/middleware machinery keeps server CPU per request
 low, so the server does not distort client-side measurements.  Every request
 waits with ``asyncio.sleep`` so any number of concurrent requests overlap; the
 listen backlog is large so hundreds of connections are accepted without
-queueing.
+queueing.  A request whose client closes the connection while it waits is
+dropped within 50 ms, as a real server aborts it (``in_flight`` goes down).
 
 Endpoints
 ---------
@@ -223,7 +224,7 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
             path = target.split("?", 1)[0].rstrip("/")
 
             if method == "POST" and path in _CHAT_PATHS:
-                if await _chat_completion(state, body, headers, writer, keep_alive):
+                if await _chat_completion(state, body, headers, reader, writer, keep_alive):
                     return  # the fault cut the connection
             elif method == "GET" and path == "/stats":
                 stats = {
@@ -342,8 +343,19 @@ def _inject(state: _State, fault, headers: dict, writer: asyncio.StreamWriter, k
     return False
 
 
+async def _wait(seconds: float, reader: asyncio.StreamReader) -> None:
+    """Sleep as if generating, but stop when the client hangs up, as vLLM aborts a
+    request whose client left: ``in_flight`` then counts only requests someone awaits."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while (left := deadline - loop.time()) > 0:
+        if reader.at_eof():
+            raise ConnectionResetError("the client closed the connection")
+        await asyncio.sleep(min(left, 0.05))
+
+
 async def _chat_completion(state: _State, body: bytes, headers: dict,
-                           writer: asyncio.StreamWriter,
+                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            keep_alive: bool) -> bool:
     n = state.requests
     state.requests += 1
@@ -383,9 +395,9 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
             state._slots = asyncio.Semaphore(state.slots)
         async with state._slots or _NO_LIMIT:
             if state.hang or failure == HANG:
-                await asyncio.sleep(state.hang_seconds)
+                await _wait(state.hang_seconds, reader)
             elif state.delay > 0:
-                await asyncio.sleep(state.delay)
+                await _wait(state.delay, reader)
 
         if failure not in (None, HANG):
             return _inject(state, failure, headers, writer, keep_alive)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections import deque
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import ir
 from .diagnostics import Diagnostic, did_you_mean, error, one_of, point, warning
@@ -181,7 +182,7 @@ def check_block(cx: Context, block: ir.Block) -> None:
 
 
 def check_edges(cx: Context):
-    """Predecessors and successors from the edge statements, each checked as the product it is.
+    """Predecessors, successors and the checked statements, each checked as the product it is.
 
     A target fed by one statement shares that statement's tuple of sources, so a statement of
     n x m names costs n + m, not n * m. A name is reported once per statement, and a node whose
@@ -191,9 +192,10 @@ def check_edges(cx: Context):
     if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
         biggest = max(cx.p.edges, key=lambda e: len(e.sources) * len(e.targets))
         cx.error(biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}")
-        return {n.name: () for n in cx.p.nodes}, {n: () for n in cx.nodes}
+        return {n.name: () for n in cx.p.nodes}, {n: () for n in cx.nodes}, []
     feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in cx.p.nodes}
     fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in cx.nodes}
+    statements: list[Statement] = []
     reported: set[int] = set()
     for edge in cx.p.edges:
         sources = tuple(ref for ref in edge.sources if defined(cx, ref, reported))
@@ -210,13 +212,14 @@ def check_edges(cx: Context):
         if len(sources) < len(edge.sources):
             cx.tainted.update(targets)
         feeding, fed_by_each = distinct(cx, sources, targets), tuple(dict.fromkeys(targets))
+        statements.append(Statement(feeding, fed_by_each))
         for target in fed_by_each:
             feeds[target].append(feeding)
         for source in feeding:
             fed[source].append(fed_by_each)
     predecessors = {target: merge(cx, target, groups) for target, groups in feeds.items()}
     successors = {name: join(groups) for name, groups in fed.items()}
-    return predecessors, successors
+    return predecessors, successors, statements
 
 
 def distinct(cx: Context, sources: tuple[ir.Ref, ...], targets: list[str]) -> tuple[str, ...]:
@@ -270,20 +273,25 @@ def join(groups: list[tuple[str, ...]]) -> tuple[str, ...]:
     return groups[0] if len(groups) == 1 else tuple(dict.fromkeys(name for group in groups for name in group))
 
 
-def check_cycles(cx: Context, predecessors, successors) -> tuple[str, ...]:
+class Statement(NamedTuple):
+    """One edge statement once checked: its distinct defined sources feed each of its node targets."""
+
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+
+
+def check_cycles(cx: Context, predecessors, statements: list[Statement]) -> tuple[str, ...]:
     """Kahn's algorithm in declaration order; what is left over lies on or behind a cycle.
 
+    A statement counts down its node sources as they are sorted, and its targets count down
+    unfinished statements, so a statement of n x m nodes costs n + m steps, not n * m: a target
+    is ready when its last statement is, which is when its last predecessor is.
     Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
     algorithm runs on over what is left, so the next report is a different cycle.
     """
-    counted: dict[int, int] = {}  # targets of one statement share their tuple of sources: count it once
-    waiting = {}
-    for name, preds in predecessors.items():
-        if id(preds) not in counted:
-            counted[id(preds)] = sum(1 for s in preds if s in cx.node_names)
-        waiting[name] = counted[id(preds)]
-    order = kahn([n.name for n in cx.p.nodes], waiting, successors)
-    left = {n: None for n in waiting if waiting[n] > 0}
+    countdown = Countdown(cx, statements)
+    order = countdown.sort([name for name, waiting in countdown.waiting.items() if waiting == 0])
+    left = {n: None for n, waiting in countdown.waiting.items() if waiting > 0}
     for _ in range(MAX_CYCLES_REPORTED):
         if not left:
             break
@@ -291,26 +299,49 @@ def check_cycles(cx: Context, predecessors, successors) -> tuple[str, ...]:
         cx.error(cx.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
         for name in cycle:
             left.pop(name, None)
-        freed = [s for name in cycle[:-1] for s in successors.get(name, ()) if s in left]
-        for name in freed:
-            waiting[name] -= 1
-        for name in kahn([n for n in dict.fromkeys(freed) if waiting[n] == 0], waiting, successors, left):
+        freed = [t for name in cycle[:-1] for t in countdown.finish(name) if t in left]
+        for name in countdown.sort(freed, among=left):
             left.pop(name, None)
     return tuple(order)
 
 
-def kahn(ready: list[str], waiting: dict[str, int], successors, among: dict | None = None) -> list[str]:
-    queue = deque(n for n in ready if waiting.get(n) == 0)
-    order: list[str] = []
-    while queue:
-        name = queue.popleft()
-        order.append(name)
-        for succ in successors.get(name, ()):
-            if succ in waiting and (among is None or succ in among):
-                waiting[succ] -= 1
-                if waiting[succ] == 0:
-                    queue.append(succ)
-    return order
+class Countdown:
+    """What each node and statement still waits for, during a topological sort."""
+
+    def __init__(self, cx: Context, statements: list[Statement]):
+        self.statements = statements
+        self.pending = [sum(1 for s in st.sources if s in cx.node_names) for st in statements]  # node sources unsorted
+        self.waiting = {n.name: 0 for n in cx.p.nodes}  # statements with unsorted node sources feeding a node
+        self.feeds: dict[str, list[int]] = {}  # node -> the statements it is a source of, in file order
+        for index, statement in enumerate(statements):
+            if self.pending[index]:
+                for target in statement.targets:
+                    self.waiting[target] += 1
+                for source in statement.sources:
+                    if source in cx.node_names:
+                        self.feeds.setdefault(source, []).append(index)
+
+    def finish(self, name: str) -> list[str]:
+        """`name` is sorted: the targets that waited for it last, in the order its successors are listed."""
+        done = []
+        for index in self.feeds.get(name, ()):
+            self.pending[index] -= 1
+            if self.pending[index] == 0:
+                done.append(self.statements[index].targets)
+        for targets in done:
+            for target in targets:
+                self.waiting[target] -= 1
+        # a target of several finished statements is ready after the last, but listed where it first appears
+        return list(dict.fromkeys(t for targets in done for t in targets if self.waiting[t] == 0))
+
+    def sort(self, ready: list[str], among: dict | None = None) -> list[str]:
+        queue = deque(ready)
+        order: list[str] = []
+        while queue:
+            name = queue.popleft()
+            order.append(name)
+            queue.extend(t for t in self.finish(name) if among is None or t in among)
+        return order
 
 
 def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
@@ -447,8 +478,8 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_node(cx, node)
     for block in pipeline.blocks:
         check_block(cx, block)
-    predecessors, successors = check_edges(cx)
-    order = check_cycles(cx, predecessors, successors)
+    predecessors, successors, statements = check_edges(cx)
+    order = check_cycles(cx, predecessors, statements)
     output = check_output(cx)
     metric = check_metric(cx, output)
     for node in pipeline.nodes:

@@ -8,6 +8,7 @@ Bad input is the client's to fix: 400 with the reason (413 past the size limit, 
 body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
 Nothing here answers 500 for something a client sent; every error is a JSON {"error": ...}.
 Calls in flight are bounded by the pipeline's concurrency; further requests wait their turn.
+A client that hangs up cancels its request's model calls: nobody pays for an answer nobody reads.
 SIGTERM (or Ctrl-C) stops taking requests and lets those in flight finish.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline
+from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline, Prediction
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
@@ -67,7 +68,7 @@ def app(pipeline: Pipeline) -> web.Application:
             return _error(400, f"the body must be a JSON object of inputs ({', '.join(pipeline.inputs)}), "
                                f"not {type(inputs).__name__}")
         try:
-            prediction = await pipeline.acall(**inputs)
+            prediction = await predict_for_client(pipeline, inputs)
         except InputError as exc:  # unknown, missing or unsendable inputs; another ValueError is no client's doing
             return _error(400, str(exc))
         except (CallFailed, LLMError) as exc:
@@ -88,6 +89,24 @@ def app(pipeline: Pipeline) -> web.Application:
     return application
 
 
+async def predict_for_client(pipeline: Pipeline, inputs: dict) -> Prediction:
+    """`pipeline.acall(**inputs)`, its model calls cancelled when this request is (its client left).
+
+    Identical calls in flight are made once and shared (llm.py); when the request that made one is
+    cancelled, the call is cancelled for every request sharing it, and those ask again.
+    """
+    while True:
+        work = asyncio.ensure_future(pipeline.acall(**inputs))
+        try:
+            await asyncio.wait([work])
+        except asyncio.CancelledError:  # this request's client left (or the server stopped waiting for it)
+            work.cancel()
+            await asyncio.wait([work])  # its calls are stopped before the handler is done
+            raise
+        if not work.cancelled():  # cancelled while this request was not: a call it shared went with another client
+            return work.result()
+
+
 class ServeError(Exception):
     """The service could not start: the address is taken, unknown, or not this machine's."""
 
@@ -99,7 +118,8 @@ def _error(status: int, reason: str) -> web.Response:
 def serve(pipeline: Pipeline, host: str, port: int, announce) -> None:
     """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
     async def main() -> None:
-        runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE)
+        # handler_cancellation: a client's disconnect cancels its handler, and so its model calls
+        runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE, handler_cancellation=True)
         await runner.setup()
         site = web.TCPSite(runner, host, port)
         try:
