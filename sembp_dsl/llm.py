@@ -44,6 +44,14 @@ NO_MODEL = (
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
 
 
+@dataclass
+class _Shared:
+    """A model call in flight and how many callers wait for it: one caller leaving (a client that hung
+    up) must not cancel it for the others; the last one leaving does."""
+    task: asyncio.Task
+    waiting: int = 0
+
+
 class LLMError(Exception):
     """A call that cannot succeed (bad key, unknown model, no model): stop with this message."""
 
@@ -151,7 +159,7 @@ class LLM:
         self.max_calls, self.max_cost = max_calls, max_cost
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
-        self._inflight: dict[str, asyncio.Future] = {}
+        self._inflight: dict[str, _Shared] = {}
         self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
         self.stopped: str | None = None  # why this session cannot work: every later call fails at once with it
@@ -215,27 +223,34 @@ class LLM:
                 usage.cache_hits += 1
                 return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0,
                                   hit.get("finish_reason"))
-        if key in self._inflight:  # the same request is already on its way: share its answer
+        call = self._inflight.get(key)
+        if call is None:
+            call = self._inflight[key] = _Shared(asyncio.ensure_future(
+                self._fetch(key, role, spec, messages, settings, timeout, endpoint, limits)))
+            call.task.add_done_callback(lambda task: self._settle(key, task))
+        else:  # the same request is already on its way: share its answer
             usage.cache_hits += 1
-            return await asyncio.shield(self._inflight[key])
-        future = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        call.waiting += 1
         try:
-            result = await self._call(role, spec, messages, settings, timeout, endpoint, limits)
-            if self.cache is not None:
-                self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
-                                     "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
-            future.set_result(result)
-            return result
-        except BaseException as exc:
-            if isinstance(exc, asyncio.CancelledError):
-                future.cancel()
-            else:
-                future.set_exception(exc)
-                future.exception()  # mark retrieved: nobody else may be waiting
-            raise
+            return await asyncio.shield(call.task)
         finally:
-            del self._inflight[key]
+            call.waiting -= 1
+            if not call.waiting and not call.task.done():  # the last caller left: nobody wants the answer
+                call.task.cancel()
+                await asyncio.wait([call.task])  # its request is closed before this caller is done
+
+    async def _fetch(self, key: str, role: str, spec: ModelSpec, messages: list[dict], settings: dict,
+                     timeout: float, endpoint: str | None, limits: dict) -> Completion:
+        result = await self._call(role, spec, messages, settings, timeout, endpoint, limits)
+        if self.cache is not None:
+            self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
+                                 "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
+        return result
+
+    def _settle(self, key: str, task: asyncio.Task) -> None:
+        del self._inflight[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: every caller may have left before it failed
 
     async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float,
                     endpoint: str | None, limits: dict) -> Completion:

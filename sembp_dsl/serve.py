@@ -90,21 +90,15 @@ def app(pipeline: Pipeline) -> web.Application:
 
 
 async def predict_for_client(pipeline: Pipeline, inputs: dict) -> Prediction:
-    """`pipeline.acall(**inputs)`, its model calls cancelled when this request is (its client left).
-
-    Identical calls in flight are made once and shared (llm.py); when the request that made one is
-    cancelled, the call is cancelled for every request sharing it, and those ask again.
-    """
-    while True:
-        work = asyncio.ensure_future(pipeline.acall(**inputs))
-        try:
-            await asyncio.wait([work])
-        except asyncio.CancelledError:  # this request's client left (or the server stopped waiting for it)
-            work.cancel()
-            await asyncio.wait([work])  # its calls are stopped before the handler is done
-            raise
-        if not work.cancelled():  # cancelled while this request was not: a call it shared went with another client
-            return work.result()
+    """`pipeline.acall(**inputs)`, its model calls cancelled when this request is (its client left);
+    a call it shares with other requests goes on for them (llm.py)."""
+    work = asyncio.ensure_future(pipeline.acall(**inputs))
+    try:
+        return await asyncio.shield(work)
+    except asyncio.CancelledError:  # this request's client left (or the server stopped waiting for it)
+        work.cancel()
+        await asyncio.wait([work])  # its calls are stopped before the handler is done
+        raise
 
 
 class ServeError(Exception):

@@ -189,3 +189,27 @@ def test_a_model_name_without_a_provider_is_a_clear_failure_not_a_crash(tmp_path
     path.write_text(with_fake_model(TOY, fake_llm.url))
     code = cli.main(["run", str(path), "--input", "q=x", "--model", "bare-model", "--api-base", fake_llm.url, "--no-cache"])
     assert code == 1 and "bare-model" in capsys.readouterr().out
+
+
+def test_a_caller_leaving_a_shared_call_does_not_cancel_it_for_the_others(fake_llm):
+    """Identical calls in flight are made once; one caller cancelled (a client that hung up) leaves the call to
+    the others, and only the last one leaving cancels it."""
+    fake_llm.configure(delay=0.5)
+    llm = LLM({"forward": ModelSpec("forward", "openai/fake", MappingProxyType({"api_base": fake_llm.url}))})
+
+    async def go():
+        first = asyncio.ensure_future(llm.complete("forward", "same prompt"))
+        second = asyncio.ensure_future(llm.complete("forward", "same prompt"))
+        await asyncio.sleep(0.2)
+        first.cancel()
+        answer = await second
+        third, fourth = (asyncio.ensure_future(llm.complete("forward", "another prompt")) for _ in range(2))
+        await asyncio.sleep(0.2)
+        third.cancel()
+        fourth.cancel()
+        await asyncio.wait([third, fourth])
+        await asyncio.sleep(0.1)
+        return first.cancelled(), answer, fake_llm.in_flight
+    first_cancelled, answer, in_flight = llm.run(go())
+    assert first_cancelled and answer.text and fake_llm.requests == 2
+    assert in_flight == 0  # the call both callers left was cancelled, its request closed
