@@ -45,6 +45,10 @@ __all__ = [
 class InputError(ValueError):
     """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
 
+
+class PipelineClosed(RuntimeError):
+    """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
+
 T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
 Examples = Sequence[Mapping[str, Any]] | str
@@ -213,6 +217,7 @@ class Pipeline:
 
     async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
                      on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+        self._session.check_open()
         if concurrency is not None:
             _check_concurrency(concurrency)
         rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
@@ -266,6 +271,7 @@ class Pipeline:
         (your own file is scored whole when no size is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
+        self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         if isinstance(examples, str):
@@ -359,6 +365,7 @@ class Pipeline:
         at once, so an interrupted run keeps it; without, nothing is written until `.pipeline.save()`.
         `resume`: continue the last unfinished run asked exactly the same. `data`/`test_data` name the
         examples in the run record."""
+        self._session.check_open()  # before a run record is made
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
@@ -437,7 +444,8 @@ class Pipeline:
         return self._session.sync(work)
 
     def close(self) -> None:
-        """Close the connections that sync calls opened (they also close when the pipeline is collected)."""
+        """Close the connections that sync calls opened (they also close when the pipeline is collected).
+        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
         self._session.close()
 
     async def aclose(self) -> None:
@@ -479,8 +487,15 @@ class _Session:
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
         self._finalizers: list[weakref.finalize] = []
         self._lock = threading.Lock()  # threads add and drop loops' LLM layers
+        self.closed = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise PipelineClosed("this pipeline is closed (close() was called, or its `with` block ended); "
+                                 "load it again to make more calls")
 
     def llm(self) -> LLM:
+        self.check_open()
         loop = asyncio.get_running_loop()
         with self._lock:
             if loop not in self.llms:
@@ -492,10 +507,12 @@ class _Session:
     def sync(self, work: Awaitable[T]) -> T:
         try:
             asyncio.get_running_loop()
+            inside_a_loop = True
         except RuntimeError:
-            pass
-        else:
-            getattr(work, "close", lambda: None)()
+            inside_a_loop = False
+        if self.closed or inside_a_loop:
+            getattr(work, "close", lambda: None)()  # never started: no "never awaited" warning
+            self.check_open()
             raise RuntimeError("a Pipeline's sync methods cannot run inside an event loop: "
                                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`")
         loop = self.loops.get(threading.get_ident())
@@ -509,6 +526,7 @@ class _Session:
             raise
 
     def close(self) -> None:
+        self.closed = True
         for finalizer in self._finalizers:
             finalizer()
 

@@ -272,6 +272,30 @@ def test_after_ctrl_c_in_batch_the_rows_left_make_no_call(triage, fake_llm):
     assert fake_llm.requests <= made + 2  # this call's two, not the 18 rows left behind
 
 
+def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_llm, script):
+    script.verdict = urgent_when_crash
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE)
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as triage:
+        assert triage(ticket="it crashes").output == "Yes"
+    twin = triage.with_prompts({"decide": "Urgent? Yes or No."})
+    triage.close()  # a second close is fine
+    made, examples = fake_llm.requests, [{"ticket": "it crashes", "answer": "Yes"}] * 2
+    calls = {
+        "call": lambda: triage(ticket="x"), "twin": lambda: twin(ticket="x"),
+        "acall": lambda: asyncio.run(triage.acall(ticket="x")),
+        "batch": lambda: triage.batch([{"ticket": "x"}]), "abatch": lambda: asyncio.run(triage.abatch([{"ticket": "x"}])),
+        "evaluate": lambda: triage.evaluate(examples),
+        "aevaluate": lambda: asyncio.run(triage.aevaluate(sbp.api.from_records(examples), "exact")),
+        "optimize": lambda: triage.optimize(examples, examples, runs_dir=tmp_path / "runs"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=r"this pipeline is closed \(close\(\) was called"):
+            call()
+    assert fake_llm.requests == made and not (tmp_path / "runs").exists()
+    assert triage.ledger.calls == made and triage.prompts["decide"]  # what it is and what it spent stay readable
+
+
 def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
     for target, said in ((tmp_path / "missing" / "x.sbp", "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(ValueError, match=said):
