@@ -26,8 +26,7 @@ from .checker import BOUNDS, OPTIMIZE_SETTINGS
 from .cache import ResponseCache
 from .datasets import DataError, Sample, Splits, as_text
 from .diagnostics import PipelineError, did_you_mean
-from .evaluate import Evaluation, Result, evaluate, metric_for
-from .metrics import parse_number, score
+from .evaluate import Evaluation, Result, check_answers, evaluate, metric_for
 from .graph import MODEL_ROLES, Graph, ModelSpec
 from .llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
 from .optimize import Optimizer, Outcome, Plan, plan
@@ -286,28 +285,7 @@ class Pipeline:
                                 f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
                                 "or score with a metric of your own")
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
-        if not isinstance(examples, str):
-            self._check_answers(samples, scorer)
         return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
-
-    def _check_answers(self, samples: Sequence[Sample], metric) -> None:
-        """An expected answer no output can match under a built-in metric (a choice the output node does not
-        offer, no number for `numeric`, not JSON for `json`) would score every such example wrong, silently."""
-        if not isinstance(metric, str) or self.graph.answer_field:
-            return
-        node = self.graph.nodes[self.graph.output]
-        for sample in samples:
-            answer = sample.answer
-            if metric == "exact" and node.type.kind == "choice" and \
-                    not any(score("exact", option, answer) for option in node.type.choices):
-                reason = f"which {node.name}: {node.type} never answers"
-            elif metric == "numeric" and parse_number(answer) is None:
-                reason = "which holds no number for the numeric metric"
-            elif metric == "json" and not score("json", answer, answer):
-                reason = "which is not JSON for the json metric"
-            else:
-                continue
-            raise DataError(f"{sample.id} expects {answer!r}, {reason}; every such example would score 0")
 
     async def aevaluate(self, samples: Sequence[Sample], metric, mapping: Mapping[str, str] | None = None,
                         on_done: Callable[[Result], None] | None = None) -> Evaluation:
@@ -369,7 +347,9 @@ class Pipeline:
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
-        # what could not be written is said now, before a record or a call
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
+        # what could not be scored or written is said now, before a record or a call
+        check_answers(self.graph, [*train, *val, *test], scorer)
         writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
@@ -378,7 +358,6 @@ class Pipeline:
         else:
             record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
         writer.report_to(record)
 
         def accept(graph: Graph) -> None:

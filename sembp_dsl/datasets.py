@@ -73,6 +73,13 @@ class Sample:
     answer: str
     # The example as a Python caller gave it (values not yet text), for a metric written in Python.
     given: Mapping[str, object] | None = field(default=None, hash=False, compare=False, repr=False)
+    # Where it was read ("data.csv:7"), for messages that must point at the row to fix.
+    origin: str = field(default="", compare=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """The file and line it was read from, else its id."""
+        return self.origin or self.id
 
 
 @dataclass(frozen=True)
@@ -328,7 +335,7 @@ def _liar_file(folder: Path, split: str) -> tuple[Sample, ...]:
         if any(fields[name].casefold() in ("", "none") for name in _LIAR_REQUIRED):
             continue
         fields["source"] = fields["context"]  # pipelines call the context "source"
-        samples.append(Sample(f"liar/{split}/{row[0].strip()}", fields, answer))
+        samples.append(Sample(f"liar/{split}/{row[0].strip()}", fields, answer, origin=f"{path}:{line}"))
     return tuple(samples)
 
 
@@ -347,7 +354,7 @@ def _gsm8k_file(folder: Path, split: str) -> tuple[Sample, ...]:
                 f"{path}:{line}: expected \"question\" and an \"answer\" containing '#### '"
             )
         final = solution.rsplit("####", 1)[1].strip().replace(",", "")
-        samples.append(Sample(f"gsm8k/{split}/{index}", {"question": question}, final))
+        samples.append(Sample(f"gsm8k/{split}/{index}", {"question": question}, final, origin=f"{path}:{line}"))
     return tuple(samples)
 
 
@@ -389,7 +396,7 @@ def _load_user_file(path: Path) -> Dataset:
         if answer_col not in record:
             raise DataError(f"{path}:{line}: missing answer column {answer_col!r}")
         fields = {k: v for k, v in record.items() if k != answer_col}
-        samples.append(Sample(f"{path.name}/{index}", fields, record[answer_col].strip()))
+        samples.append(Sample(f"{path.name}/{index}", fields, record[answer_col].strip(), origin=f"{path}:{line}"))
     return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
 
 

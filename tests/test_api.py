@@ -304,11 +304,34 @@ def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
 
 def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage, fake_llm):
     for answer in ("Maybe", 1, None, {"x": 1}):
-        with pytest.raises(sbp.DataError, match=r"example/1 expects .*, which urgent: choice\(Yes, No\) never answers"):
+        with pytest.raises(sbp.DataError, match=r"example/1: the expected answer .* is not among the labels of "
+                                                r"urgent: choice\(Yes, No\), so it would always score 0"):
             triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
     assert fake_llm.requests == 0
     assert triage.evaluate([{"ticket": "fine", "answer": "Maybe"}], metric=lambda p, e: 1.0).accuracy == 1.0
 
+
+
+def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake_llm, tmp_path, capsys):
+    from sembp_dsl import cli
+
+    rows = [("it crashes", "Yes"), ("looks odd", "No"), ("slow", "Yess"), ("fine", "Maybe")]
+    jsonl = tmp_path / "tickets.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"ticket": t, "label": a}) for t, a in rows) + "\n")
+    csv = tmp_path / "tickets.csv"
+    csv.write_text("ticket,label\n" + "".join(f"{t},{a}\n" for t, a in rows))
+    said = (r":{line}: the expected answer 'Yess' is not among the labels of urgent: choice\(Yes, No\), so it would "
+            r"always score 0; did you mean 'Yes'\? \(and 1 more like it\)")
+    for data, line in ((jsonl, 3), (csv, 4)):
+        with pytest.raises(sbp.DataError, match=re.escape(str(data)) + said.format(line=line)):
+            triage.evaluate(str(data))
+        with pytest.raises(sbp.DataError, match=said.format(line=line)):
+            triage.optimize(sbp.api.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
+        code = cli.main(["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url])
+        err = capsys.readouterr().err
+        assert code == 1 and re.search(re.escape(f"sbpc: error: {data}") + said.format(line=line), err)
+        assert "Traceback" not in err
+    assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
 
 
 def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_llm):
@@ -316,7 +339,7 @@ def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_
     path.write_text('pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
                     "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n")
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as count:
-        with pytest.raises(sbp.DataError, match="example/0 expects 'many', which holds no number"):
+        with pytest.raises(sbp.DataError, match="example/0: the expected answer 'many' holds no number"):
             count.evaluate([{"q": "a b", "answer": "many"}])
     assert fake_llm.requests == 0
 
