@@ -18,7 +18,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnostics import did_you_mean
+from .diagnostics import Option, OptionError, did_you_mean
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -37,7 +37,7 @@ __all__ = [
 DATA_DIR_ENV = "SBPC_DATA_DIR"
 
 _HOW_TO_GET = (
-    f"set {DATA_DIR_ENV} or pass --data-dir to a folder with liar/ gsm8k/ bbh/; "
+    f"set {DATA_DIR_ENV} or pass ", Option("data_dir=", "--data-dir"), " to a folder with liar/ gsm8k/ bbh/; "
     "LIAR: https://www.cs.ucsb.edu/~william/data/liar_dataset.zip, "
     "GSM8K: https://github.com/openai/grade-school-math, "
     "BBH: https://github.com/suzgunmirac/BIG-Bench-Hard"
@@ -59,8 +59,9 @@ ANSWER_COLUMNS = ("answer", "label", "target")
 _USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
-class DataError(Exception):
-    """A data problem explained for the user (missing folder, bad line, bad request)."""
+class DataError(OptionError):
+    """A data problem explained for the user (missing folder, bad line, bad request), naming options as the
+    user gave them (`data_dir=` in Python, `--data-dir` on the command line)."""
 
 
 @dataclass(frozen=True)
@@ -115,17 +116,18 @@ def anchor_data_dir() -> None:
 def data_dirs(flag: str | None = None) -> list[Path]:
     """Folders searched for built-in data sets, most specific first.
 
-    Order: the --data-dir flag, then $SBPC_DATA_DIR, then the user cache
+    Order: the given folder (data_dir=, --data-dir), then $SBPC_DATA_DIR, then the user cache
     ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped; relative
     folders are made absolute against the current folder. A given folder that is
     a file is an error, not a silent skip.
     """
     candidates: list[Path] = []
-    for given, what in ((flag, "--data-dir"), (os.environ.get(DATA_DIR_ENV), f"${DATA_DIR_ENV}")):
+    env = os.environ.get(DATA_DIR_ENV)
+    for given, named in ((flag, Option(f"data_dir={flag!r}", f"--data-dir {flag!r}")), (env, f"${DATA_DIR_ENV} {env!r}")):
         if given:
             path = Path(given).expanduser().absolute()
             if path.exists() and not path.is_dir():
-                raise DataError(f"{what} {given!r} is a file, not a folder; {_HOW_TO_GET}")
+                raise DataError(named, " is a file, not a folder; ", *_HOW_TO_GET)
             candidates.append(path)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     candidates.append(Path(cache).expanduser() / "sbpc" / "datasets")
@@ -231,19 +233,16 @@ def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) ->
 
 
 def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available: int) -> None:
-    """A request larger than the pool: say which flags to pass, with sizes that fit (same proportions)."""
+    """A request larger than the pool: say which sizes to give instead (same proportions)."""
     wanted = sum(sizes.values())
     if wanted <= available:
         return
     fitting = {split: size * available // wanted for split, size in sizes.items()}
-    flags = " ".join(f"--{split}-size {size}" for split, size in fitting.items())
-    what = " + ".join(sizes)
-    hint = f"pass sizes that add up to at most {available}, for example {flags}"
-    if dataset.user:
-        hint += "; `eval` with no size scores the whole file"
-    raise DataError(
-        f"{dataset.name}: asked for {wanted} samples ({what}) but the {pool!r} pool has only {available}; {hint}"
-    )
+    example = Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
+                     " ".join(f"--{split}-size {size}" for split, size in fitting.items()))
+    hint = "; `eval` with no size scores the whole file" if dataset.user else ""
+    raise DataError(f"{dataset.name}: asked for {wanted} samples ({' + '.join(sizes)}) but the {pool!r} pool has only "
+                    f"{available}; pass sizes that add up to at most {available}, for example ", example, hint)
 
 
 # --- locating and reading files -------------------------------------------------
@@ -255,7 +254,7 @@ def _find_folder(sub: str, flag: str | None) -> Path:
         if (base / sub).is_dir():
             return base / sub
     looked = "\n".join(f"  {base / sub}" for base in dirs)
-    raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n{_HOW_TO_GET}")
+    raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n", *_HOW_TO_GET)
 
 
 def _read_text(path: Path) -> str:

@@ -10,7 +10,7 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from .datasets import DataError, Sample
-from .diagnostics import did_you_mean
+from .diagnostics import Option, did_you_mean
 from .graph import Graph, GraphNode
 from .llm import LLM, BudgetExceeded
 from .metrics import parse_number, score
@@ -117,7 +117,7 @@ def metric_for(graph: Graph, dataset_metric: str) -> str:
 
 
 def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> dict[str, str]:
-    """Pipeline inputs from a sample's fields: by a --map entry, the input's `from`, or its own name."""
+    """Pipeline inputs from a sample's fields: by a `mapping` (--map) entry, the input's `from`, or its own name."""
     values = {}
     for item in graph.inputs:
         name = mapping.get(item.name) or item.field or item.name
@@ -125,7 +125,8 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
             name = item.name
         if name not in sample.fields:
             raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
-                            f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
+                            f"(fields: {', '.join(sample.fields)}); map it with ",
+                            Option(f"mapping={{{item.name!r}: 'FIELD'}}", f"--map {item.name}=FIELD"))
         values[item.name] = sample.fields[name]
     return values
 

@@ -296,6 +296,35 @@ def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_l
     assert triage.ledger.calls == made and triage.prompts["decide"]  # what it is and what it spent stay readable
 
 
+def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, tmp_path, fake_llm):
+    from dataclasses import replace
+
+    from sembp_dsl.record import RunRecord
+
+    examples = [{"ticket": "it crashes", "answer": "Yes"}] * 2
+    (tmp_path / "runs").write_text("")
+    errors = []
+    with pytest.raises(ValueError, match="^runs_dir='.*runs' is a file, not a folder") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "runs")
+    assert err.value.cli.startswith(f"--runs-dir {tmp_path / 'runs'} is a file, not a folder")
+    errors.append(err.value)
+    with pytest.raises(ValueError, match=f"^'{re.escape(str(tmp_path))}' is a folder; give the name of a file") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "records", write=True, out=tmp_path)
+    assert err.value.cli.startswith(f"--out {tmp_path} is a folder")
+    errors.append(err.value)
+    with pytest.raises(sbp.DataError, match=r"map it with mapping=\{'ticket': 'FIELD'\}$") as err:
+        triage.evaluate([{"text": "it crashes", "answer": "Yes"}])
+    assert err.value.cli.endswith("map it with --map ticket=FIELD")
+    errors.append(err.value)
+    settings = replace(triage.method(), train_size=2, val_size=2)
+    RunRecord.create(tmp_path / "records", settings, triage.prompts, "an older text")
+    with pytest.raises(ValueError, match=r"start a new run \(without resume=True\)") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "records", resume=True)
+    assert "start a new run (without --resume)" in err.value.cli
+    errors.append(err.value)
+    assert not any("--" in str(error) for error in errors) and fake_llm.requests == 0
+
+
 def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
     for target, said in ((tmp_path / "missing" / "x.sbp", "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(ValueError, match=said):

@@ -196,7 +196,8 @@ def test_missing_data_lists_every_dir(spec: str, tmp_path: Path, monkeypatch: py
     message = str(err.value)
     for folder in ("flag", "env", "cache"):
         assert str(tmp_path / folder) in message
-    assert DATA_DIR_ENV in message and "--data-dir" in message
+    assert DATA_DIR_ENV in message and "pass data_dir= to a folder" in message and "--" not in message
+    assert "pass --data-dir to a folder" in err.value.cli  # as the command line spells it
     assert "github.com/openai/grade-school-math" in message
 
 
@@ -364,7 +365,8 @@ def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Pa
         eval_splits(dataset, 20, None, None, seed=0, defaults=(20, 20, 100))
     message = str(err.value)
     assert "asked for 140" in message and "has only 10" in message
-    assert "--train-size 1 --val-size 1 --test-size 7" in message and "no size scores the whole file" in message
+    assert "for example train_size=1, val_size=1, test_size=7" in message and "no size scores the whole file" in message
+    assert "for example --train-size 1 --val-size 1 --test-size 7" in err.value.cli
 
 
 def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:
@@ -382,8 +384,9 @@ def test_separate_test_file(tmp_path: Path) -> None:
     assert {s.fields["q"] for s in splits.test} == {"x1", "x2", "x3"}
     whole = eval_splits(dataset, None, None, None, seed=0, defaults=(1, 1, 100))
     assert [s.fields["q"] for s in whole.test] == ["x1", "x2", "x3"]
-    with pytest.raises(DataError, match="--test-size 3"):
+    with pytest.raises(DataError, match="for example test_size=3$|for example test_size=3;") as err:
         make_splits(dataset, 0, 0, 4, seed=0)
+    assert "for example --test-size 3" in err.value.cli
 
 
 def test_bbh_task_names_get_a_did_you_mean(data_dir: Path) -> None:
@@ -400,9 +403,10 @@ def test_a_fifo_as_data_is_refused_not_waited_on(tmp_path: Path) -> None:
 
 def test_a_data_dir_that_is_a_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(DataError, match="--data-dir 'file' is a file"):
+    with pytest.raises(DataError, match="^data_dir='file' is a file") as err:
         monkeypatch.chdir(tmp_path)
         load("liar", "file")
+    assert err.value.cli.startswith("--data-dir 'file' is a file")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "file"))
     with pytest.raises(DataError, match=f"\\${DATA_DIR_ENV} .* is a file"):
         data_dirs()
