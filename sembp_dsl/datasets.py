@@ -223,7 +223,13 @@ def eval_splits(
     if split != "test" and test is None:
         defaults = (*defaults[:2], 0)  # train and val are carved before test: its size cannot move them
     sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
-    return make_splits(dataset, *sizes, seed)
+    try:
+        return make_splits(dataset, *sizes, seed)
+    except DataError as exc:
+        if not dataset.user:
+            raise
+        whole = Option("evaluate() with no size", "`eval` with no size")  # the way out only evaluating has
+        raise DataError(Option(str(exc), exc.cli), "; ", whole, " scores the whole file") from None
 
 
 def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) -> list[Sample]:
@@ -240,9 +246,8 @@ def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available
     fitting = {split: size * available // wanted for split, size in sizes.items()}
     example = Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
                      " ".join(f"--{split}-size {size}" for split, size in fitting.items()))
-    hint = "; `eval` with no size scores the whole file" if dataset.user else ""
     raise DataError(f"{dataset.name}: asked for {wanted} samples ({' + '.join(sizes)}) but the {pool!r} pool has only "
-                    f"{available}; pass sizes that add up to at most {available}, for example ", example, hint)
+                    f"{available}; pass sizes that add up to at most {available}, for example ", example)
 
 
 # --- locating and reading files -------------------------------------------------

@@ -367,6 +367,23 @@ def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Pa
     assert "asked for 140" in message and "has only 10" in message
     assert "for example train_size=1, val_size=1, test_size=7" in message and "no size scores the whole file" in message
     assert "for example --train-size 1 --val-size 1 --test-size 7" in err.value.cli
+    assert message.endswith("; evaluate() with no size scores the whole file")
+    assert err.value.cli.endswith("; `eval` with no size scores the whole file")
+
+
+def test_too_large_for_optimize_does_not_send_the_user_to_eval(tmp_path: Path, capsys) -> None:
+    from sembp_dsl import cli
+
+    spec = _write(tmp_path / "ten.jsonl", "".join(json.dumps({"q": str(i), "answer": "a"}) + "\n" for i in range(10)))
+    with pytest.raises(DataError, match="has only 10; pass sizes") as err:
+        make_splits(load(spec), 20, 20, 100, seed=0)  # what optimize and compare carve
+    assert "eval" not in str(err.value) + err.value.cli and "whole file" not in str(err.value)
+    pipeline = _write(tmp_path / "p.sbp", 'pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
+                                          "node n: text { prompt = t }\nq -> n\noutput n\n")
+    assert cli.main(["optimize", pipeline, "--data", spec, "--train-size", "20", "--model", "openai/fake"]) == 1
+    err = capsys.readouterr().err
+    assert "has only 10; pass sizes that add up to at most 10, for example --train-size" in err
+    assert "eval" not in err and "Traceback" not in err
 
 
 def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:
