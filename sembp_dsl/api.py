@@ -24,7 +24,7 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVa
 from . import datasets
 from .checker import BOUNDS, OPTIMIZE_SETTINGS
 from .cache import ResponseCache
-from .datasets import DataError, Sample, Splits, as_text
+from .datasets import DataError, Sample, Splits, as_text, from_records
 from .diagnostics import PipelineError, did_you_mean
 from .evaluate import Evaluation, Result, check_answers, evaluate, metric_for
 from .graph import MODEL_ROLES, Graph, ModelSpec
@@ -278,7 +278,7 @@ class Pipeline:
             splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:
-            samples, default_metric = _samples(examples, "example")[:limit], "exact"
+            samples, default_metric = from_records(examples, "example")[:limit], "exact"
             unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
             if unanswered and not callable(metric):
                 raise DataError(f"{unanswered[0]} has no expected output: give each example an "
@@ -404,7 +404,7 @@ class Pipeline:
     def _prepare(self, train: Sequence, val: Sequence, test: Sequence, data: str,
                  method: Mapping[str, Any]) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
         """The settings of a run on these examples, and the examples as samples."""
-        train, val, test = _samples(train, "train"), _samples(val, "val"), _samples(test, "test")
+        train, val, test = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
         settings = replace(self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test))
         if not train and settings.iterations:
             raise ValueError("train is empty: optimizing learns from the training examples' errors")
@@ -547,25 +547,6 @@ def _check_setting(key: str, value: Any) -> None:
     low, high, low_excluded = BOUNDS[setting]
     if not (low < value <= high if low_excluded else low <= value <= high):  # NaN too
         raise ValueError(f"{key}={value!r} is out of range: {'above' if low_excluded else 'from'} {low} to {high}")
-
-
-def _samples(examples: Sequence, name: str) -> list[Sample]:
-    return from_records(examples, name)
-
-
-def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> list[Sample]:
-    """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected output."""
-    samples = []
-    for i, row in enumerate(rows):
-        if isinstance(row, Sample):
-            samples.append(row)
-            continue
-        if not isinstance(row, Mapping):
-            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
-        answer = next((k for wanted in datasets.ANSWER_COLUMNS for k in row if str(k).casefold() == wanted), None)
-        fields = {str(k): as_text(v) for k, v in row.items() if k != answer}
-        samples.append(Sample(f"{name}/{i}", fields, as_text(row[answer]).strip() if answer else "", given=row))
-    return samples
 
 
 def _input_text(name: str, value: Any) -> str:

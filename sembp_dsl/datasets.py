@@ -14,7 +14,7 @@ import json
 import os
 import random
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,6 +30,7 @@ __all__ = [
     "as_text",
     "data_dirs",
     "eval_splits",
+    "from_records",
     "load",
     "make_splits",
 ]
@@ -382,26 +383,50 @@ def _load_bbh(folder: Path, task: str) -> Dataset:
     return Dataset(f"bbh:{task}", {"all": samples}, "exact")
 
 
-# --- user files ----------------------------------------------------------------------
+# --- the user's own examples: a file, or records in memory ---------------------------
+
+def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "example") -> list[Sample]:
+    """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected
+    output. Each row finds its own answer key (a Python caller may mix them); a file settles it once."""
+    samples = []
+    for i, row in enumerate(rows):
+        if isinstance(row, Sample):
+            samples.append(row)
+            continue
+        if not isinstance(row, Mapping):
+            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
+        samples.append(_sample(f"{name}/{i}", row, _answer_key(row), given=row))
+    return samples
+
 
 def _load_user_file(path: Path) -> Dataset:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        records = [
-            (line, {str(k): as_text(v) for k, v in rec.items()}) for line, rec in _json_lines(path)
-        ]
-    else:
-        records = _table_records(path, suffix)
+    records = list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
     if not records:
         raise DataError(f"{path}: no data rows")
-    answer_col = _answer_column(path, list(records[0][1]))
+    columns = list(records[0][1])
+    answer = _answer_key(columns)
+    if answer is None:
+        raise DataError(f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
+                        f"columns found: {', '.join(columns) or '(none)'}")
     samples = []
     for index, (line, record) in enumerate(records):
-        if answer_col not in record:
-            raise DataError(f"{path}:{line}: missing answer column {answer_col!r}")
-        fields = {k: v for k, v in record.items() if k != answer_col}
-        samples.append(Sample(f"{path.name}/{index}", fields, record[answer_col].strip(), origin=f"{path}:{line}"))
+        if answer not in record:
+            raise DataError(f"{path}:{line}: missing answer column {answer!r}")
+        samples.append(_sample(f"{path.name}/{index}", record, answer, origin=f"{path}:{line}"))
     return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
+
+
+def _answer_key(keys: Iterable) -> object | None:
+    """The expected-output key: answer, else label, else target (any case); None when there is none."""
+    return next((key for wanted in ANSWER_COLUMNS for key in keys if str(key).casefold() == wanted), None)
+
+
+def _sample(id: str, record: Mapping, answer: object | None, origin: str = "",
+            given: Mapping[str, object] | None = None) -> Sample:
+    """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
+    fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
+    expected = as_text(record[answer]).strip() if answer is not None else ""
+    return Sample(id, fields, expected, given=given, origin=origin)
 
 
 def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
@@ -423,15 +448,3 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
             raise DataError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
         records.append((line, dict(zip(header, row))))
     return records
-
-
-def _answer_column(path: Path, columns: list[str]) -> str:
-    """The expected-output column: answer, else label, else target (any case)."""
-    for wanted in ANSWER_COLUMNS:
-        for column in columns:
-            if column.casefold() == wanted:
-                return column
-    raise DataError(
-        f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
-        f"columns found: {', '.join(columns) or '(none)'}"
-    )

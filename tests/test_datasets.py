@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits, load,
-                                make_splits)
+from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits,
+                                from_records, load, make_splits)
 
 LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",
                 "c1", "c2", "c3", "c4", "c5", "context")
@@ -231,6 +231,14 @@ def test_user_answer_column_preference(tmp_path: Path) -> None:
     assert sample.answer == "a" and sample.fields == {"target": "t", "label": "l"}
     spec = _write(tmp_path / "e.jsonl", json.dumps({"target": "t", "x": "1"}))
     assert load(spec).pools["all"][0].answer == "t"
+
+
+def test_a_file_and_the_same_records_in_memory_give_the_same_samples(tmp_path: Path) -> None:
+    rows = [{"q": "2+2", "n": 4, "Label": " four "}, {"q": "1+1", "n": [2], "Label": "two"}]
+    spec = _write(tmp_path / "math.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+    from_file, in_memory = load(spec).pools["all"], from_records(rows, "math.jsonl")
+    assert from_file == tuple(in_memory) and from_file[0].fields == {"q": "2+2", "n": "4"} and from_file[0].answer == "four"
+    assert from_file[1].where == f"{spec}:2" and in_memory[1].where == "math.jsonl/1" and in_memory[1].given is rows[1]
 
 
 def test_user_csv_with_quoted_commas(tmp_path: Path) -> None:
