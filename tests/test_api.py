@@ -363,6 +363,15 @@ def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake
     assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
 
 
+def test_an_impossible_answer_read_from_the_outputs_own_field_is_refused_too(tmp_path, fake_llm):
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE.replace("output urgent", 'output urgent from "verdict"'))
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as triage:
+        with pytest.raises(sbp.DataError, match="example/1: the expected answer 'Nope' is not among the labels"):
+            triage.evaluate([{"ticket": "x", "verdict": "No"}, {"ticket": "y", "verdict": "Nope"}])
+    assert fake_llm.requests == 0
+
+
 def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_llm):
     path = tmp_path / "count.sbp"
     path.write_text('pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
