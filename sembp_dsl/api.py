@@ -24,10 +24,9 @@ from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVa
 from . import datasets
 from .checker import BOUNDS, OPTIMIZE_SETTINGS
 from .cache import ResponseCache
-from .datasets import DataError, Sample, Splits, as_text
+from .datasets import DataError, Sample, Splits, as_text, from_records
 from .diagnostics import PipelineError, did_you_mean
-from .evaluate import Evaluation, Result, evaluate, metric_for
-from .metrics import parse_number, score
+from .evaluate import Evaluation, Result, check_answers, evaluate, metric_for
 from .graph import MODEL_ROLES, Graph, ModelSpec
 from .llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
 from .optimize import Optimizer, Outcome, Plan, plan
@@ -44,6 +43,10 @@ __all__ = [
 
 class InputError(ValueError):
     """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
+
+
+class PipelineClosed(RuntimeError):
+    """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
 
 T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
@@ -213,6 +216,7 @@ class Pipeline:
 
     async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
                      on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+        self._session.check_open()
         if concurrency is not None:
             _check_concurrency(concurrency)
         rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
@@ -266,6 +270,7 @@ class Pipeline:
         (your own file is scored whole when no size is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
+        self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         if isinstance(examples, str):
@@ -273,35 +278,14 @@ class Pipeline:
             splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:
-            samples, default_metric = _samples(examples, "example")[:limit], "exact"
+            samples, default_metric = from_records(examples, "example")[:limit], "exact"
             unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
             if unanswered and not callable(metric):
                 raise DataError(f"{unanswered[0]} has no expected output: give each example an "
                                 f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
                                 "or score with a metric of your own")
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
-        if not isinstance(examples, str):
-            self._check_answers(samples, scorer)
         return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
-
-    def _check_answers(self, samples: Sequence[Sample], metric) -> None:
-        """An expected answer no output can match under a built-in metric (a choice the output node does not
-        offer, no number for `numeric`, not JSON for `json`) would score every such example wrong, silently."""
-        if not isinstance(metric, str) or self.graph.answer_field:
-            return
-        node = self.graph.nodes[self.graph.output]
-        for sample in samples:
-            answer = sample.answer
-            if metric == "exact" and node.type.kind == "choice" and \
-                    not any(score("exact", option, answer) for option in node.type.choices):
-                reason = f"which {node.name}: {node.type} never answers"
-            elif metric == "numeric" and parse_number(answer) is None:
-                reason = "which holds no number for the numeric metric"
-            elif metric == "json" and not score("json", answer, answer):
-                reason = "which is not JSON for the json metric"
-            else:
-                continue
-            raise DataError(f"{sample.id} expects {answer!r}, {reason}; every such example would score 0")
 
     async def aevaluate(self, samples: Sequence[Sample], metric, mapping: Mapping[str, str] | None = None,
                         on_done: Callable[[Result], None] | None = None) -> Evaluation:
@@ -359,10 +343,13 @@ class Pipeline:
         at once, so an interrupted run keeps it; without, nothing is written until `.pipeline.save()`.
         `resume`: continue the last unfinished run asked exactly the same. `data`/`test_data` name the
         examples in the run record."""
+        self._session.check_open()  # before a run record is made
         settings, train, val, test = self._prepare(train, val, test, data, method)
         settings = replace(settings, test_data=test_data)
         log = log or (lambda line: None)
-        # what could not be written is said now, before a record or a call
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
+        # what could not be scored or written is said now, before a record or a call
+        check_answers(self.graph, [*train, *val, *test], scorer)
         writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
@@ -371,7 +358,6 @@ class Pipeline:
         else:
             record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
         writer.report_to(record)
 
         def accept(graph: Graph) -> None:
@@ -418,7 +404,7 @@ class Pipeline:
     def _prepare(self, train: Sequence, val: Sequence, test: Sequence, data: str,
                  method: Mapping[str, Any]) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
         """The settings of a run on these examples, and the examples as samples."""
-        train, val, test = _samples(train, "train"), _samples(val, "val"), _samples(test, "test")
+        train, val, test = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
         settings = replace(self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test))
         if not train and settings.iterations:
             raise ValueError("train is empty: optimizing learns from the training examples' errors")
@@ -437,7 +423,8 @@ class Pipeline:
         return self._session.sync(work)
 
     def close(self) -> None:
-        """Close the connections that sync calls opened (they also close when the pipeline is collected)."""
+        """Close the connections that sync calls opened (they also close when the pipeline is collected).
+        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
         self._session.close()
 
     async def aclose(self) -> None:
@@ -479,8 +466,15 @@ class _Session:
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
         self._finalizers: list[weakref.finalize] = []
         self._lock = threading.Lock()  # threads add and drop loops' LLM layers
+        self.closed = False
+
+    def check_open(self) -> None:
+        if self.closed:
+            raise PipelineClosed("this pipeline is closed (close() was called, or its `with` block ended); "
+                                 "load it again to make more calls")
 
     def llm(self) -> LLM:
+        self.check_open()
         loop = asyncio.get_running_loop()
         with self._lock:
             if loop not in self.llms:
@@ -492,10 +486,12 @@ class _Session:
     def sync(self, work: Awaitable[T]) -> T:
         try:
             asyncio.get_running_loop()
+            inside_a_loop = True
         except RuntimeError:
-            pass
-        else:
-            getattr(work, "close", lambda: None)()
+            inside_a_loop = False
+        if self.closed or inside_a_loop:
+            getattr(work, "close", lambda: None)()  # never started: no "never awaited" warning
+            self.check_open()
             raise RuntimeError("a Pipeline's sync methods cannot run inside an event loop: "
                                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`")
         loop = self.loops.get(threading.get_ident())
@@ -509,6 +505,7 @@ class _Session:
             raise
 
     def close(self) -> None:
+        self.closed = True
         for finalizer in self._finalizers:
             finalizer()
 
@@ -550,25 +547,6 @@ def _check_setting(key: str, value: Any) -> None:
     low, high, low_excluded = BOUNDS[setting]
     if not (low < value <= high if low_excluded else low <= value <= high):  # NaN too
         raise ValueError(f"{key}={value!r} is out of range: {'above' if low_excluded else 'from'} {low} to {high}")
-
-
-def _samples(examples: Sequence, name: str) -> list[Sample]:
-    return from_records(examples, name)
-
-
-def from_records(rows: Sequence[Mapping[str, Any]], name: str = "example") -> list[Sample]:
-    """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected output."""
-    samples = []
-    for i, row in enumerate(rows):
-        if isinstance(row, Sample):
-            samples.append(row)
-            continue
-        if not isinstance(row, Mapping):
-            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
-        answer = next((k for wanted in datasets.ANSWER_COLUMNS for k in row if str(k).casefold() == wanted), None)
-        fields = {str(k): as_text(v) for k, v in row.items() if k != answer}
-        samples.append(Sample(f"{name}/{i}", fields, as_text(row[answer]).strip() if answer else "", given=row))
-    return samples
 
 
 def _input_text(name: str, value: Any) -> str:

@@ -227,7 +227,7 @@ def cmd_optimize(args) -> int:
                                   resume=args.resume, write=not args.dry_run, out=args.out, log=log, progress=progress,
                                   **method)
     except ResumeError as exc:
-        raise UsageError(f"--resume: {exc}")
+        raise UsageError(f"--resume: {exc.cli}")
     except KeyboardInterrupt:
         print(f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
               f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         known = _known_errors()
         if not isinstance(exc, known):
             raise
-        print(f"sbpc: error: {exc}", file=sys.stderr)
+        print(f"sbpc: error: {getattr(exc, 'cli', exc)}", file=sys.stderr)  # options as flags (OptionError)
         return 1
 
 

@@ -14,11 +14,11 @@ import json
 import os
 import random
 import stat
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnostics import did_you_mean
+from .diagnostics import Option, OptionError, did_you_mean
 
 __all__ = [
     "DATA_DIR_ENV",
@@ -30,6 +30,7 @@ __all__ = [
     "as_text",
     "data_dirs",
     "eval_splits",
+    "from_records",
     "load",
     "make_splits",
 ]
@@ -37,7 +38,7 @@ __all__ = [
 DATA_DIR_ENV = "SBPC_DATA_DIR"
 
 _HOW_TO_GET = (
-    f"set {DATA_DIR_ENV} or pass --data-dir to a folder with liar/ gsm8k/ bbh/; "
+    f"set {DATA_DIR_ENV} or pass ", Option("data_dir=", "--data-dir"), " to a folder with liar/ gsm8k/ bbh/; "
     "LIAR: https://www.cs.ucsb.edu/~william/data/liar_dataset.zip, "
     "GSM8K: https://github.com/openai/grade-school-math, "
     "BBH: https://github.com/suzgunmirac/BIG-Bench-Hard"
@@ -59,8 +60,9 @@ ANSWER_COLUMNS = ("answer", "label", "target")
 _USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
-class DataError(Exception):
-    """A data problem explained for the user (missing folder, bad line, bad request)."""
+class DataError(OptionError):
+    """A data problem explained for the user (missing folder, bad line, bad request), naming options as the
+    user gave them (`data_dir=` in Python, `--data-dir` on the command line)."""
 
 
 @dataclass(frozen=True)
@@ -73,6 +75,13 @@ class Sample:
     answer: str
     # The example as a Python caller gave it (values not yet text), for a metric written in Python.
     given: Mapping[str, object] | None = field(default=None, hash=False, compare=False, repr=False)
+    # Where it was read ("data.csv:7"), for messages that must point at the row to fix.
+    origin: str = field(default="", compare=False, repr=False)
+
+    @property
+    def where(self) -> str:
+        """The file and line it was read from, else its id."""
+        return self.origin or self.id
 
 
 @dataclass(frozen=True)
@@ -108,17 +117,18 @@ def anchor_data_dir() -> None:
 def data_dirs(flag: str | None = None) -> list[Path]:
     """Folders searched for built-in data sets, most specific first.
 
-    Order: the --data-dir flag, then $SBPC_DATA_DIR, then the user cache
+    Order: the given folder (data_dir=, --data-dir), then $SBPC_DATA_DIR, then the user cache
     ($XDG_CACHE_HOME or ~/.cache)/sbpc/datasets. Duplicates are dropped; relative
     folders are made absolute against the current folder. A given folder that is
     a file is an error, not a silent skip.
     """
     candidates: list[Path] = []
-    for given, what in ((flag, "--data-dir"), (os.environ.get(DATA_DIR_ENV), f"${DATA_DIR_ENV}")):
+    env = os.environ.get(DATA_DIR_ENV)
+    for given, named in ((flag, Option(f"data_dir={flag!r}", f"--data-dir {flag!r}")), (env, f"${DATA_DIR_ENV} {env!r}")):
         if given:
             path = Path(given).expanduser().absolute()
             if path.exists() and not path.is_dir():
-                raise DataError(f"{what} {given!r} is a file, not a folder; {_HOW_TO_GET}")
+                raise DataError(named, " is a file, not a folder; ", *_HOW_TO_GET)
             candidates.append(path)
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     candidates.append(Path(cache).expanduser() / "sbpc" / "datasets")
@@ -214,7 +224,13 @@ def eval_splits(
     if split != "test" and test is None:
         defaults = (*defaults[:2], 0)  # train and val are carved before test: its size cannot move them
     sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
-    return make_splits(dataset, *sizes, seed)
+    try:
+        return make_splits(dataset, *sizes, seed)
+    except DataError as exc:
+        if not dataset.user:
+            raise
+        whole = Option("evaluate() with no size", "`eval` with no size")  # the way out only evaluating has
+        raise DataError(Option(str(exc), exc.cli), "; ", whole, " scores the whole file") from None
 
 
 def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) -> list[Sample]:
@@ -224,19 +240,15 @@ def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) ->
 
 
 def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available: int) -> None:
-    """A request larger than the pool: say which flags to pass, with sizes that fit (same proportions)."""
+    """A request larger than the pool: say which sizes to give instead (same proportions)."""
     wanted = sum(sizes.values())
     if wanted <= available:
         return
     fitting = {split: size * available // wanted for split, size in sizes.items()}
-    flags = " ".join(f"--{split}-size {size}" for split, size in fitting.items())
-    what = " + ".join(sizes)
-    hint = f"pass sizes that add up to at most {available}, for example {flags}"
-    if dataset.user:
-        hint += "; `eval` with no size scores the whole file"
-    raise DataError(
-        f"{dataset.name}: asked for {wanted} samples ({what}) but the {pool!r} pool has only {available}; {hint}"
-    )
+    example = Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
+                     " ".join(f"--{split}-size {size}" for split, size in fitting.items()))
+    raise DataError(f"{dataset.name}: asked for {wanted} samples ({' + '.join(sizes)}) but the {pool!r} pool has only "
+                    f"{available}; pass sizes that add up to at most {available}, for example ", example)
 
 
 # --- locating and reading files -------------------------------------------------
@@ -248,7 +260,7 @@ def _find_folder(sub: str, flag: str | None) -> Path:
         if (base / sub).is_dir():
             return base / sub
     looked = "\n".join(f"  {base / sub}" for base in dirs)
-    raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n{_HOW_TO_GET}")
+    raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n", *_HOW_TO_GET)
 
 
 def _read_text(path: Path) -> str:
@@ -328,7 +340,7 @@ def _liar_file(folder: Path, split: str) -> tuple[Sample, ...]:
         if any(fields[name].casefold() in ("", "none") for name in _LIAR_REQUIRED):
             continue
         fields["source"] = fields["context"]  # pipelines call the context "source"
-        samples.append(Sample(f"liar/{split}/{row[0].strip()}", fields, answer))
+        samples.append(Sample(f"liar/{split}/{row[0].strip()}", fields, answer, origin=f"{path}:{line}"))
     return tuple(samples)
 
 
@@ -347,7 +359,7 @@ def _gsm8k_file(folder: Path, split: str) -> tuple[Sample, ...]:
                 f"{path}:{line}: expected \"question\" and an \"answer\" containing '#### '"
             )
         final = solution.rsplit("####", 1)[1].strip().replace(",", "")
-        samples.append(Sample(f"gsm8k/{split}/{index}", {"question": question}, final))
+        samples.append(Sample(f"gsm8k/{split}/{index}", {"question": question}, final, origin=f"{path}:{line}"))
     return tuple(samples)
 
 
@@ -371,26 +383,50 @@ def _load_bbh(folder: Path, task: str) -> Dataset:
     return Dataset(f"bbh:{task}", {"all": samples}, "exact")
 
 
-# --- user files ----------------------------------------------------------------------
+# --- the user's own examples: a file, or records in memory ---------------------------
+
+def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "example") -> list[Sample]:
+    """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected
+    output. Each row finds its own answer key (a Python caller may mix them); a file settles it once."""
+    samples = []
+    for i, row in enumerate(rows):
+        if isinstance(row, Sample):
+            samples.append(row)
+            continue
+        if not isinstance(row, Mapping):
+            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
+        samples.append(_sample(f"{name}/{i}", row, _answer_key(row), given=row))
+    return samples
+
 
 def _load_user_file(path: Path) -> Dataset:
-    suffix = path.suffix.lower()
-    if suffix == ".jsonl":
-        records = [
-            (line, {str(k): as_text(v) for k, v in rec.items()}) for line, rec in _json_lines(path)
-        ]
-    else:
-        records = _table_records(path, suffix)
+    records = list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
     if not records:
         raise DataError(f"{path}: no data rows")
-    answer_col = _answer_column(path, list(records[0][1]))
+    columns = list(records[0][1])
+    answer = _answer_key(columns)
+    if answer is None:
+        raise DataError(f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
+                        f"columns found: {', '.join(columns) or '(none)'}")
     samples = []
     for index, (line, record) in enumerate(records):
-        if answer_col not in record:
-            raise DataError(f"{path}:{line}: missing answer column {answer_col!r}")
-        fields = {k: v for k, v in record.items() if k != answer_col}
-        samples.append(Sample(f"{path.name}/{index}", fields, record[answer_col].strip()))
+        if answer not in record:
+            raise DataError(f"{path}:{line}: missing answer column {answer!r}")
+        samples.append(_sample(f"{path.name}/{index}", record, answer, origin=f"{path}:{line}"))
     return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
+
+
+def _answer_key(keys: Iterable) -> object | None:
+    """The expected-output key: answer, else label, else target (any case); None when there is none."""
+    return next((key for wanted in ANSWER_COLUMNS for key in keys if str(key).casefold() == wanted), None)
+
+
+def _sample(id: str, record: Mapping, answer: object | None, origin: str = "",
+            given: Mapping[str, object] | None = None) -> Sample:
+    """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
+    fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
+    expected = as_text(record[answer]).strip() if answer is not None else ""
+    return Sample(id, fields, expected, given=given, origin=origin)
 
 
 def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
@@ -412,15 +448,3 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
             raise DataError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
         records.append((line, dict(zip(header, row))))
     return records
-
-
-def _answer_column(path: Path, columns: list[str]) -> str:
-    """The expected-output column: answer, else label, else target (any case)."""
-    for wanted in ANSWER_COLUMNS:
-        for column in columns:
-            if column.casefold() == wanted:
-                return column
-    raise DataError(
-        f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
-        f"columns found: {', '.join(columns) or '(none)'}"
-    )

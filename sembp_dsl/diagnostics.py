@@ -59,6 +59,30 @@ class PipelineError(Exception):
         return "\n".join(d.render(self.text) for d in self.diagnostics)
 
 
+@dataclass(frozen=True)
+class Option:
+    """An option a message names, as each front end spells it: `runs_dir='runs'` to Python code,
+    `--runs-dir runs` on the command line."""
+
+    python: str
+    cli: str
+
+
+def option(name: str, value: object) -> Option:
+    """A keyword argument and the flag it comes from: `option("runs_dir", "x")` is runs_dir='x' / --runs-dir x."""
+    shown = value if isinstance(value, (int, float)) else str(value)  # a Path as the text it holds
+    return Option(f"{name}={shown!r}", f"--{name.replace('_', '-')} {value}")
+
+
+class OptionError(Exception):
+    """An error that may name the caller's options: its message is text and Options, which str() spells as the
+    Python API takes them and `.cli` as the command line does, so each reader sees the names they typed."""
+
+    def __init__(self, *parts: str | Option):
+        super().__init__("".join(p.python if isinstance(p, Option) else p for p in parts))
+        self.cli = "".join(p.cli if isinstance(p, Option) else p for p in parts)
+
+
 def visible(text: str) -> str:
     """Text safe to print: escape sequences, bidi overrides and other invisible characters written out."""
     return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)

@@ -10,9 +10,10 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from .datasets import DataError, Sample
-from .graph import Graph
+from .diagnostics import Option, did_you_mean
+from .graph import Graph, GraphNode
 from .llm import LLM, BudgetExceeded
-from .metrics import score
+from .metrics import parse_number, score
 from .runtime import Trace, run
 
 Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
@@ -116,7 +117,7 @@ def metric_for(graph: Graph, dataset_metric: str) -> str:
 
 
 def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> dict[str, str]:
-    """Pipeline inputs from a sample's fields: by a --map entry, the input's `from`, or its own name."""
+    """Pipeline inputs from a sample's fields: by a `mapping` (--map) entry, the input's `from`, or its own name."""
     values = {}
     for item in graph.inputs:
         name = mapping.get(item.name) or item.field or item.name
@@ -124,7 +125,8 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
             name = item.name
         if name not in sample.fields:
             raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
-                            f"(fields: {', '.join(sample.fields)}); map it with --map {item.name}=FIELD")
+                            f"(fields: {', '.join(sample.fields)}); map it with ",
+                            Option(f"mapping={{{item.name!r}: 'FIELD'}}", f"--map {item.name}=FIELD"))
         values[item.name] = sample.fields[name]
     return values
 
@@ -137,6 +139,34 @@ def expected_answer(graph: Graph, sample: Sample) -> str:
     return sample.answer
 
 
+def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Judge) -> None:
+    """An expected answer no output can match under a built-in metric (a label the output node does not offer,
+    no number for `numeric`, not JSON for `json`) would score its example 0 whatever the model says, silently:
+    refused before any call, at the row to fix."""
+    if not isinstance(metric, str):
+        return
+    node = graph.nodes[graph.output]
+    found = [(s, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
+    if found:
+        sample, why = found[0]
+        more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
+        raise DataError(f"{sample.where}: {why}{more}")
+
+
+def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
+    """Why no output of `node` can ever score 1 against `answer`, or None when one can."""
+    if metric == "exact" and node.type.kind == "choice":
+        labels = node.type.choices
+        if not any(score("exact", label, answer) for label in labels):
+            return (f"the expected answer {answer!r} is not among the labels of {node.name}: {node.type}, "
+                    f"so it would always score 0{did_you_mean(answer, labels)}")
+    elif metric == "numeric" and parse_number(answer) is None:
+        return f"the expected answer {answer!r} holds no number, so the numeric metric would always score it 0"
+    elif metric == "json" and not score("json", answer, answer):
+        return f"the expected answer {answer!r} is not JSON, so the json metric would always score it 0"
+    return None
+
+
 async def evaluate(
     graph: Graph,
     llm: LLM,
@@ -146,6 +176,7 @@ async def evaluate(
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
     """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget."""
+    check_answers(graph, samples, metric)
     prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:

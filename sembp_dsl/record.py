@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from .diagnostics import Option, OptionError, option
 from .writeback import atomic_write
 
 
@@ -44,12 +45,12 @@ class Settings:
         return json.loads(json.dumps(_public(asdict(self))))
 
 
-class RecordError(ValueError):
+class RecordError(OptionError, ValueError):
     """A run record that cannot be written or read, explained for the user."""
 
 
 class ResumeError(RecordError):
-    """--resume found nothing it may continue."""
+    """resume=True (--resume) found nothing it may continue."""
 
 
 class RunRecord:
@@ -110,8 +111,9 @@ class RunRecord:
             if _sha256(source) not in data.get("source_sha256", [_sha256(source)]):
                 raise ResumeError(
                     f"{settings.file} was changed since the run in {folder} last wrote it; resuming would undo "
-                    "that change. To optimize the file as it is now, start a new run (without --resume); to "
-                    "continue the old run, first undo the change (for example with git checkout or git stash)")
+                    "that change. To optimize the file as it is now, start a new run (without ",
+                    Option("resume=True", "--resume"), "); to continue the old run, first undo the change (for "
+                    "example with git checkout or git stash)")
             return cls(folder, data)
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
@@ -127,7 +129,7 @@ class RunRecord:
 
 def _check_folder(runs_dir: Path) -> None:
     if runs_dir.exists() and not runs_dir.is_dir():
-        raise RecordError(f"--runs-dir {runs_dir} is a file, not a folder; give a folder for run records")
+        raise RecordError(option("runs_dir", runs_dir), " is a file, not a folder; give a folder for run records")
 
 
 NUMBER, MAYBE_TEXT = (int, float), (str, type(None))

@@ -20,12 +20,12 @@ from pathlib import Path
 from typing import Mapping
 
 from . import ir
-from .diagnostics import PipelineError
+from .diagnostics import Option, OptionError, PipelineError
 from .parser import decode_block_string
 from .source import parse_text
 
 
-class WriteBackError(ValueError):
+class WriteBackError(OptionError, ValueError):
     """The optimized pipeline cannot be written where it should go; the message says why and what to do."""
 
 
@@ -199,18 +199,19 @@ def check_writable(pipeline: ir.Pipeline, out: str | None = None) -> None:
     if out is None:
         if _read_only(source):
             raise WriteBackError(f"{source} is read-only, so the optimized prompts could not be written into it: "
-                                 "make it writable (chmod u+w), or give --out FILE, or use --dry-run")
+                                 "make it writable (chmod u+w), or ",
+                                 Option("write them to another file", "give --out FILE, or use --dry-run"))
     else:
-        target = Path(out)
+        target, named = Path(out), Option(repr(str(out)), f"--out {out}")  # out= to optimize, path to save
         if target.is_dir():
-            raise WriteBackError(f"--out {out} is a folder; give the name of a file to write")
+            raise WriteBackError(named, " is a folder; give the name of a file to write")
         if not target.parent.is_dir():
-            raise WriteBackError(f"--out {out}: the folder {target.parent} does not exist")
+            raise WriteBackError(named, f": the folder {target.parent} does not exist")
         if _read_only(target):
-            raise WriteBackError(f"--out {out} is read-only")
+            raise WriteBackError(named, " is read-only")
         kind = _kind(source)
         if _kind(target) != kind:
-            raise WriteBackError(f"--out {out}: the optimized pipeline is written in the syntax of {source}, so "
+            raise WriteBackError(named, f": the optimized pipeline is written in the syntax of {source}, so "
                                  f"its name must end in {' or '.join(_YAML_KINDS) if kind == 'YAML' else '.sbp'}")
 
 

@@ -272,6 +272,59 @@ def test_after_ctrl_c_in_batch_the_rows_left_make_no_call(triage, fake_llm):
     assert fake_llm.requests <= made + 2  # this call's two, not the 18 rows left behind
 
 
+def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_llm, script):
+    script.verdict = urgent_when_crash
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE)
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as triage:
+        assert triage(ticket="it crashes").output == "Yes"
+    twin = triage.with_prompts({"decide": "Urgent? Yes or No."})
+    triage.close()  # a second close is fine
+    made, examples = fake_llm.requests, [{"ticket": "it crashes", "answer": "Yes"}] * 2
+    calls = {
+        "call": lambda: triage(ticket="x"), "twin": lambda: twin(ticket="x"),
+        "acall": lambda: asyncio.run(triage.acall(ticket="x")),
+        "batch": lambda: triage.batch([{"ticket": "x"}]), "abatch": lambda: asyncio.run(triage.abatch([{"ticket": "x"}])),
+        "evaluate": lambda: triage.evaluate(examples),
+        "aevaluate": lambda: asyncio.run(triage.aevaluate(sbp.api.from_records(examples), "exact")),
+        "optimize": lambda: triage.optimize(examples, examples, runs_dir=tmp_path / "runs"),
+    }
+    for name, call in calls.items():
+        with pytest.raises(RuntimeError, match=r"this pipeline is closed \(close\(\) was called"):
+            call()
+    assert fake_llm.requests == made and not (tmp_path / "runs").exists()
+    assert triage.ledger.calls == made and triage.prompts["decide"]  # what it is and what it spent stay readable
+
+
+def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, tmp_path, fake_llm):
+    from dataclasses import replace
+
+    from sembp_dsl.record import RunRecord
+
+    examples = [{"ticket": "it crashes", "answer": "Yes"}] * 2
+    (tmp_path / "runs").write_text("")
+    errors = []
+    with pytest.raises(ValueError, match="^runs_dir='.*runs' is a file, not a folder") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "runs")
+    assert err.value.cli.startswith(f"--runs-dir {tmp_path / 'runs'} is a file, not a folder")
+    errors.append(err.value)
+    with pytest.raises(ValueError, match=f"^'{re.escape(str(tmp_path))}' is a folder; give the name of a file") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "records", write=True, out=tmp_path)
+    assert err.value.cli.startswith(f"--out {tmp_path} is a folder")
+    errors.append(err.value)
+    with pytest.raises(sbp.DataError, match=r"map it with mapping=\{'ticket': 'FIELD'\}$") as err:
+        triage.evaluate([{"text": "it crashes", "answer": "Yes"}])
+    assert err.value.cli.endswith("map it with --map ticket=FIELD")
+    errors.append(err.value)
+    settings = replace(triage.method(), train_size=2, val_size=2)
+    RunRecord.create(tmp_path / "records", settings, triage.prompts, "an older text")
+    with pytest.raises(ValueError, match=r"start a new run \(without resume=True\)") as err:
+        triage.optimize(examples, examples, runs_dir=tmp_path / "records", resume=True)
+    assert "start a new run (without --resume)" in err.value.cli
+    errors.append(err.value)
+    assert not any("--" in str(error) for error in errors) and fake_llm.requests == 0
+
+
 def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
     for target, said in ((tmp_path / "missing" / "x.sbp", "does not exist"), (tmp_path, "is a folder")):
         with pytest.raises(ValueError, match=said):
@@ -280,11 +333,43 @@ def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
 
 def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage, fake_llm):
     for answer in ("Maybe", 1, None, {"x": 1}):
-        with pytest.raises(sbp.DataError, match=r"example/1 expects .*, which urgent: choice\(Yes, No\) never answers"):
+        with pytest.raises(sbp.DataError, match=r"example/1: the expected answer .* is not among the labels of "
+                                                r"urgent: choice\(Yes, No\), so it would always score 0"):
             triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
     assert fake_llm.requests == 0
     assert triage.evaluate([{"ticket": "fine", "answer": "Maybe"}], metric=lambda p, e: 1.0).accuracy == 1.0
 
+
+
+def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake_llm, tmp_path, capsys):
+    from sembp_dsl import cli
+
+    rows = [("it crashes", "Yes"), ("looks odd", "No"), ("slow", "Yess"), ("fine", "Maybe")]
+    jsonl = tmp_path / "tickets.jsonl"
+    jsonl.write_text("\n".join(json.dumps({"ticket": t, "label": a}) for t, a in rows) + "\n")
+    csv = tmp_path / "tickets.csv"
+    csv.write_text("ticket,label\n" + "".join(f"{t},{a}\n" for t, a in rows))
+    said = (r":{line}: the expected answer 'Yess' is not among the labels of urgent: choice\(Yes, No\), so it would "
+            r"always score 0; did you mean 'Yes'\? \(and 1 more like it\)")
+    for data, line in ((jsonl, 3), (csv, 4)):
+        with pytest.raises(sbp.DataError, match=re.escape(str(data)) + said.format(line=line)):
+            triage.evaluate(str(data))
+        with pytest.raises(sbp.DataError, match=said.format(line=line)):
+            triage.optimize(sbp.api.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
+        code = cli.main(["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url])
+        err = capsys.readouterr().err
+        assert code == 1 and re.search(re.escape(f"sbpc: error: {data}") + said.format(line=line), err)
+        assert "Traceback" not in err
+    assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
+
+
+def test_an_impossible_answer_read_from_the_outputs_own_field_is_refused_too(tmp_path, fake_llm):
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE.replace("output urgent", 'output urgent from "verdict"'))
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as triage:
+        with pytest.raises(sbp.DataError, match="example/1: the expected answer 'Nope' is not among the labels"):
+            triage.evaluate([{"ticket": "x", "verdict": "No"}, {"ticket": "y", "verdict": "Nope"}])
+    assert fake_llm.requests == 0
 
 
 def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_llm):
@@ -292,7 +377,7 @@ def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_
     path.write_text('pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
                     "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n")
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as count:
-        with pytest.raises(sbp.DataError, match="example/0 expects 'many', which holds no number"):
+        with pytest.raises(sbp.DataError, match="example/0: the expected answer 'many' holds no number"):
             count.evaluate([{"q": "a b", "answer": "many"}])
     assert fake_llm.requests == 0
 

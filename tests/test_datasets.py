@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits, load,
-                                make_splits)
+from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits,
+                                from_records, load, make_splits)
 
 LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",
                 "c1", "c2", "c3", "c4", "c5", "context")
@@ -196,7 +196,8 @@ def test_missing_data_lists_every_dir(spec: str, tmp_path: Path, monkeypatch: py
     message = str(err.value)
     for folder in ("flag", "env", "cache"):
         assert str(tmp_path / folder) in message
-    assert DATA_DIR_ENV in message and "--data-dir" in message
+    assert DATA_DIR_ENV in message and "pass data_dir= to a folder" in message and "--" not in message
+    assert "pass --data-dir to a folder" in err.value.cli  # as the command line spells it
     assert "github.com/openai/grade-school-math" in message
 
 
@@ -230,6 +231,14 @@ def test_user_answer_column_preference(tmp_path: Path) -> None:
     assert sample.answer == "a" and sample.fields == {"target": "t", "label": "l"}
     spec = _write(tmp_path / "e.jsonl", json.dumps({"target": "t", "x": "1"}))
     assert load(spec).pools["all"][0].answer == "t"
+
+
+def test_a_file_and_the_same_records_in_memory_give_the_same_samples(tmp_path: Path) -> None:
+    rows = [{"q": "2+2", "n": 4, "Label": " four "}, {"q": "1+1", "n": [2], "Label": "two"}]
+    spec = _write(tmp_path / "math.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
+    from_file, in_memory = load(spec).pools["all"], from_records(rows, "math.jsonl")
+    assert from_file == tuple(in_memory) and from_file[0].fields == {"q": "2+2", "n": "4"} and from_file[0].answer == "four"
+    assert from_file[1].where == f"{spec}:2" and in_memory[1].where == "math.jsonl/1" and in_memory[1].given is rows[1]
 
 
 def test_user_csv_with_quoted_commas(tmp_path: Path) -> None:
@@ -364,7 +373,25 @@ def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Pa
         eval_splits(dataset, 20, None, None, seed=0, defaults=(20, 20, 100))
     message = str(err.value)
     assert "asked for 140" in message and "has only 10" in message
-    assert "--train-size 1 --val-size 1 --test-size 7" in message and "no size scores the whole file" in message
+    assert "for example train_size=1, val_size=1, test_size=7" in message and "no size scores the whole file" in message
+    assert "for example --train-size 1 --val-size 1 --test-size 7" in err.value.cli
+    assert message.endswith("; evaluate() with no size scores the whole file")
+    assert err.value.cli.endswith("; `eval` with no size scores the whole file")
+
+
+def test_too_large_for_optimize_does_not_send_the_user_to_eval(tmp_path: Path, capsys) -> None:
+    from sembp_dsl import cli
+
+    spec = _write(tmp_path / "ten.jsonl", "".join(json.dumps({"q": str(i), "answer": "a"}) + "\n" for i in range(10)))
+    with pytest.raises(DataError, match="has only 10; pass sizes") as err:
+        make_splits(load(spec), 20, 20, 100, seed=0)  # what optimize and compare carve
+    assert "eval" not in str(err.value) + err.value.cli and "whole file" not in str(err.value)
+    pipeline = _write(tmp_path / "p.sbp", 'pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
+                                          "node n: text { prompt = t }\nq -> n\noutput n\n")
+    assert cli.main(["optimize", pipeline, "--data", spec, "--train-size", "20", "--model", "openai/fake"]) == 1
+    err = capsys.readouterr().err
+    assert "has only 10; pass sizes that add up to at most 10, for example --train-size" in err
+    assert "eval" not in err and "Traceback" not in err
 
 
 def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:
@@ -382,8 +409,9 @@ def test_separate_test_file(tmp_path: Path) -> None:
     assert {s.fields["q"] for s in splits.test} == {"x1", "x2", "x3"}
     whole = eval_splits(dataset, None, None, None, seed=0, defaults=(1, 1, 100))
     assert [s.fields["q"] for s in whole.test] == ["x1", "x2", "x3"]
-    with pytest.raises(DataError, match="--test-size 3"):
+    with pytest.raises(DataError, match="for example test_size=3$|for example test_size=3;") as err:
         make_splits(dataset, 0, 0, 4, seed=0)
+    assert "for example --test-size 3" in err.value.cli
 
 
 def test_bbh_task_names_get_a_did_you_mean(data_dir: Path) -> None:
@@ -400,9 +428,10 @@ def test_a_fifo_as_data_is_refused_not_waited_on(tmp_path: Path) -> None:
 
 def test_a_data_dir_that_is_a_file_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (tmp_path / "file").write_text("")
-    with pytest.raises(DataError, match="--data-dir 'file' is a file"):
+    with pytest.raises(DataError, match="^data_dir='file' is a file") as err:
         monkeypatch.chdir(tmp_path)
         load("liar", "file")
+    assert err.value.cli.startswith("--data-dir 'file' is a file")
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "file"))
     with pytest.raises(DataError, match=f"\\${DATA_DIR_ENV} .* is a file"):
         data_dirs()
