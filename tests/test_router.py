@@ -207,3 +207,31 @@ def test_a_routed_deployment_without_a_key_is_a_key_error(tmp_path, monkeypatch)
         with pytest.raises(LLMError, match="(?i)api key|credentials"):
             llm.run(llm.complete("forward", "hello"))
     assert server.requests == 0
+
+
+def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tmp_path):
+    """The Router counts its deployments' requests itself, whoever sends them: with `rpm: 5` in the router file
+    (usage-based routing), the sixth call in the minute is refused before it is sent."""
+    from sembp_dsl.transport import FastPath
+
+    with FakeServer(reply="ok") as server:
+        path = tmp_path / "router.yaml"
+        path.write_text(yaml.safe_dump({
+            "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": server.url,
+                                                                     "api_key": "sk-x", "rpm": 5}}],
+            "router_settings": {"routing_strategy": "usage-based-routing-v2"}}))
+        fast = FastPath()
+
+        async def go():
+            outcomes = []
+            for i in range(8):
+                try:
+                    await fast.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path))
+                    outcomes.append("ok")
+                except Exception as exc:
+                    outcomes.append(type(exc).__name__)
+            await fast.aclose()
+            return outcomes
+        outcomes = asyncio.run(go())
+    assert 0 < server.requests <= 5 and outcomes.count("ok") == server.requests
+    assert set(outcomes[server.requests:]) == {"RateLimitError"}
