@@ -63,6 +63,13 @@ def right_and_lost(evaluation: Evaluation) -> tuple[set[str], set[str]]:
     return {r.sample.id for r in evaluation.results if r.correct}, lost
 
 
+def combined(a: dict | None, b: dict | None, sign: int = 1) -> dict:
+    """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1."""
+    a, b = a or {}, b or {}
+    return {key: combined(a.get(key), b.get(key), sign) if isinstance(a.get(key, b.get(key)), dict)
+            else a.get(key, 0) + sign * b.get(key, 0) for key in {**a, **b}}
+
+
 class Optimizer:
     def __init__(self, graph: Graph, llm: LLM, settings: Settings, metric: str, mapping: Mapping[str, str],
                  train: Sequence[Sample], val: Sequence[Sample], test: Sequence[Sample],
@@ -88,6 +95,10 @@ class Optimizer:
 
     async def run(self) -> Outcome:
         s, data = self.settings, self.record.data
+        # the record counts the run's calls over all its sessions: those before a resume, plus what this one
+        # spends (the pipeline's ledger may also hold calls it made before this run)
+        earlier, start = data.get("ledger"), self.llm.ledger.to_json()
+        spent = lambda: combined(earlier, combined(self.llm.ledger.to_json(), start, -1))  # noqa: E731
         done = [Iteration(**it) for it in data["iterations"]]
         current = self.graph.with_prompts(done[-1].prompts) if done else self.graph
         outcome = Outcome(current, None, done)
@@ -105,7 +116,7 @@ class Optimizer:
                 iteration = await self.step(index, outcome)
                 outcome.iterations.append(iteration)
                 data["iterations"].append(asdict(iteration))
-                data["ledger"] = self.llm.ledger.to_json()
+                data["ledger"] = spent()
                 self.record.save()
                 self.log(self.describe(iteration))
             if self.test:
@@ -115,7 +126,7 @@ class Optimizer:
             outcome.stopped = str(exc)
         except LLMError as exc:  # calls that cannot work: stop, keep what was found, let the user resume
             outcome.stopped, outcome.failed = str(exc), True
-        data.update(finished=outcome.stopped is None, stopped=outcome.stopped, ledger=self.llm.ledger.to_json())
+        data.update(finished=outcome.stopped is None, stopped=outcome.stopped, ledger=spent())
         if outcome.test_after is not None:
             data["test"] = {"initial": outcome.test_before.accuracy, "final": outcome.test_after.accuracy,
                             "samples": len(self.test)}

@@ -468,3 +468,30 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
     assert "Traceback" not in err and "--resume" in err
     assert path.read_text() == before  # nothing half-written
     assert json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"] is False
+
+
+def test_a_resumed_runs_record_counts_the_calls_of_every_session(tmp_path, fake_llm, script, capsys):
+    """A run stopped by its budget and resumed (no cache, so every call reaches the server): the record's ledger
+    is the calls of both sessions, not of the last one."""
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", "--no-cache"]
+    optimize(path, *flags, "--max-calls", "12", capsys=capsys)
+    first = fake_llm.requests
+    optimize(path, *flags, "--resume", capsys=capsys)
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert record["finished"] and 0 < first < fake_llm.requests
+    assert record["ledger"]["calls"] == fake_llm.requests
+
+
+def test_a_runs_record_counts_only_the_calls_of_the_run(tmp_path, fake_llm, script):
+    """A pipeline that made calls before optimizing: the run record holds the run's calls, not the pipeline's."""
+    import sembp_dsl as sbp
+
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    examples = [{"q": f"claim {i}", "answer": "Yes"} for i in range(3)]
+    with sbp.load(path, cache=False) as toy:
+        toy.evaluate(examples)
+        before = fake_llm.requests
+        found = toy.optimize(examples, examples, iters=1, runs_dir=tmp_path / "runs", write=False)
+    record = json.loads((found.record / "run.json").read_text())
+    assert before > 0 and record["ledger"]["calls"] == fake_llm.requests - before
