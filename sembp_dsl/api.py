@@ -240,9 +240,8 @@ class Pipeline:
         calls = [t for t in trace.nodes.values() if t.reply and not t.cached]
         prompt_tokens = sum(t.prompt_tokens for t in calls)
         completion_tokens = sum(t.completion_tokens for t in calls)
-        cost = llm.price("forward", prompt_tokens, completion_tokens) if calls else 0.0
         usage = Usage(len(calls), sum(t.cached for t in trace.nodes.values()), prompt_tokens, completion_tokens,
-                      cost or 0.0)
+                      sum(t.cost for t in calls))
         final = trace.final
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
 

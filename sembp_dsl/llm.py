@@ -28,7 +28,7 @@ from .cache import ResponseCache, cache_key
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
 from .graph import ModelSpec
 from .limits import RateLimit
-from .transport import FastPath, Reply, RouterConfigError
+from .transport import FastPath, Reply, RouterConfigError, router_price
 
 T = TypeVar("T")
 
@@ -196,8 +196,10 @@ class LLM:
 
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
-        name = self.model(role).name
-        return 0.0 if embedded.serves(name) else prices.cost(name, prompt_tokens, completion_tokens)
+        spec = self.model(role)
+        if spec.settings.get("router"):  # a model group: bounded by the file's dearest deployment
+            return router_price(spec.settings["router"], prompt_tokens, completion_tokens)
+        return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
     async def complete(self, role: str, prompt: str) -> Completion:
         """One chat completion for `role`, from the cache when it has it."""

@@ -42,6 +42,7 @@ class NodeTrace:
     latency: float
     cached: bool
     failure: Failure | None = None  # why the call failed (status, endpoint, the provider's words), if it did
+    cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> "NodeTrace":
@@ -159,7 +160,7 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
         return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
     output, error = parse_reply(node, completion.text)
     return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
-                     completion.completion_tokens, completion.latency, completion.cached)
+                     completion.completion_tokens, completion.latency, completion.cached, cost=completion.cost)
 
 
 async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:

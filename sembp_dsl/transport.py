@@ -312,16 +312,7 @@ def load_router(path: str, fast: FastPath):
 
     The Router chooses, limits, cools down and falls back as it always does; only the request to an
     OpenAI-compatible deployment is sent by `fast` (litellm's own call costs 6 ms of CPU, ours 0.4)."""
-    import yaml
-
-    try:
-        with open(path, encoding="utf-8") as file:
-            config = yaml.safe_load(file)
-    except (OSError, yaml.YAMLError) as exc:
-        raise RouterConfigError(f"router config {path}: {exc}") from None
-    if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
-        raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
-                                "(litellm's Router / proxy config format)")
+    config = router_config(path)
     settings = config.get("router_settings") or {}
     if not isinstance(settings, dict):
         raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
@@ -338,6 +329,37 @@ def load_router(path: str, fast: FastPath):
     except Exception as exc:  # litellm validates deployments and settings its own way
         raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {first_line(str(exc))}") from None
     return router
+
+
+def router_config(path: str) -> dict:
+    """A router config file read as data (litellm is not needed for it); RouterConfigError when it
+    cannot be read or has no deployments."""
+    import yaml
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            config = yaml.safe_load(file)
+    except (OSError, yaml.YAMLError) as exc:
+        raise RouterConfigError(f"router config {path}: {exc}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
+        raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
+                                "(litellm's Router / proxy config format)")
+    return config
+
+
+def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:
+    """The most these tokens can cost through a router file: on its dearest deployment, since any
+    group may be another's fallback. None when a deployment has no price or the file is unreadable."""
+    try:
+        deployments = router_config(path)["model_list"]
+    except RouterConfigError:
+        return None
+    costs = []
+    for deployment in deployments:
+        params = deployment.get("litellm_params") if isinstance(deployment, dict) else None
+        model = str(params.get("model")) if isinstance(params, dict) else ""
+        costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
+    return None if None in costs else max(costs)
 
 
 def _sending_host(fast: FastPath):

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from fake_server import FakeServer, refused_url, spawn
-from sembp_dsl import cli, limits
+from sembp_dsl import cli, limits, prices
 from sembp_dsl.graph import ModelSpec
 from sembp_dsl.llm import LLM, CallFailed, LLMError
 from test_llm import TOY
@@ -235,3 +235,31 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
         outcomes = asyncio.run(go())
     assert 0 < server.requests <= 5 and outcomes.count("ok") == server.requests
     assert set(outcomes[server.requests:]) == {"RateLimitError"}
+
+
+def test_the_plan_bounds_a_routed_models_cost_by_its_dearest_deployment(tmp_path):
+    path = tmp_path / "router.yaml"
+    deployments = {"pool": "openai/gpt-4o-mini", "backup": "openai/gpt-4o"}
+    path.write_text(yaml.safe_dump({"model_list": [{"model_name": group, "litellm_params": {"model": model}}
+                                                   for group, model in deployments.items()]}))
+    llm = LLM(routed(str(path)))
+    dearest = max(prices.cost(model, 1000, 100) for model in deployments.values())
+    assert llm.price("forward", 1000, 100) == dearest > prices.cost("openai/gpt-4o-mini", 1000, 100)
+    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/my-llama"}}]}))
+    assert llm.price("forward", 1000, 100) is None  # a deployment without a price: no bound
+
+
+def test_a_routed_predictions_cost_is_what_its_calls_cost(tmp_path):
+    """Not the plan's bound (the dearest deployment) and not 0 for a group name without a price."""
+    import sembp_dsl as sbp
+
+    with FakeServer(reply="Yes") as live:
+        path = router_file(tmp_path, [("pool", live.url)])
+        config = yaml.safe_load(Path(path).read_text())
+        config["model_list"].append({"model_name": "backup", "litellm_params": {"model": "openai/gpt-4o"}})
+        Path(path).write_text(yaml.safe_dump(config))
+        (tmp_path / "toy.sbp").write_text(TOY + f'model {{ name = "pool"  router = "{path}"  temperature = 0 }}\n')
+        with sbp.load(tmp_path / "toy.sbp", cache=False) as toy:
+            one = toy(q="is it?")
+            spent = toy.ledger.cost
+    assert one.usage.calls == 1 and one.usage.cost == spent > 0
