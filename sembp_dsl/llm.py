@@ -265,7 +265,6 @@ class LLM:
             rate = self._rates.setdefault((spec.name, endpoint), RateLimit(limits.get("rpm"), limits.get("tpm")))
         # the embedded model serves one request at a time: waiting in its queue is not a hung call
         deadline = 24 * 3600.0 if embedded.serves(spec.name) else timeout
-        secrets = tuple(v for v in (settings.get("api_key"), os.environ.get("OPENAI_API_KEY")) if v)
         for attempt in range(self.retries + 1):
             self._check_budget()
             async with role_limit, slots[""]:
@@ -284,7 +283,10 @@ class LLM:
                     if not is_call_error(exc):
                         raise
                     # behind a router, one refused deployment is no wrong address: the others may answer
-                    failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings, secrets)
+                    secrets = (settings.get("api_key"), os.environ.get("OPENAI_API_KEY"),
+                               *self.transport.secrets.get(settings.get("router"), ()))
+                    failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings,
+                                       tuple(v for v in secrets if v))
                     self.ledger.fault(failure)
                 else:
                     self.succeeded += 1

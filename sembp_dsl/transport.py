@@ -31,7 +31,7 @@ from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
 from yarl import URL  # noqa: E402
 
 from . import embedded, prices
-from .faults import BadReply, CallError, first_line, redact
+from .faults import BadReply, CallError, first_line, mask_secrets, redact
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
 OPENAI_BASE = "https://api.openai.com/v1"
@@ -81,6 +81,7 @@ class FastPath:
         self._connection_limit = connection_limit  # 0 = unlimited
         self._sessions: dict = {}
         self._routers: dict = {}  # router config path -> litellm.Router
+        self.secrets: dict[str, tuple[str, ...]] = {}  # router config path -> the API keys it holds
 
     # -- public ------------------------------------------------------------
     async def acompletion(self, model: str, messages: list, *,
@@ -115,7 +116,9 @@ class FastPath:
         """Through litellm's Router: its deployments, weights, limits, cooldowns and fallbacks."""
         router = self._routers.get(path)
         if router is None:
-            router = self._routers[path] = load_router(path, self)
+            config = router_config(path)
+            self.secrets[path] = router_secrets(config)
+            router = self._routers[path] = load_router(path, config, self)
         response = await router.acompletion(model=model, messages=messages, timeout=timeout, **params)
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
@@ -304,7 +307,7 @@ ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_thr
                              "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})
 
 
-def load_router(path: str, fast: FastPath):
+def load_router(path: str, config: dict, fast: FastPath):
     """A `litellm.Router` from a litellm proxy/Router config file (YAML or JSON):
     `model_list` (deployments: `model_name`, `litellm_params` with `model`,
     `api_base`, `api_key` or `os.environ/VAR`, `rpm`, `tpm`, `weight`) and
@@ -312,7 +315,6 @@ def load_router(path: str, fast: FastPath):
 
     The Router chooses, limits, cools down and falls back as it always does; only the request to an
     OpenAI-compatible deployment is sent by `fast` (litellm's own call costs 6 ms of CPU, ours 0.4)."""
-    config = router_config(path)
     settings = config.get("router_settings") or {}
     if not isinstance(settings, dict):
         raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
@@ -327,7 +329,8 @@ def load_router(path: str, fast: FastPath):
         arguments = router_arguments(model_list=config["model_list"], **{"num_retries": 0, **settings})
         router = Router.from_config(build_router_config(arguments), _sending_host(fast))
     except Exception as exc:  # litellm validates deployments and settings its own way
-        raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {first_line(str(exc))}") from None
+        message = first_line(mask_secrets(str(exc), router_secrets(config)))  # litellm may quote a deployment
+        raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {message}") from None
     return router
 
 
@@ -345,6 +348,17 @@ def router_config(path: str) -> dict:
         raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
                                 "(litellm's Router / proxy config format)")
     return config
+
+
+def router_secrets(config: dict) -> tuple[str, ...]:
+    """The API keys a router config holds, as written or read from `os.environ/NAME`: never to be shown."""
+    keys = []
+    for deployment in config["model_list"]:
+        params = deployment.get("litellm_params") if isinstance(deployment, dict) else None
+        key = params.get("api_key") if isinstance(params, dict) else None
+        if isinstance(key, str):
+            keys.append(os.environ.get(key.removeprefix("os.environ/"), "") if key.startswith("os.environ/") else key)
+    return tuple(key for key in keys if key)
 
 
 def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:

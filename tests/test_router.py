@@ -263,3 +263,19 @@ def test_a_routed_predictions_cost_is_what_its_calls_cost(tmp_path):
             one = toy(q="is it?")
             spent = toy.ledger.cost
     assert one.usage.calls == 1 and one.usage.cost == spent > 0
+
+
+@pytest.mark.parametrize("written", ["tok-literal-secret-1234", "os.environ/ROUTER_TEST_KEY"])
+def test_a_router_files_keys_never_reach_messages(tmp_path, monkeypatch, written):
+    """A server that echoes the key it got (as OpenAI's 401 does) must not put a router file's key, written in the
+    file or read from the environment, into an error, the ledger or a run record."""
+    monkeypatch.setenv("ROUTER_TEST_KEY", "hf_env-secret-5678")
+    with FakeServer(reply="ok", failures=["401"]) as server:
+        path = tmp_path / "router.yaml"
+        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
+            "model": "openai/gpt-4o-mini", "api_base": server.url, "api_key": written}}]}))
+        llm = LLM(routed(str(path)), retries=1, backoff=0)
+        with pytest.raises(LLMError) as error:
+            llm.run(llm.complete("forward", "hello"))
+    shown = str(error.value) + getattr(error.value, "cli", "") + json.dumps(llm.ledger.to_json())
+    assert "401" in shown and "secret" not in shown
