@@ -137,6 +137,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from dataclasses import replace
+
     from tqdm import tqdm
 
     from . import datasets
@@ -152,6 +154,7 @@ def cmd_eval(args) -> int:
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
                   disable=args.json or None) as bar:
             evaluation = pipeline.evaluate(samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update())
+        evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
         code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
             print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
@@ -243,7 +246,7 @@ def cmd_optimize(args) -> int:
         print(json.dumps({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}, indent=2))
         return code
     if outcome.stopped:
-        print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
+        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
               f"{resume_command(args.argv)}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))

@@ -72,9 +72,9 @@ def app(pipeline: Pipeline) -> web.Application:
         except InputError as exc:  # unknown, missing or unsendable inputs; another ValueError is no client's doing
             return _error(400, str(exc))
         except (CallFailed, LLMError) as exc:
-            return _error(502, f"the model call failed: {exc}")
+            return _error(502, f"the model call failed: {getattr(exc, 'cli', exc)}")  # the hint names sbpc's flags
         except BudgetExceeded as exc:
-            return _error(503, str(exc))
+            return _error(503, exc.cli)
         body = {"output": prediction.output, "error": prediction.error, "usage": asdict(prediction.usage)}
         if request.query.get("trace", "").lower() in ("1", "true", "yes"):
             body["trace"] = prediction.trace.to_json()
