@@ -14,6 +14,8 @@ import os
 import sqlite3
 from pathlib import Path
 
+from .diagnostics import Option, OptionError, worded
+
 CACHE_ENV = "SBPC_CACHE_DIR"
 
 
@@ -28,21 +30,22 @@ def cache_key(model: str, messages: list[dict], settings: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
-class CacheError(Exception):
-    """The cache cannot be used (a file where its folder should be, a damaged or foreign database)."""
+class CacheError(OptionError):
+    """The cache cannot be used (a file where its folder should be, a damaged or foreign database); the way out
+    is named as the caller gives it (`cache=False` in Python, `--no-cache` on the command line)."""
 
 
 class ResponseCache:
     def __init__(self, path: Path | str | None = None):
         self.path = Path(path) if path else default_path()
-        fix = f"set {CACHE_ENV} to another folder, or pass --no-cache"
+        fix = worded(f"set {CACHE_ENV} to another folder, or pass ", Option("cache=False", "--no-cache"))
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self.path.parent.is_dir():
                 raise NotADirectoryError
         except OSError as exc:
             reason = "is a file" if isinstance(exc, (FileExistsError, NotADirectoryError)) else exc.strerror or exc
-            raise CacheError(f"the response cache folder {self.path.parent} cannot be used ({reason}): {fix}") from None
+            raise CacheError(f"the response cache folder {self.path.parent} cannot be used ({reason}): ", fix) from None
         try:
             self.db = sqlite3.connect(self.path, timeout=30, isolation_level=None, check_same_thread=False)
             self.db.execute("PRAGMA journal_mode=WAL")
@@ -50,12 +53,12 @@ class ResponseCache:
             self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             columns = {row[1] for row in self.db.execute("PRAGMA table_info(responses)")}
         except sqlite3.Error as exc:
-            raise CacheError(f"the response cache {self.path} is not a usable SQLite database ({exc}): "
-                             f"delete it, {fix}") from None
+            raise CacheError(f"the response cache {self.path} is not a usable SQLite database ({exc}): delete it, ",
+                             fix) from None
         if not {"key", "value"} <= columns:
             self.db.close()
             raise CacheError(f"the response cache {self.path} holds a table 'responses' of another program "
-                             f"(columns {', '.join(sorted(columns))}): delete it, {fix}")
+                             f"(columns {', '.join(sorted(columns))}): delete it, ", fix)
 
     def get(self, key: str) -> dict | None:
         """The stored reply, or None; an entry that does not read back is a miss, not an error."""

@@ -111,6 +111,8 @@ def _or_file(flag, graph, key: str):
 
 
 def cmd_run(args) -> int:
+    from .runs import json_text
+
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -125,7 +127,7 @@ def cmd_run(args) -> int:
             raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
         trace = prediction.trace
         if args.json:
-            print(json.dumps({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}, indent=2))
+            print(json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}))  # replies: strangers' text
         else:
             if args.trace:
                 for t in trace.nodes.values():
@@ -137,10 +139,13 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
+    from dataclasses import replace
+
     from tqdm import tqdm
 
     from . import datasets
     from .evaluate import metric_for
+    from .runs import json_text
 
     with load_pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
@@ -152,10 +157,11 @@ def cmd_eval(args) -> int:
         with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
                   disable=args.json or None) as bar:
             evaluation = pipeline.evaluate(samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update())
+        evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
         code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
-            print(json.dumps({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
-                              **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}, indent=2))
+            print(json_text({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
+                             **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}))
             return code
         print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
         print_ledger(pipeline, args)
@@ -170,6 +176,7 @@ def cmd_optimize(args) -> int:
     from . import datasets
     from .evaluate import metric_for
     from .record import ResumeError, resume_command
+    from .runs import json_text
     from .stats import wins_needed
 
     pipeline = load_pipeline(args)
@@ -195,7 +202,7 @@ def cmd_optimize(args) -> int:
     mapping = parse_pairs(args.map, "--map")
     the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
-        print(json.dumps(asdict(the_plan), indent=2) if args.json else the_plan.render())
+        print(json_text(asdict(the_plan)) if args.json else the_plan.render())
         return 0
 
     bars = []
@@ -240,10 +247,10 @@ def cmd_optimize(args) -> int:
     code = 1 if outcome.failed else 0
     if args.json:
         record = json.loads((found.record / "run.json").read_text())
-        print(json.dumps({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}, indent=2))
+        print(json_text({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}))
         return code
     if outcome.stopped:
-        print(f"stopped early: {outcome.stopped}\nthe best prompts so far are kept; continue with: "
+        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
               f"{resume_command(args.argv)}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))

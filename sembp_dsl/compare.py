@@ -218,8 +218,8 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
                 outcome = optimized.outcome
                 tests = (outcome.test_before, outcome.test_after)
                 if outcome.stopped or any(t is None or t.accuracy is None for t in tests):
-                    raise CompareError(f"row '{row.label}', seed {seed} did not finish: "
-                                       f"{outcome.stopped or 'no test sample could be scored'}")
+                    why = outcome.stopped.cli if outcome.stopped else "no test sample could be scored"
+                    raise CompareError(f"row '{row.label}', seed {seed} did not finish: {why}")
                 result.seeds.append(SeedResult(
                     seed, tests[0].accuracy, tests[1].accuracy, ledger.calls - before[0],
                     ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,

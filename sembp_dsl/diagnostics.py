@@ -59,13 +59,20 @@ class PipelineError(Exception):
         return "\n".join(d.render(self.text) for d in self.diagnostics)
 
 
-@dataclass(frozen=True)
-class Option:
-    """An option a message names, as each front end spells it: `runs_dir='runs'` to Python code,
-    `--runs-dir runs` on the command line."""
+class Option(str):
+    """Text that names options, as each front end spells them: itself (a str) in the Python API's words,
+    `runs_dir='runs'`, and `.cli` in the command line's, `--runs-dir runs`. Being text, it travels where text
+    does (an evaluation's `stopped`, a failure's hint), and a front end still finds its own words in it."""
 
-    python: str
     cli: str
+
+    def __new__(cls, python: str, cli: str) -> "Option":
+        text = super().__new__(cls, python)
+        text.cli = cli
+        return text
+
+    def __getnewargs__(self) -> tuple[str, str]:  # copy and pickle (dataclasses.asdict copies) keep both spellings
+        return str(self), self.cli
 
 
 def option(name: str, value: object) -> Option:
@@ -74,13 +81,20 @@ def option(name: str, value: object) -> Option:
     return Option(f"{name}={shown!r}", f"--{name.replace('_', '-')} {value}")
 
 
+def worded(*parts: str) -> Option:
+    """Text and Options joined into one Option, each spelling made of the same parts."""
+    return Option("".join(parts), "".join(p.cli if isinstance(p, Option) else p for p in parts))
+
+
 class OptionError(Exception):
     """An error that may name the caller's options: its message is text and Options, which str() spells as the
-    Python API takes them and `.cli` as the command line does, so each reader sees the names they typed."""
+    Python API takes them and `.cli` as the command line does, so each reader sees the names they typed.
+    `.text` is the message as one Option, for a reason that travels on as text (a run's `stopped`)."""
 
-    def __init__(self, *parts: str | Option):
-        super().__init__("".join(p.python if isinstance(p, Option) else p for p in parts))
-        self.cli = "".join(p.cli if isinstance(p, Option) else p for p in parts)
+    def __init__(self, *parts: str):
+        self.text = worded(*parts)
+        super().__init__(str(self.text))
+        self.cli = self.text.cli
 
 
 def visible(text: str) -> str:

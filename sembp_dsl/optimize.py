@@ -51,7 +51,7 @@ class Outcome:
     graph: Graph
     best_score: float | None
     iterations: list[Iteration]
-    stopped: str | None = None  # why the run ended early: a budget, or calls that cannot work
+    stopped: str | None = None  # why the run ended early: a budget, or calls that cannot work (an Option)
     failed: bool = False  # stopped by a failure rather than a budget: the command exits non-zero
     test_before: Evaluation | None = None
     test_after: Evaluation | None = None
@@ -123,10 +123,11 @@ class Optimizer:
                 outcome.test_before = await self.score(self.graph, self.test, "test, initial")
                 outcome.test_after = await self.score(outcome.graph, self.test, "test, final")
         except BudgetExceeded as exc:
-            outcome.stopped = str(exc)
+            outcome.stopped = exc.text
         except LLMError as exc:  # calls that cannot work: stop, keep what was found, let the user resume
-            outcome.stopped, outcome.failed = str(exc), True
-        data.update(finished=outcome.stopped is None, stopped=outcome.stopped, ledger=spent())
+            outcome.stopped, outcome.failed = exc.text, True
+        # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words
+        data.update(finished=outcome.stopped is None, stopped=getattr(outcome.stopped, "cli", None), ledger=spent())
         if outcome.test_after is not None:
             data["test"] = {"initial": outcome.test_before.accuracy, "final": outcome.test_after.accuracy,
                             "samples": len(self.test)}

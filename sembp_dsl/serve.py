@@ -22,6 +22,7 @@ from dataclasses import asdict
 from aiohttp import web
 
 from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline, Prediction
+from .runs import json_text
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
@@ -72,13 +73,13 @@ def app(pipeline: Pipeline) -> web.Application:
         except InputError as exc:  # unknown, missing or unsendable inputs; another ValueError is no client's doing
             return _error(400, str(exc))
         except (CallFailed, LLMError) as exc:
-            return _error(502, f"the model call failed: {exc}")
+            return _error(502, f"the model call failed: {getattr(exc, 'cli', exc)}")  # the hint names sbpc's flags
         except BudgetExceeded as exc:
-            return _error(503, str(exc))
+            return _error(503, exc.cli)
         body = {"output": prediction.output, "error": prediction.error, "usage": asdict(prediction.usage)}
         if request.query.get("trace", "").lower() in ("1", "true", "yes"):
             body["trace"] = prediction.trace.to_json()
-        return web.json_response(body, dumps=lambda value: json.dumps(value, ensure_ascii=False))
+        return web.json_response(body, dumps=json_text)  # replies are strangers' text: nothing to steer a terminal
 
     async def close(application: web.Application) -> None:
         await pipeline.aclose()

@@ -234,8 +234,9 @@ def test_first_calls_failing_alike_stop_the_command_but_not_after_a_success():
 
 
 def test_connection_refused_is_a_wrong_address_until_the_server_answered_once():
-    with pytest.raises(LLMError, match="connection refused.*fix api_base / --api-base"):
+    with pytest.raises(LLMError, match="connection refused.*fix api_base / OPENAI_BASE_URL") as refused:
         ask(LLM(models(refused_url())), "hi")
+    assert "fix api_base / --api-base / OPENAI_BASE_URL" in refused.value.cli  # what `sbpc` prints
     server = FakeServer(reply="ok").start()
     llm = LLM(models(server.url))
     llm.run(llm.complete("forward", "first"))
