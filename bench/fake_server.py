@@ -299,10 +299,10 @@ def _completion_body(text, finish: str = "stop", **usage: int) -> dict:
                                                                        "total_tokens": 2}}
 
 
-def _inject(state: _State, fault, headers: dict, writer: asyncio.StreamWriter, keep_alive: bool) -> bool:
-    """Answer with a fault instead of a completion; True when the connection was cut."""
-    def send(status: int, body: bytes, content_type: str = "application/json", extra=()) -> None:
-        writer.write(_response(status, body, keep_alive=keep_alive, content_type=content_type, extra_headers=extra))
+def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[bytes, bool]:
+    """A fault instead of a completion: the bytes to send, and whether the connection is cut after them."""
+    def answer(status: int, body: bytes, content_type: str = "application/json", extra=()) -> tuple[bytes, bool]:
+        return _response(status, body, keep_alive=keep_alive, content_type=content_type, extra_headers=extra), False
 
     if isinstance(fault, int) or (isinstance(fault, str) and fault.isdigit()):
         status = int(fault)
@@ -312,35 +312,31 @@ def _inject(state: _State, fault, headers: dict, writer: asyncio.StreamWriter, k
         message = f"scripted failure {status}"
         if status == 401:  # as some servers do: echo the key, which the client must never print
             message = f"Incorrect API key provided: {headers.get('authorization', '').removeprefix('Bearer ')}"
-        send(status, _error_body(status, message), extra=extra)
+        return answer(status, _error_body(status, message), extra=extra)
     elif fault == "429-retry-after":
         wait = state.retry_after if state.retry_after is not None else 1
-        send(429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")])
+        return answer(429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")])
     elif fault == "missing-credentials":
-        send(500, _error_body(500, MISSING_CREDENTIALS))
+        return answer(500, _error_body(500, MISSING_CREDENTIALS))
     elif fault in ("html-502", "html-404"):
         status = int(fault[-3:])
-        send(status, _html(status), content_type="text/html")
+        return answer(status, _html(status), content_type="text/html")
     elif fault == "malformed":
-        send(200, b'{"id": "chatcmpl-fake", "choices": [{"message": ')
+        return answer(200, b'{"id": "chatcmpl-fake", "choices": [{"message": ')
     elif fault == "list-body":
-        send(200, b"[]")
+        return answer(200, b"[]")
     elif fault == "empty-choices":
-        send(200, json.dumps({**_completion_body("x"), "choices": []}).encode())
+        return answer(200, json.dumps({**_completion_body("x"), "choices": []}).encode())
     elif fault == "no-choices":
         body = _completion_body("x")
         del body["choices"]
-        send(200, json.dumps(body).encode())
+        return answer(200, json.dumps(body).encode())
     elif fault == "null-content":
-        send(200, json.dumps(_completion_body(None)).encode())
+        return answer(200, json.dumps(_completion_body(None)).encode())
     elif fault == "reset":  # promise a body, send half of it, drop the connection
         body = json.dumps(_completion_body("this reply never arrives whole")).encode()
-        writer.write(_response(200, body, keep_alive=True)[:-len(body) // 2])
-        writer.transport.abort()
-        return True
-    else:
-        raise ValueError(f"unknown fault {fault!r}")
-    return False
+        return _response(200, body, keep_alive=True)[:-len(body) // 2], True
+    raise ValueError(f"unknown fault {fault!r}")
 
 
 async def _wait(seconds: float, reader: asyncio.StreamReader) -> None:
@@ -357,6 +353,8 @@ async def _wait(seconds: float, reader: asyncio.StreamReader) -> None:
 async def _chat_completion(state: _State, body: bytes, headers: dict,
                            reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                            keep_alive: bool) -> bool:
+    """Answer one request; True when the connection was cut. The request is counted out of ``in_flight``
+    before its answer is written, so a client (on another thread) that has the answer sees it done."""
     n = state.requests
     state.requests += 1
     if state.first_request_time is None:
@@ -365,87 +363,91 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
     if state.in_flight > state.max_in_flight:
         state.max_in_flight = state.in_flight
     try:
-        try:
-            request = json.loads(body) if body else {}
-        except ValueError:
-            request = None
-        if not isinstance(request, dict):
-            writer.write(_response(400, _error_body(400, "body is not JSON"),
-                                   keep_alive=keep_alive))
-            return False
-        if state.record:
-            state.bodies.append(request)
-            state.headers.append(headers)
-
-        failure = _fault_for(state, n)
-        if failure is not None:
-            state.faults += 1
-            state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
-            state.fault_times.append(time.monotonic())
-        if state.rpm:
-            now = time.monotonic()
-            state.admitted = [t for t in state.admitted if t > now - 60]
-            if len(state.admitted) >= state.rpm:
-                state.rate_limited += 1
-                writer.write(_response(429, _error_body(429, f"rate limit: {state.rpm} requests per minute"),
-                                       keep_alive=keep_alive, extra_headers=[("Retry-After", "1")]))
-                return False
-            state.admitted.append(now)
-        if state.slots and state._slots is None:
-            state._slots = asyncio.Semaphore(state.slots)
-        async with state._slots or _NO_LIMIT:
-            if state.hang or failure == HANG:
-                await _wait(state.hang_seconds, reader)
-            elif state.delay > 0:
-                await _wait(state.delay, reader)
-
-        if failure not in (None, HANG):
-            return _inject(state, failure, headers, writer, keep_alive)
-
-        messages = request.get("messages") or []
-        reply = state.reply
-        if reply is None:
-            text = default_reply(messages)
-        elif callable(reply):
-            text = str(reply(messages))
-        else:
-            text = str(reply)
-        prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
-        finish = "stop"
-        limit = request.get("max_tokens")
-        if isinstance(limit, int) and _count_tokens(text) > limit:  # as a real server: cut off at max_tokens
-            text, finish = "".join(re.findall(r"\s*\S+", text)[:limit]), "length"
-        completion_tokens = _count_tokens(text)
-        model = request.get("model", "fake")
-        completion_id = f"chatcmpl-fake-{next(state._ids)}"
-        created = int(time.time())
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": completion_tokens,
-            "total_tokens": prompt_tokens + completion_tokens,
-        }
-        if request.get("stream"):
-            payload = _sse_body(completion_id, created, model, text, usage)
-            writer.write(_response(200, payload, keep_alive=keep_alive,
-                                   content_type="text/event-stream"))
-            return False
-        payload = json.dumps({
-            "id": completion_id,
-            "object": "chat.completion",
-            "created": created,
-            "model": model,
-            "choices": [{
-                "index": 0,
-                "message": {"role": "assistant", "content": text},
-                "logprobs": None,
-                "finish_reason": finish,
-            }],
-            "usage": usage,
-        }).encode()
-        writer.write(_response(200, payload, keep_alive=keep_alive))
-        return False
+        answer, cut = await _answer(state, n, body, headers, reader, keep_alive)
     finally:
         state.in_flight -= 1
+    writer.write(answer)
+    if cut:
+        writer.transport.abort()
+    return cut
+
+
+async def _answer(state: _State, n: int, body: bytes, headers: dict, reader: asyncio.StreamReader,
+                  keep_alive: bool) -> tuple[bytes, bool]:
+    """Request number n's answer (after its delay): the bytes to send, and whether the connection is cut after them."""
+    try:
+        request = json.loads(body) if body else {}
+    except ValueError:
+        request = None
+    if not isinstance(request, dict):
+        return _response(400, _error_body(400, "body is not JSON"), keep_alive=keep_alive), False
+    if state.record:
+        state.bodies.append(request)
+        state.headers.append(headers)
+
+    failure = _fault_for(state, n)
+    if failure is not None:
+        state.faults += 1
+        state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
+        state.fault_times.append(time.monotonic())
+    if state.rpm:
+        now = time.monotonic()
+        state.admitted = [t for t in state.admitted if t > now - 60]
+        if len(state.admitted) >= state.rpm:
+            state.rate_limited += 1
+            return _response(429, _error_body(429, f"rate limit: {state.rpm} requests per minute"),
+                             keep_alive=keep_alive, extra_headers=[("Retry-After", "1")]), False
+        state.admitted.append(now)
+    if state.slots and state._slots is None:
+        state._slots = asyncio.Semaphore(state.slots)
+    async with state._slots or _NO_LIMIT:
+        if state.hang or failure == HANG:
+            await _wait(state.hang_seconds, reader)
+        elif state.delay > 0:
+            await _wait(state.delay, reader)
+
+    if failure not in (None, HANG):
+        return _inject(state, failure, headers, keep_alive)
+
+    messages = request.get("messages") or []
+    reply = state.reply
+    if reply is None:
+        text = default_reply(messages)
+    elif callable(reply):
+        text = str(reply(messages))
+    else:
+        text = str(reply)
+    prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
+    finish = "stop"
+    limit = request.get("max_tokens")
+    if isinstance(limit, int) and _count_tokens(text) > limit:  # as a real server: cut off at max_tokens
+        text, finish = "".join(re.findall(r"\s*\S+", text)[:limit]), "length"
+    completion_tokens = _count_tokens(text)
+    model = request.get("model", "fake")
+    completion_id = f"chatcmpl-fake-{next(state._ids)}"
+    created = int(time.time())
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    if request.get("stream"):
+        payload = _sse_body(completion_id, created, model, text, usage)
+        return _response(200, payload, keep_alive=keep_alive, content_type="text/event-stream"), False
+    payload = json.dumps({
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": created,
+        "model": model,
+        "choices": [{
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": finish,
+        }],
+        "usage": usage,
+    }).encode()
+    return _response(200, payload, keep_alive=keep_alive), False
 
 
 def _sse_body(completion_id: str, created: int, model: str, text: str,

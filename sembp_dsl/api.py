@@ -293,8 +293,9 @@ class Pipeline:
     def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
                test_size: int | None = None, seed: int | None = None, split: str = "test") -> Splits:
         """The splits `evaluate` scores: a user's file with no size given is scored whole (as `split` "test");
-        otherwise seeded splits, sizes not given from the pipeline's `optimize` block (test: 100), so test
-        never overlaps training."""
+        otherwise the seeded split `optimize` would draw, so test never overlaps training. Sizes not given come
+        from the pipeline's `optimize` block (test: 100) for the scored split and the splits cut before it from
+        the same pool (train and val before a single pool's test); the others are 0."""
         o = self.graph.optimize
         return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
                                     (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE), split)

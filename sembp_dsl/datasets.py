@@ -208,6 +208,7 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
 
 
 EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no size is given
+_CARVE_ORDER = ("train", "val", "test")  # the order a single pool is cut in
 
 
 def eval_splits(
@@ -215,22 +216,34 @@ def eval_splits(
     defaults: tuple[int, int, int], split: str = "test",
 ) -> Splits:
     """The splits `eval` scores: a user's data with no size given is scored whole as the test split (its
-    test file, else every row, in file order); otherwise the splits `optimize` would carve, sizes not given
-    taken from `defaults`, so test never overlaps what was trained on. (Asked for the train or val split,
-    `eval` always carves.)"""
+    test file, else every row, in file order); otherwise the split `optimize` would carve with these sizes and
+    seed, so test never overlaps what was trained on. A size not given is taken from `defaults` only when it
+    places the scored split (the splits carved before it from the same pool), else it is 0: evaluating asks
+    for no rows it neither scores nor must skip."""
+    if split not in _CARVE_ORDER:
+        raise ValueError(f"split must be train, val or test, got {split!r}{did_you_mean(split, _CARVE_ORDER)}")
     if dataset.user and split == "test" and train is None and val is None and test is None:
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
-    if split != "test" and test is None:
-        defaults = (*defaults[:2], 0)  # train and val are carved before test: its size cannot move them
-    sizes = [given if given is not None else default for given, default in zip((train, val, test), defaults)]
+    before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[:_CARVE_ORDER.index(split)]
+    given = dict(zip(_CARVE_ORDER, (train, val, test)))
+    sizes = {name: given[name] if given[name] is not None else default if name in (*before, split) else 0
+             for name, default in zip(_CARVE_ORDER, defaults)}
     try:
-        return make_splits(dataset, *sizes, seed)
+        return make_splits(dataset, *sizes.values(), seed)
     except DataError as exc:
-        if not dataset.user:
+        why: list[str | Option] = []
+        skipped = [name for name in before if given[name] is None and sizes[name]]
+        if skipped:  # the rows the scored split sits behind, which optimize trains or gates on
+            counts = " and ".join(f"{sizes[name]} {name}" for name in skipped)
+            zeros = Option(", ".join(f"{name}_size=0" for name in skipped), " ".join(f"--{name}-size 0" for name in skipped))
+            why = [f"; the {split} split comes after the {counts} samples `optimize` draws by default, so it never "
+                   "overlaps them: pass the sizes you optimize with, or ", zeros, " if you do not optimize on this data"]
+        if dataset.user:  # the way out only evaluating has
+            why += ["; ", Option("evaluate() with no size", "`eval` with no size"), " scores the whole file"]
+        if not why:
             raise
-        whole = Option("evaluate() with no size", "`eval` with no size")  # the way out only evaluating has
-        raise DataError(Option(str(exc), exc.cli), "; ", whole, " scores the whole file") from None
+        raise DataError(Option(str(exc), exc.cli), *why) from None
 
 
 def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) -> list[Sample]:
@@ -240,15 +253,33 @@ def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) ->
 
 
 def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available: int) -> None:
-    """A request larger than the pool: say which sizes to give instead (same proportions)."""
+    """A request larger than the pool: say which sizes to give instead (same proportions, each split asked for
+    keeping at least one sample; no example when the pool cannot hold one of each)."""
     wanted = sum(sizes.values())
     if wanted <= available:
         return
-    fitting = {split: size * available // wanted for split, size in sizes.items()}
-    example = Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
-                     " ".join(f"--{split}-size {size}" for split, size in fitting.items()))
-    raise DataError(f"{dataset.name}: asked for {wanted} samples ({' + '.join(sizes)}) but the {pool!r} pool has only "
-                    f"{available}; pass sizes that add up to at most {available}, for example ", example)
+    asked = f"{dataset.name}: asked for {wanted} samples ({' + '.join(sizes)}) but the {pool!r} pool "
+    if not available:
+        raise DataError(asked + "is empty")
+    fitting = _fitting(sizes, available)
+    example: list[str | Option] = []
+    if fitting:
+        example = [", for example ", Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
+                                            " ".join(f"--{split}-size {size}" for split, size in fitting.items()))]
+    raise DataError(asked + f"has only {available}; pass sizes that add up to at most {available}", *example)
+
+
+def _fitting(sizes: Mapping[str, int], available: int) -> dict[str, int] | None:
+    """`sizes` scaled down to add up to at most `available`, every size asked for kept at 1 or more; None when
+    the pool cannot hold one sample of each."""
+    if sum(1 for size in sizes.values() if size) > available:
+        return None
+    wanted = sum(sizes.values())
+    fitting = {split: max(1, size * available // wanted) if size else 0 for split, size in sizes.items()}
+    while sum(fitting.values()) > available:  # the 1s given to tiny splits come from the largest
+        largest = max(fitting, key=fitting.get)
+        fitting[largest] -= 1
+    return fitting
 
 
 # --- locating and reading files -------------------------------------------------

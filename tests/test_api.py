@@ -145,6 +145,20 @@ def test_evaluate_a_data_file_by_path(triage, tmp_path):
     assert len(report.results) == 6 and report.accuracy == pytest.approx(2 / 6)
 
 
+def test_evaluate_a_file_draws_only_the_rows_it_scores_or_must_skip(triage, tmp_path):
+    data = tmp_path / "tickets.jsonl"
+    data.write_text("".join(json.dumps({**row, "label": "Yes"}) + "\n" for row in tickets(5)))
+    train = triage.evaluate(str(data), split="train", train_size=3)  # no val or test rows are needed for it
+    assert [r.sample.id for r in train.results] == [s.id for s in sbp.api.datasets.make_splits(
+        sbp.api.datasets.load(str(data)), 3, 0, 0, seed=0).train]
+    with pytest.raises(sbp.DataError, match="the test split comes after the 20 train and 20 val samples `optimize` "
+                                            "draws by default.*or train_size=0, val_size=0 if you do not optimize"):
+        triage.evaluate(str(data), test_size=2)  # 45 rows: test sits behind the rows optimize would use
+    assert len(triage.evaluate(str(data), train_size=0, val_size=0, test_size=2).results) == 2
+    with pytest.raises(ValueError, match="split must be train, val or test, got 'tset'; did you mean 'test'"):
+        triage.evaluate(str(data), split="tset")
+
+
 def test_optimize_then_save_writes_back_like_the_cli(triage, script, tmp_path):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else urgent_when_crash(prompt)
     script.improve = lambda param, prompt: f"Improved {param}: Answer Yes or No."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -392,6 +393,75 @@ def test_too_large_for_optimize_does_not_send_the_user_to_eval(tmp_path: Path, c
     err = capsys.readouterr().err
     assert "has only 10; pass sizes that add up to at most 10, for example --train-size" in err
     assert "eval" not in err and "Traceback" not in err
+
+
+def _rows(n: int, prefix: str = "q") -> str:
+    return "".join(json.dumps({"q": f"{prefix}{i}", "answer": "a"}) + "\n" for i in range(n))
+
+
+def test_eval_draws_only_the_rows_that_place_the_scored_split(tmp_path: Path, liar: Dataset) -> None:
+    ten = load(_write(tmp_path / "ten.jsonl", _rows(10)))
+    train = eval_splits(ten, None, None, None, seed=0, defaults=(4, 20, 100), split="train")  # cut first: no val rows
+    assert train.train == make_splits(ten, 4, 3, 3, seed=0).train and train.val == train.test == ()
+    val = eval_splits(ten, None, None, None, seed=0, defaults=(4, 3, 100), split="val")  # behind train, not test
+    assert val.val == make_splits(ten, 4, 3, 3, seed=0).val and val.test == ()
+    # with a test file (or pool) the test split does not move with train and val: no rows are drawn for them
+    small = load(_write(tmp_path / "train.jsonl", _rows(3)), test_data=_write(tmp_path / "test.jsonl", _rows(8, "t")))
+    test = eval_splits(small, None, None, 5, seed=0, defaults=(20, 20, 100))
+    assert test.test == make_splits(small, 2, 1, 5, seed=0).test and len(test.test) == 5 and test.train == test.val == ()
+    official = eval_splits(liar, None, None, 5, seed=3, defaults=(20, 20, 100))
+    assert official.test == make_splits(liar, 20, 20, 5, seed=3).test and official.train == ()
+    with pytest.raises(ValueError, match="did you mean 'test'"):
+        eval_splits(liar, None, None, 5, seed=3, defaults=(20, 20, 100), split="tset")
+
+
+def test_eval_test_split_stays_behind_the_rows_optimize_trains_and_gates_on(tmp_path: Path) -> None:
+    pool = load(_write(tmp_path / "d.jsonl", _rows(45)))
+    optimized = make_splits(pool, 20, 20, 5, seed=2)  # what optimize draws with the block's sizes
+    scored = eval_splits(pool, None, None, 5, seed=2, defaults=(20, 20, 100)).test
+    assert scored == optimized.test and not set(scored) & set(optimized.train + optimized.val)
+    with pytest.raises(DataError) as err:  # a smaller file cannot hold them: say why, and the ways out
+        eval_splits(load(_write(tmp_path / "ten.jsonl", _rows(10))), None, None, 5, seed=2, defaults=(20, 20, 100))
+    message = str(err.value)
+    assert "asked for 45 samples (train + val + test) but the 'all' pool has only 10" in message
+    assert ("the test split comes after the 20 train and 20 val samples `optimize` draws by default, so it never "
+            "overlaps them: pass the sizes you optimize with, or train_size=0, val_size=0 if you do not optimize "
+            "on this data; evaluate() with no size scores the whole file") in message
+    assert "or --train-size 0 --val-size 0 if" in err.value.cli and "_size" not in err.value.cli
+
+
+def test_eval_of_a_small_file_on_the_command_line(tmp_path: Path, fake_llm, capsys) -> None:
+    from conftest import with_fake_model
+    from sembp_dsl import cli
+
+    pipeline = _write(tmp_path / "p.sbp", with_fake_model('pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
+                                                          "node n: text { prompt = t }\nq -> n\noutput n\n", fake_llm.url))
+    ten = _write(tmp_path / "ten.jsonl", _rows(10))
+    assert cli.main(["eval", pipeline, "--data", ten, "--test-size", "5"]) == 1
+    err = capsys.readouterr().err
+    assert "--train-size 0 --val-size 0 if you do not optimize on this data; `eval` with no size scores the whole " \
+           "file" in err and "Traceback" not in err and fake_llm.requests == 0
+    few = _write(tmp_path / "few.jsonl", _rows(3))
+    assert cli.main(["eval", pipeline, "--data", few, "--test-data", ten, "--test-size", "5", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["scored"] == 5
+
+
+@pytest.mark.parametrize("sizes", [(20, 20, 5), (20, 0, 100), (1, 1, 1000), (0, 0, 7), (3, 3, 3)])
+def test_the_sizes_suggested_always_fit_and_keep_every_split_asked_for(sizes: tuple[int, int, int]) -> None:
+    for available in range(sum(sizes)):
+        pool = Dataset("d", {"all": tuple(Sample(str(i), {}, "a") for i in range(available))}, "exact")
+        with pytest.raises(DataError) as err:
+            make_splits(pool, *sizes, seed=0)
+        message = str(err.value)
+        example = re.search(r"for example train_size=(\d+), val_size=(\d+), test_size=(\d+)$", message)
+        if not available:
+            assert message.endswith("but the 'all' pool is empty")
+        elif sum(map(bool, sizes)) > available:  # not one sample for each split asked for
+            assert message.endswith(f"pass sizes that add up to at most {available}")
+        else:
+            fitting = tuple(int(size) for size in example.groups())
+            assert all(bool(f) == bool(s) for f, s in zip(fitting, sizes)), (available, fitting)
+            make_splits(pool, *fitting, seed=0)  # the example is usable as given
 
 
 def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:

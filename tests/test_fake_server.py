@@ -109,6 +109,20 @@ def test_concurrent_requests_overlap_and_counters():
         assert srv.in_flight == 0
 
 
+def test_a_request_is_counted_out_before_its_answer_arrives():
+    """The server thread counts a request out of in_flight before it writes the answer, so a client that
+    has its answer (a completion, a stream or a fault) never sees it still in flight: no test needs to wait."""
+    with FakeServer(failures=[500, 429] * 5) as srv, httpx.Client(timeout=5) as client:
+        seen = []
+        for i in range(200):  # the race it guards against showed in about 1 request in 10
+            r = client.post(srv.url + "/chat/completions",
+                            json={"model": "m", "messages": MESSAGES, "stream": i % 2 == 1})
+            seen.append((r.status_code, srv.in_flight))
+        assert [in_flight for _, in_flight in seen] == [0] * 200
+        assert {status for status, _ in seen} == {200, 429, 500}
+        assert srv.requests == 200 and srv.max_in_flight == 1
+
+
 def test_max_in_flight_reflects_client_limit():
     async def run(url, limit):
         sem = asyncio.Semaphore(limit)
