@@ -15,7 +15,7 @@ import sys
 from .cli_flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
                         load_pipeline, number, parse_pairs, print_ledger)
 from .cli_runs import add_run_commands
-from .diagnostics import PipelineError
+from .diagnostics import PipelineError, json_text
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -111,8 +111,6 @@ def _or_file(flag, graph, key: str):
 
 
 def cmd_run(args) -> int:
-    from .runs import json_text
-
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -145,7 +143,6 @@ def cmd_eval(args) -> int:
 
     from . import datasets
     from .evaluate import metric_for
-    from .runs import json_text
 
     with load_pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
@@ -176,7 +173,6 @@ def cmd_optimize(args) -> int:
     from . import datasets
     from .evaluate import metric_for
     from .record import ResumeError, resume_command
-    from .runs import json_text
     from .stats import wins_needed
 
     pipeline = load_pipeline(args)

@@ -9,7 +9,7 @@ import sys
 
 from .cli_flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
                         load_pipeline, parse_pairs, print_ledger)
-from .diagnostics import visible
+from .diagnostics import json_text, visible
 
 
 def _runs_command(work):
@@ -27,7 +27,7 @@ def _runs_command(work):
 
 @_runs_command
 def cmd_runs(args) -> int:
-    from .runs import find_runs, json_text, render_list
+    from .runs import find_runs, render_list
 
     runs, unreadable = find_runs(args.runs_dir)
     if not args.json:
@@ -41,7 +41,7 @@ def cmd_runs(args) -> int:
 
 @_runs_command
 def cmd_show(args) -> int:
-    from .runs import json_text, render_show, resolve
+    from .runs import render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
     print(json_text(run.data) if args.json else render_show(run))

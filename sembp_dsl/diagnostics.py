@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -138,3 +139,10 @@ def bad_characters(text: str) -> str | None:
     if control:
         return f"control character {ascii(control.group())[1:-1]} in a string; pipelines hold text"
     return None
+
+
+def json_text(value) -> str:
+    """JSON for a terminal: text kept as it is, but what would steer the terminal or cannot be printed
+    (control characters, bidi overrides, lone surrogates: replies are strangers' data) written as \\u escapes,
+    so the JSON stays valid and reads back to the same strings."""
+    return INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, indent=2, ensure_ascii=False))

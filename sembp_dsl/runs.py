@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import difflib
 import glob
-import json
 import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .diagnostics import INVISIBLE, visible
+from .diagnostics import visible
 from .graph import DEFAULT_OPTIMIZE
 from .record import RecordError, RunRecord
 
@@ -208,13 +207,6 @@ def fmt(score: float | None) -> str:
     if score is None:
         return "-"
     return f"{score:.3f}" if isinstance(score, (int, float)) else str(score)
-
-
-def json_text(value) -> str:
-    """A record's JSON for a terminal: text kept as it is, but what would steer the terminal or cannot be printed
-    (control characters, bidi overrides, lone surrogates: replies are strangers' data) written as \\u escapes,
-    so the JSON stays valid and reads back to the same strings."""
-    return INVISIBLE.sub(lambda m: f"\\u{ord(m.group()):04x}", json.dumps(value, indent=2, ensure_ascii=False))
 
 
 # --- the terminal -------------------------------------------------------------------------------
