@@ -83,3 +83,31 @@ def with_fake_model(source: str, url: str) -> str:
     """Point every model block of a pipeline at the fake server."""
     source = re.sub(r"\nmodel[^{]*\{[^}]*\}", "", source)
     return source + f'\nmodel {{ name = "openai/fake"  api_base = "{url}"  temperature = 0 }}\n'
+
+
+# Two small pipelines the API, serve and output tests share.
+TRIAGE = '''\
+pipeline triage "Decide whether a support ticket is urgent"
+
+input ticket: text
+
+param look = "Note what the ticket is about."
+param decide = "Is the ticket urgent? Answer Yes or No."
+
+node notes: text { prompt = look }
+node urgent: choice(Yes, No) { prompt = decide }
+
+ticket -> notes
+ticket, notes -> urgent
+output urgent
+'''
+
+ECHO = '''\
+pipeline echo "Say something about the topic"
+
+input topic: text
+param say = "Say one thing about it."
+node said: text { prompt = say }
+topic -> said
+output said
+'''

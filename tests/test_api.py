@@ -15,23 +15,9 @@ import aiohttp
 import pytest
 
 import sembp_dsl as sbp
+from conftest import TRIAGE as TRIAGE_TEXT
 
-TRIAGE = '''\
-pipeline triage "Decide whether a support ticket is urgent"
-
-input ticket: text
-
-param look = "Note what the ticket is about."
-param decide = "Is the ticket urgent? Answer Yes or No."
-
-node notes: text { prompt = look }
-node urgent: choice(Yes, No) { prompt = decide }
-
-ticket -> notes
-ticket, notes -> urgent
-output urgent
-optimize { errors_per_gradient = 2 }
-'''
+TRIAGE = TRIAGE_TEXT + "optimize { errors_per_gradient = 2 }\n"
 
 
 def urgent_when_crash(prompt: str) -> str:
@@ -352,7 +338,6 @@ def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage,
             triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
     assert fake_llm.requests == 0
     assert triage.evaluate([{"ticket": "fine", "answer": "Maybe"}], metric=lambda p, e: 1.0).accuracy == 1.0
-
 
 
 def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake_llm, tmp_path, capsys):

@@ -9,20 +9,11 @@ import json
 
 import pytest
 
+from conftest import ECHO, with_fake_model
 from sembp_dsl import cli
 from sembp_dsl.diagnostics import INVISIBLE
 
 HOSTILE = "café \x7f \x9b31m red \u202eevil\u202c \u200bhidden"
-
-ECHO = '''\
-pipeline echo "Say something about the topic"
-
-input topic: text
-param say = "Say one thing about it."
-node said: text { prompt = say }
-topic -> said
-output said
-'''
 
 
 @pytest.fixture
@@ -59,7 +50,6 @@ def test_run_and_eval_json_escape_what_steers_a_terminal(echo, hostile_model, tm
 
 
 def test_optimize_json_escapes_what_steers_a_terminal(tmp_path, fake_llm, script, capsys):
-    from conftest import with_fake_model
 
     path = tmp_path / "echo.sbp"
     path.write_text(with_fake_model(ECHO, fake_llm.url))

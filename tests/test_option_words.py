@@ -11,22 +11,8 @@ import pytest
 import sembp_dsl as sbp
 from sembp_dsl import cli, embedded, faults
 from sembp_dsl.cache import CacheError
+from conftest import TRIAGE
 
-PIPELINE = '''\
-pipeline triage "Decide whether a support ticket is urgent"
-
-input ticket: text
-
-param look = "Note what the ticket is about."
-param decide = "Is the ticket urgent? Answer Yes or No."
-
-node notes: text { prompt = look }
-node urgent: choice(Yes, No) { prompt = decide }
-
-ticket -> notes
-ticket, notes -> urgent
-output urgent
-'''
 
 EXAMPLES = [{"ticket": f"ticket {i}", "answer": "No"} for i in range(4)]
 
@@ -34,7 +20,7 @@ EXAMPLES = [{"ticket": f"ticket {i}", "answer": "No"} for i in range(4)]
 @pytest.fixture
 def path(tmp_path):
     path = tmp_path / "triage.sbp"
-    path.write_text(PIPELINE)
+    path.write_text(TRIAGE)
     return path
 
 

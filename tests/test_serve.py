@@ -17,16 +17,8 @@ import time
 
 import pytest
 from fake_server import FakeServer  # bench/, on the path through conftest
+from conftest import ECHO
 
-ECHO = '''\
-pipeline echo "Say something about the topic"
-
-input topic: text
-param say = "Say one thing about it."
-node said: text { prompt = say }
-topic -> said
-output said
-'''
 DELAY = 3.0  # seconds the fake model takes per call: far longer than it may take to see a client leave
 
 
