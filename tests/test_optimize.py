@@ -454,17 +454,19 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    fake_llm.configure(delay=0.2)
+    fake_llm.configure(delay=1.0)  # each round of calls takes a second: the run is still going when it is interrupted
     proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path),
                              "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs"), "--no-cache"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 60
-    while fake_llm.requests == 0 and time.time() < deadline:
+    start = time.time()
+    while fake_llm.requests == 0 and proc.poll() is None and time.time() < start + 60:
         time.sleep(0.05)
+    running = proc.poll() is None
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     fake_llm.configure(delay=0.0)
-    assert proc.returncode == 130, (out, err)
+    seen = f"interrupted after {time.time() - start:.1f} s, at request {fake_llm.requests}, still running: {running}"
+    assert proc.returncode == 130, (seen, out, err)
     assert "Traceback" not in err and "--resume" in err
     assert path.read_text() == before  # nothing half-written
     assert json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"] is False
