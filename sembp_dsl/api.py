@@ -262,18 +262,18 @@ class Pipeline:
     def evaluate(self, examples: Examples, metric: str | Metric | None = None, *, split: str = "test",
                  train_size: int | None = None, val_size: int | None = None, test_size: int | None = None,
                  seed: int | None = None, limit: int | None = None, data_dir: str | None = None,
-                 mapping: Mapping[str, str] | None = None,
+                 test_data: str | None = None, mapping: Mapping[str, str] | None = None,
                  on_done: Callable[[Result], None] | None = None) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
         or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored
-        (your own file is scored whole when no size is given).
+        (your own file is scored whole when no size is given); `test_data`: a file of its own for the test split.
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
         default: the pipeline's `metric`, else the data set's."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         if isinstance(examples, str):
-            dataset = datasets.load(examples, data_dir)
+            dataset = datasets.load(examples, data_dir, test_data)
             splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
             samples, default_metric = getattr(splits, split)[:limit], dataset.metric
         else:

@@ -513,3 +513,17 @@ def test_a_relative_data_dir_variable_is_anchored_once(tmp_path: Path, monkeypat
     anchor_data_dir()
     monkeypatch.chdir("/")
     assert os.environ[DATA_DIR_ENV] == str(tmp_path / "data") and data_dirs()[0] == tmp_path / "data"
+
+
+def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_llm) -> None:
+    """`test_data=` as `sbpc eval --test-data`: a 3-row training file and its 10-row test file."""
+    import sembp_dsl as sbp
+    from conftest import with_fake_model
+
+    pipeline = _write(tmp_path / "p.sbp", with_fake_model('pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
+                                                          "node n: text { prompt = t }\nq -> n\noutput n\n", fake_llm.url))
+    few, ten = _write(tmp_path / "few.jsonl", _rows(3)), _write(tmp_path / "ten.jsonl", _rows(10, "t"))
+    with sbp.load(pipeline, cache=False) as p:
+        report = p.evaluate(few, test_data=ten, test_size=5)
+    assert report.scored == 5 and fake_llm.requests == 5
+    assert all(result.sample.fields["q"].startswith("t") for result in report.results)  # rows of the test file
