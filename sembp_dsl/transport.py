@@ -334,20 +334,49 @@ def load_router(path: str, config: dict, fast: FastPath):
     return router
 
 
+#: A router file past these sizes is refused: a few YAML aliases can stand for billions of values,
+#: which litellm's Router would copy out in full.
+MAX_ROUTER_BYTES = 4 * 2**20
+MAX_ROUTER_VALUES = 100_000
+
+
 def router_config(path: str) -> dict:
     """A router config file read as data (litellm is not needed for it); RouterConfigError when it
-    cannot be read or has no deployments."""
+    cannot be read, is not a regular file (a FIFO would block), is too large, or has no deployments."""
     import yaml
 
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise RouterConfigError(f"router config {path}: not a regular file (a folder, FIFO or device?)")
     try:
+        if os.path.getsize(path) > MAX_ROUTER_BYTES:
+            raise RouterConfigError(f"router config {path}: larger than {MAX_ROUTER_BYTES // 2**20} MB")
         with open(path, encoding="utf-8") as file:
             config = yaml.safe_load(file)
-    except (OSError, yaml.YAMLError) as exc:
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise RouterConfigError(f"router config {path}: {exc}") from None
+    if _values_beyond(config, MAX_ROUTER_VALUES):
+        raise RouterConfigError(f"router config {path}: more than {MAX_ROUTER_VALUES:,} values once its "
+                                "YAML aliases are expanded")
     if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
         raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
                                 "(litellm's Router / proxy config format)")
     return config
+
+
+def _values_beyond(value: Any, limit: int) -> bool:
+    """Whether `value` holds more than `limit` values, counting an aliased one each time it is used;
+    stops counting at the limit, so an alias bomb costs no more than a large honest file."""
+    stack, seen = [value], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > limit:
+            return True
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return False
 
 
 def router_secrets(config: dict) -> tuple[str, ...]:

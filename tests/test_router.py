@@ -279,3 +279,24 @@ def test_a_router_files_keys_never_reach_messages(tmp_path, monkeypatch, written
             llm.run(llm.complete("forward", "hello"))
     shown = str(error.value) + getattr(error.value, "cli", "") + json.dumps(llm.ledger.to_json())
     assert "401" in shown and "secret" not in shown
+
+
+def test_hostile_router_files_are_refused_with_their_reason(tmp_path):
+    """A FIFO (which would block the reader), an alias bomb (which litellm would copy out in full), a binary file."""
+    import os
+
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    bomb = tmp_path / "bomb.yaml"
+    levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    bomb.write_text("\n".join(levels) + "\nmodel_list: [{model_name: pool, litellm_params: {model: openai/x, "
+                    "extra: *a8}}]\n")
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00model_list")
+    for path, reason in ((fifo, "not a regular file"), (bomb, "aliases are expanded"), (binary, "router config")):
+        llm = LLM(routed(str(path)))
+        start = time.perf_counter()
+        with pytest.raises(LLMError, match=reason):
+            llm.run(llm.complete("forward", "hello"))
+        assert time.perf_counter() - start < 5
