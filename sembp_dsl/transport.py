@@ -31,6 +31,7 @@ from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
 from yarl import URL  # noqa: E402
 
 from . import embedded, prices
+from .diagnostics import one_of
 from .faults import BadReply, CallError, first_line, mask_secrets, redact
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
@@ -82,6 +83,7 @@ class FastPath:
         self._sessions: dict = {}
         self._routers: dict = {}  # router config path -> litellm.Router
         self.secrets: dict[str, tuple[str, ...]] = {}  # router config path -> the API keys it holds
+        self._groups: dict[str, frozenset[str]] = {}  # router config path -> its model groups and aliases
 
     # -- public ------------------------------------------------------------
     async def acompletion(self, model: str, messages: list, *,
@@ -118,7 +120,10 @@ class FastPath:
         if router is None:
             config = router_config(path)
             self.secrets[path] = router_secrets(config)
+            self._groups[path] = model_groups(config)
             router = self._routers[path] = load_router(path, config, self)
+        if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
+            raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
         response = await router.acompletion(model=model, messages=messages, timeout=timeout, **params)
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
@@ -377,6 +382,14 @@ def _values_beyond(value: Any, limit: int) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+def model_groups(config: dict) -> frozenset[str]:
+    """The names a router config answers to: its deployments' `model_name`s and `model_group_alias` keys."""
+    names = {str(d.get("model_name")) for d in config["model_list"] if isinstance(d, dict) and d.get("model_name")}
+    aliases = (config.get("router_settings") or {}).get("model_group_alias") if isinstance(
+        config.get("router_settings"), dict) else None
+    return frozenset(names | set(map(str, aliases or {})))
 
 
 def router_secrets(config: dict) -> tuple[str, ...]:

@@ -300,3 +300,12 @@ def test_hostile_router_files_are_refused_with_their_reason(tmp_path):
         with pytest.raises(LLMError, match=reason):
             llm.run(llm.complete("forward", "hello"))
         assert time.perf_counter() - start < 5
+
+
+def test_a_model_group_the_router_file_lacks_stops_at_once_with_a_did_you_mean(tmp_path):
+    with FakeServer(reply="ok") as server:
+        path = router_file(tmp_path, [("pool", server.url)])
+        llm = LLM({"forward": ModelSpec("forward", "pools", MappingProxyType({"router": path}))})
+        with pytest.raises(LLMError, match="unknown model group 'pools'; did you mean 'pool'"):
+            llm.run(llm.complete("forward", "hello"))
+        assert server.requests == 0 and llm.ledger.roles["forward"].retries == 0
