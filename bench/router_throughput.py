@@ -30,11 +30,11 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
-from sembp_dsl import transport  # noqa: E402
+from sembp_dsl import routing  # noqa: E402
 from sembp_dsl.graph import ModelSpec  # noqa: E402
 from sembp_dsl.llm import LLM  # noqa: E402
 
-SENDS = transport._sending_host
+SENDS = routing._sending_host
 
 
 def litellm_sends(fast):
@@ -69,7 +69,7 @@ def main() -> None:
         try:
             with tempfile.TemporaryDirectory() as tmp:
                 for sender, host in (("fast path sends", SENDS), ("litellm sends", litellm_sends)):
-                    transport._sending_host = host
+                    routing._sending_host = host
                     for n in (1, 4):
                         path = Path(tmp) / f"router-{n}.yaml"
                         path.write_text(yaml.safe_dump({
@@ -85,7 +85,7 @@ def main() -> None:
                 fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(fast_calls)],
                                args.slots)
         finally:
-            transport._sending_host = SENDS
+            routing._sending_host = SENDS
             for _, stop in servers:
                 stop()
         print(f"{delay:g} s per call (ideal wall {args.waves * delay:.2f} s):")

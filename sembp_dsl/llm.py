@@ -1,7 +1,8 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
 `LLM.complete(role, prompt)` adds, around the transport (transport.py: a fast lane for
-OpenAI-compatible servers, `litellm.acompletion` for the rest): a global
+OpenAI-compatible servers, `litellm.acompletion` for the rest; routing.py: litellm's Router over
+several deployments): a global
 concurrency limit, a per-call timeout, retries with exponential backoff and jitter
 (or the server's Retry-After) on transient failures only, a persistent cache, a
 ledger of calls, tokens, cost, retries and failures per role, and budget stops.
@@ -29,7 +30,8 @@ from .diagnostics import Option, OptionError, option, worded
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
 from .graph import ModelSpec
 from .limits import RateLimit
-from .transport import FastPath, Reply, RouterConfigError, router_price
+from .routing import RouterConfigError, Routers, router_price
+from .transport import FastPath, Reply
 
 T = TypeVar("T")
 
@@ -155,6 +157,7 @@ class LLM:
         self.max_calls, self.max_cost = max_calls, max_cost
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
+        self.routers = Routers(self.transport)  # litellm Routers (router = FILE), sending on the fast path
         self._inflight: dict[str, _Shared] = {}
         self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
@@ -275,7 +278,8 @@ class LLM:
                 usage.calls += 1
                 start = time.perf_counter()
                 try:
-                    reply = await self.transport.acompletion(spec.name, messages, timeout=deadline, **settings)
+                    sender = self.routers if settings.get("router") else self.transport
+                    reply = await sender.acompletion(spec.name, messages, timeout=deadline, **settings)
                 except Exception as exc:
                     if isinstance(exc, RouterConfigError):
                         raise LLMError(str(exc)) from None
@@ -283,7 +287,7 @@ class LLM:
                         raise
                     # behind a router, one refused deployment is no wrong address: the others may answer
                     secrets = (settings.get("api_key"), os.environ.get("OPENAI_API_KEY"),
-                               *self.transport.secrets.get(settings.get("router"), ()))
+                               *self.routers.secrets.get(settings.get("router"), ()))
                     failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings,
                                        tuple(v for v in secrets if v))
                     self.ledger.fault(failure)

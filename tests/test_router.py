@@ -144,7 +144,7 @@ def test_routed_calls_are_sent_by_the_fast_path_and_keep_price_and_cut_offs(tmp_
     call costs 6 ms of CPU against 0.4), priced from litellm's table, a cut-off reply still marked as one."""
     from sembp_dsl import transport
 
-    litellm = transport._litellm()
+    litellm = transport.import_litellm()
 
     async def not_litellm(**kwargs):
         raise AssertionError("litellm.acompletion was called for an OpenAI-compatible deployment")
@@ -212,6 +212,7 @@ def test_a_routed_deployment_without_a_key_is_a_key_error(tmp_path, monkeypatch)
 def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tmp_path):
     """The Router counts its deployments' requests itself, whoever sends them: with `rpm: 5` in the router file
     (usage-based routing), the sixth call in the minute is refused before it is sent."""
+    from sembp_dsl.routing import Routers
     from sembp_dsl.transport import FastPath
 
     with FakeServer(reply="ok") as server:
@@ -221,12 +222,13 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
                                                                      "api_key": "sk-x", "rpm": 5}}],
             "router_settings": {"routing_strategy": "usage-based-routing-v2"}}))
         fast = FastPath()
+        routers = Routers(fast)
 
         async def go():
             outcomes = []
             for i in range(8):
                 try:
-                    await fast.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path))
+                    await routers.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path))
                     outcomes.append("ok")
                 except Exception as exc:
                     outcomes.append(type(exc).__name__)
