@@ -54,7 +54,11 @@ class RouterConfigError(Exception):
 REPLY = "sbpc_reply"
 #: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
 ROUTER_BOOKKEEPING = frozenset({"metadata", "model_info", "litellm_trace_id", "litellm_call_id",
-                                "_context_compaction_state", "max_retries"})
+                                "_context_compaction_state", "max_retries",
+                                # a deployment's own limits and weight, which the Router keeps itself
+                                "rpm", "tpm", "weight", "max_parallel_requests", "order"})
+#: A deployment's own prices (per token), which litellm uses instead of its table's.
+PRICES = ("input_cost_per_token", "output_cost_per_token")
 #: Router switches the fast path can ignore while they are off; on, litellm sends the call.
 ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_through", "use_litellm_proxy",
                              "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})
@@ -185,13 +189,17 @@ def _sending_host(fast: FastPath):
                 model, messages = request.pop("model"), request.pop("messages")
                 api_base, api_key, timeout, extra_headers = (
                     request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
+                price = [request.pop(key, None) for key in PRICES]
                 route = fast.route(model, api_base, api_key, request)
-                if route is None:
+                if route is None or not all(isinstance(p, (int, float, type(None))) for p in price):
                     return await endpoint(**kwargs)
                 try:
                     reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
                 except CallError as exc:
                     raise _as_litellm_error(exc, route.model) from exc
+                if price != [None, None]:
+                    reply = reply._replace(cost=reply.prompt_tokens * (price[0] or 0.0)
+                                           + reply.completion_tokens * (price[1] or 0.0))
                 return _model_response(reply, route.model)
             return acompletion
 

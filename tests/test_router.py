@@ -311,3 +311,25 @@ def test_a_model_group_the_router_file_lacks_stops_at_once_with_a_did_you_mean(t
         with pytest.raises(LLMError, match="unknown model group 'pools'; did you mean 'pool'"):
             llm.run(llm.complete("forward", "hello"))
         assert server.requests == 0 and llm.ledger.roles["forward"].retries == 0
+
+
+def test_a_deployment_with_limits_weight_and_prices_of_its_own_is_still_sent_by_the_fast_path(tmp_path, monkeypatch):
+    """rpm, tpm, weight and max_parallel_requests are the Router's to keep; input/output_cost_per_token price
+    the reply as litellm would. None of them sends the call the slow way."""
+    from sembp_dsl import transport
+
+    litellm = transport.import_litellm()
+
+    async def not_litellm(**kwargs):
+        raise AssertionError("litellm.acompletion was called")
+    monkeypatch.setattr(litellm, "acompletion", not_litellm)
+    with FakeServer(reply="ok") as server:
+        path = tmp_path / "router.yaml"
+        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
+            "model": "openai/my-llama", "api_base": server.url, "api_key": "sk-x", "rpm": 600, "tpm": 10**6,
+            "weight": 2, "max_parallel_requests": 16, "input_cost_per_token": 1e-6, "output_cost_per_token": 3e-6}}]}))
+        llm = LLM(routed(str(path)))
+        done = llm.run(llm.complete("forward", "hello"))
+    assert server.requests == 1 and server.bodies[0]["model"] == "my-llama"
+    assert not {"rpm", "weight", "input_cost_per_token"} & set(server.bodies[0])
+    assert done.cost == pytest.approx(done.prompt_tokens * 1e-6 + done.completion_tokens * 3e-6) and done.cost > 0
