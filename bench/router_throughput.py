@@ -37,7 +37,7 @@ from sembp_dsl.llm import LLM  # noqa: E402
 SENDS = routing._sending_host
 
 
-def litellm_sends(fast):
+def litellm_sends(fast, count):
     """litellm's own host: the Router's requests go out through litellm.acompletion."""
     from litellm.router_python_host import python_host
     return python_host

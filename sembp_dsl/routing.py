@@ -12,19 +12,19 @@ the exception litellm itself would raise, so they work unchanged. litellm's own 
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 from . import embedded, prices
 from .diagnostics import one_of
-from .faults import CallError, first_line, mask_secrets
+from .faults import CallError, first_line, mask_secrets, redact
 from .transport import FastPath, Reply, from_litellm, import_litellm
 
 
 class Routers:
     """The litellm Routers of a session, one per config file, built on first use."""
 
-    def __init__(self, fast: FastPath) -> None:
-        self.fast = fast
+    def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None) -> None:
+        self.fast, self.count = fast, count  # count: where each routed call went, for the ledger
         self._routers: dict = {}  # config path -> litellm.Router
         self._groups: dict[str, frozenset[str]] = {}  # config path -> its model groups and aliases
         self.secrets: dict[str, tuple[str, ...]] = {}  # config path -> the API keys it holds
@@ -39,7 +39,7 @@ class Routers:
             config = router_config(path)
             self.secrets[path] = router_secrets(config)
             self._groups[path] = model_groups(config)
-            built = self._routers[path] = load_router(path, config, self.fast)
+            built = self._routers[path] = load_router(path, config, self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
         response = await built.acompletion(model=model, messages=messages, timeout=timeout, **params)
@@ -55,6 +55,7 @@ REPLY = "sbpc_reply"
 #: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
 ROUTER_BOOKKEEPING = frozenset({"metadata", "model_info", "litellm_trace_id", "litellm_call_id",
                                 "_context_compaction_state", "max_retries",
+                                "fallback_depth", "max_fallbacks", "attempted_targets",  # on a fallback hop
                                 # a deployment's own limits and weight, which the Router keeps itself
                                 "rpm", "tpm", "weight", "max_parallel_requests", "order"})
 #: A deployment's own prices (per token), which litellm uses instead of its table's.
@@ -64,7 +65,7 @@ ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_thr
                              "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})
 
 
-def load_router(path: str, config: dict, fast: FastPath):
+def load_router(path: str, config: dict, fast: FastPath, count: Callable[[str], None]):
     """A `litellm.Router` from a litellm proxy/Router config file (YAML or JSON):
     `model_list` (deployments: `model_name`, `litellm_params` with `model`,
     `api_base`, `api_key` or `os.environ/VAR`, `rpm`, `tpm`, `weight`) and
@@ -84,7 +85,7 @@ def load_router(path: str, config: dict, fast: FastPath):
 
     try:
         arguments = router_arguments(model_list=config["model_list"], **{"num_retries": 0, **settings})
-        router = Router.from_config(build_router_config(arguments), _sending_host(fast))
+        router = Router.from_config(build_router_config(arguments), _sending_host(fast, count))
     except Exception as exc:  # litellm validates deployments and settings its own way
         message = first_line(mask_secrets(str(exc), router_secrets(config)))  # litellm may quote a deployment
         raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {message}") from None
@@ -170,9 +171,10 @@ def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optio
     return None if None in costs else max(costs)
 
 
-def _sending_host(fast: FastPath):
+def _sending_host(fast: FastPath, count: Callable[[str], None]):
     """litellm's own `PythonHost` for a Router (what the Router reaches outside itself), except that
-    its chat call goes out on `fast` whenever the fast path would send it."""
+    its chat call goes out on `fast` whenever the fast path would send it. Each call is counted by
+    where it went and how it ended (`count`), so the ledger shows how the Router spread the load."""
     from litellm.router_python_host import PythonHost
 
     class SendingHost(PythonHost):
@@ -191,16 +193,26 @@ def _sending_host(fast: FastPath):
                     request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
                 price = [request.pop(key, None) for key in PRICES]
                 route = fast.route(model, api_base, api_key, request)
-                if route is None or not all(isinstance(p, (int, float, type(None))) for p in price):
-                    return await endpoint(**kwargs)
+                if not all(isinstance(p, (int, float, type(None))) for p in price):
+                    route = None
+                where = redact(route.url) if route else f"{model} at {redact(api_base)}" if api_base else model
                 try:
-                    reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
-                except CallError as exc:
-                    raise _as_litellm_error(exc, route.model) from exc
-                if price != [None, None]:
-                    reply = reply._replace(cost=reply.prompt_tokens * (price[0] or 0.0)
-                                           + reply.completion_tokens * (price[1] or 0.0))
-                return _model_response(reply, route.model)
+                    if route is None:
+                        response = await endpoint(**kwargs)
+                    else:
+                        try:
+                            reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
+                        except CallError as exc:
+                            raise _as_litellm_error(exc, route.model) from exc
+                        if price != [None, None]:
+                            reply = reply._replace(cost=reply.prompt_tokens * (price[0] or 0.0)
+                                                   + reply.completion_tokens * (price[1] or 0.0))
+                        response = _model_response(reply, route.model)
+                except Exception as exc:
+                    count(f"routed calls failed at {where} ({type(exc).__name__})")
+                    raise
+                count(f"routed calls answered by {where}")
+                return response
             return acompletion
 
     return SendingHost()

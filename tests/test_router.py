@@ -67,9 +67,12 @@ def test_four_deployments_share_the_load(tmp_path):
     servers = [FakeServer(reply="ok", delay=0.05, slots=16).start() for _ in range(4)]
     try:
         path = router_file(tmp_path, [("pool", s.url) for s in servers], routing_strategy="least-busy")
-        timed(LLM(routed(path), concurrency=64), [f"prompt {i}" for i in range(128)])
+        llm = LLM(routed(path), concurrency=64)
+        timed(llm, [f"prompt {i}" for i in range(128)])
         assert sum(s.requests for s in servers) == 128
         assert min(s.requests for s in servers) >= 128 // 5, [s.requests for s in servers]  # each about its quarter
+        for s in servers:  # the ledger shows how the Router spread the calls
+            assert llm.ledger.counters[f"routed calls answered by {s.url}/chat/completions"] == s.requests
     finally:
         for server in servers:
             server.stop()
@@ -104,6 +107,9 @@ def test_a_dead_deployment_is_skipped_through_fallback(tmp_path, capsys):
         report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["scored"] == 6 and report["lost"] == 0 and report["accuracy"] == 1.0
     assert live.requests == 6 and report["ledger"]["roles"]["forward"]["failures"] == 0
+    counters = report["ledger"]["counters"]
+    assert counters[f"routed calls answered by {live.url}/chat/completions"] == 6
+    assert any(name.startswith("routed calls failed at") and "APIConnectionError" in name for name in counters)
 
 
 def test_a_bad_router_file_is_a_clear_error(tmp_path):
