@@ -21,7 +21,7 @@ import random
 import re
 import time
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Awaitable, Mapping, TypeVar
 
 from . import embedded, prices
@@ -228,15 +228,18 @@ class LLM:
                 return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0,
                                   hit.get("finish_reason"))
         call = self._inflight.get(key)
-        if call is None:
+        shared = call is not None  # the same request is already on its way: share its answer
+        if shared:
+            usage.cache_hits += 1
+        else:
             call = self._inflight[key] = _Shared(asyncio.ensure_future(
                 self._fetch(key, role, spec, messages, settings, timeout, endpoint, limits)))
             call.task.add_done_callback(lambda task: self._settle(key, task))
-        else:  # the same request is already on its way: share its answer
-            usage.cache_hits += 1
         call.waiting += 1
         try:
-            return await asyncio.shield(call.task)
+            result = await asyncio.shield(call.task)
+            # a sharer got an answer another caller paid for: to it, as to the ledger, it is a cache hit
+            return replace(result, cached=True, cost=0.0) if shared else result
         finally:
             call.waiting -= 1
             if not call.waiting and not call.task.done():  # the last caller left: nobody wants the answer

@@ -213,3 +213,17 @@ def test_a_caller_leaving_a_shared_call_does_not_cancel_it_for_the_others(fake_l
     first_cancelled, answer, in_flight = llm.run(go())
     assert first_cancelled and answer.text and fake_llm.requests == 2
     assert in_flight == 0  # the call both callers left was cancelled, its request closed
+
+
+def test_an_answer_shared_by_identical_calls_in_flight_is_paid_for_once(fake_llm):
+    """The second caller's completion is a cache hit, as the ledger counts it: two predictions never both
+    claim the one call's tokens and cost."""
+    fake_llm.configure(delay=0.2)
+    llm = LLM({"forward": ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": fake_llm.url}))})
+
+    async def go():
+        return await asyncio.gather(*(llm.complete("forward", "same prompt") for _ in range(3)))
+    answers = llm.run(go())
+    assert fake_llm.requests == 1 and [a.cached for a in answers] == [False, True, True]
+    assert answers[0].cost > 0 and answers[1].cost == answers[2].cost == 0.0
+    assert llm.ledger.roles["forward"].calls == 1 and llm.ledger.roles["forward"].cache_hits == 2
