@@ -16,7 +16,7 @@ from typing import Any, Callable, Optional
 
 from . import embedded, prices
 from .diagnostics import one_of
-from .faults import CallError, first_line, mask_secrets, redact
+from .faults import BadReply, CallError, first_line, mask_secrets, redact
 from .transport import FastPath, Reply, from_litellm, import_litellm
 
 
@@ -42,7 +42,10 @@ class Routers:
             built = self._routers[path] = load_router(path, config, self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
-        response = await built.acompletion(model=model, messages=messages, timeout=timeout, **params)
+        try:
+            response = await built.acompletion(model=model, messages=messages, timeout=timeout, **params)
+        except Exception as exc:
+            raise _as_call_error(exc)  # the Router's exception stays its __context__
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
 
@@ -74,11 +77,8 @@ def load_router(path: str, config: dict, fast: FastPath, count: Callable[[str], 
     The Router chooses, limits, cools down and falls back as it always does; only the request to an
     OpenAI-compatible deployment is sent by `fast` (litellm's own call costs 6 ms of CPU, ours 0.4)."""
     settings = config.get("router_settings") or {}
-    if not isinstance(settings, dict):
-        raise RouterConfigError(f"router config {path}: `router_settings` must be a mapping")
     import_litellm()
-    deployments = [d.get("litellm_params") for d in config["model_list"] if isinstance(d, dict)]
-    if any(isinstance(params, dict) and embedded.serves(str(params.get("model"))) for params in deployments):
+    if any(embedded.serves(d["litellm_params"]["model"]) for d in config["model_list"]):
         embedded.register()  # the Router checks every deployment's provider as it is built
     from litellm.router import Router, router_arguments
     from litellm.router_config import build_router_config
@@ -87,9 +87,21 @@ def load_router(path: str, config: dict, fast: FastPath, count: Callable[[str], 
         arguments = router_arguments(model_list=config["model_list"], **{"num_retries": 0, **settings})
         router = Router.from_config(build_router_config(arguments), _sending_host(fast, count))
     except Exception as exc:  # litellm validates deployments and settings its own way
-        message = first_line(mask_secrets(str(exc), router_secrets(config)))  # litellm may quote a deployment
-        raise RouterConfigError(f"router config {path}: {type(exc).__name__}: {message}") from None
+        raise RouterConfigError(f"router config {path}: {_complaint(exc, router_secrets(config))}") from None
     return router
+
+
+def _complaint(exc: Exception, secrets: tuple[str, ...]) -> str:
+    """litellm's objection to a config in one line, never quoting a value (it may be a key): a pydantic
+    error by field and reason ("rpm: Input should be a valid integer"), any other by its first line."""
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        try:
+            first = errors(include_url=False, include_input=False)[0]
+            return f"litellm_params: {'.'.join(map(str, first['loc']))}: {first['msg']}"
+        except Exception:  # not pydantic's after all
+            pass
+    return f"{type(exc).__name__}: {first_line(mask_secrets(str(exc), secrets))}"
 
 
 #: A router file past these sizes is refused: a few YAML aliases can stand for billions of values,
@@ -118,7 +130,78 @@ def router_config(path: str) -> dict:
     if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
         raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
                                 "(litellm's Router / proxy config format)")
+    problem = _shape_problem(config)
+    if problem:
+        raise RouterConfigError(f"router config {path}: {problem}")
     return config
+
+
+#: Deployment settings the Router does arithmetic with (litellm checks only some of them itself).
+DEPLOYMENT_NUMBERS = ("rpm", "tpm", "weight", "max_parallel_requests", "timeout", "stream_timeout", *PRICES)
+#: Router settings that are counts or seconds (litellm takes any value for these and fails, or
+#: silently does something else, on the first call).
+SETTING_NUMBERS = ("num_retries", "timeout", "stream_timeout", "cooldown_time", "allowed_fails", "retry_after",
+                   "max_fallbacks")
+FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
+
+
+def _shape_problem(config: dict) -> Optional[str]:
+    """What makes a config litellm's Router would take and then fail on (a traceback on the first call,
+    or a fallback that never happens), in the words of the file; None when it has the right shape."""
+    for index, deployment in enumerate(config["model_list"]):
+        where = f"model_list entry {index + 1}"
+        if not isinstance(deployment, dict):
+            return f"{where} must be a mapping with `model_name` and `litellm_params`, not {deployment!r:.60}"
+        name, params = deployment.get("model_name"), deployment.get("litellm_params")
+        if not isinstance(name, str) or not name:
+            return f"{where}: `model_name` (the model group it serves) must be a non-empty string"
+        where = f"deployment {index + 1} of model group '{name}'"
+        if not isinstance(params, dict) or not isinstance(params.get("model"), str) or not params["model"]:
+            return f"{where}: `litellm_params` must be a mapping with a `model` string (e.g. openai/gpt-4o-mini)"
+        for key in ("api_base", "api_key"):
+            if key in params and not isinstance(params[key], (str, type(None))):
+                return f"{where}: `{key}` must be a string"  # never quoted: it may be a key
+        for key in DEPLOYMENT_NUMBERS:
+            if key in params and not _is_number(params[key]):
+                return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
+    settings = config.get("router_settings") or {}
+    if not isinstance(settings, dict):
+        return "`router_settings` must be a mapping"
+    for key in SETTING_NUMBERS:
+        if key in settings and not _is_number(settings[key]):
+            return f"router_settings: `{key}` must be a number of at least 0, not {settings[key]!r:.40}"
+    groups = {d["model_name"] for d in config["model_list"]}
+    aliases = settings.get("model_group_alias") or {}
+    if not isinstance(aliases, dict):
+        return "router_settings: `model_group_alias` must map a name to a model group"
+    for alias, target in aliases.items():
+        group = target.get("model") if isinstance(target, dict) and isinstance(target.get("hidden"), bool) else target
+        if not isinstance(group, str) or group not in groups:
+            return (f"router_settings: model_group_alias '{alias}': " + (one_of(group, "model group", sorted(groups))
+                    if isinstance(group, str) else "must name a model group, or be {model: GROUP, hidden: BOOL}"))
+    known = groups | set(map(str, aliases))
+    for key in FALLBACK_SETTINGS:
+        fallbacks = settings.get(key)
+        if fallbacks is None:
+            continue
+        if not isinstance(fallbacks, list) or not all(isinstance(f, dict) for f in fallbacks):
+            return f"router_settings: `{key}` must be a list of mappings, each `GROUP: [GROUP, ...]`"
+        for rule in fallbacks:
+            for source, targets in rule.items():
+                if not isinstance(targets, list) or not all(isinstance(t, str) for t in targets):
+                    return f"router_settings: {key} of '{source}' must be a list of model groups"
+                for name in ([] if source == "*" else [str(source)]) + targets:  # "*": any group
+                    if name not in known:
+                        return f"router_settings: {key}: " + one_of(name, "model group", sorted(known))
+    default = settings.get("default_fallbacks")
+    if default is not None and not (isinstance(default, list) and all(t in known for t in default)):
+        return "router_settings: `default_fallbacks` must be a list of this file's model groups"
+    return None
+
+
+def _is_number(value: Any) -> bool:
+    """A count or an amount: not a string, not a bool, not negative, not NaN."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
 
 
 def _values_beyond(value: Any, limit: int) -> bool:
@@ -139,19 +222,17 @@ def _values_beyond(value: Any, limit: int) -> bool:
 
 def model_groups(config: dict) -> frozenset[str]:
     """The names a router config answers to: its deployments' `model_name`s and `model_group_alias` keys."""
-    names = {str(d.get("model_name")) for d in config["model_list"] if isinstance(d, dict) and d.get("model_name")}
-    aliases = (config.get("router_settings") or {}).get("model_group_alias") if isinstance(
-        config.get("router_settings"), dict) else None
-    return frozenset(names | set(map(str, aliases or {})))
+    names = {d["model_name"] for d in config["model_list"]}
+    aliases = (config.get("router_settings") or {}).get("model_group_alias") or {}
+    return frozenset(names | set(map(str, aliases)))
 
 
 def router_secrets(config: dict) -> tuple[str, ...]:
     """The API keys a router config holds, as written or read from `os.environ/NAME`: never to be shown."""
     keys = []
     for deployment in config["model_list"]:
-        params = deployment.get("litellm_params") if isinstance(deployment, dict) else None
-        key = params.get("api_key") if isinstance(params, dict) else None
-        if isinstance(key, str):
+        key = deployment["litellm_params"].get("api_key")
+        if key:
             keys.append(os.environ.get(key.removeprefix("os.environ/"), "") if key.startswith("os.environ/") else key)
     return tuple(key for key in keys if key)
 
@@ -165,8 +246,7 @@ def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optio
         return None
     costs = []
     for deployment in deployments:
-        params = deployment.get("litellm_params") if isinstance(deployment, dict) else None
-        model = str(params.get("model")) if isinstance(params, dict) else ""
+        model = deployment["litellm_params"]["model"]
         costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
     return None if None in costs else max(costs)
 
@@ -202,7 +282,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                     else:
                         try:
                             reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
-                        except CallError as exc:
+                        except (CallError, BadReply) as exc:
                             raise _as_litellm_error(exc, route.model) from exc
                         if price != [None, None]:
                             reply = reply._replace(cost=reply.prompt_tokens * (price[0] or 0.0)
@@ -218,10 +298,28 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
     return SendingHost()
 
 
-def _as_litellm_error(exc: CallError, model: str) -> Exception:
+def _as_call_error(exc: Exception) -> Exception:
+    """What the Router raised, as the retry layer (llm.py, faults.py) judges failures: a malformed reply
+    as the BadReply it was; the Router's own "no deployments available" (every deployment cooling down,
+    or at its limits: a ValueError, not an API error) as a 429 to wait out for the cooldown's length."""
+    if isinstance(exc.__cause__, BadReply):
+        return exc.__cause__
+    from litellm.types.router import RouterRateLimitError, RouterRateLimitErrorBasic
+
+    if isinstance(exc, (RouterRateLimitError, RouterRateLimitErrorBasic)):
+        wait = getattr(exc, "cooldown_time", None)
+        return CallError(first_line(str(exc).split(" Passed model=")[0]), 429,
+                         {"retry-after": str(wait)} if isinstance(wait, (int, float)) else None)
+    return exc
+
+
+def _as_litellm_error(exc: CallError | BadReply, model: str) -> Exception:
     """The litellm exception litellm itself would have raised, so the Router cools down, falls back
-    (`context_window_fallbacks` on a too-long prompt, ...) and reports as it always does."""
+    (`context_window_fallbacks` on a too-long prompt, ...) and reports as it always does. A malformed
+    reply is a server error to it (a 200 is one litellm would never retry, and cools down at once)."""
     litellm = import_litellm()
+    if isinstance(exc, BadReply):  # litellm's own client fails on such a body as on a server error
+        return litellm.InternalServerError(message=str(exc), llm_provider="openai", model=model)
     if exc.status_code is None:  # no reply came back: a timeout, no connection, no key to send
         return getattr(litellm, exc.name)(message=exc.message, llm_provider="openai", model=model)
     from litellm.litellm_core_utils.exception_mapping_utils import exception_type

@@ -1,0 +1,104 @@
+"""The Router path against hostile input: malformed router files, deployments that fail in every way,
+cancellations, several threads. Each test names what it guards against."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from types import MappingProxyType
+
+import pytest
+import yaml
+
+from fake_server import FakeServer
+from sembp_dsl import cli
+from sembp_dsl.cache import ResponseCache
+from sembp_dsl.graph import ModelSpec
+from sembp_dsl.llm import LLM
+from test_llm import TOY
+
+KEY = "sk-hostile-secret-4242"
+
+
+def deployment(group: str = "pool", url: str = "http://127.0.0.1:9/v1", **params) -> dict:
+    return {"model_name": group, "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url, "api_key": KEY,
+                                                    **params}}
+
+
+def write(tmp_path, config, name: str = "router.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(config if isinstance(config, str) else yaml.safe_dump(config))
+    return str(path)
+
+
+def routed(path: str, group: str = "pool", **settings) -> dict[str, ModelSpec]:
+    spec = MappingProxyType({"router": path, "temperature": 0, **settings})
+    return {role: ModelSpec(role, group, spec) for role in ("forward", "backward", "optimizer")}
+
+
+MALFORMED = {
+    "an entry that is not a mapping": ({"model_list": ["pool", deployment()]}, "model_list entry 1 must be a mapping"),
+    "no model_name": ({"model_list": [{"litellm_params": {"model": "openai/x"}}]}, "`model_name`"),
+    "a number for model_name": ({"model_list": [{"model_name": 5, "litellm_params": {"model": "openai/x"}}]},
+                                "`model_name`"),
+    "litellm_params not a mapping": ({"model_list": [{"model_name": "pool", "litellm_params": "openai/x"}]},
+                                     "`litellm_params` must be a mapping"),
+    "no model": ({"model_list": [{"model_name": "pool", "litellm_params": {"api_base": "http://x"}}]},
+                 "with a `model` string"),
+    "a word for a weight": ({"model_list": [deployment(weight="heavy")]}, "`weight` must be a number"),
+    "a negative rpm": ({"model_list": [deployment(rpm=-1)]}, "`rpm` must be a number"),
+    "a word for num_retries": ({"model_list": [deployment()], "router_settings": {"num_retries": "many"}},
+                               "`num_retries` must be a number"),
+    "a fallback to an unknown group": ({"model_list": [deployment()], "router_settings": {
+        "fallbacks": [{"pool": ["backup"]}]}}, "fallbacks: unknown model group 'backup'"),
+    "fallbacks as a mapping": ({"model_list": [deployment()], "router_settings": {"fallbacks": {"pool": "x"}}},
+                               "`fallbacks` must be a list of mappings"),
+    "an alias to an unknown group": ({"model_list": [deployment("main")], "router_settings": {
+        "model_group_alias": {"pool": "mian"}}}, "unknown model group 'mian'; did you mean 'main'"),
+    "an alias as a mapping without hidden": ({"model_list": [deployment("main")], "router_settings": {
+        "model_group_alias": {"pool": {"model": "main"}}}}, "model_group_alias 'pool': must name a model group"),
+    "a number for a key": ({"model_list": [deployment(api_key=12345678)]}, "`api_key` must be a string"),
+}
+
+
+@pytest.mark.parametrize("config, reason", MALFORMED.values(), ids=list(MALFORMED))
+def test_a_malformed_router_file_is_a_clear_error_naming_it(tmp_path, capsys, config, reason):
+    """Each of these was a traceback from inside litellm (on the first call), an unclear one-liner
+    ("AttributeError: 'str' object has no attribute 'get'"), or silently taken (a fallback never made)."""
+    path = write(tmp_path, config)
+    (tmp_path / "toy.sbp").write_text(TOY + f'model {{ name = "pool"  router = "{path}" }}\n')
+    start = time.perf_counter()
+    code = cli.main(["run", str(tmp_path / "toy.sbp"), "--input", "q=is it?", "--json"])
+    error = capsys.readouterr().err
+    assert code == 1 and f"router config {path}: " in error and reason in error, error
+    assert "Traceback" not in error and "12345678" not in error and time.perf_counter() - start < 20
+
+
+@pytest.mark.parametrize("fault", ["null-content", "malformed", "no-choices"])
+def test_a_malformed_reply_behind_the_router_is_retried_and_never_cached(tmp_path, fault):
+    """The fast path's BadReply reached the Router as a 200 failure, which litellm cools down at once even
+    for a lone deployment: the retry then died on a raw "no deployments available" ValueError."""
+    with FakeServer(reply="ok", failures=[fault]) as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url)]})
+        cache = ResponseCache(tmp_path / "cache")
+        llm = LLM(routed(path), retries=2, backoff=0, cache=cache)
+        assert llm.run(llm.complete("forward", "hello")).text == "ok"
+        assert server.requests == 2 and llm.ledger.roles["forward"].retries == 1
+        assert any(cause.startswith("malformed reply") for cause in llm.ledger.faults)
+        again = LLM(routed(path), cache=ResponseCache(tmp_path / "cache"))
+        hit = again.run(again.complete("forward", "hello"))
+    assert hit.cached and hit.text == "ok" and server.requests == 2
+
+
+def test_every_deployment_cooling_down_is_waited_out_not_a_traceback(tmp_path):
+    """When every deployment is cooling down the Router raises its own RouterRateLimitError (a ValueError,
+    not an API error): it is a 429 to wait out for the cooldown, then the call goes through."""
+    with FakeServer(reply="ok", failures=["429"]) as one, FakeServer(reply="ok", failures=["429"]) as two:
+        path = write(tmp_path, {"model_list": [deployment(url=one.url), deployment(url=two.url)],
+                                "router_settings": {"cooldown_time": 0.5}})
+        llm = LLM(routed(path), retries=4, backoff=0)
+        start = time.perf_counter()
+        assert llm.run(llm.complete("forward", "hello")).text == "ok"
+    assert time.perf_counter() - start >= 0.5  # the cooldown the Router asked for was waited out
+    assert one.requests + two.requests == 3 and llm.ledger.faults["429 Too Many Requests"] >= 3
