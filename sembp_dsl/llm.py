@@ -219,6 +219,8 @@ class LLM:
             endpoint = self.transport.endpoint(spec.name, settings.get("api_base"))
         # the answer depends on where it comes from, not on the key or the credentials in a URL
         answer = {k: v for k, v in settings.items() if k not in ("api_base", "api_key")}
+        if settings.get("router"):  # what the file's deployments are, not only its name
+            answer["deployments"] = self.routers.fingerprint(settings["router"])
         key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
         usage = self.ledger.roles[role]
         if self.cache is not None:

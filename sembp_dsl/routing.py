@@ -11,6 +11,8 @@ the exception litellm itself would raise, so they work unchanged. litellm's own 
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from typing import Any, Callable, Optional
 
@@ -26,8 +28,34 @@ class Routers:
     def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None) -> None:
         self.fast, self.count = fast, count  # count: where each routed call went, for the ledger
         self._routers: dict = {}  # config path -> litellm.Router
+        self._configs: dict[str, dict] = {}  # config path -> the file as read
         self._groups: dict[str, frozenset[str]] = {}  # config path -> its model groups and aliases
         self.secrets: dict[str, tuple[str, ...]] = {}  # config path -> the API keys it holds
+
+    def config(self, path: str) -> dict:
+        """The config file at `path`, read once a session: its Router is built from what was read."""
+        config = self._configs.get(path)
+        if config is None:
+            config = router_config(path)
+            self.secrets[path] = router_secrets(config)
+            self._groups[path] = model_groups(config)
+            self._configs[path] = config
+        return config
+
+    def fingerprint(self, path: str) -> Optional[str]:
+        """What answers a call through this file, for the cache key: its deployments and aliases, less keys,
+        limits and prices (a file that points a group at another model or server is not answered from the
+        cache). None when the file cannot be read: the call says why."""
+        try:
+            config = self.config(path)
+        except RouterConfigError:
+            return None
+        deployments = sorted(json.dumps({"model_name": d["model_name"], **{
+            key: redact(value) if key == "api_base" and isinstance(value, str) else value
+            for key, value in d["litellm_params"].items() if key not in NOT_ANSWERS}}, sort_keys=True, default=str)
+            for d in config["model_list"])
+        aliases = json.dumps((config.get("router_settings") or {}).get("model_group_alias"), sort_keys=True, default=str)
+        return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
 
     async def acompletion(self, model: str, messages: list, *, router: str, timeout: float = 600.0,
                           api_base: Optional[str] = None, api_key: Optional[str] = None,
@@ -36,10 +64,7 @@ class Routers:
         path = router
         built = self._routers.get(path)
         if built is None:
-            config = router_config(path)
-            self.secrets[path] = router_secrets(config)
-            self._groups[path] = model_groups(config)
-            built = self._routers[path] = load_router(path, config, self.fast, self.count)
+            built = self._routers[path] = load_router(path, self.config(path), self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
         try:
@@ -63,6 +88,9 @@ ROUTER_BOOKKEEPING = frozenset({"metadata", "model_info", "litellm_trace_id", "l
                                 "rpm", "tpm", "weight", "max_parallel_requests", "order"})
 #: A deployment's own prices (per token), which litellm uses instead of its table's.
 PRICES = ("input_cost_per_token", "output_cost_per_token")
+#: A deployment's settings that decide how or when it is asked, not what it answers.
+NOT_ANSWERS = frozenset({"api_key", "rpm", "tpm", "weight", "max_parallel_requests", "order", "timeout",
+                         "stream_timeout", *PRICES})
 #: Router switches the fast path can ignore while they are off; on, litellm sends the call.
 ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_through", "use_litellm_proxy",
                              "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})

@@ -102,3 +102,19 @@ def test_every_deployment_cooling_down_is_waited_out_not_a_traceback(tmp_path):
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
     assert time.perf_counter() - start >= 0.5  # the cooldown the Router asked for was waited out
     assert one.requests + two.requests == 3 and llm.ledger.faults["429 Too Many Requests"] >= 3
+
+
+def test_a_router_file_pointing_a_group_elsewhere_is_not_answered_from_the_cache(tmp_path):
+    """The cache key named the file, not what it routes to: after `pool` was moved to another model on another
+    server, the old model's answers came back as the new one's. A new key or limit still finds the cache."""
+    with FakeServer(reply="from mini") as mini, FakeServer(reply="from big") as big:
+        path = write(tmp_path, {"model_list": [deployment(url=mini.url)]})
+
+        def ask() -> str:
+            llm = LLM(routed(path), cache=ResponseCache(tmp_path / "cache"))
+            return llm.run(llm.complete("forward", "hello")).text
+        assert ask() == "from mini"
+        write(tmp_path, {"model_list": [deployment(url=mini.url, api_key="sk-rotated-key-1", rpm=60)]})
+        assert ask() == "from mini" and mini.requests == 1  # same deployment: the cache answers
+        write(tmp_path, {"model_list": [deployment(url=big.url, model="openai/gpt-4o")]})
+        assert ask() == "from big" and big.requests == 1
