@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from contextvars import ContextVar
 from typing import Any, Callable, Optional
 
 from . import embedded, prices
@@ -67,10 +68,13 @@ class Routers:
             built = self._routers[path] = load_router(path, self.config(path), self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
+        deadline = DEADLINE.set(timeout)  # not the Router's: a deployment's own `timeout` would lose to it
         try:
-            response = await built.acompletion(model=model, messages=messages, timeout=timeout, **params)
+            response = await built.acompletion(model=model, messages=messages, **params)
         except Exception as exc:
             raise _as_call_error(exc)  # the Router's exception stays its __context__
+        finally:
+            DEADLINE.reset(deadline)
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
 
@@ -78,6 +82,10 @@ class RouterConfigError(Exception):
     """A router config file that cannot be read or is not a litellm Router config."""
 
 
+#: How long sbpc waits for the routed call in progress (the model block's `timeout`). The Router
+#: resolves its own (a deployment's `timeout`, then router_settings', then litellm's 6000 s) for the
+#: deployment it chose, and the request waits for the shorter of the two.
+DEADLINE: ContextVar[float] = ContextVar("sbpc_routed_deadline", default=600.0)
 #: Where a Router's reply carries the `Reply` the fast path made of it (one parse, not two).
 REPLY = "sbpc_reply"
 #: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
@@ -299,6 +307,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                 model, messages = request.pop("model"), request.pop("messages")
                 api_base, api_key, timeout, extra_headers = (
                     request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
+                timeout = kwargs["timeout"] = min(timeout or DEADLINE.get(), DEADLINE.get())
                 price = [request.pop(key, None) for key in PRICES]
                 route = fast.route(model, api_base, api_key, request)
                 if not all(isinstance(p, (int, float, type(None))) for p in price):
@@ -309,7 +318,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                         response = await endpoint(**kwargs)
                     else:
                         try:
-                            reply = await fast.send(route, messages, timeout or 600.0, extra_headers, request)
+                            reply = await fast.send(route, messages, timeout, extra_headers, request)
                         except (CallError, BadReply) as exc:
                             raise _as_litellm_error(exc, route.model) from exc
                         if price != [None, None]:

@@ -118,3 +118,29 @@ def test_a_router_file_pointing_a_group_elsewhere_is_not_answered_from_the_cache
         assert ask() == "from mini" and mini.requests == 1  # same deployment: the cache answers
         write(tmp_path, {"model_list": [deployment(url=big.url, model="openai/gpt-4o")]})
         assert ask() == "from big" and big.requests == 1
+
+
+@pytest.mark.parametrize("where", ["deployment", "router_settings"])
+def test_a_router_files_own_timeout_cuts_a_hanging_deployment_short(tmp_path, where):
+    """sbpc passed its own timeout (the model block's, 120 s by default) to every routed call, which beats
+    a deployment's or router_settings' `timeout` in litellm: a hanging deployment was waited on that long.
+    The shorter of the two now applies."""
+    from sembp_dsl.transport import import_litellm
+
+    import_litellm()  # not timed
+    with FakeServer(reply="ok", failures=["hang"], hang_seconds=60) as server:
+        config = ({"model_list": [deployment(url=server.url, timeout=0.3)]} if where == "deployment" else
+                  {"model_list": [deployment(url=server.url)], "router_settings": {"timeout": 0.3}})
+        llm = LLM(routed(write(tmp_path, config)), timeout=30, backoff=0)
+        start = time.perf_counter()
+        assert llm.run(llm.complete("forward", "hello")).text == "ok"
+    assert time.perf_counter() - start < 10 and llm.ledger.faults == {"Timeout": 1}
+
+
+def test_the_model_blocks_timeout_still_bounds_a_routed_call(tmp_path):
+    with FakeServer(reply="ok", failures=["hang"], hang_seconds=60) as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url, timeout=120)],
+                                "router_settings": {"timeout": 120}})
+        llm = LLM(routed(path, timeout=0.3), timeout=30, backoff=0)
+        assert llm.run(llm.complete("forward", "hello")).text == "ok"
+    assert llm.ledger.faults == {"Timeout": 1} and server.requests == 2
