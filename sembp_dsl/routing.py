@@ -11,23 +11,29 @@ the exception litellm itself would raise, so they work unchanged. litellm's own 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
+import random
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from . import embedded, prices
 from .diagnostics import one_of
-from .faults import BadReply, CallError, first_line, mask_secrets, redact
+from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
 from .transport import FastPath, Reply, from_litellm, import_litellm
 
 
 class Routers:
     """The litellm Routers of a session, one per config file, built on first use."""
 
-    def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None) -> None:
+    def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None, queue: bool = False) -> None:
         self.fast, self.count = fast, count  # count: where each routed call went, for the ledger
+        # queue: when the Router has no deployment free (all at their limits or cooling down), wait for one
+        # up to the call's timeout (a queue, not a failed attempt); else raise the Router's refusal at once
+        self.queue = queue
         self._routers: dict = {}  # config path -> litellm.Router
         self._configs: dict[str, dict] = {}  # config path -> the file as read
         self._groups: dict[str, frozenset[str]] = {}  # config path -> its model groups and aliases
@@ -68,13 +74,28 @@ class Routers:
             built = self._routers[path] = load_router(path, self.config(path), self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
-        deadline = DEADLINE.set(timeout)  # not the Router's: a deployment's own `timeout` would lose to it
-        try:
-            response = await built.acompletion(model=model, messages=messages, **params)
-        except Exception as exc:
-            raise _as_call_error(exc)  # the Router's exception stays its __context__
-        finally:
-            DEADLINE.reset(deadline)
+        waited, pause = 0.0, FIRST_PAUSE
+        while True:
+            call = _Routed(timeout)  # not passed to the Router: a deployment's own `timeout` would lose to it
+            token = ROUTED.set(call)
+            try:
+                response = await built.acompletion(model=model, messages=messages, **params)
+                break
+            except Exception as exc:
+                failure = _as_call_error(exc, model)  # the Router's exception stays its __context__
+                if not self.queue or call.sent or getattr(failure, "status_code", None) != 429:
+                    raise failure
+                if not isinstance(failure, CallError):  # nothing was sent: every deployment is busy or cooling
+                    failure = _refusal(failure, model)
+                if waited + pause > timeout:
+                    raise failure
+            finally:
+                ROUTED.reset(token)
+            if not waited:
+                self.count("routed calls that waited for a free deployment")
+            pause = min(2 * pause, retry_after(failure.headers) or MAX_PAUSE, MAX_PAUSE) * random.uniform(0.5, 1.0)
+            await asyncio.sleep(pause)
+            waited += pause
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
 
 
@@ -82,10 +103,19 @@ class RouterConfigError(Exception):
     """A router config file that cannot be read or is not a litellm Router config."""
 
 
-#: How long sbpc waits for the routed call in progress (the model block's `timeout`). The Router
-#: resolves its own (a deployment's `timeout`, then router_settings', then litellm's 6000 s) for the
-#: deployment it chose, and the request waits for the shorter of the two.
-DEADLINE: ContextVar[float] = ContextVar("sbpc_routed_deadline", default=600.0)
+@dataclass
+class _Routed:
+    """A routed call in progress: how long sbpc waits for it (the model block's `timeout`; the Router's
+    own for the deployment it chose, a deployment's `timeout` then router_settings', applies when
+    shorter), and how many requests the Router sent for it (none: it refused the call itself)."""
+    deadline: float
+    sent: int = 0
+
+
+ROUTED: ContextVar[_Routed] = ContextVar("sbpc_routed_call")
+#: Seconds between asking a Router that has no deployment free: doubling from the first, up to the most
+#: (the Router's own hint of how long, a cooldown's or a minute's rpm window, is often far too long).
+FIRST_PAUSE, MAX_PAUSE = 0.05, 1.0
 #: Where a Router's reply carries the `Reply` the fast path made of it (one parse, not two).
 REPLY = "sbpc_reply"
 #: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
@@ -174,6 +204,8 @@ def router_config(path: str) -> dict:
 
 #: Deployment settings the Router does arithmetic with (litellm checks only some of them itself).
 DEPLOYMENT_NUMBERS = ("rpm", "tpm", "weight", "max_parallel_requests", "timeout", "stream_timeout", *PRICES)
+#: ... and those of them at 0 would make a deployment that never takes a call.
+DEPLOYMENT_LIMITS = ("rpm", "tpm", "max_parallel_requests", "timeout", "stream_timeout")
 #: Router settings that are counts or seconds (litellm takes any value for these and fails, or
 #: silently does something else, on the first call).
 SETTING_NUMBERS = ("num_retries", "timeout", "stream_timeout", "cooldown_time", "allowed_fails", "retry_after",
@@ -200,6 +232,8 @@ def _shape_problem(config: dict) -> Optional[str]:
         for key in DEPLOYMENT_NUMBERS:
             if key in params and not _is_number(params[key]):
                 return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
+            if key in DEPLOYMENT_LIMITS and params.get(key) == 0:
+                return f"{where}: `{key}` must be more than 0"
     settings = config.get("router_settings") or {}
     if not isinstance(settings, dict):
         return "`router_settings` must be a mapping"
@@ -307,7 +341,9 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                 model, messages = request.pop("model"), request.pop("messages")
                 api_base, api_key, timeout, extra_headers = (
                     request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
-                timeout = kwargs["timeout"] = min(timeout or DEADLINE.get(), DEADLINE.get())
+                call = ROUTED.get(_Routed(600.0))  # 600: outside Routers.acompletion
+                call.sent += 1
+                timeout = kwargs["timeout"] = min(timeout or call.deadline, call.deadline)
                 price = [request.pop(key, None) for key in PRICES]
                 route = fast.route(model, api_base, api_key, request)
                 if not all(isinstance(p, (int, float, type(None))) for p in price):
@@ -335,19 +371,25 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
     return SendingHost()
 
 
-def _as_call_error(exc: Exception) -> Exception:
+def _as_call_error(exc: Exception, group: str) -> Exception:
     """What the Router raised, as the retry layer (llm.py, faults.py) judges failures: a malformed reply
-    as the BadReply it was; the Router's own "no deployments available" (every deployment cooling down,
-    or at its limits: a ValueError, not an API error) as a 429 to wait out for the cooldown's length."""
+    as the BadReply it was; the Router's own refusal when every deployment is cooling down (a ValueError,
+    not an API error) as a 429 to wait out for the cooldown."""
     if isinstance(exc.__cause__, BadReply):
         return exc.__cause__
     from litellm.types.router import RouterRateLimitError, RouterRateLimitErrorBasic
 
-    if isinstance(exc, (RouterRateLimitError, RouterRateLimitErrorBasic)):
-        wait = getattr(exc, "cooldown_time", None)
-        return CallError(first_line(str(exc).split(" Passed model=")[0]), 429,
-                         {"retry-after": str(wait)} if isinstance(wait, (int, float)) else None)
-    return exc
+    return _refusal(exc, group) if isinstance(exc, (RouterRateLimitError, RouterRateLimitErrorBasic)) else exc
+
+
+def _refusal(exc: Exception, group: str) -> CallError:
+    """The Router's refusal of a call it sent nowhere, as a 429 to wait out for as long as it says, in
+    words without its deployments' hash ids."""
+    wait = getattr(exc, "cooldown_time", None)
+    headers = ({"retry-after": str(wait)} if isinstance(wait, (int, float))
+               else dict(getattr(getattr(exc, "response", None), "headers", None) or {}))
+    return CallError(f"no deployment of model group '{group}' can take a call now (each is cooling down after "
+                     "failures, or at its rpm, tpm or max_parallel_requests)", 429, headers)
 
 
 def _as_litellm_error(exc: CallError | BadReply, model: str) -> Exception:

@@ -15,7 +15,7 @@ from fake_server import FakeServer
 from sembp_dsl import cli
 from sembp_dsl.cache import ResponseCache
 from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM
+from sembp_dsl.llm import LLM, CallFailed
 from test_llm import TOY
 
 KEY = "sk-hostile-secret-4242"
@@ -48,6 +48,8 @@ MALFORMED = {
                  "with a `model` string"),
     "a word for a weight": ({"model_list": [deployment(weight="heavy")]}, "`weight` must be a number"),
     "a negative rpm": ({"model_list": [deployment(rpm=-1)]}, "`rpm` must be a number"),
+    "max_parallel_requests at 0": ({"model_list": [deployment(max_parallel_requests=0)]},
+                                   "`max_parallel_requests` must be more than 0"),
     "a word for num_retries": ({"model_list": [deployment()], "router_settings": {"num_retries": "many"}},
                                "`num_retries` must be a number"),
     "a fallback to an unknown group": ({"model_list": [deployment()], "router_settings": {
@@ -93,7 +95,7 @@ def test_a_malformed_reply_behind_the_router_is_retried_and_never_cached(tmp_pat
 
 def test_every_deployment_cooling_down_is_waited_out_not_a_traceback(tmp_path):
     """When every deployment is cooling down the Router raises its own RouterRateLimitError (a ValueError,
-    not an API error): it is a 429 to wait out for the cooldown, then the call goes through."""
+    not an API error), which was a traceback: the call now waits out the cooldown, then goes through."""
     with FakeServer(reply="ok", failures=["429"]) as one, FakeServer(reply="ok", failures=["429"]) as two:
         path = write(tmp_path, {"model_list": [deployment(url=one.url), deployment(url=two.url)],
                                 "router_settings": {"cooldown_time": 0.5}})
@@ -101,7 +103,8 @@ def test_every_deployment_cooling_down_is_waited_out_not_a_traceback(tmp_path):
         start = time.perf_counter()
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
     assert time.perf_counter() - start >= 0.5  # the cooldown the Router asked for was waited out
-    assert one.requests + two.requests == 3 and llm.ledger.faults["429 Too Many Requests"] >= 3
+    assert one.requests + two.requests == 3 and llm.ledger.faults == {"429 Too Many Requests": 2}
+    assert llm.ledger.counters["routed calls that waited for a free deployment"] == 1
 
 
 def test_a_router_file_pointing_a_group_elsewhere_is_not_answered_from_the_cache(tmp_path):
@@ -144,3 +147,44 @@ def test_the_model_blocks_timeout_still_bounds_a_routed_call(tmp_path):
         llm = LLM(routed(path, timeout=0.3), timeout=30, backoff=0)
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
     assert llm.ledger.faults == {"Timeout": 1} and server.requests == 2
+
+
+def test_calls_wait_for_a_free_deployment_instead_of_failing(tmp_path):
+    """Every deployment at its limit (here max_parallel_requests: 1), the Router refuses a call before sending
+    it. Each refusal was a failed attempt: samples were lost once the retries ran out. Now the call waits for a
+    free deployment (up to its timeout) and no attempt fails."""
+    with FakeServer(reply="ok", delay=0.05) as one, FakeServer(reply="ok", delay=0.05) as two:
+        path = write(tmp_path, {"model_list": [deployment(url=s.url, max_parallel_requests=1) for s in (one, two)]})
+        llm = LLM(routed(path), retries=0, concurrency=16)
+
+        async def burst():
+            return await asyncio.gather(*(llm.complete("forward", f"prompt {i}") for i in range(12)))
+        assert [done.text for done in llm.run(burst())] == ["ok"] * 12
+    assert one.requests + two.requests == 12 and one.max_in_flight == two.max_in_flight == 1
+    assert llm.ledger.faults == {} and llm.ledger.counters["routed calls that waited for a free deployment"] > 0
+
+
+def test_a_router_that_never_frees_a_deployment_gives_up_at_the_timeout_saying_why(tmp_path):
+    with FakeServer(reply="ok", hang=True, hang_seconds=60) as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url, max_parallel_requests=1)]})
+        patient, impatient = (MappingProxyType({"router": path, "timeout": t}) for t in (60.0, 0.5))
+        llm = LLM({"backward": ModelSpec("backward", "pool", patient),
+                   "forward": ModelSpec("forward", "pool", impatient)}, retries=0)
+
+        async def go():
+            holder = asyncio.ensure_future(llm.complete("backward", "holds the only slot"))
+            for _ in range(1000):  # until its request is at the server (litellm is imported by then)
+                if server.in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            try:
+                with pytest.raises(CallFailed) as refused:
+                    await llm.complete("forward", "waits for it")
+            finally:
+                holder.cancel()
+                await asyncio.gather(holder, return_exceptions=True)
+            return str(refused.value)
+        message = llm.run(go())
+    assert server.requests == 1 and message.startswith("429 Too Many Requests from litellm router")
+    assert "no deployment of model group 'pool' can take a call now" in message
+    assert llm.ledger.counters["routed calls that waited for a free deployment"] == 1
