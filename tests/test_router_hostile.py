@@ -188,3 +188,31 @@ def test_a_router_that_never_frees_a_deployment_gives_up_at_the_timeout_saying_w
     assert server.requests == 1 and message.startswith("429 Too Many Requests from litellm router")
     assert "no deployment of model group 'pool' can take a call now" in message
     assert llm.ledger.counters["routed calls that waited for a free deployment"] == 1
+
+
+def test_cancelled_routed_calls_close_their_requests_and_leave_no_busy_deployment(tmp_path):
+    """Calls cancelled while their deployment hangs (asyncio.wait_for, Ctrl-C) close the request and give back
+    least-busy's in-flight counts: later calls still go to that deployment, not only to the other one."""
+    with FakeServer(reply="A", failures=["hang"] * 3, hang_seconds=60) as a, FakeServer(reply="B") as b:
+        path = write(tmp_path, {"model_list": [deployment(url=a.url), deployment(url=b.url)],
+                                "router_settings": {"routing_strategy": "least-busy"}})
+        llm = LLM(routed(path), concurrency=16)
+
+        async def go():
+            calls = asyncio.gather(*(llm.complete("forward", f"cancelled {i}") for i in range(6)))
+            for _ in range(1000):  # until a request hangs at A (litellm is imported by then)
+                if a.in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.1)
+            calls.cancel()
+            await asyncio.gather(calls, return_exceptions=True)
+            for _ in range(200):  # the server sees the connection close
+                if not a.in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            assert a.in_flight == 0 and a.requests >= 1
+            a.configure(failures=[])  # A answers from now on
+            return [(await llm.complete("forward", f"later {i}")).text for i in range(8)]
+        later = llm.run(go())
+    assert "A" in later, later  # a leaked in-flight count would send every later call to B
