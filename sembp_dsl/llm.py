@@ -157,7 +157,7 @@ class LLM:
         self.max_calls, self.max_cost = max_calls, max_cost
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
         self.transport = FastPath()
-        self.routers = Routers(self.transport, self.ledger.count, queue=True)  # litellm Routers (router = FILE)
+        self.routers = Routers(self.transport, self.ledger.count)  # litellm Routers (router = FILE)
         self._inflight: dict[str, _Shared] = {}
         self._rates: dict[tuple, RateLimit] = {}  # a model block's `rpm` / `tpm`, per model and endpoint
         self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"

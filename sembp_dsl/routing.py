@@ -29,11 +29,8 @@ from .transport import FastPath, Reply, from_litellm, import_litellm
 class Routers:
     """The litellm Routers of a session, one per config file, built on first use."""
 
-    def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None, queue: bool = False) -> None:
+    def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None) -> None:
         self.fast, self.count = fast, count  # count: where each routed call went, for the ledger
-        # queue: when the Router has no deployment free (all at their limits or cooling down), wait for one
-        # up to the call's timeout (a queue, not a failed attempt); else raise the Router's refusal at once
-        self.queue = queue
         self._routers: dict = {}  # config path -> litellm.Router
         self._configs: dict[str, dict] = {}  # config path -> the file as read
         self._groups: dict[str, frozenset[str]] = {}  # config path -> its model groups and aliases
@@ -83,9 +80,11 @@ class Routers:
                 break
             except Exception as exc:
                 failure = _as_call_error(exc, model)  # the Router's exception stays its __context__
-                if not self.queue or call.sent or getattr(failure, "status_code", None) != 429:
-                    raise failure
-                if not isinstance(failure, CallError):  # nothing was sent: every deployment is busy or cooling
+                if call.sent or getattr(failure, "status_code", None) != 429:
+                    raise failure  # a request went out and failed: the retry layer's to judge
+                # the Router sent nothing: every deployment is at its limits or cooling down. Wait for one,
+                # up to the call's timeout: a queue, not a failed attempt
+                if not isinstance(failure, CallError):
                     failure = _refusal(failure, model)
                 if waited + pause > timeout:
                     raise failure

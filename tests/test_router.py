@@ -217,7 +217,9 @@ def test_a_routed_deployment_without_a_key_is_a_key_error(tmp_path, monkeypatch)
 
 def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tmp_path):
     """The Router counts its deployments' requests itself, whoever sends them: with `rpm: 5` in the router file
-    (usage-based routing), the sixth call in the minute is refused before it is sent."""
+    (usage-based routing), a call past the minute's allowance is never sent; it waits for a free deployment
+    up to its timeout, then fails as a 429 that says why."""
+    from sembp_dsl.faults import CallError
     from sembp_dsl.routing import Routers
     from sembp_dsl.transport import FastPath
 
@@ -234,15 +236,16 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
             outcomes = []
             for i in range(8):
                 try:
-                    await routers.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path))
+                    await routers.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path),
+                                              timeout=0.3)
                     outcomes.append("ok")
-                except Exception as exc:
-                    outcomes.append(type(exc).__name__)
+                except CallError as exc:
+                    outcomes.append((exc.status_code, "no deployment" in exc.message))
             await fast.aclose()
             return outcomes
         outcomes = asyncio.run(go())
     assert 0 < server.requests <= 5 and outcomes.count("ok") == server.requests
-    assert set(outcomes[server.requests:]) == {"RateLimitError"}
+    assert set(outcomes[server.requests:]) == {(429, True)}
 
 
 def test_the_plan_bounds_a_routed_models_cost_by_its_dearest_deployment(tmp_path):
