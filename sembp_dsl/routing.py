@@ -315,8 +315,12 @@ def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optio
         return None
     costs = []
     for deployment in deployments:
-        model = deployment["litellm_params"]["model"]
-        costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
+        params = deployment["litellm_params"]
+        if any(key in params for key in PRICES):  # its own prices, as litellm would charge them
+            costs.append(prompt_tokens * (params.get(PRICES[0]) or 0.0) + completion_tokens * (params.get(PRICES[1]) or 0.0))
+        else:
+            model = params["model"]
+            costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
     return None if None in costs else max(costs)
 
 

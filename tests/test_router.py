@@ -258,6 +258,9 @@ def test_the_plan_bounds_a_routed_models_cost_by_its_dearest_deployment(tmp_path
     assert llm.price("forward", 1000, 100) == dearest > prices.cost("openai/gpt-4o-mini", 1000, 100)
     path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/my-llama"}}]}))
     assert llm.price("forward", 1000, 100) is None  # a deployment without a price: no bound
+    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
+        "model": "openai/my-llama", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}]}))
+    assert llm.price("forward", 1000, 100) == pytest.approx(1000 * 1e-6 + 100 * 2e-6)  # its own prices
 
 
 def test_a_routed_predictions_cost_is_what_its_calls_cost(tmp_path):
