@@ -19,6 +19,7 @@ import random
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
+from urllib.parse import urlsplit
 
 from . import embedded, prices
 from .diagnostics import one_of
@@ -228,6 +229,9 @@ def _shape_problem(config: dict) -> Optional[str]:
         for key in ("api_base", "api_key"):
             if key in params and not isinstance(params[key], (str, type(None))):
                 return f"{where}: `{key}` must be a string"  # never quoted: it may be a key
+        base = params.get("api_base")
+        if isinstance(base, str) and not base.startswith("os.environ/") and not _is_url(base):
+            return f"{where}: `api_base` must be an http(s) URL such as http://host:8000/v1"
         for key in DEPLOYMENT_NUMBERS:
             if key in params and not _is_number(params[key]):
                 return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
@@ -266,6 +270,15 @@ def _shape_problem(config: dict) -> Optional[str]:
     if default is not None and not (isinstance(default, list) and all(t in known for t in default)):
         return "router_settings: `default_fallbacks` must be a list of this file's model groups"
     return None
+
+
+def _is_url(text: str) -> bool:
+    """An address a request can go to: http(s), with a host (never quoted: it may hold credentials)."""
+    try:
+        parts = urlsplit(text)
+        return parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        return False
 
 
 def _is_number(value: Any) -> bool:

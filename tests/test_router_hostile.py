@@ -61,6 +61,7 @@ MALFORMED = {
     "an alias as a mapping without hidden": ({"model_list": [deployment("main")], "router_settings": {
         "model_group_alias": {"pool": {"model": "main"}}}}, "model_group_alias 'pool': must name a model group"),
     "a number for a key": ({"model_list": [deployment(api_key=12345678)]}, "`api_key` must be a string"),
+    "an address that is no URL": ({"model_list": [deployment(url="localhost:8000")]}, "`api_base` must be an http(s) URL"),
 }
 
 
@@ -216,3 +217,11 @@ def test_cancelled_routed_calls_close_their_requests_and_leave_no_busy_deploymen
             return [(await llm.complete("forward", f"later {i}")).text for i in range(8)]
         later = llm.run(go())
     assert "A" in later, later  # a leaked in-flight count would send every later call to B
+
+
+def test_an_address_read_from_the_environment_is_left_to_litellm(tmp_path):
+    """litellm reads `api_base: os.environ/NAME` itself: the shape check must not take it for a bad URL."""
+    from sembp_dsl.routing import router_config
+
+    path = write(tmp_path, {"model_list": [deployment(url="os.environ/POOL_API_BASE")]})
+    assert router_config(path)["model_list"][0]["litellm_params"]["api_base"] == "os.environ/POOL_API_BASE"
