@@ -30,7 +30,7 @@ from .diagnostics import Option, OptionError, option, worded
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
 from .graph import ModelSpec
 from .limits import RateLimit
-from .routing import RouterConfigError, Routers, router_price
+from .routing import RouterConfigError, Routers
 from .transport import FastPath, Reply
 
 T = TypeVar("T")
@@ -200,7 +200,7 @@ class LLM:
         """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
         spec = self.model(role)
         if spec.settings.get("router"):  # a model group: bounded by the file's dearest deployment
-            return router_price(spec.settings["router"], prompt_tokens, completion_tokens)
+            return self.routers.price(spec.settings["router"], prompt_tokens, completion_tokens)
         return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
     async def complete(self, role: str, prompt: str) -> Completion:

@@ -62,6 +62,24 @@ class Routers:
         aliases = json.dumps((config.get("router_settings") or {}).get("model_group_alias"), sort_keys=True, default=str)
         return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
 
+    def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:
+        """The most these tokens can cost through a router file: on its dearest deployment, since any
+        group may be another's fallback. None when a deployment has no price or the file is unreadable."""
+        try:
+            deployments = self.config(path)["model_list"]
+        except RouterConfigError:
+            return None
+        costs = []
+        for deployment in deployments:
+            params = deployment["litellm_params"]
+            if any(key in params for key in PRICES):  # its own prices, as litellm would charge them
+                costs.append(prompt_tokens * (params.get(PRICES[0]) or 0.0)
+                             + completion_tokens * (params.get(PRICES[1]) or 0.0))
+            else:
+                model = params["model"]
+                costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
+        return None if None in costs else max(costs)
+
     async def acompletion(self, model: str, messages: list, *, router: str, timeout: float = 600.0,
                           api_base: Optional[str] = None, api_key: Optional[str] = None,
                           **params: Any) -> Reply:
@@ -317,24 +335,6 @@ def router_secrets(config: dict) -> tuple[str, ...]:
         if key:
             keys.append(os.environ.get(key.removeprefix("os.environ/"), "") if key.startswith("os.environ/") else key)
     return tuple(key for key in keys if key)
-
-
-def router_price(path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:
-    """The most these tokens can cost through a router file: on its dearest deployment, since any
-    group may be another's fallback. None when a deployment has no price or the file is unreadable."""
-    try:
-        deployments = router_config(path)["model_list"]
-    except RouterConfigError:
-        return None
-    costs = []
-    for deployment in deployments:
-        params = deployment["litellm_params"]
-        if any(key in params for key in PRICES):  # its own prices, as litellm would charge them
-            costs.append(prompt_tokens * (params.get(PRICES[0]) or 0.0) + completion_tokens * (params.get(PRICES[1]) or 0.0))
-        else:
-            model = params["model"]
-            costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
-    return None if None in costs else max(costs)
 
 
 def _sending_host(fast: FastPath, count: Callable[[str], None]):

@@ -249,18 +249,18 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
 
 
 def test_the_plan_bounds_a_routed_models_cost_by_its_dearest_deployment(tmp_path):
-    path = tmp_path / "router.yaml"
-    deployments = {"pool": "openai/gpt-4o-mini", "backup": "openai/gpt-4o"}
-    path.write_text(yaml.safe_dump({"model_list": [{"model_name": group, "litellm_params": {"model": model}}
-                                                   for group, model in deployments.items()]}))
-    llm = LLM(routed(str(path)))
-    dearest = max(prices.cost(model, 1000, 100) for model in deployments.values())
-    assert llm.price("forward", 1000, 100) == dearest > prices.cost("openai/gpt-4o-mini", 1000, 100)
-    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/my-llama"}}]}))
-    assert llm.price("forward", 1000, 100) is None  # a deployment without a price: no bound
-    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
-        "model": "openai/my-llama", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}}]}))
-    assert llm.price("forward", 1000, 100) == pytest.approx(1000 * 1e-6 + 100 * 2e-6)  # its own prices
+    def price(deployments: list[dict]) -> float | None:  # a new session per file: a session reads it once
+        path = tmp_path / f"router-{len(list(tmp_path.iterdir()))}.yaml"
+        path.write_text(yaml.safe_dump({"model_list": [{"model_name": d.pop("group", "pool"), "litellm_params": d}
+                                                       for d in deployments]}))
+        return LLM(routed(str(path))).price("forward", 1000, 100)
+
+    dearest = max(prices.cost(model, 1000, 100) for model in ("openai/gpt-4o-mini", "openai/gpt-4o"))
+    assert price([{"model": "openai/gpt-4o-mini"}, {"model": "openai/gpt-4o", "group": "backup"}]) == dearest
+    assert dearest > prices.cost("openai/gpt-4o-mini", 1000, 100)
+    assert price([{"model": "openai/my-llama"}]) is None  # a deployment without a price: no bound
+    own = {"model": "openai/my-llama", "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    assert price([own]) == pytest.approx(1000 * 1e-6 + 100 * 2e-6)  # its own prices
 
 
 def test_a_routed_predictions_cost_is_what_its_calls_cost(tmp_path):
