@@ -35,6 +35,7 @@ class Routers:
         self._routers: dict = {}  # config path -> litellm.Router
         self._configs: dict[str, dict] = {}  # config path -> the file as read
         self._groups: dict[str, frozenset[str]] = {}  # config path -> its model groups and aliases
+        self._fingerprints: dict[str, str] = {}  # config path -> what it routes to, for the cache key
         self.secrets: dict[str, tuple[str, ...]] = {}  # config path -> the API keys it holds
 
     def config(self, path: str) -> dict:
@@ -50,17 +51,14 @@ class Routers:
     def fingerprint(self, path: str) -> Optional[str]:
         """What answers a call through this file, for the cache key: its deployments and aliases, less keys,
         limits and prices (a file that points a group at another model or server is not answered from the
-        cache). None when the file cannot be read: the call says why."""
-        try:
-            config = self.config(path)
-        except RouterConfigError:
-            return None
-        deployments = sorted(json.dumps({"model_name": d["model_name"], **{
-            key: redact(value) if key == "api_base" and isinstance(value, str) else value
-            for key, value in d["litellm_params"].items() if key not in NOT_ANSWERS}}, sort_keys=True, default=str)
-            for d in config["model_list"])
-        aliases = json.dumps((config.get("router_settings") or {}).get("model_group_alias"), sort_keys=True, default=str)
-        return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
+        cache). None when the file cannot be read: the call says why. Computed once a session (every call
+        asks)."""
+        if path not in self._fingerprints:
+            try:
+                self._fingerprints[path] = _fingerprint(self.config(path))
+            except RouterConfigError:
+                return None
+        return self._fingerprints[path]
 
     def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:
         """The most these tokens can cost through a router file: on its dearest deployment, since any
@@ -115,6 +113,15 @@ class Routers:
             await asyncio.sleep(pause)
             waited += pause
         return response._hidden_params.get(REPLY) or from_litellm(response, response.model or model)
+
+
+def _fingerprint(config: dict) -> str:
+    deployments = sorted(json.dumps({"model_name": d["model_name"], **{
+        key: redact(value) if key == "api_base" and isinstance(value, str) else value
+        for key, value in d["litellm_params"].items() if key not in NOT_ANSWERS}}, sort_keys=True, default=str)
+        for d in config["model_list"])
+    aliases = json.dumps((config.get("router_settings") or {}).get("model_group_alias"), sort_keys=True, default=str)
+    return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
 
 
 class RouterConfigError(Exception):
