@@ -146,8 +146,6 @@ def first_json(text: str):
     return None
 
 
-
-
 async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
     try:
         prompt = node.render(values, graph.prompts)
