@@ -17,8 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from sembp_dsl.graph import build
-from sembp_dsl.parser import parse
+from sembp_dsl.language.graph import build
+from sembp_dsl.language.parser import parse
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_server import spawn  # noqa: E402
 
 from sembp_dsl import datasets  # noqa: E402
-from sembp_dsl.cache import ResponseCache  # noqa: E402
-from sembp_dsl.evaluate import evaluate  # noqa: E402
-from sembp_dsl.graph import build  # noqa: E402
-from sembp_dsl.llm import LLM  # noqa: E402
-from sembp_dsl.source import parse_text  # noqa: E402
-from sembp_dsl.transport import from_litellm  # noqa: E402
+from sembp_dsl.models.cache import ResponseCache  # noqa: E402
+from sembp_dsl.runtime.evaluate import evaluate  # noqa: E402
+from sembp_dsl.language.graph import build  # noqa: E402
+from sembp_dsl.models.llm import LLM  # noqa: E402
+from sembp_dsl.language.source import parse_text  # noqa: E402
+from sembp_dsl.models.transport import from_litellm  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai/gpt-4o-mini"  # in litellm's price table, so cost is computed on every path

@@ -17,11 +17,11 @@ from pathlib import Path
 
 CHILD = """
 import json, resource, sys, time
-from sembp_dsl.checker import check
-from sembp_dsl.source import compile_file, load
+from sembp_dsl.language.checker import check
+from sembp_dsl.language.source import compile_file, load
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
-from sembp_dsl.diagnostics import PipelineError
+from sembp_dsl.language.diagnostics import PipelineError
 try:
     check(load(sys.argv[1])) if sys.argv[2] == "check" else compile_file(sys.argv[1])
 except PipelineError as exc:

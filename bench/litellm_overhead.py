@@ -43,11 +43,11 @@ Method
 
 The fast path
 -------------
-``FastPath`` (sembp_dsl/transport.py) is the recipe for the LLM layer: for
+``FastPath`` (sembp_dsl/models/transport.py) is the recipe for the LLM layer: for
 ``openai/`` models on any OpenAI-compatible server it sends the request body
 litellm itself would send (the OpenAI passthrough) over a shared aiohttp
 session, without importing litellm, prices it from litellm's packaged price
-table (sembp_dsl/prices.py), names HTTP errors as ``litellm.exception_type``
+table (sembp_dsl/models/prices.py), names HTTP errors as ``litellm.exception_type``
 does, and returns a ``Reply`` (text, tokens, cost). Everything else (other
 providers, streaming, unknown params) falls back to
 ``litellm.acompletion(..., max_retries=0)``.
@@ -91,7 +91,7 @@ def messages_for(i: int) -> list:
 # The fast path (recipe for the LLM layer)
 # ==========================================================================
 
-from sembp_dsl.transport import FastPath  # noqa: E402  (the product's own call path)
+from sembp_dsl.models.transport import FastPath  # noqa: E402  (the product's own call path)
 
 
 # ==========================================================================

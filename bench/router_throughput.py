@@ -31,8 +31,8 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
 from sembp_dsl import routing  # noqa: E402
-from sembp_dsl.graph import ModelSpec  # noqa: E402
-from sembp_dsl.llm import LLM  # noqa: E402
+from sembp_dsl.language.graph import ModelSpec  # noqa: E402
+from sembp_dsl.models.llm import LLM  # noqa: E402
 
 SENDS = routing._sending_host
 

@@ -21,19 +21,19 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
 
-from . import datasets
-from .checker import BOUNDS, OPTIMIZE_SETTINGS
-from .cache import ResponseCache
-from .datasets import DataError, Sample, Splits, as_text, from_records
-from .diagnostics import PipelineError, did_you_mean
-from .evaluate import Evaluation, Result, check_answers, evaluate, metric_for
-from .graph import MODEL_ROLES, Graph, ModelSpec
-from .llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
-from .optimize import Optimizer, Outcome, Plan, plan
-from .record import RunRecord, Settings
-from .runtime import Trace, run
-from .source import compile_file
-from .writeback import WriteBack, rewrite, unified_diff
+from .runtime import datasets
+from .language.checker import BOUNDS, OPTIMIZE_SETTINGS
+from .models.cache import ResponseCache
+from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
+from .language.diagnostics import PipelineError, did_you_mean
+from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
+from .language.graph import MODEL_ROLES, Graph, ModelSpec
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
+from .learning.optimize import Optimizer, Outcome, Plan, plan
+from .records.record import RunRecord, Settings
+from .runtime.forward import Trace, run
+from .language.source import compile_file
+from .language.writeback import WriteBack, rewrite, unified_diff
 
 __all__ = [
     "BudgetExceeded", "CallFailed", "DataError", "Evaluation", "LLMError", "Optimized", "Pipeline", "PipelineError",

@@ -19,11 +19,11 @@ from typing import Callable, Mapping, Sequence
 
 from typing import TYPE_CHECKING
 
-from .checker import BOUNDS
-from .datasets import Dataset, make_splits
-from .graph import Graph
-from .record import Settings
-from .stats import t_interval
+from .language.checker import BOUNDS
+from .runtime.datasets import Dataset, make_splits
+from .language.graph import Graph
+from .records.record import Settings
+from .learning.stats import t_interval
 
 if TYPE_CHECKING:
     from .api import Pipeline
@@ -286,7 +286,7 @@ def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
 def html(results: Sequence[RowResult], experiment: Experiment) -> str:
     from html import escape
 
-    from .report import page, plot_intervals, table
+    from .records.report import page, plot_intervals, table
 
     labels = [r.row.label for r in results]
     accuracy = [r.accuracy() for r in results]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.datasets import anchor_data_dir
+from sembp_dsl.runtime.datasets import anchor_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))  # the fake OpenAI-compatible server lives with the benchmarks

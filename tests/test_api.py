@@ -193,7 +193,7 @@ def test_method_settings_are_checked_like_the_optimize_block(triage, fake_llm, t
 
 
 def test_examples_may_mix_samples_and_dicts(triage):
-    from sembp_dsl.datasets import Sample
+    from sembp_dsl.runtime.datasets import Sample
 
     train = [Sample("mine/0", {"ticket": "it crashes"}, "Yes"), {"ticket": "looks odd", "answer": "No"}]
     assert triage.plan(train, train, iters=1).render().startswith("plan: at most")
@@ -299,7 +299,7 @@ def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_l
 def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, tmp_path, fake_llm):
     from dataclasses import replace
 
-    from sembp_dsl.record import RunRecord
+    from sembp_dsl.records.record import RunRecord
 
     examples = [{"ticket": "it crashes", "answer": "Yes"}] * 2
     (tmp_path / "runs").write_text("")

@@ -9,7 +9,7 @@ import pytest
 
 from sembp_dsl import cli
 from sembp_dsl.compare import Row, RowResult, SeedResult, make_rows
-from sembp_dsl.stats import t975, t_interval
+from sembp_dsl.learning.stats import t975, t_interval
 from test_optimize import TOY, data, write
 
 
@@ -131,7 +131,9 @@ def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, fl
 
 
 def test_every_phase_of_every_optimize_reports_progress(setup):
-    from sembp_dsl import api, compare as comparing, datasets
+    from sembp_dsl import api
+    from sembp_dsl import compare as comparing
+    from sembp_dsl.runtime import datasets
 
     path, dataset = setup
     phases, finished = [], []
@@ -174,7 +176,7 @@ def test_only_each_on_one_trainable_param_is_refused_and_all_named_is_all(setup)
     from dataclasses import replace
 
     from sembp_dsl import compare
-    from sembp_dsl.source import compile_file
+    from sembp_dsl.language.source import compile_file
 
     graph = compile_file(str(setup[0]))
     assert len(graph.trainable) > 1

@@ -7,9 +7,9 @@ import time
 import pytest
 from compile_scaling import node_product  # bench/, on the path through conftest
 
-from sembp_dsl.diagnostics import PipelineError
-from sembp_dsl.graph import build
-from sembp_dsl.parser import parse
+from sembp_dsl.language.diagnostics import PipelineError
+from sembp_dsl.language.graph import build
+from sembp_dsl.language.parser import parse
 
 
 def fastest(pipeline, runs: int) -> float:

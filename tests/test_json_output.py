@@ -11,7 +11,7 @@ import pytest
 
 from conftest import ECHO, with_fake_model
 from sembp_dsl import cli
-from sembp_dsl.diagnostics import INVISIBLE
+from sembp_dsl.language.diagnostics import INVISIBLE
 
 HOSTILE = "café \x7f \x9b31m red \u202eevil\u202c \u200bhidden"
 

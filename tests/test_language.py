@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from sembp_dsl import cli
-from sembp_dsl.diagnostics import PipelineError
-from sembp_dsl.emit import EMITTERS
-from sembp_dsl.parser import parse
-from sembp_dsl.source import compile_file, load
+from sembp_dsl.language.diagnostics import PipelineError
+from sembp_dsl.language.emit import EMITTERS
+from sembp_dsl.language.parser import parse
+from sembp_dsl.language.source import compile_file, load
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = sorted(str(p) for p in (ROOT / "pipelines").iterdir() if p.suffix in (".sbp", ".yaml"))
@@ -293,7 +293,7 @@ def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
 
 
 def test_json_output_type_and_its_default_metric(tmp_path):
-    from sembp_dsl.runtime import parse_reply
+    from sembp_dsl.runtime.forward import parse_reply
 
     path = tmp_path / "j.sbp"
     path.write_text(HEADER + 'node facts: json { parse = tag }\nq -> facts\noutput facts\n')

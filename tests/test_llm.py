@@ -15,9 +15,9 @@ import pytest
 from conftest import ROOT, with_fake_model
 from fake_server import HANG, FakeServer
 from sembp_dsl import cli
-from sembp_dsl.cache import ResponseCache, default_path
-from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, BudgetExceeded, CallFailed, LLMError
+from sembp_dsl.models.cache import ResponseCache, default_path
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.llm import LLM, BudgetExceeded, CallFailed, LLMError
 
 
 def models(url: str, **settings) -> dict[str, ModelSpec]:
@@ -88,8 +88,8 @@ def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
             import sys
             sys.path.insert(0, {str(ROOT / 'tests')!r}); sys.path.insert(0, {str(ROOT / 'bench')!r})
             from test_llm import models
-            from sembp_dsl.llm import LLM
-            from sembp_dsl.cache import ResponseCache
+            from sembp_dsl.models.llm import LLM
+            from sembp_dsl.models.cache import ResponseCache
             llm = LLM(models({server.url!r}), cache=ResponseCache())
             print(llm.run(llm.complete("forward", sys.argv[1])).text)
         """)
@@ -142,7 +142,7 @@ def test_parse_failures_are_recorded_and_scored_wrong(tmp_path, fake_llm, script
 
 
 def test_no_model_configured_says_how_to_choose(tmp_path, capsys, monkeypatch):
-    from sembp_dsl import embedded
+    from sembp_dsl.models import embedded
 
     monkeypatch.setattr(embedded, "available", lambda: False)
     path = tmp_path / "toy.sbp"
@@ -166,8 +166,8 @@ def test_ledger_prices_known_models_and_counts_unknown_ones():
 
 
 def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
-    from sembp_dsl.runtime import run
-    from sembp_dsl.source import compile_file
+    from sembp_dsl.runtime.forward import run
+    from sembp_dsl.language.source import compile_file
 
     path = tmp_path / "chain.sbp"
     path.write_text('pipeline c\ninput q: text\nnode a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n')

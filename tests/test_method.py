@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import ROOT
-from sembp_dsl.backward import backward, hint_lines
-from sembp_dsl.descent import examples_for, extract, validate
-from sembp_dsl.llm import LLM
-from sembp_dsl.runtime import run
-from sembp_dsl.source import compile_file, load
-from sembp_dsl.stats import gate_passes, sign_test, wins_needed
+from sembp_dsl.learning.backward import backward, hint_lines
+from sembp_dsl.learning.descent import examples_for, extract, validate
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import run
+from sembp_dsl.language.source import compile_file, load
+from sembp_dsl.learning.stats import gate_passes, sign_test, wins_needed
 from test_optimize import TOY, data, optimize, trace_and_llm, write
 
 FAN = textwrap.dedent('''\
@@ -265,10 +265,10 @@ def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path
 def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
     from fake_server import FakeServer
 
-    from sembp_dsl.evaluate import evaluate
-    from sembp_dsl.optimize import Optimizer
-    from sembp_dsl.record import RunRecord, Settings
-    from sembp_dsl.datasets import load as load_data
+    from sembp_dsl.runtime.evaluate import evaluate
+    from sembp_dsl.learning.optimize import Optimizer
+    from sembp_dsl.records.record import RunRecord, Settings
+    from sembp_dsl.runtime.datasets import load as load_data
 
     with FakeServer(reply=script, failures=[500, 500]) as server:
         path = write(tmp_path, "toy.sbp", TOY, server.url)
@@ -324,9 +324,9 @@ def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fak
 
 
 def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
-    from sembp_dsl.datasets import load as load_data
-    from sembp_dsl.optimize import Optimizer
-    from sembp_dsl.record import RunRecord, Settings
+    from sembp_dsl.runtime.datasets import load as load_data
+    from sembp_dsl.learning.optimize import Optimizer
+    from sembp_dsl.records.record import RunRecord, Settings
 
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
     llm = LLM(graph.models)

@@ -16,12 +16,12 @@ import pytest
 
 from conftest import ROOT, with_fake_model
 from sembp_dsl import cli
-from sembp_dsl.backward import backward, backward_calls
-from sembp_dsl.descent import validate
-from sembp_dsl.llm import LLM
-from sembp_dsl.runtime import run
-from sembp_dsl.source import compile_file, load, parse_text
-from sembp_dsl.writeback import rewrite, save
+from sembp_dsl.learning.backward import backward, backward_calls
+from sembp_dsl.learning.descent import validate
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import run
+from sembp_dsl.language.source import compile_file, load, parse_text
+from sembp_dsl.language.writeback import rewrite, save
 
 TOY = textwrap.dedent('''\
     # A toy pipeline: two analysts feed a judge.
@@ -335,7 +335,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
 
 
 def test_write_back_moves_beside_a_file_edited_during_the_run(tmp_path):
-    from sembp_dsl.writeback import WriteBack
+    from sembp_dsl.language.writeback import WriteBack
 
     path = tmp_path / "toy.sbp"
     path.write_text(TOY)

@@ -9,8 +9,10 @@ import json
 import pytest
 
 import sembp_dsl as sbp
-from sembp_dsl import cli, embedded, faults
-from sembp_dsl.cache import CacheError
+from sembp_dsl import cli
+from sembp_dsl.models import embedded
+from sembp_dsl.models import faults
+from sembp_dsl.models.cache import CacheError
 from conftest import TRIAGE
 
 

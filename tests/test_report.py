@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from sembp_dsl import cli
-from sembp_dsl.report import CSS
+from sembp_dsl.records.report import CSS
 from test_optimize import TOY, data, write
 
 HOSTILE = '</div><script>alert("x")</script><img src=x onerror=alert(1)> <style>body{display:none}</style> $x^2$ &amp;'

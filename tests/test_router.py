@@ -13,9 +13,11 @@ import pytest
 import yaml
 
 from fake_server import FakeServer, refused_url, spawn
-from sembp_dsl import cli, limits, prices
-from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, CallFailed, LLMError
+from sembp_dsl import cli
+from sembp_dsl.models import limits
+from sembp_dsl.models import prices
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 from test_llm import TOY
 
 
@@ -148,7 +150,7 @@ def test_rate_limits_wait_for_the_window(monkeypatch):
 def test_routed_calls_are_sent_by_the_fast_path_and_keep_price_and_cut_offs(tmp_path, monkeypatch):
     """The Router chooses; an OpenAI-compatible deployment's request goes out on the fast path (litellm's own
     call costs 6 ms of CPU against 0.4), priced from litellm's table, a cut-off reply still marked as one."""
-    from sembp_dsl import transport
+    from sembp_dsl.models import transport
 
     litellm = transport.import_litellm()
 
@@ -219,9 +221,9 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
     """The Router counts its deployments' requests itself, whoever sends them: with `rpm: 5` in the router file
     (usage-based routing), a call past the minute's allowance is never sent; it waits for a free deployment
     up to its timeout, then fails as a 429 that says why."""
-    from sembp_dsl.faults import CallError
-    from sembp_dsl.routing import Routers
-    from sembp_dsl.transport import FastPath
+    from sembp_dsl.models.faults import CallError
+    from sembp_dsl.models.routing import Routers
+    from sembp_dsl.models.transport import FastPath
 
     with FakeServer(reply="ok") as server:
         path = tmp_path / "router.yaml"
@@ -328,7 +330,7 @@ def test_a_model_group_the_router_file_lacks_stops_at_once_with_a_did_you_mean(t
 def test_a_deployment_with_limits_weight_and_prices_of_its_own_is_still_sent_by_the_fast_path(tmp_path, monkeypatch):
     """rpm, tpm, weight and max_parallel_requests are the Router's to keep; input/output_cost_per_token price
     the reply as litellm would. None of them sends the call the slow way."""
-    from sembp_dsl import transport
+    from sembp_dsl.models import transport
 
     litellm = transport.import_litellm()
 

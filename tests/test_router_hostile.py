@@ -13,9 +13,9 @@ import yaml
 
 from fake_server import FakeServer
 from sembp_dsl import cli
-from sembp_dsl.cache import ResponseCache
-from sembp_dsl.graph import ModelSpec
-from sembp_dsl.llm import LLM, CallFailed
+from sembp_dsl.models.cache import ResponseCache
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.llm import LLM, CallFailed
 from test_llm import TOY
 
 KEY = "sk-hostile-secret-4242"
@@ -129,7 +129,7 @@ def test_a_router_files_own_timeout_cuts_a_hanging_deployment_short(tmp_path, wh
     """sbpc passed its own timeout (the model block's, 120 s by default) to every routed call, which beats
     a deployment's or router_settings' `timeout` in litellm: a hanging deployment was waited on that long.
     The shorter of the two now applies."""
-    from sembp_dsl.transport import import_litellm
+    from sembp_dsl.models.transport import import_litellm
 
     import_litellm()  # not timed
     with FakeServer(reply="ok", failures=["hang"], hang_seconds=60) as server:
@@ -221,7 +221,7 @@ def test_cancelled_routed_calls_close_their_requests_and_leave_no_busy_deploymen
 
 def test_an_address_read_from_the_environment_is_left_to_litellm(tmp_path):
     """litellm reads `api_base: os.environ/NAME` itself: the shape check must not take it for a bad URL."""
-    from sembp_dsl.routing import router_config
+    from sembp_dsl.models.routing import router_config
 
     path = write(tmp_path, {"model_list": [deployment(url="os.environ/POOL_API_BASE")]})
     assert router_config(path)["model_list"][0]["litellm_params"]["api_base"] == "os.environ/POOL_API_BASE"

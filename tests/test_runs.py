@@ -7,7 +7,7 @@ import json
 import pytest
 
 from sembp_dsl import cli
-from sembp_dsl.runs import plain_word_diff, resolve, RunsError
+from sembp_dsl.records.runs import plain_word_diff, resolve, RunsError
 from test_optimize import TOY, data, write
 
 

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from conftest import ROOT, with_fake_model
 from test_optimize import TOY
 from sembp_dsl import cli
-from sembp_dsl.diagnostics import bad_characters
-from sembp_dsl.source import load, parse_text
-from sembp_dsl.writeback import WriteBack, rewrite
+from sembp_dsl.language.diagnostics import bad_characters
+from sembp_dsl.language.source import load, parse_text
+from sembp_dsl.language.writeback import WriteBack, rewrite
 
 def copy_of(tmp_path: Path, name: str, transform=lambda text: text, bom: bool = False) -> Path:
     path = tmp_path / name
@@ -92,7 +92,7 @@ def test_out_and_the_beside_file_keep_the_source_mode(tmp_path):
 
 
 def test_a_new_file_with_no_source_to_copy_takes_the_umask_not_0600(tmp_path):
-    from sembp_dsl.writeback import atomic_write
+    from sembp_dsl.language.writeback import atomic_write
 
     old = os.umask(0o022)
     try:

@@ -16,10 +16,10 @@ from typing import Mapping
 
 from jinja2 import TemplateError
 
-from .faults import Failure
-from .graph import Graph, GraphNode
-from .llm import LLM, CallFailed
-from .metrics import parse_number
+from ..models.faults import Failure
+from ..language.graph import Graph, GraphNode
+from ..models.llm import LLM, CallFailed
+from ..language.metrics import parse_number
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"

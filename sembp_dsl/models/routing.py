@@ -22,7 +22,7 @@ from typing import Any, Callable, Optional
 from urllib.parse import urlsplit
 
 from . import embedded, prices
-from .diagnostics import one_of
+from ..language.diagnostics import one_of
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
 from .transport import FastPath, Reply, from_litellm, import_litellm
 

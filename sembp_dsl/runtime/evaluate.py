@@ -10,11 +10,11 @@ from types import MappingProxyType
 from typing import Callable, Mapping, Sequence
 
 from .datasets import DataError, Sample
-from .diagnostics import Option, did_you_mean
-from .graph import Graph, GraphNode
-from .llm import LLM, BudgetExceeded
-from .metrics import parse_number, score
-from .runtime import Trace, run
+from ..language.diagnostics import Option, did_you_mean
+from ..language.graph import Graph, GraphNode
+from ..models.llm import LLM, BudgetExceeded
+from ..language.metrics import parse_number, score
+from .forward import Trace, run
 
 Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
 

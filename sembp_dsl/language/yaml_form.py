@@ -24,7 +24,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def schema_text() -> str:
     """The shipped JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
-    return resources.files("sembp_dsl").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8")
+    return resources.files("sembp_dsl.language").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8")
 
 
 @lru_cache(maxsize=None)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .diagnostics import visible
-from .graph import DEFAULT_OPTIMIZE
+from ..language.diagnostics import visible
+from ..language.graph import DEFAULT_OPTIMIZE
 from .record import RecordError, RunRecord
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -294,8 +294,8 @@ def _indent(text: str, prefix: str) -> str:
 
 def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
     """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice)."""
-    from .source import load
-    from .writeback import WriteBack, WriteBackError, rewrite, unified_diff
+    from ..language.source import load
+    from ..language.writeback import WriteBack, WriteBackError, rewrite, unified_diff
 
     prompts = run.prompts_at(k)
     pipeline = load(file)
@@ -314,9 +314,9 @@ def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
 
 def final_diff(run: Run) -> str | None:
     """The source file's diff from the run's initial to its final prompts, if the file is still there to render it."""
-    from .diagnostics import PipelineError
-    from .source import load
-    from .writeback import WriteBackError, rewrite, unified_diff
+    from ..language.diagnostics import PipelineError
+    from ..language.source import load
+    from ..language.writeback import WriteBackError, rewrite, unified_diff
 
     file = run.settings.get("file")
     try:

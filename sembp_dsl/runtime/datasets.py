@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .diagnostics import Option, OptionError, did_you_mean
+from ..language.diagnostics import Option, OptionError, did_you_mean
 
 __all__ = [
     "DATA_DIR_ENV",

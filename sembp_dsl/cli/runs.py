@@ -1,5 +1,5 @@
 """`sbpc runs`, `show`, `apply`, `report` and `compare`: the commands over run records, a thin layer over runs.py,
-report.py and compare.py. cli.py adds them to its parser with add_run_commands."""
+report.py and compare.py. commands.py adds them to its parser with add_run_commands."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ import argparse
 import json
 import sys
 
-from .cli_flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
+from .flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
                         load_pipeline, parse_pairs, print_ledger)
-from .diagnostics import json_text, visible
+from ..language.diagnostics import json_text, visible
 
 
 def _runs_command(work):
     """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
     def command(args) -> int:
-        from .runs import RunsError
+        from ..records.runs import RunsError
 
         try:
             return work(args)
@@ -27,7 +27,7 @@ def _runs_command(work):
 
 @_runs_command
 def cmd_runs(args) -> int:
-    from .runs import find_runs, render_list
+    from ..records.runs import find_runs, render_list
 
     runs, unreadable = find_runs(args.runs_dir)
     if not args.json:
@@ -41,7 +41,7 @@ def cmd_runs(args) -> int:
 
 @_runs_command
 def cmd_show(args) -> int:
-    from .runs import render_show, resolve
+    from ..records.runs import render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
     print(json_text(run.data) if args.json else render_show(run))
@@ -50,7 +50,7 @@ def cmd_show(args) -> int:
 
 @_runs_command
 def cmd_apply(args) -> int:
-    from .runs import apply, resolve
+    from ..records.runs import apply, resolve
 
     target, diff, notice = apply(resolve(args.run_spec, args.runs_dir), args.iteration, args.file)
     if notice:
@@ -72,8 +72,8 @@ def _check_page(path: str, flag: str) -> None:
 def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
-    from .runs import RunsError
-    from .writeback import atomic_write
+    from ..records.runs import RunsError
+    from ..language.writeback import atomic_write
 
     try:
         atomic_write(Path(path), html)
@@ -83,8 +83,8 @@ def _write_page(path: str, html: str) -> None:
 
 @_runs_command
 def cmd_report(args) -> int:
-    from .report import render
-    from .runs import resolve
+    from ..records.report import render
+    from ..records.runs import resolve
 
     _check_page(args.out, "--out")
     runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
@@ -99,8 +99,9 @@ def cmd_compare(args) -> int:
 
     from tqdm import tqdm
 
-    from . import compare, datasets
-    from .evaluate import metric_for
+    from .. import compare
+    from ..runtime import datasets
+    from ..runtime.evaluate import metric_for
 
     if args.report:
         _check_page(args.report, "--report")

@@ -26,9 +26,9 @@ from typing import Awaitable, Mapping, TypeVar
 
 from . import embedded, prices
 from .cache import ResponseCache, cache_key
-from .diagnostics import Option, OptionError, option, worded
+from ..language.diagnostics import Option, OptionError, option, worded
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
-from .graph import ModelSpec
+from ..language.graph import ModelSpec
 from .limits import RateLimit
 from .routing import RouterConfigError, Routers
 from .transport import FastPath, Reply

@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import re
 
-from .graph import Graph, GraphNode
-from .llm import LLM, CallFailed
-from .runtime import Trace
+from ..language.graph import Graph, GraphNode
+from ..models.llm import LLM, CallFailed
+from ..runtime.forward import Trace
 
 HINT_LABEL = re.compile(r"^[\s*_#>\-]*(?:\d+[.)]\s*)?[*_]*hint[ \t]*(\d+)[ \t]*(?:\([^)\n]*\))?[*_]*[ \t]*[:.)\-–—][*_ \t]*(.*?)[*_ \t]*$",
                         re.I | re.M)

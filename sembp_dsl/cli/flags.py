@@ -1,4 +1,4 @@
-"""What cli.py and cli_runs.py share: the model and data flags, the number types that check flags, NAME=VALUE
+"""What commands.py and runs.py share: the model and data flags, the number types that check flags, NAME=VALUE
 pairs, usage errors, and the pipeline and ledger the flags ask for. It imports neither, so no import runs back up."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
 
 def load_pipeline(args):
     """The pipeline of a command, with the models and limits its flags ask for."""
-    from .api import load
+    from ..api import load
 
     roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
     pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,

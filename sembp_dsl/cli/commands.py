@@ -1,7 +1,7 @@
 """`sbpc`: the command line. Each subcommand is a thin layer over one stage of the compiler.
 
 This module holds the entry point and the commands over pipelines and models; the commands over run
-records are in cli_runs.py, and the flags both share in cli_flags.py.
+records are in runs.py, and the flags both share in flags.py.
 Heavy modules (litellm, the model runtime) are imported only by the commands that
 call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 """
@@ -12,10 +12,10 @@ import argparse
 import json
 import sys
 
-from .cli_flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
+from .flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
                         load_pipeline, number, parse_pairs, print_ledger)
-from .cli_runs import add_run_commands
-from .diagnostics import PipelineError, json_text
+from .runs import add_run_commands
+from ..language.diagnostics import PipelineError, json_text
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -61,8 +61,8 @@ def _report(diagnostics, text) -> None:
 
 
 def cmd_check(args) -> int:
-    from .checker import check
-    from .source import load
+    from ..language.checker import check
+    from ..language.source import load
 
     failed = False
     results = []
@@ -89,15 +89,15 @@ def cmd_check(args) -> int:
 
 
 def cmd_schema(args) -> int:
-    from .yaml_form import schema_text
+    from ..language.yaml_form import schema_text
 
     print(schema_text(), end="")
     return 0
 
 
 def cmd_compile(args) -> int:
-    from .emit import EMITTERS
-    from .source import compile_file
+    from ..language.emit import EMITTERS
+    from ..language.source import compile_file
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
@@ -141,8 +141,8 @@ def cmd_eval(args) -> int:
 
     from tqdm import tqdm
 
-    from . import datasets
-    from .evaluate import metric_for
+    from ..runtime import datasets
+    from ..runtime.evaluate import metric_for
 
     with load_pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
@@ -170,10 +170,10 @@ def cmd_optimize(args) -> int:
 
     from tqdm import tqdm
 
-    from . import datasets
-    from .evaluate import metric_for
-    from .record import ResumeError, resume_command
-    from .stats import wins_needed
+    from ..runtime import datasets
+    from ..runtime.evaluate import metric_for
+    from ..records.record import ResumeError, resume_command
+    from ..learning.stats import wins_needed
 
     pipeline = load_pipeline(args)
     graph = pipeline.graph
@@ -260,7 +260,7 @@ def cmd_optimize(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from .serve import serve
+    from ..serve import serve
 
     pipeline = load_pipeline(args)
 
@@ -274,7 +274,7 @@ def cmd_serve(args) -> int:
 
 def held_out_change(before, after) -> str:
     """The test split, initial vs final, as a paired difference with its 95% interval, in words when it fell."""
-    from .stats import paired_interval
+    from ..learning.stats import paired_interval
 
     right_before = {r.sample.id for r in before.results if r.correct}
     right_after = {r.sample.id for r in after.results if r.correct}
@@ -291,8 +291,8 @@ def held_out_change(before, after) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import __version__
-    from .datasets import EVAL_TEST_SIZE
+    from .. import __version__
+    from ..runtime.datasets import EVAL_TEST_SIZE
 
     parser = argparse.ArgumentParser(
         prog="sbpc",
@@ -414,7 +414,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .datasets import anchor_data_dir
+    from ..runtime.datasets import anchor_data_dir
 
     anchor_data_dir()
     parser = build_parser()
@@ -444,22 +444,19 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
-    from .cache import CacheError
-    from .datasets import DataError
-    from .record import RecordError
-    from .writeback import WriteBackError
+    from ..models.cache import CacheError
+    from ..runtime.datasets import DataError
+    from ..records.record import RecordError
+    from ..language.writeback import WriteBackError
 
     known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
     if "sembp_dsl.serve" in sys.modules:
-        from .serve import ServeError
+        from ..serve import ServeError
 
         known.append(ServeError)
-    if "sembp_dsl.llm" in sys.modules:
-        from .llm import BudgetExceeded, LLMError
+    if "sembp_dsl.models.llm" in sys.modules:
+        from ..models.llm import BudgetExceeded, LLMError
 
         known += [LLMError, BudgetExceeded]
     return tuple(known)
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -19,12 +19,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Mapping, Sequence
 
 from .backward import backward, backward_calls
-from .datasets import Sample
+from ..runtime.datasets import Sample
 from .descent import Candidate, propose
-from .evaluate import Evaluation, evaluate, sample_inputs
-from .graph import Graph
-from .llm import LLM, BudgetExceeded, LLMError
-from .record import RunRecord, Settings
+from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
+from ..language.graph import Graph
+from ..models.llm import LLM, BudgetExceeded, LLMError
+from ..records.record import RunRecord, Settings
 from .stats import gate_passes, sign_test
 
 

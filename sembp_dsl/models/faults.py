@@ -21,7 +21,7 @@ from socket import gaierror
 from time import time
 from urllib.parse import urlsplit
 
-from .diagnostics import Option, worded
+from ..language.diagnostics import Option, worded
 
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
 MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again

@@ -14,7 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from .diagnostics import Option, OptionError, worded
+from ..language.diagnostics import Option, OptionError, worded
 
 CACHE_ENV = "SBPC_CACHE_DIR"
 

@@ -16,8 +16,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from .diagnostics import Option, OptionError, option
-from .writeback import atomic_write
+from ..language.diagnostics import Option, OptionError, option
+from ..language.writeback import atomic_write
 
 
 @dataclass(frozen=True)

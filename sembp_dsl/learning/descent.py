@@ -16,11 +16,11 @@ from typing import Mapping, Sequence
 
 from jinja2 import nodes
 
-from .diagnostics import bad_characters
-from .graph import Graph, describe
-from .llm import LLM, CallFailed
-from .runtime import Trace
-from .templates import ENV, TemplateSyntaxError
+from ..language.diagnostics import bad_characters
+from ..language.graph import Graph, describe
+from ..models.llm import LLM, CallFailed
+from ..runtime.forward import Trace
+from ..language.templates import ENV, TemplateSyntaxError
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
 BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.I | re.S)

@@ -246,7 +246,7 @@ BUILTIN = {
 
 @lru_cache(maxsize=None)
 def builtin_source(name: str) -> str:
-    return resources.files("sembp_dsl").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
+    return resources.files("sembp_dsl.language").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
 
 
 class TemplateProblem(TemplateError):

@@ -186,7 +186,7 @@ _BUILDER = Builder()
 
 @lru_cache(maxsize=None)
 def _lark() -> Lark:
-    grammar = resources.files("sembp_dsl").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
+    grammar = resources.files("sembp_dsl.language").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
 
 

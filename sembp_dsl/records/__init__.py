@@ -1,0 +1,1 @@
+"""Run records: written during an optimize, read back by `runs`, `show`, `apply` and `report`."""

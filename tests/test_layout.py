@@ -1,0 +1,58 @@
+"""The package tree shows the stages, and no import runs back up: each part of sembp_dsl imports only
+the parts before it in LAYERS (function-level imports included)."""
+
+import ast
+from pathlib import Path
+
+import sembp_dsl
+
+PACKAGE = Path(sembp_dsl.__file__).parent
+LAYERS = ["errors", "language", "models", "runtime", "records", "learning", "api", "compare", "serve", "cli"]
+
+
+def _part(module: str) -> str:
+    """The layer of a dotted module name inside sembp_dsl ("language.ir" -> "language", "" -> the package)."""
+    return module.split(".")[0]
+
+
+def _imports(path: Path) -> set[str]:
+    """The sembp_dsl modules that a file imports, as dotted names below the package."""
+    here = path.relative_to(PACKAGE).with_suffix("").parts
+    package = list(here[:-1]) if here[-1] != "__init__" else list(here[:-1])
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package[: len(package) - node.level + 1]
+            target = ".".join([*base, node.module] if node.module else base)
+            names = [target] if node.module else [f"{target}.{a.name}".lstrip(".") for a in node.names]
+            found.update(names)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            mods = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            found.update(m.removeprefix("sembp_dsl.") for m in mods if m.startswith("sembp_dsl."))
+    return found
+
+
+def test_every_module_sits_in_a_layer():
+    parts = {p.relative_to(PACKAGE).with_suffix("").parts[0] for p in PACKAGE.rglob("*.py")}
+    assert parts - {"__init__"} <= set(LAYERS), parts - set(LAYERS)
+
+
+def test_no_import_runs_back_up():
+    upward = []
+    for path in PACKAGE.rglob("*.py"):
+        me = path.relative_to(PACKAGE).with_suffix("").parts[0]
+        if me == "__init__":
+            continue
+        for target in _imports(path):
+            part = _part(target)
+            if part in LAYERS and LAYERS.index(part) > LAYERS.index(me):
+                upward.append(f"{path.relative_to(PACKAGE)} imports {target}")
+    assert not upward, upward
+
+
+def test_the_layers_are_the_tree():
+    """Each stage is a folder; the interfaces sit at the top of the package."""
+    for stage in ("language", "models", "runtime", "records", "learning", "cli"):
+        assert (PACKAGE / stage / "__init__.py").is_file()
+    assert not [p.name for p in PACKAGE.glob("*.py")
+                if p.stem not in ("__init__", "api", "compare", "serve", "errors")]
