@@ -37,14 +37,14 @@ from fake_server import spawn  # noqa: E402
 import sembp_dsl as sbp  # noqa: E402
 from sembp_dsl import cli  # noqa: E402
 
-TRIAGE = '''pipeline triage "Decide whether a support ticket is urgent"
+TRIAGE = """pipeline triage "Decide whether a support ticket is urgent"
 input ticket: text
 param decide = "Is the ticket urgent? Answer Yes or No."
 node urgent: choice(Yes, No) { prompt = decide }
 ticket -> urgent
 output urgent
 model { name = "openai/gpt-4o-mini"  api_base = "URL"  temperature = 0 }
-'''
+"""
 
 
 def timed(fn) -> float:
@@ -55,7 +55,9 @@ def timed(fn) -> float:
 
 def eval_once(path: Path, data: Path, concurrency: int) -> None:
     with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
-        code = cli.main(["eval", str(path), "--data", str(data), "--concurrency", str(concurrency), "--no-cache", "--json"])
+        code = cli.main(
+            ["eval", str(path), "--data", str(data), "--concurrency", str(concurrency), "--no-cache", "--json"]
+        )
     assert code == 0 and json.loads(out.getvalue())["lost"] == 0, out.getvalue()[-500:]
 
 
@@ -67,8 +69,23 @@ def batch_once(path: Path, rows: list[dict], concurrency: int) -> None:
 
 def serve_once(path: Path, rows: list[dict], clients: int) -> tuple[float, int, int]:
     """(seconds, answered, errors): `clients` concurrent clients share the rows."""
-    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "0", "--no-cache",
-                             "--concurrency", str(clients)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "serve",
+            str(path),
+            "--port",
+            "0",
+            "--no-cache",
+            "--concurrency",
+            str(clients),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         url = re.search(r"http://\S+", proc.stdout.readline()).group(0)
 
@@ -77,6 +94,7 @@ def serve_once(path: Path, rows: list[dict], clients: int) -> tuple[float, int, 
             queue = list(rows)
             connector = aiohttp.TCPConnector(limit=clients)
             async with aiohttp.ClientSession(connector=connector) as session:
+
                 async def client() -> None:
                     nonlocal answered, errors
                     while queue:
@@ -85,6 +103,7 @@ def serve_once(path: Path, rows: list[dict], clients: int) -> tuple[float, int, 
                             body = await response.json()
                             ok = response.status == 200 and body.get("output") in ("Yes", "No")
                             answered, errors = answered + ok, errors + (not ok)
+
                 await asyncio.gather(*(client() for _ in range(clients)))
             return answered, errors
 
@@ -109,7 +128,9 @@ def main() -> None:
         folder = Path(tempfile.mkdtemp())
         path = folder / "triage.sbp"
         path.write_text(TRIAGE.replace("URL", url))
-        rows = [{"ticket": f"ticket {i}: the app {'crashes' if i % 2 else 'is slow'} on login"} for i in range(args.rows)]
+        rows = [
+            {"ticket": f"ticket {i}: the app {'crashes' if i % 2 else 'is slow'} on login"} for i in range(args.rows)
+        ]
         data = folder / "tickets.jsonl"
         data.write_text("".join(json.dumps({**row, "answer": "Yes"}) + "\n" for row in rows))
 
@@ -120,17 +141,21 @@ def main() -> None:
             evals.append(timed(lambda: eval_once(path, data, args.concurrency)))
             batches.append(timed(lambda: batch_once(path, rows, args.concurrency)))
         floor = args.rows / args.concurrency * args.delay
-        print(f"{args.rows} inputs, concurrency {args.concurrency}, server delay {args.delay * 1000:.0f} ms "
-              f"(ideal {floor:.2f} s)")
+        print(
+            f"{args.rows} inputs, concurrency {args.concurrency}, server delay {args.delay * 1000:.0f} ms "
+            f"(ideal {floor:.2f} s)"
+        )
         print(f"  sbpc eval        best {min(evals):6.2f} s   runs {', '.join(f'{t:.2f}' for t in evals)}")
         print(f"  Pipeline.batch   best {min(batches):6.2f} s   runs {', '.join(f'{t:.2f}' for t in batches)}")
         ratio = min(batches) / min(evals)
         print(f"  batch / eval     {ratio:.3f}x   (target <= 1.10x: {'met' if ratio <= 1.10 else 'NOT met'})")
 
         seconds, answered, errors = serve_once(path, rows, args.concurrency)
-        print(f"  sbpc serve, {args.concurrency} concurrent clients: {answered} answered, {errors} errors in {seconds:.2f} s "
-              f"({answered / seconds:.0f} requests/s; {seconds / min(batches):.2f}x the batch time)"
-              f"   (target: no error: {'met' if errors == 0 and answered == args.rows else 'NOT met'})")
+        print(
+            f"  sbpc serve, {args.concurrency} concurrent clients: {answered} answered, {errors} errors in {seconds:.2f} s "
+            f"({answered / seconds:.0f} requests/s; {seconds / min(batches):.2f}x the batch time)"
+            f"   (target: no error: {'met' if errors == 0 and answered == args.rows else 'NOT met'})"
+        )
     finally:
         stop()
 

@@ -49,8 +49,11 @@ def generate(nodes: int, edges_per_node: int = 4, seed: int = 0) -> str:
 def node_product(n: int) -> str:
     """`a0, ..., a{n-1} -> b0, ..., b{n-1}`: one statement of n x n pairs whose sources are nodes."""
     sources, targets = [f"a{i}" for i in range(n)], [f"b{i}" for i in range(n)]
-    return ("pipeline product\ninput q: text\n" + "".join(f"node {name}: text {{}}\n" for name in sources + targets)
-            + f"q -> {', '.join(sources)}\n{', '.join(sources)} -> {', '.join(targets)}\noutput b0\n")
+    return (
+        "pipeline product\ninput q: text\n"
+        + "".join(f"node {name}: text {{}}\n" for name in sources + targets)
+        + f"q -> {', '.join(sources)}\n{', '.join(sources)} -> {', '.join(targets)}\noutput b0\n"
+    )
 
 
 def best_of(runs: int, fn) -> float:
@@ -76,22 +79,29 @@ def main() -> None:
     small = best_of(3, lambda: build(parse(small_text)))
     big = best_of(1, lambda: build(parse(big_text)))
     print(f"{args.nodes:>7} nodes, {edges:>7} edges: {small:6.3f} s text -> compiled graph   (target < 2 s)")
-    print(f"{args.nodes * args.factor:>7} nodes: {big:6.3f} s;  ratio {big / small:5.2f}x for {args.factor}x the nodes"
-          f"   (target <= {1.2 * args.factor:.0f}x)")
+    print(
+        f"{args.nodes * args.factor:>7} nodes: {big:6.3f} s;  ratio {big / small:5.2f}x for {args.factor}x the nodes"
+        f"   (target <= {1.2 * args.factor:.0f}x)"
+    )
     half_text, product_text = node_product(args.product // 2), node_product(args.product)
     half = best_of(3, lambda: build(parse(half_text)))
     product = best_of(3, lambda: build(parse(product_text)))
-    print(f"one statement of {args.product:,} x {args.product:,} nodes: {product:6.3f} s text -> compiled graph; "
-          f"ratio {product / half:4.2f}x for 2x the names   (linear 2x, quadratic 4x)")
+    print(
+        f"one statement of {args.product:,} x {args.product:,} nodes: {product:6.3f} s text -> compiled graph; "
+        f"ratio {product / half:4.2f}x for 2x the names   (linear 2x, quadratic 4x)"
+    )
 
     cmd = [sys.executable, "-m", "sembp_dsl.cli", "check", str(ROOT / "pipelines" / "liar.sbp")]
     subprocess.run(cmd, check=True, capture_output=True)
     whole = best_of(5, lambda: subprocess.run(cmd, check=True, capture_output=True))
     probe = "import sys, sembp_dsl.cli as c; c.main(['check', sys.argv[1]]); print(any(m.startswith(('litellm', 'llama_cpp')) for m in sys.modules))"
-    imported = subprocess.run([sys.executable, "-c", probe, str(ROOT / "pipelines" / "liar.sbp")],
-                              capture_output=True, text=True, check=True).stdout.split()[-1]
-    print(f"sbpc check pipelines/liar.sbp: {whole:6.3f} s as a whole process (target < 0.5 s); "
-          f"imports litellm or a model runtime: {imported}")
+    imported = subprocess.run(
+        [sys.executable, "-c", probe, str(ROOT / "pipelines" / "liar.sbp")], capture_output=True, text=True, check=True
+    ).stdout.split()[-1]
+    print(
+        f"sbpc check pipelines/liar.sbp: {whole:6.3f} s as a whole process (target < 0.5 s); "
+        f"imports litellm or a model runtime: {imported}"
+    )
 
 
 if __name__ == "__main__":

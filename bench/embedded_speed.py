@@ -74,9 +74,7 @@ def main() -> int:
     def run_ours() -> tuple[float, int, str]:
         t = time.perf_counter()
         r = loop.run_until_complete(
-            litellm.acompletion(
-                model=embedded.MODEL, messages=PROMPT, temperature=0, max_tokens=args.max_tokens
-            )
+            litellm.acompletion(model=embedded.MODEL, messages=PROMPT, temperature=0, max_tokens=args.max_tokens)
         )
         dt = time.perf_counter() - t
         return dt, r.usage.completion_tokens, r.choices[0].message.content

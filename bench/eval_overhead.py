@@ -37,12 +37,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 from fake_server import spawn  # noqa: E402
 
 from sembp_dsl import datasets  # noqa: E402
-from sembp_dsl.models.cache import ResponseCache  # noqa: E402
-from sembp_dsl.runtime.evaluate import evaluate  # noqa: E402
 from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.language.source import parse_text  # noqa: E402
+from sembp_dsl.models.cache import ResponseCache  # noqa: E402
+from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.models.transport import from_litellm  # noqa: E402
+from sembp_dsl.runtime.evaluate import evaluate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "openai/gpt-4o-mini"  # in litellm's price table, so cost is computed on every path
@@ -50,7 +50,10 @@ MODEL = "openai/gpt-4o-mini"  # in litellm's price table, so cost is computed on
 
 def liar_graph(url: str):
     text = (ROOT / "pipelines/liar.sbp").read_text()
-    text = re.sub(r"\nmodel[^{]*\{[^}]*\}", "", text) + f'\nmodel {{ name = "{MODEL}"  api_base = "{url}"  temperature = 0 }}\n'
+    text = (
+        re.sub(r"\nmodel[^{]*\{[^}]*\}", "", text)
+        + f'\nmodel {{ name = "{MODEL}"  api_base = "{url}"  temperature = 0 }}\n'
+    )
     return build(parse_text(text, "liar.sbp"))
 
 
@@ -63,22 +66,35 @@ def timed(fn) -> tuple[float, float]:
 
 def bare_litellm(url: str, prompts: list[str], concurrency: int) -> None:
     """The same calls the eval makes (same prompts, model and settings), with nothing around them."""
+
     async def main():
         limit = asyncio.Semaphore(concurrency)
 
         async def one(prompt: str):
             async with limit:
-                await litellm.acompletion(model=MODEL, messages=[{"role": "user", "content": prompt}],
-                                          api_base=url, max_retries=0, temperature=0, timeout=120.0)
+                await litellm.acompletion(
+                    model=MODEL,
+                    messages=[{"role": "user", "content": prompt}],
+                    api_base=url,
+                    max_retries=0,
+                    temperature=0,
+                    timeout=120.0,
+                )
+
         await asyncio.gather(*(one(p) for p in prompts))
+
     asyncio.run(main())
 
 
 def sbpc_eval(graph, samples, concurrency: int, *, through_litellm: bool = False, cache: ResponseCache | None = None):
     llm = LLM(graph.models, concurrency=concurrency, cache=cache)
     if through_litellm:  # our whole layer, but sending through bare litellm.acompletion
+
         async def send(model, messages, **settings):
-            return from_litellm(await litellm.acompletion(model=model, messages=messages, max_retries=0, **settings), model)
+            return from_litellm(
+                await litellm.acompletion(model=model, messages=messages, max_retries=0, **settings), model
+            )
+
         llm.transport.acompletion = send
     evaluation = llm.run(evaluate(graph, llm, samples, "exact"))
     assert len(evaluation.results) == len(samples)
@@ -101,7 +117,9 @@ def main() -> None:
         calls = len(samples) * len(graph.nodes)
         ideal = calls / args.concurrency * args.delay
         warm = samples[: args.concurrency // len(graph.nodes) + 1]
-        prompts = [t.prompt for r in sbpc_eval(graph, samples, args.concurrency).results for t in r.trace.nodes.values()]
+        prompts = [
+            t.prompt for r in sbpc_eval(graph, samples, args.concurrency).results for t in r.trace.nodes.values()
+        ]
         bare_litellm(url, prompts[: args.concurrency], args.concurrency)
         sbpc_eval(graph, warm, args.concurrency, through_litellm=True)
         gc.collect()
@@ -109,7 +127,10 @@ def main() -> None:
 
         rows = [
             ("bare litellm.acompletion", timed(lambda: bare_litellm(url, prompts, args.concurrency))),
-            ("sbpc eval via litellm.acompletion", timed(lambda: sbpc_eval(graph, samples, args.concurrency, through_litellm=True))),
+            (
+                "sbpc eval via litellm.acompletion",
+                timed(lambda: sbpc_eval(graph, samples, args.concurrency, through_litellm=True)),
+            ),
             ("sbpc eval (fast path, the default)", timed(lambda: sbpc_eval(graph, samples, args.concurrency))),
         ]
         with tempfile.TemporaryDirectory() as tmp:
@@ -119,16 +140,22 @@ def main() -> None:
     finally:
         stop()
 
-    print(f"{calls} calls ({len(samples)} LIAR samples x {len(graph.nodes)} nodes), concurrency {args.concurrency}, "
-          f"server delay {args.delay * 1000:.0f} ms; ideal {ideal:.2f} s")
+    print(
+        f"{calls} calls ({len(samples)} LIAR samples x {len(graph.nodes)} nodes), concurrency {args.concurrency}, "
+        f"server delay {args.delay * 1000:.0f} ms; ideal {ideal:.2f} s"
+    )
     print(f"{'':36} {'wall s':>7} {'x ideal':>8} {'x bare':>7} {'CPU ms/call':>12}")
     bare_wall = rows[0][1][0]
     for name, (wall, cpu) in rows:
         print(f"{name:36} {wall:7.2f} {wall / ideal:8.2f} {wall / bare_wall:7.2f} {cpu / calls * 1000:12.2f}")
-    print(f"{'sbpc eval, all from the cache':36} {cached[0]:7.2f} {'':8} {'':7} {cached[1] / calls * 1000:12.2f}"
-          f"   -> {cached[0] / calls * 1000:.3f} ms per cached call (target < 1 ms)")
-    print(f"orchestration: {rows[1][1][0] / bare_wall:.2f}x bare litellm (target <= 1.10x); "
-          f"fast path: {rows[2][1][0] / bare_wall:.2f}x bare litellm")
+    print(
+        f"{'sbpc eval, all from the cache':36} {cached[0]:7.2f} {'':8} {'':7} {cached[1] / calls * 1000:12.2f}"
+        f"   -> {cached[0] / calls * 1000:.3f} ms per cached call (target < 1 ms)"
+    )
+    print(
+        f"orchestration: {rows[1][1][0] / bare_wall:.2f}x bare litellm (target <= 1.10x); "
+        f"fast path: {rows[2][1][0] / bare_wall:.2f}x bare litellm"
+    )
 
 
 if __name__ == "__main__":

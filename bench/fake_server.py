@@ -65,39 +65,66 @@ import os
 import random
 import re
 import select
-import socket
 import signal
+import socket
 import subprocess
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Optional, Sequence, Union
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 __all__ = ["FakeServer", "spawn", "refused_url", "HANG", "FAULTS", "TRANSIENT_FAULTS", "PERMANENT_FAULTS"]
 
 #: Put this in ``failures`` to make that request hang (sleep ``hang_seconds``).
 HANG = "hang"
-TRANSIENT_FAULTS = ("429", "429-retry-after", "500", "503", HANG, "malformed", "list-body", "empty-choices",
-                    "no-choices", "null-content", "reset", "html-502")
+TRANSIENT_FAULTS = (
+    "429",
+    "429-retry-after",
+    "500",
+    "503",
+    HANG,
+    "malformed",
+    "list-body",
+    "empty-choices",
+    "no-choices",
+    "null-content",
+    "reset",
+    "html-502",
+)
 PERMANENT_FAULTS = ("401", "missing-credentials", "html-404")
 FAULTS = TRANSIENT_FAULTS + PERMANENT_FAULTS
-MISSING_CREDENTIALS = ("Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, "
-                       "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable.")
+MISSING_CREDENTIALS = (
+    "Missing credentials. Please pass an `api_key`, `workload_identity`, `admin_api_key`, "
+    "or set the `OPENAI_API_KEY` or `OPENAI_ADMIN_KEY` environment variable."
+)
 
-Reply = Union[None, str, Callable[[list], str]]
+Reply = None | str | Callable[[list], str]
 
 _REASONS = {
-    200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-    404: "Not Found", 408: "Request Timeout", 409: "Conflict",
-    413: "Payload Too Large", 422: "Unprocessable Entity",
-    429: "Too Many Requests", 500: "Internal Server Error",
-    502: "Bad Gateway", 503: "Service Unavailable", 504: "Gateway Timeout",
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    408: "Request Timeout",
+    409: "Conflict",
+    413: "Payload Too Large",
+    422: "Unprocessable Entity",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    502: "Bad Gateway",
+    503: "Service Unavailable",
+    504: "Gateway Timeout",
     529: "Overloaded",
 }
 _ERROR_TYPES = {
-    400: "invalid_request_error", 401: "authentication_error",
-    403: "permission_error", 404: "not_found_error",
-    429: "rate_limit_error", 529: "overloaded_error",
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    529: "overloaded_error",
 }
 _CHAT_PATHS = ("/v1/chat/completions", "/chat/completions")
 
@@ -115,9 +142,7 @@ def _message_text(message: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return " ".join(
-            part.get("text", "") for part in content if isinstance(part, dict)
-        )
+        return " ".join(part.get("text", "") for part in content if isinstance(part, dict))
     return ""
 
 
@@ -130,11 +155,21 @@ def default_reply(messages: list) -> str:
 class _State:
     """Server configuration and counters (shared by all connections)."""
 
-    def __init__(self, delay: float, reply: Reply, failures: Sequence,
-                 hang: bool, hang_seconds: float,
-                 retry_after: Optional[float], record: bool = True,
-                 fault_rate: float = 0.0, fault_kinds: Sequence = TRANSIENT_FAULTS,
-                 seed: int = 0, slots: int = 0, rpm: int = 0) -> None:
+    def __init__(
+        self,
+        delay: float,
+        reply: Reply,
+        failures: Sequence,
+        hang: bool,
+        hang_seconds: float,
+        retry_after: float | None,
+        record: bool = True,
+        fault_rate: float = 0.0,
+        fault_kinds: Sequence = TRANSIENT_FAULTS,
+        seed: int = 0,
+        slots: int = 0,
+        rpm: int = 0,
+    ) -> None:
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.delay = delay
@@ -171,9 +206,15 @@ class _State:
 # HTTP plumbing
 # --------------------------------------------------------------------------
 
-def _response(status: int, body: bytes, *, keep_alive: bool,
-              content_type: str = "application/json",
-              extra_headers: Iterable[tuple] = ()) -> bytes:
+
+def _response(
+    status: int,
+    body: bytes,
+    *,
+    keep_alive: bool,
+    content_type: str = "application/json",
+    extra_headers: Iterable[tuple] = (),
+) -> bytes:
     head = [
         f"HTTP/1.1 {status} {_REASONS.get(status, 'Status')}",
         f"Content-Type: {content_type}",
@@ -201,8 +242,7 @@ async def _read_body(reader: asyncio.StreamReader, headers: dict) -> bytes:
     return await reader.readexactly(length) if length else b""
 
 
-async def _handle_connection(state: _State, reader: asyncio.StreamReader,
-                             writer: asyncio.StreamWriter) -> None:
+async def _handle_connection(state: _State, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     state.connections += 1
     try:
         while True:
@@ -219,8 +259,7 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
                     headers[key.strip().lower()] = value.strip()
             body = await _read_body(reader, headers)
             connection = headers.get("connection", "").lower()
-            keep_alive = connection != "close" and (
-                version != "HTTP/1.0" or connection == "keep-alive")
+            keep_alive = connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
             path = target.split("?", 1)[0].rstrip("/")
 
             if method == "POST" and path in _CHAT_PATHS:
@@ -235,14 +274,12 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
                     "cpu_seconds": time.process_time(),
                     "first_request_time": state.first_request_time,
                 }
-                writer.write(_response(200, json.dumps(stats).encode(),
-                                       keep_alive=keep_alive))
+                writer.write(_response(200, json.dumps(stats).encode(), keep_alive=keep_alive))
             elif method == "POST" and path == "/reset":
                 state.reset()
                 writer.write(_response(200, b"{}", keep_alive=keep_alive))
             else:
-                writer.write(_response(404, _error_body(404, "no such route"),
-                                       keep_alive=keep_alive))
+                writer.write(_response(404, _error_body(404, "no such route"), keep_alive=keep_alive))
             await writer.drain()
             if not keep_alive:
                 return
@@ -253,16 +290,21 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader,
 
 
 def _error_body(status: int, message: str) -> bytes:
-    return json.dumps({"error": {
-        "message": message,
-        "type": _ERROR_TYPES.get(status, "server_error"),
-        "code": status,
-    }}).encode()
+    return json.dumps(
+        {
+            "error": {
+                "message": message,
+                "type": _ERROR_TYPES.get(status, "server_error"),
+                "code": status,
+            }
+        }
+    ).encode()
 
 
 # --------------------------------------------------------------------------
 # Chat completions
 # --------------------------------------------------------------------------
+
 
 class _NoLimit:
     async def __aenter__(self):
@@ -287,20 +329,29 @@ def _fault_for(state: _State, n: int):
 
 def _html(status: int) -> bytes:
     reason = f"{status} {_REASONS.get(status, 'Error')}"
-    return (f"<!DOCTYPE HTML PUBLIC \"-//IETF//DTD HTML 2.0//EN\">\n<html><head>\n<title>{reason}</title>\n"
-            f"</head><body>\n<h1>{reason}</h1>\n<p>The proxy server could not handle the request.</p>\n"
-            "<hr><address>Apache/2.4.41 Server at 127.0.0.1</address>\n</body></html>\n").encode()
+    return (
+        f'<!DOCTYPE HTML PUBLIC "-//IETF//DTD HTML 2.0//EN">\n<html><head>\n<title>{reason}</title>\n'
+        f"</head><body>\n<h1>{reason}</h1>\n<p>The proxy server could not handle the request.</p>\n"
+        "<hr><address>Apache/2.4.41 Server at 127.0.0.1</address>\n</body></html>\n"
+    ).encode()
 
 
 def _completion_body(text, finish: str = "stop", **usage: int) -> dict:
-    return {"id": "chatcmpl-fake", "object": "chat.completion", "created": int(time.time()), "model": "fake",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
-                         "finish_reason": finish}], "usage": usage or {"prompt_tokens": 1, "completion_tokens": 1,
-                                                                       "total_tokens": 2}}
+    return {
+        "id": "chatcmpl-fake",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": "fake",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None, "finish_reason": finish}
+        ],
+        "usage": usage or {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
 
 
 def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[bytes, bool]:
     """A fault instead of a completion: the bytes to send, and whether the connection is cut after them."""
+
     def answer(status: int, body: bytes, content_type: str = "application/json", extra=()) -> tuple[bytes, bool]:
         return _response(status, body, keep_alive=keep_alive, content_type=content_type, extra_headers=extra), False
 
@@ -315,7 +366,9 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
         return answer(status, _error_body(status, message), extra=extra)
     elif fault == "429-retry-after":
         wait = state.retry_after if state.retry_after is not None else 1
-        return answer(429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")])
+        return answer(
+            429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")]
+        )
     elif fault == "missing-credentials":
         return answer(500, _error_body(500, MISSING_CREDENTIALS))
     elif fault in ("html-502", "html-404"):
@@ -335,7 +388,7 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
         return answer(200, json.dumps(_completion_body(None)).encode())
     elif fault == "reset":  # promise a body, send half of it, drop the connection
         body = json.dumps(_completion_body("this reply never arrives whole")).encode()
-        return _response(200, body, keep_alive=True)[:-len(body) // 2], True
+        return _response(200, body, keep_alive=True)[: -len(body) // 2], True
     raise ValueError(f"unknown fault {fault!r}")
 
 
@@ -350,9 +403,14 @@ async def _wait(seconds: float, reader: asyncio.StreamReader) -> None:
         await asyncio.sleep(min(left, 0.05))
 
 
-async def _chat_completion(state: _State, body: bytes, headers: dict,
-                           reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                           keep_alive: bool) -> bool:
+async def _chat_completion(
+    state: _State,
+    body: bytes,
+    headers: dict,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    keep_alive: bool,
+) -> bool:
     """Answer one request; True when the connection was cut. The request is counted out of ``in_flight``
     before its answer is written, so a client (on another thread) that has the answer sees it done."""
     n = state.requests
@@ -372,8 +430,9 @@ async def _chat_completion(state: _State, body: bytes, headers: dict,
     return cut
 
 
-async def _answer(state: _State, n: int, body: bytes, headers: dict, reader: asyncio.StreamReader,
-                  keep_alive: bool) -> tuple[bytes, bool]:
+async def _answer(
+    state: _State, n: int, body: bytes, headers: dict, reader: asyncio.StreamReader, keep_alive: bool
+) -> tuple[bytes, bool]:
     """Request number n's answer (after its delay): the bytes to send, and whether the connection is cut after them."""
     try:
         request = json.loads(body) if body else {}
@@ -395,8 +454,12 @@ async def _answer(state: _State, n: int, body: bytes, headers: dict, reader: asy
         state.admitted = [t for t in state.admitted if t > now - 60]
         if len(state.admitted) >= state.rpm:
             state.rate_limited += 1
-            return _response(429, _error_body(429, f"rate limit: {state.rpm} requests per minute"),
-                             keep_alive=keep_alive, extra_headers=[("Retry-After", "1")]), False
+            return _response(
+                429,
+                _error_body(429, f"rate limit: {state.rpm} requests per minute"),
+                keep_alive=keep_alive,
+                extra_headers=[("Retry-After", "1")],
+            ), False
         state.admitted.append(now)
     if state.slots and state._slots is None:
         state._slots = asyncio.Semaphore(state.slots)
@@ -434,39 +497,43 @@ async def _answer(state: _State, n: int, body: bytes, headers: dict, reader: asy
     if request.get("stream"):
         payload = _sse_body(completion_id, created, model, text, usage)
         return _response(200, payload, keep_alive=keep_alive, content_type="text/event-stream"), False
-    payload = json.dumps({
-        "id": completion_id,
-        "object": "chat.completion",
-        "created": created,
-        "model": model,
-        "choices": [{
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": finish,
-        }],
-        "usage": usage,
-    }).encode()
+    payload = json.dumps(
+        {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": created,
+            "model": model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": finish,
+                }
+            ],
+            "usage": usage,
+        }
+    ).encode()
     return _response(200, payload, keep_alive=keep_alive), False
 
 
-def _sse_body(completion_id: str, created: int, model: str, text: str,
-              usage: dict) -> bytes:
+def _sse_body(completion_id: str, created: int, model: str, text: str, usage: dict) -> bytes:
     """Whole streamed answer as one SSE body (role, content, stop, usage)."""
-    def chunk(delta: dict, finish: Optional[str], **extra: Any) -> str:
+
+    def chunk(delta: dict, finish: str | None, **extra: Any) -> str:
         data = {
-            "id": completion_id, "object": "chat.completion.chunk",
-            "created": created, "model": model,
-            "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                         "finish_reason": finish}],
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [{"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}],
             **extra,
         }
         return f"data: {json.dumps(data)}\n\n"
 
     events = [chunk({"role": "assistant", "content": ""}, None)]
     words = text.split(" ")
-    events += [chunk({"content": w if i == 0 else " " + w}, None)
-               for i, w in enumerate(words)]
+    events += [chunk({"content": w if i == 0 else " " + w}, None) for i, w in enumerate(words)]
     events.append(chunk({}, "stop", usage=usage))
     events.append("data: [DONE]\n\n")
     return "".join(events).encode()
@@ -475,6 +542,7 @@ def _sse_body(completion_id: str, created: int, model: str, text: str,
 # --------------------------------------------------------------------------
 # In-process server (tests)
 # --------------------------------------------------------------------------
+
 
 class FakeServer:
     """Fake OpenAI-compatible server running in a background thread.
@@ -507,25 +575,42 @@ class FakeServer:
     ``fault_times``.
     """
 
-    def __init__(self, delay: float = 0.0, reply: Reply = None,
-                 failures: Sequence = (), hang: bool = False,
-                 hang_seconds: float = 3600.0,
-                 retry_after: Optional[float] = None,
-                 fault_rate: float = 0.0,
-                 fault_kinds: Sequence = TRANSIENT_FAULTS, seed: int = 0,
-                 slots: int = 0, rpm: int = 0,
-                 host: str = "127.0.0.1", port: int = 0) -> None:
-        self._state = _State(delay, reply, failures, hang, hang_seconds,
-                             retry_after, fault_rate=fault_rate,
-                             fault_kinds=fault_kinds, seed=seed, slots=slots,
-                             rpm=rpm)
+    def __init__(
+        self,
+        delay: float = 0.0,
+        reply: Reply = None,
+        failures: Sequence = (),
+        hang: bool = False,
+        hang_seconds: float = 3600.0,
+        retry_after: float | None = None,
+        fault_rate: float = 0.0,
+        fault_kinds: Sequence = TRANSIENT_FAULTS,
+        seed: int = 0,
+        slots: int = 0,
+        rpm: int = 0,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self._state = _State(
+            delay,
+            reply,
+            failures,
+            hang,
+            hang_seconds,
+            retry_after,
+            fault_rate=fault_rate,
+            fault_kinds=fault_kinds,
+            seed=seed,
+            slots=slots,
+            rpm=rpm,
+        )
         self.host = host
         self.port = port
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._ready = threading.Event()
-        self._stop: Optional[asyncio.Event] = None
-        self._error: Optional[BaseException] = None
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
 
     # Counters / configuration -------------------------------------------
     @property
@@ -576,7 +661,7 @@ class FakeServer:
     def url(self) -> str:
         return f"{self.base_url}/v1"
 
-    def reset(self, failures: Optional[Sequence] = None) -> None:
+    def reset(self, failures: Sequence | None = None) -> None:
         """Zero counters; optionally install a new failure script."""
         if failures is not None:
             self._state.failures = list(failures)
@@ -586,20 +671,24 @@ class FakeServer:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
         ``hang_seconds`` or ``retry_after`` while running."""
         for key, value in options.items():
-            if key not in ("delay", "reply", "failures", "hang",
-                           "hang_seconds", "retry_after", "fault_rate",
-                           "fault_kinds"):
+            if key not in (
+                "delay",
+                "reply",
+                "failures",
+                "hang",
+                "hang_seconds",
+                "retry_after",
+                "fault_rate",
+                "fault_kinds",
+            ):
                 raise TypeError(f"unknown option {key!r}")
-            setattr(self._state, key,
-                    list(value) if key in ("failures", "fault_kinds")
-                    else value)
+            setattr(self._state, key, list(value) if key in ("failures", "fault_kinds") else value)
 
     # Lifecycle -----------------------------------------------------------
-    def start(self) -> "FakeServer":
+    def start(self) -> FakeServer:
         if self._thread is not None:
             raise RuntimeError("server already started")
-        self._thread = threading.Thread(target=self._run, name="FakeServer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._run, name="FakeServer", daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("fake server did not start within 10 s")
@@ -615,7 +704,7 @@ class FakeServer:
         self._thread.join(10)
         self._thread = None
 
-    def __enter__(self) -> "FakeServer":
+    def __enter__(self) -> FakeServer:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:
@@ -648,8 +737,8 @@ async def _start_server(state: _State, host: str, port: int):
             # Shutdown.  Swallowed: on 3.11 a cancelled connection task makes
             # asyncio's start_server callback log a spurious traceback.
             writer.close()
-    return await asyncio.start_server(handler, host, port, backlog=4096,
-                                      reuse_address=True)
+
+    return await asyncio.start_server(handler, host, port, backlog=4096, reuse_address=True)
 
 
 async def _shutdown(server) -> None:
@@ -664,17 +753,24 @@ async def _shutdown(server) -> None:
 # Subprocess server (benchmarks)
 # --------------------------------------------------------------------------
 
-def spawn(delay: float = 0.2, *, reply: Optional[str] = None,
-          failures: Sequence = (), host: str = "127.0.0.1",
-          timeout: float = 20.0, slots: int = 0, rpm: int = 0):
+
+def spawn(
+    delay: float = 0.2,
+    *,
+    reply: str | None = None,
+    failures: Sequence = (),
+    host: str = "127.0.0.1",
+    timeout: float = 20.0,
+    slots: int = 0,
+    rpm: int = 0,
+):
     """Start the server in a separate Python process.
 
     Returns ``(url, stop)``: ``url`` is "http://HOST:PORT/v1" and ``stop()``
     terminates the process.  Blocks until the server is accepting
     connections (it prints its URL only after binding).
     """
-    cmd = [sys.executable, os.path.abspath(__file__), "--delay", str(delay),
-           "--host", host, "--port", "0"]
+    cmd = [sys.executable, os.path.abspath(__file__), "--delay", str(delay), "--host", host, "--port", "0"]
     if reply is not None:
         cmd += ["--reply", reply]
     if failures:
@@ -713,17 +809,24 @@ def refused_url() -> str:
 
 
 def _parse_failures(text: str) -> list:
-    return [int(item) if item.strip().isdigit() else item.strip()
-            for item in text.split(",") if item.strip()]
+    return [int(item) if item.strip().isdigit() else item.strip() for item in text.split(",") if item.strip()]
 
 
 async def _main(args: argparse.Namespace) -> None:
-    state = _State(args.delay, args.reply, _parse_failures(args.failures),
-                   args.hang, args.hang_seconds, args.retry_after,
-                   record=False, fault_rate=args.fault_rate,
-                   fault_kinds=_parse_failures(args.fault_kinds)
-                   or TRANSIENT_FAULTS, seed=args.seed, slots=args.slots,
-                   rpm=args.rpm)
+    state = _State(
+        args.delay,
+        args.reply,
+        _parse_failures(args.failures),
+        args.hang,
+        args.hang_seconds,
+        args.retry_after,
+        record=False,
+        fault_rate=args.fault_rate,
+        fault_kinds=_parse_failures(args.fault_kinds) or TRANSIENT_FAULTS,
+        seed=args.seed,
+        slots=args.slots,
+        rpm=args.rpm,
+    )
     server = await _start_server(state, args.host, args.port)
     host, port = server.sockets[0].getsockname()[:2]
     print(f"http://{host}:{port}/v1", flush=True)
@@ -737,36 +840,35 @@ async def _main(args: argparse.Namespace) -> None:
         await _shutdown(server)
 
 
-def main(argv: Optional[list] = None) -> None:
+def main(argv: list | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--delay", type=float, default=0.2,
-                        help="seconds each request waits (default 0.2)")
+    parser.add_argument("--delay", type=float, default=0.2, help="seconds each request waits (default 0.2)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=0,
-                        help="0 = pick a free port (default)")
-    parser.add_argument("--reply", default=None,
-                        help="fixed reply text (default: echo last message)")
-    parser.add_argument("--failures", default="",
-                        help="comma-separated statuses or faults for the first"
-                             " requests, e.g. 429,500,hang,reset")
-    parser.add_argument("--hang", action="store_true",
-                        help="every request hangs")
+    parser.add_argument("--port", type=int, default=0, help="0 = pick a free port (default)")
+    parser.add_argument("--reply", default=None, help="fixed reply text (default: echo last message)")
+    parser.add_argument(
+        "--failures",
+        default="",
+        help="comma-separated statuses or faults for the first requests, e.g. 429,500,hang,reset",
+    )
+    parser.add_argument("--hang", action="store_true", help="every request hangs")
     parser.add_argument("--hang-seconds", type=float, default=3600.0)
     parser.add_argument("--retry-after", type=float, default=None)
-    parser.add_argument("--fault-rate", type=float, default=0.0,
-                        help="probability of a fault per request after the"
-                             " scripted ones")
-    parser.add_argument("--fault-kinds", default="",
-                        help="comma-separated faults to draw from (default:"
-                             f" the transient ones: {','.join(TRANSIENT_FAULTS)})")
+    parser.add_argument(
+        "--fault-rate", type=float, default=0.0, help="probability of a fault per request after the scripted ones"
+    )
+    parser.add_argument(
+        "--fault-kinds",
+        default="",
+        help=f"comma-separated faults to draw from (default: the transient ones: {','.join(TRANSIENT_FAULTS)})",
+    )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--slots", type=int, default=0,
-                        help="requests served at once; the rest queue (0: any)")
-    parser.add_argument("--rpm", type=int, default=0,
-                        help="requests admitted per minute; the rest get 429")
+    parser.add_argument("--slots", type=int, default=0, help="requests served at once; the rest queue (0: any)")
+    parser.add_argument("--rpm", type=int, default=0, help="requests admitted per minute; the rest get 429")
     args = parser.parse_args(argv)
     try:
         import uvloop  # optional; only if already installed
+
         uvloop.install()
     except ImportError:
         pass

@@ -33,14 +33,20 @@ print(json.dumps({"s": time.perf_counter() - start,
 
 def edge_statement(n: int) -> str:
     names = [f"input_number_{i:05d}" for i in range(n)], [f"node_number_{i:05d}" for i in range(n)]
-    return ("pipeline big\n" + "".join(f"input {s}: text\n" for s in names[0])
-            + "".join(f"node {t}: text {{}}\n" for t in names[1])
-            + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput {names[1][0]}\n")
+    return (
+        "pipeline big\n"
+        + "".join(f"input {s}: text\n" for s in names[0])
+        + "".join(f"node {t}: text {{}}\n" for t in names[1])
+        + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput {names[1][0]}\n"
+    )
 
 
 def literal(megabytes: int) -> str:
-    return ('pipeline big\ninput q: text\nparam p = "' + "x" * (megabytes * 2**20)
-            + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    return (
+        'pipeline big\ninput q: text\nparam p = "'
+        + "x" * (megabytes * 2**20)
+        + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+    )
 
 
 def measure(text: str, phase: str, folder: Path) -> dict:
@@ -64,8 +70,11 @@ def main() -> None:
                     if "error" in got:
                         print(f"{label:<24}{size:>7}{'':>10}{phase:>9}  {got['error']}")
                         continue
-                    ratio = (f"{got['s'] / previous['s']:8.2f}{got['mb'] / max(previous['mb'], 1):7.2f}"
-                             if previous else f"{'':8}{'':7}")
+                    ratio = (
+                        f"{got['s'] / previous['s']:8.2f}{got['mb'] / max(previous['mb'], 1):7.2f}"
+                        if previous
+                        else f"{'':8}{'':7}"
+                    )
                     print(f"{label:<24}{size:>7}{got['kb']:>10.0f}{phase:>9}{got['s']:8.2f}{got['mb']:8.0f}{ratio}")
                     previous = got
 

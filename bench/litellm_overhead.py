@@ -73,7 +73,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -92,7 +93,6 @@ def messages_for(i: int) -> list:
 # ==========================================================================
 
 from sembp_dsl.models.transport import FastPath  # noqa: E402  (the product's own call path)
-
 
 # ==========================================================================
 # Variants
@@ -119,6 +119,7 @@ QUIET_FLAGS = {
 
 def _apply_quiet_flags() -> list:
     import litellm
+
     applied = []
     for name, value in QUIET_FLAGS.items():
         if hasattr(litellm, name):
@@ -137,9 +138,10 @@ async def v_acompletion(url: str, conc: int, **extra: Any) -> Call:
     import litellm
 
     async def call(i: int):
-        return _check_litellm(await litellm.acompletion(
-            model=MODEL, api_base=url, api_key=API_KEY,
-            messages=messages_for(i), **extra))
+        return _check_litellm(
+            await litellm.acompletion(model=MODEL, api_base=url, api_key=API_KEY, messages=messages_for(i), **extra)
+        )
+
     return call
 
 
@@ -158,19 +160,21 @@ async def v_num_retries0(url: str, conc: int) -> Call:
 
 async def v_shared_session(url: str, conc: int) -> Call:
     import aiohttp
+
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
-    return await v_acompletion(url, conc, max_retries=0,
-                               shared_session=session)
+    return await v_acompletion(url, conc, max_retries=0, shared_session=session)
 
 
 async def v_openai_client(url: str, conc: int) -> Call:
     import openai
+
     client = openai.AsyncOpenAI(base_url=url, api_key=API_KEY, max_retries=0)
     return await v_acompletion(url, conc, client=client)
 
 
 async def v_httpx_transport(url: str, conc: int) -> Call:
     import litellm
+
     litellm.disable_aiohttp_transport = True
     return await v_acompletion(url, conc, max_retries=0)
 
@@ -189,15 +193,20 @@ async def v_tuned(url: str, conc: int) -> Call:
 
 async def v_router(url: str, conc: int) -> Call:
     import litellm
-    router = litellm.Router(model_list=[{
-        "model_name": "fake",
-        "litellm_params": {"model": MODEL, "api_base": url,
-                           "api_key": API_KEY, "max_retries": 0},
-    }], num_retries=0)
+
+    router = litellm.Router(
+        model_list=[
+            {
+                "model_name": "fake",
+                "litellm_params": {"model": MODEL, "api_base": url, "api_key": API_KEY, "max_retries": 0},
+            }
+        ],
+        num_retries=0,
+    )
 
     async def call(i: int):
-        return _check_litellm(await router.acompletion(
-            model="fake", messages=messages_for(i)))
+        return _check_litellm(await router.acompletion(model="fake", messages=messages_for(i)))
+
     return call
 
 
@@ -208,11 +217,13 @@ async def v_fast(url: str, conc: int) -> Call:
         reply = await fast.acompletion(MODEL, messages_for(i), api_base=url, api_key=API_KEY)
         assert reply.text, "empty reply"
         return reply.cost
+
     return call
 
 
 async def v_fast_frozen(url: str, conc: int) -> Call:
     import litellm
+
     litellm.suppress_debug_info = True
     gc.freeze()
     return await v_fast(url, conc)
@@ -222,46 +233,51 @@ async def v_fast_openai_sdk(url: str, conc: int) -> Call:
     """Same as fast, but the OpenAI SDK as transport (max_retries=0)."""
     import litellm
     import openai
+
     client = openai.AsyncOpenAI(base_url=url, api_key=API_KEY, max_retries=0)
     name = MODEL.split("/", 1)[1]
 
     async def call(i: int):
-        completion = await client.chat.completions.create(
-            model=name, messages=messages_for(i))
+        completion = await client.chat.completions.create(model=name, messages=messages_for(i))
         usage = litellm.Usage(**completion.usage.model_dump())
         prompt_cost, completion_cost = litellm.cost_per_token(
-            model=name, custom_llm_provider="openai", usage_object=usage)
+            model=name, custom_llm_provider="openai", usage_object=usage
+        )
         assert completion.choices[0].message.content
         return prompt_cost + completion_cost
+
     return call
 
 
 async def v_raw_httpx(url: str, conc: int) -> Call:
     import httpx
+
     client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None))
     headers = {"Authorization": f"Bearer {API_KEY}"}
 
     async def call(i: int):
-        r = await client.post(url + "/chat/completions", headers=headers,
-                              json={"model": "gpt-4o-mini",
-                                    "messages": messages_for(i)})
+        r = await client.post(
+            url + "/chat/completions", headers=headers, json={"model": "gpt-4o-mini", "messages": messages_for(i)}
+        )
         r.raise_for_status()
         assert r.json()["choices"][0]["message"]["content"]
+
     return call
 
 
 async def v_raw_aiohttp(url: str, conc: int) -> Call:
     import aiohttp
+
     session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
     headers = {"Authorization": f"Bearer {API_KEY}"}
 
     async def call(i: int):
-        async with session.post(url + "/chat/completions", headers=headers,
-                                json={"model": "gpt-4o-mini",
-                                      "messages": messages_for(i)}) as r:
+        async with session.post(
+            url + "/chat/completions", headers=headers, json={"model": "gpt-4o-mini", "messages": messages_for(i)}
+        ) as r:
             r.raise_for_status()
-            assert json.loads(await r.read())["choices"][0]["message"][
-                "content"]
+            assert json.loads(await r.read())["choices"][0]["message"]["content"]
+
     return call
 
 
@@ -269,21 +285,16 @@ VARIANTS: dict = {
     "acompletion": ("bare litellm.acompletion", v_acompletion),
     "quiet": ("acompletion + logging/debug flags off", v_quiet),
     "max_retries0": ("acompletion(max_retries=0)", v_no_retries),
-    "num_retries0": ("acompletion(max_retries=0, num_retries=0)",
-                     v_num_retries0),
-    "shared_session": ("acompletion(shared_session=aiohttp, max_retries=0)",
-                       v_shared_session),
-    "openai_client": ("acompletion(client=AsyncOpenAI(max_retries=0))",
-                      v_openai_client),
-    "httpx_transport": ("acompletion, litellm.disable_aiohttp_transport",
-                        v_httpx_transport),
+    "num_retries0": ("acompletion(max_retries=0, num_retries=0)", v_num_retries0),
+    "shared_session": ("acompletion(shared_session=aiohttp, max_retries=0)", v_shared_session),
+    "openai_client": ("acompletion(client=AsyncOpenAI(max_retries=0))", v_openai_client),
+    "httpx_transport": ("acompletion, litellm.disable_aiohttp_transport", v_httpx_transport),
     "gc_freeze": ("acompletion(max_retries=0) + gc.freeze()", v_gc_freeze),
     "tuned": ("acompletion(max_retries=0) + flags + gc.freeze()", v_tuned),
     "router": ("litellm.Router.acompletion (num_retries=0)", v_router),
     "fast": ("FastPath: litellm body+cost, aiohttp", v_fast),
     "fast_frozen": ("FastPath + gc.freeze()", v_fast_frozen),
-    "fast_openai_sdk": ("AsyncOpenAI + litellm.cost_per_token",
-                        v_fast_openai_sdk),
+    "fast_openai_sdk": ("AsyncOpenAI + litellm.cost_per_token", v_fast_openai_sdk),
     "raw_httpx": ("floor: raw httpx POST, no cost", v_raw_httpx),
     "raw_aiohttp": ("floor: raw aiohttp POST, no cost", v_raw_aiohttp),
 }
@@ -293,11 +304,11 @@ VARIANTS: dict = {
 # Worker (one variant, fresh process)
 # ==========================================================================
 
+
 def _server_admin(url: str, path: str) -> dict:
     base = url[:-3] if url.endswith("/v1") else url
     method = "POST" if path == "/reset" else "GET"
-    req = urllib.request.Request(base + path, method=method,
-                                 data=b"" if method == "POST" else None)
+    req = urllib.request.Request(base + path, method=method, data=b"" if method == "POST" else None)
     with urllib.request.urlopen(req, timeout=10) as resp:
         return json.loads(resp.read())
 
@@ -308,12 +319,13 @@ async def _run_calls(call: Call, n: int, conc: int, offset: int = 0) -> list:
     async def one(i: int):
         async with sem:
             return await call(i)
+
     return await asyncio.gather(*(one(offset + i) for i in range(n)))
 
 
-async def _worker(name: str, url: str, calls: int, conc: int,
-                  delay: float) -> dict:
+async def _worker(name: str, url: str, calls: int, conc: int, delay: float) -> dict:
     import litellm  # noqa: F401  (every variant pays the same import)
+
     setup = VARIANTS[name][1]
     call = await setup(url, conc)
     for _ in range(2):  # warm-up: imports, client caches, connection pool
@@ -336,8 +348,7 @@ async def _worker(name: str, url: str, calls: int, conc: int,
         "ideal": ideal,
         "ratio": wall / ideal,
         "cpu_per_call_ms": cpu / calls * 1000,
-        "server_cpu_per_call_ms":
-            (stats["cpu_seconds"] - server_cpu0) / calls * 1000,
+        "server_cpu_per_call_ms": (stats["cpu_seconds"] - server_cpu0) / calls * 1000,
         "server_requests": stats["requests"],
         "max_in_flight": stats["max_in_flight"],
         "cost_per_call": costs[0] if costs else None,
@@ -345,9 +356,20 @@ async def _worker(name: str, url: str, calls: int, conc: int,
 
 
 def _run_worker(name: str, url: str, args: argparse.Namespace) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--worker", name,
-           "--url", url, "--calls", str(args.calls),
-           "--concurrency", str(args.concurrency), "--delay", str(args.delay)]
+    cmd = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--worker",
+        name,
+        "--url",
+        url,
+        "--calls",
+        str(args.calls),
+        "--concurrency",
+        str(args.concurrency),
+        "--delay",
+        str(args.delay),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if proc.returncode != 0 or not lines:
@@ -360,17 +382,21 @@ def _run_worker(name: str, url: str, args: argparse.Namespace) -> dict:
 # Orchestrator
 # ==========================================================================
 
+
 def _print_table(rows: list, args: argparse.Namespace) -> None:
-    base = next((r for r in rows if r.get("variant") == "acompletion"
-                 and "error" not in r), None)
+    base = next((r for r in rows if r.get("variant") == "acompletion" and "error" not in r), None)
     print()
-    print(f"{args.calls} calls, concurrency {args.concurrency}, server delay "
-          f"{args.delay} s, "
-          f"ideal {args.calls / args.concurrency * args.delay:.2f} s"
-          f", model {MODEL}, {args.repeat} run(s) per variant")
-    header = (f"{'variant':<16} {'description':<50} {'wall s':>7} "
-              f"{'x ideal':>7} {'cpu/call ms':>11} {'min':>5} {'vs bare':>7} "
-              f"{'srv ms':>6} {'inflt':>5} {'cost/call $':>12}")
+    print(
+        f"{args.calls} calls, concurrency {args.concurrency}, server delay "
+        f"{args.delay} s, "
+        f"ideal {args.calls / args.concurrency * args.delay:.2f} s"
+        f", model {MODEL}, {args.repeat} run(s) per variant"
+    )
+    header = (
+        f"{'variant':<16} {'description':<50} {'wall s':>7} "
+        f"{'x ideal':>7} {'cpu/call ms':>11} {'min':>5} {'vs bare':>7} "
+        f"{'srv ms':>6} {'inflt':>5} {'cost/call $':>12}"
+    )
     print(header)
     print("-" * len(header))
     for r in rows:
@@ -378,63 +404,58 @@ def _print_table(rows: list, args: argparse.Namespace) -> None:
         if "error" in r:
             print(f"{r['variant']:<16} {desc:<50} ERROR {r['error'][:200]}")
             continue
-        rel = (f"{r['cpu_per_call_ms'] / base['cpu_per_call_ms']:.2f}"
-               if base else "-")
-        cost = (f"{r['cost_per_call']:.3g}" if r["cost_per_call"] is not None
-                else "-")
-        print(f"{r['variant']:<16} {desc:<50} {r['wall']:>7.2f} "
-              f"{r['ratio']:>7.2f} {r['cpu_per_call_ms']:>11.2f} "
-              f"{r['cpu_min_ms']:>5.2f} {rel:>7} "
-              f"{r['server_cpu_per_call_ms']:>6.2f} {r['max_in_flight']:>5} "
-              f"{cost:>12}")
-    print("\ncpu/call = client CPU per call of the median run (min = best "
-          "run); vs bare = cpu/call relative to bare acompletion;\n"
-          "srv ms = fake server CPU per call (separate process); "
-          "inflt = max requests in flight at the server.")
+        rel = f"{r['cpu_per_call_ms'] / base['cpu_per_call_ms']:.2f}" if base else "-"
+        cost = f"{r['cost_per_call']:.3g}" if r["cost_per_call"] is not None else "-"
+        print(
+            f"{r['variant']:<16} {desc:<50} {r['wall']:>7.2f} "
+            f"{r['ratio']:>7.2f} {r['cpu_per_call_ms']:>11.2f} "
+            f"{r['cpu_min_ms']:>5.2f} {rel:>7} "
+            f"{r['server_cpu_per_call_ms']:>6.2f} {r['max_in_flight']:>5} "
+            f"{cost:>12}"
+        )
+    print(
+        "\ncpu/call = client CPU per call of the median run (min = best "
+        "run); vs bare = cpu/call relative to bare acompletion;\n"
+        "srv ms = fake server CPU per call (separate process); "
+        "inflt = max requests in flight at the server."
+    )
 
 
 def _summarise(runs: list) -> dict:
     """Median run by CPU per call, plus the minimum over runs."""
-    ok = sorted((r for r in runs if "error" not in r),
-                key=lambda r: r["cpu_per_call_ms"])
+    ok = sorted((r for r in runs if "error" not in r), key=lambda r: r["cpu_per_call_ms"])
     if not ok:
         return runs[-1]
     row = dict(ok[(len(ok) - 1) // 2])
     row["cpu_min_ms"] = ok[0]["cpu_per_call_ms"]
-    row["cpu_runs_ms"] = [round(r["cpu_per_call_ms"], 2) for r in runs
-                          if "error" not in r]
+    row["cpu_runs_ms"] = [round(r["cpu_per_call_ms"], 2) for r in runs if "error" not in r]
     return row
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(
-        description="litellm per-call client CPU benchmark")
+    parser = argparse.ArgumentParser(description="litellm per-call client CPU benchmark")
     parser.add_argument("--calls", type=int, default=1200)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--delay", type=float, default=0.2)
-    parser.add_argument("--repeat", type=int, default=1,
-                        help="runs per variant; the median run is shown")
-    parser.add_argument("--only", default="",
-                        help="comma-separated variant names "
-                             f"({', '.join(VARIANTS)})")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per variant; the median run is shown")
+    parser.add_argument("--only", default="", help=f"comma-separated variant names ({', '.join(VARIANTS)})")
     parser.add_argument("--json", default="", help="also write rows here")
     parser.add_argument("--worker", default="", help=argparse.SUPPRESS)
     parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
 
     if args.worker:
-        result = asyncio.run(_worker(args.worker, args.url, args.calls,
-                                     args.concurrency, args.delay))
+        result = asyncio.run(_worker(args.worker, args.url, args.calls, args.concurrency, args.delay))
         print(json.dumps(result), flush=True)
         return
 
-    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(
-        VARIANTS)
+    names = [n.strip() for n in args.only.split(",") if n.strip()] or list(VARIANTS)
     unknown = set(names) - set(VARIANTS)
     if unknown:
         parser.error(f"unknown variants: {sorted(unknown)}")
 
     from fake_server import spawn
+
     url, stop = spawn(args.delay)
     runs: dict = {name: [] for name in names}
     try:
@@ -443,11 +464,8 @@ def main() -> None:
             for name in names:
                 result = _run_worker(name, url, args)
                 runs[name].append(result)
-                status = result.get("error") or (
-                    f"{result['wall']:.2f} s, "
-                    f"{result['cpu_per_call_ms']:.2f} ms/call")
-                print(f"  [{round_no}/{args.repeat}] {name:<16} {status}",
-                      file=sys.stderr, flush=True)
+                status = result.get("error") or (f"{result['wall']:.2f} s, {result['cpu_per_call_ms']:.2f} ms/call")
+                print(f"  [{round_no}/{args.repeat}] {name:<16} {status}", file=sys.stderr, flush=True)
     finally:
         stop()
     rows = [_summarise(runs[name]) for name in names]

@@ -30,6 +30,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
+
 from sembp_dsl import routing  # noqa: E402
 from sembp_dsl.language.graph import ModelSpec  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
@@ -40,6 +41,7 @@ SENDS = routing._sending_host
 def litellm_sends(fast, count):
     """litellm's own host: the Router's requests go out through litellm.acompletion."""
     from litellm.router_python_host import python_host
+
     return python_host
 
 
@@ -49,6 +51,7 @@ def measure(settings: dict, name: str, prompts: list[str], concurrency: int) -> 
 
     async def go(batch):
         await asyncio.gather(*(llm.complete("forward", p) for p in batch))
+
     llm.run(go(["warm-up"]))
     wall, cpu = time.perf_counter(), time.process_time()
     llm.run(go(prompts))
@@ -61,8 +64,10 @@ def main() -> None:
     ap.add_argument("--waves", type=int, default=2, help="full waves of calls per measurement (default 2)")
     ap.add_argument("--slots", type=int, default=16)
     args = ap.parse_args()
-    print(f"throughput = calls / wall over {args.waves} full waves ({args.slots} slots per server, one process "
-          f"per server; load average {os.getloadavg()[0]:.1f} at start)")
+    print(
+        f"throughput = calls / wall over {args.waves} full waves ({args.slots} slots per server, one process "
+        f"per server; load average {os.getloadavg()[0]:.1f} at start)"
+    )
     for delay in (float(d) for d in args.delays.split(",")):
         servers = [spawn(delay, reply="ok", slots=args.slots) for _ in range(4)]
         results = {}
@@ -72,18 +77,29 @@ def main() -> None:
                     routing._sending_host = host
                     for n in (1, 4):
                         path = Path(tmp) / f"router-{n}.yaml"
-                        path.write_text(yaml.safe_dump({
-                            "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini",
-                                                                                     "api_base": url}}
-                                           for url, _ in servers[:n]],
-                            "router_settings": {"routing_strategy": "least-busy"}}))
+                        path.write_text(
+                            yaml.safe_dump(
+                                {
+                                    "model_list": [
+                                        {
+                                            "model_name": "pool",
+                                            "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url},
+                                        }
+                                        for url, _ in servers[:n]
+                                    ],
+                                    "router_settings": {"routing_strategy": "least-busy"},
+                                }
+                            )
+                        )
                         calls = args.waves * args.slots * n
-                        wall, cpu = measure({"router": str(path)}, "pool", [f"{sender} {n} {i}" for i in range(calls)],
-                                            n * args.slots)
+                        wall, cpu = measure(
+                            {"router": str(path)}, "pool", [f"{sender} {n} {i}" for i in range(calls)], n * args.slots
+                        )
                         results[sender, n] = (calls, wall, cpu)
                 fast_calls = args.waves * args.slots
-                fast = measure({"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(fast_calls)],
-                               args.slots)
+                fast = measure(
+                    {"api_base": servers[0][0]}, "openai/gpt-4o-mini", [f"f {i}" for i in range(fast_calls)], args.slots
+                )
         finally:
             routing._sending_host = SENDS
             for _, stop in servers:
@@ -92,12 +108,17 @@ def main() -> None:
         for sender in ("fast path sends", "litellm sends"):
             for n in (1, 4):
                 calls, wall, cpu = results[sender, n]
-                print(f"  router, {sender:15} {n} deployment{'s' if n > 1 else ' '} {calls:4d} calls {wall:6.2f} s  "
-                      f"{calls / wall:6.1f} calls/s  {cpu:5.2f} ms CPU/call")
+                print(
+                    f"  router, {sender:15} {n} deployment{'s' if n > 1 else ' '} {calls:4d} calls {wall:6.2f} s  "
+                    f"{calls / wall:6.1f} calls/s  {cpu:5.2f} ms CPU/call"
+                )
             ratio = (results[sender, 4][0] / results[sender, 4][1]) / (results[sender, 1][0] / results[sender, 1][1])
             print(f"    throughput ratio {ratio:.2f}x (target >= 3.5x: {'met' if ratio >= 3.5 else 'not met'})")
-        print(f"  fast path alone, 1 server             {fast_calls:4d} calls {fast[0]:6.2f} s  "
-              f"{fast_calls / fast[0]:6.1f} calls/s  {fast[1]:5.2f} ms CPU/call")
+        print(
+            f"  fast path alone, 1 server             {fast_calls:4d} calls {fast[0]:6.2f} s  "
+            f"{fast_calls / fast[0]:6.1f} calls/s  {fast[1]:5.2f} ms CPU/call"
+        )
+
 
 if __name__ == "__main__":
     main()

@@ -27,14 +27,14 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from fake_server import spawn  # noqa: E402
 
-PIPELINE = '''pipeline toy "Decide"
+PIPELINE = """pipeline toy "Decide"
 input q: text
 param p = "Answer Yes or No."
 node verdict: choice(Yes, No) {{ prompt = p }}
 q -> verdict
 output verdict
 model {{ name = "openai/fake"  api_base = "{url}"  temperature = 0 }}
-'''
+"""
 
 
 def stats(url: str, path: str = "/stats") -> dict:
@@ -61,13 +61,31 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             folder = Path(tmp)
             (folder / "toy.sbp").write_text(PIPELINE.format(url=url))
-            (folder / "d.jsonl").write_text("".join(json.dumps({"q": f"c{i}", "answer": "Yes"}) + "\n" for i in range(20)))
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": "sk-bench", "SBPC_CACHE_DIR": str(folder / "cache"),
-                   "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+            (folder / "d.jsonl").write_text(
+                "".join(json.dumps({"q": f"c{i}", "answer": "Yes"}) + "\n" for i in range(20))
+            )
+            env = {
+                **os.environ,
+                "PYTHONPATH": str(ROOT),
+                "OPENAI_API_KEY": "sk-bench",
+                "SBPC_CACHE_DIR": str(folder / "cache"),
+                "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            }
             sbpc = [sys.executable, "-m", "sembp_dsl.cli"]
             run = [*sbpc, "run", str(folder / "toy.sbp"), "--input", "q=hello", "--no-cache"]
-            cached = [*sbpc, "eval", str(folder / "toy.sbp"), "--data", str(folder / "d.jsonl"), "--train-size", "0",
-                      "--val-size", "0", "--test-size", "20"]
+            cached = [
+                *sbpc,
+                "eval",
+                str(folder / "toy.sbp"),
+                "--data",
+                str(folder / "d.jsonl"),
+                "--train-size",
+                "0",
+                "--val-size",
+                "0",
+                "--test-size",
+                "20",
+            ]
             launch(cached, env)  # fill the cache
             figures: dict[str, list[float]] = {"run": [], "litellm": [], "cached": []}
             for _ in range(args.rounds):

@@ -14,13 +14,33 @@ from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
 __all__ = [
-    "BudgetExceeded", "CallFailed", "DataError", "Evaluation", "LLMError", "Optimized", "Pipeline", "PipelineError",
-    "Prediction", "Usage", "load",
+    "BudgetExceeded",
+    "CallFailed",
+    "DataError",
+    "Evaluation",
+    "LLMError",
+    "Optimized",
+    "Pipeline",
+    "PipelineError",
+    "Prediction",
+    "Usage",
+    "load",
 ]
 
 if TYPE_CHECKING:
-    from .api import (BudgetExceeded, CallFailed, DataError, Evaluation, LLMError, Optimized, Pipeline, PipelineError,
-                      Prediction, Usage, load)
+    from .api import (
+        BudgetExceeded,
+        CallFailed,
+        DataError,
+        Evaluation,
+        LLMError,
+        Optimized,
+        Pipeline,
+        PipelineError,
+        Prediction,
+        Usage,
+        load,
+    )
 
 
 def __getattr__(name: str):

@@ -17,27 +17,37 @@ import json
 import os
 import threading
 import weakref
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterable, Mapping, Sequence, TypeVar
+from typing import Any, TypeVar
 
-from .runtime import datasets
 from .language.checker import BOUNDS, OPTIMIZE_SETTINGS
-from .models.cache import ResponseCache
-from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
 from .language.diagnostics import PipelineError, did_you_mean
-from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
-from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
-from .learning.optimize import Optimizer, Outcome, Plan, plan
-from .records.record import RunRecord, Settings
-from .runtime.forward import Trace, run
 from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
+from .learning.optimize import Optimizer, Outcome, Plan, plan
+from .models.cache import ResponseCache
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
+from .records.record import RunRecord, Settings
+from .runtime import datasets
+from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
+from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
+from .runtime.forward import Trace, run
 
 __all__ = [
-    "BudgetExceeded", "CallFailed", "DataError", "Evaluation", "LLMError", "Optimized", "Pipeline", "PipelineError",
-    "Prediction", "Usage", "load",
+    "BudgetExceeded",
+    "CallFailed",
+    "DataError",
+    "Evaluation",
+    "LLMError",
+    "Optimized",
+    "Pipeline",
+    "PipelineError",
+    "Prediction",
+    "Usage",
+    "load",
 ]
 
 
@@ -48,6 +58,7 @@ class InputError(ValueError):
 class PipelineClosed(RuntimeError):
     """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
 
+
 T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
 Examples = Sequence[Mapping[str, Any]] | str
@@ -55,9 +66,18 @@ METHOD = ("iters", "errors_per_gradient", "gradient", "update", "gate", "gate_al
 SETTING = {"iters": "iterations"}  # a method argument's name in the `optimize` block, where they differ
 
 
-def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str | Mapping[str, Any]] | None = None,
-         api_base: str | None = None, concurrency: int = 16, timeout: float = 120.0, cache: bool | str | Path = True,
-         max_calls: int | None = None, max_cost: float | None = None) -> "Pipeline":
+def load(
+    path: str | Path,
+    *,
+    model: str | None = None,
+    roles: Mapping[str, str | Mapping[str, Any]] | None = None,
+    api_base: str | None = None,
+    concurrency: int = 16,
+    timeout: float = 120.0,
+    cache: bool | str | Path = True,
+    max_calls: int | None = None,
+    max_cost: float | None = None,
+) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
     `model` names the litellm model for every role; `roles` overrides per role, with a name or a
@@ -66,12 +86,24 @@ def load(path: str | Path, *, model: str | None = None, roles: Mapping[str, str 
     """
     graph = compile_file(str(path))
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
-    return Pipeline(graph, models=models, concurrency=concurrency,
-                    timeout=timeout, cache=cache, max_calls=max_calls, max_cost=max_cost)
+    return Pipeline(
+        graph,
+        models=models,
+        concurrency=concurrency,
+        timeout=timeout,
+        cache=cache,
+        max_calls=max_calls,
+        max_cost=max_cost,
+    )
 
 
-def _models(graph: Graph, model: str | None, roles: Mapping[str, str | Mapping[str, Any]],
-            api_base: str | None, folder: Path = Path()) -> dict[str, ModelSpec]:
+def _models(
+    graph: Graph,
+    model: str | None,
+    roles: Mapping[str, str | Mapping[str, Any]],
+    api_base: str | None,
+    folder: Path = Path(),
+) -> dict[str, ModelSpec]:
     """The model of each role. A `router` file named in the pipeline is found beside the pipeline
     (one named in `roles` is the caller's, relative to the current folder)."""
     if not isinstance(roles, Mapping):
@@ -124,8 +156,8 @@ class Prediction:
 class Optimized:
     """What `Pipeline.optimize` found: the best pipeline, the method's outcome, and the run record."""
 
-    pipeline: "Pipeline"
-    initial: "Pipeline"
+    pipeline: Pipeline
+    initial: Pipeline
     outcome: Outcome
     record: Path  # the run folder; run.json inside
     written: Path | None  # where accepted steps were written (optimize(write=True)), else None
@@ -141,17 +173,28 @@ class Optimized:
 class Pipeline:
     """A compiled pipeline, callable like a function. Build one with `load`."""
 
-    def __init__(self, graph: Graph, *, models: Mapping[str, ModelSpec], concurrency: int = 16,
-                 timeout: float = 120.0, cache: bool | str | Path | ResponseCache = True,
-                 max_calls: int | None = None, max_cost: float | None = None):
+    def __init__(
+        self,
+        graph: Graph,
+        *,
+        models: Mapping[str, ModelSpec],
+        concurrency: int = 16,
+        timeout: float = 120.0,
+        cache: bool | str | Path | ResponseCache = True,
+        max_calls: int | None = None,
+        max_cost: float | None = None,
+    ):
         _check_concurrency(concurrency)
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:
             cache = ResponseCache()
         self.graph = graph
-        self._session = _Session(dict(models), cache or None, dict(concurrency=concurrency, timeout=timeout,
-                                                                   max_calls=max_calls, max_cost=max_cost))
+        self._session = _Session(
+            dict(models),
+            cache or None,
+            dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost),
+        )
 
     @property
     def ledger(self) -> Ledger:
@@ -173,17 +216,19 @@ class Pipeline:
     def inputs(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.graph.inputs)
 
-    def with_prompts(self, prompts: Mapping[str, str]) -> "Pipeline":
+    def with_prompts(self, prompts: Mapping[str, str]) -> Pipeline:
         """The same pipeline (models, cache, ledger) with other prompt texts."""
         for name, text in prompts.items():
             if name not in self.graph.prompts:
-                raise ValueError(f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
-                                 f"(params: {', '.join(self.graph.prompts)})")
+                raise ValueError(
+                    f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
+                    f"(params: {', '.join(self.graph.prompts)})"
+                )
             if not isinstance(text, str):
                 raise TypeError(f"param '{name}' must be text, got {type(text).__name__}")
         return self._sibling(self.graph.with_prompts(prompts))
 
-    def _sibling(self, graph: Graph) -> "Pipeline":
+    def _sibling(self, graph: Graph) -> Pipeline:
         twin = Pipeline.__new__(Pipeline)
         twin.graph, twin._session = graph, self._session
         return twin
@@ -208,14 +253,24 @@ class Pipeline:
             raise _Lost(prediction)
         return prediction
 
-    def batch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
-              on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+    def batch(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        concurrency: int | None = None,
+        on_done: Callable[[Prediction], None] | None = None,
+    ) -> list[Prediction]:
         """Many inputs, at most `concurrency` rows in flight, predictions in input order.
         A row whose call failed gets a Prediction with `.failed` and the cause in `.error`; the others go on."""
         return self._sync(self.abatch(rows, concurrency=concurrency, on_done=on_done))
 
-    async def abatch(self, rows: Iterable[Mapping[str, Any]], *, concurrency: int | None = None,
-                     on_done: Callable[[Prediction], None] | None = None) -> list[Prediction]:
+    async def abatch(
+        self,
+        rows: Iterable[Mapping[str, Any]],
+        *,
+        concurrency: int | None = None,
+        on_done: Callable[[Prediction], None] | None = None,
+    ) -> list[Prediction]:
         self._session.check_open()
         if concurrency is not None:
             _check_concurrency(concurrency)
@@ -240,8 +295,13 @@ class Pipeline:
         calls = [t for t in trace.nodes.values() if t.reply and not t.cached]
         prompt_tokens = sum(t.prompt_tokens for t in calls)
         completion_tokens = sum(t.completion_tokens for t in calls)
-        usage = Usage(len(calls), sum(t.cached for t in trace.nodes.values()), prompt_tokens, completion_tokens,
-                      sum(t.cost for t in calls))
+        usage = Usage(
+            len(calls),
+            sum(t.cached for t in trace.nodes.values()),
+            prompt_tokens,
+            completion_tokens,
+            sum(t.cost for t in calls),
+        )
         final = trace.final
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
 
@@ -259,11 +319,22 @@ class Pipeline:
 
     # --- scoring it ----------------------------------------------------------------
 
-    def evaluate(self, examples: Examples, metric: str | Metric | None = None, *, split: str = "test",
-                 train_size: int | None = None, val_size: int | None = None, test_size: int | None = None,
-                 seed: int | None = None, limit: int | None = None, data_dir: str | None = None,
-                 test_data: str | None = None, mapping: Mapping[str, str] | None = None,
-                 on_done: Callable[[Result], None] | None = None) -> Evaluation:
+    def evaluate(
+        self,
+        examples: Examples,
+        metric: str | Metric | None = None,
+        *,
+        split: str = "test",
+        train_size: int | None = None,
+        val_size: int | None = None,
+        test_size: int | None = None,
+        seed: int | None = None,
+        limit: int | None = None,
+        data_dir: str | None = None,
+        test_data: str | None = None,
+        mapping: Mapping[str, str] | None = None,
+        on_done: Callable[[Result], None] | None = None,
+    ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
         or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored
         (your own file is scored whole when no size is given); `test_data`: a file of its own for the test split.
@@ -280,33 +351,56 @@ class Pipeline:
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
             unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
             if unanswered and not callable(metric):
-                raise DataError(f"{unanswered[0]} has no expected output: give each example an "
-                                f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
-                                "or score with a metric of your own")
+                raise DataError(
+                    f"{unanswered[0]} has no expected output: give each example an "
+                    f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
+                    "or score with a metric of your own"
+                )
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
         return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
 
-    async def aevaluate(self, samples: Sequence[Sample], metric, mapping: Mapping[str, str] | None = None,
-                        on_done: Callable[[Result], None] | None = None) -> Evaluation:
+    async def aevaluate(
+        self,
+        samples: Sequence[Sample],
+        metric,
+        mapping: Mapping[str, str] | None = None,
+        on_done: Callable[[Result], None] | None = None,
+    ) -> Evaluation:
         return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
 
-    def splits(self, dataset: datasets.Dataset, train_size: int | None = None, val_size: int | None = None,
-               test_size: int | None = None, seed: int | None = None, split: str = "test") -> Splits:
+    def splits(
+        self,
+        dataset: datasets.Dataset,
+        train_size: int | None = None,
+        val_size: int | None = None,
+        test_size: int | None = None,
+        seed: int | None = None,
+        split: str = "test",
+    ) -> Splits:
         """The splits `evaluate` scores: a user's file with no size given is scored whole (as `split` "test");
         otherwise the seeded split `optimize` would draw, so test never overlaps training. Sizes not given come
         from the pipeline's `optimize` block (test: 100) for the scored split and the splits cut before it from
         the same pool (train and val before a single pool's test); the others are 0."""
         o = self.graph.optimize
-        return datasets.eval_splits(dataset, train_size, val_size, test_size, _given(seed, o["seed"]),
-                                    (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE), split)
+        return datasets.eval_splits(
+            dataset,
+            train_size,
+            val_size,
+            test_size,
+            _given(seed, o["seed"]),
+            (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE),
+            split,
+        )
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
         if isinstance(metric, str):
             return metric
         name = getattr(metric, "__name__", metric)
-        if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(getattr(metric, "__call__", None)):
-            raise TypeError(f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score")
+        if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
+            raise TypeError(
+                f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score"
+            )
         no_usage = Usage(0, 0, 0, 0, 0.0)
 
         def judge(trace: Trace, sample: Sample, expected: str) -> float:
@@ -317,25 +411,46 @@ class Pipeline:
                 raise ValueError(f"the metric {name!r} failed on {sample.id}: {type(exc).__name__}: {exc}") from exc
             if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:
                 getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
-                raise TypeError(f"the metric {name!r} returned {value!r}; "
-                                "a metric returns a bool or a number from 0 to 1")
+                raise TypeError(
+                    f"the metric {name!r} returned {value!r}; a metric returns a bool or a number from 0 to 1"
+                )
             return float(value)
 
         return judge
 
     # --- improving it --------------------------------------------------------------
 
-    def plan(self, train: Sequence, val: Sequence = (), test: Sequence = (), *, mapping: Mapping[str, str] | None = None,
-             **method: Any) -> Plan:
+    def plan(
+        self,
+        train: Sequence,
+        val: Sequence = (),
+        test: Sequence = (),
+        *,
+        mapping: Mapping[str, str] | None = None,
+        **method: Any,
+    ) -> Plan:
         """The most calls, tokens and cost `optimize` can take on these examples; calls no model."""
         settings, train, val, test = self._prepare(train, val, test, "examples", method)
         return plan(self.graph, LLM(self._session.models), settings, train, val, test, mapping or {})
 
-    def optimize(self, train: Sequence, val: Sequence = (), test: Sequence = (), *,
-                 metric: str | Metric | None = None, data: str = "examples", test_data: str | None = None,
-                 mapping: Mapping[str, str] | None = None, runs_dir: str | Path = ".sbpc/runs", resume: bool = False,
-                 write: bool = False, out: str | Path | None = None, log: Callable[[str], None] | None = None,
-                 progress: Callable[[str, int], Callable[[object], None]] | None = None, **method: Any) -> Optimized:
+    def optimize(
+        self,
+        train: Sequence,
+        val: Sequence = (),
+        test: Sequence = (),
+        *,
+        metric: str | Metric | None = None,
+        data: str = "examples",
+        test_data: str | None = None,
+        mapping: Mapping[str, str] | None = None,
+        runs_dir: str | Path = ".sbpc/runs",
+        resume: bool = False,
+        write: bool = False,
+        out: str | Path | None = None,
+        log: Callable[[str], None] | None = None,
+        progress: Callable[[str, int], Callable[[object], None]] | None = None,
+        **method: Any,
+    ) -> Optimized:
         """Semantic backpropagation on these examples, as `sbpc optimize` runs it, with a run record in `runs_dir`.
 
         `method`: iters, errors_per_gradient, gradient, update, gate, gate_alpha, only, seed (default: the
@@ -366,11 +481,25 @@ class Pipeline:
                 log(notice)
 
         async def work() -> Outcome:
-            return await Optimizer(initial.graph, self._llm(), settings, scorer, mapping or {}, train, val, test,
-                                   record, accept, log, progress).run()
+            return await Optimizer(
+                initial.graph,
+                self._llm(),
+                settings,
+                scorer,
+                mapping or {},
+                train,
+                val,
+                test,
+                record,
+                accept,
+                log,
+                progress,
+            ).run()
 
         outcome = self._sync(work())
-        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None)
+        return Optimized(
+            self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None
+        )
 
     def method(self, **method: Any) -> Settings:
         """The method's settings, arguments over the pipeline's `optimize` block: iters, errors_per_gradient,
@@ -386,32 +515,46 @@ class Pipeline:
         only = (only,) if isinstance(only, str) else tuple(only)
         for name in only:
             if name not in self.graph.prompts:
-                raise ValueError(f"only: no param '{name}'{did_you_mean(name, self.graph.prompts)} "
-                                 f"(params: {', '.join(self.graph.prompts)})")
+                raise ValueError(
+                    f"only: no param '{name}'{did_you_mean(name, self.graph.prompts)} "
+                    f"(params: {', '.join(self.graph.prompts)})"
+                )
             if name not in self.graph.trainable:
                 raise ValueError(f"only: param '{name}' is frozen or used by no node")
         names = LLM(self._session.models)
         return Settings(
-            file=self.path, data="examples", seed=_given(m.get("seed"), o["seed"]), iterations=_given(m.get("iters"), o["iterations"]),
-            train_size=0, val_size=0, test_size=0,
+            file=self.path,
+            data="examples",
+            seed=_given(m.get("seed"), o["seed"]),
+            iterations=_given(m.get("iters"), o["iterations"]),
+            train_size=0,
+            val_size=0,
+            test_size=0,
             errors_per_gradient=_given(m.get("errors_per_gradient"), o["errors_per_gradient"]),
-            gradient=_given(m.get("gradient"), o["gradient"]).replace("-", "_"), update=_given(m.get("update"), o["update"]),
-            gate=_given(m.get("gate"), o["gate"]), only=only,
+            gradient=_given(m.get("gradient"), o["gradient"]).replace("-", "_"),
+            update=_given(m.get("update"), o["update"]),
+            gate=_given(m.get("gate"), o["gate"]),
+            only=only,
             models={role: names.model(role).name for role in MODEL_ROLES},
             gate_alpha=_given(m.get("gate_alpha"), o["gate_alpha"]),
         )
 
-    def _prepare(self, train: Sequence, val: Sequence, test: Sequence, data: str,
-                 method: Mapping[str, Any]) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
+    def _prepare(
+        self, train: Sequence, val: Sequence, test: Sequence, data: str, method: Mapping[str, Any]
+    ) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
         """The settings of a run on these examples, and the examples as samples."""
         train, val, test = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
-        settings = replace(self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test))
+        settings = replace(
+            self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test)
+        )
         if not train and settings.iterations:
             raise ValueError("train is empty: optimizing learns from the training examples' errors")
         gate_split = train if settings.gate == "train" else val
         if settings.gate != "none" and not gate_split:
-            raise ValueError(f"the gate split ({'train' if settings.gate == 'train' else 'val'}) is empty: "
-                             "give examples for it, or gate='none'")
+            raise ValueError(
+                f"the gate split ({'train' if settings.gate == 'train' else 'val'}) is empty: "
+                "give examples for it, or gate='none'"
+            )
         return settings, train, val, test
 
     # --- the event loops -----------------------------------------------------------
@@ -433,14 +576,16 @@ class Pipeline:
         if llm is not None:
             await llm.transport.aclose()
 
-    def __enter__(self) -> "Pipeline":
+    def __enter__(self) -> Pipeline:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return f"<Pipeline {self.graph.pipeline.name} from {self.path}: {', '.join(self.inputs)} -> {self.graph.output}>"
+        return (
+            f"<Pipeline {self.graph.pipeline.name} from {self.path}: {', '.join(self.inputs)} -> {self.graph.output}>"
+        )
 
 
 class _Lost(CallFailed):
@@ -470,8 +615,10 @@ class _Session:
 
     def check_open(self) -> None:
         if self.closed:
-            raise PipelineClosed("this pipeline is closed (close() was called, or its `with` block ended); "
-                                 "load it again to make more calls")
+            raise PipelineClosed(
+                "this pipeline is closed (close() was called, or its `with` block ended); "
+                "load it again to make more calls"
+            )
 
     def llm(self) -> LLM:
         self.check_open()
@@ -492,8 +639,10 @@ class _Session:
         if self.closed or inside_a_loop:
             getattr(work, "close", lambda: None)()  # never started: no "never awaited" warning
             self.check_open()
-            raise RuntimeError("a Pipeline's sync methods cannot run inside an event loop: "
-                               "use `await pipeline.acall(...)`, `abatch` or `aevaluate`")
+            raise RuntimeError(
+                "a Pipeline's sync methods cannot run inside an event loop: "
+                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`"
+            )
         loop = self.loops.get(threading.get_ident())
         if loop is None or loop.is_closed():
             loop = self.loops[threading.get_ident()] = asyncio.new_event_loop()
@@ -556,8 +705,9 @@ def _input_text(name: str, value: Any) -> str:
         text = as_text(value)
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise InputError(f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model "
-                         "request can carry") from None
+        raise InputError(
+            f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model request can carry"
+        ) from None
     except (TypeError, ValueError, RecursionError) as exc:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
         raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None

@@ -13,28 +13,36 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
-
 from typing import TYPE_CHECKING
 
 from .language.checker import BOUNDS
-from .runtime.datasets import Dataset, make_splits
 from .language.graph import Graph
-from .records.record import Settings
 from .learning.stats import t_interval
+from .records.record import Settings
+from .runtime.datasets import Dataset, make_splits
 
 if TYPE_CHECKING:
     from .api import Pipeline
 
 VARIABLE = {  # what --vary may change, and how a value is read
     "gradient": lambda v: v.replace("-", "_"),
-    "gate": str, "update": str, "only": str,
-    "iterations": int, "errors_per_gradient": int, "train_size": int, "val_size": int, "gate_alpha": float,
+    "gate": str,
+    "update": str,
+    "only": str,
+    "iterations": int,
+    "errors_per_gradient": int,
+    "train_size": int,
+    "val_size": int,
+    "gate_alpha": float,
 }
-CHOICES = {"gradient": ("sibling", "no_sibling", "none"), "gate": ("validation", "train", "none"),
-           "update": ("full", "sample")}
+CHOICES = {
+    "gradient": ("sibling", "no_sibling", "none"),
+    "gate": ("validation", "train", "none"),
+    "update": ("full", "sample"),
+}
 
 
 class CompareError(Exception):
@@ -73,7 +81,7 @@ class RowResult:
         mean, low, high = t_interval([s.test_final for s in self.seeds])
         return (mean, None, None) if low is None else (mean, max(0.0, low), min(1.0, high))
 
-    def difference(self, first: "RowResult") -> tuple[float, float | None, float | None]:
+    def difference(self, first: RowResult) -> tuple[float, float | None, float | None]:
         """Paired by seed: the same test samples, the same starting prompts."""
         base = {s.seed: s.test_final for s in first.seeds}
         return t_interval([s.test_final - base[s.seed] for s in self.seeds])
@@ -103,8 +111,9 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
             if key in BOUNDS:
                 low, high, low_excluded = BOUNDS[key]
                 if not (low < value <= high if low_excluded else low <= value <= high):
-                    raise CompareError(f"--vary {key}: '{raw}' is out of range ({'above ' if low_excluded else ''}"
-                                       f"{low} to {high})")
+                    raise CompareError(
+                        f"--vary {key}: '{raw}' is out of range ({'above ' if low_excluded else ''}{low} to {high})"
+                    )
             parsed += only_values(value, graph) if key == "only" else [value]
         out.append((key, list(dict.fromkeys(parsed))))
     return out
@@ -113,8 +122,10 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
 def only_values(value: str, graph: Graph) -> list[tuple[str, ...]]:
     if value == "each":
         if len(graph.trainable) < 2:
-            raise CompareError(f"--vary only=each: {graph.pipeline.path} has one trainable param "
-                               f"({', '.join(graph.trainable)}), so each alone is the same as all")
+            raise CompareError(
+                f"--vary only=each: {graph.pipeline.path} has one trainable param "
+                f"({', '.join(graph.trainable)}), so each alone is the same as all"
+            )
         return [(), *((p,) for p in graph.trainable)]
     if value == "all":
         return [()]
@@ -153,7 +164,7 @@ SIZES = ("train_size", "val_size", "test_size")
 class Experiment:
     """What every row shares: the pipeline (its models, cache and ledger), the data, the sizes, the base method."""
 
-    pipeline: "Pipeline"
+    pipeline: Pipeline
     data: str
     dataset: Dataset
     sizes: Mapping[str, int | None]  # train_size, val_size, test_size; None: the file's
@@ -184,13 +195,27 @@ def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, p
     _, method = experiment.settings(row, seed)
     # val is drawn whatever the gate, so every row of a seed is tested on the same samples
     splits = make_splits(experiment.dataset, *(experiment.size(k, row.changes) for k in SIZES), seed)
-    return experiment.pipeline.optimize(splits.train, splits.val, splits.test, metric=experiment.metric,
-                                        data=experiment.data, mapping=experiment.mapping, runs_dir=runs_dir,
-                                        progress=progress, **method)
+    return experiment.pipeline.optimize(
+        splits.train,
+        splits.val,
+        splits.test,
+        metric=experiment.metric,
+        data=experiment.data,
+        mapping=experiment.mapping,
+        runs_dir=runs_dir,
+        progress=progress,
+        **method,
+    )
 
 
-def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], runs_dir: Path | None = None,
-            tick: Callable[[str], None] = lambda what: None, progress: Progress | None = None) -> list[RowResult]:
+def compare(
+    experiment: Experiment,
+    rows: Sequence[Row],
+    seeds: Sequence[int],
+    runs_dir: Path | None = None,
+    tick: Callable[[str], None] = lambda what: None,
+    progress: Progress | None = None,
+) -> list[RowResult]:
     """Every row on every seed; run records go to runs_dir, or to a folder deleted afterwards.
     `tick` hears of each finished optimize, `progress` of each phase inside one."""
     if experiment.size("test_size", {}) < 1:
@@ -204,8 +229,9 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
             raise CompareError(f"row '{row.label}' trains on no sample: give --train-size of at least 1")
         gate_split = {"validation": "val_size", "train": "train_size"}.get(settings.gate)
         if gate_split and experiment.size(gate_split, row.changes) < 1:
-            raise CompareError(f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size "
-                               "of at least 1")
+            raise CompareError(
+                f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size of at least 1"
+            )
     ledger = experiment.pipeline.ledger
     with tempfile.TemporaryDirectory(prefix="sbpc-compare-") as scratch:
         folder = Path(runs_dir) if runs_dir else Path(scratch)
@@ -220,16 +246,26 @@ def compare(experiment: Experiment, rows: Sequence[Row], seeds: Sequence[int], r
                 if outcome.stopped or any(t is None or t.accuracy is None for t in tests):
                     why = outcome.stopped.cli if outcome.stopped else "no test sample could be scored"
                     raise CompareError(f"row '{row.label}', seed {seed} did not finish: {why}")
-                result.seeds.append(SeedResult(
-                    seed, tests[0].accuracy, tests[1].accuracy, ledger.calls - before[0],
-                    ledger.tokens - before[1], ledger.cost - before[2], time.perf_counter() - started,
-                    str(optimized.record) if runs_dir else "", sum(len(t.lost) for t in tests)))
+                result.seeds.append(
+                    SeedResult(
+                        seed,
+                        tests[0].accuracy,
+                        tests[1].accuracy,
+                        ledger.calls - before[0],
+                        ledger.tokens - before[1],
+                        ledger.cost - before[2],
+                        time.perf_counter() - started,
+                        str(optimized.record) if runs_dir else "",
+                        sum(len(t.lost) for t in tests),
+                    )
+                )
                 tick(f"{row.label}, seed {seed}")
             results.append(result)
     return results
 
 
 # --- what the user reads --------------------------------------------------------------------------
+
 
 def interval(mean: float, low: float | None, high: float | None, signed: bool = False) -> str:
     f = "{:+.3f}" if signed else "{:.3f}"
@@ -242,12 +278,19 @@ def to_json(results: Sequence[RowResult]) -> list[dict]:
     for r in results:
         mean, low, high = r.accuracy()
         d_mean, d_low, d_high = r.difference(first)
-        out.append({"row": r.row.label, "changes": {k: list(v) if isinstance(v, tuple) else v
-                                                    for k, v in r.row.changes.items()},
-                    "test_accuracy": {"mean": mean, "low": low, "high": high},
-                    "difference_from_first": {"mean": d_mean, "low": d_low, "high": d_high},
-                    "calls": int(r.total("calls")), "tokens": int(r.total("tokens")), "cost": r.total("cost"),
-                    "seconds": r.total("seconds"), "seeds": [vars(s) for s in r.seeds]})
+        out.append(
+            {
+                "row": r.row.label,
+                "changes": {k: list(v) if isinstance(v, tuple) else v for k, v in r.row.changes.items()},
+                "test_accuracy": {"mean": mean, "low": low, "high": high},
+                "difference_from_first": {"mean": d_mean, "low": d_low, "high": d_high},
+                "calls": int(r.total("calls")),
+                "tokens": int(r.total("tokens")),
+                "cost": r.total("cost"),
+                "seconds": r.total("seconds"),
+                "seeds": [vars(s) for s in r.seeds],
+            }
+        )
     return out
 
 
@@ -255,31 +298,54 @@ def table_rows(results: Sequence[RowResult]) -> list[list[str]]:
     first, rows = results[0], []
     for n, r in enumerate(results):
         diff = "(the reference)" if n == 0 else interval(*r.difference(first), signed=True)
-        rows.append([r.row.label, interval(*r.accuracy()), diff, str(int(r.total("calls"))), str(int(r.total("tokens"))),
-                     f"{r.total('cost'):.4f}", f"{r.total('seconds'):.1f}"])
+        rows.append(
+            [
+                r.row.label,
+                interval(*r.accuracy()),
+                diff,
+                str(int(r.total("calls"))),
+                str(int(r.total("tokens"))),
+                f"{r.total('cost'):.4f}",
+                f"{r.total('seconds'):.1f}",
+            ]
+        )
     return rows
 
 
-HEADER = ["setting", "test accuracy, mean [95% CI]", "difference from the first row, paired [95% CI]", "calls",
-          "tokens", "cost $", "wall s"]
+HEADER = [
+    "setting",
+    "test accuracy, mean [95% CI]",
+    "difference from the first row, paired [95% CI]",
+    "calls",
+    "tokens",
+    "cost $",
+    "wall s",
+]
 
 
 def preamble(results: Sequence[RowResult], experiment: Experiment) -> str:
     seeds = [s.seed for s in results[0].seeds]
     initial = interval(*t_interval([s.test_initial for s in results[0].seeds]))
-    return (f"{experiment.describe()}: {len(results)} row(s) x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
-            f"{experiment.size('test_size', {})} test samples per seed; before optimizing: {initial}")
+    return (
+        f"{experiment.describe()}: {len(results)} row(s) x {len(seeds)} seed(s) ({', '.join(map(str, seeds))}); "
+        f"{experiment.size('test_size', {})} test samples per seed; before optimizing: {initial}"
+    )
 
 
 def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
     lines = [preamble(results, experiment), "", "| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     lines += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in table_rows(results)]
-    lines += ["", "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
-                  "shares with the rows before it; wall time likewise."]
+    lines += [
+        "",
+        "Intervals: Student t over seeds. Calls, tokens and cost: made by the row, after the cache it "
+        "shares with the rows before it; wall time likewise.",
+    ]
     lost = {r.row.label: int(r.total("lost")) for r in results if r.total("lost")}
     if lost:
-        lines.append("Warning: test samples lost to failed calls were left out of the scores: "
-                     + ", ".join(f"{label}: {n}" for label, n in lost.items()))
+        lines.append(
+            "Warning: test samples lost to failed calls were left out of the scores: "
+            + ", ".join(f"{label}: {n}" for label, n in lost.items())
+        )
     return "\n".join(lines)
 
 
@@ -293,12 +359,26 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
     difference = [r.difference(results[0]) for r in results]
 
     def bounds(triples):
-        return ([m for m, _, _ in triples], [lo if lo is not None else m for m, lo, _ in triples],
-                [hi if hi is not None else m for m, _, hi in triples])
+        return (
+            [m for m, _, _ in triples],
+            [lo if lo is not None else m for m, lo, _ in triples],
+            [hi if hi is not None else m for m, _, hi in triples],
+        )
 
-    body = [f"<p>{escape(preamble(results, experiment))}</p>", table(HEADER, table_rows(results)),
-            plot_intervals(labels, *bounds(accuracy), ylabel="test accuracy",
-                           title="held-out test accuracy per setting, mean and 95% t interval over seeds"),
-            plot_intervals(labels, *bounds(difference), ylabel="difference",
-                           title="difference from the first row, paired by seed, with its 95% t interval")]
+    body = [
+        f"<p>{escape(preamble(results, experiment))}</p>",
+        table(HEADER, table_rows(results)),
+        plot_intervals(
+            labels,
+            *bounds(accuracy),
+            ylabel="test accuracy",
+            title="held-out test accuracy per setting, mean and 95% t interval over seeds",
+        ),
+        plot_intervals(
+            labels,
+            *bounds(difference),
+            ylabel="difference",
+            title="difference from the first row, paired by seed, with its 95% t interval",
+        ),
+    ]
     return page(f"sbpc compare: {experiment.pipeline.path}", "\n".join(body))

@@ -42,14 +42,22 @@ def app(pipeline: Pipeline) -> web.Application:
             if exc.status < 400:
                 raise
             reason = f"{exc.reason}: {usage}" if exc.status in (404, 405) else exc.text or exc.reason
-            return web.json_response({"error": reason}, status=exc.status, headers={
-                k: v for k, v in exc.headers.items() if k == "Allow"})
+            return web.json_response(
+                {"error": reason}, status=exc.status, headers={k: v for k, v in exc.headers.items() if k == "Allow"}
+            )
 
     application = web.Application(client_max_size=MAX_BODY, middlewares=[json_errors])
 
     async def health(request: web.Request) -> web.Response:
-        return web.json_response({"status": "ok", "pipeline": pipeline.graph.pipeline.name, "file": pipeline.path,
-                                  "inputs": list(pipeline.inputs), "output": pipeline.graph.output})
+        return web.json_response(
+            {
+                "status": "ok",
+                "pipeline": pipeline.graph.pipeline.name,
+                "file": pipeline.path,
+                "inputs": list(pipeline.inputs),
+                "output": pipeline.graph.output,
+            }
+        )
 
     async def predict(request: web.Request) -> web.Response:
         try:
@@ -66,8 +74,10 @@ def app(pipeline: Pipeline) -> web.Application:
         except RecursionError:
             return _error(400, "the body nests too deeply to be inputs")
         if not isinstance(inputs, dict):
-            return _error(400, f"the body must be a JSON object of inputs ({', '.join(pipeline.inputs)}), "
-                               f"not {type(inputs).__name__}")
+            return _error(
+                400,
+                f"the body must be a JSON object of inputs ({', '.join(pipeline.inputs)}), not {type(inputs).__name__}",
+            )
         try:
             prediction = await predict_for_client(pipeline, inputs)
         except InputError as exc:  # unknown, missing or unsendable inputs; another ValueError is no client's doing
@@ -112,6 +122,7 @@ def _error(status: int, reason: str) -> web.Response:
 
 def serve(pipeline: Pipeline, host: str, port: int, announce) -> None:
     """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
+
     async def main() -> None:
         # handler_cancellation: a client's disconnect cancels its handler, and so its model calls
         runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE, handler_cancellation=True)

@@ -86,7 +86,7 @@ def with_fake_model(source: str, url: str) -> str:
 
 
 # Two small pipelines the API, serve and output tests share.
-TRIAGE = '''\
+TRIAGE = """\
 pipeline triage "Decide whether a support ticket is urgent"
 
 input ticket: text
@@ -100,9 +100,9 @@ node urgent: choice(Yes, No) { prompt = decide }
 ticket -> notes
 ticket, notes -> urgent
 output urgent
-'''
+"""
 
-ECHO = '''\
+ECHO = """\
 pipeline echo "Say something about the topic"
 
 input topic: text
@@ -110,4 +110,4 @@ param say = "Say one thing about it."
 node said: text { prompt = say }
 topic -> said
 output said
-'''
+"""

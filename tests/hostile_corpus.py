@@ -33,7 +33,7 @@ model forward { name = "m"  temperature = 0 }
 optimize { iterations = 2  gradient = sibling }
 '''
 
-YAML = '''pipeline: mini
+YAML = """pipeline: mini
 description: Answer a question
 inputs:
   q: text
@@ -56,7 +56,7 @@ metric: exact
 models:
   forward: {name: m, temperature: 0}
 optimize: {iterations: 2, gradient: sibling}
-'''
+"""
 
 TEMPLATES = [
     "{{ range(10**9) }}",
@@ -98,34 +98,111 @@ TEMPLATES = [
 ]
 
 YAML_VALUES = [
-    "!!int abc", "!!bool maybe", "!!timestamp never", "!!float x", "!!binary '%%%'", "!!python/object:os.system x",
-    "!!set {a, b}", "!!omap [a: 1]", "2024-01-01", "2024-01-01 10:00:00", ".nan", ".inf", "-.inf", "!!null x",
-    "!!str", "~", "[]", "{}", "0x_", "!custom tag", "!!merge x", "'\\ud800'", '"\\ud800"', '"\\udfff tail"',
-    '"\\x00"', '"\\e[31m"', "1e400", "999999999999999999999999999999", "-5", "1.5",
+    "!!int abc",
+    "!!bool maybe",
+    "!!timestamp never",
+    "!!float x",
+    "!!binary '%%%'",
+    "!!python/object:os.system x",
+    "!!set {a, b}",
+    "!!omap [a: 1]",
+    "2024-01-01",
+    "2024-01-01 10:00:00",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "!!null x",
+    "!!str",
+    "~",
+    "[]",
+    "{}",
+    "0x_",
+    "!custom tag",
+    "!!merge x",
+    "'\\ud800'",
+    '"\\ud800"',
+    '"\\udfff tail"',
+    '"\\x00"',
+    '"\\e[31m"',
+    "1e400",
+    "999999999999999999999999999999",
+    "-5",
+    "1.5",
 ]
 
 SETTINGS = [
-    "iterations = -1", "iterations = 1e32", "iterations = 100000000000000000000000000000", "train_size = -5",
-    "val_size = 1.5", "test_size = true", "gate_alpha = 0", "gate_alpha = 7", "gradient = sibbling",
-    "update = partial", "gate = never", "seed = 99999999999999999999999", "errors_per_gradient = 0", "itrations = 3",
+    "iterations = -1",
+    "iterations = 1e32",
+    "iterations = 100000000000000000000000000000",
+    "train_size = -5",
+    "val_size = 1.5",
+    "test_size = true",
+    "gate_alpha = 0",
+    "gate_alpha = 7",
+    "gradient = sibbling",
+    "update = partial",
+    "gate = never",
+    "seed = 99999999999999999999999",
+    "errors_per_gradient = 0",
+    "itrations = 3",
 ]
 
-MODEL_SETTINGS = ["temperature = -1", "temperature = 1e999", "top_p = 2", "max_tokens = 0", "max_tokens = 2.5",
-                  "timeout = 0", "timeout = -5", "name = 3", "stop = 7", "temprature = 0"]
+MODEL_SETTINGS = [
+    "temperature = -1",
+    "temperature = 1e999",
+    "top_p = 2",
+    "max_tokens = 0",
+    "max_tokens = 2.5",
+    "timeout = 0",
+    "timeout = -5",
+    "name = 3",
+    "stop = 7",
+    "temprature = 0",
+]
 
 SEMANTIC = [
-    ("q, ctx -> a", "q, ctx, qq -> a"), ("q, ctx -> a", "q, ctx -> y"), ("q, ctx -> a", "q, ctx -> a -> helper -> a"),
-    ("q, ctx -> helper", "q, ctx -> hepler"), ("output a", "output b"), ("output a", "output q"),
-    ("metric exact", "metric exct"), ("prompt = ask }", "prompt = aks }"), ("template = t }", "template = tt }"),
-    ("choice(Yes, No)", 'choice("", No)'), ("choice(Yes, No)", "choice(Yes, Yes)"), ("choice(Yes, No)", 'choice("(A)", "")'),
-    ("node helper", "node input"), ("node helper", "node a"), ("input q", "input a"), ("model forward", "model fowrard"),
-    ("model forward", "model"), ("optimize {", "optimise {"), ("optimize {", "optimize fast {"),
-    ("{{ ctx }}", "{{ nothing }}"), ("{{ prompt }}", "{{ prompt() }}"), ('param ask = "Answer the question."', 'param ask = "{{ 1/0 }}"'),
-    ('param ask = "Answer the question."', 'param ask = "\\ud800"'), ('"Answer a question"', '"\\ud834"'),
-    ("q, ctx -> a\n", "q, ctx -> a\nq -> a\nq, q -> a\n"), ("output a", "output a\noutput helper"),
+    ("q, ctx -> a", "q, ctx, qq -> a"),
+    ("q, ctx -> a", "q, ctx -> y"),
+    ("q, ctx -> a", "q, ctx -> a -> helper -> a"),
+    ("q, ctx -> helper", "q, ctx -> hepler"),
+    ("output a", "output b"),
+    ("output a", "output q"),
+    ("metric exact", "metric exct"),
+    ("prompt = ask }", "prompt = aks }"),
+    ("template = t }", "template = tt }"),
+    ("choice(Yes, No)", 'choice("", No)'),
+    ("choice(Yes, No)", "choice(Yes, Yes)"),
+    ("choice(Yes, No)", 'choice("(A)", "")'),
+    ("node helper", "node input"),
+    ("node helper", "node a"),
+    ("input q", "input a"),
+    ("model forward", "model fowrard"),
+    ("model forward", "model"),
+    ("optimize {", "optimise {"),
+    ("optimize {", "optimize fast {"),
+    ("{{ ctx }}", "{{ nothing }}"),
+    ("{{ prompt }}", "{{ prompt() }}"),
+    ('param ask = "Answer the question."', 'param ask = "{{ 1/0 }}"'),
+    ('param ask = "Answer the question."', 'param ask = "\\ud800"'),
+    ('"Answer a question"', '"\\ud834"'),
+    ("q, ctx -> a\n", "q, ctx -> a\nq -> a\nq, q -> a\n"),
+    ("output a", "output a\noutput helper"),
 ]
 
-CONTROL = ["\x00", "\x1b[31m", "\x1b]0;owned\x07", "\x07", "\x7f", "\x85", "\u2028", "\u202e", "\ufeff", "\x0c", "\x0b", "\r"]
+CONTROL = [
+    "\x00",
+    "\x1b[31m",
+    "\x1b]0;owned\x07",
+    "\x07",
+    "\x7f",
+    "\x85",
+    "\u2028",
+    "\u202e",
+    "\ufeff",
+    "\x0c",
+    "\x0b",
+    "\r",
+]
 
 BAD_BYTES = [b"\xff", b"\xc3", b"\xe2\x82", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf8\x88\x80\x80\x80"]
 
@@ -138,10 +215,22 @@ def _template_cases() -> list[tuple[str, str]]:
     out = []
     for index, template in enumerate(TEMPLATES):
         body = template.replace('"""', "'''")
-        out.append((f"template_{index:02d}.sbp", SBP.replace("  Context: {{ ctx }}\n", f"  Context: {{{{ ctx }}}}\n  {body}\n")))
+        out.append(
+            (
+                f"template_{index:02d}.sbp",
+                SBP.replace("  Context: {{ ctx }}\n", f"  Context: {{{{ ctx }}}}\n  {body}\n"),
+            )
+        )
         yaml_body = "\n".join("    " + line for line in body.split("\n"))
-        out.append((f"template_{index:02d}.yaml", YAML.replace("    Context: {{ ctx }}\n", f"    Context: {{{{ ctx }}}}\n{yaml_body}\n")))
-        out.append((f"param_template_{index:02d}.sbp", SBP.replace('"Answer the question."', '"""\n  ' + body + '\n  """')))
+        out.append(
+            (
+                f"template_{index:02d}.yaml",
+                YAML.replace("    Context: {{ ctx }}\n", f"    Context: {{{{ ctx }}}}\n{yaml_body}\n"),
+            )
+        )
+        out.append(
+            (f"param_template_{index:02d}.sbp", SBP.replace('"Answer the question."', '"""\n  ' + body + '\n  """'))
+        )
     return out
 
 
@@ -150,7 +239,12 @@ def _yaml_value_cases() -> list[tuple[str, str]]:
     for index, value in enumerate(YAML_VALUES):
         out.append((f"tag_setting_{index:02d}.yaml", YAML.replace("iterations: 2", f"iterations: {value}")))
         out.append((f"tag_param_{index:02d}.yaml", YAML.replace("ask: Answer the question.", f"ask: {value}")))
-        out.append((f"tag_description_{index:02d}.yaml", YAML.replace("description: Answer a question", f"description: {value}")))
+        out.append(
+            (
+                f"tag_description_{index:02d}.yaml",
+                YAML.replace("description: Answer a question", f"description: {value}"),
+            )
+        )
     return out
 
 
@@ -160,20 +254,29 @@ def _nesting_cases() -> list[tuple[str, str]]:
         out.append((f"deep_flow_list_{depth}.yaml", YAML + "extra: " + "[" * depth + "]" * depth + "\n"))
         out.append((f"deep_flow_map_{depth}.yaml", YAML + "extra: " + "{a: " * depth + "1" + "}" * depth + "\n"))
         out.append((f"deep_block_{depth}.yaml", YAML + "".join("  " * i + "k:\n" for i in range(min(depth, 2000)))))
-        out.append((f"deep_parens_{depth}.sbp", SBP.replace("{{ q }}", "{{ " + "(" * depth + "q" + ")" * depth + " }}")))
+        out.append(
+            (f"deep_parens_{depth}.sbp", SBP.replace("{{ q }}", "{{ " + "(" * depth + "q" + ")" * depth + " }}"))
+        )
     return out
 
 
 def _alias_cases() -> list[tuple[str, str]]:
     bomb = "lol0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"lol{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10))
+        f"lol{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 10)
+    )
     return [
         ("alias_param.yaml", YAML.replace("ask: Answer the question.", "ask: &x Answer the question.\n  other: *x")),
-        ("alias_mapping.yaml", YAML.replace("  forward: {name: m, temperature: 0}", "  forward: &m {name: m}\n  backward: *m")),
+        (
+            "alias_mapping.yaml",
+            YAML.replace("  forward: {name: m, temperature: 0}", "  forward: &m {name: m}\n  backward: *m"),
+        ),
         ("alias_list.yaml", YAML.replace("edges:\n", "edges: &e\n") + "again: *e\n"),
         ("alias_undefined.yaml", YAML.replace("ask: Answer the question.", "ask: *nowhere")),
         ("alias_bomb.yaml", YAML + bomb),
-        ("alias_merge.yaml", YAML.replace("  forward: {name: m, temperature: 0}", "  forward: &m {name: m}\n  backward: {<<: *m}")),
+        (
+            "alias_merge.yaml",
+            YAML.replace("  forward: {name: m, temperature: 0}", "  forward: &m {name: m}\n  backward: {<<: *m}"),
+        ),
         ("alias_self.yaml", YAML + "loop: &l [*l]\n"),
         ("anchor_only.yaml", YAML.replace("ask: Answer the question.", "ask: &x Answer the question.")),
     ]
@@ -204,20 +307,22 @@ def _syntax_cases() -> list[tuple[str, str]]:
     out = []
     tokens = _sbp_tokens(SBP)
     for index, token in enumerate(tokens):
-        out.append((f"delete_token_{index:03d}.sbp", SBP[:token.start()] + SBP[token.end():]))
+        out.append((f"delete_token_{index:03d}.sbp", SBP[: token.start()] + SBP[token.end() :]))
         if index % 2 == 0:
-            out.append((f"double_token_{index:03d}.sbp", SBP[:token.end()] + " " + token.group() + SBP[token.end():]))
+            out.append((f"double_token_{index:03d}.sbp", SBP[: token.end()] + " " + token.group() + SBP[token.end() :]))
     lines = YAML.split("\n")
     for index in range(len(lines) - 1):
-        out.append((f"drop_line_{index:02d}.yaml", "\n".join(lines[:index] + lines[index + 1:])))
-        out.append((f"shift_line_{index:02d}.yaml", "\n".join(lines[:index] + [" " + lines[index]] + lines[index + 1:])))
+        out.append((f"drop_line_{index:02d}.yaml", "\n".join(lines[:index] + lines[index + 1 :])))
+        out.append(
+            (f"shift_line_{index:02d}.yaml", "\n".join(lines[:index] + [" " + lines[index]] + lines[index + 1 :]))
+        )
     out += [
         ("header_two_strings.sbp", SBP.replace('pipeline mini "Answer a question"', 'pipeline mini "x" "y"')),
         ("header_missing.sbp", SBP.replace('pipeline mini "Answer a question"\n', "")),
         ("header_number.sbp", SBP.replace("pipeline mini", "pipeline 42")),
         ("two_on_a_line.sbp", SBP.replace("node helper: text { prompt = ask }", "node helper: txt {} node b: txet {}")),
         ("unterminated_string.sbp", SBP.replace('"Answer the question."', '"Answer the question.')),
-        ("unterminated_block.sbp", SBP.replace('  """\nnode helper', 'node helper')),
+        ("unterminated_block.sbp", SBP.replace('  """\nnode helper', "node helper")),
         ("bad_escape.sbp", SBP.replace("Answer the question.", "Answer \\q the question.")),
         ("block_indent.sbp", SBP.replace("  Question: {{ q }}", "Question: {{ q }}")),
         ("many_errors.sbp", SBP + "node x: txt {}\n" * 500),
@@ -255,17 +360,31 @@ def _semantic_cases() -> list[tuple[str, str]]:
         key, value = (part.strip() for part in setting.split("="))
         out.append((f"model_{index:02d}.yaml", YAML.replace("temperature: 0", f"{key}: {value}")))
     out.append(("cycles.sbp", SBP + "node b: text {}\nnode c: text {}\nb -> c -> b\na -> helper -> a\n"))
-    out.append(("big_product.sbp", "pipeline big\n" + "".join(f"input i{k}: text\n" for k in range(300))
-                + "".join(f"node n{k}: text {{}}\n" for k in range(300))
-                + ", ".join(f"i{k}" for k in range(300)) + " -> " + ", ".join(f"n{k}" for k in range(300)) + "\noutput n0\n"))
+    out.append(
+        (
+            "big_product.sbp",
+            "pipeline big\n"
+            + "".join(f"input i{k}: text\n" for k in range(300))
+            + "".join(f"node n{k}: text {{}}\n" for k in range(300))
+            + ", ".join(f"i{k}" for k in range(300))
+            + " -> "
+            + ", ".join(f"n{k}" for k in range(300))
+            + "\noutput n0\n",
+        )
+    )
     return out
 
 
 def corpus() -> list[tuple[str, bytes]]:
     """Every bad file, as (name, bytes); names are unique."""
     files: list[tuple[str, bytes | str]] = [
-        *_template_cases(), *_yaml_value_cases(), *_nesting_cases(), *_alias_cases(), *_byte_cases(),
-        *_syntax_cases(), *_semantic_cases(),
+        *_template_cases(),
+        *_yaml_value_cases(),
+        *_nesting_cases(),
+        *_alias_cases(),
+        *_byte_cases(),
+        *_syntax_cases(),
+        *_semantic_cases(),
     ]
     out = [(name, data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")) for name, data in files]
     assert len({name for name, _ in out}) == len(out), "corpus names must be unique"

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+from conftest import TRIAGE as TRIAGE_TEXT
 
 import sembp_dsl as sbp
-from conftest import TRIAGE as TRIAGE_TEXT
 
 TRIAGE = TRIAGE_TEXT + "optimize { errors_per_gradient = 2 }\n"
 
@@ -39,12 +39,23 @@ def tickets(n: int) -> list[dict]:
 
 
 def test_public_names_are_listed_and_typed():
-    assert set(sbp.__all__) == {"BudgetExceeded", "CallFailed", "DataError", "Evaluation", "LLMError", "Optimized",
-                                "Pipeline", "PipelineError", "Prediction", "Usage", "load"}
+    assert set(sbp.__all__) == {
+        "BudgetExceeded",
+        "CallFailed",
+        "DataError",
+        "Evaluation",
+        "LLMError",
+        "Optimized",
+        "Pipeline",
+        "PipelineError",
+        "Prediction",
+        "Usage",
+        "load",
+    }
     assert all(getattr(sbp, name) is not None for name in sbp.__all__)
     assert (Path(sbp.__file__).parent / "py.typed").exists()
     with pytest.raises(AttributeError):
-        sbp.compile_file  # internals stay internal
+        sbp.compile_file  # noqa: B018 (internals stay internal)
 
 
 def test_importing_the_package_does_not_import_litellm():
@@ -68,12 +79,14 @@ def test_acall_runs_on_the_callers_loop(triage):
         results = await asyncio.gather(triage.acall(ticket="crash at start"), triage.acall(ticket="a typo"))
         await triage.aclose()
         return results
+
     assert [r.output for r in asyncio.run(main())] == ["Yes", "No"]
 
 
 def test_sync_calls_inside_an_event_loop_say_what_to_use(triage):
     async def main():
         triage(ticket="x")
+
     with pytest.raises(RuntimeError, match="await pipeline.acall"):
         asyncio.run(main())
 
@@ -135,10 +148,14 @@ def test_evaluate_a_file_draws_only_the_rows_it_scores_or_must_skip(triage, tmp_
     data = tmp_path / "tickets.jsonl"
     data.write_text("".join(json.dumps({**row, "label": "Yes"}) + "\n" for row in tickets(5)))
     train = triage.evaluate(str(data), split="train", train_size=3)  # no val or test rows are needed for it
-    assert [r.sample.id for r in train.results] == [s.id for s in sbp.api.datasets.make_splits(
-        sbp.api.datasets.load(str(data)), 3, 0, 0, seed=0).train]
-    with pytest.raises(sbp.DataError, match="the test split comes after the 20 train and 20 val samples `optimize` "
-                                            "draws by default.*or train_size=0, val_size=0 if you do not optimize"):
+    assert [r.sample.id for r in train.results] == [
+        s.id for s in sbp.api.datasets.make_splits(sbp.api.datasets.load(str(data)), 3, 0, 0, seed=0).train
+    ]
+    with pytest.raises(
+        sbp.DataError,
+        match="the test split comes after the 20 train and 20 val samples `optimize` "
+        "draws by default.*or train_size=0, val_size=0 if you do not optimize",
+    ):
         triage.evaluate(str(data), test_size=2)  # 45 rows: test sits behind the rows optimize would use
     assert len(triage.evaluate(str(data), train_size=0, val_size=0, test_size=2).results) == 2
     with pytest.raises(ValueError, match="split must be train, val or test, got 'tset'; did you mean 'test'"):
@@ -151,9 +168,14 @@ def test_optimize_then_save_writes_back_like_the_cli(triage, script, tmp_path):
     examples = [{**row, "answer": "Yes"} for row in tickets(12)]
     path = Path(triage.path)
     before = path.read_text()
-    outcome = triage.optimize(examples[:6], examples[6:], iters=1, gate_alpha=1, only=["decide"], runs_dir=tmp_path / "runs")
+    outcome = triage.optimize(
+        examples[:6], examples[6:], iters=1, gate_alpha=1, only=["decide"], runs_dir=tmp_path / "runs"
+    )
     assert outcome.outcome.iterations[0].accepted
-    assert outcome.pipeline.prompts["decide"].startswith("Improved") and triage.prompts["decide"] == "Is the ticket urgent? Answer Yes or No."
+    assert (
+        outcome.pipeline.prompts["decide"].startswith("Improved")
+        and triage.prompts["decide"] == "Is the ticket urgent? Answer Yes or No."
+    )
     assert path.read_text() == before  # nothing is written until save()
     assert "+param decide" in outcome.diff
     assert outcome.pipeline.save() == path
@@ -174,15 +196,17 @@ def test_optimize_rejects_what_cannot_run(triage):
 
 def test_method_settings_are_checked_like_the_optimize_block(triage, fake_llm, tmp_path):
     examples = [{**row, "answer": "Yes"} for row in tickets(4)]
-    refused = [(dict(gradient="sideways"), ValueError, "gradient='sideways' is not one of sibling, no_sibling, none"),
-               (dict(update="zz"), ValueError, "update='zz' is not one of full, sample"),
-               (dict(gate="vali"), ValueError, "gate='vali' is not one of"),
-               (dict(gate_alpha=5), ValueError, "gate_alpha=5 is out of range"),
-               (dict(gate_alpha=0), ValueError, "gate_alpha=0 is out of range"),
-               (dict(errors_per_gradient=0), ValueError, "errors_per_gradient=0 is out of range"),
-               (dict(iters=-1), ValueError, "iters=-1 is out of range"),
-               (dict(iters=1.5), TypeError, "iters must be a whole number, got 1.5"),
-               (dict(seed="a"), TypeError, "seed must be a whole number")]
+    refused = [
+        (dict(gradient="sideways"), ValueError, "gradient='sideways' is not one of sibling, no_sibling, none"),
+        (dict(update="zz"), ValueError, "update='zz' is not one of full, sample"),
+        (dict(gate="vali"), ValueError, "gate='vali' is not one of"),
+        (dict(gate_alpha=5), ValueError, "gate_alpha=5 is out of range"),
+        (dict(gate_alpha=0), ValueError, "gate_alpha=0 is out of range"),
+        (dict(errors_per_gradient=0), ValueError, "errors_per_gradient=0 is out of range"),
+        (dict(iters=-1), ValueError, "iters=-1 is out of range"),
+        (dict(iters=1.5), TypeError, "iters must be a whole number, got 1.5"),
+        (dict(seed="a"), TypeError, "seed must be a whole number"),
+    ]
     for method, error, message in refused:
         with pytest.raises(error, match=re.escape(message)):
             triage.optimize(examples, examples, runs_dir=tmp_path / "runs", **method)
@@ -210,8 +234,12 @@ def test_an_input_json_cannot_hold_is_named_before_any_call(triage, fake_llm):
     deep: list = []
     for _ in range(5000):
         deep = [deep]
-    for bad, reason in ((b"\xff", "bytes is not JSON serializable"), ({1, 2}, "set is not JSON serializable"),
-                        ({(1, 2): "x"}, "keys must be"), (deep, "it nests too deeply")):
+    for bad, reason in (
+        (b"\xff", "bytes is not JSON serializable"),
+        ({1, 2}, "set is not JSON serializable"),
+        ({(1, 2): "x"}, "keys must be"),
+        (deep, "it nests too deeply"),
+    ):
         with pytest.raises(ValueError, match=f"input 'ticket' cannot be sent as text or JSON: .*{reason}"):
             triage(ticket=bad)
     with pytest.raises(ValueError, match=r"input 'ticket' holds a lone surrogate \('\\ud800'\)"):
@@ -282,14 +310,16 @@ def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_l
     triage.close()  # a second close is fine
     made, examples = fake_llm.requests, [{"ticket": "it crashes", "answer": "Yes"}] * 2
     calls = {
-        "call": lambda: triage(ticket="x"), "twin": lambda: twin(ticket="x"),
+        "call": lambda: triage(ticket="x"),
+        "twin": lambda: twin(ticket="x"),
         "acall": lambda: asyncio.run(triage.acall(ticket="x")),
-        "batch": lambda: triage.batch([{"ticket": "x"}]), "abatch": lambda: asyncio.run(triage.abatch([{"ticket": "x"}])),
+        "batch": lambda: triage.batch([{"ticket": "x"}]),
+        "abatch": lambda: asyncio.run(triage.abatch([{"ticket": "x"}])),
         "evaluate": lambda: triage.evaluate(examples),
         "aevaluate": lambda: asyncio.run(triage.aevaluate(sbp.api.from_records(examples), "exact")),
         "optimize": lambda: triage.optimize(examples, examples, runs_dir=tmp_path / "runs"),
     }
-    for name, call in calls.items():
+    for call in calls.values():
         with pytest.raises(RuntimeError, match=r"this pipeline is closed \(close\(\) was called"):
             call()
     assert fake_llm.requests == made and not (tmp_path / "runs").exists()
@@ -333,8 +363,11 @@ def test_save_where_it_cannot_write_is_a_value_error(triage, tmp_path):
 
 def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage, fake_llm):
     for answer in ("Maybe", 1, None, {"x": 1}):
-        with pytest.raises(sbp.DataError, match=r"example/1: the expected answer .* is not among the labels of "
-                                                r"urgent: choice\(Yes, No\), so it would always score 0"):
+        with pytest.raises(
+            sbp.DataError,
+            match=r"example/1: the expected answer .* is not among the labels of "
+            r"urgent: choice\(Yes, No\), so it would always score 0",
+        ):
             triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
     assert fake_llm.requests == 0
     assert triage.evaluate([{"ticket": "fine", "answer": "Maybe"}], metric=lambda p, e: 1.0).accuracy == 1.0
@@ -348,14 +381,18 @@ def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake
     jsonl.write_text("\n".join(json.dumps({"ticket": t, "label": a}) for t, a in rows) + "\n")
     csv = tmp_path / "tickets.csv"
     csv.write_text("ticket,label\n" + "".join(f"{t},{a}\n" for t, a in rows))
-    said = (r":{line}: the expected answer 'Yess' is not among the labels of urgent: choice\(Yes, No\), so it would "
-            r"always score 0; did you mean 'Yes'\? \(and 1 more like it\)")
+    said = (
+        r":{line}: the expected answer 'Yess' is not among the labels of urgent: choice\(Yes, No\), so it would "
+        r"always score 0; did you mean 'Yes'\? \(and 1 more like it\)"
+    )
     for data, line in ((jsonl, 3), (csv, 4)):
         with pytest.raises(sbp.DataError, match=re.escape(str(data)) + said.format(line=line)):
             triage.evaluate(str(data))
         with pytest.raises(sbp.DataError, match=said.format(line=line)):
             triage.optimize(sbp.api.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
-        code = cli.main(["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url])
+        code = cli.main(
+            ["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url]
+        )
         err = capsys.readouterr().err
         assert code == 1 and re.search(re.escape(f"sbpc: error: {data}") + said.format(line=line), err)
         assert "Traceback" not in err
@@ -373,8 +410,10 @@ def test_an_impossible_answer_read_from_the_outputs_own_field_is_refused_too(tmp
 
 def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_llm):
     path = tmp_path / "count.sbp"
-    path.write_text('pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
-                    "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n")
+    path.write_text(
+        'pipeline count "Count"\ninput q: text\nparam p = "Count the words."\n'
+        "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n"
+    )
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as count:
         with pytest.raises(sbp.DataError, match="example/0: the expected answer 'many' holds no number"):
             count.evaluate([{"q": "a b", "answer": "many"}])
@@ -386,8 +425,12 @@ def test_a_reply_holding_a_lone_surrogate_does_not_break_the_next_call(tmp_path)
 
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
-    with FakeServer(reply=lambda messages: "Yes" if "Answer Yes or No" in messages[-1]["content"] else "notes \udfff") \
-            as server, sbp.load(path, model="openai/fake", api_base=server.url) as pipeline:
+    with (
+        FakeServer(
+            reply=lambda messages: "Yes" if "Answer Yes or No" in messages[-1]["content"] else "notes \udfff"
+        ) as server,
+        sbp.load(path, model="openai/fake", api_base=server.url) as pipeline,
+    ):
         prediction = pipeline(ticket="x")  # the server sends "\\udfff" in JSON; the next prompt must still encode
     assert prediction.output == "Yes" and prediction.trace.nodes["notes"].reply == "notes \ufffd"
 
@@ -395,8 +438,12 @@ def test_a_reply_holding_a_lone_surrogate_does_not_break_the_next_call(tmp_path)
 def test_models_are_overridden_per_role(tmp_path, fake_llm):
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
-    pipeline = sbp.load(path, model="openai/fake", api_base=fake_llm.url,
-                        roles={"backward": "openai/other", "optimizer": {"name": "openai/third", "temperature": 0.9}})
+    pipeline = sbp.load(
+        path,
+        model="openai/fake",
+        api_base=fake_llm.url,
+        roles={"backward": "openai/other", "optimizer": {"name": "openai/third", "temperature": 0.9}},
+    )
     settings = pipeline.method()
     assert settings.models == {"forward": "openai/fake", "backward": "openai/other", "optimizer": "openai/third"}
     with pytest.raises(ValueError, match="unknown model role"):
@@ -443,10 +490,25 @@ def served(tmp_path, fake_llm, script):
     fake_llm.configure(delay=0.05)
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)
-    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "0",
-                             "--model", "openai/fake", "--concurrency", "32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**__import__("os").environ, "OPENAI_API_BASE": fake_llm.url})
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "serve",
+            str(path),
+            "--port",
+            "0",
+            "--model",
+            "openai/fake",
+            "--concurrency",
+            "32",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**__import__("os").environ, "OPENAI_API_BASE": fake_llm.url},
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://\S+", line)
@@ -465,10 +527,15 @@ def server(served):
 def test_serve_answers_64_concurrent_clients_without_an_error(server, fake_llm):
     async def main():
         async with aiohttp.ClientSession() as session:
+
             async def one(i):
-                async with session.post(server + "/", json={"ticket": f"#{i} the app {'crashes' if i % 2 else 'is fine'}"}) as r:
+                async with session.post(
+                    server + "/", json={"ticket": f"#{i} the app {'crashes' if i % 2 else 'is fine'}"}
+                ) as r:
                     return r.status, await r.json()
+
             return await asyncio.gather(*(one(i) for i in range(64)))
+
     answers = asyncio.run(main())
     assert [status for status, _ in answers] == [200] * 64
     assert [body["output"] for _, body in answers] == ["Yes" if i % 2 else "No" for i in range(64)]
@@ -484,15 +551,22 @@ def test_serve_health_trace_and_bad_input(server):
     request = urllib.request.Request(server + "/?trace=1", data=b'{"ticket": "crash"}', method="POST")
     body = json.load(urllib.request.urlopen(request))
     assert body["output"] == "Yes" and set(body["trace"]["nodes"]) == {"notes", "urgent"}
-    for payload, reason in ((b"not json", "not JSON"), (b"[1, 2]", "JSON object"), (b'{"tickt": 1}', "did you mean 'ticket'"),
-                            (b"{}", "missing input"), (b"\xff\xfe", "not JSON"), (b"[" * 100_000, "nests too deeply")):
+    for payload, reason in (
+        (b"not json", "not JSON"),
+        (b"[1, 2]", "JSON object"),
+        (b'{"tickt": 1}', "did you mean 'ticket'"),
+        (b"{}", "missing input"),
+        (b"\xff\xfe", "not JSON"),
+        (b"[" * 100_000, "nests too deeply"),
+    ):
         with pytest.raises(urllib.error.HTTPError) as caught:
             urllib.request.urlopen(urllib.request.Request(server + "/", data=payload, method="POST"))
         assert caught.value.code == 400
         assert reason in json.load(caught.value)["error"]
     with pytest.raises(urllib.error.HTTPError) as caught:
-        urllib.request.urlopen(urllib.request.Request(server + "/", data=b'{"ticket": "' + b"x" * (2 << 20) + b'"}',
-                                                      method="POST"))
+        urllib.request.urlopen(
+            urllib.request.Request(server + "/", data=b'{"ticket": "' + b"x" * (2 << 20) + b'"}', method="POST")
+        )
     assert caught.value.code == 413
 
 
@@ -511,13 +585,17 @@ def raw_http(url: str, request: bytes, timeout: float = 10) -> bytes:
 
 def test_serve_answers_in_json_whatever_the_client_sent(server):
     body = b'{"ticket": "crash"}'
-    reply = raw_http(server, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json; charset=klingon\r\n"
-                             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    reply = raw_http(
+        server,
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json; charset=klingon\r\n"
+        b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body),
+    )
     assert reply.startswith(b"HTTP/1.1 200") and b'"output": "Yes"' in reply  # JSON is UTF-8, whatever the header says
     reply = raw_http(server, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert reply.startswith(b"HTTP/1.1 405") and b"Allow: POST" in reply
     assert json.loads(reply.split(b"\r\n\r\n", 1)[1])["error"].endswith(
-        "POST / takes a JSON object of inputs (ticket); GET /health says what is served")
+        "POST / takes a JSON object of inputs (ticket); GET /health says what is served"
+    )
 
 
 def test_serve_stops_on_sigterm_after_the_requests_in_flight(served, fake_llm):
@@ -533,8 +611,15 @@ def test_serve_stops_on_sigterm_after_the_requests_in_flight(served, fake_llm):
     fake_llm.configure(delay=0.5)
     answers = []
     body = b'{"ticket": "crash"}'
-    client = threading.Thread(target=lambda: answers.append(raw_http(
-        url, b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body), 30)))
+    client = threading.Thread(
+        target=lambda: answers.append(
+            raw_http(
+                url,
+                b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body),
+                30,
+            )
+        )
+    )
     client.start()
     time.sleep(0.3)
     proc.send_signal(signal.SIGTERM)
@@ -570,12 +655,20 @@ def test_serve_on_a_port_in_use_is_one_line_not_a_traceback(served, tmp_path):
     url, _ = served
     port = url.rsplit(":", 1)[1]
     path = tmp_path / "triage.sbp"
-    done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", port,
-                           "--model", "openai/fake"], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", port, "--model", "openai/fake"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip() == f"sbpc: error: cannot listen on 127.0.0.1:{port}: address already in use"
-    done = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "70000"],
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "70000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and "expected a port from 0 to 65535" in done.stderr
 
 

@@ -15,20 +15,23 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, with_fake_model
+
 from sembp_dsl import cli
 
 
 def readme_commands() -> dict[str, str]:
     """The README's first commands, by the comment above each ("main job", "tests")."""
     lines = (ROOT / "README.md").read_text().splitlines()
-    first = {label: next(i for i, line in enumerate(lines) if line.startswith(f"    # {label}"))
-             for label in ("main job", "tests")}
+    first = {
+        label: next(i for i, line in enumerate(lines) if line.startswith(f"    # {label}"))
+        for label in ("main job", "tests")
+    }
     return {"main": lines[first["main job"] + 1][4:], "tests": lines[first["tests"] + 1][4:]}
 
 
 # --- the README's commands work as written ------------------------------------------------------
+
 
 def test_ci_runs_the_readme_commands_verbatim_with_no_environment_of_its_own():
     printed = subprocess.run([str(ROOT / ".ci/run"), "--print"], capture_output=True, text=True, check=True).stdout
@@ -51,7 +54,7 @@ def test_a_relative_data_dir_is_resolved_where_it_was_given(tmp_path):
     """The README runs pytest with SBPC_DATA_DIR=../shared/datasets; tests then run sbpc in temporary folders."""
     data = Path(os.environ["SBPC_DATA_DIR"])
     relative = os.path.relpath(data, ROOT)
-    child = textwrap.dedent(f'''\
+    child = textwrap.dedent(f"""\
         import subprocess, sys
         sys.path.insert(0, "tests")
         import conftest  # what pytest imports first
@@ -60,14 +63,33 @@ def test_a_relative_data_dir_is_resolved_where_it_was_given(tmp_path):
                               cwd={str(tmp_path)!r}, capture_output=True, text=True)
         print(done.stderr, file=sys.stderr)
         sys.exit(done.returncode)
-        ''')
+        """)
     env = {**os.environ, "SBPC_DATA_DIR": relative}
     done = subprocess.run([sys.executable, "-c", child], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     # and sbpc itself resolves it against its own starting folder
-    flag = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(ROOT / "pipelines/liar.sbp"), "--data",
-                           "liar", "--data-dir", relative, "--train-size", "1", "--val-size", "1", "--plan"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=120)
+    flag = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "optimize",
+            str(ROOT / "pipelines/liar.sbp"),
+            "--data",
+            "liar",
+            "--data-dir",
+            relative,
+            "--train-size",
+            "1",
+            "--val-size",
+            "1",
+            "--plan",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert flag.returncode == 0, flag.stderr
 
 
@@ -81,7 +103,7 @@ def test_a_data_dir_that_is_a_file_is_an_error(tmp_path, capsys):
 
 # --- your data in one flag ----------------------------------------------------------------------
 
-ECHO = textwrap.dedent('''\
+ECHO = textwrap.dedent("""\
     pipeline echo "Answer a question"
     input q: text
     input extra: text
@@ -89,7 +111,7 @@ ECHO = textwrap.dedent('''\
     node answer: text { prompt = ask }
     q, extra -> answer
     output answer
-    ''')
+    """)
 
 
 def echo_pipeline(tmp_path, url: str) -> Path:
@@ -120,8 +142,17 @@ def test_a_split_larger_than_the_file_says_which_flags_to_pass(tmp_path, capsys)
 
 def test_eval_with_a_separate_test_file(tmp_path, fake_llm, script, capsys):
     path = echo_pipeline(tmp_path, fake_llm.url)
-    code = cli.main(["eval", str(path), "--data", rows(tmp_path, 4, "train.jsonl"), "--test-data",
-                     rows(tmp_path, 3, "test.jsonl"), "--json"])
+    code = cli.main(
+        [
+            "eval",
+            str(path),
+            "--data",
+            rows(tmp_path, 4, "train.jsonl"),
+            "--test-data",
+            rows(tmp_path, 3, "test.jsonl"),
+            "--json",
+        ]
+    )
     assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 3
 
 
@@ -149,13 +180,27 @@ def test_only_names_get_a_did_you_mean(capsys):
 
 # --- argument validation --------------------------------------------------------------------------
 
-@pytest.mark.parametrize("command, flags", [
-    ("eval", ["--concurrency", "0"]), ("eval", ["--concurrency", "-1"]), ("eval", ["--timeout", "0"]),
-    ("eval", ["--timeout", "-5"]), ("eval", ["--timeout", "nan"]), ("eval", ["--limit", "-1"]),
-    ("eval", ["--test-size", "-3"]), ("optimize", ["--errors-per-gradient", "-1"]), ("optimize", ["--train-size", "-1"]),
-    ("optimize", ["--val-size", "-2"]), ("optimize", ["--gate-alpha", "0"]), ("optimize", ["--max-cost", "-1"]),
-    ("compare", ["--seeds", "0"]), ("compare", ["--gate-alpha", "1.5"]), ("compare", ["--test-size", "-1"]),
-])
+
+@pytest.mark.parametrize(
+    "command, flags",
+    [
+        ("eval", ["--concurrency", "0"]),
+        ("eval", ["--concurrency", "-1"]),
+        ("eval", ["--timeout", "0"]),
+        ("eval", ["--timeout", "-5"]),
+        ("eval", ["--timeout", "nan"]),
+        ("eval", ["--limit", "-1"]),
+        ("eval", ["--test-size", "-3"]),
+        ("optimize", ["--errors-per-gradient", "-1"]),
+        ("optimize", ["--train-size", "-1"]),
+        ("optimize", ["--val-size", "-2"]),
+        ("optimize", ["--gate-alpha", "0"]),
+        ("optimize", ["--max-cost", "-1"]),
+        ("compare", ["--seeds", "0"]),
+        ("compare", ["--gate-alpha", "1.5"]),
+        ("compare", ["--test-size", "-1"]),
+    ],
+)
 def test_bad_numbers_are_usage_errors_of_their_subcommand(command, flags, capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main([command, str(ROOT / "pipelines/liar.sbp"), "--data", "liar", *flags])
@@ -168,8 +213,10 @@ def test_errors_found_by_a_subcommand_print_its_usage(capsys):
         cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--only", "nope", "--plan"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.startswith("usage: sbpc optimize") and "sbpc optimize: error: --only" in err
-    for flags, said in ((["--iters", "5000"], "--iters=5000 is out of range: from 0 to 1000"),
-                        (["--train-size", "0", "--no-gate"], "the train split is empty: give --train-size of at least 1")):
+    for flags, said in (
+        (["--iters", "5000"], "--iters=5000 is out of range: from 0 to 1000"),
+        (["--train-size", "0", "--no-gate"], "the train split is empty: give --train-size of at least 1"),
+    ):
         with pytest.raises(SystemExit) as stop:
             cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--plan", *flags])
         assert stop.value.code == 2 and said in capsys.readouterr().err
@@ -193,8 +240,20 @@ def test_the_resume_hint_is_the_real_command_line(tmp_path, fake_llm, script, ca
     folder = tmp_path / "my pipelines"
     folder.mkdir()
     path = echo_pipeline(folder, fake_llm.url)
-    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
-            "--runs-dir", str(folder / "runs"), "--max-calls", "3"]
+    argv = [
+        "optimize",
+        str(path),
+        "--data",
+        rows(tmp_path, 4),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--runs-dir",
+        str(folder / "runs"),
+        "--max-calls",
+        "3",
+    ]
     cli.main(argv)
     out = capsys.readouterr().out
     assert "stopped early" in out and "..." not in out
@@ -204,13 +263,28 @@ def test_the_resume_hint_is_the_real_command_line(tmp_path, fake_llm, script, ca
 
 # --- run records ------------------------------------------------------------------------------------
 
+
 def accepted_run(tmp_path, fake_llm, script, capsys) -> tuple[Path, list[str], Path]:
     """One accepted iteration written into echo.sbp; returns the file, the command and its record."""
     script.improve = lambda param, prompt: "Say ok. VERDICT"
     script.verdict = lambda prompt: "ok"
     path = echo_pipeline(tmp_path, fake_llm.url)
-    argv = ["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2", "--iters", "1",
-            "--gate-alpha", "1", "--runs-dir", str(tmp_path / "runs")]
+    argv = [
+        "optimize",
+        str(path),
+        "--data",
+        rows(tmp_path, 4),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--gate-alpha",
+        "1",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
     assert cli.main(argv) == 0 and "VERDICT" in path.read_text()
     capsys.readouterr()
     [record] = (tmp_path / "runs").glob("*/run.json")
@@ -248,8 +322,16 @@ def test_old_records_without_new_fields_still_resume(tmp_path, fake_llm, script,
     assert cli.main([*argv, "--resume"]) == 0 and json.loads(record.read_text())["finished"]
 
 
-@pytest.mark.parametrize("garbage", ["{}", "not json", "[1, 2]", '{"settings": 1, "iterations": [], "finished": false}',
-                                     '{"settings": {"file": "x"}, "initial_prompts": {}, "iterations": [3], "finished": false}'])
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        "{}",
+        "not json",
+        "[1, 2]",
+        '{"settings": 1, "iterations": [], "finished": false}',
+        '{"settings": {"file": "x"}, "initial_prompts": {}, "iterations": [3], "finished": false}',
+    ],
+)
 def test_a_bad_run_record_does_not_break_resume(tmp_path, fake_llm, script, capsys, garbage):
     path, argv, record = accepted_run(tmp_path, fake_llm, script, capsys)
     unfinish(record)
@@ -270,13 +352,27 @@ def test_a_runs_dir_that_is_a_file_is_a_clear_error_before_any_call(tmp_path, fa
     runs.write_text("")
     path = echo_pipeline(tmp_path, fake_llm.url)
     for extra in ([], ["--resume"]):
-        code = cli.main(["optimize", str(path), "--data", rows(tmp_path, 4), "--train-size", "2", "--val-size", "2",
-                         "--runs-dir", str(runs), *extra])
+        code = cli.main(
+            [
+                "optimize",
+                str(path),
+                "--data",
+                rows(tmp_path, 4),
+                "--train-size",
+                "2",
+                "--val-size",
+                "2",
+                "--runs-dir",
+                str(runs),
+                *extra,
+            ]
+        )
         err = capsys.readouterr().err
         assert code == 1 and f"--runs-dir {runs} is a file, not a folder" in err and fake_llm.requests == 0
 
 
 # --- the README's "your model, your data" quick start -------------------------------------------
+
 
 def quick_start_lines() -> list[str]:
     """The indented command lines of the README's "Your model, your data" section."""
@@ -306,8 +402,9 @@ def test_the_readme_quick_start_runs_as_written_against_a_local_server(tmp_path,
     env.pop("OPENAI_API_KEY")  # the quick start sets its own dummy key
     with FakeServer(reply=reply) as server:
         script_text = "\n".join(lines).replace("http://localhost:8000/v1", server.url)
-        done = subprocess.run(["bash", "-e", "-c", script_text], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=300)
+        done = subprocess.run(
+            ["bash", "-e", "-c", script_text], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+        )
         models = {body["model"] for body in server.bodies}
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mine.jsonl/test: accuracy 0.000 (0/12)" in done.stdout  # eval scored the whole file
@@ -334,9 +431,27 @@ def test_after_kill_9_and_an_edit_resume_refuses_and_keeps_the_edit(tmp_path, fa
 
     _versioned(script)
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    command = [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=8), "--train-size",
-               "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task", "--gate-alpha", "1",
-               "--runs-dir", str(tmp_path / "runs")]
+    command = [
+        sys.executable,
+        "-m",
+        "sembp_dsl.cli",
+        "optimize",
+        str(path),
+        "--data",
+        data(tmp_path, n=8),
+        "--train-size",
+        "4",
+        "--val-size",
+        "4",
+        "--iters",
+        "3",
+        "--only",
+        "verdict_task",
+        "--gate-alpha",
+        "1",
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
     fake_llm.configure(delay=0.05)  # slow enough to kill it between iterations
     proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 60

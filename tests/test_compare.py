@@ -6,11 +6,11 @@ import json
 import math
 
 import pytest
+from test_optimize import TOY, data, write
 
 from sembp_dsl import cli
 from sembp_dsl.compare import Row, RowResult, SeedResult, make_rows
 from sembp_dsl.learning.stats import t975, t_interval
-from test_optimize import TOY, data, write
 
 
 def snapshot(folder):
@@ -21,14 +21,35 @@ def snapshot(folder):
 def setup(tmp_path, fake_llm, script, monkeypatch):
     monkeypatch.chdir(tmp_path)
     # the improved judge gets claims 0-4 right: accuracy moves by seed, as the test split does
-    script.verdict = lambda prompt: "Yes" if "Improved" in prompt and any(f"claim {i}\n" in prompt for i in range(5)) else "No"
+    script.verdict = lambda prompt: (
+        "Yes" if "Improved" in prompt and any(f"claim {i}\n" in prompt for i in range(5)) else "No"
+    )
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     return path, data(tmp_path, n=14)
 
 
 def compare(capsys, path, dataset, *flags) -> tuple[int, str, str]:
-    code = cli.main(["compare", str(path), "--data", dataset, "--train-size", "3", "--val-size", "3", "--test-size", "6",
-                     "--iters", "1", "--gate-alpha", "1", "--seeds", "3", *flags])
+    code = cli.main(
+        [
+            "compare",
+            str(path),
+            "--data",
+            dataset,
+            "--train-size",
+            "3",
+            "--val-size",
+            "3",
+            "--test-size",
+            "6",
+            "--iters",
+            "1",
+            "--gate-alpha",
+            "1",
+            "--seeds",
+            "3",
+            *flags,
+        ]
+    )
     out = capsys.readouterr()
     return code, out.out, out.err
 
@@ -42,8 +63,15 @@ def test_one_row_per_setting_one_at_a_time(setup, capsys):
     assert code == 0
     rows = json.loads(out)["rows"]
     # the base, 2 other gradients, all + 3 single prompts (all is the base), 1 other gate: liar.sh's design
-    assert [r["row"] for r in rows] == ["base: gradient=sibling, only=all, gate=validation", "gradient=no-sibling",
-                                        "gradient=none", "only=look", "only=check", "only=verdict_task", "gate=none"]
+    assert [r["row"] for r in rows] == [
+        "base: gradient=sibling, only=all, gate=validation",
+        "gradient=no-sibling",
+        "gradient=none",
+        "only=look",
+        "only=check",
+        "only=verdict_task",
+        "gate=none",
+    ]
     assert all(len(r["seeds"]) == 3 and [s["seed"] for s in r["seeds"]] == [0, 1, 2] for r in rows)
     assert rows[3]["changes"] == {"gradient": "sibling", "only": ["look"], "gate": "validation"}
 
@@ -54,7 +82,9 @@ def test_grid_gives_every_combination():
 
 
 def test_the_intervals_are_t_intervals_over_seeds_and_paired_by_seed():
-    assert t_interval([0.5, 0.6, 0.7]) == pytest.approx((0.6, 0.6 - 4.303 * 0.1 / math.sqrt(3), 0.6 + 4.303 * 0.1 / math.sqrt(3)))
+    assert t_interval([0.5, 0.6, 0.7]) == pytest.approx(
+        (0.6, 0.6 - 4.303 * 0.1 / math.sqrt(3), 0.6 + 4.303 * 0.1 / math.sqrt(3))
+    )
     assert t_interval([0.4]) == (0.4, None, None)
     assert t975(1) == 12.706 and t975(30) == 2.042 and t975(1000) == pytest.approx(1.962, abs=1e-3)
 
@@ -77,7 +107,8 @@ def test_the_table_holds_what_the_runs_did(setup, capsys):
     finals = [s["test_final"] for s in first["seeds"]]
     assert len(set(finals)) > 1  # the seeds' test splits differ, so the interval has width
     assert (first["test_accuracy"]["mean"], first["test_accuracy"]["high"]) == pytest.approx(
-        (t_interval(finals)[0], min(1.0, t_interval(finals)[2])))
+        (t_interval(finals)[0], min(1.0, t_interval(finals)[2]))
+    )
     diffs = [b["test_final"] - a["test_final"] for a, b in zip(first["seeds"], second["seeds"])]
     assert list(second["difference_from_first"].values()) == pytest.approx(list(t_interval(diffs)))
     assert first["calls"] == sum(s["calls"] for s in first["seeds"]) > 0
@@ -96,14 +127,27 @@ def test_a_second_identical_compare_makes_no_call_and_nothing_is_written(setup, 
     code, second, _ = compare(capsys, path, dataset, "--vary", "gradient=sibling,no-sibling", "--json")
     assert code == 0 and json.loads(second)["ledger"]["calls"] == 0
     assert [r["calls"] for r in json.loads(second)["rows"]] == [0, 0]
-    assert [r["test_accuracy"] for r in json.loads(second)["rows"]] == [r["test_accuracy"] for r in json.loads(first)["rows"]]
+    assert [r["test_accuracy"] for r in json.loads(second)["rows"]] == [
+        r["test_accuracy"] for r in json.loads(first)["rows"]
+    ]
     assert snapshot(tmp_path) == before  # the pipeline untouched, no run record, no report
 
 
 def test_report_and_kept_runs(setup, tmp_path, capsys):
     path, dataset = setup
-    code, _, err = compare(capsys, path, dataset, "--vary", "gradient=sibling,none", "--seeds", "2",
-                           "--report", str(tmp_path / "c.html"), "--runs-dir", str(tmp_path / "runs"))
+    code, _, err = compare(
+        capsys,
+        path,
+        dataset,
+        "--vary",
+        "gradient=sibling,none",
+        "--seeds",
+        "2",
+        "--report",
+        str(tmp_path / "c.html"),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    )
     assert code == 0 and "wrote" in err
     html = (tmp_path / "c.html").read_text()
     assert html.count('<img class="plot"') == 2 and "gradient=none" in html and "<script" not in html
@@ -112,17 +156,20 @@ def test_report_and_kept_runs(setup, tmp_path, capsys):
     assert capsys.readouterr().out.count("finished") == 4
 
 
-@pytest.mark.parametrize("flags, message", [
-    (["--vary", "temperature=0,1"], "cannot vary 'temperature'"),
-    (["--vary", "gradient=sibling,sideways"], "'sideways' is not one of"),
-    (["--vary", "only=look,nope"], "'nope' is not a trainable param"),
-    (["--vary", "iterations=one"], "'one' is not a whole number"),
-    (["--test-size", "0"], "--test-size of at least 1"),
-    (["--vary", "iterations=-1,2"], "--vary iterations: '-1' is out of range (0 to 1000)"),
-    (["--vary", "gate_alpha=0,1"], "--vary gate_alpha: '0' is out of range (above 0 to 1)"),
-    (["--vary", "gate_alpha=nan"], "'nan' is out of range"),
-    (["--vary", "train_size=0,3"], "row 'base: train_size=0' trains on no sample: give --train-size of at least 1"),
-])
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--vary", "temperature=0,1"], "cannot vary 'temperature'"),
+        (["--vary", "gradient=sibling,sideways"], "'sideways' is not one of"),
+        (["--vary", "only=look,nope"], "'nope' is not a trainable param"),
+        (["--vary", "iterations=one"], "'one' is not a whole number"),
+        (["--test-size", "0"], "--test-size of at least 1"),
+        (["--vary", "iterations=-1,2"], "--vary iterations: '-1' is out of range (0 to 1000)"),
+        (["--vary", "gate_alpha=0,1"], "--vary gate_alpha: '0' is out of range (above 0 to 1)"),
+        (["--vary", "gate_alpha=nan"], "'nan' is out of range"),
+        (["--vary", "train_size=0,3"], "row 'base: train_size=0' trains on no sample: give --train-size of at least 1"),
+    ],
+)
 def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, flags, message):
     path, dataset = setup
     code, out, err = compare(capsys, path, dataset, *flags)
@@ -143,13 +190,23 @@ def test_every_phase_of_every_optimize_reports_progress(setup):
         return lambda done: None
 
     with api.load(path) as pipeline:
-        experiment = comparing.Experiment(pipeline, dataset, datasets.load(dataset),
-                                          dict(train_size=3, val_size=3, test_size=6), dict(iters=1), "exact")
+        experiment = comparing.Experiment(
+            pipeline,
+            dataset,
+            datasets.load(dataset),
+            dict(train_size=3, val_size=3, test_size=6),
+            dict(iters=1),
+            "exact",
+        )
         rows = comparing.make_rows([("gradient", ["sibling", "none"])])
         results = comparing.compare(experiment, rows, [0, 1], tick=finished.append, progress=progress)
     assert [len(r.seeds) for r in results] == [2, 2]
-    assert finished == ["base: gradient=sibling, seed 0", "base: gradient=sibling, seed 1", "gradient=none, seed 0",
-                        "gradient=none, seed 1"]
+    assert finished == [
+        "base: gradient=sibling, seed 0",
+        "base: gradient=sibling, seed 1",
+        "gradient=none, seed 0",
+        "gradient=none, seed 1",
+    ]
     assert ("iteration 1: train", 3) in phases and ("test, final", 6) in phases
 
 
@@ -199,8 +256,12 @@ def test_an_interrupted_compare_says_what_finished_and_what_is_kept(setup, tmp_p
         return real(*args, **kwargs)
 
     monkeypatch.setattr(module, "optimize_once", interrupted_on_the_third)
-    code, out, err = compare(capsys, path, dataset, "--vary", "gate=validation,none", "--runs-dir", str(tmp_path / "runs"))
+    code, out, err = compare(
+        capsys, path, dataset, "--vary", "gate=validation,none", "--runs-dir", str(tmp_path / "runs")
+    )
     assert code == 130 and out == ""
-    assert f"interrupted after 2 of 6 optimize runs: no table, since rows must share seeds to be compared; " \
-           f"their run records are in {tmp_path / 'runs'}. Run it again" in err
+    assert (
+        f"interrupted after 2 of 6 optimize runs: no table, since rows must share seeds to be compared; "
+        f"their run records are in {tmp_path / 'runs'}. Run it again" in err
+    )
     assert len(list((tmp_path / "runs").glob("*/run.json"))) == 2

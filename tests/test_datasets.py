@@ -9,11 +9,35 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.runtime.datasets import (DATA_DIR_ENV, DataError, Dataset, Sample, anchor_data_dir, data_dirs, eval_splits,
-                                from_records, load, make_splits)
+from sembp_dsl.runtime.datasets import (
+    DATA_DIR_ENV,
+    DataError,
+    Dataset,
+    Sample,
+    anchor_data_dir,
+    data_dirs,
+    eval_splits,
+    from_records,
+    load,
+    make_splits,
+)
 
-LIAR_COLUMNS = ("id", "label", "statement", "subject", "speaker", "job_title", "state", "party",
-                "c1", "c2", "c3", "c4", "c5", "context")
+LIAR_COLUMNS = (
+    "id",
+    "label",
+    "statement",
+    "subject",
+    "speaker",
+    "job_title",
+    "state",
+    "party",
+    "c1",
+    "c2",
+    "c3",
+    "c4",
+    "c5",
+    "context",
+)
 
 
 @pytest.fixture(scope="session")
@@ -48,9 +72,7 @@ def _raw_liar(path: Path) -> list[dict[str, str]]:
 
 def _kept(row: dict[str, str]) -> bool:
     required = ("statement", "job_title", "state", "party", "context")
-    return row["label"] in ("true", "false") and all(
-        row[c].strip().lower() not in ("", "none") for c in required
-    )
+    return row["label"] in ("true", "false") and all(row[c].strip().lower() not in ("", "none") for c in required)
 
 
 # --- LIAR ---------------------------------------------------------------------------
@@ -170,7 +192,9 @@ def test_data_dirs_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv(DATA_DIR_ENV, str(tmp_path / "env"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     assert data_dirs(str(tmp_path / "flag")) == [
-        tmp_path / "flag", tmp_path / "env", tmp_path / "cache" / "sbpc" / "datasets"
+        tmp_path / "flag",
+        tmp_path / "env",
+        tmp_path / "cache" / "sbpc" / "datasets",
     ]
     monkeypatch.delenv(DATA_DIR_ENV)
     monkeypatch.delenv("XDG_CACHE_HOME")
@@ -238,7 +262,11 @@ def test_a_file_and_the_same_records_in_memory_give_the_same_samples(tmp_path: P
     rows = [{"q": "2+2", "n": 4, "Label": " four "}, {"q": "1+1", "n": [2], "Label": "two"}]
     spec = _write(tmp_path / "math.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     from_file, in_memory = load(spec).pools["all"], from_records(rows, "math.jsonl")
-    assert from_file == tuple(in_memory) and from_file[0].fields == {"q": "2+2", "n": "4"} and from_file[0].answer == "four"
+    assert (
+        from_file == tuple(in_memory)
+        and from_file[0].fields == {"q": "2+2", "n": "4"}
+        and from_file[0].answer == "four"
+    )
     assert from_file[1].where == f"{spec}:2" and in_memory[1].where == "math.jsonl/1" and in_memory[1].given is rows[1]
 
 
@@ -354,11 +382,22 @@ def test_splits_too_large_say_how_many_are_available(liar: Dataset, data_dir: Pa
 
 
 def test_json_values_that_are_not_strings_arrive_as_json_text(tmp_path: Path) -> None:
-    row = {"obj": {"sentiment": "négatif"}, "items": [1, "a"], "n": 2.5, "yes": True, "none": None,
-           "answer": {"label": "x"}}
+    row = {
+        "obj": {"sentiment": "négatif"},
+        "items": [1, "a"],
+        "n": 2.5,
+        "yes": True,
+        "none": None,
+        "answer": {"label": "x"},
+    }
     sample = load(_write(tmp_path / "d.jsonl", json.dumps(row))).pools["all"][0]
-    assert sample.fields == {"obj": '{"sentiment": "négatif"}', "items": '[1, "a"]', "n": "2.5", "yes": "true",
-                             "none": "null"}
+    assert sample.fields == {
+        "obj": '{"sentiment": "négatif"}',
+        "items": '[1, "a"]',
+        "n": "2.5",
+        "yes": "true",
+        "none": "null",
+    }
     assert sample.answer == '{"label": "x"}'  # so `metric json` can match an object answer
 
 
@@ -387,8 +426,10 @@ def test_too_large_for_optimize_does_not_send_the_user_to_eval(tmp_path: Path, c
     with pytest.raises(DataError, match="has only 10; pass sizes") as err:
         make_splits(load(spec), 20, 20, 100, seed=0)  # what optimize and compare carve
     assert "eval" not in str(err.value) + err.value.cli and "whole file" not in str(err.value)
-    pipeline = _write(tmp_path / "p.sbp", 'pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
-                                          "node n: text { prompt = t }\nq -> n\noutput n\n")
+    pipeline = _write(
+        tmp_path / "p.sbp",
+        'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n',
+    )
     assert cli.main(["optimize", pipeline, "--data", spec, "--train-size", "20", "--model", "openai/fake"]) == 1
     err = capsys.readouterr().err
     assert "has only 10; pass sizes that add up to at most 10, for example --train-size" in err
@@ -408,7 +449,9 @@ def test_eval_draws_only_the_rows_that_place_the_scored_split(tmp_path: Path, li
     # with a test file (or pool) the test split does not move with train and val: no rows are drawn for them
     small = load(_write(tmp_path / "train.jsonl", _rows(3)), test_data=_write(tmp_path / "test.jsonl", _rows(8, "t")))
     test = eval_splits(small, None, None, 5, seed=0, defaults=(20, 20, 100))
-    assert test.test == make_splits(small, 2, 1, 5, seed=0).test and len(test.test) == 5 and test.train == test.val == ()
+    assert (
+        test.test == make_splits(small, 2, 1, 5, seed=0).test and len(test.test) == 5 and test.train == test.val == ()
+    )
     official = eval_splits(liar, None, None, 5, seed=3, defaults=(20, 20, 100))
     assert official.test == make_splits(liar, 20, 20, 5, seed=3).test and official.train == ()
     with pytest.raises(ValueError, match="did you mean 'test'"):
@@ -424,23 +467,35 @@ def test_eval_test_split_stays_behind_the_rows_optimize_trains_and_gates_on(tmp_
         eval_splits(load(_write(tmp_path / "ten.jsonl", _rows(10))), None, None, 5, seed=2, defaults=(20, 20, 100))
     message = str(err.value)
     assert "asked for 45 samples (train + val + test) but the 'all' pool has only 10" in message
-    assert ("the test split comes after the 20 train and 20 val samples `optimize` draws by default, so it never "
-            "overlaps them: pass the sizes you optimize with, or train_size=0, val_size=0 if you do not optimize "
-            "on this data; evaluate() with no size scores the whole file") in message
+    assert (
+        "the test split comes after the 20 train and 20 val samples `optimize` draws by default, so it never "
+        "overlaps them: pass the sizes you optimize with, or train_size=0, val_size=0 if you do not optimize "
+        "on this data; evaluate() with no size scores the whole file"
+    ) in message
     assert "or --train-size 0 --val-size 0 if" in err.value.cli and "_size" not in err.value.cli
 
 
 def test_eval_of_a_small_file_on_the_command_line(tmp_path: Path, fake_llm, capsys) -> None:
     from conftest import with_fake_model
+
     from sembp_dsl import cli
 
-    pipeline = _write(tmp_path / "p.sbp", with_fake_model('pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
-                                                          "node n: text { prompt = t }\nq -> n\noutput n\n", fake_llm.url))
+    pipeline = _write(
+        tmp_path / "p.sbp",
+        with_fake_model(
+            'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n',
+            fake_llm.url,
+        ),
+    )
     ten = _write(tmp_path / "ten.jsonl", _rows(10))
     assert cli.main(["eval", pipeline, "--data", ten, "--test-size", "5"]) == 1
     err = capsys.readouterr().err
-    assert "--train-size 0 --val-size 0 if you do not optimize on this data; `eval` with no size scores the whole " \
-           "file" in err and "Traceback" not in err and fake_llm.requests == 0
+    assert (
+        "--train-size 0 --val-size 0 if you do not optimize on this data; `eval` with no size scores the whole file"
+        in err
+        and "Traceback" not in err
+        and fake_llm.requests == 0
+    )
     few = _write(tmp_path / "few.jsonl", _rows(3))
     assert cli.main(["eval", pipeline, "--data", few, "--test-data", ten, "--test-size", "5", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["scored"] == 5
@@ -470,7 +525,9 @@ def test_built_in_data_is_not_scored_whole(data_dir: Path) -> None:
 
 
 def test_separate_test_file(tmp_path: Path) -> None:
-    train = _write(tmp_path / "train.jsonl", "".join(json.dumps({"q": f"t{i}", "answer": "a"}) + "\n" for i in range(6)))
+    train = _write(
+        tmp_path / "train.jsonl", "".join(json.dumps({"q": f"t{i}", "answer": "a"}) + "\n" for i in range(6))
+    )
     test = _write(tmp_path / "test.csv", "q,answer\nx1,b\nx2,b\nx3,b\n")
     dataset = load(train, test_data=test)
     assert dataset.name == "train.jsonl+test.csv"
@@ -517,11 +574,17 @@ def test_a_relative_data_dir_variable_is_anchored_once(tmp_path: Path, monkeypat
 
 def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_llm) -> None:
     """`test_data=` as `sbpc eval --test-data`: a 3-row training file and its 10-row test file."""
-    import sembp_dsl as sbp
     from conftest import with_fake_model
 
-    pipeline = _write(tmp_path / "p.sbp", with_fake_model('pipeline p "p"\ninput q: text\nparam t = "Answer."\n'
-                                                          "node n: text { prompt = t }\nq -> n\noutput n\n", fake_llm.url))
+    import sembp_dsl as sbp
+
+    pipeline = _write(
+        tmp_path / "p.sbp",
+        with_fake_model(
+            'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n',
+            fake_llm.url,
+        ),
+    )
     few, ten = _write(tmp_path / "few.jsonl", _rows(3)), _write(tmp_path / "ten.jsonl", _rows(10, "t"))
     with sbp.load(pipeline, cache=False) as p:
         report = p.evaluate(few, test_data=ten, test_size=5)

@@ -30,28 +30,53 @@ def errors(text: str) -> list[str]:
 
 
 def test_an_undefined_target_of_many_sources_is_one_error(tmp_path):
-    code, err = check(tmp_path, HEADER + "input r: text\ninput s: text\nnode a: text {}\nq, r, s -> y\nq -> a\noutput a\n")
+    code, err = check(
+        tmp_path, HEADER + "input r: text\ninput s: text\nnode a: text {}\nq, r, s -> y\nq -> a\noutput a\n"
+    )
     assert code == 1 and errors(err) == ["p.sbp:6:12: error: undefined node or input 'y'"]
 
 
 def test_a_typo_does_not_cascade_into_template_errors(tmp_path):
-    source = HEADER + ('template t = "{{ q }} {{ prompt }}"\nparam p = "Judge"\n'
-                       "node judge: text { template = t  prompt = p }\nq -> juge\noutput judge\n")
+    source = HEADER + (
+        'template t = "{{ q }} {{ prompt }}"\nparam p = "Judge"\n'
+        "node judge: text { template = t  prompt = p }\nq -> juge\noutput judge\n"
+    )
     code, err = check(tmp_path, source)
     assert errors(err) == ["p.sbp:6:6: error: undefined node or input 'juge'; did you mean 'judge'?"]
 
 
-@pytest.mark.parametrize("source, message", [
-    ("node a: text { prompt = analyse }\nparam analyze = \"x\"\nq -> a\noutput a\n", "undefined param 'analyse'; did you mean 'analyze'?"),
-    ("template judge = \"{{ q }}\"\nnode a: text { template = juge }\nq -> a\noutput a\n", "undefined template 'juge'; did you mean 'judge'?"),
-    ("node a: text { promt = x }\nq -> a\noutput a\n", "unknown setting 'promt' in node 'a'; did you mean 'prompt'?"),
-    ("node a: text {}\nq -> a\noutput a\nmodel fowrard { name = \"m\" }\n", "unknown model role 'fowrard'; did you mean 'forward'?"),
-    ("node a: text {}\nq -> a\noutput a\noptimize { gradient = sibbling }\n", "not 'sibbling'; did you mean 'sibling'?"),
-    ("node a: text {}\nq -> a\noutput a\noptimise { iterations = 2 }\n", "unknown block 'optimise'; did you mean 'optimize'?"),
-    ("node a: text {}\nq -> a\noutput b\n", "undefined node 'b'"),
-    ("node alpha: text {}\nq -> alpha\noutput alpa\n", "undefined node 'alpa'; did you mean 'alpha'?"),
-    ("node a: text {}\nq -> a\noutput a\nmetric exct\n", "unknown metric 'exct'; did you mean 'exact'?"),
-])
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (
+            'node a: text { prompt = analyse }\nparam analyze = "x"\nq -> a\noutput a\n',
+            "undefined param 'analyse'; did you mean 'analyze'?",
+        ),
+        (
+            'template judge = "{{ q }}"\nnode a: text { template = juge }\nq -> a\noutput a\n',
+            "undefined template 'juge'; did you mean 'judge'?",
+        ),
+        (
+            "node a: text { promt = x }\nq -> a\noutput a\n",
+            "unknown setting 'promt' in node 'a'; did you mean 'prompt'?",
+        ),
+        (
+            'node a: text {}\nq -> a\noutput a\nmodel fowrard { name = "m" }\n',
+            "unknown model role 'fowrard'; did you mean 'forward'?",
+        ),
+        (
+            "node a: text {}\nq -> a\noutput a\noptimize { gradient = sibbling }\n",
+            "not 'sibbling'; did you mean 'sibling'?",
+        ),
+        (
+            "node a: text {}\nq -> a\noutput a\noptimise { iterations = 2 }\n",
+            "unknown block 'optimise'; did you mean 'optimize'?",
+        ),
+        ("node a: text {}\nq -> a\noutput b\n", "undefined node 'b'"),
+        ("node alpha: text {}\nq -> alpha\noutput alpa\n", "undefined node 'alpa'; did you mean 'alpha'?"),
+        ("node a: text {}\nq -> a\noutput a\nmetric exct\n", "unknown metric 'exct'; did you mean 'exact'?"),
+    ],
+)
 def test_did_you_mean(tmp_path, source, message):
     code, err = check(tmp_path, HEADER + source)
     assert code == 1 and message in err, err
@@ -71,10 +96,13 @@ def test_two_cycles_are_both_reported(tmp_path):
 def test_an_error_in_the_header_names_statements_and_hides_nothing(tmp_path):
     code, err = check(tmp_path, 'pipeline mini "x" "y"\ninput q: txet\nnode a: text {}\nq -> a\noutput a\n')
     first, second = errors(err)
-    assert first.startswith("p.sbp:1:19: error: unexpected '\"y\"'; expected one of 'frozen', 'input', 'metric', 'node'")
+    assert first.startswith(
+        "p.sbp:1:19: error: unexpected '\"y\"'; expected one of 'frozen', 'input', 'metric', 'node'"
+    )
     assert "')'" not in first
-    assert second == ("p.sbp:2:10: error: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text';"
-                      " did you mean 'text'?")
+    assert second == (
+        "p.sbp:2:10: error: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'; did you mean 'text'?"
+    )
 
 
 def test_cr_only_files_get_true_lines_and_columns(tmp_path):
@@ -84,9 +112,11 @@ def test_cr_only_files_get_true_lines_and_columns(tmp_path):
 
 
 def test_control_characters_in_echoed_source_are_escaped(tmp_path):
-    code, err = check(tmp_path, HEADER + 'node a: txet { prompt = "\x1b[31m\x1b]0;owned\x07\u202e" }\nq -> a\noutput a\n')
+    code, err = check(
+        tmp_path, HEADER + 'node a: txet { prompt = "\x1b[31m\x1b]0;owned\x07\u202e" }\nq -> a\noutput a\n'
+    )
     assert code == 1 and "\x1b" not in err and "\x07" not in err and "\u202e" not in err
-    assert '\\x1b[31m\\x1b]0;owned\\x07\\u202e' in err
+    assert "\\x1b[31m\\x1b]0;owned\\x07\\u202e" in err
     assert "    3 | node a: txet" in err and "      |         ^~~~\n" in err  # the caret still lines up
 
 
@@ -105,13 +135,16 @@ def test_a_lone_surrogate_is_an_error_in_check_and_compile(tmp_path):
     assert code == 0, err
 
 
-@pytest.mark.parametrize("setting, message", [
-    ("train_size = -5", "'train_size' must be at least 0 and at most 10,000,000, not -5"),
-    ("iterations = 1e32", "'iterations' must be an integer, not 1e+32"),
-    ("iterations = 100000000000000000000000000000000", "'iterations' must be at least 0 and at most 1,000"),
-    ("gate_alpha = 0", "'gate_alpha' must be more than 0"),
-    ("errors_per_gradient = 0", "'errors_per_gradient' must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ("train_size = -5", "'train_size' must be at least 0 and at most 10,000,000, not -5"),
+        ("iterations = 1e32", "'iterations' must be an integer, not 1e+32"),
+        ("iterations = 100000000000000000000000000000000", "'iterations' must be at least 0 and at most 1,000"),
+        ("gate_alpha = 0", "'gate_alpha' must be more than 0"),
+        ("errors_per_gradient = 0", "'errors_per_gradient' must be at least 1"),
+    ],
+)
 def test_check_rejects_settings_that_would_surely_fail(tmp_path, setting, message):
     code, err = check(tmp_path, HEADER + f"node a: text {{}}\nq -> a\noutput a\noptimize {{ {setting} }}\n")
     assert code == 1 and message in err, err
@@ -128,7 +161,8 @@ def test_check_rejects_an_empty_choice_and_nan(tmp_path):
 def test_a_repeated_edge_is_one_warning_at_the_repeat(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n")
     assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
-        "p.sbp:5:1: warning: edge q -> a is declared twice"]
+        "p.sbp:5:1: warning: edge q -> a is declared twice"
+    ]
     code, err = check(tmp_path, HEADER + "node a: text {}\nq, q -> a\noutput a\n")
     assert code == 0 and "p.sbp:4:4: warning: edge q -> a is declared twice" in err
 
@@ -136,24 +170,27 @@ def test_a_repeated_edge_is_one_warning_at_the_repeat(tmp_path):
 SCHEMA_YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
 
 
-@pytest.mark.parametrize("extra, edit", [
-    ("colour: red\n", None),
-    (None, ("a: {type: text}", "a: {type: text, promt: p}")),
-    (None, ("a: {type: text}", "a: {type: text, parse: json}")),
-    (None, ("a: {type: text}", "a: {type: 3}")),
-    (None, ("a: {type: text}", "a: {type: texts}")),
-    ("metric: exactt\n", None),
-    ("models: {fowrard: {name: m}}\n", None),
-    ("models: {forward: {name: m, temprature: 0}}\n", None),
-    ("models: {forward: {temperature: hot}}\n", None),
-    ("models: {forward: {max_tokens: 0}}\n", None),
-    ("optimize: {gradient: sibbling}\n", None),
-    ("optimize: {iterations: -1}\n", None),
-    ("optimize: {gate_alpha: 0}\n", None),
-    ("optimize: {train_size: many}\n", None),
-    (None, ("inputs: {q: text}", "inputs: {q: [text]}")),
-    (None, ("output: a", "output: {node: a, form: answer}")),
-])
+@pytest.mark.parametrize(
+    "extra, edit",
+    [
+        ("colour: red\n", None),
+        (None, ("a: {type: text}", "a: {type: text, promt: p}")),
+        (None, ("a: {type: text}", "a: {type: text, parse: json}")),
+        (None, ("a: {type: text}", "a: {type: 3}")),
+        (None, ("a: {type: text}", "a: {type: texts}")),
+        ("metric: exactt\n", None),
+        ("models: {fowrard: {name: m}}\n", None),
+        ("models: {forward: {name: m, temprature: 0}}\n", None),
+        ("models: {forward: {temperature: hot}}\n", None),
+        ("models: {forward: {max_tokens: 0}}\n", None),
+        ("optimize: {gradient: sibbling}\n", None),
+        ("optimize: {iterations: -1}\n", None),
+        ("optimize: {gate_alpha: 0}\n", None),
+        ("optimize: {train_size: many}\n", None),
+        (None, ("inputs: {q: text}", "inputs: {q: [text]}")),
+        (None, ("output: a", "output: {node: a, form: answer}")),
+    ],
+)
 def test_the_shipped_schema_rejects_what_check_rejects(tmp_path, extra, edit):
     import jsonschema
     import yaml
@@ -213,13 +250,20 @@ def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
     from sembp_dsl.language.emit import emit_mermaid
 
     path = tmp_path / "k.sbp"
-    path.write_text('pipeline k\ninput end: text\nnode style: choice("(A)", "B") {}\nnode class: text {}\n'
-                    'node click: text {}\nend -> style, class -> click\noutput click\n')
+    path.write_text(
+        'pipeline k\ninput end: text\nnode style: choice("(A)", "B") {}\nnode class: text {}\n'
+        "node click: text {}\nend -> style, class -> click\noutput click\n"
+    )
     chart = emit_mermaid(compile_file(str(path))).splitlines()
     assert chart[0] == "flowchart LR"
     shape = re.compile(r'  n\d+(\(\["[^"]*"\]\)|\[\["[^"]*"\]\]|\["[^"]*"\])\Z')
     assert all(shape.match(line) or re.fullmatch(r"  n\d+ --> n\d+", line) for line in chart[1:]), chart
-    assert chart[1:5] == ['  n0(["end"])', '  n1["style: choice((A), B)"]', '  n2["class: text"]', '  n3[["click: text"]]']
+    assert chart[1:5] == [
+        '  n0(["end"])',
+        '  n1["style: choice((A), B)"]',
+        '  n2["class: text"]',
+        '  n3[["click: text"]]',
+    ]
     assert chart[5:] == ["  n0 --> n1", "  n0 --> n2", "  n1 --> n3", "  n2 --> n3"]
 
 

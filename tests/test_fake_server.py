@@ -9,18 +9,17 @@ import aiohttp
 import httpx
 import pytest
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__))), "bench"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
 
 from fake_server import HANG, FakeServer, spawn  # noqa: E402
 
-MESSAGES = [{"role": "system", "content": "be brief"},
-            {"role": "user", "content": "hello there world"}]
+MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there world"}]
 
 
 def chat(url, timeout=5.0, **extra):
-    return httpx.post(url + "/chat/completions", timeout=timeout,
-                      json={"model": "fake-model", "messages": MESSAGES, **extra})
+    return httpx.post(
+        url + "/chat/completions", timeout=timeout, json={"model": "fake-model", "messages": MESSAGES, **extra}
+    )
 
 
 def test_completion_shape_and_echo():
@@ -33,14 +32,13 @@ def test_completion_shape_and_echo():
         assert body["id"] and isinstance(body["created"], int)
         assert body["model"] == "fake-model"
         choice = body["choices"][0]
-        assert choice["message"] == {"role": "assistant",
-                                     "content": "echo: hello there world"}
+        assert choice["message"] == {"role": "assistant", "content": "echo: hello there world"}
         assert choice["finish_reason"] == "stop"
-        assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4,
-                                 "total_tokens": 9}
+        assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
         # Path without the /v1 prefix is served too.
-        assert httpx.post(srv.base_url + "/chat/completions",
-                          json={"model": "m", "messages": MESSAGES}).status_code == 200
+        assert (
+            httpx.post(srv.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES}).status_code == 200
+        )
         assert srv.requests == 2
         assert srv.bodies[0]["messages"] == MESSAGES
 
@@ -89,12 +87,12 @@ def test_concurrent_requests_overlap_and_counters():
         # aiohttp: its pool stays cheap with hundreds of connections.
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
+
             async def one():
-                async with session.post(
-                        url + "/chat/completions",
-                        json={"model": "m", "messages": MESSAGES}) as r:
+                async with session.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES}) as r:
                     await r.read()
                     return r.status
+
             t0 = time.perf_counter()
             statuses = await asyncio.gather(*(one() for _ in range(n)))
             return time.perf_counter() - t0, statuses
@@ -115,8 +113,9 @@ def test_a_request_is_counted_out_before_its_answer_arrives():
     with FakeServer(failures=[500, 429] * 5) as srv, httpx.Client(timeout=5) as client:
         seen = []
         for i in range(200):  # the race it guards against showed in about 1 request in 10
-            r = client.post(srv.url + "/chat/completions",
-                            json={"model": "m", "messages": MESSAGES, "stream": i % 2 == 1})
+            r = client.post(
+                srv.url + "/chat/completions", json={"model": "m", "messages": MESSAGES, "stream": i % 2 == 1}
+            )
             seen.append((r.status_code, srv.in_flight))
         assert [in_flight for _, in_flight in seen] == [0] * 200
         assert {status for status, _ in seen} == {200, 429, 500}
@@ -127,11 +126,12 @@ def test_max_in_flight_reflects_client_limit():
     async def run(url, limit):
         sem = asyncio.Semaphore(limit)
         async with httpx.AsyncClient(timeout=10) as client:
+
             async def one():
                 async with sem:
-                    r = await client.post(url + "/chat/completions",
-                                          json={"model": "m", "messages": MESSAGES})
+                    r = await client.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES})
                     assert r.status_code == 200
+
             await asyncio.gather(*(one() for _ in range(40)))
 
     with FakeServer(delay=0.05) as srv:
@@ -144,8 +144,7 @@ def test_streaming_sse():
     with FakeServer(reply="a b c") as srv:
         r = chat(srv.url, stream=True)
         assert r.headers["content-type"] == "text/event-stream"
-        events = [line[6:] for line in r.text.splitlines()
-                  if line.startswith("data: ")]
+        events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
         assert events[-1] == "[DONE]"
         assert '"usage"' in events[-2]
 
@@ -155,10 +154,10 @@ def test_spawn_subprocess():
     try:
         r = chat(url)
         assert r.status_code == 200
-        stats = httpx.get(url[:-len("/v1")] + "/stats").json()
+        stats = httpx.get(url[: -len("/v1")] + "/stats").json()
         assert stats["requests"] == 1 and stats["max_in_flight"] == 1
-        assert httpx.post(url[:-len("/v1")] + "/reset").status_code == 200
-        assert httpx.get(url[:-len("/v1")] + "/stats").json()["requests"] == 0
+        assert httpx.post(url[: -len("/v1")] + "/reset").status_code == 200
+        assert httpx.get(url[: -len("/v1")] + "/stats").json()["requests"] == 0
     finally:
         stop()
     with pytest.raises(httpx.ConnectError):
@@ -175,21 +174,27 @@ def test_faults_at_a_rate_are_seeded_and_counted():
         assert [chat(srv.url).status_code for _ in range(40)] == first
 
 
-@pytest.mark.parametrize("fault, check", [
-    ("html-404", lambda r: r.status_code == 404 and "<title>404 Not Found</title>" in r.text),
-    ("missing-credentials", lambda r: r.status_code == 500 and "Missing credentials" in r.text),
-    ("401", lambda r: r.status_code == 401 and "sk-echoed" in r.text),
-    ("null-content", lambda r: r.json()["choices"][0]["message"]["content"] is None),
-    ("empty-choices", lambda r: r.json()["choices"] == []),
-    ("no-choices", lambda r: "choices" not in r.json()),
-    ("list-body", lambda r: r.json() == []),
-    ("malformed", lambda r: r.status_code == 200 and r.text.startswith("{") and not r.text.endswith("}")),
-    ("429-retry-after", lambda r: r.status_code == 429 and r.headers["retry-after"] == "0.5"),
-])
+@pytest.mark.parametrize(
+    "fault, check",
+    [
+        ("html-404", lambda r: r.status_code == 404 and "<title>404 Not Found</title>" in r.text),
+        ("missing-credentials", lambda r: r.status_code == 500 and "Missing credentials" in r.text),
+        ("401", lambda r: r.status_code == 401 and "sk-echoed" in r.text),
+        ("null-content", lambda r: r.json()["choices"][0]["message"]["content"] is None),
+        ("empty-choices", lambda r: r.json()["choices"] == []),
+        ("no-choices", lambda r: "choices" not in r.json()),
+        ("list-body", lambda r: r.json() == []),
+        ("malformed", lambda r: r.status_code == 200 and r.text.startswith("{") and not r.text.endswith("}")),
+        ("429-retry-after", lambda r: r.status_code == 429 and r.headers["retry-after"] == "0.5"),
+    ],
+)
 def test_each_fault_looks_as_it_should(fault, check):
     with FakeServer(failures=[fault], retry_after=0.5) as srv:
-        response = httpx.post(srv.url + "/chat/completions", headers={"Authorization": "Bearer sk-echoed"},
-                              json={"model": "m", "messages": MESSAGES})
+        response = httpx.post(
+            srv.url + "/chat/completions",
+            headers={"Authorization": "Bearer sk-echoed"},
+            json={"model": "m", "messages": MESSAGES},
+        )
         assert check(response) and srv.fault_counts == {fault: 1}
         assert chat(srv.url).status_code == 200
 

@@ -13,18 +13,19 @@ import time
 from types import MappingProxyType
 
 import pytest
-
 from conftest import with_fake_model
 from fake_server import HANG, PERMANENT_FAULTS, TRANSIENT_FAULTS, FakeServer, refused_url
+from test_llm import TOY
+from test_optimize import TOY as GRAPH
+from test_optimize import data
+
 from sembp_dsl import cli
+from sembp_dsl.language.graph import ModelSpec
 from sembp_dsl.models import faults
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.cache import ResponseCache, default_path
 from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, first_line, redact
-from sembp_dsl.language.graph import ModelSpec
 from sembp_dsl.models.llm import LLM, CallFailed, LLMError
-from test_llm import TOY
-from test_optimize import TOY as GRAPH, data
 
 KEY = "sk-test-not-a-real-key"  # conftest's OPENAI_API_KEY
 
@@ -42,6 +43,7 @@ def models(url: str | None, name: str = "openai/fake", **settings) -> dict[str, 
 def ask(llm: LLM, *prompts: str):
     async def go():
         return await asyncio.gather(*(llm.complete("forward", p) for p in prompts))
+
     return llm.run(go())
 
 
@@ -64,19 +66,26 @@ def eval_args(path: str, data_path: str, *flags: str) -> list[str]:
 
 # -- 1. every failed call keeps its cause ---------------------------------------------------------------
 
+
 def test_a_failure_keeps_status_endpoint_and_the_providers_first_line():
     with FakeServer(reply="ok", failures=["html-502"]) as server:
         with pytest.raises(CallFailed) as err:
             ask(LLM(models(server.url), retries=0), "hi")
     failure = err.value.failure
-    assert (failure.status, failure.endpoint, failure.message) == (502, server.url + "/chat/completions", "502 Bad Gateway")
+    assert (failure.status, failure.endpoint, failure.message) == (
+        502,
+        server.url + "/chat/completions",
+        "502 Bad Gateway",
+    )
     assert failure.kind == TRANSIENT and "<" not in str(err.value) and "\n" not in str(err.value)
 
 
 def test_first_line_of_pages_and_litellm_messages():
     assert first_line("<!DOCTYPE HTML>\n<html><body><h1>Oops</h1><p>down</p></body></html>") == "Oops"
-    assert first_line("litellm.InternalServerError: InternalServerError: OpenAIException - Missing credentials.\nmore") \
+    assert (
+        first_line("litellm.InternalServerError: InternalServerError: OpenAIException - Missing credentials.\nmore")
         == "Missing credentials."
+    )
     assert first_line("", 503) == "Service Unavailable"
     assert redact("https://user:pw@host.example:8443/v1?api-key=secret#x") == "https://host.example:8443/v1"
 
@@ -91,8 +100,11 @@ def test_errors_json_and_ledger_show_the_cause(tmp_path, capsys):
         assert cli.main(args) == 0
         out, err = capsys.readouterr()
         where = f"503 Service Unavailable from {server.url}/chat/completions: scripted failure 503 (after 5 attempts)"
-        assert "accuracy 1.000 (1/1)" in out and "1 of 2 samples lost, no answer to score: 503 Service Unavailable x1" in out
-        assert f"--- lost: " in out and where in out
+        assert (
+            "accuracy 1.000 (1/1)" in out
+            and "1 of 2 samples lost, no answer to score: 503 Service Unavailable x1" in out
+        )
+        assert "--- lost: " in out and where in out
         ledger = err.splitlines()
         header = next(line for line in ledger if line.startswith("role"))
         assert header.split()[3:5] == ["retries", "failed"]
@@ -110,6 +122,7 @@ def test_errors_json_and_ledger_show_the_cause(tmp_path, capsys):
 
 # -- 2. only transient failures are retried -------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fault", [f for f in TRANSIENT_FAULTS if f != HANG])
 def test_transient_faults_are_retried(fault):
     with FakeServer(reply="ok", failures=[fault], retry_after=0.01) as server:
@@ -118,8 +131,10 @@ def test_transient_faults_are_retried(fault):
     assert result.text == "ok" and server.requests == 2 and llm.ledger.roles["forward"].retries == 1
 
 
-@pytest.mark.parametrize("fault, says", [("401", "OPENAI_API_KEY"), ("missing-credentials", "OPENAI_API_KEY"),
-                                         ("html-404", "/v1"), (404, "/v1")])
+@pytest.mark.parametrize(
+    "fault, says",
+    [("401", "OPENAI_API_KEY"), ("missing-credentials", "OPENAI_API_KEY"), ("html-404", "/v1"), (404, "/v1")],
+)
 def test_configuration_faults_stop_at_once_saying_what_to_set(fault, says):
     assert fault in PERMANENT_FAULTS or fault == 404
     with FakeServer(reply="ok", failures=[fault] * 3) as server:
@@ -147,7 +162,8 @@ def test_missing_credentials_from_litellm_is_a_configuration_error():
     import litellm
 
     exc = litellm.InternalServerError(
-        "OpenAIException - Missing credentials. Please pass an `api_key`", "openai", "fake")
+        "OpenAIException - Missing credentials. Please pass an `api_key`", "openai", "fake"
+    )
     assert faults.classify(exc, None, reached=True).kind == CONFIG
     plain_500 = litellm.InternalServerError("OpenAIException - worker crashed", "openai", "fake")
     assert faults.classify(plain_500, None, reached=True).kind == TRANSIENT
@@ -159,8 +175,11 @@ def test_fast_path_failures_are_named_as_litellm_names_them():
 
     for status in (400, 401, 403, 404, 408, 409, 413, 422, 429, 500, 502, 503, 504, 529):
         with pytest.raises(Exception) as err:
-            litellm.exception_type(model="fake", custom_llm_provider="openai",
-                                   original_exception=OpenAIError(status_code=status, message="x"))
+            litellm.exception_type(
+                model="fake",
+                custom_llm_provider="openai",
+                original_exception=OpenAIError(status_code=status, message="x"),
+            )
         assert type(err.value).__name__ == faults.CallError("x", status).name, status
 
 
@@ -196,6 +215,7 @@ def test_a_hang_past_the_timeout_is_retried():
 
 # -- 3. bad replies are failures, never cached ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("fault", ["malformed", "list-body", "empty-choices", "no-choices", "null-content"])
 def test_bad_replies_are_failures_and_never_cached(tmp_path, fault):
     cache = ResponseCache(tmp_path / "c.sqlite")
@@ -210,6 +230,7 @@ def test_bad_replies_are_failures_and_never_cached(tmp_path, fault):
 
 # -- 4. a run that cannot work stops early ----------------------------------------------------------------
 
+
 def test_first_calls_failing_alike_stop_the_command_but_not_after_a_success():
     async def each_sample(llm: LLM, prompts: list[str]):  # as the runtime does: a failed call loses its sample
         async def one(prompt: str):
@@ -217,6 +238,7 @@ def test_first_calls_failing_alike_stop_the_command_but_not_after_a_success():
                 await llm.complete("forward", prompt)
             except CallFailed:
                 pass
+
         await asyncio.gather(*(one(p) for p in prompts))
 
     with FakeServer(reply="ok", failures=[400] * 10) as server:
@@ -259,8 +281,9 @@ def test_an_eval_that_scored_nothing_says_n_a_and_fails(tmp_path, capsys):
         report = json.loads(capsys.readouterr().out)
         assert code == 1 and report["accuracy"] is None and report["lost"] == 2
     with FakeServer(reply="Yes") as server:
-        code = cli.main(eval_args(pipeline(tmp_path, server.url), rows(2, tmp_path), "--test-size", "2",
-                                  "--max-cost", "0"))
+        code = cli.main(
+            eval_args(pipeline(tmp_path, server.url), rows(2, tmp_path), "--test-size", "2", "--max-cost", "0")
+        )
         out = capsys.readouterr().out
         assert code == 1 and "accuracy n/a" in out and "stopped early: --max-cost 0.0 reached" in out
         assert server.requests == 0
@@ -277,10 +300,14 @@ def test_a_permanent_fault_stops_within_two_seconds_in_one_line(tmp_path, comman
     with FakeServer(reply="Yes", fault_rate=1.0, fault_kinds=[fault]) as server:
         path = pipeline(tmp_path, server.url, GRAPH)
         runs = tmp_path / "runs"
-        flags = (["--test-size", "8"] if command == "eval"
-                 else ["--train-size", "4", "--val-size", "4", "--runs-dir", str(runs), "--dry-run"])
-        proc, ended = run_cli(command, path, "--data", data(tmp_path, n=8), "--train-size", "0", "--val-size", "0",
-                              *flags)
+        flags = (
+            ["--test-size", "8"]
+            if command == "eval"
+            else ["--train-size", "4", "--val-size", "4", "--runs-dir", str(runs), "--dry-run"]
+        )
+        proc, ended = run_cli(
+            command, path, "--data", data(tmp_path, n=8), "--train-size", "0", "--val-size", "0", *flags
+        )
         assert ended - server.fault_times[0] < 2.0
         assert server.requests <= 16  # the first wave at most: no retry storm
     output = proc.stdout + proc.stderr
@@ -297,6 +324,7 @@ def test_a_permanent_fault_stops_within_two_seconds_in_one_line(tmp_path, comman
 
 
 # -- 6. a 30% transient fault rate: both commands finish, every fault counted --------------------------------
+
 
 def counted(ledger: dict) -> int:
     return sum(u["retries"] + u["failures"] for u in ledger["roles"].values())
@@ -317,9 +345,28 @@ def test_optimize_at_a_30_percent_fault_rate_finishes_counting_every_fault(tmp_p
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     with FakeServer(reply=script, fault_rate=0.3, retry_after=0.01, hang_seconds=5, seed=5) as server:
         path = pipeline(tmp_path, server.url, GRAPH)
-        code = cli.main(["optimize", path, "--data", data(tmp_path, n=8), "--train-size", "3", "--val-size", "3",
-                         "--test-size", "2", "--iters", "1", "--dry-run", "--timeout", "0.3", "--json",
-                         "--runs-dir", str(tmp_path / "runs")])
+        code = cli.main(
+            [
+                "optimize",
+                path,
+                "--data",
+                data(tmp_path, n=8),
+                "--train-size",
+                "3",
+                "--val-size",
+                "3",
+                "--test-size",
+                "2",
+                "--iters",
+                "1",
+                "--dry-run",
+                "--timeout",
+                "0.3",
+                "--json",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ]
+        )
         out, err = capsys.readouterr()
         record = json.loads(out)
         assert server.faults >= 5 and counted(record["ledger"]) == server.faults
@@ -327,6 +374,7 @@ def test_optimize_at_a_30_percent_fault_rate_finishes_counting_every_fault(tmp_p
 
 
 # -- 5. your server and your key in one flag; keys never shown ------------------------------------------------
+
 
 def cache_bytes() -> str:
     """The cache database and its write-ahead log, as text."""
@@ -339,8 +387,11 @@ def test_api_base_flag_and_credentials_in_the_url_move_to_a_header(tmp_path, cap
         assert cli.main(eval_args(path, rows(2, tmp_path), "--test-size", "2", "--api-base", server.url)) == 0
         assert server.requests == 2 and server.headers[0]["authorization"] == f"Bearer {KEY}"
         with_credentials = server.url.replace("http://", "http://alice:s3cret-pw@")
-        code = cli.main(eval_args(path, rows(3, tmp_path), "--test-size", "3", "--api-base", with_credentials,
-                                  "--json", "--errors", "3"))
+        code = cli.main(
+            eval_args(
+                path, rows(3, tmp_path), "--test-size", "3", "--api-base", with_credentials, "--json", "--errors", "3"
+            )
+        )
         out, err = capsys.readouterr()
         assert code == 0 and server.requests == 3  # the same server: two answers come from the cache
         assert server.headers[-1]["authorization"] == "Basic " + base64.b64encode(b"alice:s3cret-pw").decode()
@@ -350,9 +401,25 @@ def test_api_base_flag_and_credentials_in_the_url_move_to_a_header(tmp_path, cap
 def test_credentials_in_the_api_base_never_reach_output_or_records(tmp_path, capsys):
     with FakeServer(reply="Yes", fault_rate=1.0, fault_kinds=["401"]) as server:
         path = pipeline(tmp_path, None, GRAPH)
-        code = cli.main(["optimize", path, "--data", data(tmp_path, n=8), "--train-size", "4", "--val-size", "4",
-                         "--test-size", "0", "--api-base", server.url.replace("http://", "http://bob:pa55word@"),
-                         "--dry-run", "--runs-dir", str(tmp_path / "runs")])
+        code = cli.main(
+            [
+                "optimize",
+                path,
+                "--data",
+                data(tmp_path, n=8),
+                "--train-size",
+                "4",
+                "--val-size",
+                "4",
+                "--test-size",
+                "0",
+                "--api-base",
+                server.url.replace("http://", "http://bob:pa55word@"),
+                "--dry-run",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ]
+        )
         out, err = capsys.readouterr()
     [record] = (tmp_path / "runs").glob("*/run.json")
     assert code == 1 and "--resume" in out and "401 Unauthorized" in out
@@ -400,6 +467,7 @@ def test_an_unusable_cache_is_a_clear_error(tmp_path, monkeypatch, capsys, damag
 
 
 # -- through the real embedded model ----------------------------------------------------------------------------
+
 
 def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
     from sembp_dsl.models import embedded

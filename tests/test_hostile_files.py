@@ -30,23 +30,32 @@ def template_file(tmp_path, template: str, name: str = "p.sbp"):
     return path
 
 
-@pytest.mark.parametrize("template, message", [
-    ("{{ range(10**9) }}", "argument 1000000000 is too large"),
-    ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "too much work|took more"),
-    ("{{ lipsum(n=200000) }}", "lipsum: at most"),
-    ("{{ 'x' * 300000000 }}", r"'\*' would build a value of 300,000,000"),
-    ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursive too deeply"),
-    ("{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(40) }}", "too much work|took more"),
-    ("{{ 1/0 }}", "ZeroDivisionError"),
-    ("{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}", "'~' would build"),
-    ("{% for i in range(99999) %}" + "x" * 1000 + "{% endfor %}", "output too large"),
-    ("{{ 'x'|center(999999999) }}", "too large"),
-    ("{{ '{:>99999999}'.format(1) }}", "format width"),
-    ("{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}", "nested too deeply"),
-    ("{% include 'other.j2' %}", "'{% include %}' is not allowed"),
-    ("{% import 'other.j2' as o %}", "'{% import %}' is not allowed"),
-    ("{% extends 'base.j2' %}", "'{% extends %}' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "template, message",
+    [
+        ("{{ range(10**9) }}", "argument 1000000000 is too large"),
+        ("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}", "too much work|took more"),
+        ("{{ lipsum(n=200000) }}", "lipsum: at most"),
+        ("{{ 'x' * 300000000 }}", r"'\*' would build a value of 300,000,000"),
+        ("{% macro f() %}{{ f() }}{% endmacro %}{{ f() }}", "recursive too deeply"),
+        (
+            "{% macro f(n) %}{% if n > 0 %}{{ f(n-1) }}{{ f(n-1) }}{% endif %}{% endmacro %}{{ f(40) }}",
+            "too much work|took more",
+        ),
+        ("{{ 1/0 }}", "ZeroDivisionError"),
+        (
+            "{% set ns = namespace(s='x') %}{% for i in range(40) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+            "'~' would build",
+        ),
+        ("{% for i in range(99999) %}" + "x" * 1000 + "{% endfor %}", "output too large"),
+        ("{{ 'x'|center(999999999) }}", "too large"),
+        ("{{ '{:>99999999}'.format(1) }}", "format width"),
+        ("{{ " + "(" * 2000 + "1" + ")" * 2000 + " }}", "nested too deeply"),
+        ("{% include 'other.j2' %}", "'{% include %}' is not allowed"),
+        ("{% import 'other.j2' as o %}", "'{% import %}' is not allowed"),
+        ("{% extends 'base.j2' %}", "'{% extends %}' is not allowed"),
+    ],
+)
 def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, message):
     start = time.monotonic()
     code, err = run_cli("check", str(template_file(tmp_path, template)))
@@ -74,7 +83,9 @@ def test_a_data_value_that_makes_a_template_blow_up_is_stopped(tmp_path):
 
 
 def test_ordinary_templates_render_as_before(tmp_path):
-    source = "{% for w in q.split() %}{{ loop.index }}={{ w|upper }} {% endfor %}{{ '%05d' % 42 }} {{ '{:>4}'.format(7) }}"
+    source = (
+        "{% for w in q.split() %}{{ loop.index }}={{ w|upper }} {% endfor %}{{ '%05d' % 42 }} {{ '{:>4}'.format(7) }}"
+    )
     node = compile_file(str(template_file(tmp_path, source))).nodes["a"]
     assert node.render({"q": "a b"}, {}) == "1=A 2=B 00042    7"
 
@@ -89,17 +100,20 @@ def check_yaml(tmp_path, text: str) -> tuple[int, str]:
     return code, err.replace(str(tmp_path) + "/", "")
 
 
-@pytest.mark.parametrize("extra, expected", [
-    ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error: 'abc' is not a valid !!int"),
-    ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error: 'maybe' is not a valid !!bool"),
-    ("description: !!timestamp never\n", "p.yaml:7:14: error: 'never' is not a valid !!timestamp"),
-    ("description: 2024-01-01\n", "p.yaml:7:14: error: YAML reads '2024-01-01' as !!timestamp"),
-    ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error: .nan is not a finite number"),
-    ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error: YAML: nested more than 64 levels deep"),
-    ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error: YAML alias '*x' is not supported here"),
-    ("params:\n  r: *nope\n", "p.yaml:8:6: error: YAML: found undefined alias 'nope'"),
-    ("description: a\x00b\n", "p.yaml:7:15: error: YAML: character '\\x00' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "extra, expected",
+    [
+        ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error: 'abc' is not a valid !!int"),
+        ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error: 'maybe' is not a valid !!bool"),
+        ("description: !!timestamp never\n", "p.yaml:7:14: error: 'never' is not a valid !!timestamp"),
+        ("description: 2024-01-01\n", "p.yaml:7:14: error: YAML reads '2024-01-01' as !!timestamp"),
+        ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error: .nan is not a finite number"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error: YAML: nested more than 64 levels deep"),
+        ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error: YAML alias '*x' is not supported here"),
+        ("params:\n  r: *nope\n", "p.yaml:8:6: error: YAML: found undefined alias 'nope'"),
+        ("description: a\x00b\n", "p.yaml:7:15: error: YAML: character '\\x00' is not allowed"),
+    ],
+)
 def test_hostile_yaml_is_a_located_error(tmp_path, extra, expected):
     code, err = check_yaml(tmp_path, YAML + extra)
     assert code == 1 and err.startswith(expected), err
@@ -107,27 +121,43 @@ def test_hostile_yaml_is_a_located_error(tmp_path, extra, expected):
 
 
 def test_yaml_type_errors_are_in_words(tmp_path):
-    source = YAML.replace("  a: {type: text}\n", "  a: {type: text}\n  b: {type: choice(Yes, No)}\n  c: {type: texts}\n")
+    source = YAML.replace(
+        "  a: {type: text}\n", "  a: {type: text}\n  b: {type: choice(Yes, No)}\n  c: {type: texts}\n"
+    )
     code, err = check_yaml(tmp_path, source.replace("q -> a", "q -> a, b, c"))
     assert code == 1 and err.count("error:") == 2, err  # the split choice is one cause, not three errors
-    assert 'p.yaml:5:13: error: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"' in err
-    assert "p.yaml:6:13: error: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"; did you mean 'text'?" in err
+    assert (
+        'p.yaml:5:13: error: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"'
+        in err
+    )
+    assert (
+        "p.yaml:6:13: error: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"; did you mean 'text'?"
+        in err
+    )
     assert "does not match" not in err and "^" + "\\s" not in err
 
 
 def test_yaml_one_of_failures_are_explained(tmp_path):
-    code, err = check_yaml(tmp_path, YAML.replace("inputs: {q: text}", "inputs: {q: 3}").replace("output: a", "output: {node: a, from: 3}"))
-    assert "p.yaml:2:13: error: inputs.q: expected a type (text, number, json, \"choice(A, B)\") or a mapping with type and from, not the number 3" in err
+    code, err = check_yaml(
+        tmp_path, YAML.replace("inputs: {q: text}", "inputs: {q: 3}").replace("output: a", "output: {node: a, from: 3}")
+    )
+    assert (
+        'p.yaml:2:13: error: inputs.q: expected a type (text, number, json, "choice(A, B)") or a mapping with type and from, not the number 3'
+        in err
+    )
     assert "p.yaml:6:25: error: output.from: expected a string, not the number 3" in err
     assert "is not valid here" not in err
 
 
 def edge_statement(n: int, sources: str = "input") -> str:
     names = [f"s{i}" for i in range(n)], [f"t{i}" for i in range(n)]
-    return ("pipeline big\n" + "".join(f"{sources} {s}: text{' {}' if sources == 'node' else ''}\n" for s in names[0])
-            + ("input q: text\nq -> " + ", ".join(names[0]) + "\n" if sources == "node" else "")
-            + "".join(f"node {t}: text {{}}\n" for t in names[1])
-            + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput t0\n")
+    return (
+        "pipeline big\n"
+        + "".join(f"{sources} {s}: text{' {}' if sources == 'node' else ''}\n" for s in names[0])
+        + ("input q: text\nq -> " + ", ".join(names[0]) + "\n" if sources == "node" else "")
+        + "".join(f"node {t}: text {{}}\n" for t in names[1])
+        + f"{', '.join(names[0])} -> {', '.join(names[1])}\noutput t0\n"
+    )
 
 
 def test_a_big_edge_statement_is_kept_as_a_product(tmp_path):
@@ -154,20 +184,30 @@ def test_past_a_sane_size_the_edges_are_a_limit_error(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checker, "MAX_EDGES", 10_000)
     code, err = run_cli("check", str(_write(tmp_path, "big.sbp", edge_statement(101))))
-    assert code == 1 and "big.sbp:204:1: error: the edges declare 10,201 pairs; a pipeline may have at most 10,000" in err
+    assert (
+        code == 1 and "big.sbp:204:1: error: the edges declare 10,201 pairs; a pipeline may have at most 10,000" in err
+    )
 
 
 def test_a_20_mb_literal_is_cheap_to_check_and_a_limit_error_to_compile(tmp_path):
     import tracemalloc
 
-    path = _write(tmp_path, "lit.sbp", 'pipeline t\ninput q: text\nparam p = "' + "x" * (20 * 2**20)
-                  + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    path = _write(
+        tmp_path,
+        "lit.sbp",
+        'pipeline t\ninput q: text\nparam p = "'
+        + "x" * (20 * 2**20)
+        + '"\nnode a: text { prompt = p }\nq -> a\noutput a\n',
+    )
     tracemalloc.start()
     code, err = run_cli("check", str(path))
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert peak < 400 * 2**20, peak  # was 3.3 GB
-    assert code == 1 and "lit.sbp:3:7: error: param 'p' is 20,971,520 characters; a prompt may be at most 16,000,000" in err
+    assert (
+        code == 1
+        and "lit.sbp:3:7: error: param 'p' is 20,971,520 characters; a prompt may be at most 16,000,000" in err
+    )
 
 
 def _write(folder, name: str, text: str):
@@ -239,8 +279,10 @@ def test_odd_paths_are_refused_clearly_and_never_block(tmp_path):
     code, output, _ = run_bounded(["compile", str(fifo)], seconds=5)
     assert code == 1 and "is not a regular file" in output
     (tmp_path / "broken.sbp").symlink_to(tmp_path / "nowhere.sbp")
-    assert run_cli("check", str(tmp_path / "broken.sbp")) == (1, f"{tmp_path}/broken.sbp: error: no such file (a broken symbolic link)\n"
-                                                                 f"{tmp_path}/broken.sbp: 1 error(s)\n")
+    assert run_cli("check", str(tmp_path / "broken.sbp")) == (
+        1,
+        f"{tmp_path}/broken.sbp: error: no such file (a broken symbolic link)\n{tmp_path}/broken.sbp: 1 error(s)\n",
+    )
     good = _write(tmp_path, "good.sbp", HEADER + "node a: text {}\nq -> a\noutput a\n")
     (tmp_path / "link.sbp").symlink_to(good)
     assert run_cli("check", str(tmp_path / "link.sbp"))[0] == 0  # a link to a regular file is fine
@@ -259,12 +301,16 @@ def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monke
 
 
 def test_each_render_has_its_own_budget(tmp_path):
-    node = compile_file(str(template_file(tmp_path, "{% for i in range(100000) %}{% for c in 'abcdef' %}{% endfor %}{% endfor %}ok"))).nodes["a"]
+    node = compile_file(
+        str(template_file(tmp_path, "{% for i in range(100000) %}{% for c in 'abcdef' %}{% endfor %}{% endfor %}ok"))
+    ).nodes["a"]
     for _ in range(3):  # 700,000 steps each: three renders would be over the limit if the budget carried over
         assert node.render({"q": "x"}, {}) == "ok"
 
 
 def test_numbers_in_ordinary_strings_are_not_taken_for_format_widths(tmp_path):
-    source = "{{ 'id: 12345678'.replace('id', 'order') }} {{ 'call {n} at 5551234567'.format(n=q) }} {{ '%s 1234567' % q }}"
+    source = (
+        "{{ 'id: 12345678'.replace('id', 'order') }} {{ 'call {n} at 5551234567'.format(n=q) }} {{ '%s 1234567' % q }}"
+    )
     node = compile_file(str(template_file(tmp_path, source))).nodes["a"]
     assert node.render({"q": "x"}, {}) == "order: 12345678 call x at 5551234567 x 1234567"

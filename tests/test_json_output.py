@@ -8,8 +8,8 @@ import asyncio
 import json
 
 import pytest
-
 from conftest import ECHO, with_fake_model
+
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import INVISIBLE
 
@@ -56,8 +56,26 @@ def test_optimize_json_escapes_what_steers_a_terminal(tmp_path, fake_llm, script
     script.improve = lambda param, prompt: HOSTILE  # the optimizer's reply, kept in the run record
     data = tmp_path / "rows.jsonl"
     data.write_text("".join(json.dumps({"topic": f"t{i}", "answer": "right"}) + "\n" for i in range(4)))
-    code = cli.main(["optimize", str(path), "--data", str(data), "--train-size", "2", "--val-size", "2",
-                     "--test-size", "0", "--iters", "1", "--dry-run", "--runs-dir", str(tmp_path / "runs"), "--json"])
+    code = cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            str(data),
+            "--train-size",
+            "2",
+            "--val-size",
+            "2",
+            "--test-size",
+            "0",
+            "--iters",
+            "1",
+            "--dry-run",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--json",
+        ]
+    )
     run = safe_json(capsys.readouterr().out)
     assert code == 0 and HOSTILE in json.dumps(run["iterations"], ensure_ascii=False)
 
@@ -74,8 +92,9 @@ def test_serve_answers_escape_what_steers_a_terminal(echo, hostile_model):
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
-            writer.write(b'POST /?trace=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 14\r\n\r\n'
-                         b'{"topic": "x"}')
+            writer.write(
+                b'POST /?trace=1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 14\r\n\r\n{"topic": "x"}'
+            )
             reply = await asyncio.wait_for(reader.read(), 30)
             writer.close()
             await runner.cleanup()

@@ -55,7 +55,13 @@ def test_yaml_twin_lowers_to_the_same_ir():
 def test_liar_graph_shape():
     graph = compile_file(str(ROOT / "pipelines/liar.sbp"))
     verdict = graph.nodes["verdict"]
-    assert verdict.hints == ("statement_analysis", "job_title_analysis", "state_analysis", "party_analysis", "source_analysis")
+    assert verdict.hints == (
+        "statement_analysis",
+        "job_title_analysis",
+        "state_analysis",
+        "party_analysis",
+        "source_analysis",
+    )
     assert verdict.context == ("statement", "job_title", "state", "party", "source")
     assert list(graph.nodes)[-1] == "verdict" and graph.output == "verdict"
     assert graph.trainable == tuple(p.name for p in graph.pipeline.params)
@@ -63,7 +69,9 @@ def test_liar_graph_shape():
 
 
 def test_block_strings_dedent_by_closing_quotes():
-    pipeline = parse(HEADER + 'param p = """\n    first\n      indented\n\n    last\n    """\nparam s = "a\\n\\"b\\""\n')
+    pipeline = parse(
+        HEADER + 'param p = """\n    first\n      indented\n\n    last\n    """\nparam s = "a\\n\\"b\\""\n'
+    )
     assert pipeline.params[0].text == "first\n  indented\n\nlast"
     assert pipeline.params[1].text == 'a\n"b"'
 
@@ -79,9 +87,15 @@ def test_syntax_error_golden(tmp_path):
 
 
 def test_every_broken_statement_is_reported(tmp_path):
-    code, err = check(tmp_path, HEADER + "node a: text { prompt = }\nnode b: text {\n  parse == tag }\nparam x = 3\noutput a\n")
+    code, err = check(
+        tmp_path, HEADER + "node a: text { prompt = }\nnode b: text {\n  parse == tag }\nparam x = 3\noutput a\n"
+    )
     assert code == 1
-    assert [line.split(": error")[0] for line in err.splitlines() if ": error" in line] == ["p.sbp:3:25", "p.sbp:5:10", "p.sbp:6:11"]
+    assert [line.split(": error")[0] for line in err.splitlines() if ": error" in line] == [
+        "p.sbp:3:25",
+        "p.sbp:5:10",
+        "p.sbp:6:11",
+    ]
 
 
 def test_unterminated_string(tmp_path):
@@ -90,14 +104,18 @@ def test_unterminated_string(tmp_path):
 
 
 def test_duplicates_and_undefined_names_all_at_once(tmp_path):
-    code, err = check(tmp_path, HEADER + textwrap.dedent("""\
+    code, err = check(
+        tmp_path,
+        HEADER
+        + textwrap.dedent("""\
         param p = "x"
         param p = "y"
         node a: text { prompt = nope  template = missing }
         node a: text { prompt = p }
         q, ghost -> a
         output b
-        """))
+        """),
+    )
     assert code == 1
     assert err == textwrap.dedent("""\
         p.sbp:6:6: error: duplicate node or input 'a' (first declared at line 5)
@@ -122,13 +140,18 @@ def test_duplicates_and_undefined_names_all_at_once(tmp_path):
 
 
 def test_cycle_is_printed(tmp_path):
-    code, err = check(tmp_path, HEADER + "node a: text {}\nnode b: text {}\nnode c: text {}\nq -> a -> b -> c\nc -> a\noutput c\n")
+    code, err = check(
+        tmp_path, HEADER + "node a: text {}\nnode b: text {}\nnode c: text {}\nq -> a -> b -> c\nc -> a\noutput c\n"
+    )
     assert code == 1
     assert "error: cycle: a -> b -> c -> a" in err
 
 
 def test_template_variable_the_node_does_not_receive(tmp_path):
-    code, err = check(tmp_path, HEADER + textwrap.dedent('''\
+    code, err = check(
+        tmp_path,
+        HEADER
+        + textwrap.dedent('''\
         param p = "Answer."
         template t = """
           {{ prompt }} {{ q }}
@@ -137,7 +160,8 @@ def test_template_variable_the_node_does_not_receive(tmp_path):
         node a: text { prompt = p  template = t }
         q -> a
         output a
-        '''))
+        '''),
+    )
     assert code == 1
     assert err == textwrap.dedent("""\
         p.sbp:6:15: error: template 't' uses 'speaker', which node 'a' does not receive (it receives: q)
@@ -147,7 +171,10 @@ def test_template_variable_the_node_does_not_receive(tmp_path):
 
 
 def test_template_syntax_error_points_into_the_template(tmp_path):
-    code, err = check(tmp_path, HEADER + 'template t = """\n  ok\n  {% if q %}\n  """\nnode a: text { template = t }\nq -> a\noutput a\n')
+    code, err = check(
+        tmp_path,
+        HEADER + 'template t = """\n  ok\n  {% if q %}\n  """\nnode a: text { template = t }\nq -> a\noutput a\n',
+    )
     assert code == 1 and "p.sbp:" in err and "template syntax" in err
 
 
@@ -166,16 +193,26 @@ def test_no_output_node(tmp_path):
 
 
 def test_settings_are_checked(tmp_path):
-    code, err = check(tmp_path, HEADER + "node a: text { parse = json  promt = x }\nq -> a\noutput a\n"
-                                          "model fast { name = 3 }\noptimize { iterations = \"many\" }\n")
+    code, err = check(
+        tmp_path,
+        HEADER + "node a: text { parse = json  promt = x }\nq -> a\noutput a\n"
+        'model fast { name = 3 }\noptimize { iterations = "many" }\n',
+    )
     assert code == 1
-    for message in ("'parse' must be one of reply, tag, not 'json'", "unknown setting 'promt' in node 'a'",
-                    "unknown model role 'fast'", "'name' must be a string, not 3", "'iterations' must be an integer"):
+    for message in (
+        "'parse' must be one of reply, tag, not 'json'",
+        "unknown setting 'promt' in node 'a'",
+        "unknown model role 'fast'",
+        "'name' must be a string, not 3",
+        "'iterations' must be an integer",
+    ):
         assert message in err
 
 
 def test_warnings_do_not_fail(tmp_path):
-    code, err = check(tmp_path, HEADER + 'param unused = "x"\nnode a: text {}\nnode stray: text {}\nq -> a\nq -> stray\noutput a\n')
+    code, err = check(
+        tmp_path, HEADER + 'param unused = "x"\nnode a: text {}\nnode stray: text {}\nq -> a\nq -> stray\noutput a\n'
+    )
     assert code == 0
     assert "p.sbp:3:7: warning: param 'unused' is not used by any node" in err
     assert "p.sbp:5:6: warning: node 'stray' cannot reach the output 'a'" in err
@@ -203,11 +240,13 @@ def test_yaml_schema_error_points_at_the_yaml(tmp_path):
 def test_yaml_semantic_error_points_at_the_yaml(tmp_path):
     code, err = check(tmp_path, YAML.replace("q -> a", "q -> b"), "p.yaml")
     assert code == 1
-    assert err.startswith(textwrap.dedent("""\
+    assert err.startswith(
+        textwrap.dedent("""\
         p.yaml:8:10: error: undefined node or input 'b'
             8 |   - q -> b
               |          ^
-        """))
+        """)
+    )
 
 
 def test_yaml_syntax_error(tmp_path):
@@ -215,7 +254,9 @@ def test_yaml_syntax_error(tmp_path):
     assert code == 1 and err.startswith("p.yaml:3:1: error: YAML:")
 
 
-@pytest.mark.parametrize("content", [b"", b"\x00\xff\xfe garbage \x89PNG", b"\xef\xbb\xbf", "pipeline x\nnode é: text".encode()])
+@pytest.mark.parametrize(
+    "content", [b"", b"\x00\xff\xfe garbage \x89PNG", b"\xef\xbb\xbf", "pipeline x\nnode é: text".encode()]
+)
 def test_garbage_gives_located_errors(tmp_path, content):
     for suffix in (".sbp", ".yaml"):
         path = tmp_path / f"g{suffix}"
@@ -253,7 +294,11 @@ def test_emitters():
     assert data["params"][0]["literal"][1:3] == [9, 27]  # line and column of the first prompt literal
     assert '"statement_analysis" -> "verdict";' in EMITTERS["dot"](graph)
     mermaid = EMITTERS["mermaid"](graph)
-    ids = {line.split('"')[1].split(":")[0]: line.split()[0].split("[")[0].split("(")[0] for line in mermaid.splitlines()[1:] if '"' in line}
+    ids = {
+        line.split('"')[1].split(":")[0]: line.split()[0].split("[")[0].split("(")[0]
+        for line in mermaid.splitlines()[1:]
+        if '"' in line
+    }
     assert f"{ids['statement_analysis']} --> {ids['verdict']}" in mermaid
     prompts = EMITTERS["prompts"](graph)
     assert "Hint 5 (from source_analysis): <output of source_analysis>" in prompts
@@ -263,7 +308,10 @@ def test_emitters():
 
 def test_templates_render_in_a_sandbox(tmp_path):
     path = tmp_path / "evil.sbp"
-    path.write_text(HEADER + 'template t = "{{ q.__class__.__mro__[1].__subclasses__() }}"\nnode a: text { template = t }\nq -> a\noutput a\n')
+    path.write_text(
+        HEADER
+        + 'template t = "{{ q.__class__.__mro__[1].__subclasses__() }}"\nnode a: text { template = t }\nq -> a\noutput a\n'
+    )
     with pytest.raises(PipelineError, match="SecurityError: access to attribute '__class__'"):
         compile_file(str(path))
 
@@ -273,7 +321,9 @@ def test_yaml_bad_keys_point_at_the_key(tmp_path):
     code, err = check(tmp_path, source, "p.yaml")
     assert code == 1
     assert "p.yaml:2:19: error: inputs: 'bad-name' is not a valid name" in err
-    assert "p.yaml:11:3: error: models: unknown key 'fast'; expected one of default, forward, backward, optimizer" in err
+    assert (
+        "p.yaml:11:3: error: models: unknown key 'fast'; expected one of default, forward, backward, optimizer" in err
+    )
 
 
 def test_a_file_without_its_header_gets_one_error(tmp_path):
@@ -282,8 +332,10 @@ def test_a_file_without_its_header_gets_one_error(tmp_path):
 
 
 def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
-    source = HEADER + 'node a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n'
-    override = 'template backward = """\n  Judge {{ node }} on {{ hints | length }} hints; feedback: {{ feedback }}\n  """\n'
+    source = HEADER + "node a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n"
+    override = (
+        'template backward = """\n  Judge {{ node }} on {{ hints | length }} hints; feedback: {{ feedback }}\n  """\n'
+    )
     path = tmp_path / "p.sbp"
     path.write_text(source + override)
     prompts = EMITTERS["prompts"](compile_file(str(path)))
@@ -296,7 +348,7 @@ def test_json_output_type_and_its_default_metric(tmp_path):
     from sembp_dsl.runtime.forward import parse_reply
 
     path = tmp_path / "j.sbp"
-    path.write_text(HEADER + 'node facts: json { parse = tag }\nq -> facts\noutput facts\n')
+    path.write_text(HEADER + "node facts: json { parse = tag }\nq -> facts\noutput facts\n")
     graph = compile_file(str(path))
     assert str(graph.nodes["facts"].type) == "json" and graph.metric == "json"
     reply = 'Here you go: <output>```json\n{"b": [1, 2], "a": "x"}\n```</output> done'
@@ -309,22 +361,30 @@ def test_json_output_type_and_its_default_metric(tmp_path):
 
 def test_only_used_unfrozen_params_are_trainable(tmp_path):
     path = tmp_path / "p.sbp"
-    path.write_text(HEADER + 'param used = "a"\nparam unused = "b"\nfrozen param fixed = "c"\n'
-                             'node a: text { prompt = used }\nnode b: text { prompt = fixed }\nq -> a, b\na, b -> c\n'
-                             'node c: text {}\noutput c\n')
+    path.write_text(
+        HEADER + 'param used = "a"\nparam unused = "b"\nfrozen param fixed = "c"\n'
+        "node a: text { prompt = used }\nnode b: text { prompt = fixed }\nq -> a, b\na, b -> c\n"
+        "node c: text {}\noutput c\n"
+    )
     assert compile_file(str(path)).trainable == ("used",)
 
 
 def test_yaml_alias_bombs_are_refused(tmp_path):
     bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8))
+        f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
+    )
     code, err = check(tmp_path, "pipeline: t\n" + bomb, "bomb.yaml")
     assert code == 1 and err.count("error: YAML alias '*") == 8 and "bomb.yaml:3:8: error: YAML alias '*a'" in err
 
 
 def test_a_prompt_may_only_use_what_its_node_receives(tmp_path):
-    code, err = check(tmp_path, HEADER + 'param p = "Judge {{ q }} said by {{ speaker }}."\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    code, err = check(
+        tmp_path,
+        HEADER + 'param p = "Judge {{ q }} said by {{ speaker }}."\nnode a: text { prompt = p }\nq -> a\noutput a\n',
+    )
     assert code == 1
     assert "p.sbp:3:37: error: param 'p' uses 'speaker', which node 'a' does not receive" in err
-    code, err = check(tmp_path, HEADER + 'param p = "Judge {% if q %}"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    code, err = check(
+        tmp_path, HEADER + 'param p = "Judge {% if q %}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+    )
     assert code == 1 and "error: template syntax in param 'p':" in err

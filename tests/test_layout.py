@@ -54,5 +54,4 @@ def test_the_layers_are_the_tree():
     """Each stage is a folder; the interfaces sit at the top of the package."""
     for stage in ("language", "models", "runtime", "records", "learning", "cli"):
         assert (PACKAGE / stage / "__init__.py").is_file()
-    assert not [p.name for p in PACKAGE.glob("*.py")
-                if p.stem not in ("__init__", "api", "compare", "serve", "errors")]
+    assert not [p.name for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "api", "compare", "serve", "errors")]

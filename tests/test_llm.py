@@ -11,12 +11,12 @@ import textwrap
 from types import MappingProxyType
 
 import pytest
-
 from conftest import ROOT, with_fake_model
 from fake_server import HANG, FakeServer
+
 from sembp_dsl import cli
-from sembp_dsl.models.cache import ResponseCache, default_path
 from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.cache import ResponseCache, default_path
 from sembp_dsl.models.llm import LLM, BudgetExceeded, CallFailed, LLMError
 
 
@@ -28,6 +28,7 @@ def models(url: str, **settings) -> dict[str, ModelSpec]:
 def complete_all(llm: LLM, prompts: list[str], role: str = "forward"):
     async def go():
         return await asyncio.gather(*(llm.complete(role, p) for p in prompts))
+
     return llm.run(go())
 
 
@@ -86,15 +87,17 @@ def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
     with FakeServer(reply="from the server") as server:
         child = textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(ROOT / 'tests')!r}); sys.path.insert(0, {str(ROOT / 'bench')!r})
+            sys.path.insert(0, {str(ROOT / "tests")!r}); sys.path.insert(0, {str(ROOT / "bench")!r})
             from test_llm import models
             from sembp_dsl.models.llm import LLM
             from sembp_dsl.models.cache import ResponseCache
             llm = LLM(models({server.url!r}), cache=ResponseCache())
             print(llm.run(llm.complete("forward", sys.argv[1])).text)
         """)
-        procs = [subprocess.Popen([sys.executable, "-c", child, f"prompt {i % 2}"], stdout=subprocess.PIPE, text=True)
-                 for i in range(4)]  # four processes writing the same database at once
+        procs = [
+            subprocess.Popen([sys.executable, "-c", child, f"prompt {i % 2}"], stdout=subprocess.PIPE, text=True)
+            for i in range(4)
+        ]  # four processes writing the same database at once
         assert all(p.communicate(timeout=120)[0].strip() == "from the server" and p.returncode == 0 for p in procs)
         seen = server.requests
         llm = LLM(models(server.url), cache=ResponseCache())
@@ -114,14 +117,14 @@ def test_a_different_setting_is_a_different_cache_entry(tmp_path):
         assert server.requests == 2
 
 
-TOY = textwrap.dedent('''\
+TOY = textwrap.dedent("""\
     pipeline toy "Decide"
     input q: text
     param p = "Answer Yes or No."
     node verdict: choice(Yes, No) { prompt = p }
     q -> verdict
     output verdict
-    ''')
+    """)
 
 
 def test_parse_failures_are_recorded_and_scored_wrong(tmp_path, fake_llm, script, capsys):
@@ -130,8 +133,23 @@ def test_parse_failures_are_recorded_and_scored_wrong(tmp_path, fake_llm, script
     path.write_text(with_fake_model(TOY, fake_llm.url))
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(3)))
-    code = cli.main(["eval", str(path), "--data", str(data), "--train-size", "0", "--val-size", "0", "--test-size", "3",
-                     "--json", "--errors", "5"])
+    code = cli.main(
+        [
+            "eval",
+            str(path),
+            "--data",
+            str(data),
+            "--train-size",
+            "0",
+            "--val-size",
+            "0",
+            "--test-size",
+            "3",
+            "--json",
+            "--errors",
+            "5",
+        ]
+    )
     report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["scored"] == 3 and report["correct"] == 2
     [wrong] = report["errors"]
@@ -155,7 +173,9 @@ def test_no_model_configured_says_how_to_choose(tmp_path, capsys, monkeypatch):
 
 def test_ledger_prices_known_models_and_counts_unknown_ones():
     with FakeServer(reply="four words in reply") as server:
-        priced = LLM({"forward": ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": server.url}))})
+        priced = LLM(
+            {"forward": ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": server.url}))}
+        )
         complete_all(priced, ["What is two plus two?"])
         usage = priced.ledger.roles["forward"]
         assert usage.calls == 1 and usage.prompt_tokens > 0 and usage.completion_tokens == 4
@@ -166,17 +186,18 @@ def test_ledger_prices_known_models_and_counts_unknown_ones():
 
 
 def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
-    from sembp_dsl.runtime.forward import run
     from sembp_dsl.language.source import compile_file
+    from sembp_dsl.runtime.forward import run
 
     path = tmp_path / "chain.sbp"
-    path.write_text('pipeline c\ninput q: text\nnode a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n')
+    path.write_text("pipeline c\ninput q: text\nnode a: text {}\nnode b: text {}\nq -> a -> b\noutput b\n")
     graph = compile_file(str(path))
     with FakeServer(reply="fine", failures=[500]) as server:
         llm = LLM(models(server.url), retries=0)
         trace = llm.run(run(graph, llm, {"q": "x"}))
-        assert trace.nodes["a"].error == (f"call failed: 500 Internal Server Error from {server.url}/chat/completions: "
-                                          "scripted failure 500")
+        assert trace.nodes["a"].error == (
+            f"call failed: 500 Internal Server Error from {server.url}/chat/completions: scripted failure 500"
+        )
         assert trace.nodes["b"].failure == trace.nodes["a"].failure  # the cause travels to the output node
         assert trace.nodes["b"].error == "not run: a predecessor's call failed" and trace.output is None
         assert server.requests == 1  # b spent nothing on a sample already lost
@@ -187,7 +208,9 @@ def test_a_model_name_without_a_provider_is_a_clear_failure_not_a_crash(tmp_path
     """`--model bare-name --api-base URL` once raised IndexError while choosing the call path."""
     path = tmp_path / "toy.sbp"
     path.write_text(with_fake_model(TOY, fake_llm.url))
-    code = cli.main(["run", str(path), "--input", "q=x", "--model", "bare-model", "--api-base", fake_llm.url, "--no-cache"])
+    code = cli.main(
+        ["run", str(path), "--input", "q=x", "--model", "bare-model", "--api-base", fake_llm.url, "--no-cache"]
+    )
     assert code == 1 and "bare-model" in capsys.readouterr().out
 
 
@@ -210,6 +233,7 @@ def test_a_caller_leaving_a_shared_call_does_not_cancel_it_for_the_others(fake_l
         await asyncio.wait([third, fourth])
         await asyncio.sleep(0.1)
         return first.cancelled(), answer, fake_llm.in_flight
+
     first_cancelled, answer, in_flight = llm.run(go())
     assert first_cancelled and answer.text and fake_llm.requests == 2
     assert in_flight == 0  # the call both callers left was cancelled, its request closed
@@ -223,6 +247,7 @@ def test_an_answer_shared_by_identical_calls_in_flight_is_paid_for_once(fake_llm
 
     async def go():
         return await asyncio.gather(*(llm.complete("forward", "same prompt") for _ in range(3)))
+
     answers = llm.run(go())
     assert fake_llm.requests == 1 and [a.cached for a in answers] == [False, True, True]
     assert answers[0].cost > 0 and answers[1].cost == answers[2].cost == 0.0

@@ -6,23 +6,22 @@ import asyncio
 import json
 import random
 import re
-import shutil
 import textwrap
 
 import pytest
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT
-from sembp_dsl.learning.backward import backward, hint_lines
-from sembp_dsl.learning.descent import examples_for, extract, validate
-from sembp_dsl.models.llm import LLM
-from sembp_dsl.runtime.forward import run
-from sembp_dsl.language.source import compile_file, load
-from sembp_dsl.learning.stats import gate_passes, sign_test, wins_needed
 from test_optimize import TOY, data, optimize, trace_and_llm, write
 
-FAN = textwrap.dedent('''\
+from sembp_dsl.language.source import compile_file
+from sembp_dsl.learning.backward import backward, hint_lines
+from sembp_dsl.learning.descent import examples_for, extract, validate
+from sembp_dsl.learning.stats import gate_passes, sign_test, wins_needed
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import run
+
+FAN = textwrap.dedent("""\
     pipeline fan "Answer the question"
     input q: text
     param p = "Think about it."
@@ -35,10 +34,11 @@ FAN = textwrap.dedent('''\
     a -> b, c
     b, c -> out
     output out
-    ''')
+    """)
 
 
 # --- backward ------------------------------------------------------------------------------------
+
 
 def test_the_backward_question_shows_the_nodes_own_instruction(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "toy.sbp", TOY, fake_llm.url), q="the claim")
@@ -51,8 +51,21 @@ def test_the_backward_question_shows_the_nodes_own_instruction(tmp_path, fake_ll
 
 def test_no_gradient_ablation_shows_the_optimizer_no_feedback(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1",
-             "--gradient", "none", "--dry-run", capsys=capsys)
+    optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "3",
+        "--val-size",
+        "3",
+        "--iters",
+        "1",
+        "--gradient",
+        "none",
+        "--dry-run",
+        capsys=capsys,
+    )
     asks = script.of_kind("optimizer")
     assert len(asks) == 3 and not script.of_kind("backward")
     for ask in asks:
@@ -60,8 +73,20 @@ def test_no_gradient_ablation_shows_the_optimizer_no_feedback(tmp_path, fake_llm
         assert "how its output should have been different" not in ask
     # and with gradients the same prompts do carry them: the assertion above can fail
     script.prompts.clear()
-    optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1", "--dry-run",
-             "--no-cache", capsys=capsys)
+    optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "3",
+        "--val-size",
+        "3",
+        "--iters",
+        "1",
+        "--dry-run",
+        "--no-cache",
+        capsys=capsys,
+    )
     assert all("How the output should change" in ask for ask in script.of_kind("optimizer"))
 
 
@@ -83,8 +108,14 @@ def test_fan_out_feedback_is_byte_identical_under_shuffled_latencies(tmp_path, f
         trace = llm.run(run(graph, llm, {"q": "x"}))
         feedback = llm.run(backward(graph, llm, trace, "Yes", "sibling"))
         examples = examples_for(graph, "p", [(trace, feedback)])
-        results.append((feedback, graph.render_builtin("optimizer", node="a", param="p", prompt="Think.",
-                                                       examples=examples, max_chars=800)))
+        results.append(
+            (
+                feedback,
+                graph.render_builtin(
+                    "optimizer", node="a", param="p", prompt="Think.", examples=examples, max_chars=800
+                ),
+            )
+        )
     assert all(r == results[0] for r in results)
     assert results[0][0]["a"] == "1. a should say more.\n2. a should say more."  # from b, then c: numbered
 
@@ -110,22 +141,40 @@ def test_a_label_alone_does_not_swallow_the_next_hint():
     assert hint_lines("Hint 1:\nHint 2: make it shorter", 2) == {2: "make it shorter"}
 
 
-LABELS = st.sampled_from(["Hint {k}: {t}", "**Hint {k}:** {t}", "{k}. Hint {k}: {t}", "Hint {k} - {t}",
-                          "- Hint {k}: {t}", "Hint {k}:\n{t}", "  hint {k}) {t}"])
-SENTENCE = st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters=" ,'"), min_size=1,
-                   max_size=60).map(str.strip).filter(lambda t: t and not re.match(r"(?i)hint", t))
+LABELS = st.sampled_from(
+    [
+        "Hint {k}: {t}",
+        "**Hint {k}:** {t}",
+        "{k}. Hint {k}: {t}",
+        "Hint {k} - {t}",
+        "- Hint {k}: {t}",
+        "Hint {k}:\n{t}",
+        "  hint {k}) {t}",
+    ]
+)
+SENTENCE = (
+    st.text(st.characters(whitelist_categories=("L", "N"), whitelist_characters=" ,'"), min_size=1, max_size=60)
+    .map(str.strip)
+    .filter(lambda t: t and not re.match(r"(?i)hint", t))
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(LABELS, SENTENCE), min_size=1, max_size=6), st.text(max_size=40).filter(lambda t: "int" not in t.lower()))
+@given(
+    st.lists(st.tuples(LABELS, SENTENCE), min_size=1, max_size=6),
+    st.text(max_size=40).filter(lambda t: "int" not in t.lower()),
+)
 def test_hint_lines_property(hints, chatter):
     """Whatever labels a model uses, line k goes to hint k, and nothing else does."""
-    reply = "\n".join([chatter.replace("\n", " ").strip(), *(form.format(k=k, t=t) for k, (form, t) in enumerate(hints, 1))])
+    reply = "\n".join(
+        [chatter.replace("\n", " ").strip(), *(form.format(k=k, t=t) for k, (form, t) in enumerate(hints, 1))]
+    )
     lines = hint_lines(reply, len(hints))
     assert lines == {k: t for k, (_, t) in enumerate(hints, 1)}
 
 
 # --- candidates ----------------------------------------------------------------------------------
+
 
 def test_only_a_closed_prompt_block_is_a_candidate():
     assert extract("Sure.\n<prompt>A new rule.</prompt>") == ("A new rule.", None)
@@ -171,8 +220,12 @@ def test_a_candidate_with_control_characters_is_refused(tmp_path, fake_llm, payl
 
 def test_a_plain_input_reference_is_still_allowed(tmp_path, fake_llm):
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
-    assert validate(graph, "verdict_task", "Say Yes or No.", "Judge {{ q }} on {{a}}.", [],
-                    [{"q": "x", "a": "y", "b": "z"}]) is None
+    assert (
+        validate(
+            graph, "verdict_task", "Say Yes or No.", "Judge {{ q }} on {{a}}.", [], [{"q": "x", "a": "y", "b": "z"}]
+        )
+        is None
+    )
 
 
 def test_injected_candidates_are_rejected_and_the_run_goes_on(tmp_path, fake_llm, script, capsys):
@@ -194,11 +247,24 @@ def test_injected_candidates_are_rejected_and_the_run_goes_on(tmp_path, fake_llm
 def test_a_cut_off_optimizer_reply_is_rejected(tmp_path, fake_llm, script, capsys):
     script.improve = lambda param, prompt: "A long instruction that the token limit will cut " * 5
     path = tmp_path / "toy.sbp"
-    path.write_text(write(tmp_path, "toy.sbp", TOY, fake_llm.url).read_text()
-                    + 'model optimizer { name = "openai/fake"  api_base = "%s"  max_tokens = 12 }\n' % fake_llm.url)
+    path.write_text(
+        write(tmp_path, "toy.sbp", TOY, fake_llm.url).read_text()
+        + f'model optimizer {{ name = "openai/fake"  api_base = "{fake_llm.url}"  max_tokens = 12 }}\n'
+    )
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1",
-                         "--no-gate", capsys=capsys)
+    code, out = optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "3",
+        "--val-size",
+        "3",
+        "--iters",
+        "1",
+        "--no-gate",
+        capsys=capsys,
+    )
     assert code == 0 and path.read_text() == before
     assert out.count("rejected: cut off by the token limit") == 3
 
@@ -226,6 +292,7 @@ def test_a_template_error_is_a_per_sample_error(tmp_path, fake_llm, script):
 
 
 # --- the gate -------------------------------------------------------------------------------------
+
 
 def test_the_sign_test_gate():
     assert gate_passes(5, 0, 0.1) and sign_test(5, 0) == 1 / 32
@@ -265,7 +332,6 @@ def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path
 def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
     from fake_server import FakeServer
 
-    from sembp_dsl.runtime.evaluate import evaluate
     from sembp_dsl.learning.optimize import Optimizer
     from sembp_dsl.records.record import RunRecord, Settings
     from sembp_dsl.runtime.datasets import load as load_data
@@ -275,13 +341,27 @@ def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
         graph = compile_file(str(path))
         llm = LLM(graph.models, retries=0)
         samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
-        settings_ = Settings(file=str(path), data="x", seed=0, iterations=1, train_size=4, val_size=0, test_size=0,
-                             errors_per_gradient=4, gradient="sibling", update="full", gate="none", only=(),
-                             models={}, gate_alpha=0.1)
+        settings_ = Settings(
+            file=str(path),
+            data="x",
+            seed=0,
+            iterations=1,
+            train_size=4,
+            val_size=0,
+            test_size=0,
+            errors_per_gradient=4,
+            gradient="sibling",
+            update="full",
+            gate="none",
+            only=(),
+            models={},
+            gate_alpha=0.1,
+        )
         record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
         lines = []
-        outcome = llm.run(Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None,
-                                    lines.append).run())
+        outcome = llm.run(
+            Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lines.append).run()
+        )
     [it] = outcome.iterations
     assert it.lost >= 1 and "lost to failed calls" in lines[0]
     assert len(it.gradients) == 4 - it.lost  # every other sample was wrong and learnt from; the lost ones not
@@ -289,6 +369,7 @@ def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
 
 
 # --- the plan ------------------------------------------------------------------------------------
+
 
 def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     """`--plan` for the README's settings: the real run stays within every role's bound."""
@@ -311,10 +392,27 @@ def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fak
     script.verdict = lambda prompt: "No" if "Improved" in prompt else "Yes"  # the "improvement" makes it worse
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     data_file = tmp_path / "mixed.jsonl"
-    data_file.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "No" if i < 10 else "Yes"}) + "\n"
-                                 for i in range(20)))
-    code, out = optimize(path, "--data", str(data_file), "--train-size", "5", "--val-size", "5", "--test-size", "10",
-                         "--iters", "1", "--no-gate", "--dry-run", "--seed", "3", capsys=capsys)
+    data_file.write_text(
+        "".join(json.dumps({"q": f"claim {i}", "answer": "No" if i < 10 else "Yes"}) + "\n" for i in range(20))
+    )
+    code, out = optimize(
+        path,
+        "--data",
+        str(data_file),
+        "--train-size",
+        "5",
+        "--val-size",
+        "5",
+        "--test-size",
+        "10",
+        "--iters",
+        "1",
+        "--no-gate",
+        "--dry-run",
+        "--seed",
+        "3",
+        capsys=capsys,
+    )
     assert code == 0
     line = next(line for line in out.splitlines() if line.startswith("test (10 samples)"))
     before, after = map(float, re.search(r"initial ([\d.]+) -> final ([\d.]+)", line).groups())
@@ -324,15 +422,28 @@ def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fak
 
 
 def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
-    from sembp_dsl.runtime.datasets import load as load_data
     from sembp_dsl.learning.optimize import Optimizer
     from sembp_dsl.records.record import RunRecord, Settings
+    from sembp_dsl.runtime.datasets import load as load_data
 
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
     llm = LLM(graph.models)
     samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
-    settings_ = Settings(file="toy.sbp", data="x", seed=0, iterations=1, train_size=4, val_size=0, test_size=0,
-                         errors_per_gradient=2, gradient="sibling", update="full", gate="train", only=(), models={})
+    settings_ = Settings(
+        file="toy.sbp",
+        data="x",
+        seed=0,
+        iterations=1,
+        train_size=4,
+        val_size=0,
+        test_size=0,
+        errors_per_gradient=2,
+        gradient="sibling",
+        update="full",
+        gate="train",
+        only=(),
+        models={},
+    )
     bars: dict[str, list] = {}
 
     def progress(what, total):
@@ -340,7 +451,10 @@ def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
         return lambda result: bars[what].__setitem__(1, bars[what][1] + 1)
 
     record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
-    llm.run(Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lambda line: None,
-                      progress).run())
+    llm.run(
+        Optimizer(
+            graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lambda line: None, progress
+        ).run()
+    )
     assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]
     assert bars["iteration 1: train"] == [4, 4] and bars["iteration 1: gate"] == [4, 4]

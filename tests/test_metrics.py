@@ -47,8 +47,16 @@ def test_exact_mismatches(predicted: str, expected: str) -> None:
 
 @pytest.mark.parametrize(
     ("predicted", "expected"),
-    [("18", "18"), ("$18.00", "18"), ("1,000", "1000"), ("1000", "1,000"), ("-3", "-3"),
-     ("The answer is 72.", "72"), ("0.1", "0.10000000001"), ("25%", "25")],
+    [
+        ("18", "18"),
+        ("$18.00", "18"),
+        ("1,000", "1000"),
+        ("1000", "1,000"),
+        ("-3", "-3"),
+        ("The answer is 72.", "72"),
+        ("0.1", "0.10000000001"),
+        ("25%", "25"),
+    ],
 )
 def test_numeric_matches(predicted: str, expected: str) -> None:
     assert score("numeric", predicted, expected)

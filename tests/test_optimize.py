@@ -13,15 +13,15 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, with_fake_model
+
 from sembp_dsl import cli
+from sembp_dsl.language.source import compile_file, load, parse_text
+from sembp_dsl.language.writeback import rewrite, save
 from sembp_dsl.learning.backward import backward, backward_calls
 from sembp_dsl.learning.descent import validate
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import run
-from sembp_dsl.language.source import compile_file, load, parse_text
-from sembp_dsl.language.writeback import rewrite, save
 
 TOY = textwrap.dedent('''\
     # A toy pipeline: two analysts feed a judge.
@@ -53,7 +53,7 @@ TOY = textwrap.dedent('''\
     output verdict
     ''')
 
-DEEP = textwrap.dedent('''\
+DEEP = textwrap.dedent("""\
     pipeline deep "A deeper graph"
     input q: text
     param p = "Do it."
@@ -65,7 +65,7 @@ DEEP = textwrap.dedent('''\
     a, b -> c
     c, a -> d
     output d
-    ''')
+    """)
 
 
 def write(tmp_path, name: str, source: str, url: str) -> Path:
@@ -94,6 +94,7 @@ def trace_and_llm(path, **inputs):
 
 
 # --- backward ---------------------------------------------------------------------------------
+
 
 def test_gradients_reach_the_right_predecessors(tmp_path, fake_llm, script):
     graph, llm, trace = trace_and_llm(write(tmp_path, "deep.sbp", DEEP, fake_llm.url), q="x")
@@ -146,9 +147,16 @@ def test_backward_calls_per_sample_on_liar(tmp_path, fake_llm, script, mode, per
 
 # --- descent ---------------------------------------------------------------------------------
 
+
 def test_candidate_validation(tmp_path, fake_llm):
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
-    example = [{"input": "Q: the senator said that taxes went up by forty percent last year in ohio", "output": "", "gradient": ""}]
+    example = [
+        {
+            "input": "Q: the senator said that taxes went up by forty percent last year in ohio",
+            "output": "",
+            "gradient": "",
+        }
+    ]
     old = graph.prompts["verdict_task"]
     reasons = {
         "  ": "empty prompt",
@@ -165,19 +173,25 @@ def test_candidate_validation(tmp_path, fake_llm):
 
 # --- the loop, the gate, write-back ------------------------------------------------------------
 
+
 def test_gate_accepts_a_better_prompt_and_writes_it_back(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path, n=10), "--train-size", "3", "--val-size", "5", "--iters", "1", capsys=capsys)
+    code, out = optimize(
+        path, "--data", data(tmp_path, n=10), "--train-size", "3", "--val-size", "5", "--iters", "1", capsys=capsys
+    )
     assert code == 0
     assert "gate: 0.000 -> 1.000; 5 wins, 0 losses, p = 0.031 <= 0.1: passes" in out and "accepted" in out
     after = path.read_text()
     new = load(str(path))
     old = parse_text(before, str(path))
     assert {p.name: p.text for p in new.params} == {
-        "look": "Improved instruction for look.", "check": "Improved instruction for check.",
-        "style": "Be brief.", "verdict_task": "Improved instruction for verdict_task."}
+        "look": "Improved instruction for look.",
+        "check": "Improved instruction for check.",
+        "style": "Be brief.",
+        "verdict_task": "Improved instruction for verdict_task.",
+    }
     # nothing but the prompts changed: same IR apart from them, and only their lines differ
     assert new.nodes == old.nodes and new.edges == old.edges and new.templates == old.templates
     changed = [line for line in _diff_lines(before, after)]
@@ -191,14 +205,19 @@ def test_gate_accepts_a_better_prompt_and_writes_it_back(tmp_path, fake_llm, scr
 def _diff_lines(old: str, new: str) -> list[str]:
     import difflib
 
-    return [line for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
-            if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    return [
+        line
+        for line in difflib.unified_diff(old.splitlines(), new.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
 
 
 def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", capsys=capsys)
+    code, out = optimize(
+        path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "2", capsys=capsys
+    )
     assert code == 0 and "rejected" in out and "accepted" not in out
     assert path.read_text() == before  # byte for byte
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
@@ -209,8 +228,22 @@ def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, sc
 def test_only_and_frozen(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--only", "verdict_task",
-             "--gate-alpha", "1", capsys=capsys)
+    optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--only",
+        "verdict_task",
+        "--gate-alpha",
+        "1",
+        capsys=capsys,
+    )
     prompts = {p.name: p.text for p in load(str(path)).params}
     assert prompts["verdict_task"].startswith("Improved") and prompts["look"] == "Look at the claim."
     assert len(script.of_kind("optimizer")) == 1
@@ -222,8 +255,21 @@ def test_dry_run_prints_the_diff_and_writes_nothing(tmp_path, fake_llm, script, 
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--dry-run",
-                         "--gate-alpha", "1", capsys=capsys)
+    code, out = optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--dry-run",
+        "--gate-alpha",
+        "1",
+        capsys=capsys,
+    )
     assert code == 0 and path.read_text() == before
     assert '+param verdict_task = "Improved instruction for verdict_task."' in out
     assert "nothing written (--dry-run)" in out
@@ -243,26 +289,50 @@ def test_a_second_identical_run_makes_no_new_calls(tmp_path, fake_llm, script, c
 
 def test_budget_stops_cleanly(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "3",
-                         "--max-calls", "12", capsys=capsys)
+    code, out = optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "3",
+        "--val-size",
+        "3",
+        "--iters",
+        "3",
+        "--max-calls",
+        "12",
+        capsys=capsys,
+    )
     assert code == 0 and "stopped early: --max-calls 12 reached" in out
     assert 0 < fake_llm.requests <= 12  # calls cut off mid-flight by the stop never reach the server
 
 
 # --- write-back ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["liar.sbp", "liar.yaml"])
 def test_write_back_changes_exactly_the_prompts(tmp_path, name):
     original = load(str(ROOT / "pipelines" / name))
-    prompts = {"verdict_task": 'Two lines,\n  the second "indented".', "analyse_party": "One line with a \\ and {{ party }}."}
+    prompts = {
+        "verdict_task": 'Two lines,\n  the second "indented".',
+        "analyse_party": "One line with a \\ and {{ party }}.",
+    }
     text = rewrite(original, prompts)
     again = parse_text(text, original.path)
     expected = {p.name: prompts.get(p.name, p.text) for p in original.params}
     assert {p.name: p.text for p in again.params} == expected
-    assert (again.nodes, again.edges, again.templates, again.blocks) == (original.nodes, original.edges, original.templates, original.blocks)
+    assert (again.nodes, again.edges, again.templates, again.blocks) == (
+        original.nodes,
+        original.edges,
+        original.templates,
+        original.blocks,
+    )
     # only the lines of those two literals differ
     changed_old = {line[1:] for line in _diff_lines(original.text, text) if line.startswith("-")}
-    assert all("Determine whether" in line or "Context and the analyses" in line or "political party" in line for line in changed_old)
+    assert all(
+        "Determine whether" in line or "Context and the analyses" in line or "political party" in line
+        for line in changed_old
+    )
     assert len(changed_old) == 3
 
 
@@ -277,8 +347,10 @@ def test_never_writes_over_a_file_changed_on_disk(tmp_path):
 
 # --- resume ---------------------------------------------------------------------------------
 
+
 def _versioned(script):
     """Each optimizer step bumps a version; a higher version answers more claims right."""
+
     def improve(param, prompt):
         current = re.search(r"<prompt>\n(.*?)\n</prompt>", prompt, re.S).group(1)
         version = int(m.group(1)) if (m := re.search(r"version (\d+)", current)) else 0
@@ -296,11 +368,32 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     _versioned(script)
     dataset = data(tmp_path, n=8)
     env = {**os.environ, "SBPC_CACHE_DIR": str(tmp_path / "cache")}
-    flags = ["--data", dataset, "--train-size", "4", "--val-size", "4", "--iters", "3", "--only", "verdict_task",
-             "--gate-alpha", "1"]
+    flags = [
+        "--data",
+        dataset,
+        "--train-size",
+        "4",
+        "--val-size",
+        "4",
+        "--iters",
+        "3",
+        "--only",
+        "verdict_task",
+        "--gate-alpha",
+        "1",
+    ]
 
     def command(path):
-        return [sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), *flags, "--runs-dir", str(path.parent / "runs")]
+        return [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "optimize",
+            str(path),
+            *flags,
+            "--runs-dir",
+            str(path.parent / "runs"),
+        ]
 
     reference_dir, resumed_dir = tmp_path / "reference", tmp_path / "resumed"
     for folder in (reference_dir, resumed_dir):
@@ -310,8 +403,12 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
 
     resumed = write(resumed_dir, "toy.sbp", TOY, fake_llm.url)
     fake_llm.configure(delay=0.05)  # slow enough to kill it between iterations
-    proc = subprocess.Popen(command(resumed), env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        command(resumed),
+        env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         records = list((resumed_dir / "runs").glob("*/run.json"))
@@ -323,14 +420,21 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
     record = json.loads(records[0].read_text())
     assert 1 <= len(record["iterations"]) < 3 and not record["finished"]
     fake_llm.configure(delay=0.0)
-    done = subprocess.run(command(resumed) + ["--resume"], env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        command(resumed) + ["--resume"],
+        env={**env, "SBPC_CACHE_DIR": str(tmp_path / "cache2")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert "resuming" in done.stdout
     assert resumed.read_text() == reference.read_text()
     final = json.loads(records[0].read_text())
     expected = json.loads(next((reference_dir / "runs").glob("*/run.json")).read_text())
-    assert final["finished"] and [i["prompts"] for i in final["iterations"]] == [i["prompts"] for i in expected["iterations"]]
+    assert final["finished"] and [i["prompts"] for i in final["iterations"]] == [
+        i["prompts"] for i in expected["iterations"]
+    ]
     assert len(final["iterations"]) == 3 and "version" in resumed.read_text()
 
 
@@ -355,8 +459,22 @@ def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
     out = tmp_path / "best.sbp"
-    optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out),
-             "--gate-alpha", "1", capsys=capsys)
+    optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--out",
+        str(out),
+        "--gate-alpha",
+        "1",
+        capsys=capsys,
+    )
     assert path.read_text() == before and "Improved instruction" in out.read_text()
 
 
@@ -368,7 +486,19 @@ def _fates(tmp_path, name: str) -> list[str]:
 def test_update_sample_takes_a_seeded_subset(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--update", "sample", "--dry-run"]
+    flags = [
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--update",
+        "sample",
+        "--dry-run",
+    ]
     for runs in ("a", "b"):
         cli.main(["optimize", str(path), *flags, "--runs-dir", str(tmp_path / runs)])
     capsys.readouterr()
@@ -381,8 +511,20 @@ def test_update_sample_takes_a_seeded_subset(tmp_path, fake_llm, script, capsys)
 def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "5", "--val-size", "0", "--iters", "1",
-                         "--gate", "train", capsys=capsys)
+    code, out = optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "5",
+        "--val-size",
+        "0",
+        "--iters",
+        "1",
+        "--gate",
+        "train",
+        capsys=capsys,
+    )
     assert code == 0 and "train 0.000, accepted" in out and "gate: 0.000 -> 1.000; 5 wins, 0 losses" in out
 
 
@@ -440,24 +582,62 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
         ''')
     path = tmp_path / "toy.yaml"
     path.write_text(source)
-    code, out = optimize(path, "--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1",
-                         "--gate-alpha", "1", capsys=capsys)
+    code, out = optimize(
+        path,
+        "--data",
+        data(tmp_path),
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--iters",
+        "1",
+        "--gate-alpha",
+        "1",
+        capsys=capsys,
+    )
     assert code == 0 and "accepted" in out
     after = load(str(path))
-    assert {p.name: p.text for p in after.params} == {"look": "Improved instruction for look.",
-                                                      "verdict_task": "Improved instruction for verdict_task."}
+    assert {p.name: p.text for p in after.params} == {
+        "look": "Improved instruction for look.",
+        "verdict_task": "Improved instruction for verdict_task.",
+    }
     changed = _diff_lines(source, path.read_text())
-    assert changed == ["-  look: Look at the claim.", "-  verdict_task: |-", "-    Say Yes or No.", "-    Be brief.",
-                       '+  look: "Improved instruction for look."', '+  verdict_task: "Improved instruction for verdict_task."']
+    assert changed == [
+        "-  look: Look at the claim.",
+        "-  verdict_task: |-",
+        "-    Say Yes or No.",
+        "-    Be brief.",
+        '+  look: "Improved instruction for look."',
+        '+  verdict_task: "Improved instruction for verdict_task."',
+    ]
 
 
 def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
     fake_llm.configure(delay=1.0)  # each round of calls takes a second: the run is still going when it is interrupted
-    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path),
-                             "--train-size", "3", "--val-size", "3", "--runs-dir", str(tmp_path / "runs"), "--no-cache"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "optimize",
+            str(path),
+            "--data",
+            data(tmp_path),
+            "--train-size",
+            "3",
+            "--val-size",
+            "3",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            "--no-cache",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     start = time.time()
     while fake_llm.requests == 0 and proc.poll() is None and time.time() < start + 60:
         time.sleep(0.05)

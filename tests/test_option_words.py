@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import TRIAGE
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
-from sembp_dsl.models import embedded
-from sembp_dsl.models import faults
+from sembp_dsl.models import embedded, faults
 from sembp_dsl.models.cache import CacheError
-from conftest import TRIAGE
-
 
 EXAMPLES = [{"ticket": f"ticket {i}", "answer": "No"} for i in range(4)]
 
@@ -60,8 +58,23 @@ def test_the_command_line_still_names_its_budget_flags(path, fake_llm, tmp_path,
     assert code == 1 and json.loads(out)["stopped"] == "--max-cost 0.0 reached (spent $0.0000)"
     code, out, _ = sbpc("eval", path, *flags, "--max-cost", "0", capsys=capsys)
     assert "stopped early: --max-cost 0.0 reached (spent $0.0000); scored 0 of 4" in out
-    optimize = ["optimize", path, *flags, "--train-size", "2", "--val-size", "2", "--test-size", "0", "--dry-run",
-                "--runs-dir", tmp_path / "runs", "--max-calls", "5", "--no-cache"]
+    optimize = [
+        "optimize",
+        path,
+        *flags,
+        "--train-size",
+        "2",
+        "--val-size",
+        "2",
+        "--test-size",
+        "0",
+        "--dry-run",
+        "--runs-dir",
+        tmp_path / "runs",
+        "--max-calls",
+        "5",
+        "--no-cache",
+    ]
     code, out, _ = sbpc(*optimize, "--json", capsys=capsys)
     assert code == 0 and json.loads(out)["stopped"] == "--max-calls 5 reached"
     code, out, _ = sbpc(*optimize, capsys=capsys)

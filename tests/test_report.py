@@ -16,10 +16,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_optimize import TOY, data, write
 
 from sembp_dsl import cli
 from sembp_dsl.records.report import CSS
-from test_optimize import TOY, data, write
 
 HOSTILE = '</div><script>alert("x")</script><img src=x onerror=alert(1)> <style>body{display:none}</style> $x^2$ &amp;'
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -33,8 +33,28 @@ def make_run(tmp_path, fake_llm, script, name: str, *flags) -> Path:
     script.improve = lambda param, prompt: f"Improved {param} {HOSTILE}"
     script.backward_reply = f"Hint 1: {HOSTILE}\nHint 2: b"
     path = write(folder, "toy.sbp", TOY, fake_llm.url)
-    assert cli.main(["optimize", str(path), "--data", data(folder, n=12), "--train-size", "3", "--val-size", "5",
-                     "--test-size", "4", "--iters", "2", "--runs-dir", str(tmp_path / "runs"), *flags]) == 0
+    assert (
+        cli.main(
+            [
+                "optimize",
+                str(path),
+                "--data",
+                data(folder, n=12),
+                "--train-size",
+                "3",
+                "--val-size",
+                "5",
+                "--test-size",
+                "4",
+                "--iters",
+                "2",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+                *flags,
+            ]
+        )
+        == 0
+    )
     return path
 
 
@@ -59,6 +79,7 @@ def test_the_page_escapes_everything_and_allows_only_its_own_style(two_runs, tmp
     assert "default-src 'none'" in policy and "img-src data:" in policy and "unsafe" not in policy
     import base64
     import hashlib
+
     assert base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode() in policy
     assert html.count('<img class="plot"') == 2 and "data:image/svg+xml;base64," in html
     # every candidate's diff and fate, the gradients per node, the final diff of the source file
@@ -69,7 +90,7 @@ def test_the_page_escapes_everything_and_allows_only_its_own_style(two_runs, tmp
 def test_several_runs_give_one_comparing_page(two_runs, tmp_path):
     html = report(two_runs, tmp_path / "r.html", "1", "2")
     assert "2 runs compared" in html
-    table = html[html.index("<table>"):html.index("</table>")]
+    table = html[html.index("<table>") : html.index("</table>")]
     assert table.count("<tr>") == 3 and "gradient=no_sibling" in table
     assert html.count("<h2>") == 2
 
@@ -95,6 +116,7 @@ def test_a_page_from_an_interrupted_run_whose_file_is_gone(two_runs, tmp_path):
 
 # --- the real browser ------------------------------------------------------------------------------
 
+
 class DevTools:
     """The Chrome DevTools protocol over --remote-debugging-pipe: JSON messages ending in NUL on fds 3 and 4."""
 
@@ -109,9 +131,23 @@ class DevTools:
             os.dup2(101, 4)
 
         self.proc = subprocess.Popen(
-            [CHROMIUM, "--headless", "--remote-debugging-pipe", "--no-sandbox", "--disable-gpu", "--no-first-run",
-             "--disable-extensions", "--disable-background-networking", f"--user-data-dir={profile}", "about:blank"],
-            pass_fds=(3, 4, *high), preexec_fn=to_3_and_4, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                CHROMIUM,
+                "--headless",
+                "--remote-debugging-pipe",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-extensions",
+                "--disable-background-networking",
+                f"--user-data-dir={profile}",
+                "about:blank",
+            ],
+            pass_fds=(3, 4, *high),
+            preexec_fn=to_3_and_4,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         for fd in (to_browser_r, from_browser_w, *high):
             os.close(fd)
         self.buffer, self.next_id, self.events = b"", 0, []
@@ -169,7 +205,9 @@ class DevTools:
 def browser(tmp_path):
     if not CHROMIUM:
         if os.environ.get("CI") == "true":
-            pytest.fail("CI must check the report in a real browser: install Debian's chromium (apt-get install chromium)")
+            pytest.fail(
+                "CI must check the report in a real browser: install Debian's chromium (apt-get install chromium)"
+            )
         pytest.skip("chromium is not installed (apt-get install chromium)")
     profile = tempfile.mkdtemp(prefix="sbpc-chromium-")
     devtools = DevTools(profile)
@@ -185,23 +223,32 @@ def test_the_page_loads_offline_with_no_console_error_and_its_plots(two_runs, tm
     session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
     for domain in ("Page", "Runtime", "Log", "Network"):
         browser.send(f"{domain}.enable", session)
-    browser.send("Network.emulateNetworkConditions", session, offline=True, latency=0,
-                 downloadThroughput=-1, uploadThroughput=-1)
+    browser.send(
+        "Network.emulateNetworkConditions", session, offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1
+    )
     browser.events.clear()
     browser.send("Page.navigate", session, url=out.as_uri())
     browser.wait_for("Page.loadEventFired")
-    result = browser.send("Runtime.evaluate", session, returnByValue=True, expression="""({
+    result = browser.send(
+        "Runtime.evaluate",
+        session,
+        returnByValue=True,
+        expression="""({
         plots: [...document.querySelectorAll('img.plot')].filter(i => i.complete && i.naturalWidth > 300).length,
         scripts: document.scripts.length,
         styled: getComputedStyle(document.querySelector('ins')).backgroundColor,
         rows: document.querySelectorAll('table')[0].rows.length,
         text: document.body.innerText,
-    })""")["result"]["value"]
+    })""",
+    )["result"]["value"]
     browser.send("Runtime.evaluate", session, expression="1")  # let late console events arrive before we count them
-    problems = [e for e in browser.events
-                if (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
-                or e.get("method") in ("Runtime.exceptionThrown", "Page.javascriptDialogOpening")
-                or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")]
+    problems = [
+        e
+        for e in browser.events
+        if (e.get("method") == "Runtime.consoleAPICalled" and e["params"]["type"] in ("error", "assert"))
+        or e.get("method") in ("Runtime.exceptionThrown", "Page.javascriptDialogOpening")
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
     assert problems == []
     requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert all(url.startswith(("file:", "data:")) for url in requests), requests

@@ -11,24 +11,32 @@ from types import MappingProxyType
 
 import pytest
 import yaml
-
 from fake_server import FakeServer, refused_url, spawn
-from sembp_dsl import cli
-from sembp_dsl.models import limits
-from sembp_dsl.models import prices
-from sembp_dsl.language.graph import ModelSpec
-from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 from test_llm import TOY
+
+from sembp_dsl import cli
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models import limits, prices
+from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 
 
 def router_file(tmp_path, deployments: list[tuple[str, str]], **settings) -> str:
     """A litellm Router config: (model group, base URL) per deployment."""
     path = tmp_path / f"router-{len(list(tmp_path.glob('router-*')))}.yaml"
-    path.write_text(yaml.safe_dump({
-        "model_list": [{"model_name": group, "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url,
-                                                                "api_key": "sk-router-test"}}
-                       for group, url in deployments],
-        "router_settings": settings}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {
+                        "model_name": group,
+                        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url, "api_key": "sk-router-test"},
+                    }
+                    for group, url in deployments
+                ],
+                "router_settings": settings,
+            }
+        )
+    )
     return str(path)
 
 
@@ -42,6 +50,7 @@ def timed(llm: LLM, prompts: list[str]) -> float:
         start = time.perf_counter()
         await asyncio.gather(*(llm.complete("forward", p) for p in prompts))
         return time.perf_counter() - start
+
     return llm.run(go())
 
 
@@ -89,6 +98,7 @@ def test_rpm_is_kept_before_sending_across_deployments(tmp_path):
         async def burst():
             with pytest.raises(asyncio.TimeoutError):  # the 121st request waits for the minute to pass
                 await asyncio.wait_for(asyncio.gather(*(llm.complete("forward", f"p{i}") for i in range(130))), 4)
+
         llm.run(burst())
         assert sum(s.requests for s in servers) == 120 and sum(s.rate_limited for s in servers) == 0
         assert min(s.requests for s in servers) > 0  # spread over all four
@@ -104,8 +114,21 @@ def test_a_dead_deployment_is_skipped_through_fallback(tmp_path, capsys):
         pipeline.write_text(TOY + f'model {{ name = "main"  router = "{path}"  temperature = 0 }}\n')
         data = tmp_path / "d.jsonl"
         data.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(6)))
-        code = cli.main(["eval", str(pipeline), "--data", str(data), "--train-size", "0", "--val-size", "0",
-                         "--test-size", "6", "--json"])
+        code = cli.main(
+            [
+                "eval",
+                str(pipeline),
+                "--data",
+                str(data),
+                "--train-size",
+                "0",
+                "--val-size",
+                "0",
+                "--test-size",
+                "6",
+                "--json",
+            ]
+        )
         report = json.loads(capsys.readouterr().out)
     assert code == 0 and report["scored"] == 6 and report["lost"] == 0 and report["accuracy"] == 1.0
     assert live.requests == 6 and report["ledger"]["roles"]["forward"]["failures"] == 0
@@ -144,6 +167,7 @@ def test_rate_limits_wait_for_the_window(monkeypatch):
         start = time.perf_counter()
         await tokens.acquire()
         assert time.perf_counter() - start >= 0.25
+
     asyncio.run(go())
 
 
@@ -156,6 +180,7 @@ def test_routed_calls_are_sent_by_the_fast_path_and_keep_price_and_cut_offs(tmp_
 
     async def not_litellm(**kwargs):
         raise AssertionError("litellm.acompletion was called for an OpenAI-compatible deployment")
+
     monkeypatch.setattr(litellm, "acompletion", not_litellm)
     with FakeServer(reply="one two three four five") as server:
         path = router_file(tmp_path, [("pool", server.url)])
@@ -169,8 +194,22 @@ def test_routed_calls_are_sent_by_the_fast_path_and_keep_price_and_cut_offs(tmp_
 def test_a_deployment_the_fast_path_cannot_send_goes_through_litellm(tmp_path):
     """A deployment with a parameter only litellm understands (here its `mock_response`) is litellm's call."""
     path = tmp_path / "router.yaml"
-    path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
-        "model": "openai/gpt-4o-mini", "api_key": "sk-x", "mock_response": "answered by litellm"}}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "model_list": [
+                    {
+                        "model_name": "pool",
+                        "litellm_params": {
+                            "model": "openai/gpt-4o-mini",
+                            "api_key": "sk-x",
+                            "mock_response": "answered by litellm",
+                        },
+                    }
+                ]
+            }
+        )
+    )
     llm = LLM(routed(str(path)))
     assert llm.run(llm.complete("forward", "hello")).text == "answered by litellm"
 
@@ -209,8 +248,18 @@ def test_a_routed_deployment_without_a_key_is_a_key_error(tmp_path, monkeypatch)
     monkeypatch.delenv("OPENAI_API_KEY")
     with FakeServer(reply="ok") as server:
         path = tmp_path / "router.yaml"
-        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
-            "model": "openai/gpt-4o-mini", "api_base": server.url}}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "model_list": [
+                        {
+                            "model_name": "pool",
+                            "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": server.url},
+                        }
+                    ]
+                }
+            )
+        )
         llm = LLM(routed(str(path)), retries=1, backoff=0)
         with pytest.raises(LLMError, match="(?i)api key|credentials"):
             llm.run(llm.complete("forward", "hello"))
@@ -227,10 +276,24 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
 
     with FakeServer(reply="ok") as server:
         path = tmp_path / "router.yaml"
-        path.write_text(yaml.safe_dump({
-            "model_list": [{"model_name": "pool", "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": server.url,
-                                                                     "api_key": "sk-x", "rpm": 5}}],
-            "router_settings": {"routing_strategy": "usage-based-routing-v2"}}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "model_list": [
+                        {
+                            "model_name": "pool",
+                            "litellm_params": {
+                                "model": "openai/gpt-4o-mini",
+                                "api_base": server.url,
+                                "api_key": "sk-x",
+                                "rpm": 5,
+                            },
+                        }
+                    ],
+                    "router_settings": {"routing_strategy": "usage-based-routing-v2"},
+                }
+            )
+        )
         fast = FastPath()
         routers = Routers(fast)
 
@@ -238,23 +301,28 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
             outcomes = []
             for i in range(8):
                 try:
-                    await routers.acompletion("pool", [{"role": "user", "content": f"p{i}"}], router=str(path),
-                                              timeout=0.3)
+                    await routers.acompletion(
+                        "pool", [{"role": "user", "content": f"p{i}"}], router=str(path), timeout=0.3
+                    )
                     outcomes.append("ok")
                 except CallError as exc:
                     outcomes.append((exc.status_code, "no deployment" in exc.message))
             await fast.aclose()
             return outcomes
+
         outcomes = asyncio.run(go())
     assert 0 < server.requests <= 5 and outcomes.count("ok") == server.requests
-    assert set(outcomes[server.requests:]) == {(429, True)}
+    assert set(outcomes[server.requests :]) == {(429, True)}
 
 
 def test_the_plan_bounds_a_routed_models_cost_by_its_dearest_deployment(tmp_path):
     def price(deployments: list[dict]) -> float | None:  # a new session per file: a session reads it once
         path = tmp_path / f"router-{len(list(tmp_path.iterdir()))}.yaml"
-        path.write_text(yaml.safe_dump({"model_list": [{"model_name": d.pop("group", "pool"), "litellm_params": d}
-                                                       for d in deployments]}))
+        path.write_text(
+            yaml.safe_dump(
+                {"model_list": [{"model_name": d.pop("group", "pool"), "litellm_params": d} for d in deployments]}
+            )
+        )
         return LLM(routed(str(path))).price("forward", 1000, 100)
 
     dearest = max(prices.cost(model, 1000, 100) for model in ("openai/gpt-4o-mini", "openai/gpt-4o"))
@@ -288,8 +356,22 @@ def test_a_router_files_keys_never_reach_messages(tmp_path, monkeypatch, written
     monkeypatch.setenv("ROUTER_TEST_KEY", "hf_env-secret-5678")
     with FakeServer(reply="ok", failures=["401"]) as server:
         path = tmp_path / "router.yaml"
-        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
-            "model": "openai/gpt-4o-mini", "api_base": server.url, "api_key": written}}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "model_list": [
+                        {
+                            "model_name": "pool",
+                            "litellm_params": {
+                                "model": "openai/gpt-4o-mini",
+                                "api_base": server.url,
+                                "api_key": written,
+                            },
+                        }
+                    ]
+                }
+            )
+        )
         llm = LLM(routed(str(path)), retries=1, backoff=0)
         with pytest.raises(LLMError) as error:
             llm.run(llm.complete("forward", "hello"))
@@ -305,9 +387,11 @@ def test_hostile_router_files_are_refused_with_their_reason(tmp_path):
     os.mkfifo(fifo)
     bomb = tmp_path / "bomb.yaml"
     levels = ["a0: &a0 [x, x, x, x, x, x, x, x, x, x]"] + [
-        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
-    bomb.write_text("\n".join(levels) + "\nmodel_list: [{model_name: pool, litellm_params: {model: openai/x, "
-                    "extra: *a8}}]\n")
+        f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)
+    ]
+    bomb.write_text(
+        "\n".join(levels) + "\nmodel_list: [{model_name: pool, litellm_params: {model: openai/x, extra: *a8}}]\n"
+    )
     binary = tmp_path / "binary.yaml"
     binary.write_bytes(b"\xff\xfe\x00model_list")
     for path, reason in ((fifo, "not a regular file"), (bomb, "aliases are expanded"), (binary, "router config")):
@@ -336,12 +420,32 @@ def test_a_deployment_with_limits_weight_and_prices_of_its_own_is_still_sent_by_
 
     async def not_litellm(**kwargs):
         raise AssertionError("litellm.acompletion was called")
+
     monkeypatch.setattr(litellm, "acompletion", not_litellm)
     with FakeServer(reply="ok") as server:
         path = tmp_path / "router.yaml"
-        path.write_text(yaml.safe_dump({"model_list": [{"model_name": "pool", "litellm_params": {
-            "model": "openai/my-llama", "api_base": server.url, "api_key": "sk-x", "rpm": 600, "tpm": 10**6,
-            "weight": 2, "max_parallel_requests": 16, "input_cost_per_token": 1e-6, "output_cost_per_token": 3e-6}}]}))
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "model_list": [
+                        {
+                            "model_name": "pool",
+                            "litellm_params": {
+                                "model": "openai/my-llama",
+                                "api_base": server.url,
+                                "api_key": "sk-x",
+                                "rpm": 600,
+                                "tpm": 10**6,
+                                "weight": 2,
+                                "max_parallel_requests": 16,
+                                "input_cost_per_token": 1e-6,
+                                "output_cost_per_token": 3e-6,
+                            },
+                        }
+                    ]
+                }
+            )
+        )
         llm = LLM(routed(str(path)))
         done = llm.run(llm.complete("forward", "hello"))
     assert server.requests == 1 and server.bodies[0]["model"] == "my-llama"

@@ -4,26 +4,27 @@ cancellations, several threads. Each test names what it guards against."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from types import MappingProxyType
 
 import pytest
 import yaml
-
 from fake_server import FakeServer
-from sembp_dsl import cli
-from sembp_dsl.models.cache import ResponseCache
-from sembp_dsl.language.graph import ModelSpec
-from sembp_dsl.models.llm import LLM, CallFailed
 from test_llm import TOY
+
+from sembp_dsl import cli
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.cache import ResponseCache
+from sembp_dsl.models.llm import LLM, CallFailed
 
 KEY = "sk-hostile-secret-4242"
 
 
 def deployment(group: str = "pool", url: str = "http://127.0.0.1:9/v1", **params) -> dict:
-    return {"model_name": group, "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url, "api_key": KEY,
-                                                    **params}}
+    return {
+        "model_name": group,
+        "litellm_params": {"model": "openai/gpt-4o-mini", "api_base": url, "api_key": KEY, **params},
+    }
 
 
 def write(tmp_path, config, name: str = "router.yaml") -> str:
@@ -40,28 +41,49 @@ def routed(path: str, group: str = "pool", **settings) -> dict[str, ModelSpec]:
 MALFORMED = {
     "an entry that is not a mapping": ({"model_list": ["pool", deployment()]}, "model_list entry 1 must be a mapping"),
     "no model_name": ({"model_list": [{"litellm_params": {"model": "openai/x"}}]}, "`model_name`"),
-    "a number for model_name": ({"model_list": [{"model_name": 5, "litellm_params": {"model": "openai/x"}}]},
-                                "`model_name`"),
-    "litellm_params not a mapping": ({"model_list": [{"model_name": "pool", "litellm_params": "openai/x"}]},
-                                     "`litellm_params` must be a mapping"),
-    "no model": ({"model_list": [{"model_name": "pool", "litellm_params": {"api_base": "http://x"}}]},
-                 "with a `model` string"),
+    "a number for model_name": (
+        {"model_list": [{"model_name": 5, "litellm_params": {"model": "openai/x"}}]},
+        "`model_name`",
+    ),
+    "litellm_params not a mapping": (
+        {"model_list": [{"model_name": "pool", "litellm_params": "openai/x"}]},
+        "`litellm_params` must be a mapping",
+    ),
+    "no model": (
+        {"model_list": [{"model_name": "pool", "litellm_params": {"api_base": "http://x"}}]},
+        "with a `model` string",
+    ),
     "a word for a weight": ({"model_list": [deployment(weight="heavy")]}, "`weight` must be a number"),
     "a negative rpm": ({"model_list": [deployment(rpm=-1)]}, "`rpm` must be a number"),
-    "max_parallel_requests at 0": ({"model_list": [deployment(max_parallel_requests=0)]},
-                                   "`max_parallel_requests` must be more than 0"),
-    "a word for num_retries": ({"model_list": [deployment()], "router_settings": {"num_retries": "many"}},
-                               "`num_retries` must be a number"),
-    "a fallback to an unknown group": ({"model_list": [deployment()], "router_settings": {
-        "fallbacks": [{"pool": ["backup"]}]}}, "fallbacks: unknown model group 'backup'"),
-    "fallbacks as a mapping": ({"model_list": [deployment()], "router_settings": {"fallbacks": {"pool": "x"}}},
-                               "`fallbacks` must be a list of mappings"),
-    "an alias to an unknown group": ({"model_list": [deployment("main")], "router_settings": {
-        "model_group_alias": {"pool": "mian"}}}, "unknown model group 'mian'; did you mean 'main'"),
-    "an alias as a mapping without hidden": ({"model_list": [deployment("main")], "router_settings": {
-        "model_group_alias": {"pool": {"model": "main"}}}}, "model_group_alias 'pool': must name a model group"),
+    "max_parallel_requests at 0": (
+        {"model_list": [deployment(max_parallel_requests=0)]},
+        "`max_parallel_requests` must be more than 0",
+    ),
+    "a word for num_retries": (
+        {"model_list": [deployment()], "router_settings": {"num_retries": "many"}},
+        "`num_retries` must be a number",
+    ),
+    "a fallback to an unknown group": (
+        {"model_list": [deployment()], "router_settings": {"fallbacks": [{"pool": ["backup"]}]}},
+        "fallbacks: unknown model group 'backup'",
+    ),
+    "fallbacks as a mapping": (
+        {"model_list": [deployment()], "router_settings": {"fallbacks": {"pool": "x"}}},
+        "`fallbacks` must be a list of mappings",
+    ),
+    "an alias to an unknown group": (
+        {"model_list": [deployment("main")], "router_settings": {"model_group_alias": {"pool": "mian"}}},
+        "unknown model group 'mian'; did you mean 'main'",
+    ),
+    "an alias as a mapping without hidden": (
+        {"model_list": [deployment("main")], "router_settings": {"model_group_alias": {"pool": {"model": "main"}}}},
+        "model_group_alias 'pool': must name a model group",
+    ),
     "a number for a key": ({"model_list": [deployment(api_key=12345678)]}, "`api_key` must be a string"),
-    "an address that is no URL": ({"model_list": [deployment(url="localhost:8000")]}, "`api_base` must be an http(s) URL"),
+    "an address that is no URL": (
+        {"model_list": [deployment(url="localhost:8000")]},
+        "`api_base` must be an http(s) URL",
+    ),
 }
 
 
@@ -98,8 +120,13 @@ def test_every_deployment_cooling_down_is_waited_out_not_a_traceback(tmp_path):
     """When every deployment is cooling down the Router raises its own RouterRateLimitError (a ValueError,
     not an API error), which was a traceback: the call now waits out the cooldown, then goes through."""
     with FakeServer(reply="ok", failures=["429"]) as one, FakeServer(reply="ok", failures=["429"]) as two:
-        path = write(tmp_path, {"model_list": [deployment(url=one.url), deployment(url=two.url)],
-                                "router_settings": {"cooldown_time": 0.5}})
+        path = write(
+            tmp_path,
+            {
+                "model_list": [deployment(url=one.url), deployment(url=two.url)],
+                "router_settings": {"cooldown_time": 0.5},
+            },
+        )
         llm = LLM(routed(path), retries=4, backoff=0)
         start = time.perf_counter()
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
@@ -117,6 +144,7 @@ def test_a_router_file_pointing_a_group_elsewhere_is_not_answered_from_the_cache
         def ask() -> str:
             llm = LLM(routed(path), cache=ResponseCache(tmp_path / "cache"))
             return llm.run(llm.complete("forward", "hello")).text
+
         assert ask() == "from mini"
         write(tmp_path, {"model_list": [deployment(url=mini.url, api_key="sk-rotated-key-1", rpm=60)]})
         assert ask() == "from mini" and mini.requests == 1  # same deployment: the cache answers
@@ -133,8 +161,11 @@ def test_a_router_files_own_timeout_cuts_a_hanging_deployment_short(tmp_path, wh
 
     import_litellm()  # not timed
     with FakeServer(reply="ok", failures=["hang"], hang_seconds=60) as server:
-        config = ({"model_list": [deployment(url=server.url, timeout=0.3)]} if where == "deployment" else
-                  {"model_list": [deployment(url=server.url)], "router_settings": {"timeout": 0.3}})
+        config = (
+            {"model_list": [deployment(url=server.url, timeout=0.3)]}
+            if where == "deployment"
+            else {"model_list": [deployment(url=server.url)], "router_settings": {"timeout": 0.3}}
+        )
         llm = LLM(routed(write(tmp_path, config)), timeout=30, backoff=0)
         start = time.perf_counter()
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
@@ -143,8 +174,9 @@ def test_a_router_files_own_timeout_cuts_a_hanging_deployment_short(tmp_path, wh
 
 def test_the_model_blocks_timeout_still_bounds_a_routed_call(tmp_path):
     with FakeServer(reply="ok", failures=["hang"], hang_seconds=60) as server:
-        path = write(tmp_path, {"model_list": [deployment(url=server.url, timeout=120)],
-                                "router_settings": {"timeout": 120}})
+        path = write(
+            tmp_path, {"model_list": [deployment(url=server.url, timeout=120)], "router_settings": {"timeout": 120}}
+        )
         llm = LLM(routed(path, timeout=0.3), timeout=30, backoff=0)
         assert llm.run(llm.complete("forward", "hello")).text == "ok"
     assert llm.ledger.faults == {"Timeout": 1} and server.requests == 2
@@ -160,6 +192,7 @@ def test_calls_wait_for_a_free_deployment_instead_of_failing(tmp_path):
 
         async def burst():
             return await asyncio.gather(*(llm.complete("forward", f"prompt {i}") for i in range(12)))
+
         assert [done.text for done in llm.run(burst())] == ["ok"] * 12
     assert one.requests + two.requests == 12 and one.max_in_flight == two.max_in_flight == 1
     assert llm.ledger.faults == {} and llm.ledger.counters["routed calls that waited for a free deployment"] > 0
@@ -169,8 +202,10 @@ def test_a_router_that_never_frees_a_deployment_gives_up_at_the_timeout_saying_w
     with FakeServer(reply="ok", hang=True, hang_seconds=60) as server:
         path = write(tmp_path, {"model_list": [deployment(url=server.url, max_parallel_requests=1)]})
         patient, impatient = (MappingProxyType({"router": path, "timeout": t}) for t in (60.0, 0.5))
-        llm = LLM({"backward": ModelSpec("backward", "pool", patient),
-                   "forward": ModelSpec("forward", "pool", impatient)}, retries=0)
+        llm = LLM(
+            {"backward": ModelSpec("backward", "pool", patient), "forward": ModelSpec("forward", "pool", impatient)},
+            retries=0,
+        )
 
         async def go():
             holder = asyncio.ensure_future(llm.complete("backward", "holds the only slot"))
@@ -185,6 +220,7 @@ def test_a_router_that_never_frees_a_deployment_gives_up_at_the_timeout_saying_w
                 holder.cancel()
                 await asyncio.gather(holder, return_exceptions=True)
             return str(refused.value)
+
         message = llm.run(go())
     assert server.requests == 1 and message.startswith("429 Too Many Requests from litellm router")
     assert "no deployment of model group 'pool' can take a call now" in message
@@ -195,8 +231,13 @@ def test_cancelled_routed_calls_close_their_requests_and_leave_no_busy_deploymen
     """Calls cancelled while their deployment hangs (asyncio.wait_for, Ctrl-C) close the request and give back
     least-busy's in-flight counts: later calls still go to that deployment, not only to the other one."""
     with FakeServer(reply="A", failures=["hang"] * 3, hang_seconds=60) as a, FakeServer(reply="B") as b:
-        path = write(tmp_path, {"model_list": [deployment(url=a.url), deployment(url=b.url)],
-                                "router_settings": {"routing_strategy": "least-busy"}})
+        path = write(
+            tmp_path,
+            {
+                "model_list": [deployment(url=a.url), deployment(url=b.url)],
+                "router_settings": {"routing_strategy": "least-busy"},
+            },
+        )
         llm = LLM(routed(path), concurrency=16)
 
         async def go():
@@ -215,6 +256,7 @@ def test_cancelled_routed_calls_close_their_requests_and_leave_no_busy_deploymen
             assert a.in_flight == 0 and a.requests >= 1
             a.configure(failures=[])  # A answers from now on
             return [(await llm.complete("forward", f"later {i}")).text for i in range(8)]
+
         later = llm.run(go())
     assert "A" in later, later  # a leaked in-flight count would send every later call to B
 

@@ -5,17 +5,32 @@ from __future__ import annotations
 import json
 
 import pytest
+from test_optimize import TOY, data, write
 
 from sembp_dsl import cli
-from sembp_dsl.records.runs import plain_word_diff, resolve, RunsError
-from test_optimize import TOY, data, write
+from sembp_dsl.records.runs import RunsError, plain_word_diff, resolve
 
 
 def optimize(tmp_path, fake_llm, script, *flags):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     original = path.read_text()
-    code = cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
-                     "--test-size", "4", "--runs-dir", str(tmp_path / "runs"), *flags])
+    code = cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            data(tmp_path, n=12),
+            "--train-size",
+            "3",
+            "--val-size",
+            "5",
+            "--test-size",
+            "4",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+            *flags,
+        ]
+    )
     assert code == 0
     return path, original
 
@@ -76,7 +91,7 @@ def test_apply_writes_exactly_what_optimize_wrote(accepted, capsys):
     assert optimized != original
     code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "0", str(path), "--runs-dir", str(runs))
     assert code == 0 and path.read_text() == original  # iteration 0: the initial prompts, byte for byte
-    assert "-param verdict_task = \"Improved instruction for verdict_task.\"" in out
+    assert '-param verdict_task = "Improved instruction for verdict_task."' in out
     code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "1", str(path), "--runs-dir", str(runs))
     assert code == 0 and path.read_text() == optimized
     code, out, _ = sbpc(capsys, "apply", "-1", "--iteration", "1", str(path), "--runs-dir", str(runs))
@@ -86,7 +101,9 @@ def test_apply_writes_exactly_what_optimize_wrote(accepted, capsys):
 def test_apply_refuses_a_file_without_the_runs_params(accepted, tmp_path, capsys):
     _, _, runs = accepted
     other = tmp_path / "other.sbp"
-    other.write_text('pipeline other "x"\ninput q: text\nparam p = "Do it."\nnode a: text { prompt = p }\nq -> a\noutput a\n')
+    other.write_text(
+        'pipeline other "x"\ninput q: text\nparam p = "Do it."\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+    )
     before = other.read_text()
     code, _, err = sbpc(capsys, "apply", "-1", "--iteration", "1", str(other), "--runs-dir", str(runs))
     assert code == 1 and "has no param" in err and "check" in err and "Traceback" not in err
@@ -128,9 +145,17 @@ def test_an_interrupted_run_is_shown_as_such_and_can_be_applied(accepted, tmp_pa
 def test_a_run_killed_before_its_first_iteration(tmp_path, capsys):
     folder = tmp_path / "runs" / "20990101-000000-toy"
     folder.mkdir(parents=True)
-    (folder / "run.json").write_text(json.dumps({"settings": {"file": "toy.sbp", "data": "d", "iterations": 3},
-                                                 "initial_prompts": {"p": "x"}, "initial_score": None,
-                                                 "iterations": [], "finished": False}))
+    (folder / "run.json").write_text(
+        json.dumps(
+            {
+                "settings": {"file": "toy.sbp", "data": "d", "iterations": 3},
+                "initial_prompts": {"p": "x"},
+                "initial_score": None,
+                "iterations": [],
+                "finished": False,
+            }
+        )
+    )
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
     assert code == 0 and "gate - -> -" in out and "interrupted after 0 of 3 iterations" in out
     code, out, _ = sbpc(capsys, "show", str(folder), "--runs-dir", str(tmp_path / "nowhere"))
@@ -141,8 +166,9 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
     runs = tmp_path / "runs"
     for name in ("20260101-100000-a", "20260101-110000-b", "20260202-100000-c"):
         (runs / name).mkdir(parents=True)
-        (runs / name / "run.json").write_text(json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {},
-                                                          "iterations": [], "finished": True}))
+        (runs / name / "run.json").write_text(
+            json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {}, "iterations": [], "finished": True})
+        )
     assert resolve("1", runs).name == "20260101-100000-a" and resolve("-1", runs).name == "20260202-100000-c"
     assert resolve("20260202", runs).name == "20260202-100000-c"
     assert resolve(str(runs / "20260101-110000-b" / "run.json"), runs).name == "20260101-110000-b"
@@ -162,8 +188,24 @@ def test_word_diff_marks_only_the_changed_words():
 def test_a_run_stopped_by_its_budget_says_why(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    cli.main(["optimize", str(path), "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5",
-              "--iters", "3", "--max-calls", "50", "--runs-dir", str(tmp_path / "runs")])
+    cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            data(tmp_path, n=12),
+            "--train-size",
+            "3",
+            "--val-size",
+            "5",
+            "--iters",
+            "3",
+            "--max-calls",
+            "50",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ]
+    )
     capsys.readouterr()
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"), "--json")
     [run] = json.loads(out)
@@ -186,10 +228,30 @@ def test_a_run_killed_mid_way_for_real(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     original = path.read_text()
     fake_llm.configure(delay=0.05)
-    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "optimize", str(path), "--data", data(tmp_path, n=12),
-                             "--train-size", "3", "--val-size", "5", "--iters", "3", "--gate-alpha", "1",
-                             "--runs-dir", str(tmp_path / "runs")],
-                            env={**os.environ}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "optimize",
+            str(path),
+            "--data",
+            data(tmp_path, n=12),
+            "--train-size",
+            "3",
+            "--val-size",
+            "5",
+            "--iters",
+            "3",
+            "--gate-alpha",
+            "1",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        env={**os.environ},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.time() + 60
     while time.time() < deadline:
         records = list((tmp_path / "runs").glob("*/run.json"))
@@ -221,34 +283,58 @@ def test_show_never_sends_a_replys_control_characters_to_the_terminal(accepted, 
     assert "clear the screen \\x1b[2J and ring \\x07" in out and "\\x1b]0;pwned\\x07" in out
 
 
-GOOD_ITERATION = {"index": 1, "accepted": False, "prompts": {"p": "x"}, "calls": 2, "tokens": 9, "cost": 0.0,
-                  "candidates": [{"param": "p", "fate": "rejected", "new": "y", "reply": "<prompt>y</prompt>"}],
-                  "gradients": [{"sample": "s/0", "expected": "Yes", "output": "No", "nodes": {"n": "say more"}}],
-                  "gate": {"wins": [], "losses": [], "p": 1.0, "alpha": 0.1}}
+GOOD_ITERATION = {
+    "index": 1,
+    "accepted": False,
+    "prompts": {"p": "x"},
+    "calls": 2,
+    "tokens": 9,
+    "cost": 0.0,
+    "candidates": [{"param": "p", "fate": "rejected", "new": "y", "reply": "<prompt>y</prompt>"}],
+    "gradients": [{"sample": "s/0", "expected": "Yes", "output": "No", "nodes": {"n": "say more"}}],
+    "gate": {"wins": [], "losses": [], "p": 1.0, "alpha": 0.1},
+}
 
 
 def record(**parts) -> dict:
-    return {"settings": {"file": "toy.sbp", "data": "d", "iterations": 1}, "initial_prompts": {"p": "x"},
-            "iterations": [GOOD_ITERATION], "finished": True, **parts}
+    return {
+        "settings": {"file": "toy.sbp", "data": "d", "iterations": 1},
+        "initial_prompts": {"p": "x"},
+        "iterations": [GOOD_ITERATION],
+        "finished": True,
+        **parts,
+    }
 
 
-@pytest.mark.parametrize("data, where", [
-    ({}, "the record has no 'settings'"),  # valid JSON, an object, and still no run: never a phantom run line
-    ({"finished": True}, "the record has no 'settings'"),
-    (record(settings={}), "settings has no 'file'"),
-    (None, "the record is null, not an object"),
-    (record(iterations=[{k: v for k, v in GOOD_ITERATION.items() if k != "index"}]), "iterations[0] has no 'index'"),
-    (record(iterations=[{**GOOD_ITERATION, "prompts": {"p": 3}}]), "iterations[0].prompts.p is a number, not text"),
-    (record(iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p"}]}]), "iterations[0].candidates[0] has no 'fate'"),
-    (record(iterations=[{**GOOD_ITERATION, "gradients": [{"sample": "s"}]}]), "iterations[0].gradients[0] has no 'expected'"),
-    (record(iterations=[{**GOOD_ITERATION, "gate": {"wins": []}}]), "iterations[0].gate has no 'losses'"),
-    (record(iterations=[{**GOOD_ITERATION, "cost": "lots"}]), "iterations[0].cost is text"),
-    (record(settings={"file": "toy.sbp", "iterations": "three"}), "settings.iterations is text"),
-    (record(settings={"file": "toy.sbp", "models": ["m"]}), "settings.models is a list"),
-    (record(ledger="lots"), "ledger is text"),
-    (record(ledger={"calls": 1}), "ledger has no 'tokens'"),
-    (record(test={"initial": 0.5}), "test has no 'final'"),
-])
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({}, "the record has no 'settings'"),  # valid JSON, an object, and still no run: never a phantom run line
+        ({"finished": True}, "the record has no 'settings'"),
+        (record(settings={}), "settings has no 'file'"),
+        (None, "the record is null, not an object"),
+        (
+            record(iterations=[{k: v for k, v in GOOD_ITERATION.items() if k != "index"}]),
+            "iterations[0] has no 'index'",
+        ),
+        (record(iterations=[{**GOOD_ITERATION, "prompts": {"p": 3}}]), "iterations[0].prompts.p is a number, not text"),
+        (
+            record(iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p"}]}]),
+            "iterations[0].candidates[0] has no 'fate'",
+        ),
+        (
+            record(iterations=[{**GOOD_ITERATION, "gradients": [{"sample": "s"}]}]),
+            "iterations[0].gradients[0] has no 'expected'",
+        ),
+        (record(iterations=[{**GOOD_ITERATION, "gate": {"wins": []}}]), "iterations[0].gate has no 'losses'"),
+        (record(iterations=[{**GOOD_ITERATION, "cost": "lots"}]), "iterations[0].cost is text"),
+        (record(settings={"file": "toy.sbp", "iterations": "three"}), "settings.iterations is text"),
+        (record(settings={"file": "toy.sbp", "models": ["m"]}), "settings.models is a list"),
+        (record(ledger="lots"), "ledger is text"),
+        (record(ledger={"calls": 1}), "ledger has no 'tokens'"),
+        (record(test={"initial": 0.5}), "test has no 'final'"),
+    ],
+)
 def test_a_record_missing_what_readers_need_is_named_where(tmp_path, capsys, data, where):
     runs = tmp_path / "runs"
     (runs / "20260101-000000-bad").mkdir(parents=True)
@@ -259,8 +345,12 @@ def test_a_record_missing_what_readers_need_is_named_where(tmp_path, capsys, dat
     code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     assert code == 0 and json.loads(out) == [] and f"unreadable {runs}/20260101-000000-bad/run.json" in err
     assert f"not a run record ({where})" in err
-    for argv in (["show", "20260101"], ["show", "20260101", "--json"], ["report", "20260101", "--out", str(tmp_path / "r.html")],
-                 ["apply", "20260101", "--iteration", "0", str(tmp_path / "toy.sbp")]):
+    for argv in (
+        ["show", "20260101"],
+        ["show", "20260101", "--json"],
+        ["report", "20260101", "--out", str(tmp_path / "r.html")],
+        ["apply", "20260101", "--iteration", "0", str(tmp_path / "toy.sbp")],
+    ):
         code, out, err = sbpc(capsys, *argv, "--runs-dir", str(runs))
         assert code == 1 and out == "" and f"not a run record ({where})" in err and "Traceback" not in err
 
@@ -287,13 +377,26 @@ def test_a_fifo_in_place_of_run_json_is_refused_not_waited_on(tmp_path, capsys):
 def test_report_and_compare_say_at_once_where_a_page_cannot_go(tmp_path, capsys):
     (tmp_path / "runs" / "20260101-000000-ok").mkdir(parents=True)
     (tmp_path / "runs" / "20260101-000000-ok" / "run.json").write_text(json.dumps(record()))
-    for out, said in ((tmp_path / "missing" / "r.html", "--out: no folder"), (tmp_path, "is a folder; give a file name")):
+    for out, said in (
+        (tmp_path / "missing" / "r.html", "--out: no folder"),
+        (tmp_path, "is a folder; give a file name"),
+    ):
         with pytest.raises(SystemExit) as stop:
             cli.main(["report", "1", "--out", str(out), "--runs-dir", str(tmp_path / "runs")])
         assert stop.value.code == 2 and said in capsys.readouterr().err
     with pytest.raises(SystemExit) as stop:  # before the pipeline is even read, let alone a model called
-        cli.main(["compare", str(tmp_path / "none.sbp"), "--data", "x.jsonl", "--vary", "gate=train,none",
-                  "--report", str(tmp_path)])
+        cli.main(
+            [
+                "compare",
+                str(tmp_path / "none.sbp"),
+                "--data",
+                "x.jsonl",
+                "--vary",
+                "gate=train,none",
+                "--report",
+                str(tmp_path),
+            ]
+        )
     assert stop.value.code == 2 and "--report" in capsys.readouterr().err
     code, _, err = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs" / "20260101-000000-ok" / "run.json"))
     assert code == 1 and "is a file, not a folder of run records" in err
@@ -307,7 +410,9 @@ def test_a_report_of_a_run_with_no_scores_warns_of_nothing(tmp_path, capsys):
     (tmp_path / "runs" / "20260101-000000-ok" / "run.json").write_text(json.dumps(record()))
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # matplotlib's "No artists with labels found to put in legend"
-        code, _, err = sbpc(capsys, "report", "1", "--out", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs"))
+        code, _, err = sbpc(
+            capsys, "report", "1", "--out", str(tmp_path / "r.html"), "--runs-dir", str(tmp_path / "runs")
+        )
     assert code == 0 and err == ""
 
 
@@ -318,10 +423,17 @@ def test_json_and_text_outputs_escape_what_would_steer_the_terminal(tmp_path, ca
     import re
 
     raw = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u202e\ud800]")  # anything but newline, written as it is
-    hostile = record(settings={"file": "toy.sbp", "data": "d", "iterations": 1, "models": {"forward": "m" + STEERING}},
-                     stopped="budget " + STEERING, finished=False,
-                     iterations=[{**GOOD_ITERATION, "candidates": [{"param": "p", "fate": "rejected", "new": None,
-                                                                    "reply": "reply " + STEERING}]}])
+    hostile = record(
+        settings={"file": "toy.sbp", "data": "d", "iterations": 1, "models": {"forward": "m" + STEERING}},
+        stopped="budget " + STEERING,
+        finished=False,
+        iterations=[
+            {
+                **GOOD_ITERATION,
+                "candidates": [{"param": "p", "fate": "rejected", "new": None, "reply": "reply " + STEERING}],
+            }
+        ],
+    )
     folder = tmp_path / "runs" / "20260101-000000-x"
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps(hostile))  # ASCII: \u escapes on disk, the characters once read

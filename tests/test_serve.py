@@ -7,7 +7,6 @@ The fake model stops a request whose client closed its connection (as vLLM does)
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -16,8 +15,8 @@ import threading
 import time
 
 import pytest
-from fake_server import FakeServer  # bench/, on the path through conftest
 from conftest import ECHO
+from fake_server import FakeServer  # bench/, on the path through conftest
 
 DELAY = 3.0  # seconds the fake model takes per call: far longer than it may take to see a client leave
 
@@ -33,9 +32,25 @@ def served(tmp_path, model):
     """`sbpc serve` of ECHO in a process of its own, against the fake model: its URL."""
     path = tmp_path / "echo.sbp"
     path.write_text(ECHO)
-    proc = subprocess.Popen([sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--port", "0",
-                             "--model", "openai/fake", "--api-base", model.url, "--no-cache"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "serve",
+            str(path),
+            "--port",
+            "0",
+            "--model",
+            "openai/fake",
+            "--api-base",
+            model.url,
+            "--no-cache",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         url = re.search(r"http://\S+", line)
@@ -53,7 +68,9 @@ def post(url: str, inputs: dict) -> socket.socket:
     host, port = url.removeprefix("http://").rsplit(":", 1)
     client = socket.create_connection((host, int(port)), timeout=30)
     body = json.dumps(inputs).encode()
-    client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+    client.sendall(
+        b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+    )
     return client
 
 
@@ -88,6 +105,7 @@ def answer_in_background(client: socket.socket):
         thread.join(timeout)
         assert answers, f"no answer within {timeout:g} s"
         return answers[0]
+
     return wait
 
 

@@ -9,15 +9,16 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, with_fake_model
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-
-from conftest import ROOT, with_fake_model
 from test_optimize import TOY
+
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import bad_characters
 from sembp_dsl.language.source import load, parse_text
 from sembp_dsl.language.writeback import WriteBack, rewrite
+
 
 def copy_of(tmp_path: Path, name: str, transform=lambda text: text, bom: bool = False) -> Path:
     path = tmp_path / name
@@ -35,11 +36,29 @@ def toy(tmp_path: Path, url: str, name: str = "toy.sbp") -> Path:
 def optimize(path: Path, *flags: str) -> int:
     claims = path.parent / "claims.jsonl"
     claims.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(4)))
-    return cli.main(["optimize", str(path), "--data", str(claims), "--train-size", "2", "--val-size", "2", "--iters", "1",
-                     "--gate-alpha", "1", "--runs-dir", str(path.parent / "runs"), *flags])
+    return cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            str(claims),
+            "--train-size",
+            "2",
+            "--val-size",
+            "2",
+            "--iters",
+            "1",
+            "--gate-alpha",
+            "1",
+            "--runs-dir",
+            str(path.parent / "runs"),
+            *flags,
+        ]
+    )
 
 
 # --- the file keeps its form -----------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["liar.sbp", "liar.yaml"])
 @pytest.mark.parametrize("crlf, bom", [(True, False), (False, True), (True, True)])
@@ -56,8 +75,20 @@ def test_crlf_and_bom_files_are_written_in_place_and_keep_both(tmp_path, name, c
     assert writer({"verdict_task": "Again."}) is None and load(str(path)).param("verdict_task").text == "Again."
 
 
-HARD_TEXTS = ["a\x85b", "a\u2028b\u2029c", "tab\there", "lone\rcr", "x\n\x85y", "\ufeffleading mark", "c1 \x9f\x80",
-              'quote " and \\ backslash', "trailing space ", "two\nlines", "  indented\n\tand tabbed", "emoji 😀"]
+HARD_TEXTS = [
+    "a\x85b",
+    "a\u2028b\u2029c",
+    "tab\there",
+    "lone\rcr",
+    "x\n\x85y",
+    "\ufeffleading mark",
+    "c1 \x9f\x80",
+    'quote " and \\ backslash',
+    "trailing space ",
+    "two\nlines",
+    "  indented\n\tand tabbed",
+    "emoji 😀",
+]
 
 
 @pytest.mark.parametrize("name", ["liar.yaml", "liar.sbp"])
@@ -78,6 +109,7 @@ def test_any_text_is_written_back_exactly_in_yaml(text):
 
 
 # --- modes and links -----------------------------------------------------------------------------
+
 
 def test_out_and_the_beside_file_keep_the_source_mode(tmp_path):
     path = toy(tmp_path, "http://127.0.0.1:9")
@@ -133,6 +165,7 @@ def test_an_existing_optimized_file_is_never_overwritten(tmp_path):
 
 # --- what cannot be written is said before the run ----------------------------------------------------
 
+
 def test_a_read_only_pipeline_is_refused_before_any_call(tmp_path, fake_llm, capsys):
     path = toy(tmp_path, fake_llm.url)
     os.chmod(path, 0o444)
@@ -143,9 +176,14 @@ def test_a_read_only_pipeline_is_refused_before_any_call(tmp_path, fake_llm, cap
     assert optimize(path, "--dry-run") == 0  # nothing would be written: fine
 
 
-@pytest.mark.parametrize("out, message", [
-    ("missing/best.sbp", "does not exist"), ("folder", "is a folder"), ("best.yaml", "must end in .sbp"),
-])
+@pytest.mark.parametrize(
+    "out, message",
+    [
+        ("missing/best.sbp", "does not exist"),
+        ("folder", "is a folder"),
+        ("best.yaml", "must end in .sbp"),
+    ],
+)
 def test_a_bad_out_fails_before_the_run(tmp_path, fake_llm, capsys, out, message):
     (tmp_path / "folder").mkdir()
     path = toy(tmp_path, fake_llm.url)
@@ -155,7 +193,7 @@ def test_a_bad_out_fails_before_the_run(tmp_path, fake_llm, capsys, out, message
     assert not (tmp_path / "runs").exists()  # not even a run record
 
 
-ALIASED = textwrap.dedent('''\
+ALIASED = textwrap.dedent("""\
     pipeline: toy
     inputs: {q: text}
     params:
@@ -172,12 +210,12 @@ ALIASED = textwrap.dedent('''\
       - q -> a, b
       - q, a, b -> verdict
     output: verdict
-    ''')
+    """)
 
 
 def test_a_yaml_alias_param_is_a_clear_error_before_the_run(tmp_path, fake_llm, capsys):
     path = tmp_path / "toy.yaml"
-    path.write_text(ALIASED + f"models:\n  default: {{name: openai/fake, api_base: \"{fake_llm.url}\"}}\n")
+    path.write_text(ALIASED + f'models:\n  default: {{name: openai/fake, api_base: "{fake_llm.url}"}}\n')
     assert optimize(path) == 1
     err = capsys.readouterr().err
     assert "toy.yaml:5:10: error: YAML alias '*shared'" in err and "write the value out" in err

@@ -12,10 +12,20 @@ import argparse
 import json
 import sys
 
-from .flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
-                        load_pipeline, number, parse_pairs, print_ledger)
-from .runs import add_run_commands
 from ..language.diagnostics import PipelineError, json_text
+from .flags import (
+    COUNT,
+    POSITIVE_COUNT,
+    PROBABILITY,
+    UsageError,
+    add_data_flags,
+    add_model_flags,
+    load_pipeline,
+    number,
+    parse_pairs,
+    print_ledger,
+)
+from .runs import add_run_commands
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -75,9 +85,21 @@ def cmd_check(args) -> int:
             diagnostics, text = exc.diagnostics, exc.text
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
-        results.append({"file": path, "ok": not errors, "diagnostics": [
-            {"severity": d.severity, "message": d.message, "line": d.span.line if d.span else None,
-             "column": d.span.column if d.span else None} for d in diagnostics]})
+        results.append(
+            {
+                "file": path,
+                "ok": not errors,
+                "diagnostics": [
+                    {
+                        "severity": d.severity,
+                        "message": d.message,
+                        "line": d.span.line if d.span else None,
+                        "column": d.span.column if d.span else None,
+                    }
+                    for d in diagnostics
+                ],
+            }
+        )
         if not args.json:
             _report(diagnostics, text)
             warnings = len(diagnostics) - len(errors)
@@ -125,12 +147,16 @@ def cmd_run(args) -> int:
             raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
         trace = prediction.trace
         if args.json:
-            print(json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()}))  # replies: strangers' text
+            print(
+                json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()})
+            )  # replies: strangers' text
         else:
             if args.trace:
                 for t in trace.nodes.values():
-                    print(f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
-                          f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n")
+                    print(
+                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                        f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n"
+                    )
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
         print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
@@ -151,14 +177,31 @@ def cmd_eval(args) -> int:
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
-        with tqdm(total=len(samples), desc=f"eval {dataset.name}/{args.split}", unit="sample", file=sys.stderr,
-                  disable=args.json or None) as bar:
-            evaluation = pipeline.evaluate(samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update())
+        with tqdm(
+            total=len(samples),
+            desc=f"eval {dataset.name}/{args.split}",
+            unit="sample",
+            file=sys.stderr,
+            disable=args.json or None,
+        ) as bar:
+            evaluation = pipeline.evaluate(
+                samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update()
+            )
         evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
         code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
         if args.json:
-            print(json_text({"file": args.file, "data": args.data, "split": args.split, "metric": metric,
-                             **evaluation.to_json(args.errors), "ledger": pipeline.ledger.to_json()}))
+            print(
+                json_text(
+                    {
+                        "file": args.file,
+                        "data": args.data,
+                        "split": args.split,
+                        "metric": metric,
+                        **evaluation.to_json(args.errors),
+                        "ledger": pipeline.ledger.to_json(),
+                    }
+                )
+            )
             return code
         print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
         print_ledger(pipeline, args)
@@ -170,31 +213,44 @@ def cmd_optimize(args) -> int:
 
     from tqdm import tqdm
 
+    from ..learning.stats import wins_needed
+    from ..records.record import ResumeError, resume_command
     from ..runtime import datasets
     from ..runtime.evaluate import metric_for
-    from ..records.record import ResumeError, resume_command
-    from ..learning.stats import wins_needed
 
     pipeline = load_pipeline(args)
     graph = pipeline.graph
     _report(graph.warnings, graph.pipeline.text)
-    method = dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gradient=args.gradient,
-                  update=args.update, gate="none" if args.no_gate else args.gate, gate_alpha=args.gate_alpha,
-                  only=tuple(p.strip() for p in args.only.split(",")) if args.only else (), seed=args.seed)
+    method = dict(
+        iters=args.iters,
+        errors_per_gradient=args.errors_per_gradient,
+        gradient=args.gradient,
+        update=args.update,
+        gate="none" if args.no_gate else args.gate,
+        gate_alpha=args.gate_alpha,
+        only=tuple(p.strip() for p in args.only.split(",")) if args.only else (),
+        seed=args.seed,
+    )
     try:
         settings = pipeline.method(**method)
     except (TypeError, ValueError) as exc:  # a param --only cannot optimize, a number out of the method's range
         raise UsageError(f"--{exc}")  # "--only: no param ...", "--iters=5000 is out of range ..."
     gate = settings.gate
     dataset = datasets.load(args.data, args.data_dir, args.test_data)
-    splits = datasets.make_splits(dataset, _or_file(args.train_size, graph, "train_size"),
-                                  _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
-                                  _or_file(args.test_size, graph, "test_size"), settings.seed)
+    splits = datasets.make_splits(
+        dataset,
+        _or_file(args.train_size, graph, "train_size"),
+        _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
+        _or_file(args.test_size, graph, "test_size"),
+        settings.seed,
+    )
     if settings.iterations and not splits.train:
         raise UsageError("the train split is empty: give --train-size of at least 1")
     if gate != "none" and not (splits.val if gate == "validation" else splits.train):
-        raise UsageError(f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
-                         "of at least 1, or --no-gate")
+        raise UsageError(
+            f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
+            "of at least 1, or --no-gate"
+        )
     mapping = parse_pairs(args.map, "--map")
     the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
     if args.plan:
@@ -220,21 +276,38 @@ def cmd_optimize(args) -> int:
         alpha = settings.gate_alpha
         gate_size = len(splits.train if gate == "train" else splits.val)
         if gate != "none" and gate_size < wins_needed(alpha):
-            print(f"warning: the gate split has {gate_size} samples, but a step needs at least "
-                  f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
-                  "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
-                  "or a larger --gate-alpha.", file=sys.stderr)
+            print(
+                f"warning: the gate split has {gate_size} samples, but a step needs at least "
+                f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
+                "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
+                "or a larger --gate-alpha.",
+                file=sys.stderr,
+            )
     try:
-        found = pipeline.optimize(splits.train, splits.val, splits.test, metric=metric_for(graph, dataset.metric),
-                                  data=args.data, test_data=args.test_data, mapping=mapping, runs_dir=args.runs_dir,
-                                  resume=args.resume, write=not args.dry_run, out=args.out, log=log, progress=progress,
-                                  **method)
+        found = pipeline.optimize(
+            splits.train,
+            splits.val,
+            splits.test,
+            metric=metric_for(graph, dataset.metric),
+            data=args.data,
+            test_data=args.test_data,
+            mapping=mapping,
+            runs_dir=args.runs_dir,
+            resume=args.resume,
+            write=not args.dry_run,
+            out=args.out,
+            log=log,
+            progress=progress,
+            **method,
+        )
     except ResumeError as exc:
         raise UsageError(f"--resume: {exc.cli}")
     except KeyboardInterrupt:
-        print(f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
-              f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
-              file=sys.stderr)
+        print(
+            f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
+            f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
+            file=sys.stderr,
+        )
         raise
     finally:
         pipeline.close()
@@ -246,8 +319,10 @@ def cmd_optimize(args) -> int:
         print(json_text({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}))
         return code
     if outcome.stopped:
-        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
-              f"{resume_command(args.argv)}")
+        print(
+            f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
+            f"{resume_command(args.argv)}"
+        )
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
     where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
@@ -265,8 +340,11 @@ def cmd_serve(args) -> int:
     pipeline = load_pipeline(args)
 
     def announce(url: str) -> None:
-        print(f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
-              "GET /health; Ctrl-C stops)", flush=True)
+        print(
+            f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
+            "GET /health; Ctrl-C stops)",
+            flush=True,
+        )
 
     serve(pipeline, args.host, args.port, announce)
     return 0
@@ -280,14 +358,16 @@ def held_out_change(before, after) -> str:
     right_after = {r.sample.id for r in after.results if r.correct}
     ids = [r.sample.id for r in after.results]
     mean, low, high = paired_interval([(i in right_after) - (i in right_before) for i in ids])
-    text = (f"test ({len(ids)} samples): initial {before.accuracy:.3f} -> final {after.accuracy:.3f}; "
-            f"paired change {mean:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}]")
+    text = (
+        f"test ({len(ids)} samples): initial {before.accuracy:.3f} -> final {after.accuracy:.3f}; "
+        f"paired change {mean:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}]"
+    )
     if mean < 0:
-        text += ("\nwarning: the optimized pipeline scores LOWER than the original on the held-out test split; "
-                 "review the diff before you commit it")
+        text += (
+            "\nwarning: the optimized pipeline scores LOWER than the original on the held-out test split; "
+            "review the diff before you commit it"
+        )
     return text
-
-
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,34 +384,51 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
-    check = sub.add_parser("check", help="check pipeline files and report every problem at once",
-                           description="Check pipeline files; exit 0 if fine, 1 if any has errors, 2 on usage errors.",
-                           formatter_class=argparse.RawDescriptionHelpFormatter, epilog=LANGUAGE_BY_EXAMPLE)
+    check = sub.add_parser(
+        "check",
+        help="check pipeline files and report every problem at once",
+        description="Check pipeline files; exit 0 if fine, 1 if any has errors, 2 on usage errors.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=LANGUAGE_BY_EXAMPLE,
+    )
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
     check.set_defaults(run=cmd_check)
 
-    comp = sub.add_parser("compile", help="compile a pipeline and print its IR, graph or prompts",
-                          description="Compile a pipeline file and print it in another form.",
-                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                          epilog="examples:\n  sbpc compile pipelines/liar.sbp --emit mermaid\n"
-                                 "  sbpc compile pipelines/liar.sbp --emit dot | dot -Tsvg > liar.svg\n"
-                                 "  sbpc compile pipelines/liar.sbp --emit prompts   # forward and backward prompts")
+    comp = sub.add_parser(
+        "compile",
+        help="compile a pipeline and print its IR, graph or prompts",
+        description="Compile a pipeline file and print it in another form.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  sbpc compile pipelines/liar.sbp --emit mermaid\n"
+        "  sbpc compile pipelines/liar.sbp --emit dot | dot -Tsvg > liar.svg\n"
+        "  sbpc compile pipelines/liar.sbp --emit prompts   # forward and backward prompts",
+    )
     comp.add_argument("file", metavar="FILE")
-    comp.add_argument("--emit", choices=["ir", "dot", "mermaid", "prompts"], default="ir",
-                      help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered")
+    comp.add_argument(
+        "--emit",
+        choices=["ir", "dot", "mermaid", "prompts"],
+        default="ir",
+        help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered",
+    )
     comp.set_defaults(run=cmd_compile)
 
-    schema = sub.add_parser("schema", help="print the JSON Schema of the YAML form, for editors",
-                            description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
-                                        "  # yaml-language-server: $schema=pipeline.schema.json\n"
-                                        "after `sbpc schema > pipeline.schema.json`.",
-                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    schema = sub.add_parser(
+        "schema",
+        help="print the JSON Schema of the YAML form, for editors",
+        description="Print the JSON Schema of YAML pipelines. Point your editor at it, e.g. with a first line\n"
+        "  # yaml-language-server: $schema=pipeline.schema.json\n"
+        "after `sbpc schema > pipeline.schema.json`.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     schema.set_defaults(run=cmd_schema)
 
-    run = sub.add_parser("run", help="run a pipeline on one input and print its output",
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         epilog="example:\n  sbpc run pipelines/gsm8k.sbp --input question='What is 7 times 6?' --trace")
+    run = sub.add_parser(
+        "run",
+        help="run a pipeline on one input and print its output",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  sbpc run pipelines/gsm8k.sbp --input question='What is 7 times 6?' --trace",
+    )
     run.add_argument("file", metavar="FILE")
     run.add_argument("--input", action="append", metavar="NAME=VALUE", help="a pipeline input (repeat for each)")
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
@@ -339,13 +436,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(run)
     run.set_defaults(run=cmd_run)
 
-    ev = sub.add_parser("eval", help="score a pipeline on a data split",
-                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                        epilog="examples:\n  sbpc eval pipelines/liar.sbp --data liar --limit 5\n"
-                               "  sbpc eval pipelines/gsm8k.sbp --data gsm8k --test-size 200 --model openai/gpt-4o-mini --json\n"
-                               "  sbpc eval pipelines/bbh.sbp --data bbh:navigate --errors 3")
+    ev = sub.add_parser(
+        "eval",
+        help="score a pipeline on a data split",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  sbpc eval pipelines/liar.sbp --data liar --limit 5\n"
+        "  sbpc eval pipelines/gsm8k.sbp --data gsm8k --test-size 200 --model openai/gpt-4o-mini --json\n"
+        "  sbpc eval pipelines/bbh.sbp --data bbh:navigate --errors 3",
+    )
     ev.add_argument("file", metavar="FILE")
-    ev.add_argument("--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)")
+    ev.add_argument(
+        "--split", choices=["train", "val", "test"], default="test", help="which split to score (default test)"
+    )
     ev.add_argument("--limit", type=COUNT, help="score only the first N samples of the split")
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
@@ -353,39 +455,62 @@ def build_parser() -> argparse.ArgumentParser:
     ev.set_defaults(run=cmd_eval)
 
     op = sub.add_parser(
-        "optimize", help="optimize the prompts of a pipeline and write them back into its file",
+        "optimize",
+        help="optimize the prompts of a pipeline and write them back into its file",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Semantic backpropagation: run the pipeline on training samples, send feedback on its errors\n"
-                    "backwards through the graph, ask an optimizer model for better prompts, keep them only if\n"
-                    "they score higher on the gate split, and write the best prompts back into FILE.",
+        "backwards through the graph, ask an optimizer model for better prompts, keep them only if\n"
+        "they score higher on the gate split, and write the best prompts back into FILE.",
         epilog="examples:\n"
-               "  sbpc optimize pipelines/liar.sbp --data liar\n"
-               "  sbpc optimize pipelines/liar.sbp --data liar --model openai/gpt-4o-mini --iters 5 --test-size 200\n"
-               "  sbpc optimize pipelines/liar.sbp --data liar --gradient no-sibling --dry-run   # the TextGrad-like ablation\n"
-               "  sbpc optimize pipelines/liar.sbp --data liar --only verdict_task              # one prompt only\n"
-               "  sbpc optimize pipelines/liar.sbp --data liar --resume                         # after an interruption\n"
-               "Settings not given as flags come from the pipeline's `optimize { ... }` block.")
+        "  sbpc optimize pipelines/liar.sbp --data liar\n"
+        "  sbpc optimize pipelines/liar.sbp --data liar --model openai/gpt-4o-mini --iters 5 --test-size 200\n"
+        "  sbpc optimize pipelines/liar.sbp --data liar --gradient no-sibling --dry-run   # the TextGrad-like ablation\n"
+        "  sbpc optimize pipelines/liar.sbp --data liar --only verdict_task              # one prompt only\n"
+        "  sbpc optimize pipelines/liar.sbp --data liar --resume                         # after an interruption\n"
+        "Settings not given as flags come from the pipeline's `optimize { ... }` block.",
+    )
     op.add_argument("file", metavar="FILE")
     g = op.add_argument_group("method")
     g.add_argument("--iters", type=COUNT, help="iterations (default: the file's, else 3)")
-    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default 2)")
-    g.add_argument("--gradient", choices=["sibling", "no-sibling", "no_sibling", "none"],
-                   help="sibling: one backward call per node, all hints side by side (default); "
-                        "no-sibling: one call per edge; none: no backward calls")
-    g.add_argument("--update", choices=["full", "sample"], help="full: every prompt takes its candidate (default); "
-                                                                "sample: each does with probability 1/2")
+    g.add_argument(
+        "--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default 2)"
+    )
+    g.add_argument(
+        "--gradient",
+        choices=["sibling", "no-sibling", "no_sibling", "none"],
+        help="sibling: one backward call per node, all hints side by side (default); "
+        "no-sibling: one call per edge; none: no backward calls",
+    )
+    g.add_argument(
+        "--update",
+        choices=["full", "sample"],
+        help="full: every prompt takes its candidate (default); sample: each does with probability 1/2",
+    )
     g.add_argument("--only", metavar="PARAM[,PARAM]", help="optimize only these prompt parameters")
-    g.add_argument("--gate", choices=["validation", "train", "none"], help="split that must improve for a step to be kept "
-                                                                           "(default validation; train reproduces the paper's code)")
+    g.add_argument(
+        "--gate",
+        choices=["validation", "train", "none"],
+        help="split that must improve for a step to be kept (default validation; train reproduces the paper's code)",
+    )
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
-    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P",
-                   help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
-                        "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)")
+    g.add_argument(
+        "--gate-alpha",
+        type=PROBABILITY,
+        metavar="P",
+        help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
+        "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)",
+    )
     w = op.add_argument_group("output")
-    w.add_argument("--dry-run", action="store_true", help="run the whole method (it calls models and spends), "
-                                                          "print the diff, write nothing to FILE")
-    w.add_argument("--plan", action="store_true", help="print the most calls, tokens and cost the run can take, then "
-                                                       "exit without calling any model")
+    w.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run the whole method (it calls models and spends), print the diff, write nothing to FILE",
+    )
+    w.add_argument(
+        "--plan",
+        action="store_true",
+        help="print the most calls, tokens and cost the run can take, then exit without calling any model",
+    )
     w.add_argument("--out", metavar="FILE", help="write the optimized pipeline here instead of over FILE")
     w.add_argument("--runs-dir", default=".sbpc/runs", help="where run records go (default .sbpc/runs)")
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
@@ -393,24 +518,30 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(op, learning=True)
     op.set_defaults(run=cmd_optimize)
 
-    srv = sub.add_parser("serve", help="serve a pipeline as an HTTP JSON service",
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
-                                     "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
-                                     "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
-                         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
-                                "  curl -s localhost:8000 -d '{\"statement\": \"...\", \"job_title\": \"...\", ...}'")
+    srv = sub.add_parser(
+        "serve",
+        help="serve a pipeline as an HTTP JSON service",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
+        "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+        "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
+        epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
+        '  curl -s localhost:8000 -d \'{"statement": "...", "job_title": "...", ...}\'',
+    )
     srv.add_argument("file", metavar="FILE")
     srv.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    srv.add_argument("--port", type=number(int, 0, True, "a port from 0 to 65535", 65535), default=8000, help="port (default 8000; 0 picks a free one)")
+    srv.add_argument(
+        "--port",
+        type=number(int, 0, True, "a port from 0 to 65535", 65535),
+        default=8000,
+        help="port (default 8000; 0 picks a free one)",
+    )
     add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
     add_run_commands(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
-
-
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -444,10 +575,10 @@ def _known_errors() -> tuple[type[Exception], ...]:
     """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
     from jinja2 import TemplateError
 
-    from ..models.cache import CacheError
-    from ..runtime.datasets import DataError
-    from ..records.record import RecordError
     from ..language.writeback import WriteBackError
+    from ..models.cache import CacheError
+    from ..records.record import RecordError
+    from ..runtime.datasets import DataError
 
     known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
     if "sembp_dsl.serve" in sys.modules:
@@ -459,4 +590,3 @@ def _known_errors() -> tuple[type[Exception], ...]:
 
         known += [LLMError, BudgetExceeded]
     return tuple(known)
-

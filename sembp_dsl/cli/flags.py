@@ -27,9 +27,20 @@ def load_pipeline(args):
     """The pipeline of a command, with the models and limits its flags ask for."""
     from ..api import load
 
-    roles = {role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag}
-    pipeline = load(args.file, model=args.model, roles=roles, api_base=args.api_base, concurrency=args.concurrency,
-                    timeout=args.timeout, cache=not args.no_cache, max_calls=args.max_calls, max_cost=args.max_cost)
+    roles = {
+        role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag
+    }
+    pipeline = load(
+        args.file,
+        model=args.model,
+        roles=roles,
+        api_base=args.api_base,
+        concurrency=args.concurrency,
+        timeout=args.timeout,
+        cache=not args.no_cache,
+        max_calls=args.max_calls,
+        max_cost=args.max_cost,
+    )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
     return pipeline
@@ -42,6 +53,7 @@ def print_ledger(pipeline, args) -> None:
 
 def number(kind, low: float, inclusive: bool, what: str, high: float = float("inf")):
     """An argparse type: a finite `kind` above `low` (or at it, when inclusive) and at most `high`; else a usage error."""
+
     def parse(text: str):
         try:
             value = kind(text)
@@ -50,6 +62,7 @@ def number(kind, low: float, inclusive: bool, what: str, high: float = float("in
         if not low <= value <= min(high, 1e308) or (value == low and not inclusive):  # also refuses nan and inf
             raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
         return value
+
     parse.__name__ = what  # argparse names the type in its messages
     return parse
 
@@ -64,19 +77,29 @@ PROBABILITY = number(float, 0, False, "a probability above 0 and at most 1", hig
 def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
     g = p.add_argument_group("models and limits")
     every = "every call (unless --backward-model / --optimizer-model say otherwise)" if learning else "every call"
-    g.add_argument("--model", help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
-                                   "ollama/llama3, embedded/smollm2-135m")
+    g.add_argument(
+        "--model",
+        help=f"litellm model for {every}, e.g. openai/gpt-4o-mini, anthropic/claude-3-5-haiku-latest, "
+        "ollama/llama3, embedded/smollm2-135m",
+    )
     if learning:
         g.add_argument("--backward-model", help="model for backward (gradient) calls")
         g.add_argument("--optimizer-model", help="model for optimizer calls")
     else:
         p.set_defaults(backward_model=None, optimizer_model=None)  # only forward calls: those flags do not apply
-    g.add_argument("--api-base", metavar="URL", help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
-                                                      "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)")
+    g.add_argument(
+        "--api-base",
+        metavar="URL",
+        help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
+        "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)",
+    )
     g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
     g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
-    g.add_argument("--no-cache", action="store_true", help="do not read or write the response cache "
-                                                            "($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)")
+    g.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="do not read or write the response cache ($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)",
+    )
     g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
     g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
@@ -84,12 +107,26 @@ def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
 
 def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:
     g = p.add_argument_group("data")
-    g.add_argument("--data", required=True, help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
-                                                 "JSON values that are not strings reach prompts as JSON text")
-    g.add_argument("--test-data", metavar="PATH", help="a separate file for the test split (.jsonl, .csv, .tsv); "
-                                                       "--data then gives train and val only")
-    g.add_argument("--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)")
-    g.add_argument("--map", action="append", metavar="INPUT=FIELD", help="read a pipeline input from a differently named data field")
+    g.add_argument(
+        "--data",
+        required=True,
+        help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+        "JSON values that are not strings reach prompts as JSON text",
+    )
+    g.add_argument(
+        "--test-data",
+        metavar="PATH",
+        help="a separate file for the test split (.jsonl, .csv, .tsv); --data then gives train and val only",
+    )
+    g.add_argument(
+        "--data-dir", help="folder holding liar/, gsm8k/, bbh/ (default: $SBPC_DATA_DIR, then ~/.cache/sbpc/datasets)"
+    )
+    g.add_argument(
+        "--map",
+        action="append",
+        metavar="INPUT=FIELD",
+        help="read a pipeline input from a differently named data field",
+    )
     from_file = "the file's optimize block"
     g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
     g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")

@@ -7,13 +7,23 @@ import argparse
 import json
 import sys
 
-from .flags import (COUNT, POSITIVE_COUNT, PROBABILITY, UsageError, add_data_flags, add_model_flags,
-                        load_pipeline, parse_pairs, print_ledger)
 from ..language.diagnostics import json_text, visible
+from .flags import (
+    COUNT,
+    POSITIVE_COUNT,
+    PROBABILITY,
+    UsageError,
+    add_data_flags,
+    add_model_flags,
+    load_pipeline,
+    parse_pairs,
+    print_ledger,
+)
 
 
 def _runs_command(work):
     """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
+
     def command(args) -> int:
         from ..records.runs import RunsError
 
@@ -22,6 +32,7 @@ def _runs_command(work):
         except RunsError as exc:  # it may quote a record: a key from a hostile file, say
             print(visible(f"sbpc: error: {exc}"), file=sys.stderr)
             return 1
+
     return command
 
 
@@ -72,8 +83,8 @@ def _check_page(path: str, flag: str) -> None:
 def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
-    from ..records.runs import RunsError
     from ..language.writeback import atomic_write
+    from ..records.runs import RunsError
 
     try:
         atomic_write(Path(path), html)
@@ -95,7 +106,6 @@ def cmd_report(args) -> int:
 
 @_runs_command
 def cmd_compare(args) -> int:
-    from pathlib import Path
 
     from tqdm import tqdm
 
@@ -111,37 +121,69 @@ def cmd_compare(args) -> int:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
             dataset = datasets.load(args.data, args.data_dir, args.test_data)
             experiment = compare.Experiment(
-                pipeline, args.data, dataset,
+                pipeline,
+                args.data,
+                dataset,
                 dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
                 dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha),
-                metric_for(pipeline.graph, dataset.metric), parse_pairs(args.map, "--map"))
+                metric_for(pipeline.graph, dataset.metric),
+                parse_pairs(args.map, "--map"),
+            )
             first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
             seeds = [first + i for i in range(args.seeds)]
 
             def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
-                inner = tqdm(total=total, desc=f"  {what}", unit="sample", file=sys.stderr, leave=False,
-                             disable=args.json or None)
+                inner = tqdm(
+                    total=total,
+                    desc=f"  {what}",
+                    unit="sample",
+                    file=sys.stderr,
+                    leave=False,
+                    disable=args.json or None,
+                )
                 return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
 
-            with tqdm(total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr,
-                      disable=args.json or None) as bar:
-                results = compare.compare(experiment, rows, seeds, args.runs_dir,
-                                          lambda what: (done.append(what), bar.set_postfix_str(what), bar.update()),
-                                          phase)
+            with tqdm(
+                total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr, disable=args.json or None
+            ) as bar:
+                results = compare.compare(
+                    experiment,
+                    rows,
+                    seeds,
+                    args.runs_dir,
+                    lambda what: (done.append(what), bar.set_postfix_str(what), bar.update()),
+                    phase,
+                )
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
-            kept = (f"their run records are in {args.runs_dir}" if args.runs_dir
-                    else "no run record was kept (--runs-dir keeps them)")
-            print(f"\ninterrupted after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
-                  f"must share seeds to be compared; {kept}."
-                  f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
-                  file=sys.stderr)
+            kept = (
+                f"their run records are in {args.runs_dir}"
+                if args.runs_dir
+                else "no run record was kept (--runs-dir keeps them)"
+            )
+            print(
+                f"\ninterrupted after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
+                f"must share seeds to be compared; {kept}."
+                f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
+                file=sys.stderr,
+            )
             raise
-        print(json.dumps({"file": args.file, "data": args.data, "seeds": seeds, "rows": compare.to_json(results),
-                          "ledger": pipeline.ledger.to_json()}, indent=2) if args.json
-              else compare.markdown(results, experiment))
+        print(
+            json.dumps(
+                {
+                    "file": args.file,
+                    "data": args.data,
+                    "seeds": seeds,
+                    "rows": compare.to_json(results),
+                    "ledger": pipeline.ledger.to_json(),
+                },
+                indent=2,
+            )
+            if args.json
+            else compare.markdown(results, experiment)
+        )
         if args.report:
             _write_page(args.report, compare.html(results, experiment))
             print(f"wrote {args.report}", file=sys.stderr)
@@ -151,80 +193,110 @@ def cmd_compare(args) -> int:
 
 def add_run_commands(sub) -> None:
     """Commands over run records: list, show, apply, report, compare."""
+
     def runs_dir(p):
         p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
 
-    run_help = ("a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name "
-                "(e.g. 20260101-1200)")
-    ls = sub.add_parser("runs", help="list the optimize runs on record, one line each",
-                        description="Every run in the runs folder: when, file, data, the settings that differ from the "
-                                    "defaults, initial -> best gate score, test before -> after, calls, cost, and "
-                                    "whether it finished.")
+    run_help = (
+        "a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name (e.g. 20260101-1200)"
+    )
+    ls = sub.add_parser(
+        "runs",
+        help="list the optimize runs on record, one line each",
+        description="Every run in the runs folder: when, file, data, the settings that differ from the "
+        "defaults, initial -> best gate score, test before -> after, calls, cost, and "
+        "whether it finished.",
+    )
     runs_dir(ls)
     ls.add_argument("--json", action="store_true", help="print the runs as JSON")
     ls.set_defaults(run=cmd_runs)
 
-    show = sub.add_parser("show", help="show one run iteration by iteration",
-                          formatter_class=argparse.RawDescriptionHelpFormatter,
-                          description="A run iteration by iteration: scores, each candidate prompt with its fate and why, "
-                                      "a word diff against the prompt it would replace ([-old-]{+new+}), and the "
-                                      "gradients behind it.",
-                          epilog="examples:\n  sbpc show -1                 # the newest run\n"
-                                 "  sbpc show .sbpc/runs/20260101-120000-liar")
+    show = sub.add_parser(
+        "show",
+        help="show one run iteration by iteration",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="A run iteration by iteration: scores, each candidate prompt with its fate and why, "
+        "a word diff against the prompt it would replace ([-old-]{+new+}), and the "
+        "gradients behind it.",
+        epilog="examples:\n  sbpc show -1                 # the newest run\n"
+        "  sbpc show .sbpc/runs/20260101-120000-liar",
+    )
     show.add_argument("run_spec", metavar="RUN", help=run_help)
     runs_dir(show)
     show.add_argument("--json", action="store_true", help="print the run record as it is")
     show.set_defaults(run=cmd_show)
 
-    ap = sub.add_parser("apply", help="write the prompts of one iteration of a run into a pipeline file",
-                        formatter_class=argparse.RawDescriptionHelpFormatter,
-                        description="Write the prompts a run had after iteration K into FILE, with optimize's own "
-                                    "write-back: only the prompt literals change, checked by parsing the file again.",
-                        epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp")
+    ap = sub.add_parser(
+        "apply",
+        help="write the prompts of one iteration of a run into a pipeline file",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write the prompts a run had after iteration K into FILE, with optimize's own "
+        "write-back: only the prompt literals change, checked by parsing the file again.",
+        epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp",
+    )
     ap.add_argument("run_spec", metavar="RUN", help=run_help)
-    ap.add_argument("--iteration", type=COUNT, required=True, metavar="K",
-                    help="the iteration whose prompts to write (0: the run's initial prompts)")
+    ap.add_argument(
+        "--iteration",
+        type=COUNT,
+        required=True,
+        metavar="K",
+        help="the iteration whose prompts to write (0: the run's initial prompts)",
+    )
     ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
     runs_dir(ap)
     ap.set_defaults(run=cmd_apply)
 
-    rep = sub.add_parser("report", help="write one HTML page about one run, or comparing several",
-                         formatter_class=argparse.RawDescriptionHelpFormatter,
-                         description="One self-contained HTML file that opens offline: train, gate and test scores and "
-                                     "calls and cost per iteration (plots by matplotlib: pip install 'sbpc[report]'), "
-                                     "every candidate's diff and fate, the gradients per node, and the final diff of "
-                                     "the source file. Several runs give one page that compares them. The page runs "
-                                     "no script and loads nothing.",
-                         epilog="examples:\n  sbpc report -1 && xdg-open report.html\n"
-                                "  sbpc report 3 4 5 --out ablation.html")
+    rep = sub.add_parser(
+        "report",
+        help="write one HTML page about one run, or comparing several",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="One self-contained HTML file that opens offline: train, gate and test scores and "
+        "calls and cost per iteration (plots by matplotlib: pip install 'sbpc[report]'), "
+        "every candidate's diff and fate, the gradients per node, and the final diff of "
+        "the source file. Several runs give one page that compares them. The page runs "
+        "no script and loads nothing.",
+        epilog="examples:\n  sbpc report -1 && xdg-open report.html\n  sbpc report 3 4 5 --out ablation.html",
+    )
     rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
-    rep.add_argument("--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)")
+    rep.add_argument(
+        "--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)"
+    )
     runs_dir(rep)
     rep.set_defaults(run=cmd_report)
 
     cmp = sub.add_parser(
-        "compare", help="optimize under several settings and seeds, and compare held-out accuracy",
+        "compare",
+        help="optimize under several settings and seeds, and compare held-out accuracy",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Run one optimize per setting and seed (never writing back, all sharing one response cache) and\n"
-                    "print a table: per row, held-out test accuracy as the mean and 95% t interval over seeds, the\n"
-                    "difference from the first row paired by seed with its interval, and calls, tokens, cost and\n"
-                    "wall time. Rows change one --vary setting at a time from the base (the first value of each\n"
-                    "--vary), as the paper's liar.sh does; --grid runs every combination instead.",
+        "print a table: per row, held-out test accuracy as the mean and 95% t interval over seeds, the\n"
+        "difference from the first row paired by seed with its interval, and calls, tokens, cost and\n"
+        "wall time. Rows change one --vary setting at a time from the base (the first value of each\n"
+        "--vary), as the paper's liar.sh does; --grid runs every combination instead.",
         epilog="examples:\n"
-               "  sbpc compare pipelines/liar.sbp --data liar --vary gradient=sibling,no-sibling,none --seeds 3 --test-size 100\n"
-               "  sbpc compare pipelines/liar_paper.sbp --data liar --vary gradient=sibling,none,no-sibling \\\n"
-               "      --vary only=each --vary gate=train,none --seeds 3 --test-size 200 --report liar.html   # liar.sh\n"
-               "--vary takes gradient, only (each | all | PARAM[+PARAM]), gate, update, iterations,\n"
-               "errors_per_gradient, train_size, val_size, gate_alpha.")
+        "  sbpc compare pipelines/liar.sbp --data liar --vary gradient=sibling,no-sibling,none --seeds 3 --test-size 100\n"
+        "  sbpc compare pipelines/liar_paper.sbp --data liar --vary gradient=sibling,none,no-sibling \\\n"
+        "      --vary only=each --vary gate=train,none --seeds 3 --test-size 200 --report liar.html   # liar.sh\n"
+        "--vary takes gradient, only (each | all | PARAM[+PARAM]), gate, update, iterations,\n"
+        "errors_per_gradient, train_size, val_size, gate_alpha.",
+    )
     cmp.add_argument("file", metavar="FILE")
     g = cmp.add_argument_group("experiment")
-    g.add_argument("--vary", action="append", metavar="SETTING=V1,V2",
-                   help="a setting and its values; the first is the base (repeat for several settings)")
+    g.add_argument(
+        "--vary",
+        action="append",
+        metavar="SETTING=V1,V2",
+        help="a setting and its values; the first is the base (repeat for several settings)",
+    )
     g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
     g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
     g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
-    g.add_argument("--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)")
-    g.add_argument("--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)")
+    g.add_argument(
+        "--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)"
+    )
+    g.add_argument(
+        "--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)"
+    )
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")

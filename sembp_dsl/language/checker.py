@@ -26,23 +26,49 @@ MODEL_ROLES = ("forward", "backward", "optimizer")
 NUMBER = (int, float)
 NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")}
 MODEL_SETTINGS = {
-    "name": (str,), "temperature": NUMBER, "top_p": NUMBER, "max_tokens": (int,), "seed": (int,),
-    "api_base": (str,), "api_key_env": (str,), "timeout": NUMBER, "stop": (str,),
-    "router": (str,), "concurrency": (int,), "rpm": (int,), "tpm": (int,),
+    "name": (str,),
+    "temperature": NUMBER,
+    "top_p": NUMBER,
+    "max_tokens": (int,),
+    "seed": (int,),
+    "api_base": (str,),
+    "api_key_env": (str,),
+    "timeout": NUMBER,
+    "stop": (str,),
+    "router": (str,),
+    "concurrency": (int,),
+    "rpm": (int,),
+    "tpm": (int,),
 }
 OPTIMIZE_SETTINGS = {
-    "iterations": (int,), "errors_per_gradient": (int,), "gradient": ("sibling", "no_sibling", "none"),
-    "update": ("full", "sample"), "gate": ("validation", "train", "none"), "train_size": (int,),
-    "val_size": (int,), "test_size": (int,), "seed": (int,), "gate_alpha": NUMBER,
+    "iterations": (int,),
+    "errors_per_gradient": (int,),
+    "gradient": ("sibling", "no_sibling", "none"),
+    "update": ("full", "sample"),
+    "gate": ("validation", "train", "none"),
+    "train_size": (int,),
+    "val_size": (int,),
+    "test_size": (int,),
+    "seed": (int,),
+    "gate_alpha": NUMBER,
 }
 BLOCKS = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
-    "temperature": (0, 2, False), "top_p": (0, 1, False), "max_tokens": (1, 10_000_000, False),
-    "seed": (-2**63, 2**63 - 1, False), "timeout": (0, 86_400, True), "iterations": (0, 1_000, False),
-    "errors_per_gradient": (1, 1_000, False), "train_size": (0, 10_000_000, False), "val_size": (0, 10_000_000, False),
-    "test_size": (0, 10_000_000, False), "gate_alpha": (0, 1, True),
-    "concurrency": (1, 100_000, False), "rpm": (1, 10_000_000_000, False), "tpm": (1, 10_000_000_000, False),
+    "temperature": (0, 2, False),
+    "top_p": (0, 1, False),
+    "max_tokens": (1, 10_000_000, False),
+    "seed": (-(2**63), 2**63 - 1, False),
+    "timeout": (0, 86_400, True),
+    "iterations": (0, 1_000, False),
+    "errors_per_gradient": (1, 1_000, False),
+    "train_size": (0, 10_000_000, False),
+    "val_size": (0, 10_000_000, False),
+    "test_size": (0, 10_000_000, False),
+    "gate_alpha": (0, 1, True),
+    "concurrency": (1, 100_000, False),
+    "rpm": (1, 10_000_000_000, False),
+    "tpm": (1, 10_000_000_000, False),
 }
 MAX_CYCLES_REPORTED = 20
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
@@ -104,7 +130,7 @@ class Context:
         text = self.p.text
         if not text or literal is None:
             return literal
-        body = text[literal.start:literal.end]
+        body = text[literal.start : literal.end]
         if name is not None:
             match = re.search(r"(?:\{\{|\{%)[^}]*?\b(" + re.escape(name) + r")\b", body)
             offset = literal.start + match.start(1) if match else None
@@ -137,8 +163,11 @@ def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
             cx.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
         elif isinstance(accepted[0], str):
             if s.value not in accepted:
-                cx.error(s.value_span, f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
-                                         + did_you_mean(str(s.value), accepted))
+                cx.error(
+                    s.value_span,
+                    f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
+                    + did_you_mean(str(s.value), accepted),
+                )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
             kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
             cx.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
@@ -161,7 +190,10 @@ def check_node(cx: Context, node: ir.Node) -> None:
     template = node.setting("template")
     if template is not None and isinstance(template.value, str):
         if IDENTIFIER.match(template.value) and template.value not in cx.templates:
-            cx.error(template.value_span, f"undefined template '{template.value}'{did_you_mean(template.value, cx.templates)}")
+            cx.error(
+                template.value_span,
+                f"undefined template '{template.value}'{did_you_mean(template.value, cx.templates)}",
+            )
             cx.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
     if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
         cx.error(node.type.span, "a choice lists the same option twice")
@@ -191,7 +223,9 @@ def check_edges(cx: Context):
     pairs = sum(len(edge.sources) * len(edge.targets) for edge in cx.p.edges)
     if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
         biggest = max(cx.p.edges, key=lambda e: len(e.sources) * len(e.targets))
-        cx.error(biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}")
+        cx.error(
+            biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}"
+        )
         return {n.name: () for n in cx.p.nodes}, {n: () for n in cx.nodes}, []
     feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in cx.p.nodes}
     fed: dict[str, list[tuple[str, ...]]] = {n: [] for n in cx.nodes}
@@ -350,7 +384,7 @@ def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
     while True:
         pred = next(p for p in predecessors[path[-1]] if p in remaining)
         if pred in index:
-            return (path[index[pred]:] + [pred])[::-1]
+            return (path[index[pred] :] + [pred])[::-1]
         index[pred] = len(path)
         path.append(pred)
 
@@ -364,8 +398,11 @@ def check_output(cx: Context) -> ir.Node | None:
         cx.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
     ref = outputs[0].node
     if ref.name not in cx.node_names:
-        cx.error(ref.span, f"undefined node '{ref.name}'" + (" (an input cannot be the output)" if ref.name in cx.nodes
-                                                                else did_you_mean(ref.name, cx.node_names)))
+        cx.error(
+            ref.span,
+            f"undefined node '{ref.name}'"
+            + (" (an input cannot be the output)" if ref.name in cx.nodes else did_you_mean(ref.name, cx.node_names)),
+        )
         return None
     return cx.nodes[ref.name]
 
@@ -383,13 +420,16 @@ def check_metric(cx: Context, output: ir.Node | None) -> str:
     return ref.name
 
 
-def template_variables(cx: Context, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "",
-                       builtin: bool = False) -> frozenset | None:
+def template_variables(
+    cx: Context, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "", builtin: bool = False
+) -> frozenset | None:
     """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
     try:
         used = variables(text)
     except TemplateProblem as exc:
-        cx.error(cx.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}")
+        cx.error(
+            cx.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}"
+        )
         return None
     for name in sorted(used - allowed):
         cx.error(cx.locate(literal, name), misuse(name))
@@ -397,8 +437,10 @@ def template_variables(cx: Context, text: str, literal: ir.Span, allowed: set[st
         failure, certain = trial_render(text, used, builtin)
         if failure is not None:  # an error when no data can help, else a warning
             report = cx.error if certain else cx.warn
-            report(cx.locate(literal, None, failure.lineno),
-                   f"template{what} {'cannot' if report == cx.error else 'may not'} render: {failure.message}")
+            report(
+                cx.locate(literal, None, failure.lineno),
+                f"template{what} {'cannot' if report == cx.error else 'may not'} render: {failure.message}",
+            )
     return used
 
 
@@ -410,19 +452,30 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
     key = (id(received), setting is None)
     if key not in cx.received_sets:  # nodes fed by one statement share `received`: one set for all
         cx.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
-    used = template_variables(cx, 
-        template_source(cx.p, node), literal, cx.received_sets[key],
-        lambda name: f"{label} uses '{name}', which node '{node.name}' does not receive"
-                     f" (it receives: {', '.join(received) or 'nothing'})",
+    used = template_variables(
+        cx,
+        template_source(cx.p, node),
+        literal,
+        cx.received_sets[key],
+        lambda name: (
+            f"{label} uses '{name}', which node '{node.name}' does not receive"
+            f" (it receives: {', '.join(received) or 'nothing'})"
+        ),
     )
     if used is None:
         return
     param = cx.params.get(str(prompt.value)) if prompt else None
     if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
-        cx.error(param.span, f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}")
+        cx.error(
+            param.span,
+            f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}",
+        )
     elif param is not None:  # a prompt may use the node's inputs too
-        template_variables(cx, 
-            param.text, param.literal, cx.received_sets[key] - {"prompt", "inputs"},
+        template_variables(
+            cx,
+            param.text,
+            param.literal,
+            cx.received_sets[key] - {"prompt", "inputs"},
             lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
             what=f" in param '{param.name}'",
         )
@@ -434,9 +487,14 @@ def check_builtin_overrides(cx: Context) -> None:
     for template in cx.p.templates:
         if template.name in BUILTIN:
             allowed = BUILTIN[template.name]
-            template_variables(cx, 
-                template.text, template.literal, allowed,
-                lambda name: f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}",
+            template_variables(
+                cx,
+                template.text,
+                template.literal,
+                allowed,
+                lambda name, template=template, allowed=allowed: (
+                    f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}"
+                ),
                 builtin=True,
             )
 

@@ -38,13 +38,18 @@ class Diagnostic:
         width = span.end_column - span.column if span.end_line == span.line else len(raw) - column
         first = max(0, column - SOURCE_CONTEXT)
         before = visible(raw[first:column].expandtabs(1))
-        marked = visible(raw[column:column + max(1, width)].expandtabs(1))
-        after = visible(raw[column + max(1, width):][:SOURCE_CONTEXT].expandtabs(1))
-        cut_before, cut_after = ("..." if first else ""), ("..." if len(raw) > column + max(1, width) + SOURCE_CONTEXT else "")
+        marked = visible(raw[column : column + max(1, width)].expandtabs(1))
+        after = visible(raw[column + max(1, width) :][:SOURCE_CONTEXT].expandtabs(1))
+        cut_before, cut_after = (
+            ("..." if first else ""),
+            ("..." if len(raw) > column + max(1, width) + SOURCE_CONTEXT else ""),
+        )
         gutter = f"{span.line:>5} | "
         caret = " " * (len(cut_before) + len(before)) + "^" + "~" * max(0, min(len(marked), 80) - 1)
-        return f"{head}\n{gutter}{cut_before}{before}{marked[:80]}{after if len(marked) <= 80 else ''}{cut_after}\n" \
-               f"{' ' * (len(gutter) - 2)}| {caret}"
+        return (
+            f"{head}\n{gutter}{cut_before}{before}{marked[:80]}{after if len(marked) <= 80 else ''}{cut_after}\n"
+            f"{' ' * (len(gutter) - 2)}| {caret}"
+        )
 
 
 class PipelineError(Exception):
@@ -67,7 +72,7 @@ class Option(str):
 
     cli: str
 
-    def __new__(cls, python: str, cli: str) -> "Option":
+    def __new__(cls, python: str, cli: str) -> Option:
         text = super().__new__(cls, python)
         text.cli = cli
         return text

@@ -45,6 +45,7 @@ def emit_dot(graph: Graph) -> str:
 def emit_mermaid(graph: Graph) -> str:
     """A Mermaid flowchart. Ids are generated (`n0`, `n1`, ...) and names appear only in quoted labels:
     a node called `end`, `style` or `class` is a keyword to Mermaid and would break the chart."""
+
     def quote(text: str) -> str:
         return '"' + text.replace('"', "#quot;") + '"'
 
@@ -74,8 +75,10 @@ def emit_prompts(graph: Graph) -> str:
         out.append(f"=== {node.name}: backward (all {len(node.hints)} hints) ===\n{together}")
         for (hint,), alone in graph.backward_questions(node, values, *placeholders, sibling=False):
             out.append(f"=== {node.name}: backward, no sibling ({hint}) ===\n{alone}")
-    out.append(f"=== {graph.output}: loss feedback ===\n"
-               f"{graph.render_builtin('loss', node=graph.output, output='<output>', expected='<expected>', parse_error=None)}")
+    out.append(
+        f"=== {graph.output}: loss feedback ===\n"
+        f"{graph.render_builtin('loss', node=graph.output, output='<output>', expected='<expected>', parse_error=None)}"
+    )
     return "\n\n".join(out)
 
 

@@ -7,9 +7,9 @@ nodes costs one compilation.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
-from typing import Mapping, Sequence
 
 from . import ir
 from .checker import MODEL_ROLES, check, template_source
@@ -18,13 +18,26 @@ from .templates import BUILTIN, builtin_source, compile_template
 
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
 # Backward and optimizer replies are a few lines; without a bound a small model can ramble for minutes.
-DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType({
-    "backward": {"max_tokens": 512}, "optimizer": {"max_tokens": 1024},
-})
-DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType({
-    "iterations": 3, "errors_per_gradient": 2, "gradient": "sibling", "update": "full",
-    "gate": "validation", "train_size": 20, "val_size": 20, "test_size": 0, "seed": 0, "gate_alpha": 0.1,
-})
+DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType(
+    {
+        "backward": {"max_tokens": 512},
+        "optimizer": {"max_tokens": 1024},
+    }
+)
+DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType(
+    {
+        "iterations": 3,
+        "errors_per_gradient": 2,
+        "gradient": "sibling",
+        "update": "full",
+        "gate": "validation",
+        "train_size": 20,
+        "val_size": 20,
+        "test_size": 0,
+        "seed": 0,
+        "gate_alpha": 0.1,
+    }
+)
 
 
 def label(name: str) -> str:
@@ -88,19 +101,25 @@ class Graph:
     def task(self) -> str:
         return self.pipeline.description or self.pipeline.name
 
-    def with_prompts(self, prompts: Mapping[str, str]) -> "Graph":
+    def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
         return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
 
     def render_builtin(self, name: str, **variables) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **variables).strip()
 
-    def backward_questions(self, node: GraphNode, values: Mapping[str, str], output: str, feedback: str,
-                           sibling: bool) -> list[tuple[tuple[str, ...], str]]:
+    def backward_questions(
+        self, node: GraphNode, values: Mapping[str, str], output: str, feedback: str, sibling: bool
+    ) -> list[tuple[tuple[str, ...], str]]:
         """A node's backward prompts, each with the predecessors its "Hint k" lines go to:
         one showing all hints side by side, or (no sibling) one per hint."""
         hints = [{"name": h, "value": values[h]} for h in node.hints]
-        question = dict(node=node.name, prompt=node.instruction(values, self.prompts), context=describe(node.context, values),
-                        output=output, feedback=feedback)
+        question = dict(
+            node=node.name,
+            prompt=node.instruction(values, self.prompts),
+            context=describe(node.context, values),
+            output=output,
+            feedback=feedback,
+        )
         if sibling:
             return [(node.hints, self.render_builtin("backward", hints=hints, **question))]
         return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
@@ -141,7 +160,10 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         source = template_source(pipeline, node)
         compile_template(source)
         if id(preds) not in split:
-            split[id(preds)] = (tuple(p for p in preds if p not in input_names), tuple(p for p in preds if p in input_names))
+            split[id(preds)] = (
+                tuple(p for p in preds if p not in input_names),
+                tuple(p for p in preds if p in input_names),
+            )
         hints, context = split[id(preds)]
         nodes[name] = GraphNode(
             name=name,
@@ -167,7 +189,14 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(_models(pipeline)),
-        optimize=MappingProxyType({**DEFAULT_OPTIMIZE, **{s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}}),
-        builtins=MappingProxyType({name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}),
+        optimize=MappingProxyType(
+            {
+                **DEFAULT_OPTIMIZE,
+                **{s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings},
+            }
+        ),
+        builtins=MappingProxyType(
+            {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
+        ),
         warnings=tuple(diagnostics),
     )

@@ -9,9 +9,9 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple, Union
+from typing import NamedTuple
 
-Value = Union[str, int, float, bool]
+Value = str | int | float | bool
 
 
 @contextmanager

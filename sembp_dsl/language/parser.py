@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 from lark import Lark, Token, Transformer
@@ -51,7 +51,7 @@ def decode_block_string(raw: str) -> str:
     out = []
     for number, line in enumerate(lines, start=1):
         if line.startswith(indent):
-            out.append(line[len(indent):])
+            out.append(line[len(indent) :])
         elif not line.strip():
             out.append("")
         else:
@@ -104,7 +104,11 @@ class Builder(Transformer):
     def type(self, children):
         kind = children[0]
         choices = tuple(str(c) for c in children[1:])
-        return ir.OutputType({"TEXT": "text", "NUMBER_TYPE": "number", "JSON_TYPE": "json", "CHOICE": "choice"}[kind.type], choices, span=self.span(kind))
+        return ir.OutputType(
+            {"TEXT": "text", "NUMBER_TYPE": "number", "JSON_TYPE": "json", "CHOICE": "choice"}[kind.type],
+            choices,
+            span=self.span(kind),
+        )
 
     def setting(self, children):
         key, value = children
@@ -159,7 +163,9 @@ class Builder(Transformer):
 
     def start(self, children):
         (_, header), *statements = children
-        groups: dict[str, list] = {k: [] for k in ("input", "param", "template", "node", "edge", "output", "metric", "block")}
+        groups: dict[str, list] = {
+            k: [] for k in ("input", "param", "template", "node", "edge", "output", "metric", "block")
+        }
         for statement in statements:
             for kind, item in statement:
                 groups[kind].append(item)
@@ -184,14 +190,20 @@ class Builder(Transformer):
 _BUILDER = Builder()
 
 
-@lru_cache(maxsize=None)
+@cache
 def _lark() -> Lark:
     grammar = resources.files("sembp_dsl.language").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
 
 
 def _describe(terminal: str) -> str:
-    names = {"NAME": "a name", "STRING": "a string", "BLOCK_STRING": "a string", "NUMBER": "a number", "$END": "end of file"}
+    names = {
+        "NAME": "a name",
+        "STRING": "a string",
+        "BLOCK_STRING": "a string",
+        "NUMBER": "a number",
+        "$END": "end of file",
+    }
     if terminal in names:
         return names[terminal]
     for term in _lark().terminals:
@@ -217,7 +229,10 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
         where = point(file, text, len(text)) if tok.type == "$END" else span_of(file, tok)
         keywords = [word.strip("'") for word in expected if word.startswith("'") and word[1:-1].isalpha()]
         hint = did_you_mean(str(tok), keywords) if tok.type == "NAME" else ""
-        return error(where, f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}{hint}")
+        return error(
+            where,
+            f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}{hint}",
+        )
     assert isinstance(exc, UnexpectedCharacters)
     offset = exc.pos_in_stream
     char = text[offset]
@@ -235,7 +250,9 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
 _SKIP = r'"""[\s\S]*?"""|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*'
 _STATEMENT_START = re.compile(
     _SKIP + r"|(?<![\w.])(frozen|param|input|template|node|output|metric)\b"
-    r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))", re.M)
+    r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))",
+    re.M,
+)
 
 
 def _statement_starts(text: str) -> list[int]:

@@ -22,14 +22,18 @@ def read(path: str) -> str:
     except IsADirectoryError:
         raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
     except FileNotFoundError:
-        raise PipelineError([error(None, "no such file" + (" (a broken symbolic link)" if os.path.islink(path) else ""), path)])
+        raise PipelineError(
+            [error(None, "no such file" + (" (a broken symbolic link)" if os.path.islink(path) else ""), path)]
+        )
     except OSError as exc:
         raise PipelineError([error(None, f"cannot read: {exc.strerror or exc}", path)])
     try:
         return data.decode("utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8")
     except UnicodeDecodeError as exc:
         text = data[: exc.start].decode("utf-8", errors="replace")
-        raise PipelineError([error(point(path, text, len(text)), f"invalid UTF-8 (byte 0x{data[exc.start]:02x})")], text)
+        raise PipelineError(
+            [error(point(path, text, len(text)), f"invalid UTF-8 (byte 0x{data[exc.start]:02x})")], text
+        )
 
 
 def _read_regular(path: str) -> bytes:
@@ -40,10 +44,20 @@ def _read_regular(path: str) -> bytes:
         if stat.S_ISDIR(info.st_mode):
             raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
         if not stat.S_ISREG(info.st_mode):
-            raise PipelineError([error(None, "is not a regular file (a FIFO, socket or device?); give a pipeline file", path)])
+            raise PipelineError(
+                [error(None, "is not a regular file (a FIFO, socket or device?); give a pipeline file", path)]
+            )
         if info.st_size > MAX_FILE_BYTES:
-            raise PipelineError([error(None, f"is {info.st_size / 2**20:.1f} MB; a pipeline file may be at most"
-                                             f" {MAX_FILE_BYTES // 2**20} MB", path)])
+            raise PipelineError(
+                [
+                    error(
+                        None,
+                        f"is {info.st_size / 2**20:.1f} MB; a pipeline file may be at most"
+                        f" {MAX_FILE_BYTES // 2**20} MB",
+                        path,
+                    )
+                ]
+            )
         data = file.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:  # it grew while being read
         raise PipelineError([error(None, f"is larger than {MAX_FILE_BYTES // 2**20} MB", path)])

@@ -127,7 +127,9 @@ class BoundedTemplate(Template):
         except TemplateSyntaxError:
             raise
         except RecursionError as exc:
-            raise RenderError("nested or recursive too deeply (a macro that calls itself?)", _template_line(exc)) from None
+            raise RenderError(
+                "nested or recursive too deeply (a macro that calls itself?)", _template_line(exc)
+            ) from None
         except MemoryError as exc:
             raise RenderError("out of memory", _template_line(exc)) from None
         except Exception as exc:  # the template's own error ({{ 1/0 }}, a bad call): one sample's problem
@@ -154,7 +156,9 @@ class BoundedEnvironment(SandboxedEnvironment):
         _budget().step()
         size = _estimated_size(op, left, right)
         if size > MAX_VALUE_CHARS:
-            raise RenderError(f"'{op}' would build a value of {size:,} items or characters (the limit is {MAX_VALUE_CHARS:,})")
+            raise RenderError(
+                f"'{op}' would build a value of {size:,} items or characters (the limit is {MAX_VALUE_CHARS:,})"
+            )
         return _check_value(super().call_binop(context, op, left, right))
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
@@ -244,7 +248,7 @@ BUILTIN = {
 }
 
 
-@lru_cache(maxsize=None)
+@functools.cache
 def builtin_source(name: str) -> str:
     return resources.files("sembp_dsl.language").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
 
@@ -269,13 +273,17 @@ def variables(source: str) -> frozenset[str]:
         tree = ENV.parse(source)
         for kind, tag in FORBIDDEN.items():
             for found in tree.find_all(kind):
-                raise TemplateProblem(f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno)
+                raise TemplateProblem(
+                    f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno
+                )
         compile_template(source)
         return frozenset(meta.find_undeclared_variables(tree))
     except TemplateSyntaxError as exc:
         raise TemplateProblem(exc.message or str(exc), exc.lineno, syntax=True) from None
     except (RecursionError, MemoryError, SyntaxError, ValueError) as exc:  # too deep or too big for Python to compile
-        raise TemplateProblem(f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None)) from None
+        raise TemplateProblem(
+            f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None)
+        ) from None
 
 
 @lru_cache(maxsize=4096)
@@ -314,5 +322,15 @@ def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> t
     return (failures[0], certain) if failures else (None, False)
 
 
-__all__ = ["ENV", "DEFAULT_TEMPLATE", "BUILTIN", "RenderError", "TemplateProblem", "builtin_source", "variables",
-           "compile_template", "trial_render", "TemplateSyntaxError"]
+__all__ = [
+    "ENV",
+    "DEFAULT_TEMPLATE",
+    "BUILTIN",
+    "RenderError",
+    "TemplateProblem",
+    "builtin_source",
+    "variables",
+    "compile_template",
+    "trial_render",
+    "TemplateSyntaxError",
+]

@@ -15,9 +15,9 @@ import difflib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Mapping
 
 from . import ir
 from .diagnostics import Option, OptionError, PipelineError
@@ -58,7 +58,7 @@ def sbp_literal(text: str, source: str, param: ir.Param) -> str:
 def yaml_literal(text: str, source: str, param: ir.Param) -> str:
     """A YAML scalar for `text`: a `|-` block when the value sits in a block mapping, else double-quoted."""
     line_start = source.rfind("\n", 0, param.literal.start) + 1
-    before = source[line_start:param.literal.start]
+    before = source[line_start : param.literal.start]
     in_block_mapping = before.rstrip().endswith(":") and before.strip()[:-1].strip() == param.name
     if "\n" in text and in_block_mapping and text == text.strip() and "\r" not in text:
         indent, nl = _indent_of_line(source, param.span.start) + "  ", _newline(source)
@@ -80,8 +80,9 @@ def yaml_quoted(text: str) -> str:
             out.append("\\" + char)
         elif char in _YAML_SHORT_ESCAPES:
             out.append(_YAML_SHORT_ESCAPES[char])
-        elif (0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000) \
-                and char not in "\u2028\u2029\ufeff":
+        elif (
+            0x20 <= code <= 0x7E or 0xA0 <= code <= 0xD7FF or 0xE000 <= code <= 0xFFFD or code >= 0x10000
+        ) and char not in "\u2028\u2029\ufeff":
             out.append(char)
         else:
             out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
@@ -105,9 +106,9 @@ def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
                 literal = yaml_quoted(text) if is_yaml else json.dumps(text, ensure_ascii=False)
             else:
                 literal = (yaml_literal if is_yaml else sbp_literal)(text, source, param)
-            region = source[param.literal.start:param.literal.end]
-            tail = region[len(region.rstrip()):] if is_yaml else ""  # a YAML block scalar owns its line break
-            new = new[:param.literal.start] + literal + tail + new[param.literal.end:]
+            region = source[param.literal.start : param.literal.end]
+            tail = region[len(region.rstrip()) :] if is_yaml else ""  # a YAML block scalar owns its line break
+            new = new[: param.literal.start] + literal + tail + new[param.literal.end :]
         try:
             if parse_text(new, pipeline.path) == expected:
                 return new
@@ -198,9 +199,11 @@ def check_writable(pipeline: ir.Pipeline, out: str | None = None) -> None:
     source = Path(pipeline.path)
     if out is None:
         if _read_only(source):
-            raise WriteBackError(f"{source} is read-only, so the optimized prompts could not be written into it: "
-                                 "make it writable (chmod u+w), or ",
-                                 Option("write them to another file", "give --out FILE, or use --dry-run"))
+            raise WriteBackError(
+                f"{source} is read-only, so the optimized prompts could not be written into it: "
+                "make it writable (chmod u+w), or ",
+                Option("write them to another file", "give --out FILE, or use --dry-run"),
+            )
     else:
         target, named = Path(out), Option(repr(str(out)), f"--out {out}")  # out= to optimize, path to save
         if target.is_dir():
@@ -211,8 +214,11 @@ def check_writable(pipeline: ir.Pipeline, out: str | None = None) -> None:
             raise WriteBackError(named, " is read-only")
         kind = _kind(source)
         if _kind(target) != kind:
-            raise WriteBackError(named, f": the optimized pipeline is written in the syntax of {source}, so "
-                                 f"its name must end in {' or '.join(_YAML_KINDS) if kind == 'YAML' else '.sbp'}")
+            raise WriteBackError(
+                named,
+                f": the optimized pipeline is written in the syntax of {source}, so "
+                f"its name must end in {' or '.join(_YAML_KINDS) if kind == 'YAML' else '.sbp'}",
+            )
 
 
 def _read_only(path: Path) -> bool:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 
 import yaml
@@ -27,7 +27,7 @@ def schema_text() -> str:
     return resources.files("sembp_dsl.language").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8")
 
 
-@lru_cache(maxsize=None)
+@cache
 def schema() -> dict:
     return json.loads(schema_text())
 
@@ -39,8 +39,15 @@ def _span(file: str, node: yaml.Node) -> ir.Span:
 
 MAX_DEPTH = 64  # mappings and lists inside each other; a pipeline needs four
 UNQUOTED_CHOICE = re.compile(r"\s*choice\s*\([^)]*\Z")
-WORDS = {"object": "a mapping", "array": "a list", "string": "a string", "number": "a number",
-         "integer": "a whole number", "boolean": "true or false", "null": "nothing"}
+WORDS = {
+    "object": "a mapping",
+    "array": "a list",
+    "string": "a string",
+    "number": "a number",
+    "integer": "a whole number",
+    "boolean": "true or false",
+    "null": "nothing",
+}
 
 
 class Loader(yaml.SafeLoader):
@@ -57,9 +64,13 @@ class Loader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent) and self.peek_event().anchor not in self.refused:
             event = self.peek_event()
             self.refused.add(event.anchor)  # one error per anchor, however often it is used
-            self.problems.append((event.start_mark, f"YAML alias '*{event.anchor}' is not supported here: write the value out"))
+            self.problems.append(
+                (event.start_mark, f"YAML alias '*{event.anchor}' is not supported here: write the value out")
+            )
         if self.depth >= MAX_DEPTH:
-            raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark)
+            raise yaml.composer.ComposerError(
+                None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
+            )
         self.depth += 1
         try:
             return super().compose_node(parent, index)
@@ -81,7 +92,9 @@ def _kind(value) -> str:
 def specific(err):
     """For a value matching none of several forms: the error inside the form it has the shape of."""
     while err.validator == "oneOf":
-        branches = [e for e in err.context if _matches_type(err.schema["oneOf"][e.relative_schema_path[0]], err.instance)]
+        branches = [
+            e for e in err.context if _matches_type(err.schema["oneOf"][e.relative_schema_path[0]], err.instance)
+        ]
         if not branches:
             break
         err = max(branches, key=lambda e: len(e.absolute_path))
@@ -102,7 +115,12 @@ def explain(err) -> str:
         hint = did_you_mean(str(value), schema["enum"]) or f"; expected one of {', '.join(map(str, schema['enum']))}"
         return f"{_kind(value)} is not allowed here{hint}"
     if err.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
-        word = {"minimum": "at least", "exclusiveMinimum": "more than", "maximum": "at most", "exclusiveMaximum": "less than"}
+        word = {
+            "minimum": "at least",
+            "exclusiveMinimum": "more than",
+            "maximum": "at most",
+            "exclusiveMaximum": "less than",
+        }
         return f"must be {word[err.validator]} {err.validator_value}, not {value}"
     if err.validator == "required":
         return err.message.replace("is a required property", "is required")
@@ -143,11 +161,20 @@ class Lowering:
                     self.errors.append(error(self.span(key), f"duplicate key '{key.value}'"))
                 where[path + (key.value, "<key>")] = key
                 out[key.value] = self.plain(value, where, path + (key.value,))
-                if key.value == "type" and isinstance(value, yaml.ScalarNode) and value.style is None \
-                        and UNQUOTED_CHOICE.match(value.value):
-                    written = re.match(r"[^\n)]*\)?", self.text[value.start_mark.index:]).group()
-                    self.errors.append(error(self.span(value), "a choice type must be quoted in YAML, or its commas"
-                                             f" end the value: write type: \"{written}\""))
+                if (
+                    key.value == "type"
+                    and isinstance(value, yaml.ScalarNode)
+                    and value.style is None
+                    and UNQUOTED_CHOICE.match(value.value)
+                ):
+                    written = re.match(r"[^\n)]*\)?", self.text[value.start_mark.index :]).group()
+                    self.errors.append(
+                        error(
+                            self.span(value),
+                            "a choice type must be quoted in YAML, or its commas"
+                            f' end the value: write type: "{written}"',
+                        )
+                    )
                     self.reported.add(path)
             return out
         if isinstance(node, yaml.SequenceNode):
@@ -169,7 +196,7 @@ class Lowering:
         for err in Draft202012Validator(schema()).iter_errors(data):
             err = specific(err)
             path = tuple(err.absolute_path)
-            if any(path[:len(done)] == done for done in self.reported):
+            if any(path[: len(done)] == done for done in self.reported):
                 continue
             node = where.get(path) or where[()]
             if err.validator == "additionalProperties" and isinstance(err.instance, dict):
@@ -178,8 +205,11 @@ class Lowering:
                 message = one_of(extra[0], "key", err.schema.get("properties", {})) if extra else err.message
             elif "propertyNames" in err.relative_schema_path:  # a bad key: point at the key itself
                 node = where.get(path + (err.instance, "<key>"), node)
-                message = (f"'{err.instance}' is not a valid name" if err.validator == "pattern"
-                           else one_of(err.instance, "key", err.validator_value))
+                message = (
+                    f"'{err.instance}' is not a valid name"
+                    if err.validator == "pattern"
+                    else one_of(err.instance, "key", err.validator_value)
+                )
             else:
                 message = explain(err)
             where_ = ".".join(map(str, path))
@@ -189,21 +219,24 @@ class Lowering:
     def settings(self, mapping: yaml.MappingNode, skip: tuple[str, ...] = ()) -> tuple[ir.Setting, ...]:
         return tuple(
             ir.Setting(k.value, _scalar(v), span=self.span(k), value_span=self.span(v))
-            for k, v in mapping.value if k.value not in skip
+            for k, v in mapping.value
+            if k.value not in skip
         )
 
     def output_type(self, node: yaml.ScalarNode) -> ir.OutputType:
         match = TYPE.match(node.value)
         choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
         if match.group(1) == "choice" and (not choices or not all(choices)):
-            self.errors.append(error(self.span(node), "a choice needs options separated by commas, e.g. choice(Yes, No)"))
+            self.errors.append(
+                error(self.span(node), "a choice needs options separated by commas, e.g. choice(Yes, No)")
+            )
         return ir.OutputType(match.group(1), choices, span=self.span(node))
 
     def edges(self, node: yaml.ScalarNode) -> list[ir.Edge]:
         """`a, b -> c` in a YAML string, each name located inside the scalar when it is plain."""
         text = node.value
         base = node.start_mark.index + (1 if node.style in ("'", '"') else 0)
-        exact = node.style in (None, "'", '"') and "\n" not in text and text == self.text[base:base + len(text)]
+        exact = node.style in (None, "'", '"') and "\n" not in text and text == self.text[base : base + len(text)]
         groups, offset = [], 0
         for part in text.split("->"):
             names = []
@@ -240,18 +273,31 @@ class Lowering:
             frozen = "frozen" in fields and _scalar(fields["frozen"]) is True
             text = fields["text"]
             params.append(ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text)))
-        templates = [ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("templates")]
+        templates = [
+            ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("templates")
+        ]
         nodes = []
         for key, value in items("nodes"):
             fields = {k.value: v for k, v in value.value}
-            nodes.append(ir.Node(key.value, self.output_type(fields["type"]), self.settings(value, skip=("type",)), span=self.span(key)))
+            nodes.append(
+                ir.Node(
+                    key.value,
+                    self.output_type(fields["type"]),
+                    self.settings(value, skip=("type",)),
+                    span=self.span(key),
+                )
+            )
         edges = [e for node in (section["edges"].value if "edges" in section else []) for e in self.edges(node)]
         outputs = []
         if "output" in section:
             node = section["output"]
             fields = {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {"node": node}
             field = fields["from"].value if "from" in fields else None
-            outputs.append(ir.Output(ir.Ref(fields["node"].value, span=self.span(fields["node"])), field, span=self.span(fields["node"])))
+            outputs.append(
+                ir.Output(
+                    ir.Ref(fields["node"].value, span=self.span(fields["node"])), field, span=self.span(fields["node"])
+                )
+            )
         metrics = [ir.Ref(section["metric"].value, span=self.span(section["metric"]))] if "metric" in section else []
         blocks = [
             ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))
@@ -264,9 +310,17 @@ class Lowering:
         return ir.Pipeline(
             name=name.value,
             description=section["description"].value if "description" in section else "",
-            inputs=tuple(inputs), params=tuple(params), templates=tuple(templates), nodes=tuple(nodes),
-            edges=tuple(edges), outputs=tuple(outputs), metrics=tuple(metrics), blocks=tuple(blocks),
-            span=self.span(name), path=self.file, text=self.text,
+            inputs=tuple(inputs),
+            params=tuple(params),
+            templates=tuple(templates),
+            nodes=tuple(nodes),
+            edges=tuple(edges),
+            outputs=tuple(outputs),
+            metrics=tuple(metrics),
+            blocks=tuple(blocks),
+            span=self.span(name),
+            path=self.file,
+            text=self.text,
         )
 
 
@@ -290,7 +344,9 @@ def _scalar(node: yaml.Node):
     if isinstance(value, float) and not math.isfinite(value):
         raise BadScalar(f"{node.value} is not a finite number")
     if value is not None and not isinstance(value, (str, int, float, bool)):
-        raise BadScalar(f"YAML reads '{node.value}' as {tag}, which a pipeline cannot use; quote it to make it a string")
+        raise BadScalar(
+            f"YAML reads '{node.value}' as {tag}, which a pipeline cannot use; quote it to make it a string"
+        )
     return value
 
 
@@ -305,8 +361,15 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         mark = exc.problem_mark or exc.context_mark
         raise PipelineError([error(point(file, text, mark.index), f"YAML: {exc.problem or exc.context}")], text)
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as NUL
-        raise PipelineError([error(point(file, text, exc.position), f"YAML: character {ascii(chr(exc.character))}"
-                                   " is not allowed in YAML")], text)
+        raise PipelineError(
+            [
+                error(
+                    point(file, text, exc.position),
+                    f"YAML: character {ascii(chr(exc.character))} is not allowed in YAML",
+                )
+            ],
+            text,
+        )
     finally:
         if loader is not None:
             loader.dispose()
@@ -315,7 +378,9 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
     lowering = Lowering(text, file)
     if not isinstance(root, yaml.MappingNode):
         where = _span(file, root) if root is not None else point(file, text, 0)
-        raise PipelineError([error(where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file)], text)
+        raise PipelineError(
+            [error(where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file)], text
+        )
     where: dict = {}
     data = lowering.plain(root, where)
     lowering.validate(data, where)

@@ -22,15 +22,22 @@ from ..language.graph import Graph, GraphNode
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
 
-HINT_LABEL = re.compile(r"^[\s*_#>\-]*(?:\d+[.)]\s*)?[*_]*hint[ \t]*(\d+)[ \t]*(?:\([^)\n]*\))?[*_]*[ \t]*[:.)\-–—][*_ \t]*(.*?)[*_ \t]*$",
-                        re.I | re.M)
+HINT_LABEL = re.compile(
+    r"^[\s*_#>\-]*(?:\d+[.)]\s*)?[*_]*hint[ \t]*(\d+)[ \t]*(?:\([^)\n]*\))?[*_]*[ \t]*[:.)\-–—][*_ \t]*(.*?)[*_ \t]*$",
+    re.I | re.M,
+)
 
 
 def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
     """The loss, in words, for the output node (no LLM call: the expected answer says it)."""
     final = trace.final
-    return graph.render_builtin("loss", node=graph.output, output=final.output or final.reply.strip()[:200],
-                                expected=expected, parse_error=final.error)
+    return graph.render_builtin(
+        "loss",
+        node=graph.output,
+        output=final.output or final.reply.strip()[:200],
+        expected=expected,
+        parse_error=final.error,
+    )
 
 
 def hint_lines(reply: str, count: int) -> dict[int, str]:
@@ -44,7 +51,7 @@ def hint_lines(reply: str, count: int) -> dict[int, str]:
             continue
         text = match.group(2).strip()
         if not text:  # "Hint 1:" alone on its line: the hint is the next line, unless that is a label too
-            following = next((r.strip() for r in rows[i + 1:] if r.strip()), "")
+            following = next((r.strip() for r in rows[i + 1 :] if r.strip()), "")
             text = "" if HINT_LABEL.match(following) else following.strip("*_ ")
         if text:
             lines[int(match.group(1))] = text
@@ -83,9 +90,12 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         mine = feedback(node)
         if not node.hints or not mine:
             return
-        asks = graph.backward_questions(node, trace.values, trace.nodes[node.name].reply.strip(), mine,
-                                        sibling=mode == "sibling")
-        replies = await asyncio.gather(*(llm.complete("backward", prompt) for _, prompt in asks), return_exceptions=True)
+        asks = graph.backward_questions(
+            node, trace.values, trace.nodes[node.name].reply.strip(), mine, sibling=mode == "sibling"
+        )
+        replies = await asyncio.gather(
+            *(llm.complete("backward", prompt) for _, prompt in asks), return_exceptions=True
+        )
         for (receivers, _), reply in zip(asks, replies):
             if isinstance(reply, CallFailed):
                 llm.ledger.count("gradients lost to failed calls", len(receivers))

@@ -11,16 +11,16 @@ is data from a stranger), or one that does not render on the samples it came fro
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from jinja2 import nodes
 
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe
+from ..language.templates import ENV, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
-from ..language.templates import ENV, TemplateSyntaxError
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
 BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.I | re.S)
@@ -49,11 +49,13 @@ def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
     for trace, gradients in samples:
         values = trace.values
         for node in graph.users(param):
-            out.append({
-                "input": describe(node.inputs, values),
-                "output": trace.nodes[node.name].reply.strip(),
-                "gradient": gradients.get(node.name, ""),
-            })
+            out.append(
+                {
+                    "input": describe(node.inputs, values),
+                    "output": trace.nodes[node.name].reply.strip(),
+                    "gradient": gradients.get(node.name, ""),
+                }
+            )
     return out
 
 
@@ -63,7 +65,7 @@ def extract(reply: str, finish_reason: str | None = None) -> tuple[str | None, s
     An unclosed block is never a candidate: when the token limit cut the reply, it is a fragment.
     """
     blocks = list(BLOCK.finditer(reply))
-    tail = reply[blocks[-1].end():] if blocks else reply
+    tail = reply[blocks[-1].end() :] if blocks else reply
     if finish_reason == "length" and (OPEN_TAG.search(tail) or not blocks):
         return None, "cut off by the token limit before </prompt> (raise max_tokens of the optimizer model)"
     if not blocks:
@@ -90,11 +92,12 @@ def template_code(text: str) -> str | None:
 
 def _shingles(text: str) -> set[tuple[str, ...]]:
     words = WORD.findall(text.casefold())
-    return {tuple(words[i:i + COPY_WINDOW]) for i in range(len(words) - COPY_WINDOW + 1)}
+    return {tuple(words[i : i + COPY_WINDOW]) for i in range(len(words) - COPY_WINDOW + 1)}
 
 
-def validate(graph: Graph, param: str, old: str, new: str, examples: list[dict],
-             values: Sequence[Mapping[str, str]] = ()) -> str | None:
+def validate(
+    graph: Graph, param: str, old: str, new: str, examples: list[dict], values: Sequence[Mapping[str, str]] = ()
+) -> str | None:
     """Why a candidate must be rejected, or None when it may be tried.
 
     `values`: the input values of the samples it was made from; it must render on each.
@@ -132,7 +135,9 @@ async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candi
     old = graph.prompts[param]
     examples = examples_for(graph, param, samples)
     node = graph.users(param)[0].name
-    prompt = graph.render_builtin("optimizer", node=node, param=param, prompt=old, examples=examples, max_chars=max_chars(old))
+    prompt = graph.render_builtin(
+        "optimizer", node=node, param=param, prompt=old, examples=examples, max_chars=max_chars(old)
+    )
     try:
         completion = await llm.complete("optimizer", prompt)
     except CallFailed as exc:

@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Mapping, Sequence
 
-from .backward import backward, backward_calls
-from ..runtime.datasets import Sample
-from .descent import Candidate, propose
-from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
 from ..language.graph import Graph
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import RunRecord, Settings
+from ..runtime.datasets import Sample
+from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
+from .backward import backward, backward_calls
+from .descent import Candidate, propose
 from .stats import gate_passes, sign_test
 
 
@@ -66,15 +66,30 @@ def right_and_lost(evaluation: Evaluation) -> tuple[set[str], set[str]]:
 def combined(a: dict | None, b: dict | None, sign: int = 1) -> dict:
     """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1."""
     a, b = a or {}, b or {}
-    return {key: combined(a.get(key), b.get(key), sign) if isinstance(a.get(key, b.get(key)), dict)
-            else a.get(key, 0) + sign * b.get(key, 0) for key in {**a, **b}}
+    return {
+        key: combined(a.get(key), b.get(key), sign)
+        if isinstance(a.get(key, b.get(key)), dict)
+        else a.get(key, 0) + sign * b.get(key, 0)
+        for key in {**a, **b}
+    }
 
 
 class Optimizer:
-    def __init__(self, graph: Graph, llm: LLM, settings: Settings, metric: str, mapping: Mapping[str, str],
-                 train: Sequence[Sample], val: Sequence[Sample], test: Sequence[Sample],
-                 record: RunRecord, on_accept: Callable[[Graph], None], log: Callable[[str], None],
-                 progress: Callable[[str, int], Callable[[object], None]] | None = None):
+    def __init__(
+        self,
+        graph: Graph,
+        llm: LLM,
+        settings: Settings,
+        metric: str,
+        mapping: Mapping[str, str],
+        train: Sequence[Sample],
+        val: Sequence[Sample],
+        test: Sequence[Sample],
+        record: RunRecord,
+        on_accept: Callable[[Graph], None],
+        log: Callable[[str], None],
+        progress: Callable[[str, int], Callable[[object], None]] | None = None,
+    ):
         self.graph, self.llm, self.settings, self.metric, self.mapping = graph, llm, settings, metric, mapping
         self.train, self.val, self.test = train, val, test
         self.record, self.on_accept, self.log = record, on_accept, log
@@ -82,7 +97,9 @@ class Optimizer:
         self.baseline: set[str] = set()  # gate samples the current pipeline gets right
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
-        evaluation = await evaluate(graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples)))
+        evaluation = await evaluate(
+            graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples))
+        )
         if evaluation.stopped:
             raise BudgetExceeded(evaluation.stopped)
         if samples and evaluation.accuracy is None:  # a score made of failed calls is no score: stop, resumable
@@ -129,8 +146,11 @@ class Optimizer:
         # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words
         data.update(finished=outcome.stopped is None, stopped=getattr(outcome.stopped, "cli", None), ledger=spent())
         if outcome.test_after is not None:
-            data["test"] = {"initial": outcome.test_before.accuracy, "final": outcome.test_after.accuracy,
-                            "samples": len(self.test)}
+            data["test"] = {
+                "initial": outcome.test_before.accuracy,
+                "final": outcome.test_after.accuracy,
+                "samples": len(self.test),
+            }
         self.record.save()
         return outcome
 
@@ -143,23 +163,42 @@ class Optimizer:
         failures = [r for r in train.results if not r.correct and not r.trace.final.lost]
         iteration.lost = sum(r.trace.final.lost for r in train.results)
         if not failures:
-            iteration.note = "no training errors to learn from" + (f" ({iteration.lost} samples lost to failed calls)"
-                                                                   if iteration.lost else "")
+            iteration.note = "no training errors to learn from" + (
+                f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
+            )
             return self.finish(iteration, before)
         chosen = rng.sample(failures, min(s.errors_per_gradient, len(failures)))
-        gradients = await self.each(f"iteration {index}: backward", chosen,
-                                    lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient))
-        iteration.gradients = [{"sample": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                                "nodes": {n: g for n, g in grads.items() if g}} for r, grads in zip(chosen, gradients)]
+        gradients = await self.each(
+            f"iteration {index}: backward",
+            chosen,
+            lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient),
+        )
+        iteration.gradients = [
+            {
+                "sample": r.sample.id,
+                "expected": r.expected,
+                "output": r.trace.output,
+                "nodes": {n: g for n, g in grads.items() if g},
+            }
+            for r, grads in zip(chosen, gradients)
+        ]
         samples = [(r.trace, g) for r, g in zip(chosen, gradients)]
         params = s.only or current.trainable
-        candidates: list[Candidate] = await self.each(f"iteration {index}: optimizer", params,
-                                                      lambda p: propose(current, self.llm, p, samples))
+        candidates: list[Candidate] = await self.each(
+            f"iteration {index}: optimizer", params, lambda p: propose(current, self.llm, p, samples)
+        )
         valid = [c for c in candidates if c.new is not None]
         taken = valid if s.update == "full" else [c for c in valid if rng.random() < 0.5] or valid[:1]
         fate = {c.param: "taken" for c in taken}
-        iteration.candidates = [{"param": c.param, "new": c.new, "reply": c.reply,
-                                 "fate": fate.get(c.param, "rejected: " + (c.reason or "not sampled"))} for c in candidates]
+        iteration.candidates = [
+            {
+                "param": c.param,
+                "new": c.new,
+                "reply": c.reply,
+                "fate": fate.get(c.param, "rejected: " + (c.reason or "not sampled")),
+            }
+            for c in candidates
+        ]
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
@@ -182,8 +221,14 @@ class Optimizer:
         p = sign_test(len(wins), len(losses))
         accept = gate_passes(len(wins), len(losses), self.settings.gate_alpha)
         iteration.gate_after = evaluation.accuracy
-        iteration.gate = {"wins": wins, "losses": losses, "p": p, "alpha": self.settings.gate_alpha,
-                          "lost": sorted(lost), "right": sorted(right)}
+        iteration.gate = {
+            "wins": wins,
+            "losses": losses,
+            "p": p,
+            "alpha": self.settings.gate_alpha,
+            "lost": sorted(lost),
+            "right": sorted(right),
+        }
         if accept:
             self.baseline = right
         else:
@@ -217,15 +262,19 @@ class Optimizer:
             verdict = f"kept old ({it.note})"
         else:
             verdict = "rejected by the gate"
-        lines = [f"iteration {it.index}/{self.settings.iterations}: train {it.train_score:.3f}, {verdict}; "
-                 f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"]
+        lines = [
+            f"iteration {it.index}/{self.settings.iterations}: train {it.train_score:.3f}, {verdict}; "
+            f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+        ]
         if it.lost:
             lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
         if it.gate:
             g = it.gate
             passed = "passes" if it.accepted else "does not pass"
-            lines.append(f"  gate: {it.gate_before:.3f} -> {it.gate_after:.3f}; {len(g['wins'])} wins, {len(g['losses'])} "
-                         f"losses, p = {g['p']:.3f} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}")
+            lines.append(
+                f"  gate: {it.gate_before:.3f} -> {it.gate_after:.3f}; {len(g['wins'])} wins, {len(g['losses'])} "
+                f"losses, p = {g['p']:.3f} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}"
+            )
         for c in it.candidates:
             lines.append(f"  {c['param']}: {c['fate']}")
         return "\n".join(lines)
@@ -246,13 +295,26 @@ class Plan:
             completion = self.completion_tokens[role]
             bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"
             lines.append(f"  {role:<9} {calls:>6} calls, about {self.prompt_tokens[role]} prompt tokens, {bound}")
-        lines.append("  cost: " + ("cannot be bounded (a model without a price or without max_tokens)" if self.cost is None
-                                   else f"at most about ${self.cost:.4f}"))
+        lines.append(
+            "  cost: "
+            + (
+                "cannot be bounded (a model without a price or without max_tokens)"
+                if self.cost is None
+                else f"at most about ${self.cost:.4f}"
+            )
+        )
         return "\n".join(lines)
 
 
-def plan(graph: Graph, llm: LLM, settings: Settings, train: Sequence[Sample], val: Sequence[Sample],
-         test: Sequence[Sample], mapping: Mapping[str, str]) -> Plan:
+def plan(
+    graph: Graph,
+    llm: LLM,
+    settings: Settings,
+    train: Sequence[Sample],
+    val: Sequence[Sample],
+    test: Sequence[Sample],
+    mapping: Mapping[str, str],
+) -> Plan:
     """Calls per role: N x T training and N x G gate calls per iteration, E x H (or E x D) backward, P optimizer;
     once N x G for the initial gate score and 2 x N x S for the test split."""
     s, n = settings, len(graph.nodes)
@@ -271,7 +333,11 @@ def plan(graph: Graph, llm: LLM, settings: Settings, train: Sequence[Sample], va
     for sample in train[:5]:
         values = {**sample_inputs(graph, sample, mapping), **{name: filler for name in graph.nodes}}
         longest = max([longest, *(len(node.render(values, graph.prompts)) for node in graph.nodes.values())])
-    per_call = {"forward": longest // 4, "backward": longest // 4 + 200, "optimizer": errors * (longest // 4 + 100) + 300}
+    per_call = {
+        "forward": longest // 4,
+        "backward": longest // 4 + 200,
+        "optimizer": errors * (longest // 4 + 100) + 300,
+    }
     prompt = {role: calls[role] * per_call[role] for role in calls}
     cost: float | None = 0.0
     for role in calls:

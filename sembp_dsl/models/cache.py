@@ -53,12 +53,16 @@ class ResponseCache:
             self.db.execute("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, value TEXT NOT NULL)")
             columns = {row[1] for row in self.db.execute("PRAGMA table_info(responses)")}
         except sqlite3.Error as exc:
-            raise CacheError(f"the response cache {self.path} is not a usable SQLite database ({exc}): delete it, ",
-                             fix) from None
+            raise CacheError(
+                f"the response cache {self.path} is not a usable SQLite database ({exc}): delete it, ", fix
+            ) from None
         if not {"key", "value"} <= columns:
             self.db.close()
-            raise CacheError(f"the response cache {self.path} holds a table 'responses' of another program "
-                             f"(columns {', '.join(sorted(columns))}): delete it, ", fix)
+            raise CacheError(
+                f"the response cache {self.path} holds a table 'responses' of another program "
+                f"(columns {', '.join(sorted(columns))}): delete it, ",
+                fix,
+            )
 
     def get(self, key: str) -> dict | None:
         """The stored reply, or None; an entry that does not read back is a miss, not an error."""

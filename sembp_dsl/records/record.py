@@ -12,9 +12,9 @@ import json
 import re
 import shlex
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..language.diagnostics import Option, OptionError, option
 from ..language.writeback import atomic_write
@@ -64,7 +64,7 @@ class RunRecord:
         self.folder, self.data = folder, data
 
     @classmethod
-    def create(cls, runs_dir: Path, settings: Settings, initial: Mapping[str, str], source: str = "") -> "RunRecord":
+    def create(cls, runs_dir: Path, settings: Settings, initial: Mapping[str, str], source: str = "") -> RunRecord:
         """A new record; `source` is the text of the file the run starts from."""
         _check_folder(runs_dir)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -77,19 +77,27 @@ class RunRecord:
             folder.mkdir(parents=True)
         except OSError as exc:
             raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
-        record = cls(folder, {"settings": settings.recorded(), "initial_prompts": dict(initial),
-                              "initial_score": None, "iterations": [], "finished": False,
-                              "source_sha256": [_sha256(source)]})
+        record = cls(
+            folder,
+            {
+                "settings": settings.recorded(),
+                "initial_prompts": dict(initial),
+                "initial_score": None,
+                "iterations": [],
+                "finished": False,
+                "source_sha256": [_sha256(source)],
+            },
+        )
         record.save()
         return record
 
     @classmethod
-    def load(cls, folder: Path) -> "RunRecord":
+    def load(cls, folder: Path) -> RunRecord:
         """The record kept in `folder`; RecordError (a ValueError) when there is none or it is not one."""
         return cls(folder, _read(folder / "run.json"))
 
     @classmethod
-    def resume(cls, runs_dir: Path, settings: Settings, source: str) -> "RunRecord":
+    def resume(cls, runs_dir: Path, settings: Settings, source: str) -> RunRecord:
         """The newest unfinished run of this file, which must have been asked exactly the same, and must
         find the file as it left it. Unreadable records are skipped (and named if nothing is found)."""
         _check_folder(runs_dir)
@@ -112,8 +120,9 @@ class RunRecord:
                 raise ResumeError(
                     f"{settings.file} was changed since the run in {folder} last wrote it; resuming would undo "
                     "that change. To optimize the file as it is now, start a new run (without ",
-                    Option("resume=True", "--resume"), "); to continue the old run, first undo the change (for "
-                    "example with git checkout or git stash)")
+                    Option("resume=True", "--resume"),
+                    "); to continue the old run, first undo the change (for example with git checkout or git stash)",
+                )
             return cls(folder, data)
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
@@ -136,20 +145,45 @@ NUMBER, MAYBE_TEXT = (int, float), (str, type(None))
 # What the readers (runs, show, apply, report, compare, --resume) take from each part of a record: the types
 # of the keys they use, and the keys they cannot do without. Scores are not checked: they are shown as they are.
 SHAPES = {
-    "record": ({"settings": dict, "initial_prompts": dict, "iterations": list, "finished": bool, "stopped": MAYBE_TEXT,
-                "ledger": dict, "test": (dict, type(None))}, ("settings",)),
+    "record": (
+        {
+            "settings": dict,
+            "initial_prompts": dict,
+            "iterations": list,
+            "finished": bool,
+            "stopped": MAYBE_TEXT,
+            "ledger": dict,
+            "test": (dict, type(None)),
+        },
+        ("settings",),
+    ),
     "settings": ({"file": str, "data": MAYBE_TEXT, "iterations": int, "models": dict, "only": list}, ("file",)),
     "ledger": ({"calls": int, "tokens": int, "cost": NUMBER}, ("calls", "tokens", "cost")),
     "test": ({}, ("initial", "final")),
-    "iteration": ({"index": int, "prompts": dict, "candidates": list, "gradients": list, "gate": (dict, type(None)),
-                   "accepted": bool, "lost": int, "note": str, "calls": int, "tokens": int, "cost": NUMBER},
-                  ("index", "prompts")),
+    "iteration": (
+        {
+            "index": int,
+            "prompts": dict,
+            "candidates": list,
+            "gradients": list,
+            "gate": (dict, type(None)),
+            "accepted": bool,
+            "lost": int,
+            "note": str,
+            "calls": int,
+            "tokens": int,
+            "cost": NUMBER,
+        },
+        ("index", "prompts"),
+    ),
     "candidate": ({"param": str, "fate": str, "new": MAYBE_TEXT, "reply": MAYBE_TEXT}, ("param", "fate")),
     "gradient": ({"nodes": dict}, ("sample", "expected")),
     "gate": ({"wins": list, "losses": list}, ("wins", "losses", "p", "alpha")),
 }
-PARTS = {"record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
-         "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"}}
+PARTS = {
+    "record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
+    "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"},
+}
 PROMPTS = {"record": "initial_prompts", "iteration": "prompts"}  # param -> text
 RESUMED = ("initial_prompts", "iterations", "finished")  # besides the settings every record has
 
@@ -178,6 +212,7 @@ def _read(path: Path, resumable: bool = False) -> dict:
 
 def _misshapen(value, part: str, where: str) -> str | None:
     """The first place where `value` is not what readers take for `part`, e.g. "iterations[2] has no 'prompts'"."""
+
     def at(key: str) -> str:
         return f"{where}.{key}" if where else key
 
@@ -188,7 +223,9 @@ def _misshapen(value, part: str, where: str) -> str | None:
     if missing:
         return f"{where or 'the record'} has no '{missing[0]}'"
     for key, kinds in types.items():
-        if key in value and (not isinstance(value[key], kinds) or (kinds in (int, NUMBER) and isinstance(value[key], bool))):
+        if key in value and (
+            not isinstance(value[key], kinds) or (kinds in (int, NUMBER) and isinstance(value[key], bool))
+        ):
             return f"{at(key)} is {_kind(value[key])}"
     prompts = value.get(PROMPTS.get(part), {})
     bad = next((name for name, text in prompts.items() if not isinstance(text, str)), None)
@@ -197,8 +234,11 @@ def _misshapen(value, part: str, where: str) -> str | None:
     for key, child in PARTS.get(part, {}).items():
         if not isinstance(value.get(key), (dict, list)):
             continue
-        items = [(f"{key}[{i}]", item) for i, item in enumerate(value[key])] if isinstance(child, list) \
+        items = (
+            [(f"{key}[{i}]", item) for i, item in enumerate(value[key])]
+            if isinstance(child, list)
             else [(key, value[key])]
+        )
         for name, item in items:
             problem = _misshapen(item, child[0] if isinstance(child, list) else child, at(name))
             if problem:
@@ -208,7 +248,8 @@ def _misshapen(value, part: str, where: str) -> str | None:
 
 def _kind(value) -> str:
     return {dict: "an object", list: "a list", str: "text", bool: "true/false", type(None): "null"}.get(
-        type(value), "a number")
+        type(value), "a number"
+    )
 
 
 def _sha256(text: str) -> str:

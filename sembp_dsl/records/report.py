@@ -13,8 +13,8 @@ import base64
 import hashlib
 import io
 import json
+from collections.abc import Callable, Sequence
 from html import escape
-from typing import Callable, Sequence
 
 from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
 
@@ -39,14 +39,15 @@ PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e
 def page(title: str, body: str) -> str:
     """A whole page: the strict policy, the one style block it allows, and `body` (already escaped)."""
     digest = base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode()
-    policy = (f"default-src 'none'; img-src data:; style-src 'sha256-{digest}'; "
-              "base-uri 'none'; form-action 'none'")
-    return (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
-            f'<meta name="referrer" content="no-referrer">\n'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
-            f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
-            f"<h1>{escape(title)}</h1>\n{body}\n</body>\n</html>\n")
+    policy = f"default-src 'none'; img-src data:; style-src 'sha256-{digest}'; base-uri 'none'; form-action 'none'"
+    return (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f'<meta http-equiv="Content-Security-Policy" content="{policy}">\n'
+        f'<meta name="referrer" content="no-referrer">\n'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">\n'
+        f"<title>{escape(title)}</title>\n<style>{CSS}</style>\n</head>\n<body>\n"
+        f"<h1>{escape(title)}</h1>\n{body}\n</body>\n</html>\n"
+    )
 
 
 def figure(draw: Callable, size: tuple[float, float] = (9, 3.6), alt: str = "plot") -> str:
@@ -55,7 +56,9 @@ def figure(draw: Callable, size: tuple[float, float] = (9, 3.6), alt: str = "plo
         from matplotlib import rc_context
         from matplotlib.figure import Figure
     except ImportError:
-        raise RunsError("the report draws its plots with matplotlib, which is not installed: pip install 'sbpc[report]'")
+        raise RunsError(
+            "the report draws its plots with matplotlib, which is not installed: pip install 'sbpc[report]'"
+        )
 
     # labels are data: no $...$ mathtext; text stays text; the same input gives the same bytes
     with rc_context({"text.parse_math": False, "svg.fonttype": "none", "svg.hashsalt": "sbpc"}):
@@ -69,10 +72,12 @@ def figure(draw: Callable, size: tuple[float, float] = (9, 3.6), alt: str = "plo
 
 def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     """An HTML table; numbers are right-aligned, everything is escaped."""
+
     def cell(value) -> str:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return f'<td class="num">{escape(str(value))}</td>'
         return f"<td>{escape(str(value))}</td>"
+
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "\n".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
@@ -86,14 +91,24 @@ def diff_html(old: str, new: str) -> str:
 
 def unified_html(diff: str) -> str:
     """A unified diff in a <pre>, lines coloured by kind, escaped."""
+
     def line(text: str) -> str:
-        kind = ("add" if text.startswith("+") else "del" if text.startswith("-") else "hunk" if text.startswith("@@")
-                else "")
+        kind = (
+            "add"
+            if text.startswith("+")
+            else "del"
+            if text.startswith("-")
+            else "hunk"
+            if text.startswith("@@")
+            else ""
+        )
         return f'<span class="{kind}">{escape(text)}</span>' if kind else escape(text)
+
     return "<pre>" + "".join(line(t) for t in diff.splitlines(True)) + "</pre>"
 
 
 # --- plots ----------------------------------------------------------------------------------------
+
 
 def score_series(run: Run) -> dict[str, list[tuple[int, float]]]:
     """Points (x, score) where x is the number of finished iterations whose prompts are scored (0: the initial)."""
@@ -116,17 +131,25 @@ def plot_scores(runs: Sequence[Run]) -> str:
         for n, run in enumerate(runs):
             color, label = PALETTE[n % len(PALETTE)], (f"{run.name}: " if len(runs) > 1 else "")
             series = score_series(run)
-            for key, style in (("train", dict(linestyle=":", marker=".")), ("gate", dict(linestyle="-", marker="o")),
-                               ("test", dict(linestyle="none", marker="s", markersize=8))):
+            for key, style in (
+                ("train", dict(linestyle=":", marker=".")),
+                ("gate", dict(linestyle="-", marker="o")),
+                ("test", dict(linestyle="none", marker="s", markersize=8)),
+            ):
                 if series[key]:
                     xs, ys = zip(*series[key])
                     ax.plot(xs, ys, color=color, label=f"{label}{key}", **style)
-        ax.set(xlabel="iterations done (0: initial prompts)", ylabel="accuracy", ylim=(-0.05, 1.05),
-               title="scores: train (before each step), gate (prompts kept), test (initial and final)")
+        ax.set(
+            xlabel="iterations done (0: initial prompts)",
+            ylabel="accuracy",
+            ylim=(-0.05, 1.05),
+            title="scores: train (before each step), gate (prompts kept), test (initial and final)",
+        )
         ax.xaxis.get_major_locator().set_params(integer=True)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:  # a run with no score yet draws nothing to name
             ax.legend(fontsize="small", loc="best")
+
     return figure(draw, alt="train, gate and test scores per iteration")
 
 
@@ -140,8 +163,15 @@ def plot_spend(runs: Sequence[Run]) -> str:
             calls_ax.plot(xs, [it.get("calls", 0) for it in run.iterations], marker="o", color=color, label=label)
             cost_ax.plot(xs, [it.get("cost", 0.0) for it in run.iterations], marker="o", color=color, label=label)
         if not any(it.get("cost") for run in runs for it in run.iterations):
-            cost_ax.text(0.5, 0.5, "no cost: every call was to a model\nwithout a price (local, or unknown to litellm)",
-                         transform=cost_ax.transAxes, ha="center", va="center", color="#666")
+            cost_ax.text(
+                0.5,
+                0.5,
+                "no cost: every call was to a model\nwithout a price (local, or unknown to litellm)",
+                transform=cost_ax.transAxes,
+                ha="center",
+                va="center",
+                color="#666",
+            )
         calls_ax.set(xlabel="iteration", ylabel="calls", title="model calls per iteration")
         cost_ax.set(xlabel="iteration", ylabel="dollars", title="cost per iteration")
         for ax in (calls_ax, cost_ax):
@@ -150,66 +180,120 @@ def plot_spend(runs: Sequence[Run]) -> str:
             ax.grid(alpha=0.3)
         if len(runs) > 1:
             calls_ax.legend(fontsize="small")
+
     return figure(draw, alt="calls and cost per iteration")
 
 
-def plot_intervals(labels: Sequence[str], means: Sequence[float], lows: Sequence[float], highs: Sequence[float],
-                   ylabel: str, title: str) -> str:
+def plot_intervals(
+    labels: Sequence[str],
+    means: Sequence[float],
+    lows: Sequence[float],
+    highs: Sequence[float],
+    ylabel: str,
+    title: str,
+) -> str:
     """One point per row with its interval as an error bar (compare's plot)."""
+
     def draw(fig):
         ax = fig.subplots()
         xs = range(len(labels))
-        ax.errorbar(xs, means, yerr=[[m - lo for m, lo in zip(means, lows)], [hi - m for m, hi in zip(means, highs)]],
-                    fmt="o", capsize=6, color=PALETTE[0])
+        ax.errorbar(
+            xs,
+            means,
+            yerr=[[m - lo for m, lo in zip(means, lows)], [hi - m for m, hi in zip(means, highs)]],
+            fmt="o",
+            capsize=6,
+            color=PALETTE[0],
+        )
         ax.set_xticks(list(xs), [str(label) for label in labels], rotation=20, ha="right", fontsize="small")
         ax.set(ylabel=ylabel, title=title)
         ax.grid(alpha=0.3, axis="y")
+
     return figure(draw, size=(9, 4), alt=title)
 
 
 # --- the run pages ---------------------------------------------------------------------------------
 
+
 def summary_table(runs: Sequence[Run]) -> str:
-    rows = [[run.name, run.settings.get("file"), run.settings.get("data"), run.settings_words(), *run.scores_words(),
-             len(run.iterations), run.calls, run.tokens, f"{run.cost:.4f}", run.status] for run in runs]
-    return table(["run", "file", "data", "settings", "gate initial -> best", "test initial -> final", "iterations",
-                  "calls", "tokens", "cost $", "status"], rows)
+    rows = [
+        [
+            run.name,
+            run.settings.get("file"),
+            run.settings.get("data"),
+            run.settings_words(),
+            *run.scores_words(),
+            len(run.iterations),
+            run.calls,
+            run.tokens,
+            f"{run.cost:.4f}",
+            run.status,
+        ]
+        for run in runs
+    ]
+    return table(
+        [
+            "run",
+            "file",
+            "data",
+            "settings",
+            "gate initial -> best",
+            "test initial -> final",
+            "iterations",
+            "calls",
+            "tokens",
+            "cost $",
+            "status",
+        ],
+        rows,
+    )
 
 
 def iteration_html(run: Run, it: dict) -> str:
     k = it["index"]
-    parts = [f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
-             f"<p>train {escape(fmt(it.get('train_score')))}; {escape(gate_words(it) or 'no gate')}; "
-             f"{escape(spend(it))}</p>"]
+    parts = [
+        f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
+        f"<p>train {escape(fmt(it.get('train_score')))}; {escape(gate_words(it) or 'no gate')}; "
+        f"{escape(spend(it))}</p>",
+    ]
     if it.get("lost"):
         parts.append(f"<p>{escape(str(it['lost']))} training sample(s) lost to failed calls</p>")
     before = run.prompts_at(k - 1)
     for c in it.get("candidates", []):
         fate = c["fate"]
         kind = "taken" if fate == "taken" else "rejected"
-        parts.append(f'<p>candidate for <b>{escape(str(c["param"]))}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        parts.append(
+            f'<p>candidate for <b>{escape(str(c["param"]))}</b>: <span class="{kind}">{escape(fate)}</span></p>'
+        )
         if c.get("new") is not None:
             parts.append(diff_html(before.get(c["param"], ""), c["new"]))
-        parts.append(f"<details><summary>the optimizer's reply</summary><pre>{escape(c.get('reply') or '')}</pre></details>")
+        parts.append(
+            f"<details><summary>the optimizer's reply</summary><pre>{escape(c.get('reply') or '')}</pre></details>"
+        )
     for g in it.get("gradients", []):
         rows = [[node, text] for node, text in g.get("nodes", {}).items()]
-        parts.append(f"<details><summary>gradients from sample {escape(str(g['sample']))} (expected "
-                     f"{escape(repr(g['expected']))}, got {escape(repr(g.get('output')))})</summary>"
-                     f"{table(['node', 'gradient'], rows)}</details>")
+        parts.append(
+            f"<details><summary>gradients from sample {escape(str(g['sample']))} (expected "
+            f"{escape(repr(g['expected']))}, got {escape(repr(g.get('output')))})</summary>"
+            f"{table(['node', 'gradient'], rows)}</details>"
+        )
     return "\n".join(parts)
 
 
 def run_html(run: Run) -> str:
     s = run.settings
-    parts = [f"<h2>{escape(run.name)}</h2>",
-             f"<p>{escape(str(s.get('file')))} on {escape(str(s.get('data')))}, started {escape(run.started)}; "
-             f"<b>{escape(run.status)}</b></p>",
-             "<details><summary>settings</summary>" +
-             table(["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)]
-                                          for k, v in s.items()]) + "</details>"]
+    parts = [
+        f"<h2>{escape(run.name)}</h2>",
+        f"<p>{escape(str(s.get('file')))} on {escape(str(s.get('data')))}, started {escape(run.started)}; "
+        f"<b>{escape(run.status)}</b></p>",
+        "<details><summary>settings</summary>"
+        + table(
+            ["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)] for k, v in s.items()]
+        )
+        + "</details>",
+    ]
     if run.test:
-        parts.append(f"<p>test ({escape(str(run.test.get('samples')))} samples): "
-                     f"{escape(run.scores_words()[1])}</p>")
+        parts.append(f"<p>test ({escape(str(run.test.get('samples')))} samples): {escape(run.scores_words()[1])}</p>")
     parts += [iteration_html(run, it) for it in run.iterations]
     missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
     if missing > 0 and not run.data.get("finished"):

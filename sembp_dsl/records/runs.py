@@ -11,9 +11,9 @@ import difflib
 import glob
 import re
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from ..language.diagnostics import visible
 from ..language.graph import DEFAULT_OPTIMIZE
@@ -83,15 +83,23 @@ class Run:
 
     @property
     def calls(self) -> int:
-        return self.data["ledger"]["calls"] if "ledger" in self.data else sum(it.get("calls", 0) for it in self.iterations)
+        return (
+            self.data["ledger"]["calls"] if "ledger" in self.data else sum(it.get("calls", 0) for it in self.iterations)
+        )
 
     @property
     def tokens(self) -> int:
-        return self.data["ledger"]["tokens"] if "ledger" in self.data else sum(it.get("tokens", 0) for it in self.iterations)
+        return (
+            self.data["ledger"]["tokens"]
+            if "ledger" in self.data
+            else sum(it.get("tokens", 0) for it in self.iterations)
+        )
 
     @property
     def cost(self) -> float:
-        return self.data["ledger"]["cost"] if "ledger" in self.data else sum(it.get("cost", 0.0) for it in self.iterations)
+        return (
+            self.data["ledger"]["cost"] if "ledger" in self.data else sum(it.get("cost", 0.0) for it in self.iterations)
+        )
 
     def prompts_at(self, k: int) -> dict[str, str]:
         """The prompts after iteration k; 0 is the run's initial prompts."""
@@ -121,11 +129,23 @@ class Run:
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
         s = self.settings
-        return {"run": self.name, "folder": str(self.folder), "started": self.started, "file": s.get("file"),
-                "data": s.get("data"), "settings": self.changed_settings(), "iterations": len(self.iterations),
-                "initial_score": self.initial_score, "best_score": self.best_score, "test": self.test,
-                "calls": self.calls, "tokens": self.tokens, "cost": self.cost,
-                "finished": bool(self.data.get("finished")), "status": self.status}
+        return {
+            "run": self.name,
+            "folder": str(self.folder),
+            "started": self.started,
+            "file": s.get("file"),
+            "data": s.get("data"),
+            "settings": self.changed_settings(),
+            "iterations": len(self.iterations),
+            "initial_score": self.initial_score,
+            "best_score": self.best_score,
+            "test": self.test,
+            "calls": self.calls,
+            "tokens": self.tokens,
+            "cost": self.cost,
+            "finished": bool(self.data.get("finished")),
+            "status": self.status,
+        }
 
 
 def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[str]]:
@@ -181,6 +201,7 @@ def _load(folder: Path) -> dict:
 
 # --- words ------------------------------------------------------------------------------------
 
+
 def word_diff(old: str, new: str) -> list[tuple[str, str]]:
     """`new` against `old` word by word: ("=", same) ("-", removed) ("+", added), whitespace kept with its word."""
     a, b = re.findall(r"\S+\s*|\s+", old), re.findall(r"\S+\s*|\s+", new)
@@ -211,12 +232,15 @@ def fmt(score: float | None) -> str:
 
 # --- the terminal -------------------------------------------------------------------------------
 
+
 def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
     lines = [] if runs else ["no runs"]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
-        lines.append(f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
-                     f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}")
+        lines.append(
+            f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
+            f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}"
+        )
     lines += [f"unreadable {reason}" for reason in unreadable]
     return visible("\n".join(lines))
 
@@ -224,12 +248,16 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
 def render_show(run: Run) -> str:
     """The run iteration by iteration: scores, candidates with fates and word diffs, the gradients behind them."""
     s = run.settings
-    lines = [f"run {run.name}  ({run.folder})",
-             f"  {s.get('file')} on {s.get('data')}, started {run.started}; {run.status}",
-             "  settings: " + run.settings_words(),
-             f"  gate score: initial {fmt(run.initial_score)}, best {fmt(run.best_score)}"]
+    lines = [
+        f"run {run.name}  ({run.folder})",
+        f"  {s.get('file')} on {s.get('data')}, started {run.started}; {run.status}",
+        "  settings: " + run.settings_words(),
+        f"  gate score: initial {fmt(run.initial_score)}, best {fmt(run.best_score)}",
+    ]
     if run.test:
-        lines.append(f"  test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> {fmt(run.test['final'])}")
+        lines.append(
+            f"  test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> {fmt(run.test['final'])}"
+        )
     lines.append(f"  {run.calls} calls, {run.tokens} tokens, ${run.cost:.4f}")
     for it in run.iterations:
         lines.append("")
@@ -254,8 +282,10 @@ def gate_words(it: dict) -> str | None:
     gate = it.get("gate")
     if not gate:
         return None
-    return (f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
-            f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})")
+    return (
+        f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
+        f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})"
+    )
 
 
 def render_iteration(run: Run, it: dict) -> list[str]:
@@ -292,6 +322,7 @@ def _indent(text: str, prefix: str) -> str:
 
 # --- back into a file ---------------------------------------------------------------------------
 
+
 def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
     """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice)."""
     from ..language.source import load
@@ -302,7 +333,9 @@ def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
     params = {p.name for p in pipeline.params}
     unknown = sorted(set(prompts) - params)
     if unknown:
-        raise RunsError(f"{file} has no param {', '.join(unknown)}: run {run.name} optimized {run.settings.get('file')}")
+        raise RunsError(
+            f"{file} has no param {', '.join(unknown)}: run {run.name} optimized {run.settings.get('file')}"
+        )
     try:
         diff = unified_diff(pipeline.text, rewrite(pipeline, prompts), file)
         writer = WriteBack(pipeline)

@@ -38,17 +38,24 @@ __all__ = [
 DATA_DIR_ENV = "SBPC_DATA_DIR"
 
 _HOW_TO_GET = (
-    f"set {DATA_DIR_ENV} or pass ", Option("data_dir=", "--data-dir"), " to a folder with liar/ gsm8k/ bbh/; "
+    f"set {DATA_DIR_ENV} or pass ",
+    Option("data_dir=", "--data-dir"),
+    " to a folder with liar/ gsm8k/ bbh/; "
     "LIAR: https://www.cs.ucsb.edu/~william/data/liar_dataset.zip, "
     "GSM8K: https://github.com/openai/grade-school-math, "
-    "BBH: https://github.com/suzgunmirac/BIG-Bench-Hard"
+    "BBH: https://github.com/suzgunmirac/BIG-Bench-Hard",
 )
 
 # LIAR column positions (the files have no header).
 _LIAR_COLUMNS = 14
 _LIAR_FIELDS = {
-    "statement": 2, "subject": 3, "speaker": 4, "job_title": 5,
-    "state": 6, "party": 7, "context": 13,
+    "statement": 2,
+    "subject": 3,
+    "speaker": 4,
+    "job_title": 5,
+    "state": 6,
+    "party": 7,
+    "context": 13,
 }
 # Rows with any of these empty or "none" are dropped, as in the paper
 # "How to Correctly do Semantic Backpropagation".
@@ -124,7 +131,10 @@ def data_dirs(flag: str | None = None) -> list[Path]:
     """
     candidates: list[Path] = []
     env = os.environ.get(DATA_DIR_ENV)
-    for given, named in ((flag, Option(f"data_dir={flag!r}", f"--data-dir {flag!r}")), (env, f"${DATA_DIR_ENV} {env!r}")):
+    for given, named in (
+        (flag, Option(f"data_dir={flag!r}", f"--data-dir {flag!r}")),
+        (env, f"${DATA_DIR_ENV} {env!r}"),
+    ):
         if given:
             path = Path(given).expanduser().absolute()
             if path.exists() and not path.is_dir():
@@ -155,7 +165,9 @@ def load(spec: str, data_dir: str | None = None, test_data: str | None = None) -
         return dataset
     test = _load_user_file(Path(test_data).expanduser())
     train = dataset.pools.get("train") or tuple(s for pool in dataset.pools.values() for s in pool)
-    return Dataset(f"{dataset.name}+{test.name}", {"train": train, "test": test.pools["all"]}, dataset.metric, user=True)
+    return Dataset(
+        f"{dataset.name}+{test.name}", {"train": train, "test": test.pools["all"]}, dataset.metric, user=True
+    )
 
 
 def _load(spec: str, data_dir: str | None) -> Dataset:
@@ -169,8 +181,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
     if name.lower().endswith(_USER_SUFFIXES):
         return _load_user_file(Path(name).expanduser())
     raise DataError(
-        f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task> "
-        "or a path to a .jsonl, .csv or .tsv file"
+        f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task> or a path to a .jsonl, .csv or .tsv file"
     )
 
 
@@ -193,7 +204,7 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
         _check_size(dataset, "test", {"test": test}, len(test_pool))
         return Splits(
             train=tuple(train_pool[:train]),
-            val=tuple(train_pool[train:train + val]),
+            val=tuple(train_pool[train : train + val]),
             test=tuple(test_pool[:test]),
         )
     merged = [s for pool in dataset.pools.values() for s in pool]
@@ -202,8 +213,8 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     _check_size(dataset, names, {"train": train, "val": val, "test": test}, len(pool))
     return Splits(
         train=tuple(pool[:train]),
-        val=tuple(pool[train:train + val]),
-        test=tuple(pool[train + val:train + val + test]),
+        val=tuple(pool[train : train + val]),
+        test=tuple(pool[train + val : train + val + test]),
     )
 
 
@@ -212,8 +223,13 @@ _CARVE_ORDER = ("train", "val", "test")  # the order a single pool is cut in
 
 
 def eval_splits(
-    dataset: Dataset, train: int | None, val: int | None, test: int | None, seed: int,
-    defaults: tuple[int, int, int], split: str = "test",
+    dataset: Dataset,
+    train: int | None,
+    val: int | None,
+    test: int | None,
+    seed: int,
+    defaults: tuple[int, int, int],
+    split: str = "test",
 ) -> Splits:
     """The splits `eval` scores: a user's data with no size given is scored whole as the test split (its
     test file, else every row, in file order); otherwise the split `optimize` would carve with these sizes and
@@ -225,10 +241,12 @@ def eval_splits(
     if dataset.user and split == "test" and train is None and val is None and test is None:
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
-    before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[:_CARVE_ORDER.index(split)]
+    before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
     given = dict(zip(_CARVE_ORDER, (train, val, test)))
-    sizes = {name: given[name] if given[name] is not None else default if name in (*before, split) else 0
-             for name, default in zip(_CARVE_ORDER, defaults)}
+    sizes = {
+        name: given[name] if given[name] is not None else default if name in (*before, split) else 0
+        for name, default in zip(_CARVE_ORDER, defaults)
+    }
     try:
         return make_splits(dataset, *sizes.values(), seed)
     except DataError as exc:
@@ -236,9 +254,15 @@ def eval_splits(
         skipped = [name for name in before if given[name] is None and sizes[name]]
         if skipped:  # the rows the scored split sits behind, which optimize trains or gates on
             counts = " and ".join(f"{sizes[name]} {name}" for name in skipped)
-            zeros = Option(", ".join(f"{name}_size=0" for name in skipped), " ".join(f"--{name}-size 0" for name in skipped))
-            why = [f"; the {split} split comes after the {counts} samples `optimize` draws by default, so it never "
-                   "overlaps them: pass the sizes you optimize with, or ", zeros, " if you do not optimize on this data"]
+            zeros = Option(
+                ", ".join(f"{name}_size=0" for name in skipped), " ".join(f"--{name}-size 0" for name in skipped)
+            )
+            why = [
+                f"; the {split} split comes after the {counts} samples `optimize` draws by default, so it never "
+                "overlaps them: pass the sizes you optimize with, or ",
+                zeros,
+                " if you do not optimize on this data",
+            ]
         if dataset.user:  # the way out only evaluating has
             why += ["; ", Option("evaluate() with no size", "`eval` with no size"), " scores the whole file"]
         if not why:
@@ -264,8 +288,13 @@ def _check_size(dataset: Dataset, pool: str, sizes: Mapping[str, int], available
     fitting = _fitting(sizes, available)
     example: list[str | Option] = []
     if fitting:
-        example = [", for example ", Option(", ".join(f"{split}_size={size}" for split, size in fitting.items()),
-                                            " ".join(f"--{split}-size {size}" for split, size in fitting.items()))]
+        example = [
+            ", for example ",
+            Option(
+                ", ".join(f"{split}_size={size}" for split, size in fitting.items()),
+                " ".join(f"--{split}-size {size}" for split, size in fitting.items()),
+            ),
+        ]
     raise DataError(asked + f"has only {available}; pass sizes that add up to at most {available}", *example)
 
 
@@ -283,6 +312,7 @@ def _fitting(sizes: Mapping[str, int], available: int) -> dict[str, int] | None:
 
 
 # --- locating and reading files -------------------------------------------------
+
 
 def _find_folder(sub: str, flag: str | None) -> Path:
     """First data dir holding `sub`; the error lists every place looked at."""
@@ -310,16 +340,14 @@ def _read_text(path: Path) -> str:
     try:
         text = raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise DataError(f"{path}:{line}: not valid UTF-8 (byte offset {exc.start})") from None
     if not text.strip():
         raise DataError(f"{path}: file is empty")
     return text
 
 
-def _csv_rows(
-    path: Path, text: str, delimiter: str, quoting: int
-) -> Iterator[tuple[int, list[str]]]:
+def _csv_rows(path: Path, text: str, delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
     """(line number, row) pairs, skipping blank lines; csv errors carry the line."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     while True:
@@ -349,6 +377,7 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
 
 # --- built-in data sets ------------------------------------------------------------
 
+
 def _load_liar(folder: Path) -> Dataset:
     train = _liar_file(folder, "train") + _liar_file(folder, "valid")
     return Dataset("liar", {"train": train, "test": _liar_file(folder, "test")}, "exact")
@@ -361,9 +390,7 @@ def _liar_file(folder: Path, split: str) -> tuple[Sample, ...]:
     # would treat as a quoted field running across lines, merging records.
     for line, row in _csv_rows(path, _read_text(path), "\t", csv.QUOTE_NONE):
         if len(row) != _LIAR_COLUMNS:
-            raise DataError(
-                f"{path}:{line}: expected {_LIAR_COLUMNS} tab-separated columns, got {len(row)}"
-            )
+            raise DataError(f"{path}:{line}: expected {_LIAR_COLUMNS} tab-separated columns, got {len(row)}")
         answer = _LIAR_ANSWER.get(row[1].strip())
         if answer is None:
             continue
@@ -386,9 +413,7 @@ def _gsm8k_file(folder: Path, split: str) -> tuple[Sample, ...]:
     for index, (line, record) in enumerate(_json_lines(path)):
         question, solution = record.get("question"), record.get("answer")
         if not isinstance(question, str) or not isinstance(solution, str) or "####" not in solution:
-            raise DataError(
-                f"{path}:{line}: expected \"question\" and an \"answer\" containing '#### '"
-            )
+            raise DataError(f'{path}:{line}: expected "question" and an "answer" containing \'#### \'')
         final = solution.rsplit("####", 1)[1].strip().replace(",", "")
         samples.append(Sample(f"gsm8k/{split}/{index}", {"question": question}, final, origin=f"{path}:{line}"))
     return tuple(samples)
@@ -397,14 +422,15 @@ def _gsm8k_file(folder: Path, split: str) -> tuple[Sample, ...]:
 def _load_bbh(folder: Path, task: str) -> Dataset:
     tasks = sorted(p.stem for p in folder.glob("*.json"))
     if task not in tasks:  # also rejects path tricks such as "../liar/train"
-        wanted = f"unknown BBH task {task!r}{did_you_mean(task, tasks)}" if task else "no BBH task given (use bbh:<task>)"
+        wanted = (
+            f"unknown BBH task {task!r}{did_you_mean(task, tasks)}" if task else "no BBH task given (use bbh:<task>)"
+        )
         raise DataError(f"{wanted}; available tasks in {folder}: {', '.join(tasks) or '(none)'}")
     path = folder / f"{task}.json"
     try:
         examples = json.loads(_read_text(path))["examples"]
         samples = tuple(
-            Sample(f"bbh/{task}/{i}", {"question": ex["input"]}, ex["target"].strip())
-            for i, ex in enumerate(examples)
+            Sample(f"bbh/{task}/{i}", {"question": ex["input"]}, ex["target"].strip()) for i, ex in enumerate(examples)
         )
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
@@ -415,6 +441,7 @@ def _load_bbh(folder: Path, task: str) -> Dataset:
 
 
 # --- the user's own examples: a file, or records in memory ---------------------------
+
 
 def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "example") -> list[Sample]:
     """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected
@@ -437,8 +464,10 @@ def _load_user_file(path: Path) -> Dataset:
     columns = list(records[0][1])
     answer = _answer_key(columns)
     if answer is None:
-        raise DataError(f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
-                        f"columns found: {', '.join(columns) or '(none)'}")
+        raise DataError(
+            f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
+            f"columns found: {', '.join(columns) or '(none)'}"
+        )
     samples = []
     for index, (line, record) in enumerate(records):
         if answer not in record:
@@ -452,8 +481,9 @@ def _answer_key(keys: Iterable) -> object | None:
     return next((key for wanted in ANSWER_COLUMNS for key in keys if str(key).casefold() == wanted), None)
 
 
-def _sample(id: str, record: Mapping, answer: object | None, origin: str = "",
-            given: Mapping[str, object] | None = None) -> Sample:
+def _sample(
+    id: str, record: Mapping, answer: object | None, origin: str = "", given: Mapping[str, object] | None = None
+) -> Sample:
     """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
     fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
     expected = as_text(record[answer]).strip() if answer is not None else ""

@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Callable, Mapping, Sequence
 
-from .datasets import DataError, Sample
 from ..language.diagnostics import Option, did_you_mean
 from ..language.graph import Graph, GraphNode
-from ..models.llm import LLM, BudgetExceeded
 from ..language.metrics import parse_number, score
+from ..models.llm import LLM, BudgetExceeded
+from .datasets import DataError, Sample
 from .forward import Trace, run
 
 Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
@@ -75,8 +75,10 @@ class Evaluation:
 
     def lost_causes(self) -> dict[str, int]:
         """Lost samples by cause, most frequent first."""
-        causes = Counter(r.trace.final.failure.cause if r.trace.final.failure else r.trace.final.error.split(":")[0]
-                         for r in self.lost)
+        causes = Counter(
+            r.trace.final.failure.cause if r.trace.final.failure else r.trace.final.error.split(":")[0]
+            for r in self.lost
+        )
         return dict(causes.most_common())
 
     def report(self, label: str, metric: str, errors: int = 0) -> str:
@@ -85,8 +87,10 @@ class Evaluation:
             lines = [f"{label}: accuracy n/a (nothing scored), metric {metric}"]
         else:
             low, high = self.interval
-            lines = [f"{label}: accuracy {self.accuracy:.3f} ({self.correct}/{self.scored}), "
-                     f"95% interval [{low:.3f}, {high:.3f}], metric {metric}"]
+            lines = [
+                f"{label}: accuracy {self.accuracy:.3f} ({self.correct}/{self.scored}), "
+                f"95% interval [{low:.3f}, {high:.3f}], metric {metric}"
+            ]
         if self.lost:
             causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
             lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
@@ -95,19 +99,33 @@ class Evaluation:
         for r in self.wrong[:errors]:
             final = r.trace.final
             what = "lost" if final.lost else "wrong"
-            lines.append(f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                         f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}")
+            lines.append(
+                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+                f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}"
+            )
         return "\n".join(lines)
 
     def to_json(self, errors: int = 0) -> dict:
         return {
-            "accuracy": self.accuracy, "interval95": list(self.interval) if self.scored else None,
-            "correct": self.correct, "scored": self.scored, "lost": len(self.lost), "lost_causes": self.lost_causes(),
-            "requested": self.requested, "stopped": self.stopped,
-            "errors": [{"id": r.sample.id, "expected": r.expected, "output": r.trace.output,
-                        "reply": r.trace.final.reply, "error": r.trace.final.error,
-                        "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None}
-                       for r in self.wrong[:errors]],
+            "accuracy": self.accuracy,
+            "interval95": list(self.interval) if self.scored else None,
+            "correct": self.correct,
+            "scored": self.scored,
+            "lost": len(self.lost),
+            "lost_causes": self.lost_causes(),
+            "requested": self.requested,
+            "stopped": self.stopped,
+            "errors": [
+                {
+                    "id": r.sample.id,
+                    "expected": r.expected,
+                    "output": r.trace.output,
+                    "reply": r.trace.final.reply,
+                    "error": r.trace.final.error,
+                    "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None,
+                }
+                for r in self.wrong[:errors]
+            ],
         }
 
 
@@ -124,9 +142,11 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
         if name not in sample.fields and item.name in sample.fields:  # examples may name the input itself
             name = item.name
         if name not in sample.fields:
-            raise DataError(f"input '{item.name}' reads field '{name}', which the data do not have "
-                            f"(fields: {', '.join(sample.fields)}); map it with ",
-                            Option(f"mapping={{{item.name!r}: 'FIELD'}}", f"--map {item.name}=FIELD"))
+            raise DataError(
+                f"input '{item.name}' reads field '{name}', which the data do not have "
+                f"(fields: {', '.join(sample.fields)}); map it with ",
+                Option(f"mapping={{{item.name!r}: 'FIELD'}}", f"--map {item.name}=FIELD"),
+            )
         values[item.name] = sample.fields[name]
     return values
 
@@ -134,7 +154,9 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
 def expected_answer(graph: Graph, sample: Sample) -> str:
     if graph.answer_field:
         if graph.answer_field not in sample.fields:
-            raise DataError(f"the output reads its answer from field '{graph.answer_field}', which the data do not have")
+            raise DataError(
+                f"the output reads its answer from field '{graph.answer_field}', which the data do not have"
+            )
         return sample.fields[graph.answer_field]
     return sample.answer
 
@@ -158,8 +180,10 @@ def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
     if metric == "exact" and node.type.kind == "choice":
         labels = node.type.choices
         if not any(score("exact", label, answer) for label in labels):
-            return (f"the expected answer {answer!r} is not among the labels of {node.name}: {node.type}, "
-                    f"so it would always score 0{did_you_mean(answer, labels)}")
+            return (
+                f"the expected answer {answer!r} is not among the labels of {node.name}: {node.type}, "
+                f"so it would always score 0{did_you_mean(answer, labels)}"
+            )
     elif metric == "numeric" and parse_number(answer) is None:
         return f"the expected answer {answer!r} holds no number, so the numeric metric would always score it 0"
     elif metric == "json" and not score("json", answer, answer):
@@ -184,7 +208,9 @@ async def evaluate(
         if trace.final.lost:  # no answer to score, not even by a metric written in Python
             value = 0.0
         else:
-            value = score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+            value = (
+                score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
+            )
         result = Result(sample, expected, trace, float(value))
         if on_done:
             on_done(result)

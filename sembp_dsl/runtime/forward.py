@@ -11,20 +11,22 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from jinja2 import TemplateError
 
-from ..models.faults import Failure
 from ..language.graph import Graph, GraphNode
-from ..models.llm import LLM, CallFailed
 from ..language.metrics import parse_number
+from ..models.faults import Failure
+from ..models.llm import LLM, CallFailed
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
 # "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
-LEADING_LABEL = re.compile(r"^[\s*_#>`]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I)
+LEADING_LABEL = re.compile(
+    r"^[\s*_#>`]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
+)
 WRAPPERS = re.compile(r"^[\s\"'`*_\u201c\u2018]+")  # quotes and emphasis around an answer carry no meaning
 OUTER_PUNCTUATION = re.compile(r"^[\W_]+|[\W_]+$")
 NEGATIVE = re.compile(r"-\s*\d")
@@ -45,7 +47,7 @@ class NodeTrace:
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
 
     @classmethod
-    def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> "NodeTrace":
+    def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
         return cls(node, prompt, "", None, reason, 0, 0, 0.0, False, failure)
 
     def to_json(self) -> dict:
@@ -82,8 +84,11 @@ class Trace:
         return {**self.inputs, **{name: t.value for name, t in self.nodes.items()}}
 
     def to_json(self) -> dict:
-        return {"inputs": dict(self.inputs), "output": self.output,
-                "nodes": {name: t.to_json() for name, t in self.nodes.items()}}
+        return {
+            "inputs": dict(self.inputs),
+            "output": self.output,
+            "nodes": {name: t.to_json() for name, t in self.nodes.items()},
+        }
 
 
 def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
@@ -123,7 +128,7 @@ def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
     head = WRAPPERS.sub("", LEADING_LABEL.sub("", reply, count=1)).casefold()
     for choice in sorted(choices, key=len, reverse=True):
         option = choice.casefold()
-        if head.startswith(option) and not (option[-1:].isalnum() and head[len(option):len(option) + 1].isalnum()):
+        if head.startswith(option) and not (option[-1:].isalnum() and head[len(option) : len(option) + 1].isalnum()):
             return choice
     if NEGATIVE.match(head):  # a negative number is not its absolute value
         return None
@@ -151,14 +156,26 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
         prompt = node.render(values, graph.prompts)
     except TemplateError as exc:  # this sample's values break the template: this sample fails, the run goes on
         line = getattr(exc, "lineno", None)
-        return NodeTrace.without_reply(node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else ""))
+        return NodeTrace.without_reply(
+            node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
+        )
     try:
         completion = await llm.complete("forward", prompt)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
         return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
     output, error = parse_reply(node, completion.text)
-    return NodeTrace(node.name, prompt, completion.text, output, error, completion.prompt_tokens,
-                     completion.completion_tokens, completion.latency, completion.cached, cost=completion.cost)
+    return NodeTrace(
+        node.name,
+        prompt,
+        completion.text,
+        output,
+        error,
+        completion.prompt_tokens,
+        completion.completion_tokens,
+        completion.latency,
+        completion.cached,
+        cost=completion.cost,
+    )
 
 
 async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
@@ -169,8 +186,12 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
         done = await asyncio.gather(*(tasks[h] for h in node.hints))
         lost = [t for t in done if t.lost]
         if lost:  # the cause travels on, so the output node says why its sample was lost
-            return NodeTrace.without_reply(node.name, "", f"{NOT_RUN}: a predecessor's call failed",
-                                           next((t.failure for t in lost if t.failure), None))
+            return NodeTrace.without_reply(
+                node.name,
+                "",
+                f"{NOT_RUN}: a predecessor's call failed",
+                next((t.failure for t in lost if t.failure), None),
+            )
         values = {**inputs, **{t.node: t.value for t in done}}
         return await run_node(graph, llm, node, values)
 
