@@ -27,6 +27,11 @@ from sembp_dsl.runtime.forward import match_choice, parse_reply
         (("Yes", "No"), "**Answer:** no", "No"),
         (("Yes", "No"), "Yesterday", None),
         (("True", "False"), "- True", "True"),
+        (("1", "2"), "1.5", None),  # a decimal part makes another number
+        (("1", "2"), "1,5", None),  # ... written with a decimal comma too
+        (("1", "2"), "1. Because the first holds", "1"),  # a full stop ends the option
+        (("(A)", "(B)"), "The answer is (A)", "(A)"),  # a label before the option is skipped
+        (("(A)", "(B)"), "The final answer is: B", "(B)"),
     ],
 )
 def test_a_reply_matches_the_option_it_starts_with(choices, reply, expected):

@@ -458,3 +458,28 @@ def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
     )
     assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]
     assert bars["iteration 1: train"] == [4, 4] and bars["iteration 1: gate"] == [4, 4]
+
+
+def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_interval():
+    """2 of 10 test samples lost after: the change is over the 8 scored both times (-0.250, not -0.200),
+    and its interval uses t with 7 degrees of freedom (2.365), not z (1.96)."""
+    from types import SimpleNamespace as NS
+
+    from sembp_dsl.cli.commands import held_out_change
+
+    def evaluation(scores):  # None: lost to a failed call
+        return NS(
+            results=[
+                NS(sample=NS(id=f"s{i}"), score=s or 0.0, trace=NS(final=NS(lost=s is None))) for i, s in enumerate(scores)
+            ]
+        )
+
+    before = evaluation([1, 1, 1, 1, 1, 0, 0, 0, 1, 1])
+    after = evaluation([1, 0, 1, 0, 1, 0, 0, 0, None, None])
+    line = held_out_change(before, after)
+    assert line.startswith("test (8 samples, 2 lost to failed calls): initial 0.625 -> final 0.375; ")
+    diffs = [0, -1, 0, -1, 0, 0, 0, 0]
+    mean = sum(diffs) / 8
+    sd = (sum((d - mean) ** 2 for d in diffs) / 7) ** 0.5
+    half = 2.365 * sd / 8**0.5
+    assert f"paired change {mean:+.3f}, 95% interval [{mean - half:+.3f}, {mean + half:+.3f}]" in line

@@ -351,16 +351,24 @@ def cmd_serve(args) -> int:
 
 
 def held_out_change(before, after) -> str:
-    """The test split, initial vs final, as a paired difference with its 95% interval, in words when it fell."""
-    from ..learning.stats import paired_interval
+    """The test split, initial vs final, as a paired difference with its 95% t interval, in words when it fell.
 
-    right_before = {r.sample.id for r in before.results if r.correct}
-    right_after = {r.sample.id for r in after.results if r.correct}
-    ids = [r.sample.id for r in after.results]
-    mean, low, high = paired_interval([(i in right_after) - (i in right_before) for i in ids])
+    Paired over the samples scored both times: a sample lost to a failed call on either side has no
+    difference to count, and counting it as 0 would pull the change towards nothing.
+    """
+    from ..learning.stats import t_interval
+
+    initial = {r.sample.id: r.score for r in before.results if not r.trace.final.lost}
+    pairs = [(initial[r.sample.id], r.score) for r in after.results if not r.trace.final.lost and r.sample.id in initial]
+    if not pairs:
+        return f"test ({len(after.results)} samples): no sample was scored both before and after"
+    mean, low, high = t_interval([final - first for first, final in pairs])
+    lost = len(after.results) - len(pairs)
     text = (
-        f"test ({len(ids)} samples): initial {before.accuracy:.3f} -> final {after.accuracy:.3f}; "
-        f"paired change {mean:+.3f}, 95% interval [{low:+.3f}, {high:+.3f}]"
+        f"test ({len(pairs)} samples{f', {lost} lost to failed calls' if lost else ''}): "
+        f"initial {sum(p[0] for p in pairs) / len(pairs):.3f} -> final {sum(p[1] for p in pairs) / len(pairs):.3f}; "
+        f"paired change {mean:+.3f}"
+        + (f", 95% interval [{low:+.3f}, {high:+.3f}]" if low is not None else "")
     )
     if mean < 0:
         text += (

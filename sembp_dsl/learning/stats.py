@@ -28,50 +28,14 @@ def wins_needed(alpha: float) -> int:
     return wins
 
 
-def paired_interval(differences: Sequence[float], z: float = 1.96) -> tuple[float, float, float]:
-    """Mean of per-sample differences (after - before) with a normal 95% interval around it."""
-    n = len(differences)
-    if n == 0:
-        return (0.0, 0.0, 0.0)
-    mean = sum(differences) / n
-    var = sum((d - mean) ** 2 for d in differences) / (n - 1) if n > 1 else 0.0
-    half = z * math.sqrt(var / n)
-    return (mean, mean - half, mean + half)
-
-
 # Student's t at 97.5% (two-sided 95%) for 1 to 30 degrees of freedom
+# fmt: off
 _T975 = (
-    12.706,
-    4.303,
-    3.182,
-    2.776,
-    2.571,
-    2.447,
-    2.365,
-    2.306,
-    2.262,
-    2.228,
-    2.201,
-    2.179,
-    2.160,
-    2.145,
-    2.131,
-    2.120,
-    2.110,
-    2.101,
-    2.093,
-    2.086,
-    2.080,
-    2.074,
-    2.069,
-    2.064,
-    2.060,
-    2.056,
-    2.052,
-    2.048,
-    2.045,
-    2.042,
+    12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228,
+    2.201, 2.179, 2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086,
+    2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042,
 )
+# fmt: on
 
 
 def t975(df: int) -> float:

@@ -25,11 +25,14 @@ TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
 # "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
 LEADING_LABEL = re.compile(
-    r"^[\s*_#>`]*(?:(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
+    r"^[\s*_#>`]*(?:(?:the\s+)?(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
 )
 WRAPPERS = re.compile(r"^[\s\"'`*_\u201c\u2018]+")  # quotes and emphasis around an answer carry no meaning
 OUTER_PUNCTUATION = re.compile(r"^[\W_]+|[\W_]+$")
 NEGATIVE = re.compile(r"-\s*\d")
+# What may not follow an option for the reply to start with it: a letter or digit ("Yesterday" is not
+# "Yes"), or a decimal part ("1.5" is not the option 1, though "1." ends a sentence).
+NOT_AN_END = r"(?:\w|[.,]\d)"
 
 
 @dataclass(frozen=True)
@@ -119,7 +122,10 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
 
 
 def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
-    """The option a reply starts with, after a label such as "Answer:".
+    """The option a reply starts with, after a label such as "Answer:" or "The answer is".
+
+    The paper's form is the option first, then a reason; a label before it is common and harmless, so it
+    is skipped. A number with a decimal part is a different number: "1.5" is neither 1 nor 2.
 
     Options are matched as written first, longest first, so `(A)` matches "(A) because..." and
     `-1` is not read as `1`; only then without their outer punctuation, so "A" still counts for
@@ -128,14 +134,14 @@ def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
     head = WRAPPERS.sub("", LEADING_LABEL.sub("", reply, count=1)).casefold()
     for choice in sorted(choices, key=len, reverse=True):
         option = choice.casefold()
-        if head.startswith(option) and not (option[-1:].isalnum() and head[len(option) : len(option) + 1].isalnum()):
+        if head.startswith(option) and not (option[-1:].isalnum() and re.match(NOT_AN_END, head[len(option) :])):
             return choice
     if NEGATIVE.match(head):  # a negative number is not its absolute value
         return None
     bare = OUTER_PUNCTUATION.sub("", head.split("\n", 1)[0])
     for choice in sorted(choices, key=len, reverse=True):
         option = OUTER_PUNCTUATION.sub("", choice.casefold())
-        if option and choice[:1] not in "+-" and re.match(re.escape(option) + r"(?!\w)", bare):
+        if option and choice[:1] not in "+-" and re.match(re.escape(option) + f"(?!{NOT_AN_END})", bare):
             return choice
     return None
 
