@@ -294,3 +294,19 @@ def test_control_characters_in_strings_are_errors(tmp_path):
     yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\ndescription: "bell \\a"\n'
     code, err = check(tmp_path, yaml, "p.yaml")
     assert code == 1 and "p.yaml:7:14: error: control character \\x07 in a string" in err
+
+
+def test_two_cycles_that_share_a_node_are_both_reported(tmp_path):
+    source = (
+        HEADER
+        + "".join(f"node {n}: text {{}}\n" for n in "abcd")
+        + "q -> a\na -> b -> a\na -> c -> a\nc -> d\noutput d\n"
+    )
+    code, err = check(tmp_path, source)
+    assert [e.split("error: ")[1] for e in errors(err)] == ["cycle: a -> b -> a", "cycle: c -> a -> c"]
+
+
+def test_a_node_behind_a_cycle_is_not_reported_as_on_one(tmp_path):
+    source = HEADER + "".join(f"node {n}: text {{}}\n" for n in "abc") + "q -> a\na -> b -> a\nb -> c\noutput c\n"
+    code, err = check(tmp_path, source)
+    assert [e.split("error: ")[1] for e in errors(err)] == ["cycle: a -> b -> a"]

@@ -359,7 +359,9 @@ def held_out_change(before, after) -> str:
     from ..learning.stats import t_interval
 
     initial = {r.sample.id: r.score for r in before.results if not r.trace.final.lost}
-    pairs = [(initial[r.sample.id], r.score) for r in after.results if not r.trace.final.lost and r.sample.id in initial]
+    pairs = [
+        (initial[r.sample.id], r.score) for r in after.results if not r.trace.final.lost and r.sample.id in initial
+    ]
     if not pairs:
         return f"test ({len(after.results)} samples): no sample was scored both before and after"
     mean, low, high = t_interval([final - first for first, final in pairs])
@@ -367,8 +369,7 @@ def held_out_change(before, after) -> str:
     text = (
         f"test ({len(pairs)} samples{f', {lost} lost to failed calls' if lost else ''}): "
         f"initial {sum(p[0] for p in pairs) / len(pairs):.3f} -> final {sum(p[1] for p in pairs) / len(pairs):.3f}; "
-        f"paired change {mean:+.3f}"
-        + (f", 95% interval [{low:+.3f}, {high:+.3f}]" if low is not None else "")
+        f"paired change {mean:+.3f}" + (f", 95% interval [{low:+.3f}, {high:+.3f}]" if low is not None else "")
     )
     if mean < 0:
         text += (

@@ -320,22 +320,13 @@ def check_cycles(cx: Context, predecessors, statements: list[Statement]) -> tupl
     A statement counts down its node sources as they are sorted, and its targets count down
     unfinished statements, so a statement of n x m nodes costs n + m steps, not n * m: a target
     is ready when its last statement is, which is when its last predecessor is.
-    Each cycle is reported: after one is reported, its nodes are taken out and Kahn's
-    algorithm runs on over what is left, so the next report is a different cycle.
+    The cycles reported cover every node that lies on one, two cycles sharing a node included.
     """
     countdown = Countdown(cx, statements)
     order = countdown.sort([name for name, waiting in countdown.waiting.items() if waiting == 0])
-    left = {n: None for n, waiting in countdown.waiting.items() if waiting > 0}
-    for _ in range(MAX_CYCLES_REPORTED):
-        if not left:
-            break
-        cycle = find_cycle(list(left), predecessors, left)
+    stuck = [n for n, waiting in countdown.waiting.items() if waiting > 0]
+    for cycle in cycles_covering(stuck, predecessors):
         cx.error(cx.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
-        for name in cycle:
-            left.pop(name, None)
-        freed = [t for name in cycle[:-1] for t in countdown.finish(name) if t in left]
-        for name in countdown.sort(freed, among=left):
-            left.pop(name, None)
     return tuple(order)
 
 
@@ -378,15 +369,86 @@ class Countdown:
         return order
 
 
-def find_cycle(left: list[str], predecessors, remaining) -> list[str]:
-    """Every node left over by Kahn's algorithm has a left-over predecessor: walk back until one repeats."""
-    path, index = [left[0]], {left[0]: 0}
-    while True:
-        pred = next(p for p in predecessors[path[-1]] if p in remaining)
-        if pred in index:
-            return (path[index[pred] :] + [pred])[::-1]
-        index[pred] = len(path)
-        path.append(pred)
+def cycles_covering(stuck: list[str], predecessors) -> list[list[str]]:
+    """Cycles among the nodes Kahn's algorithm left over, until each node on a cycle is on a reported one.
+
+    Some left-over nodes only lie behind a cycle; the nodes on cycles are those of the strongly connected
+    components with an edge inside them. Within a component, the shortest cycle through its first node
+    not yet covered is reported, in declaration order, so each report adds a node.
+    """
+    cycles: list[list[str]] = []
+    for component in components(stuck, predecessors):
+        uncovered = dict.fromkeys(component)
+        while uncovered and len(cycles) < MAX_CYCLES_REPORTED:
+            cycle = shortest_cycle(next(iter(uncovered)), predecessors, component)
+            if cycle is None:  # a component of one node with no edge to itself
+                break
+            cycles.append(cycle)
+            for name in cycle:
+                uncovered.pop(name, None)
+    return cycles
+
+
+def components(nodes: list[str], predecessors) -> list[list[str]]:
+    """Strongly connected components of the graph on `nodes` (Tarjan's, without recursion), each in
+    declaration order, ordered by their first node."""
+    among = {name: i for i, name in enumerate(nodes)}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found = []
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(predecessors.get(root, ())))]
+        index[root] = low[root] = len(index)
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            name, preds = work[-1]
+            pred = next((p for p in preds if p in among), None)
+            if pred is not None:
+                if pred not in index:
+                    index[pred] = low[pred] = len(index)
+                    stack.append(pred)
+                    on_stack.add(pred)
+                    work.append((pred, iter(predecessors.get(pred, ()))))
+                elif pred in on_stack:
+                    low[name] = min(low[name], index[pred])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[name])
+            if low[name] == index[name]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == name:
+                        break
+                found.append(sorted(component, key=among.__getitem__))
+    return sorted(found, key=lambda c: among[c[0]])
+
+
+def shortest_cycle(start: str, predecessors, component: list[str]) -> list[str] | None:
+    """The shortest cycle through `start` inside its component, as `start -> ... -> start`, or None."""
+    inside = set(component)
+    came_from: dict[str, str] = {}  # a node reached walking back -> the node it feeds
+    queue = deque([start])
+    while queue:
+        name = queue.popleft()
+        for pred in predecessors.get(name, ()):
+            if pred == start:
+                path = [start, name]
+                while path[-1] != start:
+                    path.append(came_from[path[-1]])
+                return path
+            if pred in inside and pred not in came_from:
+                came_from[pred] = name
+                queue.append(pred)
+    return None
 
 
 def check_output(cx: Context) -> ir.Node | None:
