@@ -350,9 +350,7 @@ def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
 
 
 def html(results: Sequence[RowResult], experiment: Experiment) -> str:
-    from html import escape
-
-    from .records.report import page, plot_intervals, table
+    from .records.report import escape, page, plot_intervals, table
 
     labels = [r.row.label for r in results]
     accuracy = [r.accuracy() for r in results]

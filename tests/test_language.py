@@ -388,3 +388,14 @@ def test_a_prompt_may_only_use_what_its_node_receives(tmp_path):
         tmp_path, HEADER + 'param p = "Judge {% if q %}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
     )
     assert code == 1 and "error: template syntax in param 'p':" in err
+
+
+def test_compile_ir_masks_a_password_in_a_url_setting(tmp_path, capsys):
+    path = tmp_path / "p.sbp"
+    path.write_text(
+        HEADER
+        + 'node a: text {}\nq -> a\noutput a\nmodel forward { name = "openai/m"  api_base = "http://me:s3cret@localhost:1/v1" }\n'
+    )
+    assert cli.main(["compile", str(path), "--emit", "ir"]) == 0
+    out = capsys.readouterr().out
+    assert "s3cret" not in out and "http://me:***@localhost:1/v1" in out

@@ -31,7 +31,7 @@ def make_run(tmp_path, fake_llm, script, name: str, *flags) -> Path:
     folder.mkdir()
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     script.improve = lambda param, prompt: f"Improved {param} {HOSTILE}"
-    script.backward_reply = f"Hint 1: {HOSTILE}\nHint 2: b"
+    script.backward_reply = f"Hint 1: {HOSTILE} \u202edesrever\nHint 2: b"  # a bidi override, too
     path = write(folder, "toy.sbp", TOY, fake_llm.url)
     assert (
         cli.main(
@@ -74,6 +74,7 @@ def report(runs: Path, out: Path, *specs: str) -> str:
 def test_the_page_escapes_everything_and_allows_only_its_own_style(two_runs, tmp_path):
     html = report(two_runs, tmp_path / "r.html", "1")
     assert "<script" not in html and "onerror=alert" not in html.replace("onerror=alert(1)&gt;", "")
+    assert "\u202e" not in html and "\\u202edesrever" in html  # written out, as the terminal shows it
     assert html.count("<style>") == 1 and "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in html
     policy = re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
     assert "default-src 'none'" in policy and "img-src data:" in policy and "unsafe" not in policy

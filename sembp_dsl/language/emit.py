@@ -4,12 +4,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 from . import ir
 from .graph import Graph
 
 
+# user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
+# every other output; the user name stays, so the reader still sees which account is meant.
+URL_PASSWORD = re.compile(r"(://[^/@:\s]*:)[^/@\s]+@")
+
+
 def _plain(value):
+    if isinstance(value, ir.Setting) and isinstance(value.value, str):
+        value = dataclasses.replace(value, value=URL_PASSWORD.sub(r"\1***@", value.value))
     if dataclasses.is_dataclass(value):
         skip = {"text"} if isinstance(value, ir.Pipeline) else set()  # the whole source file
         return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in skip}

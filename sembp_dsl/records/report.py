@@ -14,9 +14,17 @@ import hashlib
 import io
 import json
 from collections.abc import Callable, Sequence
-from html import escape
+import html
 
+from ..language.diagnostics import visible
 from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
+
+
+def escape(text: str) -> str:
+    """Markup-safe and visible: bidi overrides and control characters in replies are written out as the
+    terminal output writes them (\\u202e), so a reply cannot reorder or hide what the page shows."""
+    return html.escape(visible(text))
+
 
 CSS = """
 body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1100px; padding: 0 1em; color: #222; }
