@@ -289,6 +289,20 @@ def test_an_eval_that_scored_nothing_says_n_a_and_fails(tmp_path, capsys):
         assert server.requests == 0
 
 
+def test_an_eval_that_lost_most_of_its_samples_fails(tmp_path, capsys):
+    """3 calls answer, then every call is refused with 400 (never retried): 7 of 10 samples are lost, and
+    a score over the 3 survivors is no result, so the command exits 1 while still showing what it got."""
+    with FakeServer(reply="Yes", failures=[200, 200, 200] + [400] * 7) as server:
+        code = cli.main(eval_args(pipeline(tmp_path, server.url), rows(10, tmp_path), "--test-size", "10"))
+        out, err = capsys.readouterr()
+        assert server.requests == 10
+        assert "7 of 10 samples lost" in out and code == 1
+        assert "7 of 10 samples were lost to failed calls; the score of the rest is no result" in err
+    with FakeServer(reply="Yes", failures=[200] * 6 + [400] * 4) as server:  # 4 of 10 lost: a result, with its losses
+        code = cli.main(eval_args(pipeline(tmp_path, server.url), rows(10, tmp_path), "--test-size", "10"))
+        assert "4 of 10 samples lost" in capsys.readouterr().out and code == 0
+
+
 def run_cli(*args: str) -> tuple[subprocess.CompletedProcess, float]:
     proc = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, timeout=120)
     return proc, time.monotonic()

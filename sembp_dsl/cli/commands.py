@@ -188,7 +188,7 @@ def cmd_eval(args) -> int:
                 samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update()
             )
         evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
-        code = 0 if evaluation.accuracy is not None else 1  # nothing scored is no result
+        code = 0 if evaluation.trustworthy else 1  # nothing, or too little, scored is no result
         if args.json:
             print(
                 json_text(
@@ -205,6 +205,12 @@ def cmd_eval(args) -> int:
             return code
         print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
         print_ledger(pipeline, args)
+        if evaluation.scored and not evaluation.trustworthy:
+            print(
+                f"sbpc: error: {len(evaluation.lost)} of {len(evaluation.results)} samples were lost to failed "
+                "calls; the score of the rest is no result (the causes are above)",
+                file=sys.stderr,
+            )
     return code
 
 

@@ -49,6 +49,12 @@ class Evaluation:
         return len(self.results) - len(self.lost)
 
     @property
+    def trustworthy(self) -> bool:
+        """Something was scored, and most samples were: a score over the few survivors of failing calls is
+        no result (which samples survive is not random), so a command built on it fails."""
+        return self.scored > 0 and 2 * len(self.lost) <= len(self.results)
+
+    @property
     def correct(self) -> int:
         return sum(r.correct for r in self.results)
 
