@@ -9,7 +9,6 @@ import re
 from . import ir
 from .graph import Graph
 
-
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
 # every other output; the user name stays, so the reader still sees which account is meant.
 URL_PASSWORD = re.compile(r"(://[^/@:\s]*:)[^/@\s]+@")

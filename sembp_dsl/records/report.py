@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import html
 import io
 import json
 from collections.abc import Callable, Sequence
-import html
 
 from ..language.diagnostics import visible
 from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
