@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .errors import SbpcError
 from .language.checker import BOUNDS, OPTIMIZE_SETTINGS
 from .language.diagnostics import PipelineError, did_you_mean
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
@@ -51,11 +52,11 @@ __all__ = [
 ]
 
 
-class InputError(ValueError):
+class InputError(SbpcError, ValueError):
     """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
 
 
-class PipelineClosed(RuntimeError):
+class PipelineClosed(SbpcError, RuntimeError):
     """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import SbpcError
 from .language.checker import BOUNDS
 from .language.graph import Graph
 from .learning.stats import t_interval
@@ -45,7 +46,7 @@ CHOICES = {
 }
 
 
-class CompareError(Exception):
+class CompareError(SbpcError):
     """A --vary that cannot be run, or a row that could not finish: no table is better than a wrong one."""
 
 

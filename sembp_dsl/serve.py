@@ -22,6 +22,7 @@ from dataclasses import asdict
 from aiohttp import web
 
 from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline, Prediction
+from .errors import SbpcError
 from .language.diagnostics import json_text
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
@@ -112,7 +113,7 @@ async def predict_for_client(pipeline: Pipeline, inputs: dict) -> Prediction:
         raise
 
 
-class ServeError(Exception):
+class ServeError(SbpcError):
     """The service could not start: the address is taken, unknown, or not this machine's."""
 
 

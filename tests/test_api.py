@@ -41,15 +41,22 @@ def tickets(n: int) -> list[dict]:
 def test_public_names_are_listed_and_typed():
     assert set(sbp.__all__) == {
         "BudgetExceeded",
+        "CacheError",
         "CallFailed",
         "DataError",
         "Evaluation",
+        "InputError",
         "LLMError",
         "Optimized",
         "Pipeline",
+        "PipelineClosed",
         "PipelineError",
         "Prediction",
+        "RecordError",
+        "ResumeError",
+        "SbpcError",
         "Usage",
+        "WriteBackError",
         "load",
     }
     assert all(getattr(sbp, name) is not None for name in sbp.__all__)

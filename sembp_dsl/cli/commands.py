@@ -12,6 +12,7 @@ import argparse
 import json
 import sys
 
+from ..errors import SbpcError
 from ..language.diagnostics import PipelineError, json_text
 from .flags import (
     COUNT,
@@ -578,30 +579,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     except UsageError as exc:
         getattr(args, "parser", parser).error(str(exc))  # with the usage of the subcommand that was given
-    except Exception as exc:
-        known = _known_errors()
-        if not isinstance(exc, known):
-            raise
+    except SbpcError as exc:  # the user's to fix (data, models, budgets, files): a message, not a traceback
         print(f"sbpc: error: {getattr(exc, 'cli', exc)}", file=sys.stderr)  # options as flags (OptionError)
         return 1
-
-
-def _known_errors() -> tuple[type[Exception], ...]:
-    """Errors that are the user's to fix (data, models, budgets): a message, not a traceback."""
-    from jinja2 import TemplateError
-
-    from ..language.writeback import WriteBackError
-    from ..models.cache import CacheError
-    from ..records.record import RecordError
-    from ..runtime.datasets import DataError
-
-    known: list[type[Exception]] = [DataError, TemplateError, CacheError, RecordError, WriteBackError]
-    if "sembp_dsl.serve" in sys.modules:
-        from ..serve import ServeError
-
-        known.append(ServeError)
-    if "sembp_dsl.models.llm" in sys.modules:
-        from ..models.llm import BudgetExceeded, LLMError
-
-        known += [LLMError, BudgetExceeded]
-    return tuple(known)

@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..errors import SbpcError
 from .ir import Span
 
 SOURCE_CONTEXT = 60  # characters of a long source line shown either side of the error
@@ -52,7 +53,7 @@ class Diagnostic:
         )
 
 
-class PipelineError(Exception):
+class PipelineError(SbpcError):
     """Raised with every diagnostic found, so callers can report them all at once."""
 
     def __init__(self, diagnostics: list[Diagnostic], text: str | None = None):
@@ -92,7 +93,7 @@ def worded(*parts: str) -> Option:
     return Option("".join(parts), "".join(p.cli if isinstance(p, Option) else p for p in parts))
 
 
-class OptionError(Exception):
+class OptionError(SbpcError):
     """An error that may name the caller's options: its message is text and Options, which str() spells as the
     Python API takes them and `.cli` as the command line does, so each reader sees the names they typed.
     `.text` is the message as one Option, for a reason that travels on as text (a run's `stopped`)."""

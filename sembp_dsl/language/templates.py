@@ -22,6 +22,8 @@ from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import generate_lorem_ipsum
 
+from ..errors import SbpcError
+
 MAX_OUTPUT_CHARS = 16_000_000  # all text one render outputs, macros and blocks included
 MAX_VALUE_CHARS = 4_000_000  # one string, list or number (in digits) built by an operator, call or filter
 MAX_STEPS = 1_000_000  # loop iterations + calls + filter result items
@@ -34,7 +36,7 @@ WIDE_FORMAT = re.compile(r"%[-+ #0]*\d{7,}|%[-+ #0]*\d*\.\d{7,}|\{[^{}]*:[^{}]*?
 FORBIDDEN = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
 
 
-class RenderError(TemplateError):
+class RenderError(SbpcError, TemplateError):
     """A template failed while rendering: over a limit, or a Python error such as division by zero.
 
     `limit`: the template went over a limit of work, size or depth (data rarely changes that).
@@ -253,7 +255,7 @@ def builtin_source(name: str) -> str:
     return resources.files("sembp_dsl.language").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
 
 
-class TemplateProblem(TemplateError):
+class TemplateProblem(SbpcError, TemplateError):
     """A template that cannot work: bad syntax, a forbidden tag, or too deep to compile."""
 
     def __init__(self, message: str, lineno: int | None, syntax: bool = False):

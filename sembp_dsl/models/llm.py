@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
+from ..errors import SbpcError
 from ..language.diagnostics import Option, OptionError, option, worded
 from ..language.graph import ModelSpec
 from . import embedded, prices
@@ -56,7 +57,7 @@ class LLMError(OptionError):
     options as the caller gave them (`model=` in Python, `--model` on the command line)."""
 
 
-class CallFailed(Exception):
+class CallFailed(SbpcError):
     """A call that failed for good after its retries: that sample is lost, the run goes on."""
 
     def __init__(self, failure: Failure, attempts: int):

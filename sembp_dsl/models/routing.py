@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from ..errors import SbpcError
 from ..language.diagnostics import one_of
 from . import embedded, prices
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
@@ -145,7 +146,7 @@ def _fingerprint(config: dict) -> str:
     return hashlib.sha256(json.dumps([deployments, aliases]).encode()).hexdigest()
 
 
-class RouterConfigError(Exception):
+class RouterConfigError(SbpcError):
     """A router config file that cannot be read or is not a litellm Router config."""
 
 

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import SbpcError
 from ..language.diagnostics import visible
 from ..language.graph import DEFAULT_OPTIMIZE
 from .record import RecordError, RunRecord
@@ -24,7 +25,7 @@ DEFAULT_RUNS_DIR = ".sbpc/runs"
 DEFAULTS = {**{k: v for k, v in DEFAULT_OPTIMIZE.items() if not k.endswith("_size")}, "only": []}
 
 
-class RunsError(Exception):
+class RunsError(SbpcError):
     """No such run, no such iteration, or a file the run's prompts do not fit."""
 
 
