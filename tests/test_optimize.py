@@ -171,6 +171,24 @@ def test_candidate_validation(tmp_path, fake_llm):
     assert validate(graph, "verdict_task", old, "Decide about the claim {{ q }} carefully.", example) is None
 
 
+def test_the_length_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_path, fake_llm):
+    """The built-in optimizer prompt says "Keep it under N characters", so a longer candidate is refused; an
+    overriding one that never names max_chars (the paper's wording) is not held to a rule it never stated."""
+    stated = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    assert "Keep it under 800 characters" in render_optimizer_prompt(stated)
+    old, long = stated.prompts["verdict_task"], "Decide carefully. " * 60  # 1,080 characters
+    assert "too long" in (validate(stated, "verdict_task", old, long, []) or "")
+    silent = TOY + 'template optimizer = """\nImprove: {{ prompt }}\nReply in <prompt>...</prompt>.\n"""\n'
+    unstated = compile_file(str(write(tmp_path, "paper.sbp", silent, fake_llm.url)))
+    assert validate(unstated, "verdict_task", old, long, []) is None
+
+
+def render_optimizer_prompt(graph):
+    return graph.render_builtin(
+        "optimizer", node="verdict", param="verdict_task", prompt="p", examples=[], max_chars=800
+    )
+
+
 # --- the loop, the gate, write-back ------------------------------------------------------------
 
 

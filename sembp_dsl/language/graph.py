@@ -14,7 +14,7 @@ from types import MappingProxyType
 from . import ir
 from .checker import MODEL_ROLES, check, template_source
 from .diagnostics import Diagnostic, PipelineError
-from .templates import BUILTIN, builtin_source, compile_template
+from .templates import BUILTIN, builtin_source, compile_template, variables
 
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
 # Backward and optimizer replies are a few lines; without a bound a small model can ramble for minutes.
@@ -104,8 +104,15 @@ class Graph:
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
         return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
 
-    def render_builtin(self, name: str, **variables) -> str:
-        return compile_template(self.builtins[name]).render(task=self.task, **variables).strip()
+    def render_builtin(self, name: str, **values) -> str:
+        return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
+
+    @property
+    def limits_length(self) -> bool:
+        """Whether candidates have a length limit: only when the optimizer prompt tells the model the limit.
+        The built-in one does; an overriding one (the paper's wording) that never names `max_chars` is
+        not held to a rule it never stated."""
+        return "max_chars" in variables(self.builtins["optimizer"])
 
     def backward_questions(
         self, node: GraphNode, values: Mapping[str, str], output: str, feedback: str, sibling: bool

@@ -104,7 +104,7 @@ def validate(
     """
     if not new.strip():
         return "empty prompt"
-    if len(new) > max_chars(old):
+    if graph.limits_length and len(new) > max_chars(old):
         return f"too long ({len(new)} characters, limit {max_chars(old)})"
     if new.strip() == old.strip():
         return "unchanged"
