@@ -12,7 +12,7 @@ import pytest
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.emit import EMITTERS
+from sembp_dsl.language.emit import EMITTERS, emit_prompts
 from sembp_dsl.language.parser import parse
 from sembp_dsl.language.source import compile_file, load
 
@@ -304,6 +304,11 @@ def test_emitters():
     assert "Hint 5 (from source_analysis): <output of source_analysis>" in prompts
     assert prompts.count("backward, no sibling") == 5
     assert "The answer should be <expected>" in prompts
+    # the optimizer's prompt for every trainable param, with its limit and an example's placeholders
+    assert prompts.count(": optimizer ===") == len(graph.trainable) == 6
+    section = prompts.split("=== verdict_task: optimizer ===\n")[1]
+    assert 'used by the component "verdict"' in section and "How the output should change:\n<gradient>" in section
+    assert "Keep it under 800 characters" in section
 
 
 def test_templates_render_in_a_sandbox(tmp_path):
@@ -399,3 +404,22 @@ def test_compile_ir_masks_a_password_in_a_url_setting(tmp_path, capsys):
     assert cli.main(["compile", str(path), "--emit", "ir"]) == 0
     out = capsys.readouterr().out
     assert "s3cret" not in out and "http://me:***@localhost:1/v1" in out
+
+
+def test_compile_prints_prompts_as_it_makes_them_and_caps_warnings(tmp_path):
+    """A graph with 3,000 unused params: 50 warnings and a count, and the prompts come out whole, in order."""
+    path = tmp_path / "big.sbp"
+    path.write_text(
+        HEADER + "".join(f'param p{i} = "x"\n' for i in range(3000)) + "node a: text {}\nq -> a\noutput a\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "compile", str(path), "--emit", "prompts"],
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0
+    assert (
+        result.stderr.count("warning:") == 50
+        and "... and 2950 more (`sbpc check --json` lists them all)" in result.stderr
+    )
+    assert result.stdout == emit_prompts(compile_file(str(path))) + "\n"

@@ -66,9 +66,17 @@ The same pipeline can be written in YAML (.yaml/.yml); see docs/language.md.
 '''
 
 
+MOST_DIAGNOSTICS_SHOWN = 50  # a generated file can carry thousands of warnings: the first ones, then a count
+
+
 def _report(diagnostics, text) -> None:
-    for d in diagnostics:
+    for d in diagnostics[:MOST_DIAGNOSTICS_SHOWN]:
         print(d.render(text), file=sys.stderr)
+    if len(diagnostics) > MOST_DIAGNOSTICS_SHOWN:
+        print(
+            f"... and {len(diagnostics) - MOST_DIAGNOSTICS_SHOWN} more (`sbpc check --json` lists them all)",
+            file=sys.stderr,
+        )
 
 
 def cmd_check(args) -> int:
@@ -119,12 +127,16 @@ def cmd_schema(args) -> int:
 
 
 def cmd_compile(args) -> int:
-    from ..language.emit import EMITTERS
+    from ..language.emit import EMITTERS, prompt_sections
     from ..language.source import compile_file
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
-    print(EMITTERS[args.emit](graph))
+    if args.emit == "prompts":  # streamed: a large graph has millions of prompts
+        for i, section in enumerate(prompt_sections(graph)):
+            print(("\n" if i else "") + section)
+    else:
+        print(EMITTERS[args.emit](graph))
     return 0
 
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 
 from . import ir
-from .graph import Graph
+from .graph import Graph, describe, max_chars
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
 # every other output; the user name stays, so the reader still sees which account is meant.
@@ -70,23 +71,38 @@ def emit_mermaid(graph: Graph) -> str:
 
 
 def emit_prompts(graph: Graph) -> str:
-    """Forward and backward prompts of every node, rendered with `<name>` placeholders."""
+    return "\n\n".join(prompt_sections(graph))
+
+
+def prompt_sections(graph: Graph) -> Iterator[str]:
+    """Every prompt the method sends, rendered with `<name>` placeholders, one section at a time (a graph of
+    thousands of edges has millions of them: `sbpc compile` prints each as it is made):
+    each node's forward prompt and backward questions, the loss feedback, and the optimizer's prompt for
+    every trainable param."""
     values = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
-    out: list[str] = []
     for node in graph.nodes.values():
-        out.append(f"=== {node.name}: forward ===\n{node.render(values, graph.prompts)}")
+        yield f"=== {node.name}: forward ===\n{node.render(values, graph.prompts)}"
         if not node.hints:
             continue
         placeholders = (f"<output of {node.name}>", f"<feedback on {node.name}>")
         [(_, together)] = graph.backward_questions(node, values, *placeholders, sibling=True)
-        out.append(f"=== {node.name}: backward (all {len(node.hints)} hints) ===\n{together}")
+        yield f"=== {node.name}: backward (all {len(node.hints)} hints) ===\n{together}"
         for (hint,), alone in graph.backward_questions(node, values, *placeholders, sibling=False):
-            out.append(f"=== {node.name}: backward, no sibling ({hint}) ===\n{alone}")
-    out.append(
-        f"=== {graph.output}: loss feedback ===\n"
-        f"{graph.render_builtin('loss', node=graph.output, output='<output>', expected='<expected>', parse_error=None)}"
-    )
-    return "\n\n".join(out)
+            yield f"=== {node.name}: backward, no sibling ({hint}) ===\n{alone}"
+    loss = graph.render_builtin("loss", node=graph.output, output="<output>", expected="<expected>", parse_error=None)
+    yield f"=== {graph.output}: loss feedback ===\n{loss}"
+    for param in graph.trainable:
+        user = graph.users(param)[0]
+        example = {
+            "input": describe(user.inputs, values),
+            "output": f"<output of {user.name}>",
+            "gradient": "<gradient>",
+        }
+        prompt = graph.prompts[param]
+        optimizer = graph.render_builtin(
+            "optimizer", node=user.name, param=param, prompt=prompt, examples=[example], max_chars=max_chars(prompt)
+        )
+        yield f"=== {param}: optimizer ===\n{optimizer}"
 
 
 EMITTERS = {"ir": emit_ir, "dot": emit_dot, "mermaid": emit_mermaid, "prompts": emit_prompts}

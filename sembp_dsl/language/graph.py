@@ -16,6 +16,12 @@ from .checker import MODEL_ROLES, check, template_source
 from .diagnostics import Diagnostic, PipelineError
 from .templates import BUILTIN, builtin_source, compile_template, variables
 
+
+def max_chars(old: str) -> int:
+    """The length limit of a candidate prompt: room to grow, but not a runaway reply."""
+    return max(800, 3 * len(old))
+
+
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
 # Backward and optimizer replies are a few lines; without a bound a small model can ramble for minutes.
 DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType(

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from jinja2 import nodes
 
 from ..language.diagnostics import bad_characters
-from ..language.graph import Graph, describe
+from ..language.graph import Graph, describe, max_chars
 from ..language.templates import ENV, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
@@ -34,10 +34,6 @@ class Candidate:
     new: str | None  # None when rejected
     reason: str | None  # why rejected
     reply: str
-
-
-def max_chars(old: str) -> int:
-    return max(800, 3 * len(old))
 
 
 Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient of each of its nodes
