@@ -320,6 +320,19 @@ def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_ll
     assert code == 0 and "accepted" in out and path.read_text() != before
 
 
+def test_a_baseline_that_leaves_too_few_possible_wins_is_announced(tmp_path, fake_llm, script, capsys):
+    """6 gate samples could pass at 0.1 (4 wins needed), but the initial prompts answer all 6 right: no
+    possible win is left, and the run says so; with every answer wrong, 6 wins are possible and it does not."""
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "6", "--iters", "1", "--no-cache"]
+    script.verdict = lambda prompt: "Yes"
+    code, out = optimize(path, *flags, capsys=capsys)
+    assert "leaves 0 possible wins; a step needs 4 wins and no loss to pass at gate_alpha 0.1" in out
+    script.verdict = lambda prompt: "No"
+    code, out = optimize(path, *flags, capsys=capsys)
+    assert code == 0 and "possible wins" not in out
+
+
 def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path, fake_llm, script, capsys):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1")

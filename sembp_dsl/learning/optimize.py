@@ -25,7 +25,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
 from .backward import backward, backward_calls
 from .descent import Candidate, propose
-from .stats import gate_passes, sign_test
+from .stats import gate_passes, sign_test, wins_needed
 
 
 @dataclass
@@ -129,6 +129,7 @@ class Optimizer:
                 for it in done:
                     if it.accepted:
                         outcome.best_score, self.baseline = it.gate_after, set(it.gate["right"])
+                self.warn_if_no_step_can_pass()
             for index in range(len(done) + 1, s.iterations + 1):
                 iteration = await self.step(index, outcome)
                 outcome.iterations.append(iteration)
@@ -211,6 +212,17 @@ class Optimizer:
             iteration.prompts = dict(proposed.prompts)
             self.on_accept(proposed)
         return self.finish(iteration, before)
+
+    def warn_if_no_step_can_pass(self) -> None:
+        """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""
+        size, alpha = len(self.gate_split()), self.settings.gate_alpha
+        possible, needed = size - len(self.baseline), wins_needed(alpha)
+        if size >= needed > possible:
+            self.log(
+                f"warning: the current prompts answer {len(self.baseline)} of the {size} gate samples right, which "
+                f"leaves {possible} possible wins; a step needs {needed} wins and no loss to pass at gate_alpha "
+                f"{alpha:g}: no step can be accepted. Use a larger --val-size, or a larger --gate-alpha."
+            )
 
     async def passes_gate(self, proposed: Graph, iteration: Iteration) -> bool:
         """Sample by sample on the gate split: wins must beat losses, and not by chance (sign test)."""
