@@ -36,6 +36,7 @@ from .runtime import datasets
 from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
 from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
 from .runtime.forward import Trace, run
+from .runtime.tasks import together
 
 __all__ = [
     "BudgetExceeded",
@@ -285,7 +286,7 @@ class Pipeline:
                 on_done(prediction)
             return prediction
 
-        return list(await asyncio.gather(*(one(row) for row in rows)))
+        return await together(one(row) for row in rows)
 
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
         llm = self._llm()

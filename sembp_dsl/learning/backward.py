@@ -21,6 +21,7 @@ import re
 from ..language.graph import Graph, GraphNode
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
+from ..runtime.tasks import together
 
 HINT_LABEL = re.compile(
     r"^[\s*_#>\-]*(?:\d+[.)]\s*)?[*_]*hint[ \t]*(\d+)[ \t]*(?:\([^)\n]*\))?[*_]*[ \t]*[:.)\-–—][*_ \t]*(.*?)[*_ \t]*$",
@@ -111,12 +112,7 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
 
     for name in reversed(graph.nodes):  # reverse topological order: successors' tasks already exist
         tasks[name] = asyncio.ensure_future(send(graph.nodes[name]))
-    try:
-        await asyncio.gather(*tasks.values())
-    except BaseException:
-        for task in tasks.values():
-            task.cancel()
-        raise
+    await together(tasks.values())
     return {name: feedback(node) for name, node in graph.nodes.items()}
 
 

@@ -13,7 +13,6 @@ finished iteration and continues exactly as an uninterrupted run would have.
 
 from __future__ import annotations
 
-import asyncio
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -23,6 +22,7 @@ from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import RunRecord, Settings
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
+from ..runtime.tasks import together
 from .backward import backward, backward_calls
 from .descent import Candidate, propose
 from .stats import gate_passes, sign_test, wins_needed
@@ -258,7 +258,7 @@ class Optimizer:
             tick(result)
             return result
 
-        return list(await asyncio.gather(*(one(item) for item in items)))
+        return await together(one(item) for item in items)
 
     def finish(self, iteration: Iteration, before: tuple[int, int, float]) -> Iteration:
         iteration.calls = self.llm.ledger.calls - before[0]

@@ -15,6 +15,7 @@ from ..language.metrics import parse_number, score
 from ..models.llm import LLM, BudgetExceeded
 from .datasets import DataError, Sample
 from .forward import Trace, run
+from .tasks import together
 
 Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
 
@@ -225,15 +226,8 @@ async def evaluate(
     tasks = [asyncio.ensure_future(one(*p)) for p in prepared]
     stopped = None
     try:
-        await asyncio.gather(*tasks)
-    except BudgetExceeded as exc:
+        await together(tasks)
+    except BudgetExceeded as exc:  # the samples already scored are kept
         stopped = exc.text  # a str in the API's words, .cli in the command line's
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        raise
     results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
     return Evaluation(results, len(samples), stopped)

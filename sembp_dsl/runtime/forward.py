@@ -20,6 +20,7 @@ from ..language.graph import Graph, GraphNode
 from ..language.metrics import parse_number
 from ..models.faults import Failure
 from ..models.llm import LLM, CallFailed
+from .tasks import together
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
@@ -203,10 +204,5 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
 
     for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
         tasks[node.name] = asyncio.ensure_future(start(node))
-    try:
-        traces = await asyncio.gather(*tasks.values())
-    except BaseException:
-        for task in tasks.values():
-            task.cancel()
-        raise
+    traces = await together(tasks.values())
     return Trace(dict(inputs), {t.node: t for t in traces}, graph.output)
