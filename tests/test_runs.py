@@ -8,7 +8,7 @@ import pytest
 from test_optimize import TOY, data, write
 
 from sembp_dsl import cli
-from sembp_dsl.records.runs import RunsError, plain_word_diff, resolve
+from sembp_dsl.records.runs import RunsError, plain_word_diff, resolve, word_diff
 
 
 def optimize(tmp_path, fake_llm, script, *flags):
@@ -178,6 +178,26 @@ def test_run_names_resolve_by_number_prefix_and_folder(tmp_path, capsys):
         resolve("20260202-100000-d", runs)
     code, _, err = sbpc(capsys, "show", "7", "--runs-dir", str(runs))
     assert code == 1 and "no run number 7" in err and "Traceback" not in err
+
+
+def test_word_diff_of_long_hostile_texts_takes_bounded_time():
+    """60,000 words that share almost nothing, and a long text with one change in the middle: both in well
+    under a second (the word-by-word matcher took minutes), and the diff still reads back to both texts."""
+    import random
+    import time
+
+    rng = random.Random(0)
+    old = " ".join(f"w{rng.randrange(5000)}" for _ in range(60_000))
+    new = " ".join(f"w{rng.randrange(5000)}" for _ in range(60_000))
+    start = time.perf_counter()
+    ops = word_diff(old, new)
+    assert time.perf_counter() - start < 2
+    assert "".join(t for op, t in ops if op != "+") == old and "".join(t for op, t in ops if op != "-") == new
+    long = " ".join(f"word{i}" for i in range(60_000))
+    edited = long.replace("word30000 ", "changed ")
+    start = time.perf_counter()
+    assert plain_word_diff(long, edited).count("[-word30000 -]{+changed +}") == 1
+    assert time.perf_counter() - start < 2
 
 
 def test_word_diff_marks_only_the_changed_words():

@@ -203,18 +203,40 @@ def _load(folder: Path) -> dict:
 # --- words ------------------------------------------------------------------------------------
 
 
+# Word pairs the diff may compare: SequenceMatcher's time grows with the product of the lengths, and a
+# reply is a stranger's text (60,000 words took 8 minutes). Past it the changed middle is shown whole.
+MOST_WORD_PAIRS = 4_000_000
+
+
 def word_diff(old: str, new: str) -> list[tuple[str, str]]:
-    """`new` against `old` word by word: ("=", same) ("-", removed) ("+", added), whitespace kept with its word."""
+    """`new` against `old` word by word: ("=", same) ("-", removed) ("+", added), whitespace kept with its word.
+
+    The common start and end are matched in linear time; the changed middle word by word when that is
+    cheap enough, else as one removal and one addition.
+    """
     a, b = re.findall(r"\S+\s*|\s+", old), re.findall(r"\S+\s*|\s+", new)
-    ops: list[tuple[str, str]] = []
-    for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if tag == "equal":
-            ops.append(("=", "".join(a[i1:i2])))
-            continue
-        if i2 > i1:
-            ops.append(("-", "".join(a[i1:i2])))
-        if j2 > j1:
-            ops.append(("+", "".join(b[j1:j2])))
+    head = 0
+    while head < min(len(a), len(b)) and a[head] == b[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(a), len(b)) - head and a[-1 - tail] == b[-1 - tail]:
+        tail += 1
+    a_mid, b_mid = a[head : len(a) - tail], b[head : len(b) - tail]
+    ops: list[tuple[str, str]] = [("=", "".join(a[:head]))] if head else []
+    if len(a_mid) * len(b_mid) <= MOST_WORD_PAIRS:
+        matcher = difflib.SequenceMatcher(None, a_mid, b_mid, autojunk=False)
+        for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+            if tag == "equal":
+                ops.append(("=", "".join(a_mid[i1:i2])))
+                continue
+            if i2 > i1:
+                ops.append(("-", "".join(a_mid[i1:i2])))
+            if j2 > j1:
+                ops.append(("+", "".join(b_mid[j1:j2])))
+    else:
+        ops += [op for op in (("-", "".join(a_mid)), ("+", "".join(b_mid))) if op[1]]
+    if tail:
+        ops.append(("=", "".join(a[len(a) - tail :])))
     return ops
 
 
