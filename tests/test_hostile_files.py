@@ -54,6 +54,8 @@ def template_file(tmp_path, template: str, name: str = "p.sbp"):
         ("{% include 'other.j2' %}", "'{% include %}' is not allowed"),
         ("{% import 'other.j2' as o %}", "'{% import %}' is not allowed"),
         ("{% extends 'base.j2' %}", "'{% extends %}' is not allowed"),
+        # each call takes about a second and a loop of 60 never reaches the next step check: 60 s before
+        ("{% for i in range(60) %}{{ ('a ' * 200000) | urlize }}{% endfor %}", "took more than 3 s"),
     ],
 )
 def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, message):

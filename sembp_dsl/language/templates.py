@@ -57,7 +57,13 @@ class Budget:
         before, self.steps = self.steps, self.steps + count
         if self.steps > MAX_STEPS:
             raise RenderError(f"too much work: more than {MAX_STEPS:,} loop iterations, calls and filter items")
-        if before >> 10 != self.steps >> 10 and time.monotonic() > self.deadline:  # every 1,024 steps
+        if before >> 10 != self.steps >> 10:  # every 1,024 steps
+            self.check_time()
+
+    def check_time(self) -> None:
+        """After every call and filter too: one can take seconds (`urlize` on a long text), and a loop of
+        them would otherwise run for minutes between two step checks."""
+        if time.monotonic() > self.deadline:
             raise RenderError(f"rendering took more than {MAX_SECONDS:g} s")
 
     def emit(self, chars: int) -> None:
@@ -172,6 +178,7 @@ class BoundedEnvironment(SandboxedEnvironment):
             _check_format(wrapped.__self__)
         result = _check_value(SandboxedEnvironment.call(__self, __context, __obj, *args, **kwargs))
         budget.step(_size(result) // 8)
+        budget.check_time()
         return result
 
     def _generate(self, source, name, filename, defer_init=False):
@@ -190,7 +197,9 @@ def _bounded_filter(function):
     def bounded(*args, **kwargs):
         _check_arguments(args[1:], kwargs)  # args[0] is the value filtered (or the context/environment)
         result = _check_value(function(*args, **kwargs))
-        _budget().step(1 + _size(result) // 8)
+        budget = _budget()
+        budget.step(1 + _size(result) // 8)
+        budget.check_time()
         return result
 
     return bounded
