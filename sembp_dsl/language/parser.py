@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -186,8 +187,10 @@ class Builder(Transformer):
 
 
 # Lark's inline transformer is fixed when the parser is built, so one Builder serves every
-# parse; `parse` points it at the file at hand. Parse from one thread at a time.
+# parse; `parse` points it at the file at hand, holding _PARSING so that threads parse (and build
+# the parser) one at a time. Parsing is pure Python: under the GIL, threads would take turns anyway.
 _BUILDER = Builder()
+_PARSING = threading.Lock()
 
 
 @cache
@@ -288,6 +291,11 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
     After a syntax error the broken statement is blanked out and parsing starts
     again, so one run reports every broken statement, not the first alone.
     """
+    with _PARSING:
+        return _parse(text, file)
+
+
+def _parse(text: str, file: str) -> ir.Pipeline:
     text = LONE_CR.sub("\n", text)  # old Mac line ends: one character for another, so offsets hold
     syntax: list[Diagnostic] = []
     attempt: str | None = text

@@ -144,9 +144,32 @@ class Lowering:
         self.text, self.file = text, file
         self.errors: list[Diagnostic] = []
         self.reported: set[tuple] = set()  # paths already explained: schema errors inside them would repeat the cause
+        self.constructor = yaml.constructor.SafeConstructor()  # one per load: it keeps state while it builds
 
     def span(self, node: yaml.Node) -> ir.Span:
         return _span(self.file, node)
+
+    def scalar(self, node: yaml.Node):
+        """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
+        value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
+        if not isinstance(node, yaml.ScalarNode):
+            return None
+        if node.tag == "tag:yaml.org,2002:str":
+            return node.value
+        tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+        try:
+            value = self.constructor.construct_object(node)
+        except Exception:  # PyYAML's constructors raise ValueError, KeyError, AttributeError...: all bad input
+            raise BadScalar(f"'{node.value}' is not a valid {tag}") from None
+        finally:
+            self.constructor.constructed_objects.clear()  # it would keep every node it ever saw
+        if isinstance(value, float) and not math.isfinite(value):
+            raise BadScalar(f"{node.value} is not a finite number")
+        if value is not None and not isinstance(value, (str, int, float, bool)):
+            raise BadScalar(
+                f"YAML reads '{node.value}' as {tag}, which a pipeline cannot use; quote it to make it a string"
+            )
+        return value
 
     def plain(self, node: yaml.Node, where: dict, path: tuple = ()):
         """Python data for the schema, remembering the YAML node at every path."""
@@ -183,7 +206,7 @@ class Lowering:
             problem = bad_characters(node.value)
             if problem:
                 raise BadScalar(problem)
-            return _scalar(node)
+            return self.scalar(node)
         except BadScalar as exc:
             self.errors.append(error(self.span(node), str(exc)))
             self.reported.add(path)
@@ -218,7 +241,7 @@ class Lowering:
 
     def settings(self, mapping: yaml.MappingNode, skip: tuple[str, ...] = ()) -> tuple[ir.Setting, ...]:
         return tuple(
-            ir.Setting(k.value, _scalar(v), span=self.span(k), value_span=self.span(v))
+            ir.Setting(k.value, self.scalar(v), span=self.span(k), value_span=self.span(v))
             for k, v in mapping.value
             if k.value not in skip
         )
@@ -270,7 +293,7 @@ class Lowering:
         params = []
         for key, value in items("params"):
             fields = {k.value: v for k, v in value.value} if isinstance(value, yaml.MappingNode) else {"text": value}
-            frozen = "frozen" in fields and _scalar(fields["frozen"]) is True
+            frozen = "frozen" in fields and self.scalar(fields["frozen"]) is True
             text = fields["text"]
             params.append(ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text)))
         templates = [
@@ -322,32 +345,6 @@ class Lowering:
             path=self.file,
             text=self.text,
         )
-
-
-_CONSTRUCTOR = yaml.constructor.SafeConstructor()
-
-
-def _scalar(node: yaml.Node):
-    """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
-    value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
-    if not isinstance(node, yaml.ScalarNode):
-        return None
-    if node.tag == "tag:yaml.org,2002:str":
-        return node.value
-    tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-    try:
-        value = _CONSTRUCTOR.construct_object(node)
-    except Exception:  # PyYAML's constructors raise ValueError, KeyError, AttributeError...: all bad input
-        raise BadScalar(f"'{node.value}' is not a valid {tag}") from None
-    finally:
-        _CONSTRUCTOR.constructed_objects.clear()  # it would keep every node it ever saw
-    if isinstance(value, float) and not math.isfinite(value):
-        raise BadScalar(f"{node.value} is not a finite number")
-    if value is not None and not isinstance(value, (str, int, float, bool)):
-        raise BadScalar(
-            f"YAML reads '{node.value}' as {tag}, which a pipeline cannot use; quote it to make it a string"
-        )
-    return value
 
 
 def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
