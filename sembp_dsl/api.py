@@ -238,7 +238,9 @@ class Pipeline:
     def save(self, path: str | Path | None = None) -> Path:
         """Write the current prompts into the source file (or `path`), exactly as `sbpc optimize` does:
         only the changed literals, proved by re-parsing, atomically; never over a file changed since it was read."""
-        writer = WriteBack(self.graph.pipeline, str(path) if path else None)
+        if path is not None and not str(path).strip():
+            raise ValueError("save(path): an empty path names no file; give a file name, or None for the source")
+        writer = WriteBack(self.graph.pipeline, None if path is None else str(path))
         writer(self.prompts)
         return writer.target
 

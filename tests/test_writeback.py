@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import textwrap
 from pathlib import Path
@@ -237,3 +238,84 @@ def _built_in_loss_run(tmp_path, fake_llm, script) -> list[str]:
     script.prompts.clear()
     optimize(toy(folder, fake_llm.url), "--dry-run")
     return [p for p in script.of_kind("optimizer") if '"verdict_task"' in p]
+
+
+# --- writes that are killed midway, and paths that are no files ---------------------------------------
+
+KILLED_WRITE = """
+import os, signal, sys
+from pathlib import Path
+from sembp_dsl.language import writeback
+from sembp_dsl.language.source import load
+
+real = writeback._write_synced
+def dying(path, data, *, create):
+    if path.name == sys.argv[2]:  # the write that dies: half the bytes, then kill -9
+        with open(path, "wb" if create else "r+b") as f:
+            f.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, data, create=create)
+writeback._write_synced = dying
+writeback.WriteBack(load(sys.argv[1]))({"look": "New text " * 40})
+"""
+
+
+def killed_write(path: Path, dies_at: str) -> None:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-c", KILLED_WRITE, str(path), dies_at], capture_output=True)
+    assert result.returncode == -9, result.stderr
+
+
+def test_a_hard_linked_file_torn_by_kill_9_is_reported_with_the_whole_text_beside_it(tmp_path):
+    path = toy(tmp_path, "http://127.0.0.1:9")
+    os.link(path, tmp_path / "other-name.sbp")
+    killed_write(path, dies_at=path.name)  # killed inside the in-place write
+    copy = tmp_path / ".toy.sbp.sbpc-tmp"
+    assert "New text " * 40 in copy.read_text() and copy.read_text() != path.read_text()  # torn file, whole copy
+    code, err = check(path)
+    assert code == 1 and "an earlier write to this file was interrupted" in err and f"cp {copy} {path} && rm" in err
+    shutil.copyfile(copy, path)  # the way out the message gives: the copy is the whole new file, links kept
+    copy.unlink()
+    assert {p.name: p.text for p in load(str(tmp_path / "other-name.sbp")).params}["look"] == "New text " * 40
+
+
+def test_a_write_killed_before_its_rename_leaves_the_file_whole_and_the_stray_is_cleaned(tmp_path):
+    path = toy(tmp_path, "http://127.0.0.1:9")
+    before = path.read_text()
+    killed_write(path, dies_at=".toy.sbp.sbpc-tmp")
+    assert path.read_text() == before and (tmp_path / ".toy.sbp.sbpc-tmp").exists()
+    assert WriteBack(load(str(path)))({"look": "Whole."}) is None
+    assert 'param look = "Whole."' in path.read_text() and not (tmp_path / ".toy.sbp.sbpc-tmp").exists()
+
+
+def test_a_fifo_or_a_folder_is_never_replaced_by_a_write(tmp_path, capsys):
+    from sembp_dsl.language.writeback import WriteBackError, atomic_write
+
+    fifo = tmp_path / "pipe.html"
+    os.mkfifo(fifo)
+    with pytest.raises(WriteBackError, match="not a regular file"):
+        atomic_write(fifo, "<html>")
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+    assert cli.main(["report", "-1", "--runs-dir", str(tmp_path), "--out", str(fifo)]) != 0
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_save_with_an_empty_path_is_refused_and_the_source_kept(tmp_path):
+    import sembp_dsl as sbp
+
+    path = toy(tmp_path, "http://127.0.0.1:9")
+    before = path.read_text()
+    with sbp.load(path) as pipeline:
+        with pytest.raises(ValueError, match="an empty path names no file"):
+            pipeline.save("")
+    assert path.read_text() == before
+
+
+def check(path: Path) -> tuple[int, str]:
+    import subprocess
+    import sys
+
+    result = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "check", str(path)], capture_output=True, text=True)
+    return result.returncode, result.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from pathlib import Path
 
 from . import ir
 from .diagnostics import PipelineError, error, point
@@ -14,9 +15,38 @@ SUFFIXES = (".sbp", ".yaml", ".yml")
 MAX_FILE_BYTES = 64 * 2**20  # far beyond any real pipeline; its prompts could not be sent anyway
 
 
+def temporary(path: Path) -> Path:
+    """The one temporary name a write to `path` uses (writeback.atomic_write): a write killed midway leaves
+    it, and reading the file finds it by name (a random name would leave strays nobody knows to look for)."""
+    return path.with_name(f".{path.name}.sbpc-tmp")
+
+
+def interrupted_write(path: str) -> Path | None:
+    """The whole copy that an in-place write (a file with other hard links) left when it was killed: the
+    file itself may then be torn. A copy beside a file with one link is a rename that never happened:
+    the file is whole, and the next write reuses the name."""
+    real = Path(os.path.realpath(path))
+    copy = temporary(real)
+    return copy if copy.is_file() and real.is_file() and real.stat().st_nlink > 1 else None
+
+
 def read(path: str) -> str:
     """The file's text; PipelineError for a missing file, a directory, a FIFO or device (which could
-    block forever), a file past MAX_FILE_BYTES, or bytes that are not UTF-8."""
+    block forever), a file past MAX_FILE_BYTES, a write to it that was killed midway, or bytes that are
+    not UTF-8."""
+    torn = interrupted_write(path)
+    if torn:
+        raise PipelineError(
+            [
+                error(
+                    None,
+                    f"an earlier write to this file was interrupted, so it may hold part new and part old text; "
+                    f"{torn} holds the complete text that was being written. Keep the right one "
+                    f"(cp {torn} {path} && rm {torn}, which keeps the hard links; or rm {torn}), then run again",
+                    path,
+                )
+            ]
+        )
     try:
         data = _read_regular(path)
     except IsADirectoryError:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from pathlib import Path
 from . import ir
 from .diagnostics import Option, OptionError, PipelineError
 from .parser import decode_block_string
-from .source import parse_text
+from .source import parse_text, temporary
 
 
 class WriteBackError(OptionError, ValueError):
@@ -130,34 +129,44 @@ def _umask() -> int:
 def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | None = None) -> None:
     """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one.
 
-    A symbolic link is written through to its target (the link stays a link); a file with other hard
-    links is rewritten in place, so every name keeps seeing it. The file keeps its mode; a new one takes
-    the mode of `mode_from` (the source of a pipeline written elsewhere), else the umask's, as open() gives.
+    Only a regular file (or a new name) is written: a FIFO, a device or a folder at the path is refused,
+    never replaced. A symbolic link is written through to its target (the link stays a link). A file with
+    other hard links is rewritten in place, so every name keeps seeing it; the complete new text is
+    written to the temporary file first and removed only once the file holds it, so a write killed
+    midway leaves that copy behind, and reading the file reports it. The file keeps its mode; a new one
+    takes the mode of `mode_from` (the source of a pipeline written elsewhere), else the umask's.
     """
     path = Path(os.path.realpath(path))
+    if path.exists() and not path.is_file():
+        raise WriteBackError(f"{path} is not a regular file (a folder, FIFO or device): give a file to write")
     data = ((_BOM if bom else "") + text).encode("utf-8", "surrogatepass")
-    if path.is_file() and path.stat().st_nlink > 1:
-        with open(path, "r+b") as f:
-            f.write(data)
-            f.truncate()
-            f.flush()
-            os.fsync(f.fileno())
-        return
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    tmp = temporary(path)
+    _write_synced(tmp, data, create=True)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        if path.is_file() and path.stat().st_nlink > 1:
+            _write_synced(path, data, create=False)
+            tmp.unlink()
+            return
         like = path if path.exists() else mode_from
         if like is not None and like.exists():
             os.chmod(tmp, like.stat().st_mode & 0o7777)
-        else:  # what open() would give a new file, not mkstemp's owner-only 0600 (a report is for sharing)
+        else:  # what open() would give a new file, not 0600 (a report is for sharing)
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if not (path.is_file() and path.stat().st_nlink > 1):  # in place, the copy may be all that is whole
+            tmp.unlink(missing_ok=True)
         raise
+
+
+def _write_synced(path: Path, data: bytes, *, create: bool) -> None:
+    """`data` into `path` and onto the disk; `create` makes (or empties) it, never through a symbolic link."""
+    flags = os.O_WRONLY | (os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) if create else 0)
+    with os.fdopen(os.open(path, flags, 0o600), "wb") as f:
+        f.write(data)
+        f.truncate()
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def read_current(path: Path) -> tuple[str | None, bool]:
