@@ -468,9 +468,11 @@ def test_a_bad_file_raises_pipeline_error_with_located_diagnostics(tmp_path):
     path.write_text(TRIAGE.replace("ticket -> notes", "tickt -> notes"))
     with pytest.raises(sbp.PipelineError) as caught:
         sbp.load(path)
-    assert re.search(r"bad\.sbp:\d+:\d+: error: .*tickt", caught.value.render())
-    assert re.fullmatch(r".*bad\.sbp:\d+:\d+: error: .*tickt.*", str(caught.value))  # a log line says where, too
-    with pytest.raises(sbp.PipelineError, match=r"missing\.sbp: error: no such file"):
+    assert re.search(r"bad\.sbp:\d+:\d+: error\[E024\]: .*tickt", caught.value.render())
+    assert re.fullmatch(
+        r".*bad\.sbp:\d+:\d+: error\[E024\]: .*tickt.*", str(caught.value)
+    )  # a log line says where, too
+    with pytest.raises(sbp.PipelineError, match=r"missing\.sbp: error\[E010\]: no such file"):
         sbp.load(tmp_path / "missing.sbp")
 
 

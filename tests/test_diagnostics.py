@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 from pathlib import Path
 
 import pytest
@@ -26,14 +27,14 @@ def check(tmp_path, source: str, name: str = "p.sbp") -> tuple[int, str]:
 
 
 def errors(text: str) -> list[str]:
-    return [line for line in text.splitlines() if ": error: " in line]
+    return [line for line in text.splitlines() if re.search(r": error\[E\d{3}\]: ", line)]
 
 
 def test_an_undefined_target_of_many_sources_is_one_error(tmp_path):
     code, err = check(
         tmp_path, HEADER + "input r: text\ninput s: text\nnode a: text {}\nq, r, s -> y\nq -> a\noutput a\n"
     )
-    assert code == 1 and errors(err) == ["p.sbp:6:12: error: undefined node or input 'y'"]
+    assert code == 1 and errors(err) == ["p.sbp:6:12: error[E024]: undefined node or input 'y'"]
 
 
 def test_a_typo_does_not_cascade_into_template_errors(tmp_path):
@@ -42,72 +43,104 @@ def test_a_typo_does_not_cascade_into_template_errors(tmp_path):
         "node judge: text { template = t  prompt = p }\nq -> juge\noutput judge\n"
     )
     code, err = check(tmp_path, source)
-    assert errors(err) == ["p.sbp:6:6: error: undefined node or input 'juge'; did you mean 'judge'?"]
+    assert errors(err) == ["p.sbp:6:6: error[E024]: undefined node or input 'juge'"]
+    assert "      = help: did you mean 'judge'?\n" in err
 
 
 @pytest.mark.parametrize(
-    "source, message",
+    "source, message, help",
     [
         (
             'node a: text { prompt = analyse }\nparam analyze = "x"\nq -> a\noutput a\n',
-            "undefined param 'analyse'; did you mean 'analyze'?",
+            "error[E022]: undefined param 'analyse'",
+            "did you mean 'analyze'?",
         ),
         (
             'template judge = "{{ q }}"\nnode a: text { template = juge }\nq -> a\noutput a\n',
-            "undefined template 'juge'; did you mean 'judge'?",
+            "error[E023]: undefined template 'juge'",
+            "did you mean 'judge'?",
         ),
         (
             "node a: text { promt = x }\nq -> a\noutput a\n",
-            "unknown setting 'promt' in node 'a'; did you mean 'prompt'?",
+            "error[E030]: unknown setting 'promt' in node 'a'",
+            "did you mean 'prompt'?",
         ),
         (
             'node a: text {}\nq -> a\noutput a\nmodel fowrard { name = "m" }\n',
-            "unknown model role 'fowrard'; did you mean 'forward'?",
+            "error[E036]: unknown model role 'fowrard'",
+            "did you mean 'forward'?",
         ),
         (
             "node a: text {}\nq -> a\noutput a\noptimize { gradient = sibbling }\n",
-            "not 'sibbling'; did you mean 'sibling'?",
+            "error[E032]: 'gradient' must be one of sibling, no_sibling, none, not 'sibbling'",
+            "did you mean 'sibling'?",
         ),
         (
             "node a: text {}\nq -> a\noutput a\noptimise { iterations = 2 }\n",
-            "unknown block 'optimise'; did you mean 'optimize'?",
+            "error[E035]: unknown block 'optimise'",
+            "did you mean 'optimize'?",
         ),
-        ("node a: text {}\nq -> a\noutput b\n", "undefined node 'b'"),
-        ("node alpha: text {}\nq -> alpha\noutput alpa\n", "undefined node 'alpa'; did you mean 'alpha'?"),
-        ("node a: text {}\nq -> a\noutput a\nmetric exct\n", "unknown metric 'exct'; did you mean 'exact'?"),
+        ("node a: text {}\nq -> a\noutput b\n", "error[E026]: undefined node 'b'", None),
+        (
+            "node alpha: text {}\nq -> alpha\noutput alpa\n",
+            "error[E026]: undefined node 'alpa'",
+            "did you mean 'alpha'?",
+        ),
+        (
+            "node a: text {}\nq -> a\noutput a\nmetric exct\n",
+            "error[E045]: unknown metric 'exct'",
+            "did you mean 'exact'?",
+        ),
     ],
 )
-def test_did_you_mean(tmp_path, source, message):
+def test_did_you_mean_is_a_help_line(tmp_path, source, message, help):
     code, err = check(tmp_path, HEADER + source)
-    assert code == 1 and message in err, err
+    head, caret_lines, rest = err.split("\n", 3)[0], err.split("\n")[1:3], err.split("\n")[3:]
+    assert code == 1 and head.endswith(": " + message), err  # the message ends where the hint begins
+    assert caret_lines[1].lstrip().startswith("| ")
+    assert rest[:1] == ([f"      = help: {help}"] if help else [""]), err
+
+
+def test_a_duplicate_has_a_note_with_its_own_caret_at_the_first(tmp_path):
+    code, err = check(
+        tmp_path, HEADER + 'param p = "x"\nparam p = "y"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+    )
+    assert code == 1
+    assert err == (
+        "p.sbp:4:7: error[E020]: duplicate param 'p'\n"
+        '    4 | param p = "y"\n'
+        "      |       ^\n"
+        "p.sbp:3:7: note: first declared here\n"
+        '    3 | param p = "x"\n'
+        "      |       ^\n"
+    )
 
 
 def test_two_syntax_errors_on_one_line_are_both_reported(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: txt {} node b: txet {}\nq -> a\noutput a\n")
-    assert [e.split(": error:")[0] for e in errors(err)] == ["p.sbp:3:9", "p.sbp:3:24"]
+    assert [e.split(": error[")[0] for e in errors(err)] == ["p.sbp:3:9", "p.sbp:3:24"]
 
 
 def test_two_cycles_are_both_reported(tmp_path):
     source = HEADER + "".join(f"node {n}: text {{}}\n" for n in "abcd") + "q -> a\na -> b -> a\nc -> d -> c\noutput a\n"
     code, err = check(tmp_path, source)
-    assert [e.split("error: ")[1] for e in errors(err)] == ["cycle: a -> b -> a", "cycle: c -> d -> c"]
+    assert [e.split("error[E040]: ")[1] for e in errors(err)] == ["cycle: a -> b -> a", "cycle: c -> d -> c"]
 
 
 def test_an_error_in_the_header_names_statements_and_hides_nothing(tmp_path):
     code, err = check(tmp_path, 'pipeline mini "x" "y"\ninput q: txet\nnode a: text {}\nq -> a\noutput a\n')
     first, second = errors(err)
     assert first.startswith(
-        "p.sbp:1:19: error: unexpected '\"y\"'; expected one of 'frozen', 'input', 'metric', 'node'"
+        "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'frozen', 'input', 'metric', 'node'"
     )
     assert "')'" not in first
-    assert second == (
-        "p.sbp:2:10: error: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'; did you mean 'text'?"
-    )
+    assert second == "p.sbp:2:10: error[E001]: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'"
+    assert "      = help: did you mean 'text'?" in err
 
 
 def test_cr_only_files_get_true_lines_and_columns(tmp_path):
     code, err = check(tmp_path, (HEADER + "node a: text {}\nq -> zz\noutput a\n").replace("\n", "\r"))
-    assert errors(err) == ["p.sbp:4:6: error: undefined node or input 'zz'"]
+    assert errors(err) == ["p.sbp:4:6: error[E024]: undefined node or input 'zz'"]
     assert "    4 | q -> zz\n" in err
 
 
@@ -128,7 +161,7 @@ def test_a_long_line_is_cut_around_the_error(tmp_path):
 def test_a_lone_surrogate_is_an_error_in_check_and_compile(tmp_path):
     source = HEADER + 'param p = "half \\ud800 a pair"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
     code, err = check(tmp_path, source)
-    assert code == 1 and "p.sbp:3:11: error: a \\u escape in this string is half a surrogate pair" in err
+    assert code == 1 and "p.sbp:3:11: error[E008]: a \\u escape in this string is half a surrogate pair" in err
     with pytest.raises(PipelineError):
         compile_file(str(tmp_path / "p.sbp"))
     code, err = check(tmp_path, source.replace("\\ud800", "\\ud83d\\ude00"))  # a whole pair is a character
@@ -152,19 +185,21 @@ def test_check_rejects_settings_that_would_surely_fail(tmp_path, setting, messag
 
 def test_check_rejects_an_empty_choice_and_nan(tmp_path):
     code, err = check(tmp_path, HEADER + 'node a: choice("", No) {}\nq -> a\noutput a\n')
-    assert code == 1 and "p.sbp:3:9: error: a choice option cannot be empty" in err
+    assert code == 1 and "p.sbp:3:9: error[E048]: a choice option cannot be empty" in err
     yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\nmodels: {forward: {temperature: .nan, timeout: -1}}\n'
     code, err = check(tmp_path, yaml, "p.yaml")
-    assert code == 1 and "p.yaml:7:33: error: .nan is not a finite number" in err
+    assert code == 1 and "p.yaml:7:33: error[E064]: .nan is not a finite number" in err
 
 
 def test_a_repeated_edge_is_one_warning_at_the_repeat(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n")
-    assert code == 0 and [line for line in err.splitlines() if "warning" in line] == [
-        "p.sbp:5:1: warning: edge q -> a is declared twice"
+    assert code == 0 and [line for line in err.splitlines() if "warning" in line or "note" in line] == [
+        "p.sbp:5:1: warning[W005]: edge q -> a is declared twice",
+        "p.sbp:4:1: note: first declared here",
     ]
     code, err = check(tmp_path, HEADER + "node a: text {}\nq, q -> a\noutput a\n")
-    assert code == 0 and "p.sbp:4:4: warning: edge q -> a is declared twice" in err
+    assert code == 0 and "p.sbp:4:4: warning[W005]: edge q -> a is declared twice" in err
+    assert "p.sbp:4:1: note: first declared here" in err
 
 
 SCHEMA_YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
@@ -202,7 +237,7 @@ def test_the_shipped_schema_rejects_what_check_rejects(tmp_path, extra, edit):
         source = source.replace(*edit)
     assert list(jsonschema.Draft202012Validator(schema()).iter_errors(yaml.safe_load(source))), source
     code, err = check(tmp_path, source, "p.yaml")
-    assert code == 1 and err.count("error:") == 1, err
+    assert code == 1 and err.count("error[") == 1, err
 
 
 def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
@@ -289,11 +324,11 @@ def test_the_language_doc_matches_the_code():
 
 def test_control_characters_in_strings_are_errors(tmp_path):
     code, err = check(tmp_path, HEADER + 'param p = "red \x1b[31m"\nnode a: text { prompt = p }\nq -> a\noutput a\n')
-    assert code == 1 and "p.sbp:3:11: error: control character \\x1b in a string; pipelines hold text" in err
+    assert code == 1 and "p.sbp:3:11: error[E007]: control character \\x1b in a string; pipelines hold text" in err
     assert "\x1b" not in err
     yaml = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\ndescription: "bell \\a"\n'
     code, err = check(tmp_path, yaml, "p.yaml")
-    assert code == 1 and "p.yaml:7:14: error: control character \\x07 in a string" in err
+    assert code == 1 and "p.yaml:7:14: error[E007]: control character \\x07 in a string" in err
 
 
 def test_two_cycles_that_share_a_node_are_both_reported(tmp_path):
@@ -303,10 +338,10 @@ def test_two_cycles_that_share_a_node_are_both_reported(tmp_path):
         + "q -> a\na -> b -> a\na -> c -> a\nc -> d\noutput d\n"
     )
     code, err = check(tmp_path, source)
-    assert [e.split("error: ")[1] for e in errors(err)] == ["cycle: a -> b -> a", "cycle: c -> a -> c"]
+    assert [e.split("error[E040]: ")[1] for e in errors(err)] == ["cycle: a -> b -> a", "cycle: c -> a -> c"]
 
 
 def test_a_node_behind_a_cycle_is_not_reported_as_on_one(tmp_path):
     source = HEADER + "".join(f"node {n}: text {{}}\n" for n in "abc") + "q -> a\na -> b -> a\nb -> c\noutput c\n"
     code, err = check(tmp_path, source)
-    assert [e.split("error: ")[1] for e in errors(err)] == ["cycle: a -> b -> a"]
+    assert [e.split("error[E040]: ")[1] for e in errors(err)] == ["cycle: a -> b -> a"]

@@ -63,14 +63,14 @@ def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, mess
     code, err = run_cli("check", str(template_file(tmp_path, template)))
     assert time.monotonic() - start < 10
     assert code == 1 and re.search(message, err), err
-    assert "p.sbp:4:1: error: template" in err and "Traceback" not in err
+    assert re.search(r"p\.sbp:4:1: error\[E05[012]\]: template", err) and "Traceback" not in err
 
 
 def test_a_template_that_fails_on_some_data_is_a_per_sample_render_error(tmp_path):
     # `q|int` of a placeholder is 0, so check cannot know: a warning, and at run time this sample's error
     path = template_file(tmp_path, "{{ 10 / (q|int) }}")
     code, err = run_cli("check", str(path))
-    assert code == 0 and "warning: template may not render: ZeroDivisionError" in err
+    assert code == 0 and "warning[W006]: template may not render: ZeroDivisionError" in err
     node = compile_file(str(path)).nodes["a"]
     assert node.render({"q": "4"}, {}) == "2.5"
     with pytest.raises(RenderError, match="ZeroDivisionError") as caught:
@@ -105,21 +105,21 @@ def check_yaml(tmp_path, text: str) -> tuple[int, str]:
 @pytest.mark.parametrize(
     "extra, expected",
     [
-        ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error: 'abc' is not a valid !!int"),
-        ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error: 'maybe' is not a valid !!bool"),
-        ("description: !!timestamp never\n", "p.yaml:7:14: error: 'never' is not a valid !!timestamp"),
-        ("description: 2024-01-01\n", "p.yaml:7:14: error: YAML reads '2024-01-01' as !!timestamp"),
-        ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error: .nan is not a finite number"),
-        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error: YAML: nested more than 64 levels deep"),
-        ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error: YAML alias '*x' is not supported here"),
-        ("params:\n  r: *nope\n", "p.yaml:8:6: error: YAML: found undefined alias 'nope'"),
-        ("description: a\x00b\n", "p.yaml:7:15: error: YAML: character '\\x00' is not allowed"),
+        ("optimize: {iterations: !!int abc}\n", "p.yaml:7:24: error[E064]: 'abc' is not a valid !!int"),
+        ("optimize: {seed: !!bool maybe}\n", "p.yaml:7:18: error[E064]: 'maybe' is not a valid !!bool"),
+        ("description: !!timestamp never\n", "p.yaml:7:14: error[E064]: 'never' is not a valid !!timestamp"),
+        ("description: 2024-01-01\n", "p.yaml:7:14: error[E064]: YAML reads '2024-01-01' as !!timestamp"),
+        ("models: {forward: {temperature: .nan}}\n", "p.yaml:7:33: error[E064]: .nan is not a finite number"),
+        ("x: " + "[" * 5000 + "]" * 5000 + "\n", "p.yaml:7:67: error[E060]: YAML: nested more than 64 levels deep"),
+        ("params:\n  p: &x hello\n  r: *x\n", "p.yaml:9:6: error[E061]: YAML alias '*x' is not supported here"),
+        ("params:\n  r: *nope\n", "p.yaml:8:6: error[E060]: YAML: found undefined alias 'nope'"),
+        ("description: a\x00b\n", "p.yaml:7:15: error[E060]: YAML: character '\\x00' is not allowed"),
     ],
 )
 def test_hostile_yaml_is_a_located_error(tmp_path, extra, expected):
     code, err = check_yaml(tmp_path, YAML + extra)
     assert code == 1 and err.startswith(expected), err
-    assert err.count("error:") == 1
+    assert err.count("error[") == 1
 
 
 def test_yaml_type_errors_are_in_words(tmp_path):
@@ -127,15 +127,15 @@ def test_yaml_type_errors_are_in_words(tmp_path):
         "  a: {type: text}\n", "  a: {type: text}\n  b: {type: choice(Yes, No)}\n  c: {type: texts}\n"
     )
     code, err = check_yaml(tmp_path, source.replace("q -> a", "q -> a, b, c"))
-    assert code == 1 and err.count("error:") == 2, err  # the split choice is one cause, not three errors
+    assert code == 1 and err.count("error[") == 2, err  # the split choice is one cause, not three errors
     assert (
-        'p.yaml:5:13: error: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"'
+        'p.yaml:5:13: error[E065]: a choice type must be quoted in YAML, or its commas end the value: write type: "choice(Yes, No)"'
         in err
     )
     assert (
-        "p.yaml:6:13: error: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"; did you mean 'text'?"
-        in err
+        "p.yaml:6:13: error[E063]: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"\n" in err
     )
+    assert "      = help: did you mean 'text'?\n" in err
     assert "does not match" not in err and "^" + "\\s" not in err
 
 
@@ -144,10 +144,10 @@ def test_yaml_one_of_failures_are_explained(tmp_path):
         tmp_path, YAML.replace("inputs: {q: text}", "inputs: {q: 3}").replace("output: a", "output: {node: a, from: 3}")
     )
     assert (
-        'p.yaml:2:13: error: inputs.q: expected a type (text, number, json, "choice(A, B)") or a mapping with type and from, not the number 3'
+        'p.yaml:2:13: error[E063]: inputs.q: expected a type (text, number, json, "choice(A, B)") or a mapping with type and from, not the number 3'
         in err
     )
-    assert "p.yaml:6:25: error: output.from: expected a string, not the number 3" in err
+    assert "p.yaml:6:25: error[E063]: output.from: expected a string, not the number 3" in err
     assert "is not valid here" not in err
 
 
@@ -187,7 +187,8 @@ def test_past_a_sane_size_the_edges_are_a_limit_error(tmp_path, monkeypatch):
     monkeypatch.setattr(checker, "MAX_EDGES", 10_000)
     code, err = run_cli("check", str(_write(tmp_path, "big.sbp", edge_statement(101))))
     assert (
-        code == 1 and "big.sbp:204:1: error: the edges declare 10,201 pairs; a pipeline may have at most 10,000" in err
+        code == 1
+        and "big.sbp:204:1: error[E041]: the edges declare 10,201 pairs; a pipeline may have at most 10,000" in err
     )
 
 
@@ -208,7 +209,7 @@ def test_a_20_mb_literal_is_cheap_to_check_and_a_limit_error_to_compile(tmp_path
     assert peak < 400 * 2**20, peak  # was 3.3 GB
     assert (
         code == 1
-        and "lit.sbp:3:7: error: param 'p' is 20,971,520 characters; a prompt may be at most 16,000,000" in err
+        and "lit.sbp:3:7: error[E057]: param 'p' is 20,971,520 characters; a prompt may be at most 16,000,000" in err
     )
 
 
@@ -228,7 +229,7 @@ def _corpus():
     return corpus()
 
 
-LOCATED = re.compile(r"^(?P<file>[^\n]+?):(?P<line>\d+):(?P<col>\d+): (error|warning): ", re.M)
+LOCATED = re.compile(r"^(?P<file>[^\n]+?):(?P<line>\d+):(?P<col>\d+): (error\[E\d{3}\]|warning\[W\d{3}\]|note): ", re.M)
 CORPUS = _corpus()
 
 
@@ -264,7 +265,7 @@ def test_a_bad_file_gives_located_errors_never_a_traceback(tmp_path, name, data)
         code, output, seconds = run_bounded([command, str(path)])  # an exception here is a traceback: the test fails
         assert code in (0, 1) and seconds < 10, (command, code, seconds)
         for line in output.splitlines():
-            if ": error: " in line and line.startswith(str(path)):
+            if ": error" in line and line.startswith(str(path)):
                 assert LOCATED.match(line), f"{command}: error without line:col: {line}"
         if command == "check" and code == 1:
             assert LOCATED.search(output), output[:2000]
@@ -277,20 +278,27 @@ def test_odd_paths_are_refused_clearly_and_never_block(tmp_path):
     fifo = tmp_path / "fifo.sbp"
     os.mkfifo(fifo)
     code, output, seconds = run_bounded(["check", str(fifo)], seconds=5)
-    assert code == 1 and seconds < 5 and "fifo.sbp: error: is not a regular file (a FIFO, socket or device?)" in output
+    assert (
+        code == 1
+        and seconds < 5
+        and "fifo.sbp: error[E011]: is not a regular file (a FIFO, socket or device?)" in output
+    )
     code, output, _ = run_bounded(["compile", str(fifo)], seconds=5)
     assert code == 1 and "is not a regular file" in output
     (tmp_path / "broken.sbp").symlink_to(tmp_path / "nowhere.sbp")
     assert run_cli("check", str(tmp_path / "broken.sbp")) == (
         1,
-        f"{tmp_path}/broken.sbp: error: no such file (a broken symbolic link)\n{tmp_path}/broken.sbp: 1 error(s)\n",
+        f"{tmp_path}/broken.sbp: error[E010]: no such file (a broken symbolic link)\n{tmp_path}/broken.sbp: 1 error(s)\n",
     )
     good = _write(tmp_path, "good.sbp", HEADER + "node a: text {}\nq -> a\noutput a\n")
     (tmp_path / "link.sbp").symlink_to(good)
     assert run_cli("check", str(tmp_path / "link.sbp"))[0] == 0  # a link to a regular file is fine
     (tmp_path / "folder.sbp").mkdir()
-    assert "folder.sbp: error: is a directory, not a pipeline file" in run_cli("check", str(tmp_path / "folder.sbp"))[1]
-    assert "/dev/zero: error: is not a regular file" in run_bounded(["check", "/dev/zero"], seconds=5)[1]
+    assert (
+        "folder.sbp: error[E011]: is a directory, not a pipeline file"
+        in run_cli("check", str(tmp_path / "folder.sbp"))[1]
+    )
+    assert "/dev/zero: error[E011]: is not a regular file" in run_bounded(["check", "/dev/zero"], seconds=5)[1]
 
 
 def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
@@ -299,7 +307,7 @@ def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monke
     monkeypatch.setattr(source, "MAX_FILE_BYTES", 2**20)
     path = _write(tmp_path, "huge.sbp", HEADER + "#" + "x" * (3 * 2**20) + "\n")
     code, output = run_cli("check", str(path))
-    assert code == 1 and "huge.sbp: error: is 3.0 MB; a pipeline file may be at most 1 MB" in output
+    assert code == 1 and "huge.sbp: error[E012]: is 3.0 MB; a pipeline file may be at most 1 MB" in output
 
 
 def test_each_render_has_its_own_budget(tmp_path):

@@ -80,9 +80,10 @@ def test_syntax_error_golden(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: txt { }\noutput a\n")
     assert code == 1
     assert err == textwrap.dedent("""\
-        p.sbp:3:9: error: unexpected 'txt'; expected one of 'choice', 'json', 'number', 'text'; did you mean 'text'?
+        p.sbp:3:9: error[E001]: unexpected 'txt'; expected one of 'choice', 'json', 'number', 'text'
             3 | node a: txt { }
               |         ^~~
+              = help: did you mean 'text'?
         """)
 
 
@@ -91,7 +92,7 @@ def test_every_broken_statement_is_reported(tmp_path):
         tmp_path, HEADER + "node a: text { prompt = }\nnode b: text {\n  parse == tag }\nparam x = 3\noutput a\n"
     )
     assert code == 1
-    assert [line.split(": error")[0] for line in err.splitlines() if ": error" in line] == [
+    assert [line.split(": error")[0] for line in err.splitlines() if ": error[" in line] == [
         "p.sbp:3:25",
         "p.sbp:5:10",
         "p.sbp:6:11",
@@ -100,7 +101,7 @@ def test_every_broken_statement_is_reported(tmp_path):
 
 def test_unterminated_string(tmp_path):
     code, err = check(tmp_path, HEADER + 'param p = """\n  never closed\n')
-    assert code == 1 and err.startswith("p.sbp:3:11: error: unterminated string\n")
+    assert code == 1 and err.startswith("p.sbp:3:11: error[E003]: unterminated string\n")
 
 
 def test_duplicates_and_undefined_names_all_at_once(tmp_path):
@@ -118,22 +119,28 @@ def test_duplicates_and_undefined_names_all_at_once(tmp_path):
     )
     assert code == 1
     assert err == textwrap.dedent("""\
-        p.sbp:6:6: error: duplicate node or input 'a' (first declared at line 5)
+        p.sbp:6:6: error[E020]: duplicate node or input 'a'
             6 | node a: text { prompt = p }
               |      ^
-        p.sbp:4:7: error: duplicate param 'p' (first declared at line 3)
+        p.sbp:5:6: note: first declared here
+            5 | node a: text { prompt = nope  template = missing }
+              |      ^
+        p.sbp:4:7: error[E020]: duplicate param 'p'
             4 | param p = "y"
               |       ^
-        p.sbp:5:25: error: undefined param 'nope'
+        p.sbp:3:7: note: first declared here
+            3 | param p = "x"
+              |       ^
+        p.sbp:5:25: error[E022]: undefined param 'nope'
             5 | node a: text { prompt = nope  template = missing }
               |                         ^~~~
-        p.sbp:5:42: error: undefined template 'missing'
+        p.sbp:5:42: error[E023]: undefined template 'missing'
             5 | node a: text { prompt = nope  template = missing }
               |                                          ^~~~~~~
-        p.sbp:7:4: error: undefined node or input 'ghost'
+        p.sbp:7:4: error[E024]: undefined node or input 'ghost'
             7 | q, ghost -> a
               |    ^~~~~
-        p.sbp:8:8: error: undefined node 'b'
+        p.sbp:8:8: error[E026]: undefined node 'b'
             8 | output b
               |        ^
         """)
@@ -144,7 +151,7 @@ def test_cycle_is_printed(tmp_path):
         tmp_path, HEADER + "node a: text {}\nnode b: text {}\nnode c: text {}\nq -> a -> b -> c\nc -> a\noutput c\n"
     )
     assert code == 1
-    assert "error: cycle: a -> b -> c -> a" in err
+    assert "error[E040]: cycle: a -> b -> c -> a" in err
 
 
 def test_template_variable_the_node_does_not_receive(tmp_path):
@@ -164,7 +171,7 @@ def test_template_variable_the_node_does_not_receive(tmp_path):
     )
     assert code == 1
     assert err == textwrap.dedent("""\
-        p.sbp:6:15: error: template 't' uses 'speaker', which node 'a' does not receive (it receives: q)
+        p.sbp:6:15: error[E053]: template 't' uses 'speaker', which node 'a' does not receive (it receives: q)
             6 |   Speaker: {{ speaker }}
               |               ^~~~~~~
         """)
@@ -181,15 +188,15 @@ def test_template_syntax_error_points_into_the_template(tmp_path):
 def test_metric_mismatch_and_unknown_metric(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\noutput a\nmetric numeric\n")
     assert code == 1
-    assert "p.sbp:6:8: error: metric 'numeric' needs a number output, but 'a' is text" in err
+    assert "p.sbp:6:8: error[E046]: metric 'numeric' needs a number output, but 'a' is text" in err
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\noutput a\nmetric fuzzy\n")
-    assert "error: unknown metric 'fuzzy'; expected one of exact, numeric, json" in err
+    assert "error[E045]: unknown metric 'fuzzy'\n" in err and "= help: expected one of exact, numeric, json\n" in err
 
 
 def test_no_output_node(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: text {}\nq -> a\n")
     assert code == 1
-    assert err.startswith("p.sbp:1:10: error: no output node: add `output <node>`\n")
+    assert err.startswith("p.sbp:1:10: error[E042]: no output node: add `output <node>`\n")
 
 
 def test_settings_are_checked(tmp_path):
@@ -214,8 +221,8 @@ def test_warnings_do_not_fail(tmp_path):
         tmp_path, HEADER + 'param unused = "x"\nnode a: text {}\nnode stray: text {}\nq -> a\nq -> stray\noutput a\n'
     )
     assert code == 0
-    assert "p.sbp:3:7: warning: param 'unused' is not used by any node" in err
-    assert "p.sbp:5:6: warning: node 'stray' cannot reach the output 'a'" in err
+    assert "p.sbp:3:7: warning[W001]: param 'unused' is not used by any node" in err
+    assert "p.sbp:5:6: warning[W004]: node 'stray' cannot reach the output 'a'" in err
 
 
 YAML = textwrap.dedent("""\
@@ -234,7 +241,8 @@ YAML = textwrap.dedent("""\
 def test_yaml_schema_error_points_at_the_yaml(tmp_path):
     code, err = check(tmp_path, YAML.replace("output: a", "output: a\nmodles: {}"), "p.yaml")
     assert code == 1
-    assert err.startswith("p.yaml:10:1: error: unknown key 'modles'; did you mean 'models'?\n")
+    assert err.startswith("p.yaml:10:1: error[E063]: unknown key 'modles'\n")
+    assert "   10 | modles: {}\n      | ^~~~~~\n      = help: did you mean 'models'?\n" in err
 
 
 def test_yaml_semantic_error_points_at_the_yaml(tmp_path):
@@ -242,7 +250,7 @@ def test_yaml_semantic_error_points_at_the_yaml(tmp_path):
     assert code == 1
     assert err.startswith(
         textwrap.dedent("""\
-        p.yaml:8:10: error: undefined node or input 'b'
+        p.yaml:8:10: error[E024]: undefined node or input 'b'
             8 |   - q -> b
               |          ^
         """)
@@ -251,7 +259,7 @@ def test_yaml_semantic_error_points_at_the_yaml(tmp_path):
 
 def test_yaml_syntax_error(tmp_path):
     code, err = check(tmp_path, "pipeline: t\nnodes: [a\n", "p.yaml")
-    assert code == 1 and err.startswith("p.yaml:3:1: error: YAML:")
+    assert code == 1 and err.startswith("p.yaml:3:1: error[E060]: YAML:")
 
 
 @pytest.mark.parametrize(
@@ -262,7 +270,7 @@ def test_garbage_gives_located_errors(tmp_path, content):
         path = tmp_path / f"g{suffix}"
         path.write_bytes(content)
         code, err = check_path(str(path))
-        assert code == 1 and "error:" in err and "Traceback" not in err
+        assert code == 1 and "error[E" in err and "Traceback" not in err
 
 
 def test_every_truncation_of_an_example_is_handled():
@@ -281,9 +289,9 @@ def test_whole_process_never_shows_a_traceback(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "check", *cases], capture_output=True, text=True)
     assert result.returncode == 1
     assert "Traceback" not in result.stderr
-    assert f"{bad}:2:1: error: invalid UTF-8 (byte 0xff)" in result.stderr
-    assert f"{tmp_path}: error: is a directory" in result.stderr
-    assert "missing.sbp: error: no such file" in result.stderr
+    assert f"{bad}:2:1: error[E014]: invalid UTF-8 (byte 0xff)" in result.stderr
+    assert f"{tmp_path}: error[E011]: is a directory" in result.stderr
+    assert "missing.sbp: error[E010]: no such file" in result.stderr
     usage = subprocess.run([sys.executable, "-m", "sembp_dsl.cli", "check"], capture_output=True, text=True)
     assert usage.returncode == 2
 
@@ -325,15 +333,14 @@ def test_yaml_bad_keys_point_at_the_key(tmp_path):
     source = YAML.replace("inputs: {q: text}", "inputs: {q: text, bad-name: text}") + "models:\n  fast: {name: x}\n"
     code, err = check(tmp_path, source, "p.yaml")
     assert code == 1
-    assert "p.yaml:2:19: error: inputs: 'bad-name' is not a valid name" in err
-    assert (
-        "p.yaml:11:3: error: models: unknown key 'fast'; expected one of default, forward, backward, optimizer" in err
-    )
+    assert "p.yaml:2:19: error[E063]: inputs: 'bad-name' is not a valid name" in err
+    assert "p.yaml:11:3: error[E063]: models: unknown key 'fast'\n" in err
+    assert "= help: expected one of default, forward, backward, optimizer" in err
 
 
 def test_a_file_without_its_header_gets_one_error(tmp_path):
     code, err = check(tmp_path, "node a: text {}\noutput a\n")
-    assert code == 1 and err.count("error:") == 1 and "expected 'pipeline'" in err
+    assert code == 1 and err.count("error[") == 1 and "expected 'pipeline'" in err
 
 
 def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
@@ -379,7 +386,11 @@ def test_yaml_alias_bombs_are_refused(tmp_path):
         f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 9)}]\n" for i in range(8)
     )
     code, err = check(tmp_path, "pipeline: t\n" + bomb, "bomb.yaml")
-    assert code == 1 and err.count("error: YAML alias '*") == 8 and "bomb.yaml:3:8: error: YAML alias '*a'" in err
+    assert (
+        code == 1
+        and err.count("error[E061]: YAML alias '*") == 8
+        and "bomb.yaml:3:8: error[E061]: YAML alias '*a'" in err
+    )
 
 
 def test_a_prompt_may_only_use_what_its_node_receives(tmp_path):
@@ -388,11 +399,11 @@ def test_a_prompt_may_only_use_what_its_node_receives(tmp_path):
         HEADER + 'param p = "Judge {{ q }} said by {{ speaker }}."\nnode a: text { prompt = p }\nq -> a\noutput a\n',
     )
     assert code == 1
-    assert "p.sbp:3:37: error: param 'p' uses 'speaker', which node 'a' does not receive" in err
+    assert "p.sbp:3:37: error[E055]: param 'p' uses 'speaker', which node 'a' does not receive" in err
     code, err = check(
         tmp_path, HEADER + 'param p = "Judge {% if q %}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
     )
-    assert code == 1 and "error: template syntax in param 'p':" in err
+    assert code == 1 and "error[E050]: template syntax in param 'p':" in err
 
 
 def test_compile_ir_masks_a_password_in_a_url_setting(tmp_path, capsys):
@@ -419,7 +430,7 @@ def test_compile_prints_prompts_as_it_makes_them_and_caps_warnings(tmp_path):
     )
     assert result.returncode == 0
     assert (
-        result.stderr.count("warning:") == 50
+        result.stderr.count("warning[W001]:") == 50
         and "... and 2950 more (`sbpc check --json` lists them all)" in result.stderr
     )
     assert result.stdout == emit_prompts(compile_file(str(path))) + "\n"

@@ -224,4 +224,4 @@ def test_checks_clean_while_an_override_reading_a_missing_field_is_refused(tmp_p
     broken.write_text(source)
     assert cli.main(["check", str(broken)]) == 1
     err = capsys.readouterr().err
-    assert "error: template cannot render" in err and "has no attribute 'text'" in err
+    assert "error[E052]: template cannot render" in err and "has no attribute 'text'" in err

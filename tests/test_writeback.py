@@ -219,7 +219,7 @@ def test_a_yaml_alias_param_is_a_clear_error_before_the_run(tmp_path, fake_llm, 
     path.write_text(ALIASED + f'models:\n  default: {{name: openai/fake, api_base: "{fake_llm.url}"}}\n')
     assert optimize(path) == 1
     err = capsys.readouterr().err
-    assert "toy.yaml:5:10: error: YAML alias '*shared'" in err and "write the value out" in err
+    assert "toy.yaml:5:10: error[E061]: YAML alias '*shared'" in err and "write the value out" in err
     assert "Traceback" not in err and fake_llm.requests == 0 and not (tmp_path / "runs").exists()
 
 

@@ -13,7 +13,7 @@ import json
 import sys
 
 from ..errors import SbpcError
-from ..language.diagnostics import PipelineError, json_text
+from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
 from .flags import (
     COUNT,
     POSITIVE_COUNT,
@@ -94,21 +94,7 @@ def cmd_check(args) -> int:
             diagnostics, text = exc.diagnostics, exc.text
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
-        results.append(
-            {
-                "file": path,
-                "ok": not errors,
-                "diagnostics": [
-                    {
-                        "severity": d.severity,
-                        "message": d.message,
-                        "line": d.span.line if d.span else None,
-                        "column": d.span.column if d.span else None,
-                    }
-                    for d in diagnostics
-                ],
-            }
-        )
+        results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
         if not args.json:
             _report(diagnostics, text)
             warnings = len(diagnostics) - len(errors)
@@ -117,6 +103,21 @@ def cmd_check(args) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
     return 1 if failed else 0
+
+
+def cmd_explain(args) -> int:
+    from ..language.codes import CODES, lookup
+
+    if args.code is None:
+        for code in CODES.values():
+            print(f"{code.code}  {code.title}")
+        return 0
+    found = lookup(args.code)
+    if found is None:
+        hint = did_you_mean(args.code.upper(), CODES) or "; `sbpc explain` lists every code"
+        raise UsageError(f"unknown code {args.code!r}{hint}")
+    print(found.render(), end="")
+    return 0
 
 
 def cmd_schema(args) -> int:
@@ -422,6 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
     check.set_defaults(run=cmd_check)
+
+    explain = sub.add_parser(
+        "explain",
+        help="explain a diagnostic code (E022, W001, ...): what it means, an example and the fix",
+        description="Print what a diagnostic code means, with an example and its fix; with no code, list them all.",
+    )
+    explain.add_argument("code", nargs="?", metavar="CODE", help="a code such as E022 (default: list every code)")
+    explain.set_defaults(run=cmd_explain)
 
     comp = sub.add_parser(
         "compile",

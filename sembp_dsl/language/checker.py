@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import ir
-from .diagnostics import Diagnostic, did_you_mean, error, one_of, point, warning
+from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list
 from .metrics import METRICS
 from .templates import BUILTIN, DEFAULT_TEMPLATE, MAX_OUTPUT_CHARS, TemplateProblem, trial_render, variables
 
@@ -109,18 +110,15 @@ class Context:
         self.params = self.unique("param", pipeline.params)
         self.templates = self.unique("template", pipeline.templates)
 
-    def error(self, span: ir.Span | None, message: str) -> None:
-        self.diagnostics.append(error(span, message, self.p.path))
-
-    def warn(self, span: ir.Span | None, message: str) -> None:
-        self.diagnostics.append(warning(span, message))
+    def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
+        self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
 
     def unique(self, what: str, items) -> dict:
         seen: dict = {}
         for item in items:
             if item.name in seen:
                 first = seen[item.name].span
-                self.error(item.span, f"duplicate {what} '{item.name}' (first declared at line {first.line})")
+                self.report("E020", item.span, f"duplicate {what} '{item.name}'", notes=[first_here(first)])
             else:
                 seen[item.name] = item
         return seen
@@ -146,31 +144,36 @@ class Context:
         return point(literal.file, text, offset, len(name))
 
 
+def first_here(span: ir.Span) -> Note:
+    return Note(span, "first declared here")
+
+
 def check_reserved(cx: Context) -> None:
     for item in [*cx.p.inputs, *cx.p.nodes]:
         if item.name in RESERVED:
-            cx.error(item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
+            cx.report("E021", item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
 
 
 def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
-    seen: set[str] = set()
+    seen: dict[str, ir.Setting] = {}
     for s in settings:
         if s.key in seen:
-            cx.error(s.span, f"duplicate setting '{s.key}' in {where}")
-        seen.add(s.key)
+            cx.report("E031", s.span, f"duplicate setting '{s.key}' in {where}", notes=[first_here(seen[s.key].span)])
+        seen.setdefault(s.key, s)
         accepted = allowed.get(s.key)
         if accepted is None:
-            cx.error(s.span, one_of(s.key, "setting", allowed, f" in {where}"))
+            cx.report("E030", s.span, f"unknown setting '{s.key}' in {where}", help=suggestion_or_list(s.key, allowed))
         elif isinstance(accepted[0], str):
             if s.value not in accepted:
-                cx.error(
+                cx.report(
+                    "E032",
                     s.value_span,
-                    f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}"
-                    + did_you_mean(str(s.value), accepted),
+                    f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}",
+                    help=suggestion(str(s.value), accepted),
                 )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
             kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
-            cx.error(s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
+            cx.report("E033", s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
         elif s.key in BOUNDS:
             check_bounds(cx, s)
 
@@ -179,37 +182,43 @@ def check_bounds(cx: Context, s: ir.Setting) -> None:
     low, high, exclusive = BOUNDS[s.key]
     if s.value != s.value or not (low < s.value if exclusive else low <= s.value) or s.value > high:
         low_text = f"more than {low}" if exclusive else f"at least {low}"
-        cx.error(s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
+        cx.report("E034", s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
 
 
 def check_node(cx: Context, node: ir.Node) -> None:
     check_settings(cx, f"node '{node.name}'", node.settings, NODE_SETTINGS)
     prompt = node.setting("prompt")
     if prompt is not None and isinstance(prompt.value, str) and prompt.value not in cx.params:
-        cx.error(prompt.value_span, f"undefined param '{prompt.value}'{did_you_mean(prompt.value, cx.params)}")
+        cx.report(
+            "E022", prompt.value_span, f"undefined param '{prompt.value}'", help=suggestion(prompt.value, cx.params)
+        )
     template = node.setting("template")
     if template is not None and isinstance(template.value, str):
         if IDENTIFIER.match(template.value) and template.value not in cx.templates:
-            cx.error(
+            cx.report(
+                "E023",
                 template.value_span,
-                f"undefined template '{template.value}'{did_you_mean(template.value, cx.templates)}",
+                f"undefined template '{template.value}'",
+                help=suggestion(template.value, cx.templates),
             )
             cx.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
     if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
-        cx.error(node.type.span, "a choice lists the same option twice")
+        cx.report("E047", node.type.span, "a choice lists the same option twice")
     if node.type.kind == "choice" and not all(c.strip() for c in node.type.choices):
-        cx.error(node.type.span, "a choice option cannot be empty")
+        cx.report("E048", node.type.span, "a choice option cannot be empty")
 
 
 def check_block(cx: Context, block: ir.Block) -> None:
     allowed = BLOCKS.get(block.kind)
     if allowed is None:
-        cx.error(block.span, one_of(block.kind, "block", BLOCKS))
+        cx.report("E035", block.span, f"unknown block '{block.kind}'", help=suggestion_or_list(block.kind, BLOCKS))
         return
     if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
-        cx.error(block.span, one_of(block.name, "model role", MODEL_ROLES))
+        cx.report(
+            "E036", block.span, f"unknown model role '{block.name}'", help=suggestion_or_list(block.name, MODEL_ROLES)
+        )
     if block.kind == "optimize" and block.name is not None:
-        cx.error(block.span, "an optimize block takes no name")
+        cx.report("E037", block.span, "an optimize block takes no name")
     check_settings(cx, f"{block.kind} block", block.settings, allowed)
 
 
@@ -223,8 +232,10 @@ def check_edges(cx: Context):
     pairs = sum(len(edge.sources) * len(edge.targets) for edge in cx.p.edges)
     if pairs > MAX_EDGES:  # the graph itself would not fit: running it means a call per pair and sample
         biggest = max(cx.p.edges, key=lambda e: len(e.sources) * len(e.targets))
-        cx.error(
-            biggest.sources[0].span, f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}"
+        cx.report(
+            "E041",
+            biggest.sources[0].span,
+            f"the edges declare {pairs:,} pairs; a pipeline may have at most {MAX_EDGES:,}",
         )
         return {n.name: () for n in cx.p.nodes}, {n: () for n in cx.nodes}, []
     feeds: dict[str, list[tuple[str, ...]]] = {n.name: [] for n in cx.p.nodes}
@@ -239,7 +250,7 @@ def check_edges(cx: Context):
                 continue
             if ref.name not in cx.node_names:
                 if id(ref) not in reported:
-                    cx.error(ref.span, f"'{ref.name}' is an input; edges can only lead into nodes")
+                    cx.report("E025", ref.span, f"'{ref.name}' is an input; edges can only lead into nodes")
                     reported.add(id(ref))
                 continue
             targets.append(ref.name)
@@ -258,12 +269,13 @@ def check_edges(cx: Context):
 
 def distinct(cx: Context, sources: tuple[ir.Ref, ...], targets: list[str]) -> tuple[str, ...]:
     """The names of one statement's sources, each once (a repeat is warned about)."""
-    names: dict[str, None] = {}
+    names: dict[str, ir.Ref] = {}
     for ref in sources:
         if ref.name in names:
             for target in dict.fromkeys(targets):
-                cx.warn(ref.span, f"edge {ref.name} -> {target} is declared twice")
-        names[ref.name] = None
+                message = f"edge {ref.name} -> {target} is declared twice"
+                cx.report("W005", ref.span, message, notes=[first_here(names[ref.name].span)])
+        names.setdefault(ref.name, ref)
     return tuple(names)
 
 
@@ -272,8 +284,8 @@ def defined(cx: Context, ref: ir.Ref, reported: set[int]) -> bool:
         return True
     if id(ref) not in reported:
         reported.add(id(ref))
-        hint = did_you_mean(ref.name, cx.nodes)
-        cx.error(ref.span, f"undefined node or input '{ref.name}'{hint}")
+        hint = suggestion(ref.name, cx.nodes)
+        cx.report("E024", ref.span, f"undefined node or input '{ref.name}'", help=hint)
         if hint:  # the node it probably meant lacks this edge: its template errors would be noise
             cx.tainted.add(hint.split("'")[1])
     return False
@@ -288,14 +300,18 @@ def merge(cx: Context, target: str, groups: list[tuple[str, ...]]) -> tuple[str,
     for group in groups:
         for name in group:
             if name in seen:
-                cx.warn(edge_span(cx, name, target), f"edge {name} -> {target} is declared twice")
+                first = edge_span(cx, name, target, last=False)
+                notes = [first_here(first)] if first else []
+                cx.report(
+                    "W005", edge_span(cx, name, target), f"edge {name} -> {target} is declared twice", notes=notes
+                )
             seen[name] = None
     return tuple(seen)
 
 
-def edge_span(cx: Context, source: str, target: str) -> ir.Span | None:
-    """Where `source -> target` is declared last (for a warning about a repeated edge)."""
-    for edge in reversed(cx.p.edges):
+def edge_span(cx: Context, source: str, target: str, last: bool = True) -> ir.Span | None:
+    """Where `source -> target` is declared last (for a warning about a repeated edge), or first."""
+    for edge in reversed(cx.p.edges) if last else cx.p.edges:
         if any(t.name == target for t in edge.targets):
             ref = next((s for s in edge.sources if s.name == source), None)
             if ref is not None:
@@ -326,7 +342,7 @@ def check_cycles(cx: Context, predecessors, statements: list[Statement]) -> tupl
     order = countdown.sort([name for name, waiting in countdown.waiting.items() if waiting == 0])
     stuck = [n for n, waiting in countdown.waiting.items() if waiting > 0]
     for cycle in cycles_covering(stuck, predecessors):
-        cx.error(cx.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
+        cx.report("E040", cx.nodes[cycle[0]].span, f"cycle: {' -> '.join(cycle)}")
     return tuple(order)
 
 
@@ -454,54 +470,67 @@ def shortest_cycle(start: str, predecessors, component: list[str]) -> list[str] 
 def check_output(cx: Context) -> ir.Node | None:
     outputs = cx.p.outputs
     if not outputs:
-        cx.error(cx.p.span, "no output node: add `output <node>`")
+        cx.report("E042", cx.p.span, "no output node: add `output <node>`")
         return None
     for extra in outputs[1:]:
-        cx.error(extra.span, f"a pipeline has one output; already declared at line {outputs[0].span.line}")
+        cx.report(
+            "E043",
+            extra.span,
+            "a pipeline has one output",
+            notes=[Note(outputs[0].span, "the output is declared here")],
+        )
     ref = outputs[0].node
     if ref.name not in cx.node_names:
-        cx.error(
-            ref.span,
-            f"undefined node '{ref.name}'"
-            + (" (an input cannot be the output)" if ref.name in cx.nodes else did_you_mean(ref.name, cx.node_names)),
-        )
+        if ref.name in cx.nodes:
+            cx.report("E026", ref.span, f"undefined node '{ref.name}' (an input cannot be the output)")
+        else:
+            cx.report("E026", ref.span, f"undefined node '{ref.name}'", help=suggestion(ref.name, cx.node_names))
         return None
     return cx.nodes[ref.name]
 
 
 def check_metric(cx: Context, output: ir.Node | None) -> str:
     for extra in cx.p.metrics[1:]:
-        cx.error(extra.span, f"a pipeline has one metric; already declared at line {cx.p.metrics[0].span.line}")
+        first = Note(cx.p.metrics[0].span, "the metric is declared here")
+        cx.report("E044", extra.span, "a pipeline has one metric", notes=[first])
     if not cx.p.metrics:
         return default_metric(output.type if output else None)
     ref = cx.p.metrics[0]
     if ref.name not in METRICS:
-        cx.error(ref.span, one_of(ref.name, "metric", METRICS))
+        cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, METRICS))
     elif output is not None and ref.name == "numeric" and output.type.kind != "number":
-        cx.error(ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
+        cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
     return ref.name
 
 
 def template_variables(
-    cx: Context, text: str, literal: ir.Span, allowed: set[str], misuse, what: str = "", builtin: bool = False
+    cx: Context,
+    text: str,
+    literal: ir.Span,
+    allowed: set[str],
+    misuse: tuple[str, Callable[[str], str]],
+    what: str = "",
+    builtin: bool = False,
 ) -> frozenset | None:
-    """The variables a template reads, after reporting its syntax errors and every name outside `allowed`."""
+    """The variables a template reads, after reporting its syntax errors and every name outside `allowed`
+    (`misuse`: the code and the message for such a name)."""
     try:
         used = variables(text)
     except TemplateProblem as exc:
-        cx.error(
-            cx.locate(literal, None, exc.lineno), f"template{' syntax' if exc.syntax else ''}{what}: {exc.message}"
-        )
+        code = "E051" if exc.kind == "loads" else "E050"
+        where = cx.locate(literal, None, exc.lineno)
+        cx.report(code, where, f"template{' syntax' if exc.kind == 'syntax' else ''}{what}: {exc.message}")
         return None
+    code, message = misuse
     for name in sorted(used - allowed):
-        cx.error(cx.locate(literal, name), misuse(name))
+        cx.report(code, cx.locate(literal, name), message(name))
     if used <= allowed and text != DEFAULT_TEMPLATE:
         failure, certain = trial_render(text, used, builtin)
         if failure is not None:  # an error when no data can help, else a warning
-            report = cx.error if certain else cx.warn
-            report(
+            cx.report(
+                "E052" if certain else "W006",
                 cx.locate(literal, None, failure.lineno),
-                f"template{what} {'cannot' if report == cx.error else 'may not'} render: {failure.message}",
+                f"template{what} {'cannot' if certain else 'may not'} render: {failure.message}",
             )
     return used
 
@@ -519,16 +548,20 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
         template_source(cx.p, node),
         literal,
         cx.received_sets[key],
-        lambda name: (
-            f"{label} uses '{name}', which node '{node.name}' does not receive"
-            f" (it receives: {', '.join(received) or 'nothing'})"
+        (
+            "E053",
+            lambda name: (
+                f"{label} uses '{name}', which node '{node.name}' does not receive"
+                f" (it receives: {', '.join(received) or 'nothing'})"
+            ),
         ),
     )
     if used is None:
         return
     param = cx.params.get(str(prompt.value)) if prompt else None
     if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
-        cx.error(
+        cx.report(
+            "E057",
             param.span,
             f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}",
         )
@@ -538,41 +571,33 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
             param.text,
             param.literal,
             cx.received_sets[key] - {"prompt", "inputs"},
-            lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive",
+            ("E055", lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive"),
             what=f" in param '{param.name}'",
         )
     if setting is not None and "prompt" in used and prompt is None:
-        cx.error(node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
+        cx.report("E054", node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
 
 
 def check_builtin_overrides(cx: Context) -> None:
     for template in cx.p.templates:
         if template.name in BUILTIN:
             allowed = BUILTIN[template.name]
-            template_variables(
-                cx,
-                template.text,
-                template.literal,
-                allowed,
-                lambda name, template=template, allowed=allowed: (
-                    f"template '{template.name}' uses '{name}'; it may use {', '.join(sorted(allowed))}"
-                ),
-                builtin=True,
-            )
+            misuse = f"template '{template.name}' uses '{{}}'; it may use {', '.join(sorted(allowed))}"
+            template_variables(cx, template.text, template.literal, allowed, ("E056", misuse.format), builtin=True)
 
 
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
     used_params = {str(s.value) for n in cx.p.nodes if (s := n.setting("prompt"))}
     for param in cx.p.params:
         if param.name not in used_params:
-            cx.warn(param.span, f"param '{param.name}' is not used by any node")
+            cx.report("W001", param.span, f"param '{param.name}' is not used by any node")
     used_templates = {str(s.value) for n in cx.p.nodes if (s := n.setting("template"))}
     for template in cx.p.templates:
         if template.name not in used_templates and template.name not in BUILTIN:
-            cx.warn(template.span, f"template '{template.name}' is not used by any node")
+            cx.report("W002", template.span, f"template '{template.name}' is not used by any node")
     for item in cx.p.inputs:
         if not successors.get(item.name):
-            cx.warn(item.span, f"input '{item.name}' is not used by any node")
+            cx.report("W003", item.span, f"input '{item.name}' is not used by any node")
     if output is None:
         return
     reaches, stack, walked = {output.name}, [output.name], set()
@@ -587,7 +612,7 @@ def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -
                 stack.append(pred)
     for node in cx.p.nodes:
         if node.name not in reaches:
-            cx.warn(node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
+            cx.report("W004", node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
 
 
 def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:

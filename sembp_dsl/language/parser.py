@@ -13,7 +13,7 @@ from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, point
+from .diagnostics import Diagnostic, PipelineError, diagnostic, point, string_problem, suggestion
 
 MAX_SYNTAX_ERRORS = 20
 LONE_CR = re.compile(r"\r(?!\n)")
@@ -24,8 +24,9 @@ def span_of(file: str, tok: Token) -> ir.Span:
 
 
 class BlockStringError(ValueError):
-    def __init__(self, message: str, line: int):
+    def __init__(self, code: str, message: str, line: int):
         super().__init__(message)
+        self.code = code
         self.line = line  # counted from the line of the opening quotes
 
 
@@ -48,7 +49,9 @@ def decode_block_string(raw: str) -> str:
     lines = [line.removesuffix("\r") for line in body.split("\n")[1:]]
     indent = lines.pop()
     if indent.strip():
-        raise BlockStringError('the closing """ of a multi-line string must be on a line of its own', len(lines) + 1)
+        raise BlockStringError(
+            "E005", 'the closing """ of a multi-line string must be on a line of its own', len(lines) + 1
+        )
     out = []
     for number, line in enumerate(lines, start=1):
         if line.startswith(indent):
@@ -56,7 +59,7 @@ def decode_block_string(raw: str) -> str:
         elif not line.strip():
             out.append("")
         else:
-            raise BlockStringError('this line is indented less than the closing """ of its string', number)
+            raise BlockStringError("E006", 'this line is indented less than the closing """ of its string', number)
     return "\n".join(out)
 
 
@@ -77,14 +80,14 @@ class Builder(Transformer):
         try:
             value = json.loads(tok, strict=False)
         except ValueError:
-            self.errors.append(error(self.span(tok), "invalid escape sequence in string"))
+            self.errors.append(diagnostic("E004", self.span(tok), "invalid escape sequence in string"))
             return tok.update(value=tok[1:-1])
         return tok.update(value=self.checked(tok, value))
 
     def checked(self, tok: Token, value: str) -> str:
-        problem = bad_characters(value)
+        problem = string_problem(value)
         if problem:
-            self.errors.append(error(self.span(tok), problem))
+            self.errors.append(diagnostic(problem[0], self.span(tok), problem[1]))
         return value
 
     def BLOCK_STRING(self, tok: Token) -> Token:
@@ -95,7 +98,7 @@ class Builder(Transformer):
             for _ in range(exc.line):
                 line_start = self.text.index("\n", line_start) + 1
             indent = len(self.text[line_start:]) - len(self.text[line_start:].lstrip(" \t"))
-            self.errors.append(error(point(self.file, self.text, line_start + indent), str(exc)))
+            self.errors.append(diagnostic(exc.code, point(self.file, self.text, line_start + indent), str(exc)))
             return tok.update(value=tok[3:-3])
 
     # rules
@@ -231,22 +234,24 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
         found = "end of file" if tok.type == "$END" else repr(str(tok))
         where = point(file, text, len(text)) if tok.type == "$END" else span_of(file, tok)
         keywords = [word.strip("'") for word in expected if word.startswith("'") and word[1:-1].isalpha()]
-        hint = did_you_mean(str(tok), keywords) if tok.type == "NAME" else ""
-        return error(
+        return diagnostic(
+            "E001",
             where,
-            f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}{hint}",
+            f"unexpected {found}; expected {' or '.join(expected) if len(expected) < 3 else 'one of ' + ', '.join(expected)}",
+            help=suggestion(str(tok), keywords) if tok.type == "NAME" else "",
         )
     assert isinstance(exc, UnexpectedCharacters)
     offset = exc.pos_in_stream
     char = text[offset]
+    code = "E002"
     if char == '"':
-        message = "unterminated string"
+        code, message = "E003", "unterminated string"
         offset = text.rfind('"""', 0, offset + 1) if text[offset - 2 : offset] == '""' else offset
     elif char.isprintable():
         message = f"unexpected character {char!r}"
     else:
         message = f"unexpected character {ascii(char)}"
-    return error(point(file, text, offset), message)
+    return diagnostic(code, point(file, text, offset), message)
 
 
 # Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).

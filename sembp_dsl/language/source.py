@@ -7,7 +7,7 @@ import stat
 from pathlib import Path
 
 from . import ir
-from .diagnostics import PipelineError, error, point
+from .diagnostics import PipelineError, diagnostic, point
 from .graph import Graph, build
 from .parser import parse
 
@@ -38,31 +38,31 @@ def read(path: str) -> str:
     if torn:
         raise PipelineError(
             [
-                error(
+                diagnostic(
+                    "E016",
                     None,
                     f"an earlier write to this file was interrupted, so it may hold part new and part old text; "
                     f"{torn} holds the complete text that was being written. Keep the right one "
                     f"(cp {torn} {path} && rm {torn}, which keeps the hard links; or rm {torn}), then run again",
-                    path,
+                    file=path,
                 )
             ]
         )
     try:
         data = _read_regular(path)
     except IsADirectoryError:
-        raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
+        raise PipelineError([diagnostic("E011", None, "is a directory, not a pipeline file", file=path)])
     except FileNotFoundError:
-        raise PipelineError(
-            [error(None, "no such file" + (" (a broken symbolic link)" if os.path.islink(path) else ""), path)]
-        )
+        broken = " (a broken symbolic link)" if os.path.islink(path) else ""
+        raise PipelineError([diagnostic("E010", None, "no such file" + broken, file=path)])
     except OSError as exc:
-        raise PipelineError([error(None, f"cannot read: {exc.strerror or exc}", path)])
+        raise PipelineError([diagnostic("E013", None, f"cannot read: {exc.strerror or exc}", file=path)])
     try:
         return data.decode("utf-8-sig" if data.startswith(b"\xef\xbb\xbf") else "utf-8")
     except UnicodeDecodeError as exc:
         text = data[: exc.start].decode("utf-8", errors="replace")
         raise PipelineError(
-            [error(point(path, text, len(text)), f"invalid UTF-8 (byte 0x{data[exc.start]:02x})")], text
+            [diagnostic("E014", point(path, text, len(text)), f"invalid UTF-8 (byte 0x{data[exc.start]:02x})")], text
         )
 
 
@@ -72,25 +72,33 @@ def _read_regular(path: str) -> bytes:
     with os.fdopen(fd, "rb") as file:
         info = os.fstat(fd)
         if stat.S_ISDIR(info.st_mode):
-            raise PipelineError([error(None, "is a directory, not a pipeline file", path)])
+            raise PipelineError([diagnostic("E011", None, "is a directory, not a pipeline file", file=path)])
         if not stat.S_ISREG(info.st_mode):
             raise PipelineError(
-                [error(None, "is not a regular file (a FIFO, socket or device?); give a pipeline file", path)]
+                [
+                    diagnostic(
+                        "E011",
+                        None,
+                        "is not a regular file (a FIFO, socket or device?); give a pipeline file",
+                        file=path,
+                    )
+                ]
             )
         if info.st_size > MAX_FILE_BYTES:
             raise PipelineError(
                 [
-                    error(
+                    diagnostic(
+                        "E012",
                         None,
                         f"is {info.st_size / 2**20:.1f} MB; a pipeline file may be at most"
                         f" {MAX_FILE_BYTES // 2**20} MB",
-                        path,
+                        file=path,
                     )
                 ]
             )
         data = file.read(MAX_FILE_BYTES + 1)
     if len(data) > MAX_FILE_BYTES:  # it grew while being read
-        raise PipelineError([error(None, f"is larger than {MAX_FILE_BYTES // 2**20} MB", path)])
+        raise PipelineError([diagnostic("E012", None, f"is larger than {MAX_FILE_BYTES // 2**20} MB", file=path)])
     return data
 
 
@@ -106,7 +114,9 @@ def parse_text(text: str, path: str) -> ir.Pipeline:
 
         return parse_yaml(text, path)
     if not path.endswith(".sbp"):
-        raise PipelineError([error(None, f"unknown kind of file; expected one of {', '.join(SUFFIXES)}", path)])
+        raise PipelineError(
+            [diagnostic("E015", None, "unknown kind of file", file=path, help=f"expected one of {', '.join(SUFFIXES)}")]
+        )
     return parse(text, path)
 
 

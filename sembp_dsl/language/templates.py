@@ -265,11 +265,12 @@ def builtin_source(name: str) -> str:
 
 
 class TemplateProblem(SbpcError, TemplateError):
-    """A template that cannot work: bad syntax, a forbidden tag, or too deep to compile."""
+    """A template that cannot work: bad syntax, a forbidden tag, or too deep to compile (`kind`: syntax,
+    loads or compile)."""
 
-    def __init__(self, message: str, lineno: int | None, syntax: bool = False):
+    def __init__(self, message: str, lineno: int | None, kind: str):
         super().__init__(message)
-        self.lineno, self.syntax = lineno, syntax
+        self.lineno, self.kind = lineno, kind
 
 
 @lru_cache(maxsize=4096)
@@ -285,15 +286,15 @@ def variables(source: str) -> frozenset[str]:
         for kind, tag in FORBIDDEN.items():
             for found in tree.find_all(kind):
                 raise TemplateProblem(
-                    f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno
+                    f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno, "loads"
                 )
         compile_template(source)
         return frozenset(meta.find_undeclared_variables(tree))
     except TemplateSyntaxError as exc:
-        raise TemplateProblem(exc.message or str(exc), exc.lineno, syntax=True) from None
+        raise TemplateProblem(exc.message or str(exc), exc.lineno, "syntax") from None
     except (RecursionError, MemoryError, SyntaxError, ValueError) as exc:  # too deep or too big for Python to compile
         raise TemplateProblem(
-            f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None)
+            f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None), "compile"
         ) from None
 
 

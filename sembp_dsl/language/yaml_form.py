@@ -16,7 +16,16 @@ from importlib import resources
 import yaml
 
 from . import ir
-from .diagnostics import Diagnostic, PipelineError, bad_characters, did_you_mean, error, one_of, point
+from .diagnostics import (
+    Diagnostic,
+    Note,
+    PipelineError,
+    diagnostic,
+    point,
+    string_problem,
+    suggestion,
+    suggestion_or_list,
+)
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -101,19 +110,21 @@ def specific(err):
     return err
 
 
-def explain(err) -> str:
-    """A jsonschema error in words, as a YAML user would put it (never a regex)."""
+def explain(err) -> tuple[str, str]:
+    """A jsonschema error in words, as a YAML user would put it (never a regex), and a help line."""
     schema, value = err.schema, err.instance
     if err.validator == "oneOf":
-        return f"expected {schema.get('description', 'a different value')}, not {_kind(value)}"
+        return f"expected {schema.get('description', 'a different value')}, not {_kind(value)}", ""
     if err.validator == "type":
         expected = schema["type"] if isinstance(schema["type"], list) else [schema["type"]]
-        return f"expected {' or '.join(WORDS[t] for t in expected)}, not {_kind(value)}"
+        return f"expected {' or '.join(WORDS[t] for t in expected)}, not {_kind(value)}", ""
     if err.validator == "pattern":
-        return f"{_kind(value)} is not {schema.get('description', 'valid here')}{did_you_mean(str(value), schema.get('examples', []))}"
+        return (
+            f"{_kind(value)} is not {schema.get('description', 'valid here')}",
+            suggestion(str(value), schema.get("examples", [])),
+        )
     if err.validator == "enum":
-        hint = did_you_mean(str(value), schema["enum"]) or f"; expected one of {', '.join(map(str, schema['enum']))}"
-        return f"{_kind(value)} is not allowed here{hint}"
+        return f"{_kind(value)} is not allowed here", suggestion_or_list(str(value), schema["enum"])
     if err.validator in ("minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"):
         word = {
             "minimum": "at least",
@@ -121,12 +132,12 @@ def explain(err) -> str:
             "maximum": "at most",
             "exclusiveMaximum": "less than",
         }
-        return f"must be {word[err.validator]} {err.validator_value}, not {value}"
+        return f"must be {word[err.validator]} {err.validator_value}, not {value}", ""
     if err.validator == "required":
-        return err.message.replace("is a required property", "is required")
+        return err.message.replace("is a required property", "is required"), ""
     if err.validator == "minProperties":
-        return "must not be empty"
-    return err.message
+        return "must not be empty", ""
+    return err.message, ""
 
 
 def _matches_type(branch: dict, value) -> bool:
@@ -136,7 +147,9 @@ def _matches_type(branch: dict, value) -> bool:
 
 
 class BadScalar(ValueError):
-    pass
+    def __init__(self, message: str, code: str = "E064"):
+        super().__init__(message)
+        self.code = code
 
 
 class Lowering:
@@ -178,11 +191,15 @@ class Lowering:
             out = {}
             for key, value in node.value:
                 if not isinstance(key, yaml.ScalarNode):
-                    self.errors.append(error(self.span(key), "keys must be plain names"))
+                    self.errors.append(diagnostic("E066", self.span(key), "keys must be plain names"))
                     continue
                 if key.value in out:
-                    self.errors.append(error(self.span(key), f"duplicate key '{key.value}'"))
-                where[path + (key.value, "<key>")] = key
+                    first = Note(self.span(where[path + (key.value, "<key>")]), "first declared here")
+                    self.errors.append(
+                        diagnostic("E067", self.span(key), f"duplicate key '{key.value}'", notes=[first])
+                    )
+                else:
+                    where[path + (key.value, "<key>")] = key
                 out[key.value] = self.plain(value, where, path + (key.value,))
                 if (
                     key.value == "type"
@@ -192,7 +209,8 @@ class Lowering:
                 ):
                     written = re.match(r"[^\n)]*\)?", self.text[value.start_mark.index :]).group()
                     self.errors.append(
-                        error(
+                        diagnostic(
+                            "E065",
                             self.span(value),
                             "a choice type must be quoted in YAML, or its commas"
                             f' end the value: write type: "{written}"',
@@ -203,12 +221,12 @@ class Lowering:
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
         try:
-            problem = bad_characters(node.value)
+            problem = string_problem(node.value)
             if problem:
-                raise BadScalar(problem)
+                raise BadScalar(problem[1], problem[0])
             return self.scalar(node)
         except BadScalar as exc:
-            self.errors.append(error(self.span(node), str(exc)))
+            self.errors.append(diagnostic(exc.code, self.span(node), str(exc)))
             self.reported.add(path)
             return node.value
 
@@ -222,21 +240,24 @@ class Lowering:
             if any(path[: len(done)] == done for done in self.reported):
                 continue
             node = where.get(path) or where[()]
+            help = ""
             if err.validator == "additionalProperties" and isinstance(err.instance, dict):
-                extra = [k for k in err.instance if k not in err.schema.get("properties", {})]
+                known = err.schema.get("properties", {})
+                extra = [k for k in err.instance if k not in known]
                 node = where.get(path + (extra[0], "<key>"), node) if extra else node
-                message = one_of(extra[0], "key", err.schema.get("properties", {})) if extra else err.message
+                message = f"unknown key '{extra[0]}'" if extra else err.message
+                help = suggestion_or_list(extra[0], known) if extra else ""
             elif "propertyNames" in err.relative_schema_path:  # a bad key: point at the key itself
                 node = where.get(path + (err.instance, "<key>"), node)
-                message = (
-                    f"'{err.instance}' is not a valid name"
-                    if err.validator == "pattern"
-                    else one_of(err.instance, "key", err.validator_value)
-                )
+                if err.validator == "pattern":
+                    message = f"'{err.instance}' is not a valid name"
+                else:
+                    message = f"unknown key '{err.instance}'"
+                    help = suggestion_or_list(err.instance, err.validator_value)
             else:
-                message = explain(err)
+                message, help = explain(err)
             where_ = ".".join(map(str, path))
-            found.append(error(self.span(node), f"{where_}: {message}" if where_ else message))
+            found.append(diagnostic("E063", self.span(node), f"{where_}: {message}" if where_ else message, help=help))
         self.errors += sorted(found, key=lambda d: d.span.start)  # in the order of the file
 
     def settings(self, mapping: yaml.MappingNode, skip: tuple[str, ...] = ()) -> tuple[ir.Setting, ...]:
@@ -251,7 +272,7 @@ class Lowering:
         choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
         if match.group(1) == "choice" and (not choices or not all(choices)):
             self.errors.append(
-                error(self.span(node), "a choice needs options separated by commas, e.g. choice(Yes, No)")
+                diagnostic("E048", self.span(node), "a choice needs options separated by commas, e.g. choice(Yes, No)")
             )
         return ir.OutputType(match.group(1), choices, span=self.span(node))
 
@@ -267,10 +288,10 @@ class Lowering:
                 at = base + offset + name.start()
                 span = point(self.file, self.text, at, len(name.group())) if exact else self.span(node)
                 if not NAME.fullmatch(name.group()):
-                    self.errors.append(error(span, f"'{name.group()}' is not a valid name"))
+                    self.errors.append(diagnostic("E068", span, f"'{name.group()}' is not a valid name"))
                 names.append(ir.Ref(name.group(), span=span))
             if not names:
-                self.errors.append(error(self.span(node), "an edge needs names on both sides of '->'"))
+                self.errors.append(diagnostic("E068", self.span(node), "an edge needs names on both sides of '->'"))
             groups.append(names)
             offset += len(part) + 2
         return [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
@@ -356,11 +377,14 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise PipelineError([error(point(file, text, mark.index), f"YAML: {exc.problem or exc.context}")], text)
+        raise PipelineError(
+            [diagnostic("E060", point(file, text, mark.index), f"YAML: {exc.problem or exc.context}")], text
+        )
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as NUL
         raise PipelineError(
             [
-                error(
+                diagnostic(
+                    "E060",
                     point(file, text, exc.position),
                     f"YAML: character {ascii(chr(exc.character))} is not allowed in YAML",
                 )
@@ -371,12 +395,19 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         if loader is not None:
             loader.dispose()
     if loader.problems:
-        raise PipelineError([error(point(file, text, mark.index), message) for mark, message in loader.problems], text)
+        raise PipelineError(
+            [diagnostic("E061", point(file, text, mark.index), message) for mark, message in loader.problems], text
+        )
     lowering = Lowering(text, file)
     if not isinstance(root, yaml.MappingNode):
         where = _span(file, root) if root is not None else point(file, text, 0)
         raise PipelineError(
-            [error(where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file)], text
+            [
+                diagnostic(
+                    "E062", where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file=file
+                )
+            ],
+            text,
         )
     where: dict = {}
     data = lowering.plain(root, where)

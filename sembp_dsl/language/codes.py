@@ -1,0 +1,537 @@
+"""Every diagnostic's stable code, with what `sbpc explain CODE` prints: a paragraph, a bad example, the fix.
+
+Codes never change meaning once published: `E0xx` are errors (the file cannot be compiled), `W0xx` warnings.
+A new check takes a new code; a check that goes away leaves its code unused. The ranges group the stages:
+E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
+E05x templates, E06x the YAML form; W00x warnings.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Code:
+    code: str
+    title: str  # what went wrong, in a few words: the list `sbpc explain` prints
+    explanation: str
+    example: str  # a file (or command) that gets this diagnostic
+    fix: str  # the same, fixed (or what to do)
+
+    @property
+    def severity(self) -> str:
+        return "warning" if self.code.startswith("W") else "error"
+
+    def render(self) -> str:
+        """The page `sbpc explain CODE` prints."""
+        indent = "\n".join("    " + line if line else "" for line in self.example.split("\n"))
+        fixed = "\n".join("    " + line if line else "" for line in self.fix.split("\n"))
+        return (
+            f"{self.code}: {self.title} ({self.severity})\n\n{self.explanation}\n\n"
+            f"For example:\n\n{indent}\n\nFix:\n\n{fixed}\n"
+        )
+
+
+_CODES = [
+    # E00x: syntax and strings
+    Code(
+        "E001",
+        "unexpected token",
+        "The parser met a word or symbol it cannot take at this point of a statement. The message says what\n"
+        "it found and what it could have taken; a misspelt keyword gets a `help:` with the closest one. After\n"
+        "a syntax error the broken statement is skipped, so every broken statement of a file is reported.",
+        "pipeline t\ninput q: txt\nnode a: text {}\nq -> a\noutput a",
+        "pipeline t\ninput q: text\nnode a: text {}\nq -> a\noutput a",
+    ),
+    Code(
+        "E002",
+        "unexpected character",
+        "A character that no token of the language starts with, such as `]`, `@` or a stray control\n"
+        "character. Names are ASCII letters, digits and `_`; text belongs in strings.",
+        "node a: text { prompt = p ]",
+        "node a: text { prompt = p }",
+    ),
+    Code(
+        "E003",
+        "unterminated string",
+        'A string is missing its closing quotes. A `"..."` string must close on its own line; a `"""` block\n'
+        'string runs to the next `"""`, so one missing closer swallows the rest of the file.',
+        'param p = "Answer the question.',
+        'param p = "Answer the question."',
+    ),
+    Code(
+        "E004",
+        "invalid escape sequence in string",
+        'A `"..."` string takes JSON escapes only: \\" \\\\ \\/ \\b \\f \\n \\r \\t \\uXXXX. Any other backslash\n'
+        'is an error. A block string (`"""`) has no escapes: write a backslash there as it is.',
+        'param p = "C:\\path"',
+        'param p = "C:\\\\path"        # or: param p = """C:\\path"""',
+    ),
+    Code(
+        "E005",
+        "closing quotes of a block string not on a line of their own",
+        'A block string that starts with a newline after `"""` is dedented by the indentation of its\n'
+        "closing quotes, so those must stand on a line of their own with only spaces or tabs before them.",
+        'param p = """\n  Answer the question."""',
+        'param p = """\n  Answer the question.\n  """',
+    ),
+    Code(
+        "E006",
+        "block string line indented less than its closing quotes",
+        "The indentation of a block string's closing quotes is removed from every line; a line that is\n"
+        "not blank and indented less than them cannot lose it. Tabs and spaces are compared as written.",
+        'param p = """\n  Answer.\nBe brief.\n  """',
+        'param p = """\n  Answer.\n  Be brief.\n  """',
+    ),
+    Code(
+        "E007",
+        "control character in a string",
+        "Strings are prompts, and a prompt holds text: a control character other than tab, newline and\n"
+        "carriage return (an escape sequence, a bell, a NUL) is garbage to a model and a way for a hostile\n"
+        "file to drive a terminal.",
+        'param p = "red \\u001b[31m text"',
+        'param p = "red text"',
+    ),
+    Code(
+        "E008",
+        "half a surrogate pair in a string",
+        "A `\\uXXXX` escape between D800 and DFFF is half of a UTF-16 pair and no character on its own: no\n"
+        "file or model accepts it. A whole pair, such as `\\ud83d\\ude00`, is one character and is fine.",
+        'param p = "half \\ud800 a pair"',
+        'param p = "a whole pair: \\ud83d\\ude00"',
+    ),
+    # E01x: files
+    Code(
+        "E010",
+        "no such file",
+        "The path names no file (or a symbolic link whose target is gone).",
+        "sbpc check pipelnes/liar.sbp",
+        "sbpc check pipelines/liar.sbp",
+    ),
+    Code(
+        "E011",
+        "not a regular file",
+        "A pipeline is read from a regular file. A directory, a FIFO, a socket or a device is refused\n"
+        "before it is read, so a path can never block the command.",
+        "sbpc check pipelines/",
+        "sbpc check pipelines/*.sbp",
+    ),
+    Code(
+        "E012",
+        "file too large",
+        "A pipeline file may be at most 64 MB: far beyond any real pipeline, whose prompts could not be\n"
+        "sent to a model anyway. The size is checked before the file is read.",
+        "sbpc check dump.sbp        # 80 MB",
+        "Keep data in data sets (--data), not in the pipeline file.",
+    ),
+    Code(
+        "E013",
+        "file cannot be read",
+        "The operating system refused to read the file (no permission, a name too long, an I/O error);\n"
+        "the message gives its reason.",
+        "sbpc check secret.sbp      # mode 000",
+        "chmod u+r secret.sbp",
+    ),
+    Code(
+        "E014",
+        "invalid UTF-8",
+        "Pipeline files are UTF-8 text (a byte order mark is allowed). The error points at the first byte\n"
+        "that is not UTF-8, often a file saved as Latin-1 or UTF-16.",
+        'param p = "caf\\xe9"        # the byte 0xe9 of Latin-1',
+        "Save the file as UTF-8 (iconv -f latin1 -t utf-8 old.sbp > new.sbp).",
+    ),
+    Code(
+        "E015",
+        "unknown kind of file",
+        "sbpc reads `.sbp` files and their YAML twin (`.yaml`, `.yml`), and tells them apart by suffix.",
+        "sbpc check pipeline.txt",
+        "mv pipeline.txt pipeline.sbp",
+    ),
+    Code(
+        "E016",
+        "interrupted write",
+        "sbpc rewrites a file with other hard links in place, after saving the whole new text beside it as\n"
+        "`.NAME.sbpc-tmp`. That copy is still there, so the last such write was killed midway and the file\n"
+        "may hold part new and part old text. The message names the copy.",
+        "sbpc check liar.sbp        # .liar.sbp.sbpc-tmp is beside it",
+        "cp .liar.sbp.sbpc-tmp liar.sbp && rm .liar.sbp.sbpc-tmp    # or rm it to keep the file as it is",
+    ),
+    # E02x: names
+    Code(
+        "E020",
+        "duplicate declaration",
+        "Inputs and nodes share one namespace; params and templates each have their own. A name declared\n"
+        "twice in one namespace is an error at the second declaration; a `note:` points at the first.",
+        'param p = "x"\nparam p = "y"',
+        'param p = "x"\nparam p2 = "y"',
+    ),
+    Code(
+        "E021",
+        "reserved word as a name",
+        "Inputs and nodes cannot be named after a statement keyword (pipeline, input, param, frozen,\n"
+        "template, node, output, metric, from) nor `prompt` and `inputs`, which templates use as variables:\n"
+        "an edge statement starting with such a name would read as another statement.",
+        "node output: text {}",
+        "node answer: text {}",
+    ),
+    Code(
+        "E022",
+        "undefined param",
+        "A node's `prompt = NAME` names a param that is not declared. A `help:` line names the closest one.",
+        'param analyze = "Analyze."\nnode a: text { prompt = analyse }',
+        'param analyze = "Analyze."\nnode a: text { prompt = analyze }',
+    ),
+    Code(
+        "E023",
+        "undefined template",
+        "A node's `template = NAME` names a template that is not declared. A value that looks like a name\n"
+        "always refers to a template; inline Jinja must be more than one word.",
+        'template judge = "{{ prompt }} {{ q }}"\nnode a: text { template = juge }',
+        'template judge = "{{ prompt }} {{ q }}"\nnode a: text { template = judge }',
+    ),
+    Code(
+        "E024",
+        "undefined node or input",
+        "An edge names something that is neither an input nor a node. Each misspelt name is reported once\n"
+        "per statement, and the node it probably meant gets no template errors on top.",
+        "node judge: text {}\nq -> juge",
+        "node judge: text {}\nq -> judge",
+    ),
+    Code(
+        "E025",
+        "edge into an input",
+        "Inputs are the sources of the graph: they read data fields, so nothing can feed them. An edge can\n"
+        "only lead into a node.",
+        "input q, r: text\nq -> r",
+        "input q, r: text\nnode a: text {}\nq, r -> a",
+    ),
+    Code(
+        "E026",
+        "output is not a node",
+        "`output NAME` names the node whose answer is scored; it must be a declared node, not an input.",
+        "node alpha: text {}\noutput alpa",
+        "node alpha: text {}\noutput alpha",
+    ),
+    # E03x: settings and blocks
+    Code(
+        "E030",
+        "unknown setting",
+        "A node takes prompt, template and parse; a model block and the optimize block have their own keys\n"
+        "(docs/language.md, 3.11 and 3.12). A `help:` line names the closest key, or lists them all.",
+        "node a: text { promt = p }",
+        "node a: text { prompt = p }",
+    ),
+    Code(
+        "E031",
+        "duplicate setting",
+        "A key is set twice in one node or block; a `note:` points at the first. Which one should win\n"
+        "would be a guess, so it is an error.",
+        "optimize { iterations = 3  iterations = 5 }",
+        "optimize { iterations = 5 }",
+    ),
+    Code(
+        "E032",
+        "value not allowed",
+        "The setting takes one of a few names (`parse`: reply or tag; `gradient`: sibling, no_sibling or\n"
+        "none; `update`: full or sample; `gate`: validation, train or none).",
+        "optimize { gradient = sibbling }",
+        "optimize { gradient = sibling }",
+    ),
+    Code(
+        "E033",
+        "value of the wrong type",
+        "The setting takes a string, an integer or a number, and got something else. An integer setting\n"
+        'rejects `2.5`, `1e3` and `"3"`.',
+        'optimize { iterations = "many" }',
+        "optimize { iterations = 5 }",
+    ),
+    Code(
+        "E034",
+        "value out of range",
+        "Numbers are checked against a range beyond which a run would surely fail or never end:\n"
+        "temperature 0 to 2, top_p 0 to 1, iterations 0 to 1,000, gate_alpha above 0 up to 1, and so on\n"
+        "(docs/language.md, 3.7).",
+        "optimize { train_size = -5 }",
+        "optimize { train_size = 20 }",
+    ),
+    Code(
+        "E035",
+        "unknown block",
+        "A settings block is `model [ROLE] { ... }` or `optimize { ... }`.",
+        "optimise { iterations = 2 }",
+        "optimize { iterations = 2 }",
+    ),
+    Code(
+        "E036",
+        "unknown model role",
+        "A named model block is for one role: forward (running the nodes), backward (feedback on hints) or\n"
+        "optimizer (rewriting params). An unnamed `model { }` block applies to all three.",
+        'model fowrard { name = "openai/gpt-4o-mini" }',
+        'model forward { name = "openai/gpt-4o-mini" }',
+    ),
+    Code(
+        "E037",
+        "named optimize block",
+        "There is one set of optimizer settings, so the optimize block takes no name.",
+        "optimize fast { iterations = 1 }",
+        "optimize { iterations = 1 }",
+    ),
+    # E04x: graph, output, metric, types
+    Code(
+        "E040",
+        "cycle",
+        "A pipeline is a directed acyclic graph: a node cannot feed itself, directly or through others.\n"
+        "Each cycle is reported once, as the path that closes it.",
+        "q -> a -> b\nb -> a",
+        "q -> a -> b",
+    ),
+    Code(
+        "E041",
+        "too many edges",
+        "The edges of a pipeline declare at most 10,000,000 pairs in all (`a, b -> c, d` is four pairs).\n"
+        "Running more would mean a model call per pair and sample.",
+        "i0, i1, ..., i4000 -> n0, n1, ..., n4000",
+        "Feed a few summarising nodes instead of every pair.",
+    ),
+    Code(
+        "E042",
+        "no output",
+        "Every pipeline names the node whose answer is scored, with `output NAME`.",
+        "node a: text {}\nq -> a",
+        "node a: text {}\nq -> a\noutput a",
+    ),
+    Code(
+        "E043",
+        "second output",
+        "A pipeline has exactly one output statement; a `note:` points at the first.",
+        "output a\noutput b",
+        "output b",
+    ),
+    Code(
+        "E044",
+        "second metric",
+        "A pipeline has at most one metric statement; a `note:` points at the first.",
+        "metric exact\nmetric numeric",
+        "metric numeric",
+    ),
+    Code(
+        "E045",
+        "unknown metric",
+        "The metrics are exact (normalised string match), numeric (the last number, by value) and json\n"
+        "(JSON values compared).",
+        "metric fuzzy",
+        "metric exact",
+    ),
+    Code(
+        "E046",
+        "metric does not fit the output type",
+        "`metric numeric` compares numbers, so the output node must be of type number.",
+        "node a: text {}\noutput a\nmetric numeric",
+        "node a: number {}\noutput a\nmetric numeric",
+    ),
+    Code(
+        "E047",
+        "choice lists an option twice",
+        "The options of `choice(...)` are the answers a reply can start with; each must be distinct.",
+        "node a: choice(Yes, No, Yes) {}",
+        "node a: choice(Yes, No) {}",
+    ),
+    Code(
+        "E048",
+        "empty choice option",
+        "A choice option cannot be empty (or only spaces): every reply would start with it.",
+        'node a: choice("", No) {}',
+        "node a: choice(Yes, No) {}",
+    ),
+    # E05x: templates
+    Code(
+        "E050",
+        "template syntax",
+        "A template (or a param, which is rendered as Jinja2 when it holds `{`) does not compile: an\n"
+        "unclosed tag, an unknown filter, nesting too deep for Python. The error points at its line.",
+        'template t = "{% if q %}{{ q }}"',
+        'template t = "{% if q %}{{ q }}{% endif %}"',
+    ),
+    Code(
+        "E051",
+        "template loads another file",
+        "`{% include %}`, `{% import %}` and `{% extends %}` are refused: pipeline files come from\n"
+        "strangers, and a pipeline's templates live in its own file.",
+        "template t = \"{% include 'other.j2' %}\"",
+        'template t = """\n  {{ prompt }}\n  Question: {{ q }}\n  """',
+    ),
+    Code(
+        "E052",
+        "template cannot render",
+        "The checker renders every template with placeholder values, twice. A template that fails both\n"
+        "ways, or goes over a limit of work or size, cannot work with any data.",
+        'template t = "{{ 1/0 }}"',
+        'template t = "{{ q }}"',
+    ),
+    Code(
+        "E053",
+        "template uses a variable the node does not receive",
+        "A node's template sees `prompt` and the name of each predecessor; a variable that is neither is\n"
+        "undefined at run time. The message lists what the node receives; add an edge or fix the name.",
+        'template t = "{{ prompt }} {{ speaker }}"\nnode a: text { prompt = p  template = t }\nq -> a',
+        'template t = "{{ prompt }} {{ speaker }}"\nnode a: text { prompt = p  template = t }\nq, speaker -> a',
+    ),
+    Code(
+        "E054",
+        "template uses {{ prompt }} but the node has no prompt",
+        "A template that reads `{{ prompt }}` needs its node to say which param fills it.",
+        'template t = "{{ prompt }} {{ q }}"\nnode a: text { template = t }',
+        'param p = "Answer."\ntemplate t = "{{ prompt }} {{ q }}"\nnode a: text { prompt = p  template = t }',
+    ),
+    Code(
+        "E055",
+        "param uses a variable the node does not receive",
+        "A param holding `{` is rendered with its node's variables before the template is; each node that\n"
+        "uses it must receive every name it reads.",
+        'param p = "Judge {{ speaker }}."\nnode a: text { prompt = p }\nq -> a',
+        'param p = "Judge {{ speaker }}."\nnode a: text { prompt = p }\nq, speaker -> a',
+    ),
+    Code(
+        "E056",
+        "built-in template override uses a variable it is not given",
+        "A template named loss, backward, backward_no_sibling or optimizer replaces the built-in one and is\n"
+        "given that template's variables only (docs/language.md, 4.3).",
+        'template loss = "{{ expected }} {{ score }}"',
+        'template loss = "The answer should be {{ expected }}."',
+    ),
+    Code(
+        "E057",
+        "param too long",
+        "A param is rendered into every prompt of its nodes; one longer than the output limit of a render\n"
+        "(16,000,000 characters) could never be sent.",
+        'param p = "xxxx...(20 MB)..."',
+        "Keep prompts short; data belongs in inputs.",
+    ),
+    # E06x: the YAML form
+    Code(
+        "E060",
+        "YAML syntax",
+        "The file is not valid YAML (or nests more than 64 levels deep, or holds a character YAML forbids).\n"
+        "The message is PyYAML's, located at the problem.",
+        "pipeline: t\nnodes: [a",
+        "pipeline: t\nnodes: [a]",
+    ),
+    Code(
+        "E061",
+        "YAML alias",
+        "Aliases (`*name`) are refused: a few lines could expand into gigabytes, and a prompt written once\n"
+        "must be written back once. One error per anchor.",
+        "params:\n  p: &x Answer.\n  r: *x",
+        "params:\n  p: Answer.\n  r: Answer.",
+    ),
+    Code(
+        "E062",
+        "YAML pipeline is not a mapping",
+        "The top of a YAML pipeline is a mapping with the keys pipeline, nodes, output and the others of\n"
+        "docs/language.md, 5.",
+        "- pipeline: t",
+        "pipeline: t\nnodes: {a: {type: text}}\noutput: a",
+    ),
+    Code(
+        "E063",
+        "YAML value the schema does not allow",
+        "The YAML form is checked against its JSON Schema (`sbpc schema`): unknown keys, wrong types,\n"
+        "unknown names and numbers out of range, each in words and at its place. Point your editor at the\n"
+        "schema to see these as you type.",
+        "pipeline: t\nmodles: {}",
+        "pipeline: t\nmodels: {}",
+    ),
+    Code(
+        "E064",
+        "YAML value a pipeline cannot use",
+        "A value its tag cannot hold (`!!int abc`), a value YAML reads as a date (quote it), `.nan` or\n"
+        "`.inf`, or a control character in a string.",
+        "description: 2024-01-01",
+        'description: "2024-01-01"',
+    ),
+    Code(
+        "E065",
+        "unquoted choice type in YAML",
+        "In a flow mapping the commas of `choice(Yes, No)` end the value, so the type must be quoted.",
+        "nodes:\n  a: {type: choice(Yes, No)}",
+        'nodes:\n  a: {type: "choice(Yes, No)"}',
+    ),
+    Code(
+        "E066",
+        "YAML key that is not a plain name",
+        "Keys of a YAML pipeline are plain names, not lists or mappings.",
+        "inputs:\n  [q]: text",
+        "inputs:\n  q: text",
+    ),
+    Code(
+        "E067",
+        "duplicate YAML key",
+        "A key appears twice in one mapping; YAML would silently keep the last. A `note:` points at the\nfirst.",
+        "metric: exact\nmetric: json",
+        "metric: json",
+    ),
+    Code(
+        "E068",
+        "bad YAML edge",
+        'Each item of `edges` is one edge statement such as "a, b -> c"; its names are plain names and\n'
+        "each `->` has names on both sides.",
+        'edges:\n  - "q, 9ctx -> a ->"',
+        'edges:\n  - "q, ctx -> a"',
+    ),
+    # W00x: warnings
+    Code(
+        "W001",
+        "unused param",
+        "No node uses this param as its prompt, so it is never sent nor optimized.",
+        'param unused = "x"',
+        "node a: text { prompt = unused }      # or delete the param",
+    ),
+    Code(
+        "W002",
+        "unused template",
+        "No node uses this template, and it does not override a built-in one.",
+        'template orphan = "{{ q }}"',
+        "node a: text { template = orphan }    # or delete the template",
+    ),
+    Code(
+        "W003",
+        "unused input",
+        "No edge leads from this input, so no node sees its value.",
+        "input q, extra: text\nq -> a",
+        "input q, extra: text\nq, extra -> a",
+    ),
+    Code(
+        "W004",
+        "node cannot reach the output",
+        "No path leads from this node to the output, so its answer never counts; it still costs a call\nper sample.",
+        "q -> a\nq -> stray\noutput a",
+        "q -> stray -> a\noutput a",
+    ),
+    Code(
+        "W005",
+        "edge declared twice",
+        "The same pair is declared twice; the repeat is ignored (edge order sets hint numbers, so the first\n"
+        "declaration counts). A `note:` points at the first.",
+        "q -> a\nq -> a",
+        "q -> a",
+    ),
+    Code(
+        "W006",
+        "template may not render",
+        "The template failed with one set of placeholder values but not the other, so it depends on the\n"
+        "data: a sample it fails on becomes that sample's error at run time.",
+        'template t = "{{ 10 / (q|int) }}"',
+        "template t = \"{{ 10 / (q|int) if q|int else 'n/a' }}\"",
+    ),
+]
+
+CODES: dict[str, Code] = {c.code: c for c in _CODES}
+
+
+def lookup(code: str) -> Code | None:
+    """The code as written in any case, with or without leading zeros: e021, E21 and E021 are one code."""
+    code = code.strip().upper()
+    if len(code) > 1 and code[1:].isdigit():
+        code = f"{code[0]}{int(code[1:]):03d}"
+    return CODES.get(code)

@@ -1,0 +1,201 @@
+"""Every diagnostic has a stable code: unique, documented (`sbpc explain`, docs/language.md) and reachable
+(a file below produces it), shown in the text and in `check --json`."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from sembp_dsl import cli
+from sembp_dsl.language import codes
+from sembp_dsl.language.codes import CODES, lookup
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADER = 'pipeline t "A test"\ninput q: text\n'
+OK = "node a: text {}\nq -> a\noutput a\n"
+YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q -> a"]\noutput: a\n'
+
+# code -> (file name, content): a file whose check reports that code
+REACHED: dict[str, tuple[str, str | bytes]] = {
+    "E001": ("p.sbp", HEADER + "node a: txt {}\nq -> a\noutput a\n"),
+    "E002": ("p.sbp", HEADER + "node a: text { ] }\nq -> a\noutput a\n"),
+    "E003": ("p.sbp", HEADER + 'param p = "open\n' + OK),
+    "E004": ("p.sbp", HEADER + 'param p = "C:\\path"\n' + OK),
+    "E005": ("p.sbp", HEADER + 'param p = """\n  text"""\n' + OK),
+    "E006": ("p.sbp", HEADER + 'param p = """\n  text\nless\n  """\n' + OK),
+    "E007": ("p.sbp", HEADER + 'param p = "bell \\u0007"\n' + OK),
+    "E008": ("p.sbp", HEADER + 'param p = "half \\ud800"\n' + OK),
+    "E010": ("missing.sbp", None),  # not written
+    "E011": ("folder.sbp", "<dir>"),
+    "E012": ("big.sbp", "<big>"),
+    "E013": ("x" * 300 + ".sbp", None),  # a name too long for the file system
+    "E014": ("p.sbp", b"pipeline t\n\xff"),
+    "E015": ("p.txt", HEADER + OK),
+    "E016": ("p.sbp", "<torn>"),
+    "E020": ("p.sbp", HEADER + 'param p = "x"\nparam p = "y"\n' + OK),
+    "E021": ("p.sbp", HEADER + "node output: text {}\nq -> output\noutput output\n"),
+    "E022": ("p.sbp", HEADER + "node a: text { prompt = nope }\nq -> a\noutput a\n"),
+    "E023": ("p.sbp", HEADER + "node a: text { template = nope }\nq -> a\noutput a\n"),
+    "E024": ("p.sbp", HEADER + "node a: text {}\nq, r -> a\noutput a\n"),
+    "E025": ("p.sbp", HEADER + "input r: text\nq -> r\n" + OK),
+    "E026": ("p.sbp", HEADER + "node a: text {}\nq -> a\noutput b\n"),
+    "E030": ("p.sbp", HEADER + "node a: text { promt = x }\nq -> a\noutput a\n"),
+    "E031": ("p.sbp", HEADER + OK + "optimize { iterations = 1  iterations = 2 }\n"),
+    "E032": ("p.sbp", HEADER + OK + "optimize { gradient = sibbling }\n"),
+    "E033": ("p.sbp", HEADER + OK + 'optimize { iterations = "many" }\n'),
+    "E034": ("p.sbp", HEADER + OK + "optimize { iterations = -1 }\n"),
+    "E035": ("p.sbp", HEADER + OK + "optimise { iterations = 1 }\n"),
+    "E036": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "E037": ("p.sbp", HEADER + OK + "optimize fast { iterations = 1 }\n"),
+    "E040": ("p.sbp", HEADER + "node a: text {}\nnode b: text {}\nq -> a -> b -> a\noutput b\n"),
+    "E041": ("p.sbp", "<edges>"),
+    "E042": ("p.sbp", HEADER + "node a: text {}\nq -> a\n"),
+    "E043": ("p.sbp", HEADER + OK + "output a\n"),
+    "E044": ("p.sbp", HEADER + OK + "metric exact\nmetric exact\n"),
+    "E045": ("p.sbp", HEADER + OK + "metric fuzzy\n"),
+    "E046": ("p.sbp", HEADER + OK + "metric numeric\n"),
+    "E047": ("p.sbp", HEADER + "node a: choice(Yes, Yes) {}\nq -> a\noutput a\n"),
+    "E048": ("p.sbp", HEADER + 'node a: choice("", No) {}\nq -> a\noutput a\n'),
+    "E050": ("p.sbp", HEADER + 'template t = "{% if q %}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+    "E051": ("p.sbp", HEADER + "template t = \"{% include 'x' %}\"\nnode a: text { template = t }\nq -> a\noutput a\n"),
+    "E052": ("p.sbp", HEADER + 'template t = "{{ 1/0 }}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+    "E053": ("p.sbp", HEADER + 'template t = "{{ nope }}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+    "E054": ("p.sbp", HEADER + 'template t = "{{ prompt }}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+    "E055": ("p.sbp", HEADER + 'param p = "{{ nope }}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'),
+    "E056": ("p.sbp", HEADER + OK + 'template loss = "{{ score }}"\n'),
+    "E057": ("p.sbp", "<long param>"),
+    "E060": ("p.yaml", "pipeline: t\nnodes: [a\n"),
+    "E061": ("p.yaml", YAML + "description: &d x\nother: *d\n"),
+    "E062": ("p.yaml", "- pipeline: t\n"),
+    "E063": ("p.yaml", YAML + "modles: {}\n"),
+    "E064": ("p.yaml", YAML + "description: 2024-01-01\n"),
+    "E065": ("p.yaml", YAML.replace("{type: text}", "{type: choice(Yes, No)}")),
+    "E066": ("p.yaml", YAML.replace("inputs: {q: text}", "inputs: {[q]: text}")),
+    "E067": ("p.yaml", YAML + "output: a\n"),
+    "E068": ("p.yaml", YAML.replace('"q -> a"', '"q, 9x -> a"')),
+    "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
+    "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
+    "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
+    "W004": ("p.sbp", HEADER + "node stray: text {}\nq -> stray\n" + OK),
+    "W005": ("p.sbp", HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n"),
+    "W006": ("p.sbp", HEADER + 'template t = "{{ 10 / (q|int) }}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+}
+UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
+
+
+def run(*argv: str) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = cli.main(list(argv))
+        except SystemExit as exit:
+            code = exit.code
+    return code, out.getvalue(), err.getvalue()
+
+
+def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
+    from sembp_dsl.language import checker, source
+
+    path = tmp_path / name
+    if content == "<dir>":
+        path.mkdir()
+    elif content == "<big>":
+        monkeypatch.setattr(source, "MAX_FILE_BYTES", 100)
+        path.write_text(HEADER + OK + "#" * 200 + "\n")
+    elif content == "<torn>":  # a hard-linked file whose in-place write was killed: the whole copy is beside it
+        path.write_text(HEADER + OK)
+        (tmp_path / "other.sbp").hardlink_to(path)
+        (tmp_path / f".{name}.sbpc-tmp").write_text(HEADER + OK)
+    elif content == "<edges>":
+        monkeypatch.setattr(checker, "MAX_EDGES", 3)
+        path.write_text(HEADER + "input r: text\nnode a: text {}\nnode b: text {}\nq, r -> a, b\noutput a\n")
+    elif content == "<long param>":
+        from sembp_dsl.language import templates
+
+        monkeypatch.setattr(checker, "MAX_OUTPUT_CHARS", 10)
+        monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 10)
+        path.write_text(
+            HEADER + 'param p = "more than ten characters"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+        )
+    elif isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    return path
+
+
+def test_codes_are_unique_well_formed_and_documented():
+    assert len(CODES) == len(codes._CODES), "a code is listed twice"
+    for code, entry in CODES.items():
+        assert re.fullmatch(r"[EW]0\d\d", code), code
+        assert entry.title and entry.explanation and entry.example and entry.fix, code
+        assert entry.severity == ("warning" if code[0] == "W" else "error")
+    doc = (ROOT / "docs/language.md").read_text()
+    undocumented = [code for code in CODES if not re.search(rf"^\| `{code}` \|", doc, re.M)]
+    assert not undocumented, f"docs/language.md has no row for {undocumented}"
+
+
+def test_every_code_is_reached_or_said_why_not():
+    assert set(REACHED) | set(UNREACHABLE) == set(CODES)
+    assert not set(REACHED) & set(UNREACHABLE)
+
+
+def test_the_code_table_and_the_code_agree():
+    """Every code the package reports is in the registry, and every registered code is reported somewhere."""
+    used = set()
+    for path in (ROOT / "sembp_dsl").rglob("*.py"):
+        if path.name != "codes.py":
+            used |= set(re.findall(r'"([EW]0\d\d)"', path.read_text()))
+    assert used == set(CODES), (used - set(CODES), set(CODES) - used)
+
+
+@pytest.mark.parametrize("code", sorted(REACHED))
+def test_each_code_is_reached(tmp_path, monkeypatch, code):
+    name, content = REACHED[code]
+    path = make(tmp_path, monkeypatch, name, content)
+    status, out, err = run("check", "--json", str(path))
+    found = [d for d in json.loads(out)[0]["diagnostics"] if d["code"] == code]
+    assert found, out
+    assert status == (0 if code.startswith("W") else 1)
+    status, out, err = run("check", str(path))
+    assert f"{'warning' if code[0] == 'W' else 'error'}[{code}]: {found[0]['message']}" in err
+
+
+def test_json_carries_code_help_notes_and_ranges(tmp_path):
+    path = tmp_path / "p.sbp"
+    path.write_text(HEADER + 'param p = "x"\nparam p = "y"\nnode a: text { prompt = pp }\nq -> a\noutput a\n')
+    status, out, _ = run("check", "--json", str(path))
+    duplicate, undefined = json.loads(out)[0]["diagnostics"][:2]
+    assert duplicate == {
+        "severity": "error",
+        "code": "E020",
+        "message": "duplicate param 'p'",
+        "line": 4,
+        "column": 7,
+        "end_line": 4,
+        "end_column": 8,
+        "help": None,
+        "notes": [{"message": "first declared here", "line": 3, "column": 7, "end_line": 3, "end_column": 8}],
+    }
+    assert undefined["code"] == "E022" and undefined["help"] == "did you mean 'p'?" and undefined["column"] == 25
+
+
+def test_explain_prints_each_code_and_lists_them_all():
+    for code, entry in CODES.items():
+        status, out, _ = run("explain", code.lower())
+        assert status == 0 and out.startswith(f"{code}: {entry.title}") and entry.fix.split("\n")[0] in out
+    status, out, _ = run("explain")
+    assert status == 0 and [line.split()[0] for line in out.splitlines()] == list(CODES)
+    assert lookup("e22") is CODES["E022"] and lookup("E22x") is None
+
+
+def test_explain_an_unknown_code_is_a_usage_error_with_a_suggestion():
+    status, _, err = run("explain", "E0222")
+    assert status == 2 and "unknown code 'E0222'; did you mean 'E022'?" in err
+    status, _, err = run("explain", "Z9")
+    assert status == 2 and "`sbpc explain` lists every code" in err
