@@ -27,7 +27,10 @@ def interrupted_write(path: str) -> Path | None:
     the file is whole, and the next write reuses the name."""
     real = Path(os.path.realpath(path))
     copy = temporary(real)
-    return copy if copy.is_file() and real.is_file() and real.stat().st_nlink > 1 else None
+    try:
+        return copy if copy.is_file() and real.is_file() and real.stat().st_nlink > 1 else None
+    except OSError:  # a name too long for a copy beside it, say: reading the file will say what is wrong
+        return None
 
 
 def read(path: str) -> str:
