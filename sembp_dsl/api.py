@@ -122,7 +122,7 @@ def _models(
         name = own.pop("name", None) or model or spec.name
         settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
         if "router" in spec.settings and "router" not in own:
-            settings["router"] = os.path.abspath(folder / spec.settings["router"])
+            settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
         models[role] = ModelSpec(role, name, settings)
     return models
 
@@ -281,7 +281,7 @@ class Pipeline:
         rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
         bound = asyncio.Semaphore(concurrency or len(rows) or 1)
 
-        async def one(row: dict[str, str]) -> Prediction:
+        async def one(row: Mapping[str, Any]) -> Prediction:
             async with bound:
                 prediction = await self._predict(row, checked=True)
             if on_done:
@@ -392,7 +392,7 @@ class Pipeline:
             val_size,
             test_size,
             _given(seed, o["seed"]),
-            (o["train_size"], o["val_size"], datasets.EVAL_TEST_SIZE),
+            (int(o["train_size"]), int(o["val_size"]), datasets.EVAL_TEST_SIZE),
             split,
         )
 
@@ -690,7 +690,7 @@ def _check_concurrency(concurrency: Any) -> None:
 def _check_setting(key: str, value: Any) -> None:
     """A method argument as the `optimize` block would take it: a known name, or a number in its range."""
     setting = SETTING.get(key, key)
-    allowed = OPTIMIZE_SETTINGS[setting]
+    allowed: tuple[Any, ...] = OPTIMIZE_SETTINGS[setting]  # the names it may be, or the types it may have
     if isinstance(allowed[0], str):
         if not isinstance(value, str) or value.replace("-", "_") not in allowed:
             raise ValueError(f"{key}={value!r} is not one of {', '.join(allowed)}")

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .errors import SbpcError
 from .language.checker import BOUNDS
@@ -28,7 +28,7 @@ from .runtime.datasets import Dataset, make_splits
 if TYPE_CHECKING:
     from .api import Pipeline
 
-VARIABLE = {  # what --vary may change, and how a value is read
+VARIABLE: dict[str, Callable[[str], Any]] = {  # what --vary may change, and how a value is read
     "gradient": lambda v: v.replace("-", "_"),
     "gate": str,
     "update": str,
@@ -80,7 +80,7 @@ class RowResult:
     def accuracy(self) -> tuple[float, float | None, float | None]:
         """Mean test accuracy with its t interval, clipped to [0, 1] where few seeds make it overshoot."""
         mean, low, high = t_interval([s.test_final for s in self.seeds])
-        return (mean, None, None) if low is None else (mean, max(0.0, low), min(1.0, high))
+        return (mean, None, None) if low is None or high is None else (mean, max(0.0, low), min(1.0, high))
 
     def difference(self, first: RowResult) -> tuple[float, float | None, float | None]:
         """Paired by seed: the same test samples, the same starting prompts."""
@@ -90,7 +90,7 @@ class RowResult:
 
 def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
     """`--vary KEY=V1,V2` flags as (setting, values); `only=each` is all prompts, then each trainable one alone."""
-    out = []
+    out: list[tuple[str, list]] = []
     for spec in specs:
         key, sep, values = spec.partition("=")
         key = key.strip().replace("-", "_")
@@ -100,7 +100,7 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
             raise CompareError(f"--vary: cannot vary '{key}' (can vary: {', '.join(VARIABLE)})")
         if key in (k for k, _ in out):
             raise CompareError(f"--vary {key} is given twice")
-        parsed = []
+        parsed: list = []
         for raw in (v.strip() for v in values.split(",")):
             try:
                 value = VARIABLE[key](raw)
@@ -175,7 +175,10 @@ class Experiment:
 
     def size(self, key: str, changes: Mapping[str, object]) -> int:
         value = changes.get(key, self.sizes.get(key))
-        return value if value is not None else self.pipeline.graph.optimize[key]
+        if value is None:
+            value = self.pipeline.graph.optimize[key]
+        assert isinstance(value, int), f"{key} is a whole number: the checker's rule, and --vary's"
+        return value
 
     def settings(self, row: Row, seed: int) -> tuple[Settings, dict]:
         """A row's method settings on a seed (for checks and labels), and the arguments that ask for them."""
@@ -195,7 +198,8 @@ def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, p
     """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
     _, method = experiment.settings(row, seed)
     # val is drawn whatever the gate, so every row of a seed is tested on the same samples
-    splits = make_splits(experiment.dataset, *(experiment.size(k, row.changes) for k in SIZES), seed)
+    train, val, test = (experiment.size(k, row.changes) for k in SIZES)
+    splits = make_splits(experiment.dataset, train, val, test, seed)
     return experiment.pipeline.optimize(
         splits.train,
         splits.val,
@@ -357,7 +361,7 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
     accuracy = [r.accuracy() for r in results]
     difference = [r.difference(results[0]) for r in results]
 
-    def bounds(triples):
+    def bounds(triples) -> tuple[list[float], list[float], list[float]]:
         return (
             [m for m, _, _ in triples],
             [lo if lo is not None else m for m, lo, _ in triples],

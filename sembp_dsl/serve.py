@@ -87,10 +87,10 @@ def app(pipeline: Pipeline) -> web.Application:
             return _error(502, f"the model call failed: {getattr(exc, 'cli', exc)}")  # the hint names sbpc's flags
         except BudgetExceeded as exc:
             return _error(503, exc.cli)
-        body = {"output": prediction.output, "error": prediction.error, "usage": asdict(prediction.usage)}
+        reply = {"output": prediction.output, "error": prediction.error, "usage": asdict(prediction.usage)}
         if request.query.get("trace", "").lower() in ("1", "true", "yes"):
-            body["trace"] = prediction.trace.to_json()
-        return web.json_response(body, dumps=json_text)  # replies are strangers' text: nothing to steer a terminal
+            reply["trace"] = prediction.trace.to_json()
+        return web.json_response(reply, dumps=json_text)  # replies are strangers' text: nothing to steer a terminal
 
     async def close(application: web.Application) -> None:
         await pipeline.aclose()

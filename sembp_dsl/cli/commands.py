@@ -89,7 +89,7 @@ def cmd_check(args) -> int:
         try:
             pipeline = load(path)
             _, diagnostics = check(pipeline)
-            text = pipeline.text
+            text: str | None = pipeline.text
         except PipelineError as exc:
             diagnostics, text = exc.diagnostics, exc.text
         errors = [d for d in diagnostics if d.severity == "error"]
@@ -599,7 +599,8 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except UsageError as exc:
-        getattr(args, "parser", parser).error(str(exc))  # with the usage of the subcommand that was given
+        given: argparse.ArgumentParser = getattr(args, "parser", parser)  # the subcommand that was given
+        given.error(str(exc))  # with its usage
     except SbpcError as exc:  # the user's to fix (data, models, budgets, files): a message, not a traceback
         print(f"sbpc: error: {getattr(exc, 'cli', exc)}", file=sys.stderr)  # options as flags (OptionError)
         return 1

@@ -146,14 +146,13 @@ def cmd_compare(args) -> int:
             with tqdm(
                 total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr, disable=args.json or None
             ) as bar:
-                results = compare.compare(
-                    experiment,
-                    rows,
-                    seeds,
-                    args.runs_dir,
-                    lambda what: (done.append(what), bar.set_postfix_str(what), bar.update()),
-                    phase,
-                )
+
+                def finished(what: str) -> None:
+                    done.append(what)
+                    bar.set_postfix_str(what)
+                    bar.update()
+
+                results = compare.compare(experiment, rows, seeds, args.runs_dir, finished, phase)
         except compare.CompareError as exc:
             print(f"sbpc: error: {exc}", file=sys.stderr)
             return 1

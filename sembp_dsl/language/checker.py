@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -53,7 +53,7 @@ OPTIMIZE_SETTINGS = {
     "seed": (int,),
     "gate_alpha": NUMBER,
 }
-BLOCKS = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
     "temperature": (0, 2, False),
@@ -149,7 +149,8 @@ def first_here(span: ir.Span) -> Note:
 
 
 def check_reserved(cx: Context) -> None:
-    for item in [*cx.p.inputs, *cx.p.nodes]:
+    items: list[ir.Input | ir.Node] = [*cx.p.inputs, *cx.p.nodes]
+    for item in items:
         if item.name in RESERVED:
             cx.report("E021", item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
 
@@ -180,7 +181,9 @@ def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
 
 def check_bounds(cx: Context, s: ir.Setting) -> None:
     low, high, exclusive = BOUNDS[s.key]
-    if s.value != s.value or not (low < s.value if exclusive else low <= s.value) or s.value > high:
+    value = s.value
+    assert not isinstance(value, str), "check_settings bounds numbers only"
+    if value != value or not (low < value if exclusive else low <= value) or value > high:
         low_text = f"more than {low}" if exclusive else f"at least {low}"
         cx.report("E034", s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
 
@@ -507,7 +510,7 @@ def template_variables(
     cx: Context,
     text: str,
     literal: ir.Span,
-    allowed: set[str],
+    allowed: Set[str],
     misuse: tuple[str, Callable[[str], str]],
     what: str = "",
     builtin: bool = False,

@@ -100,7 +100,8 @@ class Option(str):
         text.cli = cli
         return text
 
-    def __getnewargs__(self) -> tuple[str, str]:  # copy and pickle (dataclasses.asdict copies) keep both spellings
+    # copy and pickle (dataclasses.asdict copies) keep both spellings; str's own takes one argument
+    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
         return str(self), self.cli
 
 

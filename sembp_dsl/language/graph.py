@@ -77,7 +77,7 @@ class GraphNode:
 
     def render(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
         """The forward prompt, given the values of this node's inputs."""
-        variables = {name: values[name] for name in self.inputs}
+        variables: dict[str, object] = {name: values[name] for name in self.inputs}
         variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
         variables["prompt"] = self.instruction(values, prompts)
         return compile_template(self.template).render(variables).strip()

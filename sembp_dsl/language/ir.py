@@ -44,7 +44,7 @@ class Span(NamedTuple):
 
 
 def _span() -> Span:
-    return field(compare=False, repr=False, kw_only=True)  # type: ignore[return-value]
+    return field(compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,8 @@ LONE_CR = re.compile(r"\r(?!\n)")
 
 
 def span_of(file: str, tok: Token) -> ir.Span:
-    return ir.Span(file, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)
+    # lark types a token's positions Optional, for tokens made by hand; the lexer's always carry them.
+    return ir.Span(file, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)  # type: ignore[arg-type]
 
 
 class BlockStringError(ValueError):
@@ -94,7 +95,7 @@ class Builder(Transformer):
         try:
             return tok.update(value=self.checked(tok, decode_block_string(tok)))
         except BlockStringError as exc:
-            line_start = tok.start_pos
+            line_start: int = tok.start_pos  # type: ignore[assignment]  # a lexed token has its position
             for _ in range(exc.line):
                 line_start = self.text.index("\n", line_start) + 1
             indent = len(self.text[line_start:]) - len(self.text[line_start:].lstrip(" \t"))
@@ -198,7 +199,7 @@ _PARSING = threading.Lock()
 
 @cache
 def _lark() -> Lark:
-    grammar = resources.files("sembp_dsl.language").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
+    grammar = resources.files("sembp_dsl.language").joinpath("grammar/sbp.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
 
 
@@ -241,7 +242,7 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
             help=suggestion(str(tok), keywords) if tok.type == "NAME" else "",
         )
     assert isinstance(exc, UnexpectedCharacters)
-    offset = exc.pos_in_stream
+    offset: int = exc.pos_in_stream  # type: ignore[assignment]  # lark types it Optional; a lexer error has it
     char = text[offset]
     code = "E002"
     if char == '"':
@@ -308,7 +309,8 @@ def _parse(text: str, file: str) -> ir.Pipeline:
         _BUILDER.file, _BUILDER.text, _BUILDER.errors = file, text, []
         try:
             with ir.gc_paused():
-                pipeline = _lark().parse(attempt)
+                # The inline transformer makes parse return what Builder.start builds, not lark's Tree.
+                pipeline: ir.Pipeline = _lark().parse(attempt)  # type: ignore[assignment]
         except UnexpectedInput as exc:
             diagnostic = _syntax_error(file, text, exc)
             if syntax and syntax[-1].span == diagnostic.span:

@@ -236,7 +236,7 @@ def _bounded_lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100
 
 def _make_env() -> BoundedEnvironment:
     env = BoundedEnvironment(undefined=StrictUndefined, autoescape=False, keep_trailing_newline=False)
-    env.concat = _bounded_concat
+    env.concat = _bounded_concat  # type: ignore[method-assign]  # Jinja's concat is a plain function attribute
     env.filters = {name: _bounded_filter(f) for name, f in env.filters.items()}
     env.filters["_counted"] = _counted
     env.filters["_joined"] = _joined
@@ -261,7 +261,7 @@ BUILTIN = {
 
 @functools.cache
 def builtin_source(name: str) -> str:
-    return resources.files("sembp_dsl.language").joinpath("prompts", f"{name}.j2").read_text(encoding="utf-8")
+    return resources.files("sembp_dsl.language").joinpath(f"prompts/{name}.j2").read_text(encoding="utf-8")
 
 
 class TemplateProblem(SbpcError, TemplateError):
@@ -300,7 +300,7 @@ def variables(source: str) -> frozenset[str]:
 
 @lru_cache(maxsize=4096)
 def compile_template(source: str) -> BoundedTemplate:
-    return ENV.from_string(source)
+    return ENV.from_string(source)  # type: ignore[return-value]  # the environment's template_class
 
 
 # What the built-in templates are given, in shape: lists of records, not text.
@@ -318,9 +318,9 @@ def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> t
     template's own error, such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
     if "{" not in source:
         return None, False
-    failures = []
+    failures: list[RenderError] = []
     for placeholder in ("<{}>" + "." * 200, "1"):  # long text, so indexing a real input is not taken for an error
-        values = {name: placeholder.format(name) for name in names}
+        values: dict[str, object] = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
         if builtin:
             values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})

@@ -33,7 +33,7 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def schema_text() -> str:
     """The shipped JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
-    return resources.files("sembp_dsl.language").joinpath("schema", "pipeline.schema.json").read_text(encoding="utf-8")
+    return resources.files("sembp_dsl.language").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
 
 
 @cache
@@ -48,6 +48,7 @@ def _span(file: str, node: yaml.Node) -> ir.Span:
 
 MAX_DEPTH = 64  # mappings and lists inside each other; a pipeline needs four
 UNQUOTED_CHOICE = re.compile(r"\s*choice\s*\([^)]*\Z")
+WRITTEN_CHOICE = re.compile(r"[^\n)]*\)?")  # the unquoted value as the file has it, to quote in the hint
 WORDS = {
     "object": "a mapping",
     "array": "a list",
@@ -207,13 +208,13 @@ class Lowering:
                     and value.style is None
                     and UNQUOTED_CHOICE.match(value.value)
                 ):
-                    written = re.match(r"[^\n)]*\)?", self.text[value.start_mark.index :]).group()
+                    written = WRITTEN_CHOICE.match(self.text, value.start_mark.index)
                     self.errors.append(
                         diagnostic(
                             "E065",
                             self.span(value),
                             "a choice type must be quoted in YAML, or its commas"
-                            f' end the value: write type: "{written}"',
+                            f' end the value: write type: "{written[0] if written else ""}"',
                         )
                     )
                     self.reported.add(path)
@@ -258,7 +259,7 @@ class Lowering:
                 message, help = explain(err)
             where_ = ".".join(map(str, path))
             found.append(diagnostic("E063", self.span(node), f"{where_}: {message}" if where_ else message, help=help))
-        self.errors += sorted(found, key=lambda d: d.span.start)  # in the order of the file
+        self.errors += sorted(found, key=lambda d: d.span.start if d.span else 0)  # in the order of the file
 
     def settings(self, mapping: yaml.MappingNode, skip: tuple[str, ...] = ()) -> tuple[ir.Setting, ...]:
         return tuple(
@@ -269,6 +270,7 @@ class Lowering:
 
     def output_type(self, node: yaml.ScalarNode) -> ir.OutputType:
         match = TYPE.match(node.value)
+        assert match is not None, "the schema admits only the types TYPE matches"
         choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
         if match.group(1) == "choice" and (not choices or not all(choices)):
             self.errors.append(
@@ -400,11 +402,11 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         )
     lowering = Lowering(text, file)
     if not isinstance(root, yaml.MappingNode):
-        where = _span(file, root) if root is not None else point(file, text, 0)
+        start = _span(file, root) if root is not None else point(file, text, 0)
         raise PipelineError(
             [
                 diagnostic(
-                    "E062", where, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file=file
+                    "E062", start, "a YAML pipeline must be a mapping with keys pipeline, nodes, output, ...", file=file
                 )
             ],
             text,

@@ -110,7 +110,7 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
                 else:
                     llm.ledger.count("gradient lines missing")
 
-    for name in reversed(graph.nodes):  # reverse topological order: successors' tasks already exist
+    for name in reversed(list(graph.nodes)):  # reverse topological order: successors' tasks already exist
         tasks[name] = asyncio.ensure_future(send(graph.nodes[name]))
     await together(tasks.values())
     return {name: feedback(node) for name, node in graph.nodes.items()}

@@ -31,7 +31,7 @@ from .stats import gate_passes, sign_test, wins_needed
 @dataclass
 class Iteration:
     index: int
-    train_score: float
+    train_score: float | None  # None: every training sample was lost
     gate_before: float | None
     gate_after: float | None
     accepted: bool
@@ -127,7 +127,7 @@ class Optimizer:
                     self.record.save()
                 outcome.best_score, self.baseline = data["initial_score"], set(data["initial_right"])
                 for it in done:
-                    if it.accepted:
+                    if it.accepted and it.gate is not None:  # accepted by the gate, which is not "none"
                         outcome.best_score, self.baseline = it.gate_after, set(it.gate["right"])
                 self.warn_if_no_step_can_pass()
             for index in range(len(done) + 1, s.iterations + 1):
@@ -146,7 +146,7 @@ class Optimizer:
             outcome.stopped, outcome.failed = exc.text, True
         # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words
         data.update(finished=outcome.stopped is None, stopped=getattr(outcome.stopped, "cli", None), ledger=spent())
-        if outcome.test_after is not None:
+        if outcome.test_before is not None and outcome.test_after is not None:
             data["test"] = {
                 "initial": outcome.test_before.accuracy,
                 "final": outcome.test_after.accuracy,
@@ -203,7 +203,7 @@ class Optimizer:
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
-        proposed = current.with_prompts({c.param: c.new for c in taken})
+        proposed = current.with_prompts({c.param: c.new for c in taken if c.new is not None})
         accept = s.gate == "none" or await self.passes_gate(proposed, iteration)
         if accept:
             outcome.graph = proposed
@@ -338,7 +338,7 @@ def plan(
         "optimizer": s.iterations * len(s.only or graph.trainable),
     }
     limits = {role: llm.model(role).settings.get("max_tokens") if calls[role] else 0 for role in calls}
-    completion = {role: None if limits[role] is None else calls[role] * int(limits[role]) for role in calls}
+    completion = {role: None if (limit := limits[role]) is None else calls[role] * int(limit) for role in calls}
     # prompt sizes: the longest forward prompt over a few training samples, node outputs as long as allowed
     filler = "word " * int(limits["forward"] or 256)
     longest = 0

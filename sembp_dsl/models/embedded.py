@@ -254,7 +254,8 @@ def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
     with _lock:
         llm = get_llama()
         llm.reset()
-        return llm.create_chat_completion(messages=messages, stream=False, **kwargs)  # type: ignore[return-value]
+        # llama-cpp-python types messages and the reply as TypedDicts; ours are plain dicts of that shape
+        return llm.create_chat_completion(messages=messages, stream=False, **kwargs)  # type: ignore[arg-type,return-value]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -299,7 +300,7 @@ def _fill(model_response: Any, reply: dict[str, Any]) -> Any:
     u = reply.get("usage") or {}
     prompt_tokens = int(u.get("prompt_tokens", 0))
     completion_tokens = int(u.get("completion_tokens", 0))
-    model_response.usage = litellm.Usage(  # type: ignore[attr-defined]
+    model_response.usage = litellm.Usage(
         prompt_tokens=prompt_tokens,
         completion_tokens=completion_tokens,
         total_tokens=int(u.get("total_tokens", prompt_tokens + completion_tokens)),
@@ -328,11 +329,11 @@ def _make_handler() -> Any:
                 _raise_litellm_error(exc)
                 raise  # unreachable
 
-        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
             reply = self._run(messages, kwargs.get("optional_params") or {})
             return _fill(kwargs["model_response"], reply)
 
-        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
             reply = await asyncio.to_thread(self._run, messages, kwargs.get("optional_params") or {})
             return _fill(kwargs["model_response"], reply)
 

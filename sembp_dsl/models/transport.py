@@ -229,6 +229,8 @@ def _fast_route(model: str, api_base: str | None, api_key: str | None, env: tupl
     base, basic = split_credentials(base)
     api_key = api_key or os.environ.get("OPENAI_API_KEY")
     url = base.rstrip("/") + "/chat/completions"
+    proxy: URL | None
+    proxy_auth: aiohttp.BasicAuth | None
     try:
         proxy, proxy_auth = get_env_proxy_for_url(URL(url))
     except LookupError:

@@ -144,7 +144,7 @@ def _check_folder(runs_dir: Path) -> None:
 NUMBER, MAYBE_TEXT = (int, float), (str, type(None))
 # What the readers (runs, show, apply, report, compare, --resume) take from each part of a record: the types
 # of the keys they use, and the keys they cannot do without. Scores are not checked: they are shown as they are.
-SHAPES = {
+SHAPES: dict[str, tuple[dict[str, type | tuple[type, ...]], tuple[str, ...]]] = {
     "record": (
         {
             "settings": dict,
@@ -180,7 +180,7 @@ SHAPES = {
     "gradient": ({"nodes": dict}, ("sample", "expected")),
     "gate": ({"wins": list, "losses": list}, ("wins", "losses", "p", "alpha")),
 }
-PARTS = {
+PARTS: dict[str, dict[str, str | list[str]]] = {
     "record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
     "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"},
 }
@@ -227,7 +227,7 @@ def _misshapen(value, part: str, where: str) -> str | None:
             not isinstance(value[key], kinds) or (kinds in (int, NUMBER) and isinstance(value[key], bool))
         ):
             return f"{at(key)} is {_kind(value[key])}"
-    prompts = value.get(PROMPTS.get(part), {})
+    prompts: dict = value.get(PROMPTS.get(part), {})
     bad = next((name for name, text in prompts.items() if not isinstance(text, str)), None)
     if bad is not None:
         return f"{at(PROMPTS[part])}.{bad} is {_kind(prompts[bad])}, not text"

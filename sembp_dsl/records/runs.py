@@ -22,7 +22,7 @@ from .record import RecordError, RunRecord
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
-DEFAULTS = {**{k: v for k, v in DEFAULT_OPTIMIZE.items() if not k.endswith("_size")}, "only": []}
+DEFAULTS: dict[str, object] = {**{k: v for k, v in DEFAULT_OPTIMIZE.items() if not k.endswith("_size")}, "only": []}
 
 
 class RunsError(SbpcError):
@@ -314,8 +314,8 @@ def gate_words(it: dict) -> str | None:
 def render_iteration(run: Run, it: dict) -> list[str]:
     k = it["index"]
     lines = [f"iteration {k}: train {fmt(it.get('train_score'))}, {verdict(it)}; {spend(it)}"]
-    if gate_words(it):
-        lines.append("  " + gate_words(it))
+    if words := gate_words(it):
+        lines.append("  " + words)
     if it.get("lost"):
         lines.append(f"  {it['lost']} training sample(s) lost to failed calls")
     before = run.prompts_at(k - 1)
@@ -374,7 +374,7 @@ def final_diff(run: Run) -> str | None:
     from ..language.source import load
     from ..language.writeback import WriteBackError, rewrite, unified_diff
 
-    file = run.settings.get("file")
+    file: str = run.settings["file"]  # a record's settings always name it (SHAPES)
     try:
         pipeline = load(file)
         final = run.prompts_at(len(run.iterations))

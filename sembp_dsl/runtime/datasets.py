@@ -17,6 +17,7 @@ import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 from ..language.diagnostics import Option, OptionError, did_you_mean
 
@@ -219,6 +220,7 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
 
 
 EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no size is given
+Quoting = Literal[0, 1, 2, 3]  # csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE
 _CARVE_ORDER = ("train", "val", "test")  # the order a single pool is cut in
 
 
@@ -244,11 +246,11 @@ def eval_splits(
     before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
     given = dict(zip(_CARVE_ORDER, (train, val, test)))
     sizes = {
-        name: given[name] if given[name] is not None else default if name in (*before, split) else 0
+        name: size if (size := given[name]) is not None else default if name in (*before, split) else 0
         for name, default in zip(_CARVE_ORDER, defaults)
     }
     try:
-        return make_splits(dataset, *sizes.values(), seed)
+        return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
         why: list[str | Option] = []
         skipped = [name for name in before if given[name] is None and sizes[name]]
@@ -306,7 +308,7 @@ def _fitting(sizes: Mapping[str, int], available: int) -> dict[str, int] | None:
     wanted = sum(sizes.values())
     fitting = {split: max(1, size * available // wanted) if size else 0 for split, size in sizes.items()}
     while sum(fitting.values()) > available:  # the 1s given to tiny splits come from the largest
-        largest = max(fitting, key=fitting.get)
+        largest = max(fitting, key=fitting.__getitem__)
         fitting[largest] -= 1
     return fitting
 
@@ -347,7 +349,7 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _csv_rows(path: Path, text: str, delimiter: str, quoting: int) -> Iterator[tuple[int, list[str]]]:
+def _csv_rows(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterator[tuple[int, list[str]]]:
     """(line number, row) pairs, skipping blank lines; csv errors carry the line."""
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, quoting=quoting)
     while True:
@@ -458,7 +460,9 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
 
 
 def _load_user_file(path: Path) -> Dataset:
-    records = list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
+    records: Sequence[tuple[int, Mapping[str, object]]] = (
+        list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
+    )
     if not records:
         raise DataError(f"{path}: no data rows")
     columns = list(records[0][1])
@@ -494,8 +498,8 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
     """Rows of a CSV/TSV with a header row, as column -> value dicts."""
     # TSV is read like LIAR (no quoting, one record per line); CSV needs quoting
     # because commas inside values are common.
-    delimiter, quoting = ("\t", csv.QUOTE_NONE) if suffix == ".tsv" else (",", csv.QUOTE_MINIMAL)
-    rows = _csv_rows(path, _read_text(path), delimiter, quoting)
+    tsv = suffix == ".tsv"
+    rows = _csv_rows(path, _read_text(path), "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")

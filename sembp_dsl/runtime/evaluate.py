@@ -72,10 +72,10 @@ class Evaluation:
     @property
     def interval(self) -> tuple[float, float]:
         """Wilson score 95% interval: honest for small samples and accuracies near 0 or 1."""
-        n = self.scored
-        if not n:
+        n, p = self.scored, self.accuracy
+        if p is None:
             return (0.0, 1.0)
-        z, p = 1.96, self.accuracy
+        z = 1.96
         centre = (p + z * z / (2 * n)) / (1 + z * z / n)
         half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
         return (max(0.0, centre - half), min(1.0, centre + half))
@@ -83,7 +83,7 @@ class Evaluation:
     def lost_causes(self) -> dict[str, int]:
         """Lost samples by cause, most frequent first."""
         causes = Counter(
-            r.trace.final.failure.cause if r.trace.final.failure else r.trace.final.error.split(":")[0]
+            r.trace.final.failure.cause if r.trace.final.failure else (r.trace.final.error or "").split(":")[0]
             for r in self.lost
         )
         return dict(causes.most_common())
