@@ -2,10 +2,18 @@
 
     POST /        {"ticket": "The app crashes on login"}   -> {"output": ..., "error": null, "usage": {...}}
     POST /?trace=1                                          -> the same, plus every node's prompt and reply
+                                                               (only when the operator allowed it: --allow-trace)
     GET  /health                                            -> {"status": "ok", "pipeline": ..., "inputs": [...]}
 
+/health says the process is up and what it serves; it calls no model (a probe every few
+seconds would cost money), so a model server that is down shows as 502s on POST, not here.
 Bad input is the client's to fix: 400 with the reason (413 past the size limit, 408 for a
 body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
+Hostile clients are bounded: headers must arrive within HEADER_TIMEOUT, and past MAX_CONNECTIONS
+open connections a new one is closed at once, so half-sent requests cannot lock others out.
+Every request is logged on stderr, one line each (address, request line, status, size, seconds).
+Bytes that are not HTTP get aiohttp's plain-text 400 (there is no request to answer in JSON) and a
+log line with the parser's reason.
 Nothing here answers 500 for something a client sent; every error is a JSON {"error": ...}.
 Calls in flight are bounded by the pipeline's concurrency; further requests wait their turn.
 A client that hangs up cancels its request's model calls: nobody pays for an answer nobody reads.
@@ -16,7 +24,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import signal
+import sys
 from dataclasses import asdict
 
 from aiohttp import web
@@ -28,9 +38,12 @@ from .language.diagnostics import json_text
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
 GRACE = 30.0  # seconds requests in flight get to finish once the server is told to stop
+HEADER_TIMEOUT = 10.0  # seconds a connection may sit without a whole request line and headers (or idle)
+MAX_CONNECTIONS = 256  # open connections at most: well below the process's file descriptors (1,024 here)
+ACCESS_FORMAT = '%a "%r" %s %b %Tfs'
 
 
-def app(pipeline: Pipeline) -> web.Application:
+def app(pipeline: Pipeline, allow_trace: bool = False) -> web.Application:
     """The aiohttp application serving `pipeline`."""
     usage = f"POST / takes a JSON object of inputs ({', '.join(pipeline.inputs)}); GET /health says what is served"
 
@@ -57,10 +70,14 @@ def app(pipeline: Pipeline) -> web.Application:
                 "file": pipeline.path,
                 "inputs": list(pipeline.inputs),
                 "output": pipeline.graph.output,
+                "checks": "the process is up and serving; no model is called",
             }
         )
 
     async def predict(request: web.Request) -> web.Response:
+        wants_trace = request.query.get("trace", "").lower() in ("1", "true", "yes")
+        if wants_trace and not allow_trace:  # every prompt and reply, to anyone who reaches the port: opt-in
+            return _error(403, "traces are off on this server: its operator can start it with --allow-trace")
         try:
             async with asyncio.timeout(BODY_TIMEOUT):
                 body = await request.read()
@@ -88,7 +105,7 @@ def app(pipeline: Pipeline) -> web.Application:
         except BudgetExceeded as exc:
             return _error(503, exc.cli)
         reply = {"output": prediction.output, "error": prediction.error, "usage": asdict(prediction.usage)}
-        if request.query.get("trace", "").lower() in ("1", "true", "yes"):
+        if wants_trace:
             reply["trace"] = prediction.trace.to_json()
         return web.json_response(reply, dumps=json_text)  # replies are strangers' text: nothing to steer a terminal
 
@@ -121,20 +138,84 @@ def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
 
-def serve(pipeline: Pipeline, host: str, port: int, announce) -> None:
+def _cap_connections(server: web.Server, most: int) -> None:
+    """Past `most` open connections a new one is closed as soon as it is accepted: a flood of half-open
+    clients cannot use up the file descriptors (which stops accept() for everyone and floods the log)."""
+    admit = server.connection_made
+
+    def connection_made(handler, transport) -> None:
+        if len(server.connections) >= most:
+            transport.close()  # aiohttp's connection_lost follows and clears its bookkeeping
+        admit(handler, transport)
+
+    server.connection_made = connection_made  # type: ignore[method-assign]  # aiohttp has no hook for this
+
+
+class _Stderr(logging.StreamHandler):
+    """A line on whatever sys.stderr is when it is logged (an embedding program may replace it)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.stream = sys.stderr
+        super().emit(record)
+
+
+class _OneLine(logging.Filter):
+    """A client's malformed HTTP is its own business: one line with the parser's reason, no traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and record.exc_info[1] is not None:
+            reason = " ".join(str(record.exc_info[1]).split())
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                f"{record.getMessage()}: {reason}",
+                (),
+                None,
+                None,
+            )
+        return True
+
+
+def _log(name: str) -> logging.Logger:
+    """A logger writing one line a record on stderr, for the access log and aiohttp's own complaints."""
+    log = logging.getLogger(name)
+    if not log.handlers:
+        handler = _Stderr()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+        handler.addFilter(_OneLine())
+        log.addHandler(handler)
+        log.setLevel(logging.INFO)
+        log.propagate = False
+    return log
+
+
+async def start(pipeline: Pipeline, host: str, port: int, allow_trace: bool = False) -> web.AppRunner:
+    """The service, listening: its runner (`runner.addresses` says where; `runner.cleanup()` stops it)."""
+    # handler_cancellation: a client's disconnect cancels its handler, and so its model calls;
+    # keepalive_timeout: aiohttp closes a connection idle that long, one whose headers never end included
+    runner = web.AppRunner(
+        app(pipeline, allow_trace),
+        access_log=_log("sbpc.serve.access"),
+        logger=_log("sbpc.serve"),
+        access_log_format=ACCESS_FORMAT,
+        shutdown_timeout=GRACE,
+        handler_cancellation=True,
+        keepalive_timeout=HEADER_TIMEOUT,
+    )
+    await runner.setup()
+    _cap_connections(runner.server, MAX_CONNECTIONS)
+    try:
+        await web.TCPSite(runner, host, port).start()
+    except OSError as exc:  # in use, not this machine's address, a name that does not resolve
+        await runner.cleanup()
+        reason = exc.strerror or str(exc)
+        raise ServeError(f"cannot listen on {host}:{port}: {reason.split(': ')[-1]}") from None
+    return runner
+
+
+def serve(pipeline: Pipeline, host: str, port: int, announce, allow_trace: bool = False) -> None:
     """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
 
     async def main() -> None:
-        # handler_cancellation: a client's disconnect cancels its handler, and so its model calls
-        runner = web.AppRunner(app(pipeline), access_log=None, shutdown_timeout=GRACE, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except OSError as exc:  # in use, not this machine's address, a name that does not resolve
-            await runner.cleanup()
-            reason = exc.strerror or str(exc)
-            raise ServeError(f"cannot listen on {host}:{port}: {reason.split(': ')[-1]}") from None
+        runner = await start(pipeline, host, port, allow_trace)
         host_bound, port_bound = runner.addresses[0][:2]  # the real port when 0 was asked
         announce(f"http://{host_bound}:{port_bound}")
         stop = asyncio.Event()

@@ -512,6 +512,7 @@ def served(tmp_path, fake_llm, script):
             "openai/fake",
             "--concurrency",
             "32",
+            "--allow-trace",
         ],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -691,3 +692,75 @@ def test_serve_answers_502_with_the_cause_when_a_call_fails_for_good(server, fak
     assert caught.value.code == 502 and "notes: call failed: 400" in json.load(caught.value)["error"]
     health = json.load(urllib.request.urlopen(server + "/health"))  # and the server is still up
     assert health["status"] == "ok"
+
+
+def test_serve_bounds_half_sent_headers_and_open_connections(triage, monkeypatch):
+    """Clients that open connections and never finish their headers: past MAX_CONNECTIONS a new one is
+    closed at once, each is closed after HEADER_TIMEOUT, and a real client is served all along."""
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "HEADER_TIMEOUT", 0.5)
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 8)
+
+    async def main():
+        runner = await serve.start(triage, "127.0.0.1", 0)
+        port = runner.addresses[0][1]
+        stuck = []
+        for _ in range(20):
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Le")  # headers that never end
+            stuck.append((reader, writer))
+        closed_at_once = 0
+        for reader, _ in stuck[8:]:
+            closed_at_once += await asyncio.wait_for(reader.read(), 2) == b""
+        start = asyncio.get_running_loop().time()
+        for reader, _ in stuck[:8]:
+            await asyncio.wait_for(reader.read(), 5)  # closed by the server: the read ends
+        waited = asyncio.get_running_loop().time() - start
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{port}/health") as r:
+                health = await r.json()
+        for _, writer in stuck:
+            writer.close()
+        await runner.cleanup()
+        return closed_at_once, waited, health
+
+    closed_at_once, waited, health = asyncio.run(main())
+    assert closed_at_once == 12 and waited < 3 and health["status"] == "ok"
+
+
+def test_serve_gives_traces_only_when_the_operator_allows_them_and_logs_each_request(triage, capsys):
+    from sembp_dsl import serve
+
+    async def main(allow):
+        runner = await serve.start(triage, "127.0.0.1", 0, allow_trace=allow)
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/?trace=1"
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json={"ticket": "crash"}) as r:
+                answer = r.status, await r.json()
+        await runner.cleanup()
+        return answer
+
+    status, body = asyncio.run(main(False))
+    assert status == 403 and "--allow-trace" in body["error"] and "trace" not in body
+    assert re.search(r'127\.0\.0\.1 "POST /\?trace=1 HTTP/1\.1" 403 \d+ [\d.]+s', capsys.readouterr().err)
+    status, body = asyncio.run(main(True))
+    assert status == 200 and set(body["trace"]["nodes"]) == {"notes", "urgent"}
+
+
+def test_serve_logs_malformed_http_in_one_line_without_a_traceback(triage, capsys):
+    from sembp_dsl import serve
+
+    async def main():
+        runner = await serve.start(triage, "127.0.0.1", 0)
+        reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])
+        writer.write(b"GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n")
+        reply = await asyncio.wait_for(reader.read(), 5)
+        writer.close()
+        await runner.cleanup()
+        return reply
+
+    assert asyncio.run(main()).startswith(b"HTTP/1.0 400")
+    err = capsys.readouterr().err
+    assert "Error handling request from 127.0.0.1: 400, message: Invalid header token" in err
+    assert "Traceback" not in err

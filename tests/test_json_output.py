@@ -88,7 +88,7 @@ def test_serve_answers_escape_what_steers_a_terminal(echo, hostile_model):
 
     async def main() -> bytes:
         with sbp.load(echo, model="openai/fake", api_base=hostile_model.url) as pipeline:
-            runner = web.AppRunner(serve.app(pipeline))
+            runner = web.AppRunner(serve.app(pipeline, allow_trace=True))
             await runner.setup()
             await web.TCPSite(runner, "127.0.0.1", 0).start()
             reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])

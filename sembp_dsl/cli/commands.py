@@ -366,7 +366,7 @@ def cmd_serve(args) -> int:
             flush=True,
         )
 
-    serve(pipeline, args.host, args.port, announce)
+    serve(pipeline, args.host, args.port, announce, allow_trace=args.allow_trace)
     return 0
 
 
@@ -560,7 +560,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve a pipeline as an HTTP JSON service",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Serve FILE over HTTP: POST / with a JSON object of its inputs returns its output\n"
-        "(?trace=1 adds every node's prompt and reply); GET /health says what it serves.\n"
+        "(?trace=1 adds every node's prompt and reply, when --allow-trace is given); GET /health says\n"
+        "what it serves (it calls no model). Each request is logged on stderr.\n"
         "Bad input gets 400 with the reason; a failed model call 502 with its cause.",
         epilog="example:\n  sbpc serve pipelines/liar.sbp --port 8000 --model openai/gpt-4o-mini\n"
         '  curl -s localhost:8000 -d \'{"statement": "...", "job_title": "...", ...}\'',
@@ -572,6 +573,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=number(int, 0, True, "a port from 0 to 65535", 65535),
         default=8000,
         help="port (default 8000; 0 picks a free one)",
+    )
+    srv.add_argument(
+        "--allow-trace",
+        action="store_true",
+        help="answer ?trace=1 with every prompt and reply (off: anyone who reaches the port would see them)",
     )
     add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
