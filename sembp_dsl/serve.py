@@ -79,9 +79,8 @@ def app(pipeline: Pipeline, allow_trace: bool = False) -> web.Application:
         if wants_trace and not allow_trace:  # every prompt and reply, to anyone who reaches the port: opt-in
             return _error(403, "traces are off on this server: its operator can start it with --allow-trace")
         try:
-            async with asyncio.timeout(BODY_TIMEOUT):
-                body = await request.read()
-        except TimeoutError:
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
+        except asyncio.TimeoutError:  # not yet the builtin TimeoutError on Python 3.10
             return _error(408, f"the body did not arrive within {BODY_TIMEOUT:g} seconds")
         except ConnectionError:  # the client went away: nobody reads an answer
             return _error(400, "the client closed the connection before its body arrived")
