@@ -200,6 +200,7 @@ async def start(pipeline: Pipeline, host: str, port: int, allow_trace: bool = Fa
         keepalive_timeout=HEADER_TIMEOUT,
     )
     await runner.setup()
+    assert runner.server is not None  # set by setup()
     _cap_connections(runner.server, MAX_CONNECTIONS)
     try:
         await web.TCPSite(runner, host, port).start()
