@@ -31,7 +31,7 @@ from pathlib import Path  # noqa: E402
 
 import aiohttp  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake model server is test code
 from fake_server import spawn  # noqa: E402
 
 import sembp_dsl as sbp  # noqa: E402

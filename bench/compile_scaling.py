@@ -17,10 +17,13 @@ import sys
 import time
 from pathlib import Path
 
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))  # the generators the tests use too
+
+from generated import node_product  # noqa: E402
+
+from sembp_dsl.language.graph import build  # noqa: E402
+from sembp_dsl.language.parser import parse  # noqa: E402
 
 
 def generate(nodes: int, edges_per_node: int = 4, seed: int = 0) -> str:
@@ -44,16 +47,6 @@ def generate(nodes: int, edges_per_node: int = 4, seed: int = 0) -> str:
         lines.append(f"{', '.join(sorted(sources))} -> n{i}")
     lines.append(f"output n{nodes - 1}")
     return "\n".join(lines) + "\n"
-
-
-def node_product(n: int) -> str:
-    """`a0, ..., a{n-1} -> b0, ..., b{n-1}`: one statement of n x n pairs whose sources are nodes."""
-    sources, targets = [f"a{i}" for i in range(n)], [f"b{i}" for i in range(n)]
-    return (
-        "pipeline product\ninput q: text\n"
-        + "".join(f"node {name}: text {{}}\n" for name in sources + targets)
-        + f"q -> {', '.join(sources)}\n{', '.join(sources)} -> {', '.join(targets)}\noutput b0\n"
-    )
 
 
 def best_of(runs: int, fn) -> float:

@@ -32,7 +32,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from sembp_dsl import embedded  # noqa: E402
+from sembp_dsl.models import embedded  # noqa: E402
 
 PROMPT = [
     {"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."},

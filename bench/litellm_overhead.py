@@ -28,7 +28,7 @@ model string).
 
 Method
 ------
-* The fake server (``bench/fake_server.py``) runs in a separate process so
+* The fake server (``tests/fake_server.py``) runs in a separate process so
   its CPU is not counted; its own CPU per request and the maximum number of
   requests it saw in flight are read from its ``/stats`` endpoint and shown.
 * Every variant runs in a fresh subprocess (``--worker NAME``): litellm's
@@ -77,7 +77,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests"))  # the fake model server is test code
 
 # In litellm's price table; the fake server answers for it via api_base.
 MODEL = "openai/gpt-4o-mini"

@@ -5,7 +5,7 @@ Prints, from one run, per call latency: the throughput (calls done per second wi
 same number of full waves) through a Router of 1 deployment and of 4, their ratio (target >= 3.5x, issue 11),
 and the client CPU per call; once as sbpc sends (the Router chooses, the fast path sends) and once with litellm
 sending the Router's requests itself, as it did before; and one server on the fast path for reference. Servers
-are separate processes (bench/fake_server.py --slots 16).
+are separate processes (tests/fake_server.py --slots 16).
 
     .venv/bin/python bench/router_throughput.py [--delays 1,8] [--waves 2]
 """
@@ -24,15 +24,15 @@ from types import MappingProxyType
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "tests"))  # the fake model server is test code
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
 
-from sembp_dsl import routing  # noqa: E402
 from sembp_dsl.language.graph import ModelSpec  # noqa: E402
+from sembp_dsl.models import routing  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 
 SENDS = routing._sending_host

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,6 @@ import pytest
 from sembp_dsl.runtime.datasets import anchor_data_dir
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))  # the fake OpenAI-compatible server lives with the benchmarks
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 os.environ.setdefault("SBPC_DATA_DIR", str(ROOT.parent / "shared" / "datasets"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from compile_scaling import node_product  # bench/, on the path through conftest
+from generated import node_product
 
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.graph import build

@@ -1,17 +1,12 @@
-"""Quick tests of bench/fake_server.py (the loopback OpenAI-compatible server)."""
+"""Quick tests of tests/fake_server.py (the loopback OpenAI-compatible server)."""
 
 import asyncio
-import os
-import sys
 import time
 
 import aiohttp
 import httpx
 import pytest
-
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench"))
-
-from fake_server import HANG, FakeServer, spawn  # noqa: E402
+from fake_server import HANG, FakeServer, spawn
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there world"}]
 

@@ -87,7 +87,7 @@ def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
     with FakeServer(reply="from the server") as server:
         child = textwrap.dedent(f"""
             import sys
-            sys.path.insert(0, {str(ROOT / "tests")!r}); sys.path.insert(0, {str(ROOT / "bench")!r})
+            sys.path.insert(0, {str(ROOT / "tests")!r})
             from test_llm import models
             from sembp_dsl.models.llm import LLM
             from sembp_dsl.models.cache import ResponseCache

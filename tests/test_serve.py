@@ -16,7 +16,7 @@ import time
 
 import pytest
 from conftest import ECHO
-from fake_server import FakeServer  # bench/, on the path through conftest
+from fake_server import FakeServer
 
 DELAY = 3.0  # seconds the fake model takes per call: far longer than it may take to see a client leave
 

@@ -1,8 +1,8 @@
 """Loopback OpenAI-compatible fake chat-completions server.
 
-Used by benchmarks (as a separate process, so its CPU is not charged to the
-client being measured) and by unit tests of the LLM layer (in a background
-thread of the test process).
+Test code: unit tests of the LLM layer use it in a background thread of the
+test process; benchmarks add tests/ to their path and run it as a separate
+process, so its CPU is not charged to the client being measured.
 
 It is a deliberately small asyncio HTTP/1.1 server (keep-alive, Content-Length
 and chunked request bodies) rather than aiohttp.web: one coroutine per
@@ -47,7 +47,7 @@ In-process use (tests)::
 
 Subprocess use (benchmarks)::
 
-    python bench/fake_server.py --delay 0.2 --port 0  # prints URL first
+    python tests/fake_server.py --delay 0.2 --port 0  # prints URL first
 
     from fake_server import spawn
     url, stop = spawn(0.2)
