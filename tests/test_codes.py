@@ -30,6 +30,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E006": ("p.sbp", HEADER + 'param p = """\n  text\nless\n  """\n' + OK),
     "E007": ("p.sbp", HEADER + 'param p = "bell \\u0007"\n' + OK),
     "E008": ("p.sbp", HEADER + 'param p = "half \\ud800"\n' + OK),
+    "E009": ("p.sbp", HEADER + "node a: text { prompt = p\nnode b: text {}\nq -> a\noutput a\n"),
     "E010": ("missing.sbp", None),  # not written
     "E011": ("folder.sbp", "<dir>"),
     "E012": ("big.sbp", "<big>"),

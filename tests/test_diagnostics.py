@@ -345,3 +345,45 @@ def test_a_node_behind_a_cycle_is_not_reported_as_on_one(tmp_path):
     source = HEADER + "".join(f"node {n}: text {{}}\n" for n in "abc") + "q -> a\na -> b -> a\nb -> c\noutput c\n"
     code, err = check(tmp_path, source)
     assert [e.split("error[E040]: ")[1] for e in errors(err)] == ["cycle: a -> b -> a"]
+
+
+@pytest.mark.parametrize(
+    "source, where, line",
+    [
+        ("node a: text { prompt = p\nnode impact: text {}\nq -> a\noutput a\n", "p.sbp:3:14", 4),
+        ("node a: text { prompt = p\n  template = t\nq -> a\noutput a\n", "p.sbp:3:14", 5),
+        ('model forward { name = "x"\nnode a: text {}\nq -> a\noutput a\n', "p.sbp:3:15", 4),
+    ],
+)
+def test_a_missing_closing_brace_is_one_error_at_the_brace(tmp_path, source, where, line):
+    code, err = check(tmp_path, HEADER + source)
+    assert errors(err) == [f"{where}: error[E009]: this '{{' is never closed: add '}}' before line {line}"]
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        (
+            "pipeline: t\ninputs:\n  q: text\nnodes:\n  a:\n    type: text\n   prompt: p\noutput: a\n",
+            "p.yaml:7:4: error[E060]: YAML: this line is indented 3 spaces, which lines up with no key above it "
+            "(line 6 has 4 spaces): indent it as far as the keys it belongs with",
+        ),
+        (
+            "pipeline: t\ninputs:\n  q: text\nnodes:\n  a:\n    type: text\n      prompt: p\noutput: a\n",
+            "p.yaml:7:7: error[E060]: YAML: this key is indented more than line 6 (6 spaces after 4 spaces), "
+            "which already has a value, so it cannot start a key there: indent it like the line above",
+        ),
+        (
+            "pipeline: t\ninputs:\n\tq: text\n",
+            "p.yaml:3:1: error[E060]: YAML: a tab in the indentation: YAML indents with spaces only",
+        ),
+        (
+            "pipeline: t\nparams:\n  p: Answer: yes\n",
+            "p.yaml:3:12: error[E060]: YAML: ': ' inside a value: put the value in quotes "
+            '(prompt: "Answer: Yes or No")',
+        ),
+    ],
+)
+def test_yaml_indentation_errors_are_in_words_at_the_line_that_is_wrong(tmp_path, source, expected):
+    code, err = check(tmp_path, source, "p.yaml")
+    assert errors(err) == [expected]

@@ -101,6 +101,14 @@ _CODES = [
         'param p = "half \\ud800 a pair"',
         'param p = "a whole pair: \\ud83d\\ude00"',
     ),
+    Code(
+        "E009",
+        "a `{` is never closed",
+        "A node or block opened with `{` runs to the next statement without its `}`. The parser only notices\n"
+        "a statement later (it reads `node` as one more setting), so the error points back at the `{`.",
+        "node a: text { prompt = p\nnode b: text {}",
+        "node a: text { prompt = p }\nnode b: text {}",
+    ),
     # E01x: files
     Code(
         "E010",

@@ -274,6 +274,22 @@ def _statement_starts(text: str) -> list[int]:
     return starts
 
 
+def _unclosed_brace(text: str, offset: int) -> tuple[int, int] | None:
+    """(where a `{` opened, where the statement holding the error starts) when that statement starts
+    inside a `{` never closed before it: a missing `}`, which the parser only notices a statement later,
+    as a setting named `node` or `q` followed by something other than `=`."""
+    starts = [s for s in _statement_starts(text) if 0 < s <= offset]
+    if not starts:
+        return None
+    this, opened = starts[-1], []
+    for match in re.finditer(_SKIP + r"|[{}]", text[:this]):
+        if match.group() == "{":
+            opened.append(match.start())
+        elif match.group() == "}" and opened:
+            opened.pop()
+    return (opened[0], this) if opened else None
+
+
 def _mask_statement(text: str, offset: int) -> str | None:
     """Blank out (keeping newlines) the statement around a syntax error, so parsing can go on after it.
 
@@ -312,11 +328,20 @@ def _parse(text: str, file: str) -> ir.Pipeline:
                 # The inline transformer makes parse return what Builder.start builds, not lark's Tree.
                 pipeline: ir.Pipeline = _lark().parse(attempt)  # type: ignore[assignment]
         except UnexpectedInput as exc:
-            diagnostic = _syntax_error(file, text, exc)
-            if syntax and syntax[-1].span == diagnostic.span:
-                break
-            syntax.append(diagnostic)
             offset = exc.pos_in_stream if exc.pos_in_stream is not None else len(text)
+            unclosed = _unclosed_brace(attempt, offset) if isinstance(exc, UnexpectedToken) else None
+            if unclosed:  # one error at the `{`, and parsing goes on from the statement after it
+                opened, resume = unclosed
+                line = text.count("\n", 0, resume) + 1
+                message = f"this '{{' is never closed: add '}}' before line {line}"
+                syntax.append(diagnostic("E009", point(file, text, opened), message))
+                begin = attempt.rfind("\n", 0, opened) + 1  # the whole unclosed statement goes
+                attempt = attempt[:begin] + re.sub(r"[^\n]", " ", attempt[begin:resume]) + attempt[resume:]
+                continue
+            found = _syntax_error(file, text, exc)
+            if syntax and syntax[-1].span == found.span:
+                break
+            syntax.append(found)
             headerless = isinstance(exc, UnexpectedToken) and "PIPELINE" in _expected(exc)
             attempt = _mask_statement(attempt, offset) if offset < len(text) and not headerless else None
             continue

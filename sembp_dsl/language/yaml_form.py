@@ -370,6 +370,57 @@ class Lowering:
         )
 
 
+def in_words(exc: yaml.MarkedYAMLError, text: str) -> tuple[int, str]:
+    """Where, and PyYAML's complaint in words a person can act on: a line indented wrong is pointed at
+    where it starts, with the line it should line up with; others as PyYAML says them."""
+    mark = exc.problem_mark or exc.context_mark
+    offset, message = (mark.index if mark else 0), _indentation(exc, text)
+    if message == "mapping values are not allowed here":  # a colon and a space inside a plain value
+        return offset, "': ' inside a value: put the value in quotes (prompt: \"Answer: Yes or No\")"
+    if message != (exc.problem or exc.context) and exc.problem_mark is not None:
+        line_start = text.rfind("\n", 0, exc.problem_mark.index) + 1
+        skip = " " if message.startswith("a tab") else " \t"  # the tab itself, or the key the line starts with
+        offset = line_start + len(text[line_start:]) - len(text[line_start:].lstrip(skip))
+    return offset, message or "not valid YAML"
+
+
+def _indentation(exc: yaml.MarkedYAMLError, text: str) -> str:
+    problem = exc.problem or exc.context or "not valid YAML"
+    mark = exc.problem_mark
+    if mark is None:
+        return problem
+    lines = text.split("\n")
+    here = lines[mark.line] if mark.line < len(lines) else ""
+    indent = len(here) - len(here.lstrip(" "))
+    above = next(
+        (
+            (n, line)
+            for n, line in reversed(list(enumerate(lines[: mark.line])))
+            if line.strip() and not line.lstrip().startswith("#")
+        ),
+        None,
+    )
+    if "'\\t'" in problem or "\t" in here[: len(here) - len(here.lstrip())]:
+        return "a tab in the indentation: YAML indents with spaces only"
+    if above is None:
+        return problem
+    number, line = above
+    above_indent = len(line) - len(line.lstrip(" "))
+    spaces = lambda n: f"{n} space{'s' if n != 1 else ''}"  # noqa: E731
+    if problem.startswith("expected <block end>") and indent < above_indent:
+        return (
+            f"this line is indented {spaces(indent)}, which lines up with no key above it (line {number + 1} "
+            f"has {spaces(above_indent)}): indent it as far as the keys it belongs with"
+        )
+    has_value = re.search(r":[ \t]+[^\s#]", line) is not None  # `key: value`, not `key:` opening a mapping
+    if problem == "mapping values are not allowed here" and indent > above_indent and has_value:
+        return (
+            f"this key is indented more than line {number + 1} ({spaces(indent)} after {spaces(above_indent)}), "
+            f"which already has a value, so it cannot start a key there: indent it like the line above"
+        )
+    return problem
+
+
 def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
     """Parse and validate the YAML form; raise PipelineError with every problem found."""
     text = re.sub(r"\r(?!\n)", "\n", text)  # old Mac line ends, so lines count the same everywhere
@@ -378,10 +429,8 @@ def parse_yaml(text: str, file: str = "<string>") -> ir.Pipeline:
         loader = Loader(text)
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        raise PipelineError(
-            [diagnostic("E060", point(file, text, mark.index), f"YAML: {exc.problem or exc.context}")], text
-        )
+        offset, message = in_words(exc, text)
+        raise PipelineError([diagnostic("E060", point(file, text, offset), f"YAML: {message}")], text)
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow, such as NUL
         raise PipelineError(
             [
