@@ -24,6 +24,8 @@ _HOMES = {
     "Pipeline": "api",
     "Prediction": "api",
     "Usage": "api",
+    "Data": "api",
+    "Method": "language.method",
     "Optimized": "api",
     "Evaluation": "runtime.evaluate",
     "PipelineError": "language.diagnostics",
@@ -42,10 +44,12 @@ __all__ = [
     "BudgetExceeded",
     "CacheError",
     "CallFailed",
+    "Data",
     "DataError",
     "Evaluation",
     "InputError",
     "LLMError",
+    "Method",
     "Optimized",
     "Pipeline",
     "PipelineClosed",
@@ -60,8 +64,9 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
+    from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
     from .language.diagnostics import PipelineError
+    from .language.method import Method
     from .language.writeback import WriteBackError
     from .models.cache import CacheError
     from .models.llm import BudgetExceeded, CallFailed, LLMError

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import SbpcError
-from .language.checker import BOUNDS, OPTIMIZE_SETTINGS
-from .language.diagnostics import PipelineError, did_you_mean
+from .language.diagnostics import Option, PipelineError, did_you_mean
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.method import SIZES, Method, SettingError
 from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome, Plan, plan
 from .models.cache import ResponseCache
-from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError
-from .records.record import RunRecord, Settings
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, resolve_model
+from .records.record import RunRecord, RunSettings
 from .runtime import datasets
 from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
 from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
@@ -41,9 +41,11 @@ from .runtime.tasks import together
 __all__ = [
     "BudgetExceeded",
     "CallFailed",
+    "Data",
     "DataError",
     "Evaluation",
     "LLMError",
+    "Method",
     "Optimized",
     "Pipeline",
     "PipelineError",
@@ -63,9 +65,17 @@ class PipelineClosed(SbpcError, RuntimeError):
 
 T = TypeVar("T")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
-Examples = Sequence[Mapping[str, Any]] | str
-METHOD = ("iters", "errors_per_gradient", "gradient", "update", "gate", "gate_alpha", "only", "seed")
-SETTING = {"iters": "iterations"}  # a method argument's name in the `optimize` block, where they differ
+Examples = Sequence[Mapping[str, Any] | Sample]
+
+
+@dataclass(frozen=True)
+class Data:
+    """A data set to draw examples from: a name ("liar", "gsm8k", "bbh:<task>") or a .jsonl/.csv/.tsv path,
+    the folder built-in data sets are looked up in, and a file of its own for the test split."""
+
+    name: str
+    data_dir: str | None = None
+    test_data: str | None = None
 
 
 def load(
@@ -325,7 +335,7 @@ class Pipeline:
 
     def evaluate(
         self,
-        examples: Examples,
+        examples: Examples | str,
         metric: str | Metric | None = None,
         *,
         split: str = "test",
@@ -391,8 +401,8 @@ class Pipeline:
             train_size,
             val_size,
             test_size,
-            _given(seed, o["seed"]),
-            (int(o["train_size"]), int(o["val_size"]), datasets.EVAL_TEST_SIZE),
+            _given(seed, o.seed),
+            (o.train_size, o.val_size, datasets.EVAL_TEST_SIZE),
             split,
         )
 
@@ -424,28 +434,49 @@ class Pipeline:
 
     # --- improving it --------------------------------------------------------------
 
+    @property
+    def models(self) -> Mapping[str, str]:
+        """The model of each role, as a run records it; LLMError when a role has none (nor the embedded one)."""
+        return {role: str(resolve_model(self._session.models[role]).name) for role in MODEL_ROLES}
+
+    def method(self, method: Method | None = None, **settings: Any) -> Method:
+        """The method a run would take: `method` (default: the pipeline's `optimize` block) with `settings`
+        (Method's fields as keyword arguments) changed. Raises ValueError for a setting out of its range and
+        for a param `only` cannot optimize, TypeError for a setting that is not one."""
+        method = (method or self.graph.optimize).changed(settings)
+        for name in method.only:
+            if name not in self.graph.prompts:
+                raise SettingError(
+                    Option("only", "--only"),
+                    f": no param '{name}'{did_you_mean(name, self.graph.prompts)} "
+                    f"(params: {', '.join(self.graph.prompts)})",
+                )
+            if name not in self.graph.trainable:
+                raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
+        return method
+
     def plan(
         self,
-        train: Sequence,
-        val: Sequence = (),
-        test: Sequence = (),
+        train: Examples | str | Data,
+        val: Examples = (),
+        test: Examples = (),
         *,
+        method: Method | None = None,
         mapping: Mapping[str, str] | None = None,
-        **method: Any,
+        **settings: Any,
     ) -> Plan:
-        """The most calls, tokens and cost `optimize` can take on these examples; calls no model."""
-        settings, train, val, test = self._prepare(train, val, test, "examples", method)
-        return plan(self.graph, LLM(self._session.models), settings, train, val, test, mapping or {})
+        """The most calls, tokens and cost `optimize` can take with these arguments; calls no model."""
+        run = self._run(train, val, test, method, settings)
+        return plan(self.graph, LLM(self._session.models), run.settings.method, *run.splits, mapping or {})
 
     def optimize(
         self,
-        train: Sequence,
-        val: Sequence = (),
-        test: Sequence = (),
+        train: Examples | str | Data,
+        val: Examples = (),
+        test: Examples = (),
         *,
+        method: Method | None = None,
         metric: str | Metric | None = None,
-        data: str = "examples",
-        test_data: str | None = None,
         mapping: Mapping[str, str] | None = None,
         runs_dir: str | Path = ".sbpc/runs",
         resume: bool = False,
@@ -453,29 +484,29 @@ class Pipeline:
         out: str | Path | None = None,
         log: Callable[[str], None] | None = None,
         progress: Callable[[str, int], Callable[[object], None]] | None = None,
-        **method: Any,
+        **settings: Any,
     ) -> Optimized:
-        """Semantic backpropagation on these examples, as `sbpc optimize` runs it, with a run record in `runs_dir`.
+        """Semantic backpropagation, as `sbpc optimize` runs it, with a run record in `runs_dir`.
 
-        `method`: iters, errors_per_gradient, gradient, update, gate, gate_alpha, only, seed (default: the
-        pipeline's `optimize` block). With `write`, every accepted step goes into the source file (or `out`)
-        at once, so an interrupted run keeps it; without, nothing is written until `.pipeline.save()`.
-        `resume`: continue the last unfinished run asked exactly the same. `data`/`test_data` name the
-        examples in the run record."""
+        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name, or a Data), cut
+        into the three splits by the method's sizes and seed. `method` and `settings` (its fields as keyword
+        arguments, over it): see `Pipeline.method`. With `write`, every accepted step goes into the source
+        file (or `out`) at once, so an interrupted run keeps it; without, nothing is written until
+        `.pipeline.save()`. `resume`: continue the last unfinished run asked exactly the same."""
         self._session.check_open()  # before a run record is made
-        settings, train, val, test = self._prepare(train, val, test, data, method)
-        settings = replace(settings, test_data=test_data)
+        run = self._run(train, val, test, method, settings)
+        train_, val_, test_ = run.splits
         log = log or (lambda line: None)
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, "exact"))
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric))
         # what could not be scored or written is said now, before a record or a call
-        check_answers(self.graph, [*train, *val, *test], scorer)
+        check_answers(self.graph, [*train_, *val_, *test_], scorer)
         writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
         source = self.graph.pipeline.text
         if resume:
-            record = RunRecord.resume(Path(runs_dir), settings, source)
+            record = RunRecord.resume(Path(runs_dir), run.settings, source)
             log(f"resuming {record.folder} after iteration {len(record.data['iterations'])}")
         else:
-            record = RunRecord.create(Path(runs_dir), settings, self.prompts, source)
+            record = RunRecord.create(Path(runs_dir), run.settings, self.prompts, source)
         initial = self.with_prompts(record.data["initial_prompts"])
         writer.report_to(record)
 
@@ -488,12 +519,12 @@ class Pipeline:
             return await Optimizer(
                 initial.graph,
                 self._llm(),
-                settings,
+                run.settings.method,
                 scorer,
                 mapping or {},
-                train,
-                val,
-                test,
+                train_,
+                val_,
+                test_,
                 record,
                 accept,
                 log,
@@ -505,61 +536,62 @@ class Pipeline:
             self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None
         )
 
-    def method(self, **method: Any) -> Settings:
-        """The method's settings, arguments over the pipeline's `optimize` block: iters, errors_per_gradient,
-        gradient, update, gate, gate_alpha, only, seed. Raises ValueError for a param `only` cannot optimize."""
-        unknown = sorted(set(method) - set(METHOD))
-        if unknown:
-            raise TypeError(f"unknown method setting {unknown[0]!r}{did_you_mean(unknown[0], METHOD)}")
-        for key, value in method.items():
-            if value is not None and key != "only":
-                _check_setting(key, value)
-        o, m = self.graph.optimize, method
-        only = m.get("only") or ()
-        only = (only,) if isinstance(only, str) else tuple(only)
-        for name in only:
-            if name not in self.graph.prompts:
-                raise ValueError(
-                    f"only: no param '{name}'{did_you_mean(name, self.graph.prompts)} "
-                    f"(params: {', '.join(self.graph.prompts)})"
-                )
-            if name not in self.graph.trainable:
-                raise ValueError(f"only: param '{name}' is frozen or used by no node")
-        names = LLM(self._session.models)
-        return Settings(
-            file=self.path,
-            data="examples",
-            seed=_given(m.get("seed"), o["seed"]),
-            iterations=_given(m.get("iters"), o["iterations"]),
-            train_size=0,
-            val_size=0,
-            test_size=0,
-            errors_per_gradient=_given(m.get("errors_per_gradient"), o["errors_per_gradient"]),
-            gradient=_given(m.get("gradient"), o["gradient"]).replace("-", "_"),
-            update=_given(m.get("update"), o["update"]),
-            gate=_given(m.get("gate"), o["gate"]),
-            only=only,
-            models={role: names.model(role).name for role in MODEL_ROLES},
-            gate_alpha=_given(m.get("gate_alpha"), o["gate_alpha"]),
-        )
-
-    def _prepare(
-        self, train: Sequence, val: Sequence, test: Sequence, data: str, method: Mapping[str, Any]
-    ) -> tuple[Settings, list[Sample], list[Sample], list[Sample]]:
-        """The settings of a run on these examples, and the examples as samples."""
-        train, val, test = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
-        settings = replace(
-            self.method(**method), data=data, train_size=len(train), val_size=len(val), test_size=len(test)
-        )
-        if not train and settings.iterations:
-            raise ValueError("train is empty: optimizing learns from the training examples' errors")
-        gate_split = train if settings.gate == "train" else val
-        if settings.gate != "none" and not gate_split:
-            raise ValueError(
-                f"the gate split ({'train' if settings.gate == 'train' else 'val'}) is empty: "
-                "give examples for it, or gate='none'"
+    def _run(
+        self, train: Examples | str | Data, val: Examples, test: Examples, method: Method | None, settings: Mapping
+    ) -> _Run:
+        """What a run on these examples is asked, its splits, and the metric their data set scores with."""
+        resolved = self.method(method, **settings)
+        if isinstance(train, (str, Data)):
+            data = Data(train) if isinstance(train, str) else train
+            if val or test:
+                raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
+            dataset = datasets.load(data.name, data.data_dir, data.test_data)
+            # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
+            val_size = resolved.val_size if resolved.gate == "validation" or "val_size" in settings else 0
+            splits = datasets.make_splits(dataset, resolved.train_size, val_size, resolved.test_size, resolved.seed)
+            resolved = replace(resolved, val_size=val_size)
+            run = _Run(
+                RunSettings(self.path, data.name, resolved, self.models, data.test_data),
+                (list(splits.train), list(splits.val), list(splits.test)),
+                dataset.metric,
             )
-        return settings, train, val, test
+            empty = {
+                "train": ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
+                "gate": (
+                    "the gate split is empty: give ",
+                    Option(
+                        *(
+                            ("val_size", "--val-size")
+                            if resolved.gate == "validation"
+                            else ("train_size", "--train-size")
+                        )
+                    ),
+                    " of at least 1, or ",
+                    Option("gate='none'", "--no-gate"),
+                ),
+            }
+        else:
+            sizes = [size for size in SIZES if size in settings]
+            if sizes:
+                raise TypeError(f"{sizes[0]} cuts a data set; examples given as lists are their own sizes")
+            samples = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
+            resolved = replace(
+                resolved, train_size=len(samples[0]), val_size=len(samples[1]), test_size=len(samples[2])
+            )
+            run = _Run(RunSettings(self.path, "examples", resolved, self.models), samples, "exact")
+            empty = {
+                "train": ("train is empty: optimizing learns from the training examples' errors",),
+                "gate": (
+                    f"the gate split ({'train' if resolved.gate == 'train' else 'val'}) is empty: "
+                    "give examples for it, or gate='none'",
+                ),
+            }
+        train_, val_, _ = run.splits
+        if resolved.iterations and not train_:
+            raise SettingError(*empty["train"])
+        if resolved.gate != "none" and not (train_ if resolved.gate == "train" else val_):
+            raise SettingError(*empty["gate"])
+        return run
 
     # --- the event loops -----------------------------------------------------------
 
@@ -687,19 +719,11 @@ def _check_concurrency(concurrency: Any) -> None:
         raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
 
 
-def _check_setting(key: str, value: Any) -> None:
-    """A method argument as the `optimize` block would take it: a known name, or a number in its range."""
-    setting = SETTING.get(key, key)
-    allowed: tuple[Any, ...] = OPTIMIZE_SETTINGS[setting]  # the names it may be, or the types it may have
-    if isinstance(allowed[0], str):
-        if not isinstance(value, str) or value.replace("-", "_") not in allowed:
-            raise ValueError(f"{key}={value!r} is not one of {', '.join(allowed)}")
-        return
-    if isinstance(value, bool) or not isinstance(value, allowed):
-        raise TypeError(f"{key} must be {'a whole number' if allowed == (int,) else 'a number'}, got {value!r}")
-    low, high, low_excluded = BOUNDS[setting]
-    if not (low < value <= high if low_excluded else low <= value <= high):  # NaN too
-        raise ValueError(f"{key}={value!r} is out of range: {'above' if low_excluded else 'from'} {low} to {high}")
+@dataclass(frozen=True)
+class _Run:
+    settings: RunSettings
+    splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
+    metric: str  # the data set's, for a pipeline that names none
 
 
 def _input_text(name: str, value: Any) -> str:

@@ -19,31 +19,25 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import SbpcError
-from .language.checker import BOUNDS
 from .language.graph import Graph
+from .language.method import SETTINGS, SIZES, SettingError, check
 from .learning.stats import t_interval
-from .records.record import Settings
-from .runtime.datasets import Dataset, make_splits
 
 if TYPE_CHECKING:
-    from .api import Pipeline
+    from .api import Data, Pipeline
 
-VARIABLE: dict[str, Callable[[str], Any]] = {  # what --vary may change, and how a value is read
-    "gradient": lambda v: v.replace("-", "_"),
-    "gate": str,
-    "update": str,
-    "only": str,
-    "iterations": int,
-    "errors_per_gradient": int,
-    "train_size": int,
-    "val_size": int,
-    "gate_alpha": float,
-}
-CHOICES = {
-    "gradient": ("sibling", "no_sibling", "none"),
-    "gate": ("validation", "train", "none"),
-    "update": ("full", "sample"),
-}
+# what --vary may change
+VARIABLE = (
+    "gradient",
+    "only",
+    "gate",
+    "update",
+    "iterations",
+    "errors_per_gradient",
+    "train_size",
+    "val_size",
+    "gate_alpha",
+)
 
 
 class CompareError(SbpcError):
@@ -53,7 +47,7 @@ class CompareError(SbpcError):
 @dataclass(frozen=True)
 class Row:
     label: str
-    changes: Mapping[str, object]  # setting -> value, over the base settings
+    changes: Mapping[str, Any]  # setting -> value, over the base settings
 
 
 @dataclass
@@ -102,22 +96,27 @@ def parse_vary(specs: Sequence[str], graph: Graph) -> list[tuple[str, list]]:
             raise CompareError(f"--vary {key} is given twice")
         parsed: list = []
         for raw in (v.strip() for v in values.split(",")):
-            try:
-                value = VARIABLE[key](raw)
-            except ValueError:
-                kind = "whole number" if VARIABLE[key] is int else "number"
-                raise CompareError(f"--vary {key}: '{raw}' is not a {kind}")
-            if key in CHOICES and value not in CHOICES[key]:
-                raise CompareError(f"--vary {key}: '{raw}' is not one of {', '.join(CHOICES[key])}")
-            if key in BOUNDS:
-                low, high, low_excluded = BOUNDS[key]
-                if not (low < value <= high if low_excluded else low <= value <= high):
-                    raise CompareError(
-                        f"--vary {key}: '{raw}' is out of range ({'above ' if low_excluded else ''}{low} to {high})"
-                    )
-            parsed += only_values(value, graph) if key == "only" else [value]
+            parsed += only_values(raw, graph) if key == "only" else [read_setting(key, raw)]
         out.append((key, list(dict.fromkeys(parsed))))
     return out
+
+
+def read_setting(key: str, raw: str):
+    """One --vary value as the method takes it, or CompareError saying why not."""
+    setting = SETTINGS[key]
+    if setting.choices:
+        try:
+            return check(key, raw)
+        except SettingError:
+            raise CompareError(f"--vary {key}: '{raw}' is not one of {', '.join(setting.choices)}")
+    try:
+        value = setting.kind(raw)
+    except ValueError:
+        raise CompareError(f"--vary {key}: '{raw}' is not a {'whole number' if setting.kind is int else 'number'}")
+    try:
+        return check(key, value)
+    except SettingError:
+        raise CompareError(f"--vary {key}: '{raw}' is out of range ({setting.span()})")
 
 
 def only_values(value: str, graph: Graph) -> list[tuple[str, ...]]:
@@ -158,37 +157,25 @@ def make_rows(varies: Sequence[tuple[str, list]], grid: bool = False) -> list[Ro
     return rows
 
 
-SIZES = ("train_size", "val_size", "test_size")
-
-
 @dataclass(frozen=True)
 class Experiment:
-    """What every row shares: the pipeline (its models, cache and ledger), the data, the sizes, the base method."""
+    """What every row shares: the pipeline (its models, cache and ledger), the data, the base method."""
 
     pipeline: Pipeline
-    data: str
-    dataset: Dataset
-    sizes: Mapping[str, int | None]  # train_size, val_size, test_size; None: the file's
-    method: Mapping[str, object]  # Pipeline.optimize's method settings given as flags (None: the file's)
-    metric: str
+    data: Data
+    settings: Mapping[str, Any]  # the method settings given as flags (the others: the file's)
     mapping: Mapping[str, str] = field(default_factory=dict)
 
-    def size(self, key: str, changes: Mapping[str, object]) -> int:
-        value = changes.get(key, self.sizes.get(key))
-        if value is None:
-            value = self.pipeline.graph.optimize[key]
-        assert isinstance(value, int), f"{key} is a whole number: the checker's rule, and --vary's"
-        return value
+    def settings_of(self, row: Row, seed: int) -> dict[str, Any]:
+        """A row's method settings on a seed, every size given: val is drawn whatever the gate, so every row of
+        a seed is tested on the same samples."""
+        return {**self.settings, **row.changes, "seed": seed, **{size: self.size(size, row.changes) for size in SIZES}}
 
-    def settings(self, row: Row, seed: int) -> tuple[Settings, dict]:
-        """A row's method settings on a seed (for checks and labels), and the arguments that ask for them."""
-        method = {k: v for k, v in self.method.items() if v is not None}
-        method.update({("iters" if k == "iterations" else k): v for k, v in row.changes.items() if k not in SIZES})
-        method["seed"] = seed
-        return self.pipeline.method(**method), method
+    def size(self, key: str, changes: Mapping[str, Any]) -> int:
+        return changes.get(key, self.settings.get(key, getattr(self.pipeline.graph.optimize, key)))
 
     def describe(self) -> str:
-        return f"{self.pipeline.path} on {self.data}"
+        return f"{self.pipeline.path} on {self.data.name}"
 
 
 Progress = Callable[[str, int], Callable[[object], None]]  # a phase and its size -> called once per item done
@@ -196,20 +183,12 @@ Progress = Callable[[str, int], Callable[[object], None]]  # a phase and its siz
 
 def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, progress: Progress | None = None):
     """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
-    _, method = experiment.settings(row, seed)
-    # val is drawn whatever the gate, so every row of a seed is tested on the same samples
-    train, val, test = (experiment.size(k, row.changes) for k in SIZES)
-    splits = make_splits(experiment.dataset, train, val, test, seed)
     return experiment.pipeline.optimize(
-        splits.train,
-        splits.val,
-        splits.test,
-        metric=experiment.metric,
-        data=experiment.data,
+        experiment.data,
         mapping=experiment.mapping,
         runs_dir=runs_dir,
         progress=progress,
-        **method,
+        **experiment.settings_of(row, seed),
     )
 
 
@@ -227,16 +206,9 @@ def compare(
         raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
     for row in rows:  # every row must be able to run before the first one spends anything
         try:
-            settings, _ = experiment.settings(row, seeds[0])
-        except (TypeError, ValueError) as exc:  # a flag the method refuses with a row's changes
-            raise CompareError(f"row '{row.label}': {exc}") from None
-        if settings.iterations and experiment.size("train_size", row.changes) < 1:
-            raise CompareError(f"row '{row.label}' trains on no sample: give --train-size of at least 1")
-        gate_split = {"validation": "val_size", "train": "train_size"}.get(settings.gate)
-        if gate_split and experiment.size(gate_split, row.changes) < 1:
-            raise CompareError(
-                f"row '{row.label}' gates on the {gate_split[:-5]} split: give --{gate_split[:-5]}-size of at least 1"
-            )
+            experiment.pipeline.plan(experiment.data, **experiment.settings_of(row, seeds[0]))
+        except SettingError as exc:  # a flag the method refuses with a row's changes
+            raise CompareError(f"row '{row.label}': {exc.cli}") from None
     ledger = experiment.pipeline.ledger
     with tempfile.TemporaryDirectory(prefix="sbpc-compare-") as scratch:
         folder = Path(runs_dir) if runs_dir else Path(scratch)

@@ -43,10 +43,12 @@ def test_public_names_are_listed_and_typed():
         "BudgetExceeded",
         "CacheError",
         "CallFailed",
+        "Data",
         "DataError",
         "Evaluation",
         "InputError",
         "LLMError",
+        "Method",
         "Optimized",
         "Pipeline",
         "PipelineClosed",
@@ -176,7 +178,7 @@ def test_optimize_then_save_writes_back_like_the_cli(triage, script, tmp_path):
     path = Path(triage.path)
     before = path.read_text()
     outcome = triage.optimize(
-        examples[:6], examples[6:], iters=1, gate_alpha=1, only=["decide"], runs_dir=tmp_path / "runs"
+        examples[:6], examples[6:], iterations=1, gate_alpha=1, only=["decide"], runs_dir=tmp_path / "runs"
     )
     assert outcome.outcome.iterations[0].accepted
     assert (
@@ -197,8 +199,8 @@ def test_optimize_rejects_what_cannot_run(triage):
         triage.optimize(examples)
     with pytest.raises(ValueError, match="did you mean 'decide'"):
         triage.optimize(examples, examples, only=["decid"])
-    with pytest.raises(TypeError, match="did you mean 'iters'"):
-        triage.optimize(examples, examples, iter=2)
+    with pytest.raises(TypeError, match="did you mean 'iterations'"):
+        triage.optimize(examples, examples, iters=2)
 
 
 def test_method_settings_are_checked_like_the_optimize_block(triage, fake_llm, tmp_path):
@@ -210,15 +212,15 @@ def test_method_settings_are_checked_like_the_optimize_block(triage, fake_llm, t
         (dict(gate_alpha=5), ValueError, "gate_alpha=5 is out of range"),
         (dict(gate_alpha=0), ValueError, "gate_alpha=0 is out of range"),
         (dict(errors_per_gradient=0), ValueError, "errors_per_gradient=0 is out of range"),
-        (dict(iters=-1), ValueError, "iters=-1 is out of range"),
-        (dict(iters=1.5), TypeError, "iters must be a whole number, got 1.5"),
+        (dict(iterations=-1), ValueError, "iterations=-1 is out of range"),
+        (dict(iterations=1.5), TypeError, "iterations must be a whole number, got 1.5"),
         (dict(seed="a"), TypeError, "seed must be a whole number"),
     ]
     for method, error, message in refused:
         with pytest.raises(error, match=re.escape(message)):
             triage.optimize(examples, examples, runs_dir=tmp_path / "runs", **method)
     with pytest.raises(ValueError, match="train is empty"):
-        triage.optimize([], examples, iters=1, runs_dir=tmp_path / "runs")
+        triage.optimize([], examples, iterations=1, runs_dir=tmp_path / "runs")
     assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
     assert triage.method(only="decide", gradient="no-sibling").only == ("decide",)  # one name, not its letters
 
@@ -227,7 +229,7 @@ def test_examples_may_mix_samples_and_dicts(triage):
     from sembp_dsl.runtime.datasets import Sample
 
     train = [Sample("mine/0", {"ticket": "it crashes"}, "Yes"), {"ticket": "looks odd", "answer": "No"}]
-    assert triage.plan(train, train, iters=1).render().startswith("plan: at most")
+    assert triage.plan(train, train, iterations=1).render().startswith("plan: at most")
 
 
 def test_batch_concurrency_must_be_a_positive_count(triage, fake_llm):
@@ -334,9 +336,7 @@ def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_l
 
 
 def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, tmp_path, fake_llm):
-    from dataclasses import replace
-
-    from sembp_dsl.records.record import RunRecord
+    from sembp_dsl.records.record import RunRecord, RunSettings
 
     examples = [{"ticket": "it crashes", "answer": "Yes"}] * 2
     (tmp_path / "runs").write_text("")
@@ -353,8 +353,13 @@ def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, 
         triage.evaluate([{"text": "it crashes", "answer": "Yes"}])
     assert err.value.cli.endswith("map it with --map ticket=FIELD")
     errors.append(err.value)
-    settings = replace(triage.method(), train_size=2, val_size=2)
-    RunRecord.create(tmp_path / "records", settings, triage.prompts, "an older text")
+    method = triage.method(train_size=2, val_size=2)
+    RunRecord.create(
+        tmp_path / "records",
+        RunSettings(triage.path, "examples", method, triage.models),
+        triage.prompts,
+        "an older text",
+    )
     with pytest.raises(ValueError, match=r"start a new run \(without resume=True\)") as err:
         triage.optimize(examples, examples, runs_dir=tmp_path / "records", resume=True)
     assert "start a new run (without --resume)" in err.value.cli
@@ -451,8 +456,7 @@ def test_models_are_overridden_per_role(tmp_path, fake_llm):
         api_base=fake_llm.url,
         roles={"backward": "openai/other", "optimizer": {"name": "openai/third", "temperature": 0.9}},
     )
-    settings = pipeline.method()
-    assert settings.models == {"forward": "openai/fake", "backward": "openai/other", "optimizer": "openai/third"}
+    assert pipeline.models == {"forward": "openai/fake", "backward": "openai/other", "optimizer": "openai/third"}
     with pytest.raises(ValueError, match="unknown model role"):
         sbp.load(path, roles={"backwards": "x"})
     with pytest.raises(TypeError, match=r"roles\['forward'\] must be a model name or a mapping of settings, got 3"):

@@ -167,7 +167,10 @@ def test_report_and_kept_runs(setup, tmp_path, capsys):
         (["--vary", "iterations=-1,2"], "--vary iterations: '-1' is out of range (0 to 1000)"),
         (["--vary", "gate_alpha=0,1"], "--vary gate_alpha: '0' is out of range (above 0 to 1)"),
         (["--vary", "gate_alpha=nan"], "'nan' is out of range"),
-        (["--vary", "train_size=0,3"], "row 'base: train_size=0' trains on no sample: give --train-size of at least 1"),
+        (
+            ["--vary", "train_size=0,3"],
+            "row 'base: train_size=0': the train split is empty: give --train-size of at least 1",
+        ),
     ],
 )
 def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, flags, message):
@@ -178,9 +181,8 @@ def test_bad_experiments_are_refused_before_any_call(setup, capsys, fake_llm, fl
 
 
 def test_every_phase_of_every_optimize_reports_progress(setup):
-    from sembp_dsl import api
+    import sembp_dsl as sbp
     from sembp_dsl import compare as comparing
-    from sembp_dsl.runtime import datasets
 
     path, dataset = setup
     phases, finished = [], []
@@ -189,14 +191,9 @@ def test_every_phase_of_every_optimize_reports_progress(setup):
         phases.append((what, total))
         return lambda done: None
 
-    with api.load(path) as pipeline:
+    with sbp.load(path) as pipeline:
         experiment = comparing.Experiment(
-            pipeline,
-            dataset,
-            datasets.load(dataset),
-            dict(train_size=3, val_size=3, test_size=6),
-            dict(iters=1),
-            "exact",
+            pipeline, sbp.Data(dataset), dict(iterations=1, train_size=3, val_size=3, test_size=6)
         )
         rows = comparing.make_rows([("gradient", ["sibling", "none"])])
         results = comparing.compare(experiment, rows, [0, 1], tick=finished.append, progress=progress)

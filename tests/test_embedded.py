@@ -142,7 +142,7 @@ def test_the_python_api_through_the_embedded_model(tmp_path):
         examples = [{**rows[0], "answer": "Yes"}, {**rows[1], "answer": "No"}]
         report = echo.evaluate(examples, metric=lambda prediction, example: prediction.output is not None)
         assert report.scored == 2
-        found = echo.optimize(examples, examples, iters=1, gate_alpha=1, runs_dir=tmp_path / "runs")
+        found = echo.optimize(examples, examples, iterations=1, gate_alpha=1, runs_dir=tmp_path / "runs")
         assert (found.record / "run.json").exists() and len(found.outcome.iterations) == 1
         assert found.pipeline.save() == path and "pipeline echo" in path.read_text()
         assert echo.ledger.calls >= 4

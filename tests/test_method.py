@@ -345,8 +345,9 @@ def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path
 def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
     from fake_server import FakeServer
 
+    from sembp_dsl.language.method import Method
     from sembp_dsl.learning.optimize import Optimizer
-    from sembp_dsl.records.record import RunRecord, Settings
+    from sembp_dsl.records.record import RunRecord, RunSettings
     from sembp_dsl.runtime.datasets import load as load_data
 
     with FakeServer(reply=script, failures=[500, 500]) as server:
@@ -354,26 +355,11 @@ def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
         graph = compile_file(str(path))
         llm = LLM(graph.models, retries=0)
         samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
-        settings_ = Settings(
-            file=str(path),
-            data="x",
-            seed=0,
-            iterations=1,
-            train_size=4,
-            val_size=0,
-            test_size=0,
-            errors_per_gradient=4,
-            gradient="sibling",
-            update="full",
-            gate="none",
-            only=(),
-            models={},
-            gate_alpha=0.1,
-        )
-        record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
+        method = Method(iterations=1, train_size=4, val_size=0, errors_per_gradient=4, gate="none")
+        record = RunRecord.create(tmp_path / "runs", RunSettings(str(path), "x", method, {}), graph.prompts)
         lines = []
         outcome = llm.run(
-            Optimizer(graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lines.append).run()
+            Optimizer(graph, llm, method, "exact", {}, samples, [], [], record, lambda g: None, lines.append).run()
         )
     [it] = outcome.iterations
     assert it.lost >= 1 and "lost to failed calls" in lines[0]
@@ -435,38 +421,25 @@ def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fak
 
 
 def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
+    from sembp_dsl.language.method import Method
     from sembp_dsl.learning.optimize import Optimizer
-    from sembp_dsl.records.record import RunRecord, Settings
+    from sembp_dsl.records.record import RunRecord, RunSettings
     from sembp_dsl.runtime.datasets import load as load_data
 
     graph = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
     llm = LLM(graph.models)
     samples = list(load_data(data(tmp_path, n=4), None).pools.values())[0]
-    settings_ = Settings(
-        file="toy.sbp",
-        data="x",
-        seed=0,
-        iterations=1,
-        train_size=4,
-        val_size=0,
-        test_size=0,
-        errors_per_gradient=2,
-        gradient="sibling",
-        update="full",
-        gate="train",
-        only=(),
-        models={},
-    )
+    method = Method(iterations=1, train_size=4, val_size=0, gate="train")
     bars: dict[str, list] = {}
 
     def progress(what, total):
         bars[what] = [total, 0]
         return lambda result: bars[what].__setitem__(1, bars[what][1] + 1)
 
-    record = RunRecord.create(tmp_path / "runs", settings_, graph.prompts)
+    record = RunRecord.create(tmp_path / "runs", RunSettings("toy.sbp", "x", method, {}), graph.prompts)
     llm.run(
         Optimizer(
-            graph, llm, settings_, "exact", {}, samples, [], [], record, lambda g: None, lambda line: None, progress
+            graph, llm, method, "exact", {}, samples, [], [], record, lambda g: None, lambda line: None, progress
         ).run()
     )
     assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]

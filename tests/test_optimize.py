@@ -692,6 +692,6 @@ def test_a_runs_record_counts_only_the_calls_of_the_run(tmp_path, fake_llm, scri
     with sbp.load(path, cache=False) as toy:
         toy.evaluate(examples)
         before = fake_llm.requests
-        found = toy.optimize(examples, examples, iters=1, runs_dir=tmp_path / "runs", write=False)
+        found = toy.optimize(examples, examples, iterations=1, runs_dir=tmp_path / "runs", write=False)
     record = json.loads((found.record / "run.json").read_text())
     assert before > 0 and record["ledger"]["calls"] == fake_llm.requests - before

@@ -44,7 +44,7 @@ def test_a_budget_names_the_keyword_argument(path, fake_llm):
 
 def test_an_optimize_stopped_by_its_budget_says_why_in_python_words(path, fake_llm, tmp_path):
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url, max_calls=5) as pipeline:
-        found = pipeline.optimize(EXAMPLES[:2], EXAMPLES[2:], iters=2, runs_dir=tmp_path / "runs")
+        found = pipeline.optimize(EXAMPLES[:2], EXAMPLES[2:], iterations=2, runs_dir=tmp_path / "runs")
     assert found.outcome.stopped == "max_calls=5 reached"
     # the run record is read by `sbpc runs`, `show` and `report`: it keeps the command line's words
     assert json.loads((found.record / "run.json").read_text())["stopped"] == "--max-calls 5 reached"

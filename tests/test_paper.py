@@ -51,15 +51,15 @@ def test_models_limits_and_settings_are_liar_sh(graph):
     for role in names:
         assert dict(graph.models[role].settings) == {"temperature": 0, "max_tokens": 1024}
     o = graph.optimize
-    assert (
-        o["iterations"],
-        o["errors_per_gradient"],
-        o["gradient"],
-        o["update"],
-        o["gate"],
-        o["gate_alpha"],
-        o["train_size"],
-    ) == (8, 2, "sibling", "full", "train", 1, 50)
+    assert (o.iterations, o.errors_per_gradient, o.gradient, o.update, o.gate, o.gate_alpha, o.train_size) == (
+        8,
+        2,
+        "sibling",
+        "full",
+        "train",
+        1,
+        50,
+    )
 
 
 VALUES = {

@@ -14,6 +14,7 @@ import sys
 
 from ..errors import SbpcError
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
+from ..language.method import SETTINGS, SettingError
 from .flags import (
     COUNT,
     POSITIVE_COUNT,
@@ -21,7 +22,9 @@ from .flags import (
     UsageError,
     add_data_flags,
     add_model_flags,
+    add_setting,
     load_pipeline,
+    method_settings,
     number,
     parse_pairs,
     print_ledger,
@@ -141,11 +144,6 @@ def cmd_compile(args) -> int:
     return 0
 
 
-def _or_file(flag, graph, key: str):
-    """A flag's value, else the pipeline's `optimize` setting: flags win over the file."""
-    return flag if flag is not None else graph.optimize[key]
-
-
 def cmd_run(args) -> int:
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
@@ -229,52 +227,18 @@ def cmd_eval(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from dataclasses import asdict
-
     from tqdm import tqdm
 
-    from ..learning.stats import wins_needed
+    from ..api import Data
     from ..records.record import ResumeError, resume_command
-    from ..runtime import datasets
-    from ..runtime.evaluate import metric_for
 
     pipeline = load_pipeline(args)
-    graph = pipeline.graph
-    _report(graph.warnings, graph.pipeline.text)
-    method = dict(
-        iters=args.iters,
-        errors_per_gradient=args.errors_per_gradient,
-        gradient=args.gradient,
-        update=args.update,
-        gate="none" if args.no_gate else args.gate,
-        gate_alpha=args.gate_alpha,
-        only=tuple(p.strip() for p in args.only.split(",")) if args.only else (),
-        seed=args.seed,
-    )
-    try:
-        settings = pipeline.method(**method)
-    except (TypeError, ValueError) as exc:  # a param --only cannot optimize, a number out of the method's range
-        raise UsageError(f"--{exc}")  # "--only: no param ...", "--iters=5000 is out of range ..."
-    gate = settings.gate
-    dataset = datasets.load(args.data, args.data_dir, args.test_data)
-    splits = datasets.make_splits(
-        dataset,
-        _or_file(args.train_size, graph, "train_size"),
-        _or_file(args.val_size, graph, "val_size") if gate == "validation" else 0,
-        _or_file(args.test_size, graph, "test_size"),
-        settings.seed,
-    )
-    if settings.iterations and not splits.train:
-        raise UsageError("the train split is empty: give --train-size of at least 1")
-    if gate != "none" and not (splits.val if gate == "validation" else splits.train):
-        raise UsageError(
-            f"the gate split is empty: give --{'val' if gate == 'validation' else 'train'}-size "
-            "of at least 1, or --no-gate"
-        )
+    _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
+    data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
     mapping = parse_pairs(args.map, "--map")
-    the_plan = pipeline.plan(splits.train, splits.val, splits.test, mapping=mapping, **method)
+    the_plan = pipeline.plan(data, mapping=mapping, **settings)
     if args.plan:
-        print(json_text(asdict(the_plan)) if args.json else the_plan.render())
+        print(json_text(_plan_json(the_plan)) if args.json else the_plan.render())
         return 0
 
     bars = []
@@ -293,24 +257,11 @@ def cmd_optimize(args) -> int:
 
     if not args.json:
         print(the_plan.render(), file=sys.stderr)
-        alpha = settings.gate_alpha
-        gate_size = len(splits.train if gate == "train" else splits.val)
-        if gate != "none" and gate_size < wins_needed(alpha):
-            print(
-                f"warning: the gate split has {gate_size} samples, but a step needs at least "
-                f"{wins_needed(alpha)} wins and no loss to pass at gate_alpha {alpha:g}: "
-                "no step can be accepted. Use a larger --val-size (50 or more with a capable model), "
-                "or a larger --gate-alpha.",
-                file=sys.stderr,
-            )
+        if the_plan.warning:
+            print(f"warning: {the_plan.warning.cli}", file=sys.stderr)
     try:
         found = pipeline.optimize(
-            splits.train,
-            splits.val,
-            splits.test,
-            metric=metric_for(graph, dataset.metric),
-            data=args.data,
-            test_data=args.test_data,
+            data,
             mapping=mapping,
             runs_dir=args.runs_dir,
             resume=args.resume,
@@ -318,7 +269,7 @@ def cmd_optimize(args) -> int:
             out=args.out,
             log=log,
             progress=progress,
-            **method,
+            **settings,
         )
     except ResumeError as exc:
         raise UsageError(f"--resume: {exc.cli}")
@@ -336,7 +287,7 @@ def cmd_optimize(args) -> int:
     code = 1 if outcome.failed else 0
     if args.json:
         record = json.loads((found.record / "run.json").read_text())
-        print(json_text({"run": str(found.record), "plan": asdict(the_plan), **record, "diff": diff}))
+        print(json_text({"run": str(found.record), "plan": _plan_json(the_plan), **record, "diff": diff}))
         return code
     if outcome.stopped:
         print(
@@ -352,6 +303,12 @@ def cmd_optimize(args) -> int:
     print(f"run record: {found.record}/run.json")
     print_ledger(pipeline, args)
     return code
+
+
+def _plan_json(plan) -> dict:
+    from dataclasses import asdict
+
+    return {**asdict(plan), "warning": plan.warning and plan.warning.cli}
 
 
 def cmd_serve(args) -> int:
@@ -508,35 +465,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     op.add_argument("file", metavar="FILE")
     g = op.add_argument_group("method")
-    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's, else 3)")
-    g.add_argument(
-        "--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default 2)"
-    )
-    g.add_argument(
-        "--gradient",
-        choices=["sibling", "no-sibling", "no_sibling", "none"],
-        help="sibling: one backward call per node, all hints side by side (default); "
-        "no-sibling: one call per edge; none: no backward calls",
-    )
-    g.add_argument(
-        "--update",
-        choices=["full", "sample"],
-        help="full: every prompt takes its candidate (default); sample: each does with probability 1/2",
-    )
+    add_setting(g, "iterations", COUNT, None, "--iterations", metavar="N")
+    add_setting(g, "errors_per_gradient", POSITIVE_COUNT)
+    add_setting(g, "gradient", None, None, choices=SETTINGS["gradient"].words)
+    add_setting(g, "update", None, None, choices=SETTINGS["update"].words)
     g.add_argument("--only", metavar="PARAM[,PARAM]", help="optimize only these prompt parameters")
-    g.add_argument(
-        "--gate",
-        choices=["validation", "train", "none"],
-        help="split that must improve for a step to be kept (default validation; train reproduces the paper's code)",
-    )
+    add_setting(g, "gate", None, None, choices=SETTINGS["gate"].words)
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
-    g.add_argument(
-        "--gate-alpha",
-        type=PROBABILITY,
-        metavar="P",
-        help="a step passes the gate when its wins beat its losses and a one-sided sign test gives p <= P "
-        "(default: the file's, else 0.1; 1 is the paper's rule: any higher score)",
-    )
+    add_setting(g, "gate_alpha", PROBABILITY, None, metavar="P")
     w = op.add_argument_group("output")
     w.add_argument(
         "--dry-run",
@@ -604,9 +540,9 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except UsageError as exc:
+    except (UsageError, SettingError) as exc:  # SettingError: a method setting a flag asked for, in the flags' words
         given: argparse.ArgumentParser = getattr(args, "parser", parser)  # the subcommand that was given
-        given.error(str(exc))  # with its usage
+        given.error(exc.cli if isinstance(exc, SettingError) else str(exc))  # with its usage
     except SbpcError as exc:  # the user's to fix (data, models, budgets, files): a message, not a traceback
         print(f"sbpc: error: {getattr(exc, 'cli', exc)}", file=sys.stderr)  # options as flags (OptionError)
         return 1

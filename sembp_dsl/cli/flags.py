@@ -7,6 +7,8 @@ import argparse
 import gc
 import sys
 
+from ..language.method import SETTINGS
+
 
 class UsageError(Exception):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
@@ -128,7 +130,24 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
         help="read a pipeline input from a differently named data field",
     )
     from_file = "the file's optimize block"
-    g.add_argument("--train-size", type=COUNT, help=f"training samples (default: {from_file})")
-    g.add_argument("--val-size", type=COUNT, help=f"validation samples (default: {from_file})")
-    g.add_argument("--test-size", type=COUNT, help=f"test samples (default: {test_default})")
-    g.add_argument("--seed", type=int, help="seed of the splits and the method (default: the file's, else 0)")
+    add_setting(g, "train_size", COUNT, f"default: {from_file}")
+    add_setting(g, "val_size", COUNT, f"default: {from_file}")
+    add_setting(g, "test_size", COUNT, f"default: {test_default}")
+    add_setting(g, "seed", int)
+
+
+def add_setting(g, name: str, kind, default: str | None = None, *aliases: str, **more) -> None:
+    """The flag of a method setting, with its meaning from the one table of settings (language/method.py)."""
+    setting = SETTINGS[name]
+    default = default or f"default: the file's, else {setting.default}"
+    g.add_argument(setting.option, *aliases, dest=name, type=kind, help=f"{setting.help} ({default})", **more)
+
+
+def method_settings(args) -> dict:
+    """The method settings given as flags (the others come from the pipeline's `optimize` block)."""
+    given = {name: getattr(args, name) for name in SETTINGS if getattr(args, name, None) is not None}
+    if getattr(args, "no_gate", False):
+        given["gate"] = "none"
+    if getattr(args, "only", None):
+        given["only"] = tuple(p.strip() for p in args.only.split(","))
+    return given

@@ -15,7 +15,9 @@ from .flags import (
     UsageError,
     add_data_flags,
     add_model_flags,
+    add_setting,
     load_pipeline,
+    method_settings,
     parse_pairs,
     print_ledger,
 )
@@ -110,8 +112,7 @@ def cmd_compare(args) -> int:
     from tqdm import tqdm
 
     from .. import compare
-    from ..runtime import datasets
-    from ..runtime.evaluate import metric_for
+    from ..api import Data
 
     if args.report:
         _check_page(args.report, "--report")
@@ -119,17 +120,13 @@ def cmd_compare(args) -> int:
     with load_pipeline(args) as pipeline:
         try:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
-            dataset = datasets.load(args.data, args.data_dir, args.test_data)
             experiment = compare.Experiment(
                 pipeline,
-                args.data,
-                dataset,
-                dict(train_size=args.train_size, val_size=args.val_size, test_size=args.test_size),
-                dict(iters=args.iters, errors_per_gradient=args.errors_per_gradient, gate_alpha=args.gate_alpha),
-                metric_for(pipeline.graph, dataset.metric),
+                Data(args.data, args.data_dir, args.test_data),
+                method_settings(args),
                 parse_pairs(args.map, "--map"),
             )
-            first = args.seed if args.seed is not None else pipeline.graph.optimize["seed"]
+            first = args.seed if args.seed is not None else pipeline.graph.optimize.seed
             seeds = [first + i for i in range(args.seeds)]
 
             def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
@@ -289,13 +286,9 @@ def add_run_commands(sub) -> None:
     )
     g.add_argument("--grid", action="store_true", help="every combination of the --vary values, not one at a time")
     g.add_argument("--seeds", type=POSITIVE_COUNT, default=3, help="seeds per row: --seed, --seed + 1, ... (default 3)")
-    g.add_argument("--iters", type=COUNT, help="iterations (default: the file's)")
-    g.add_argument(
-        "--errors-per-gradient", type=POSITIVE_COUNT, help="failed training samples per gradient (default: the file's)"
-    )
-    g.add_argument(
-        "--gate-alpha", type=PROBABILITY, metavar="P", help="the gate's sign-test level (default: the file's)"
-    )
+    add_setting(g, "iterations", COUNT, "default: the file's", "--iterations", metavar="N")
+    add_setting(g, "errors_per_gradient", POSITIVE_COUNT, "default: the file's")
+    add_setting(g, "gate_alpha", PROBABILITY, "default: the file's", metavar="P")
     w = cmp.add_argument_group("output")
     w.add_argument("--report", metavar="FILE", help="also write an HTML page with the table and plots")
     w.add_argument("--runs-dir", help="keep each optimize's run record here (default: none kept)")

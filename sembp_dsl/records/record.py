@@ -17,32 +17,31 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..language.diagnostics import Option, OptionError, option
+from ..language.method import Method
 from ..language.writeback import atomic_write
 
 
 @dataclass(frozen=True)
-class Settings:
+class RunSettings:
     """What a run was asked to do; a resumed run must be asked the same."""
 
     file: str
-    data: str
-    seed: int
-    iterations: int
-    train_size: int
-    val_size: int
-    test_size: int
-    errors_per_gradient: int
-    gradient: str  # sibling | no_sibling | none
-    update: str  # full | sample
-    gate: str  # validation | train | none
-    only: tuple[str, ...]
-    models: Mapping[str, str]
-    gate_alpha: float = 0.1  # a step passes the gate when a one-sided sign test on its wins and losses gives p <= this
-    test_data: str | None = None  # a separate test file (--test-data); last, with a default, so old records load
+    data: str  # a data set's name or path, or "examples" for examples given in Python
+    method: Method  # the sizes are those of the splits drawn
+    models: Mapping[str, str]  # role -> model name
+    test_data: str | None = None  # a separate test file (--test-data)
 
     def recorded(self) -> dict:
-        """As written in run.json: plain JSON, credentials inside URLs masked."""
-        return json.loads(json.dumps(_public(asdict(self))))
+        """As written in run.json, one flat object: plain JSON, credentials inside URLs masked."""
+        method = {name: list(value) if name == "only" else value for name, value in asdict(self.method).items()}
+        flat = {
+            "file": self.file,
+            "data": self.data,
+            **method,
+            "models": dict(self.models),
+            "test_data": self.test_data,
+        }
+        return json.loads(json.dumps(_public(flat)))
 
 
 class RecordError(OptionError, ValueError):
@@ -64,7 +63,7 @@ class RunRecord:
         self.folder, self.data = folder, data
 
     @classmethod
-    def create(cls, runs_dir: Path, settings: Settings, initial: Mapping[str, str], source: str = "") -> RunRecord:
+    def create(cls, runs_dir: Path, settings: RunSettings, initial: Mapping[str, str], source: str = "") -> RunRecord:
         """A new record; `source` is the text of the file the run starts from."""
         _check_folder(runs_dir)
         stamp = time.strftime("%Y%m%d-%H%M%S")
@@ -97,7 +96,7 @@ class RunRecord:
         return cls(folder, _read(folder / "run.json"))
 
     @classmethod
-    def resume(cls, runs_dir: Path, settings: Settings, source: str) -> RunRecord:
+    def resume(cls, runs_dir: Path, settings: RunSettings, source: str) -> RunRecord:
         """The newest unfinished run of this file, which must have been asked exactly the same, and must
         find the file as it left it. Unreadable records are skipped (and named if nothing is found)."""
         _check_folder(runs_dir)

@@ -17,12 +17,12 @@ from pathlib import Path
 
 from ..errors import SbpcError
 from ..language.diagnostics import visible
-from ..language.graph import DEFAULT_OPTIMIZE
+from ..language.method import DEFAULT, SETTINGS, SIZES
 from .record import RecordError, RunRecord
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
-DEFAULTS: dict[str, object] = {**{k: v for k, v in DEFAULT_OPTIMIZE.items() if not k.endswith("_size")}, "only": []}
+SHOWN = [name for name in (*SETTINGS, "only") if name not in SIZES]
 
 
 class RunsError(SbpcError):
@@ -111,7 +111,7 @@ class Run:
     def changed_settings(self) -> dict:
         """The settings that differ from sbpc's defaults, and the models."""
         s = self.settings
-        out = {k: s[k] for k in DEFAULTS if k in s and s[k] != DEFAULTS[k]}
+        out = {k: s[k] for k in SHOWN if k in s and (tuple(s[k]) if k == "only" else s[k]) != getattr(DEFAULT, k)}
         models = s.get("models", {})
         if len(set(models.values())) == 1:
             out["model"] = next(iter(models.values()))
