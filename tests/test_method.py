@@ -470,3 +470,20 @@ def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_inte
     sd = (sum((d - mean) ** 2 for d in diffs) / 7) ** 0.5
     half = 2.365 * sd / 8**0.5
     assert f"paired change {mean:+.3f}, 95% interval [{mean - half:+.3f}, {mean + half:+.3f}]" in line
+
+
+def test_progress_shows_as_lines_when_stderr_is_no_terminal(tmp_path, fake_llm, script, capsys, monkeypatch):
+    """CI, a log file, nohup: no bar can be drawn, so a long phase prints a progress line now and then
+    (every 10 s; 0.05 s here) and a last one when it is done; a phase shorter than that prints none."""
+    from sembp_dsl.cli import flags
+
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    fake_llm.configure(delay=0.03)
+    monkeypatch.setattr(flags, "PROGRESS_EVERY", 0.05)
+    optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
+    err = capsys.readouterr().err
+    assert re.search(r"^gate, initial: \d/6 samples$", err, re.M), err
+    assert "gate, initial: 6/6 samples" in err and "\r" not in err
+    monkeypatch.setattr(flags, "PROGRESS_EVERY", 60.0)
+    optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
+    assert "samples" not in capsys.readouterr().err.replace("the gate split has", "")

@@ -28,6 +28,7 @@ from .flags import (
     number,
     parse_pairs,
     print_ledger,
+    progress_bar,
 )
 from .runs import add_run_commands
 
@@ -177,8 +178,6 @@ def cmd_run(args) -> int:
 def cmd_eval(args) -> int:
     from dataclasses import replace
 
-    from tqdm import tqdm
-
     from ..runtime import datasets
     from ..runtime.evaluate import metric_for
 
@@ -189,13 +188,7 @@ def cmd_eval(args) -> int:
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
-        with tqdm(
-            total=len(samples),
-            desc=f"eval {dataset.name}/{args.split}",
-            unit="sample",
-            file=sys.stderr,
-            disable=args.json or None,
-        ) as bar:
+        with progress_bar(len(samples), f"eval {dataset.name}/{args.split}", args.json) as bar:
             evaluation = pipeline.evaluate(
                 samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update()
             )
@@ -227,8 +220,6 @@ def cmd_eval(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    from tqdm import tqdm
-
     from ..api import Data
     from ..records.record import ResumeError, resume_command
 
@@ -244,7 +235,7 @@ def cmd_optimize(args) -> int:
     bars = []
 
     def progress(what: str, total: int):
-        bar = tqdm(total=total, desc=what, unit="sample", file=sys.stderr, leave=False, disable=args.json or None)
+        bar = progress_bar(total, what, args.json, leave=False)
         bars.append(bar)
         return lambda _result: bar.update()
 

@@ -6,8 +6,57 @@ from __future__ import annotations
 import argparse
 import gc
 import sys
+import time
 
 from ..language.method import SETTINGS
+
+PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
+
+
+class LineProgress:
+    """Progress where no bar can be drawn (CI, a log file, nohup): a line on stderr at most every
+    PROGRESS_EVERY seconds, and one at the end if any was printed, so a long phase never looks hung and a
+    short one prints nothing. The part of tqdm's interface the commands use."""
+
+    def __init__(self, total: int, desc: str, unit: str):
+        self.total, self.desc, self.unit, self.n, self.postfix = total, desc.strip(), unit, 0, ""
+        self.last = time.monotonic()
+        self.printed = False
+
+    def update(self, count: int = 1) -> None:
+        self.n += count
+        if time.monotonic() - self.last >= PROGRESS_EVERY:
+            self._line()
+
+    def set_postfix_str(self, text: str) -> None:
+        self.postfix = text
+
+    def close(self) -> None:
+        if self.printed and self.n:
+            self._line()
+            self.printed = False
+
+    def _line(self) -> None:
+        postfix = f" ({self.postfix})" if self.postfix else ""
+        print(f"{self.desc}: {self.n}/{self.total} {self.unit}s{postfix}", file=sys.stderr, flush=True)
+        self.last, self.printed = time.monotonic(), True
+
+    def __enter__(self) -> LineProgress:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def progress_bar(total: int, desc: str, quiet: bool, unit: str = "sample", leave: bool = True):
+    """A bar on a terminal, progress lines elsewhere, nothing with --json."""
+    from tqdm import tqdm
+
+    if quiet:
+        return tqdm(disable=True)
+    if sys.stderr.isatty():
+        return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
+    return LineProgress(total, desc, unit)
 
 
 class UsageError(Exception):

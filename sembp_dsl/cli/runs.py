@@ -20,6 +20,7 @@ from .flags import (
     method_settings,
     parse_pairs,
     print_ledger,
+    progress_bar,
 )
 
 
@@ -109,8 +110,6 @@ def cmd_report(args) -> int:
 @_runs_command
 def cmd_compare(args) -> int:
 
-    from tqdm import tqdm
-
     from .. import compare
     from ..api import Data
 
@@ -130,19 +129,10 @@ def cmd_compare(args) -> int:
             seeds = [first + i for i in range(args.seeds)]
 
             def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
-                inner = tqdm(
-                    total=total,
-                    desc=f"  {what}",
-                    unit="sample",
-                    file=sys.stderr,
-                    leave=False,
-                    disable=args.json or None,
-                )
+                inner = progress_bar(total, f"  {what}", args.json, leave=False)
                 return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
 
-            with tqdm(
-                total=len(rows) * len(seeds), desc="compare", unit="run", file=sys.stderr, disable=args.json or None
-            ) as bar:
+            with progress_bar(len(rows) * len(seeds), "compare", args.json, unit="run") as bar:
 
                 def finished(what: str) -> None:
                     done.append(what)
