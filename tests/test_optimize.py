@@ -559,7 +559,7 @@ def test_write_back_keeps_crlf_line_endings(tmp_path, suffix):
 def test_a_prompt_holding_triple_quotes_is_written_as_a_plain_string():
     original = load(str(ROOT / "pipelines/liar.sbp"))
     text = rewrite(original, {"verdict_task": 'Say """Yes"""\nor No.'})
-    assert 'param verdict_task = "Say \\"\\"\\"Yes\\"\\"\\"\\nor No."' in text
+    assert 'param verdict_task      = "Say \\"\\"\\"Yes\\"\\"\\"\\nor No."' in text
     assert parse_text(text, original.path).param("verdict_task").text == 'Say """Yes"""\nor No.'
 
 

@@ -84,18 +84,12 @@ def _report(diagnostics, text) -> None:
 
 
 def cmd_check(args) -> int:
-    from ..language.checker import check
-    from ..language.source import load
+    from ..language.source import diagnose_file
 
     failed = False
     results = []
     for path in args.files:
-        try:
-            pipeline = load(path)
-            _, diagnostics = check(pipeline)
-            text: str | None = pipeline.text
-        except PipelineError as exc:
-            diagnostics, text = exc.diagnostics, exc.text
+        diagnostics, text = diagnose_file(path)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -106,6 +100,51 @@ def cmd_check(args) -> int:
             print(f"{path}: {status}" + (f", {warnings} warning(s)" if warnings else ""))
     if args.json:
         print(json.dumps(results, indent=2))
+    return 1 if failed else 0
+
+
+def cmd_fmt(args) -> int:
+    """Each .sbp file in the canonical layout: rewritten in place, or (--check, --diff) only reported."""
+    from pathlib import Path
+
+    from ..language.fmt import format_text
+    from ..language.source import parse_text, read
+    from ..language.writeback import atomic_write, read_current, unified_diff
+
+    dry = args.check or args.diff
+    changed, failed = [], False
+    for path in args.files:
+        if path.endswith((".yaml", ".yml")):
+            print(f"{path}: left as it is (sbpc fmt formats .sbp files)", file=sys.stderr)
+            continue
+        try:
+            if path == "-":
+                text = sys.stdin.read()
+                new = format_text(text, "<stdin>")
+            else:
+                text = read(path)
+                if not path.endswith(".sbp"):
+                    parse_text(text, path)  # says which kinds of file there are
+                new = format_text(text, path)
+        except PipelineError as exc:
+            _report(exc.diagnostics, exc.text)
+            failed = True
+            continue
+        if path == "-":
+            sys.stdout.write(new)
+            continue
+        if new == text:
+            continue
+        changed.append(path)
+        if args.diff:
+            sys.stdout.write(unified_diff(text, new, path))
+        if args.check:
+            print(f"would reformat {path}", file=sys.stderr)
+        if not dry:
+            atomic_write(Path(path), new, bom=read_current(Path(path))[1])
+            print(f"reformatted {path}", file=sys.stderr)
+    if dry and changed:
+        return 1
     return 1 if failed else 0
 
 
@@ -371,6 +410,28 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
     check.set_defaults(run=cmd_check)
+
+    fmt = sub.add_parser(
+        "fmt",
+        help="format .sbp files in the one canonical layout (--check for CI)",
+        description="Rewrite .sbp files in the canonical layout: one statement per line, tokens spaced one way, runs\n"
+        "of statements lined up on their = or {, block strings indented two spaces. Comments and the text of\n"
+        "every string are kept exactly, and the result must compile to the same pipeline. A file that does\n"
+        "not parse is reported as `sbpc check` does and never rewritten. YAML files are left as they are\n"
+        "(YAML has formatters of its own). Exit 0 when all is well, 1 when a file has errors or (with\n"
+        "--check or --diff) would be reformatted.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="examples:\n  sbpc fmt pipelines/*.sbp\n  sbpc fmt --check pipelines/*.sbp   # in CI or a pre-commit hook\n"
+        "  sbpc fmt - < liar.sbp               # stdin to stdout, for editors",
+    )
+    fmt.add_argument(
+        "files", nargs="+", metavar="FILE", help=".sbp files (- reads standard input, writes standard output)"
+    )
+    fmt.add_argument(
+        "--check", action="store_true", help="write nothing; list the files that would change, exit 1 if any"
+    )
+    fmt.add_argument("--diff", action="store_true", help="write nothing; print what would change as a unified diff")
+    fmt.set_defaults(run=cmd_fmt)
 
     explain = sub.add_parser(
         "explain",

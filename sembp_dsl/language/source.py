@@ -7,7 +7,8 @@ import stat
 from pathlib import Path
 
 from . import ir
-from .diagnostics import PipelineError, diagnostic, point
+from .checker import check
+from .diagnostics import Diagnostic, PipelineError, diagnostic, point
 from .graph import Graph, build
 from .parser import parse
 
@@ -121,6 +122,25 @@ def parse_text(text: str, path: str) -> ir.Pipeline:
             [diagnostic("E015", None, "unknown kind of file", file=path, help=f"expected one of {', '.join(SUFFIXES)}")]
         )
     return parse(text, path)
+
+
+def diagnose(text: str, path: str) -> tuple[list[Diagnostic], str]:
+    """What `sbpc check` reports on this text (in the syntax its file name says): every diagnostic, and the
+    text their spans point into (lone carriage returns made newlines)."""
+    try:
+        pipeline = parse_text(text, path)
+    except PipelineError as exc:
+        return exc.diagnostics, exc.text if exc.text is not None else text
+    return check(pipeline)[1], pipeline.text
+
+
+def diagnose_file(path: str) -> tuple[list[Diagnostic], str | None]:
+    """What `sbpc check` reports on a file, unreadable files included."""
+    try:
+        text = read(path)
+    except PipelineError as exc:
+        return exc.diagnostics, exc.text
+    return diagnose(text, path)
 
 
 def compile_file(path: str) -> Graph:
