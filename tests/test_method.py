@@ -305,19 +305,21 @@ def test_the_sign_test_gate():
 
 
 def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_llm, script, capsys):
+    """Two gate samples: at 0.1 even two wins would not pass (p = 0.25), so the gate decides without a call."""
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
     flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1"]
     code, out = optimize(path, *flags, capsys=capsys)
     assert code == 0 and path.read_text() == before
-    assert "2 wins, 0 losses, p = 0.250 > 0.1: does not pass" in out
+    assert "0 wins, 0 losses so far, p = 1.000 > 0.1: does not pass (settled after 0 of 2 samples)" in out
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
     [it] = record["iterations"]
-    assert len(it["gate"]["wins"]) == 2 and it["gate"]["losses"] == [] and it["gradients"]
+    assert it["gate"]["samples"] == it["gate"]["decided_after"] == 0 and it["gate"]["of"] == 2 and it["gradients"]
     assert all(g["nodes"]["verdict"].startswith("The answer should be Yes") for g in it["gradients"])
+    assert not [p for p in script.prompts if "Improved" in p and "VERDICT" in p]  # the proposal never ran
     code, out = optimize(path, *flags, "--gate-alpha", "1", capsys=capsys)
-    assert code == 0 and "accepted" in out and path.read_text() != before
+    assert code == 0 and "2 wins, 0 losses, p = 0.250 <= 1: passes" in out and path.read_text() != before
 
 
 def test_a_baseline_that_leaves_too_few_possible_wins_is_announced(tmp_path, fake_llm, script, capsys):
@@ -387,6 +389,23 @@ def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     assert roles["optimizer"]["calls"] > 0  # the run did go through every phase
 
 
+def test_the_plan_counts_no_training_pass_on_a_train_gate_and_names_what_it_cannot_foresee(
+    tmp_path, fake_llm, script, capsys
+):
+    """Gate on the training split: the gate's results are the next forward pass, so forward calls are the
+    initial score and one gate per iteration; --only the judge: no backward call (its hints go to prompts not
+    optimized). The savings that depend on the answers are named, not counted."""
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path), "--train-size", "4", "--val-size", "0", "--gate", "train", "--iters", "2"]
+    code, out = optimize(path, *flags, "--plan", "--json", capsys=capsys)
+    plan = json.loads(out)
+    assert code == 0 and plan["calls"] == {"forward": 3 * (2 + 1) * 4, "backward": 2 * 2 * 1, "optimizer": 2 * 3}
+    assert "a gate settled before the end of its split (it stops there)" in plan["unforeseen"]
+    code, out = optimize(path, *flags, "--only", "verdict_task", "--plan", capsys=capsys)
+    assert "backward       0 calls" in out and "fewer calls when: " in out and "answers from the response cache" in out
+    assert fake_llm.requests == 0
+
+
 def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "No" if "Improved" in prompt else "Yes"  # the "improvement" makes it worse
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
@@ -443,7 +462,9 @@ def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
         ).run()
     )
     assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]
-    assert bars["iteration 1: train"] == [4, 4] and bars["iteration 1: gate"] == [4, 4]
+    # the gate is on the training split: its initial score is iteration 1's forward pass (no second bar)
+    assert bars["gate, initial"] == [4, 4] and "iteration 1: train" not in bars
+    assert bars["iteration 1: gate, round 1"] == [4, 4]
 
 
 def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_interval():

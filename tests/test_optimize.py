@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -265,6 +266,7 @@ def test_only_and_frozen(tmp_path, fake_llm, script, capsys):
     prompts = {p.name: p.text for p in load(str(path)).params}
     assert prompts["verdict_task"].startswith("Improved") and prompts["look"] == "Look at the claim."
     assert len(script.of_kind("optimizer")) == 1
+    assert script.of_kind("backward") == []  # the judge's hints go to a and b, whose prompts are not optimized
     with pytest.raises(SystemExit):
         optimize(path, "--data", data(tmp_path), "--only", "style", capsys=capsys)
 
@@ -544,6 +546,80 @@ def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
         capsys=capsys,
     )
     assert code == 0 and "train 0.000, accepted" in out and "gate: 0.000 -> 1.000; 5 wins, 0 losses" in out
+
+
+# --- no call without a use ------------------------------------------------------------------------
+
+
+def _forward(script, improved: bool) -> list[str]:
+    """Forward prompts sent with the initial prompts, or with the proposal's."""
+    return [p for p in script.of_kind("forward") if ("Improved" in p) == improved]
+
+
+def _iterations(tmp_path) -> list[dict]:
+    return json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["iterations"]
+
+
+@pytest.mark.parametrize("gate", ["train", "validation"])
+def test_the_forward_pass_is_the_results_the_run_has_without_cache_and_when_sampling(tmp_path, fake_llm, script, gate):
+    """Steps the gate rejects: the prompts stay, and so do their results on the training split. With the gate on
+    the training split, the initial gate score is every iteration's forward pass; on validation, the first
+    iteration's is the next ones'. No cache, temperature 0.7: the reuse is in memory, not the cache's."""
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    path.write_text(path.read_text().replace("temperature = 0", "temperature = 0.7"))
+    val = "0" if gate == "train" else "3"
+    code = cli.main(
+        ["optimize", str(path), "--data", data(tmp_path, n=10), "--train-size", "4", "--val-size", val, "--iters"]
+        + ["3", "--gate", gate, "--gate-alpha", "1", "--no-cache", "--runs-dir", str(tmp_path / "runs")]
+    )
+    assert code == 0
+    # 3 nodes: the initial gate score, plus (on validation) one training pass; never one per iteration
+    assert len(_forward(script, improved=False)) == 3 * 4 + (3 * 3 if gate == "validation" else 0)
+    assert [it["reused"] for it in _iterations(tmp_path)] == ([True] * 3 if gate == "train" else [False, True, True])
+
+
+def test_an_accepted_step_completes_its_gate_for_the_next_iteration_but_not_the_last(
+    tmp_path, fake_llm, script, capsys
+):
+    """Gate on the training split, one call at a time (so a round may hold a single sample): one win settles
+    the paper's rule. With another iteration to come, the gate scores the rest, whose results are its forward
+    pass; on the last iteration it stops there and says so."""
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    flags = ["--data", data(tmp_path, n=12), "--train-size", "12", "--val-size", "0", "--gate", "train"]
+    flags += ["--gate-alpha", "1", "--no-cache", "--concurrency", "1", "--runs-dir", str(tmp_path / "runs")]
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    assert cli.main(["optimize", str(path), *flags, "--iters", "2", "--dry-run"]) == 0
+    first, second = _iterations(tmp_path)
+    assert first["accepted"] and first["gate"]["decided_after"] == 1 and first["gate"]["samples"] == 12
+    assert first["gate_after"] == 1.0 and second["reused"]  # iteration 2 ran no forward pass of its own
+    assert len(_forward(script, improved=True)) == 3 * 12
+    script.prompts.clear()
+    shutil.rmtree(tmp_path / "runs")
+    assert cli.main(["optimize", str(path), *flags, "--iters", "1"]) == 0
+    [only] = _iterations(tmp_path)
+    assert only["accepted"] and only["gate"]["samples"] == only["gate"]["decided_after"] == 1
+    assert only["gate_after"] is None and len(_forward(script, improved=True)) == 3
+    capsys.readouterr()
+    assert cli.main(["show", "-1", "--runs-dir", str(tmp_path / "runs")]) == 0
+    shown = capsys.readouterr().out
+    assert "gate 0.000 -> not scored (stopped once settled): 1 wins, 0 losses so far" in shown
+    assert "(settled after 1 of 12 samples)" in shown
+
+
+def test_a_prompt_no_feedback_reached_gets_no_optimizer_call(tmp_path, fake_llm, script, capsys):
+    """The judge's backward replies hold no Hint line: its analysts get no feedback, so only the judge's prompt
+    (which the loss reaches) is sent to the optimizer; the record and the ledger say so."""
+    script.backward_reply = "I cannot tell."
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    code, out = optimize(
+        path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--iters", "1", "--json", capsys=capsys
+    )
+    assert code == 0
+    record = json.loads(out)
+    fates = {c["param"]: c["fate"] for c in record["iterations"][0]["candidates"]}
+    assert fates["look"] == fates["check"] == "skipped: no feedback reached it, so no optimizer call"
+    assert len(script.of_kind("optimizer")) == 1 and "verdict_task" in script.of_kind("optimizer")[0]
+    assert record["ledger"]["counters"]["optimizer calls skipped: no feedback"] == 2
 
 
 @pytest.mark.parametrize("suffix", [".sbp", ".yaml"])

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import Collection
 
 from ..language.graph import Graph, GraphNode
 from ..models.llm import LLM, CallFailed
@@ -68,11 +69,23 @@ def numbered(items: list[str]) -> str:
     return "\n".join(f"{i}. {text}" for i, text in enumerate(items, start=1))
 
 
-async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling") -> dict[str, str]:
+def feedback_wanted(graph: Graph, params: Collection[str]) -> set[str]:
+    """The nodes whose feedback is of use: they use one of `params`, or pass feedback on to a node that is."""
+    wanted: set[str] = set()
+    for name, node in graph.nodes.items():  # topological order: a node's predecessors are settled before it
+        if node.param in params or any(h in wanted for h in node.hints):
+            wanted.add(name)
+    return wanted
+
+
+async def backward(
+    graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling", wanted: Collection[str] | None = None
+) -> dict[str, str]:
     """Feedback received by every node of one sample (its semantic gradient; "" for none).
 
-    A backward call that fails for good gives its receivers no gradient and is counted;
-    it never ends the run.
+    `wanted`: the nodes whose feedback is of use (`feedback_wanted`; default every node): a backward question
+    none of whose hints goes to one is not asked. A backward call that fails for good gives its receivers no
+    gradient and is counted; it never ends the run.
     """
     received: dict[str, dict[str, str]] = {name: {} for name in graph.nodes}  # receiver -> sender -> line
     if mode == "none":
@@ -91,9 +104,13 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
         mine = feedback(node)
         if not node.hints or not mine:
             return
-        asks = graph.backward_questions(
-            node, trace.values, trace.nodes[node.name].reply.strip(), mine, sibling=mode == "sibling"
-        )
+        asks = [
+            (receivers, prompt)
+            for receivers, prompt in graph.backward_questions(
+                node, trace.values, trace.nodes[node.name].reply.strip(), mine, sibling=mode == "sibling"
+            )
+            if wanted is None or any(r in wanted for r in receivers)
+        ]
         replies = await asyncio.gather(
             *(llm.complete("backward", prompt) for _, prompt in asks), return_exceptions=True
         )
@@ -116,10 +133,12 @@ async def backward(graph: Graph, llm: LLM, trace: Trace, expected: str, mode: st
     return {name: feedback(node) for name, node in graph.nodes.items()}
 
 
-def backward_calls(graph: Graph, mode: str) -> int:
-    """Backward calls one sample costs (when feedback reaches every node): see docs/optimize.md."""
+def backward_calls(graph: Graph, mode: str, params: Collection[str] | None = None) -> int:
+    """Backward calls one sample costs (when feedback reaches every node), optimizing `params` (default: every
+    trainable one): see docs/optimize.md."""
+    wanted = feedback_wanted(graph, graph.trainable if params is None else params)
     if mode == "sibling":
-        return sum(1 for n in graph.nodes.values() if n.hints)
+        return sum(1 for n in graph.nodes.values() if any(h in wanted for h in n.hints))
     if mode == "no_sibling":
-        return sum(len(n.hints) for n in graph.nodes.values())
+        return sum(h in wanted for n in graph.nodes.values() for h in n.hints)
     return 0

@@ -6,6 +6,14 @@ losses and a one-sided sign test on them gives p <= gate_alpha, so a small split
 cannot let noise into the user's file. Samples lost to failed calls are neither
 learnt from nor counted by the gate; they are reported.
 
+No call without a use: the results of the current prompts on the training split,
+when the run has them (the initial gate score or the gate that accepted them, on
+the training split, or the last iteration's forward pass when its step was not
+kept), are the next forward pass, in memory, whatever the cache and temperature;
+the gate stops as soon as its decision is settled (gate.py); backward questions
+are asked only where the feedback reaches an optimized prompt, and a prompt that
+received no feedback gets no optimizer call.
+
 Every iteration draws its randomness from (seed, iteration) alone and every model
 call goes through the cache, so a resumed run starts from the prompts of its last
 finished iteration and continues exactly as an uninterrupted run would have.
@@ -22,12 +30,14 @@ from ..language.graph import Graph
 from ..language.method import Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import RunRecord
+from ..records.runs import gate_settled, gate_tally
 from ..runtime.datasets import Sample
-from ..runtime.evaluate import Evaluation, evaluate, sample_inputs
+from ..runtime.evaluate import Evaluation, Result, evaluate, sample_inputs
 from ..runtime.tasks import together
-from .backward import backward, backward_calls
+from .backward import backward, backward_calls, feedback_wanted
 from .descent import Candidate, propose
-from .stats import gate_passes, sign_test, wins_needed
+from .gate import Gate
+from .stats import wins_needed
 
 
 @dataclass
@@ -40,8 +50,9 @@ class Iteration:
     prompts: dict[str, str]  # the current prompts after this iteration
     candidates: list[dict] = field(default_factory=list)  # param, new, reply, fate (why taken or rejected)
     gradients: list[dict] = field(default_factory=list)  # per chosen sample: its id, expected answer, gradient per node
-    gate: dict | None = None  # wins and losses (sample ids), p, alpha, and the ids the proposal got right
+    gate: dict | None = None  # wins, losses, lost and right (sample ids) so far, p, alpha, samples used (Gate.to_json)
     lost: int = 0  # training samples lost to failed calls
+    reused: bool = False  # the forward pass was the results the run already had for these prompts
     note: str = ""
     calls: int = 0
     tokens: int = 0
@@ -57,6 +68,18 @@ class Outcome:
     failed: bool = False  # stopped by a failure rather than a budget: the command exits non-zero
     test_before: Evaluation | None = None
     test_after: Evaluation | None = None
+
+
+NO_FEEDBACK = "no feedback reached it, so no optimizer call"
+
+
+def scored(evaluation: Evaluation, what: str) -> Evaluation:
+    """The evaluation, unless it holds samples and every one was lost: a score made of failed calls is no
+    score, so the run stops there (resumable)."""
+    if evaluation.results and evaluation.accuracy is None:
+        causes = ", ".join(f"{cause} x{n}" for cause, n in evaluation.lost_causes().items())
+        raise LLMError(f"every sample was lost, none scored ({what}): {causes}")
+    return evaluation
 
 
 def right_and_lost(evaluation: Evaluation) -> tuple[set[str], set[str]]:
@@ -97,17 +120,28 @@ class Optimizer:
         self.record, self.on_accept, self.log = record, on_accept, log
         self.progress = progress or (lambda what, total: lambda done: None)
         self.baseline: set[str] = set()  # gate samples the current pipeline gets right
+        self.known: tuple[Mapping[str, str], Evaluation] | None = None  # the current prompts' training results
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
+        return scored(await self.evaluate(graph, samples, what), what)
+
+    async def evaluate(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
         evaluation = await evaluate(
             graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples))
         )
         if evaluation.stopped:
             raise BudgetExceeded(evaluation.stopped)
-        if samples and evaluation.accuracy is None:  # a score made of failed calls is no score: stop, resumable
-            causes = ", ".join(f"{cause} x{n}" for cause, n in evaluation.lost_causes().items())
-            raise LLMError(f"every sample was lost, none scored ({what}): {causes}")
         return evaluation
+
+    def remember(self, graph: Graph, samples: Sequence[Sample], evaluation: Evaluation) -> None:
+        """Results of these prompts on the training split are the next forward pass while the prompts stay."""
+        if samples is self.train and len(evaluation.results) == len(samples):
+            self.known = (dict(graph.prompts), evaluation)
+
+    def recall(self, graph: Graph) -> Evaluation | None:
+        if self.known is not None and self.known[0] == dict(graph.prompts):
+            return self.known[1]
+        return None
 
     def gate_split(self) -> Sequence[Sample]:
         return self.train if self.method.gate == "train" else self.val
@@ -126,6 +160,7 @@ class Optimizer:
                 if data["initial_score"] is None:
                     first = await self.score(self.graph, self.gate_split(), "gate, initial")
                     data["initial_score"], data["initial_right"] = first.accuracy, sorted(right_and_lost(first)[0])
+                    self.remember(self.graph, self.gate_split(), first)
                     self.record.save()
                 outcome.best_score, self.baseline = data["initial_score"], set(data["initial_right"])
                 for it in done:
@@ -161,8 +196,11 @@ class Optimizer:
         s, current = self.method, outcome.graph
         rng = random.Random(f"{s.seed}:{index}")
         before = self.llm.ledger.calls, self.llm.ledger.tokens, self.llm.ledger.cost
-        train = await self.score(current, self.train, f"iteration {index}: train")
+        known = self.recall(current)
+        train = known or await self.score(current, self.train, f"iteration {index}: train")
+        self.remember(current, self.train, train)
         iteration = Iteration(index, train.accuracy, outcome.best_score, None, False, dict(current.prompts))
+        iteration.reused = known is not None
         failures = [r for r in train.results if not r.correct and not r.trace.final.lost]
         iteration.lost = sum(r.trace.final.lost for r in train.results)
         if not failures:
@@ -171,10 +209,12 @@ class Optimizer:
             )
             return self.finish(iteration, before)
         chosen = rng.sample(failures, min(s.errors_per_gradient, len(failures)))
+        params = s.only or current.trainable
+        wanted = feedback_wanted(current, params)
         gradients = await self.each(
             f"iteration {index}: backward",
             chosen,
-            lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient),
+            lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient, wanted),
         )
         iteration.gradients = [
             {
@@ -186,9 +226,14 @@ class Optimizer:
             for r, grads in zip(chosen, gradients)
         ]
         samples = [(r.trace, g) for r, g in zip(chosen, gradients)]
-        params = s.only or current.trainable
+        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
+        fed = [
+            p for p in params if s.gradient == "none" or any(g.get(n.name) for g in gradients for n in current.users(p))
+        ]
+        if len(fed) < len(params):
+            self.llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
         candidates: list[Candidate] = await self.each(
-            f"iteration {index}: optimizer", params, lambda p: propose(current, self.llm, p, samples)
+            f"iteration {index}: optimizer", fed, lambda p: propose(current, self.llm, p, samples)
         )
         valid = [c for c in candidates if c.new is not None]
         taken = valid if s.update == "full" else [c for c in valid if rng.random() < 0.5] or valid[:1]
@@ -202,11 +247,14 @@ class Optimizer:
             }
             for c in candidates
         ]
+        iteration.candidates += [
+            {"param": p, "new": None, "reply": "", "fate": f"skipped: {NO_FEEDBACK}"} for p in params if p not in fed
+        ]
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
         proposed = current.with_prompts({c.param: c.new for c in taken if c.new is not None})
-        accept = s.gate == "none" or await self.passes_gate(proposed, iteration)
+        accept = s.gate == "none" or await self.passes_gate(proposed, iteration, last=index == s.iterations)
         if accept:
             outcome.graph = proposed
             outcome.best_score = iteration.gate_after
@@ -226,29 +274,45 @@ class Optimizer:
                 f"{alpha:g}: no step can be accepted. Use a larger --val-size, or a larger --gate-alpha."
             )
 
-    async def passes_gate(self, proposed: Graph, iteration: Iteration) -> bool:
-        """Sample by sample on the gate split: wins must beat losses, and not by chance (sign test)."""
-        evaluation = await self.score(proposed, self.gate_split(), f"iteration {iteration.index}: gate")
-        right, lost = right_and_lost(evaluation)
-        wins = sorted(right - self.baseline)
-        losses = sorted(self.baseline - right - lost)  # a sample lost to a failed call says nothing about the prompts
-        p = sign_test(len(wins), len(losses))
-        accept = gate_passes(len(wins), len(losses), self.method.gate_alpha)
-        iteration.gate_after = evaluation.accuracy
-        iteration.gate = {
-            "wins": wins,
-            "losses": losses,
-            "p": p,
-            "alpha": self.method.gate_alpha,
-            "lost": sorted(lost),
-            "right": sorted(right),
-        }
+    async def passes_gate(self, proposed: Graph, iteration: Iteration, last: bool) -> bool:
+        """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
+        losses, and not by chance (sign test). An accepted step's results are completed when another iteration
+        follows: they are its baseline and, on the training split, its forward pass."""
+        s, split = self.method, self.gate_split()
+        by_id = {sample.id: sample for sample in split}
+        gate = Gate(
+            list(by_id),
+            self.baseline,
+            s.gate_alpha,
+            random.Random(f"{s.seed}:{iteration.index}:gate"),
+            least=self.llm.concurrency // max(1, len(proposed.nodes)),  # a round runs at once: fewer saves no time
+        )
+        results: list[Result] = []
+
+        async def play(ids: list[str], what: str) -> None:
+            evaluation = await self.evaluate(proposed, [by_id[i] for i in ids], what)
+            gate.add(ids, *right_and_lost(evaluation))
+            results.extend(evaluation.results)
+
+        while ids := gate.next_round():
+            await play(ids, f"iteration {iteration.index}: gate, round {gate.rounds}")
+        accept = bool(gate.decision)
+        if accept and not last and gate.used < gate.size:
+            await play(gate.rest(), f"iteration {iteration.index}: gate, the rest")
+        tally = iteration.gate = gate.to_json()
+        position = {sample_id: n for n, sample_id in enumerate(by_id)}
+        results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
+        evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
+        if gate.used == gate.size:
+            iteration.gate_after = evaluation.accuracy
+            if accept:
+                self.remember(proposed, split, evaluation)
         if accept:
-            self.baseline = right
+            self.baseline = set(gate.right)
         else:
             for c in iteration.candidates:
                 if c["fate"] == "taken":
-                    c["fate"] = f"rejected by the gate: {len(wins)} wins, {len(losses)} losses, p = {p:.3f}"
+                    c["fate"] = f"rejected by the gate: {gate_tally(tally)}{gate_settled(tally)}"
         return accept
 
     async def each(self, what: str, items: Sequence, work: Callable) -> list:
@@ -285,9 +349,10 @@ class Optimizer:
         if it.gate:
             g = it.gate
             passed = "passes" if it.accepted else "does not pass"
+            scores = "" if it.gate_after is None else f"{it.gate_before:.3f} -> {it.gate_after:.3f}; "
             lines.append(
-                f"  gate: {it.gate_before:.3f} -> {it.gate_after:.3f}; {len(g['wins'])} wins, {len(g['losses'])} "
-                f"losses, p = {g['p']:.3f} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}"
+                f"  gate: {scores}{gate_tally(g)} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}"
+                + gate_settled(g)
             )
         for c in it.candidates:
             lines.append(f"  {c['param']}: {c['fate']}")
@@ -303,6 +368,7 @@ class Plan:
     prompt_tokens: dict[str, int]  # an estimate: 4 characters a token
     cost: float | None  # None: litellm cannot price a model, or a role has no max_tokens
     warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
+    unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
@@ -318,6 +384,8 @@ class Plan:
                 else f"at most about ${self.cost:.4f}"
             )
         )
+        if self.unforeseen:
+            lines.append("  fewer calls when: " + "; ".join(self.unforeseen))
         return "\n".join(lines)
 
 
@@ -330,16 +398,29 @@ def plan(
     test: Sequence[Sample],
     mapping: Mapping[str, str],
 ) -> Plan:
-    """Calls per role: N x T training and N x G gate calls per iteration, E x H (or E x D) backward, P optimizer;
-    once N x G for the initial gate score and 2 x N x S for the test split."""
+    """Calls per role: N x T training and N x G gate calls per iteration (no training pass when the gate is on the
+    training split: the gate's results are the next forward pass), E x H (or E x D) backward, P optimizer; once
+    N x G for the initial gate score and 2 x N x S for the test split. What the run may save beyond that
+    depends on its answers, and is named in `unforeseen`."""
     s, n = method, len(graph.nodes)
     gate = {"validation": len(val), "train": len(train), "none": 0}[s.gate]
+    # on the training split, the gate's results are the training pass (a resumed run's first one replaces the
+    # initial gate score)
+    train_passes = 0 if s.gate == "train" else s.iterations
     errors = min(s.errors_per_gradient, len(train))
+    params = s.only or graph.trainable
     calls = {
-        "forward": s.iterations * n * (len(train) + gate) + n * gate + 2 * n * len(test),
-        "backward": s.iterations * errors * backward_calls(graph, s.gradient),
-        "optimizer": s.iterations * len(s.only or graph.trainable),
+        "forward": n * (train_passes * len(train) + (s.iterations + 1) * gate + 2 * len(test)),
+        "backward": s.iterations * errors * backward_calls(graph, s.gradient, params),
+        "optimizer": s.iterations * len(params),
     }
+    unforeseen = [
+        "an iteration without training errors or valid candidates (no backward, optimizer or gate calls)",
+        *(["a gate settled before the end of its split (it stops there)"] if s.gate != "none" else []),
+        *(["a step not kept (the next training pass is the last one)"] if s.gate == "validation" else []),
+        *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
+        "answers from the response cache",
+    ]
     limits = {role: llm.model(role).settings.get("max_tokens") if calls[role] else 0 for role in calls}
     completion = {role: None if (limit := limits[role]) is None else calls[role] * int(limit) for role in calls}
     # prompt sizes: the longest forward prompt over a few training samples, node outputs as long as allowed
@@ -358,7 +439,7 @@ def plan(
     for role in calls:
         price = llm.price(role, prompt[role], completion[role] or 0) if calls[role] else 0.0
         cost = None if cost is None or price is None or completion[role] is None else cost + price
-    return Plan(calls, completion, prompt, cost, gate_warning(method, gate))
+    return Plan(calls, completion, prompt, cost, gate_warning(method, gate), tuple(unforeseen))
 
 
 def gate_warning(method: Method, samples: int) -> Option | None:

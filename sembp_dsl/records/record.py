@@ -177,7 +177,10 @@ SHAPES: dict[str, tuple[dict[str, type | tuple[type, ...]], tuple[str, ...]]] = 
     ),
     "candidate": ({"param": str, "fate": str, "new": MAYBE_TEXT, "reply": MAYBE_TEXT}, ("param", "fate")),
     "gradient": ({"nodes": dict}, ("sample", "expected")),
-    "gate": ({"wins": list, "losses": list}, ("wins", "losses", "p", "alpha")),
+    "gate": (
+        {"wins": list, "losses": list, "samples": int, "decided_after": int, "of": int},
+        ("wins", "losses", "p", "alpha"),
+    ),
 }
 PARTS: dict[str, dict[str, str | list[str]]] = {
     "record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},

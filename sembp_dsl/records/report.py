@@ -124,11 +124,13 @@ def score_series(run: Run) -> dict[str, list[tuple[int, float]]]:
     train = [(it["index"] - 1, it["train_score"]) for it in its if it.get("train_score") is not None]
     gate = []
     if run.initial_score is not None:
-        gate, kept = [(0, run.initial_score)], run.initial_score
+        kept: float | None = run.initial_score
+        gate = [(0, run.initial_score)]
         for it in its:
-            if it.get("accepted") and it.get("gate_after") is not None:
-                kept = it["gate_after"]
-            gate.append((it["index"], kept))
+            if it.get("accepted") and it.get("gate"):  # None: a gate that stopped once settled scored no more
+                kept = it.get("gate_after")
+            if kept is not None:
+                gate.append((it["index"], kept))
     test = [(0, run.test["initial"]), (len(its), run.test["final"])] if run.test else []
     return {"train": train, "gate": gate, "test": test}
 

@@ -74,8 +74,8 @@ class Run:
         """The gate score of the prompts the run ended with (the last accepted step's, else the initial)."""
         best = self.initial_score
         for it in self.iterations:
-            if it.get("accepted") and it.get("gate_after") is not None:
-                best = it["gate_after"]
+            if it.get("accepted") and it.get("gate"):  # None: a gate that stopped once settled scored no more
+                best = it.get("gate_after")
         return best
 
     @property
@@ -300,15 +300,27 @@ def spend(it: dict) -> str:
     return f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}"
 
 
+def gate_tally(gate: dict) -> str:
+    """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split)."""
+    so_far = " so far" if gate.get("samples", gate.get("of")) != gate.get("of") else ""
+    return f"{len(gate['wins'])} wins, {len(gate['losses'])} losses{so_far}, p = {fmt(gate['p'])}"
+
+
+def gate_settled(gate: dict) -> str:
+    """After how many samples the gate's decision was settled, when that was before the end of its split."""
+    decided, size = gate.get("decided_after"), gate.get("of")
+    return f" (settled after {decided} of {size} samples)" if decided is not None and decided != size else ""
+
+
 def gate_words(it: dict) -> str | None:
     """The gate's decision of an iteration, or None when no proposal met the gate."""
     gate = it.get("gate")
     if not gate:
         return None
-    return (
-        f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}: {len(gate['wins'])} wins, "
-        f"{len(gate['losses'])} losses, p = {fmt(gate['p'])} (alpha {gate['alpha']})"
-    )
+    scores = f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}"
+    if it.get("gate_after") is None and gate.get("samples", 0) < gate.get("of", 0):
+        scores = f"gate {fmt(it.get('gate_before'))} -> not scored (stopped once settled)"
+    return f"{scores}: {gate_tally(gate)} (alpha {gate['alpha']}){gate_settled(gate)}"
 
 
 def render_iteration(run: Run, it: dict) -> list[str]:
