@@ -141,7 +141,7 @@ def test_a_metric_that_returns_something_else_is_named(triage):
 
 
 def test_examples_without_an_answer_are_refused_before_any_call(triage, fake_llm):
-    with pytest.raises(sbp.DataError, match="example/1 has no expected output"):
+    with pytest.raises(sbp.DataError, match="example:2 has no expected output"):
         triage.evaluate([{"ticket": "a", "label": "Yes"}, {"ticket": "b"}])
     assert fake_llm.requests == 0
 
@@ -262,7 +262,7 @@ def test_a_metric_that_raises_or_is_async_is_named(triage):
     def picky(prediction, example):
         return example["score"]
 
-    with pytest.raises(ValueError, match="the metric 'picky' failed on example/0: KeyError: 'score'"):
+    with pytest.raises(ValueError, match="the metric 'picky' failed on example:1: KeyError: 'score'"):
         triage.evaluate(examples, metric=picky)
 
     async def later(prediction, example):
@@ -377,7 +377,7 @@ def test_an_answer_the_output_can_never_match_is_refused_before_any_call(triage,
     for answer in ("Maybe", 1, None, {"x": 1}):
         with pytest.raises(
             sbp.DataError,
-            match=r"example/1: the expected answer .* is not among the labels of "
+            match=r"example:2: the expected answer .* is not among the labels of "
             r"urgent: choice\(Yes, No\), so it would always score 0",
         ):
             triage.evaluate([{"ticket": "crash", "answer": "yes."}, {"ticket": "fine", "answer": answer}])
@@ -415,7 +415,7 @@ def test_an_impossible_answer_read_from_the_outputs_own_field_is_refused_too(tmp
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE.replace("output urgent", 'output urgent from "verdict"'))
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as triage:
-        with pytest.raises(sbp.DataError, match="example/1: the expected answer 'Nope' is not among the labels"):
+        with pytest.raises(sbp.DataError, match="example:2: the expected answer 'Nope' is not among the labels"):
             triage.evaluate([{"ticket": "x", "verdict": "No"}, {"ticket": "y", "verdict": "Nope"}])
     assert fake_llm.requests == 0
 
@@ -427,7 +427,7 @@ def test_an_answer_with_no_number_for_a_number_output_is_refused(tmp_path, fake_
         "node n: number { prompt = p }\nq -> n\noutput n\nmetric numeric\n"
     )
     with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as count:
-        with pytest.raises(sbp.DataError, match="example/0: the expected answer 'many' holds no number"):
+        with pytest.raises(sbp.DataError, match="example:1: the expected answer 'many' holds no number"):
             count.evaluate([{"q": "a b", "answer": "many"}])
     assert fake_llm.requests == 0
 

@@ -407,7 +407,7 @@ def test_the_readme_quick_start_runs_as_written_against_a_local_server(tmp_path,
         )
         models = {body["model"] for body in server.bodies}
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "mine.jsonl/test: accuracy 0.000 (0/12)" in done.stdout  # eval scored the whole file
+    assert "mine.jsonl (every row): accuracy 0.000 (0/12)" in done.stdout  # eval scored the whole file
     assert "accepted" in done.stdout and "written to mine.sbp" in done.stdout
     assert re.search(r'param solve += "Improved instruction for solve\."', (tmp_path / "mine.sbp").read_text())
     assert models == {"my-model"} and "Traceback" not in done.stderr  # every role went to the server

@@ -245,8 +245,8 @@ def test_user_jsonl(tmp_path: Path) -> None:
     dataset = load(spec)
     assert dataset.name == "math.jsonl" and dataset.metric == "exact"
     assert dataset.pools["all"] == (
-        Sample("math.jsonl/0", {"q": "2+2", "n": "4"}, "four"),
-        Sample("math.jsonl/1", {"q": "1+1", "n": "2"}, "two"),
+        Sample("math.jsonl:1", {"q": "2+2", "n": "4"}, "four"),  # named by line, as data errors are
+        Sample("math.jsonl:2", {"q": "1+1", "n": "2"}, "two"),
     )
 
 
@@ -262,12 +262,10 @@ def test_a_file_and_the_same_records_in_memory_give_the_same_samples(tmp_path: P
     rows = [{"q": "2+2", "n": 4, "Label": " four "}, {"q": "1+1", "n": [2], "Label": "two"}]
     spec = _write(tmp_path / "math.jsonl", "".join(json.dumps(row) + "\n" for row in rows))
     from_file, in_memory = load(spec).pools["all"], from_records(rows, "math.jsonl")
-    assert (
-        from_file == tuple(in_memory)
-        and from_file[0].fields == {"q": "2+2", "n": "4"}
-        and from_file[0].answer == "four"
-    )
-    assert from_file[1].where == f"{spec}:2" and in_memory[1].where == "math.jsonl/1" and in_memory[1].given is rows[1]
+    assert [(s.fields, s.answer) for s in from_file] == [(s.fields, s.answer) for s in in_memory]
+    assert from_file[0].fields == {"q": "2+2", "n": "4"} and from_file[0].answer == "four"
+    assert [s.id for s in from_file] == [s.id for s in in_memory] == ["math.jsonl:1", "math.jsonl:2"]
+    assert from_file[1].where == f"{spec}:2" and in_memory[1].where == "math.jsonl:2" and in_memory[1].given is rows[1]
 
 
 def test_user_csv_with_quoted_commas(tmp_path: Path) -> None:
@@ -275,7 +273,7 @@ def test_user_csv_with_quoted_commas(tmp_path: Path) -> None:
     samples = load(spec).pools["all"]
     assert [s.fields["text"] for s in samples] == ['a, b and "c"', "plain"]
     assert [s.answer for s in samples] == ["Yes", "No"]
-    assert [s.id for s in samples] == ["d.csv/0", "d.csv/1"]
+    assert [s.id for s in samples] == ["d.csv:2", "d.csv:3"]  # the lines they are on, under the header
 
 
 def test_user_tsv_keeps_quote_characters(tmp_path: Path) -> None:
@@ -405,7 +403,7 @@ def test_eval_scores_a_small_user_file_whole_unless_sizes_are_given(tmp_path: Pa
     spec = _write(tmp_path / "ten.jsonl", "".join(json.dumps({"q": str(i), "answer": "a"}) + "\n" for i in range(10)))
     dataset = load(spec)
     whole = eval_splits(dataset, None, None, None, seed=0, defaults=(20, 20, 100))
-    assert [s.id for s in whole.test] == [f"ten.jsonl/{i}" for i in range(10)] and whole.train == whole.val == ()
+    assert [s.id for s in whole.test] == [f"ten.jsonl:{i}" for i in range(1, 11)] and whole.train == whole.val == ()
     assert len(eval_splits(dataset, None, None, 3, seed=0, defaults=(2, 2, 100)).test) == 3
     asked_for_train = eval_splits(dataset, None, None, None, seed=0, defaults=(4, 2, 100), split="train")
     assert asked_for_train.train == make_splits(dataset, 4, 2, 3, seed=0).train  # as optimize carves it, never empty

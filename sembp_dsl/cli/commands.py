@@ -227,7 +227,9 @@ def cmd_eval(args) -> int:
         splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
         samples = getattr(splits, args.split)[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
-        with progress_bar(len(samples), f"eval {dataset.name}/{args.split}", args.json) as bar:
+        whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
+        scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
+        with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
             evaluation = pipeline.evaluate(
                 samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update()
             )
@@ -247,7 +249,7 @@ def cmd_eval(args) -> int:
                 )
             )
             return code
-        print(evaluation.report(f"{args.file} on {dataset.name}/{args.split}", metric, args.errors))
+        print(evaluation.report(f"{args.file} on {scored}", metric, args.errors))
         print_ledger(pipeline, args)
         if evaluation.scored and not evaluation.trustworthy:
             print(

@@ -449,13 +449,15 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
     """In-memory examples as samples: every key is a field (as text), `answer`/`label`/`target` the expected
     output. Each row finds its own answer key (a Python caller may mix them); a file settles it once."""
     samples = []
-    for i, row in enumerate(rows):
+    for number, row in enumerate(rows, 1):  # counted from 1, as a file's lines are
         if isinstance(row, Sample):
             samples.append(row)
             continue
         if not isinstance(row, Mapping):
-            raise DataError(f"{name} {i}: an example is a dict of field names to values, got {type(row).__name__}")
-        samples.append(_sample(f"{name}/{i}", row, _answer_key(row), given=row))
+            raise DataError(
+                f"{name} row {number}: an example is a dict of field names to values, got {type(row).__name__}"
+            )
+        samples.append(_sample(f"{name}:{number}", row, _answer_key(row), given=row))
     return samples
 
 
@@ -473,10 +475,11 @@ def _load_user_file(path: Path) -> Dataset:
             f"columns found: {', '.join(columns) or '(none)'}"
         )
     samples = []
-    for index, (line, record) in enumerate(records):
+    for line, record in records:
         if answer not in record:
             raise DataError(f"{path}:{line}: missing answer column {answer!r}")
-        samples.append(_sample(f"{path.name}/{index}", record, answer, origin=f"{path}:{line}"))
+        # named by line, as data errors are: `tickets.jsonl:3` is line 3 (a CSV row, the line it starts on)
+        samples.append(_sample(f"{path.name}:{line}", record, answer, origin=f"{path}:{line}"))
     return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
 
 
