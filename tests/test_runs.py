@@ -98,6 +98,20 @@ def test_apply_writes_exactly_what_optimize_wrote(accepted, capsys):
     assert code == 0 and "nothing written" in out
 
 
+def test_apply_defaults_to_the_runs_last_iteration_and_its_own_file(accepted, capsys):
+    """The record holds both: `sbpc apply RUN` puts back what the run ended with, into the file it optimized."""
+    path, original, runs = accepted
+    optimized = path.read_text()
+    path.write_text(original)
+    code, out, _ = sbpc(capsys, "apply", "-1", "--runs-dir", str(runs))
+    assert code == 0 and path.read_text() == optimized and f"written to {path}" in out
+
+
+def test_no_runs_says_where_it_looked(tmp_path, capsys):
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "elsewhere"))
+    assert code == 0 and f"no runs in {tmp_path / 'elsewhere'} (runs are kept where sbpc optimize ran" in out
+
+
 def test_apply_refuses_a_file_without_the_runs_params(accepted, tmp_path, capsys):
     _, _, runs = accepted
     other = tmp_path / "other.sbp"

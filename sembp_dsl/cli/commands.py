@@ -582,7 +582,13 @@ def main(argv: list[str] | None = None) -> int:
 
     anchor_data_dir()
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    # argparse gives an optional positional (apply's FILE) only the words before the first option, so
+    # `apply -1 --iteration 2 FILE` would leave FILE over: it is taken here, anything else refused as usual
+    if extra and getattr(args, "file", "") is None and len(extra) == 1 and not extra[0].startswith("-"):
+        args.file, extra = extra[0], []
+    if extra:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
     try:
         return args.run(args)

@@ -45,7 +45,7 @@ def cmd_runs(args) -> int:
 
     runs, unreadable = find_runs(args.runs_dir)
     if not args.json:
-        print(render_list(runs, unreadable))
+        print(render_list(runs, unreadable, args.runs_dir))
         return 0
     print(json_text([r.summary() for r in runs]))
     for reason in unreadable:  # not in the list of runs, which scripts read, but not kept from the user either
@@ -69,7 +69,7 @@ def cmd_apply(args) -> int:
     target, diff, notice = apply(resolve(args.run_spec, args.runs_dir), args.iteration, args.file)
     if notice:
         print(notice, file=sys.stderr)
-    print(f"{diff}written to {target}" if diff else f"{args.file} already holds these prompts; nothing written")
+    print(f"{diff}written to {target}" if diff else f"{target} already holds these prompts; nothing written")
     return 0
 
 
@@ -217,18 +217,19 @@ def add_run_commands(sub) -> None:
         help="write the prompts of one iteration of a run into a pipeline file",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write the prompts a run had after iteration K into FILE, with optimize's own "
-        "write-back: only the prompt literals change, checked by parsing the file again.",
-        epilog="example:\n  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp",
+        "write-back: only the prompt literals change, checked by parsing the file again. "
+        "By default: the prompts the run ended with, into the file it optimized.",
+        epilog="examples:\n  sbpc apply -1 && git diff                 # the newest run's result, into its file\n"
+        "  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp",
     )
     ap.add_argument("run_spec", metavar="RUN", help=run_help)
     ap.add_argument(
         "--iteration",
         type=COUNT,
-        required=True,
         metavar="K",
-        help="the iteration whose prompts to write (0: the run's initial prompts)",
+        help="the iteration whose prompts to write (0: the run's initial prompts; default: its last)",
     )
-    ap.add_argument("file", metavar="FILE", help="the pipeline file to write into")
+    ap.add_argument("file", metavar="FILE", nargs="?", help="the pipeline file to write into (default: the run's)")
     runs_dir(ap)
     ap.set_defaults(run=cmd_apply)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import glob
+import os
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -256,8 +257,10 @@ def fmt(score: float | None) -> str:
 # --- the terminal -------------------------------------------------------------------------------
 
 
-def render_list(runs: list[Run], unreadable: Sequence[str] = ()) -> str:
-    lines = [] if runs else ["no runs"]
+def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "") -> str:
+    """One line a run; with none, where it looked, since runs are kept where `sbpc optimize` was started."""
+    nowhere = f"no runs in {os.path.abspath(folder)} (runs are kept where sbpc optimize ran: give --runs-dir)"
+    lines = [] if runs else [nowhere]
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(
@@ -358,12 +361,15 @@ def _indent(text: str, prefix: str) -> str:
 # --- back into a file ---------------------------------------------------------------------------
 
 
-def apply(run: Run, k: int, file: str) -> tuple[str, str, str | None]:
-    """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice)."""
+def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str, str, str | None]:
+    """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice).
+
+    By default the run's last iteration (the prompts it ended with) and the file it optimized."""
     from ..language.source import load
     from ..language.writeback import WriteBack, WriteBackError, rewrite, unified_diff
 
-    prompts = run.prompts_at(k)
+    file = file or run.settings["file"]
+    prompts = run.prompts_at(len(run.iterations) if k is None else k)
     pipeline = load(file)
     params = {p.name for p in pipeline.params}
     unknown = sorted(set(prompts) - params)
