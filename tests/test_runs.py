@@ -107,6 +107,13 @@ def test_apply_defaults_to_the_runs_last_iteration_and_its_own_file(accepted, ca
     assert code == 0 and path.read_text() == optimized and f"written to {path}" in out
 
 
+def test_settings_are_listed_as_the_command_line_writes_them(tmp_path, fake_llm, script, capsys):
+    optimize(tmp_path, fake_llm, script, "--iters", "1", "--only", "look,verdict_task")
+    capsys.readouterr()
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "runs"))
+    assert code == 0 and "only=look,verdict_task" in out and "[" not in out.split("only=")[1].split()[0]
+
+
 def test_no_runs_says_where_it_looked(tmp_path, capsys):
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(tmp_path / "elsewhere"))
     assert code == 0 and f"no runs in {tmp_path / 'elsewhere'} (runs are kept where sbpc optimize ran" in out

@@ -140,7 +140,8 @@ def plot_scores(runs: Sequence[Run]) -> str:
         ax = fig.subplots()
         for n, run in enumerate(runs):
             color, label = PALETTE[n % len(PALETTE)], (f"{run.name}: " if len(runs) > 1 else "")
-            series = score_series(run)
+            shift = 0.06 * (n - (len(runs) - 1) / 2)  # runs side by side, so equal scores do not hide a line
+            series = {key: [(x + shift, y) for x, y in points] for key, points in score_series(run).items()}
             for key, style in (
                 ("train", dict(linestyle=":", marker=".")),
                 ("gate", dict(linestyle="-", marker="o")),

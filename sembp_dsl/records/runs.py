@@ -121,7 +121,12 @@ class Run:
         return out
 
     def settings_words(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.changed_settings().items()) or "defaults"
+        """The changed settings as the command line writes them (only=a,b), not as Python prints a list."""
+        words = (
+            f"{k}={','.join(map(str, v)) if isinstance(v, (list, tuple)) else v}"
+            for k, v in self.changed_settings().items()
+        )
+        return " ".join(words) or "defaults"
 
     def scores_words(self) -> tuple[str, str]:
         """The gate score initial -> best, and the test score initial -> final ("-" without a test split)."""
