@@ -508,3 +508,21 @@ def test_progress_shows_as_lines_when_stderr_is_no_terminal(tmp_path, fake_llm, 
     monkeypatch.setattr(flags, "PROGRESS_EVERY", 60.0)
     optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
     assert "samples" not in capsys.readouterr().err.replace("the gate split has", "")
+
+
+def test_a_step_whose_answers_cannot_be_read_says_so(tmp_path, fake_llm, script, capsys):
+    """The candidate prompts make the model answer in prose: the gate scores them 0 and says why, in the
+    output, in `show` and in the run record, instead of a bare 'rejected'."""
+    script.verdict = lambda prompt: "It is hard to say." if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    code, out = optimize(
+        path, "--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "6", "--iters", "1", capsys=capsys
+    )
+    read = re.search(r"(\d) of (\d) answers could not be read \(a candidate may have dropped the instruction", out)
+    assert code == 0 and read and read[1] == read[2] and out.count("could not be read") == 1
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert len(record["iterations"][0]["gate"]["unreadable"]) == int(read[1])
+    from sembp_dsl import cli
+
+    assert cli.main(["show", "-1", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert "answers could not be read" in capsys.readouterr().out

@@ -30,7 +30,7 @@ from ..language.graph import Graph
 from ..language.method import Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import RunRecord
-from ..records.runs import gate_settled, gate_tally
+from ..records.runs import gate_settled, gate_tally, gate_unreadable
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, evaluate, sample_inputs
 from ..runtime.tasks import together
@@ -300,6 +300,7 @@ class Optimizer:
         if accept and not last and gate.used < gate.size:
             await play(gate.rest(), f"iteration {iteration.index}: gate, the rest")
         tally = iteration.gate = gate.to_json()
+        tally["unreadable"] = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
@@ -353,6 +354,7 @@ class Optimizer:
             lines.append(
                 f"  gate: {scores}{gate_tally(g)} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}"
                 + gate_settled(g)
+                + gate_unreadable(g)
             )
         for c in it.candidates:
             lines.append(f"  {c['param']}: {c['fate']}")

@@ -320,6 +320,17 @@ def gate_settled(gate: dict) -> str:
     return f" (settled after {decided} of {size} samples)" if decided is not None and decided != size else ""
 
 
+def gate_unreadable(gate: dict) -> str:
+    """Why a step may have failed that no score shows: the proposal's answers could not be read."""
+    unreadable, samples = len(gate.get("unreadable", ())), gate.get("samples", gate.get("of"))
+    if not unreadable:
+        return ""
+    return (
+        f"; {unreadable} of {samples} answers could not be read (a candidate may have dropped the "
+        "instruction that says how to answer)"
+    )
+
+
 def gate_words(it: dict) -> str | None:
     """The gate's decision of an iteration, or None when no proposal met the gate."""
     gate = it.get("gate")
@@ -328,7 +339,7 @@ def gate_words(it: dict) -> str | None:
     scores = f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}"
     if it.get("gate_after") is None and gate.get("samples", 0) < gate.get("of", 0):
         scores = f"gate {fmt(it.get('gate_before'))} -> not scored (stopped once settled)"
-    return f"{scores}: {gate_tally(gate)} (alpha {gate['alpha']}){gate_settled(gate)}"
+    return f"{scores}: {gate_tally(gate)} (alpha {gate['alpha']}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
 def render_iteration(run: Run, it: dict) -> list[str]:
