@@ -651,7 +651,8 @@ def test_serve_answers_408_to_a_body_that_trickles_in(triage, monkeypatch):
     monkeypatch.setattr(serve, "BODY_TIMEOUT", 0.3)
 
     async def main():
-        runner = web.AppRunner(serve.app(triage))
+        # aiohttp lingers up to 10 s for the rest of a body it never read; the test need not wait for that
+        runner = web.AppRunner(serve.app(triage), shutdown_timeout=0.5)
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", 0).start()
         reader, writer = await asyncio.open_connection("127.0.0.1", runner.addresses[0][1])

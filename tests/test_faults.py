@@ -483,6 +483,7 @@ def test_an_unusable_cache_is_a_clear_error(tmp_path, monkeypatch, capsys, damag
 # -- through the real embedded model ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # loads the real model
 def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
     from sembp_dsl.models import embedded
 

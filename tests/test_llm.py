@@ -83,6 +83,7 @@ def test_budget_stops_calls():
         assert server.requests == 2
 
 
+@pytest.mark.slow  # four processes at once
 def test_cache_is_shared_across_processes_and_keeps_no_secrets(tmp_path):
     with FakeServer(reply="from the server") as server:
         child = textwrap.dedent(f"""

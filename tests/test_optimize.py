@@ -384,6 +384,7 @@ def _versioned(script):
     script.improve, script.verdict = improve, verdict
 
 
+@pytest.mark.slow  # three optimize processes, one killed mid-way
 def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, script):
     _versioned(script)
     dataset = data(tmp_path, n=8)

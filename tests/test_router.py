@@ -54,6 +54,7 @@ def timed(llm: LLM, prompts: list[str]) -> float:
     return llm.run(go())
 
 
+@pytest.mark.slow  # 20 s or more: two full waves of 2 s calls, and litellm's first import
 def test_four_deployments_give_at_least_3_5x_the_throughput_of_one(tmp_path):
     """Servers that admit 16 requests at once (separate processes, as vLLM servers would be), each call taking
     2 s: throughput is calls done per second with every slot busy, measured over two full waves on one

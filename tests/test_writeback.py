@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -101,11 +102,18 @@ def test_hard_characters_are_written_in_a_form_that_parses_back(name, text):
     assert again.param("verdict_task").text == text and again.param("analyse_party").text == text + "!"
 
 
+@functools.cache
+def liar_yaml():
+    """Loaded once: each example below pays for its own rewrite and reading back only."""
+    return load(str(ROOT / "pipelines/liar.yaml"))
+
+
+@pytest.mark.slow  # 150 rewrites and readings back of a YAML pipeline
 @settings(max_examples=150, deadline=None)
 @given(st.text(st.characters(exclude_categories=("Cs",)), max_size=40))
 def test_any_text_is_written_back_exactly_in_yaml(text):
     assume(bad_characters(text) is None)  # control characters are refused in pipelines (and in candidates)
-    original = load(str(ROOT / "pipelines/liar.yaml"))
+    original = liar_yaml()
     assert parse_text(rewrite(original, {"verdict_task": text}), original.path).param("verdict_task").text == text
 
 
