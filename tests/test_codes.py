@@ -85,6 +85,10 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "W004": ("p.sbp", HEADER + "node stray: text {}\nq -> stray\n" + OK),
     "W005": ("p.sbp", HEADER + "node a: text {}\nq -> a\nq -> a\noutput a\n"),
     "W006": ("p.sbp", HEADER + 'template t = "{{ 10 / (q|int) }}"\nnode a: text { template = t }\nq -> a\noutput a\n'),
+    "W007": (
+        "p.sbp",
+        HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
+    ),
 }
 UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
 

@@ -574,6 +574,28 @@ def check_builtin_overrides(cx: Context) -> None:
             template_variables(cx, template.text, template.literal, allowed, ("E056", misuse.format), builtin=True)
 
 
+def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
+    """The options of a choice output named only in a trainable param: one rewrite can drop them, and
+    every answer after it is unreadable (the gate then rejects the step with nothing to show why)."""
+    prompt = output and output.setting("prompt")
+    if output is None or output.type.kind != "choice" or prompt is None:
+        return
+    param = next((p for p in cx.p.params if p.name == str(prompt.value) and not p.frozen), None)
+    template = template_source(cx.p, output)
+
+    def names_every_option(text: str) -> bool:
+        return all(re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) for option in output.type.choices)
+
+    if param is not None and names_every_option(param.text) and not names_every_option(template):
+        cx.report(
+            "W007",
+            param.span,
+            f"param '{param.name}' is the only place that says how to answer ({', '.join(output.type.choices)}), "
+            "and the optimizer may rewrite that away",
+            help="state the answer format in the node's template, or in a frozen param the template uses",
+        )
+
+
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
     used_params = {str(s.value) for n in cx.p.nodes if (s := n.setting("prompt"))}
     for param in cx.p.params:
@@ -620,4 +642,5 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
             check_template_variables(cx, node, predecessors.get(node.name, ()))
     check_builtin_overrides(cx)
     warn_unused(cx, predecessors, successors, output)
+    warn_format_in_trainable(cx, output)
     return Analysis(predecessors, successors, order, metric), cx.diagnostics

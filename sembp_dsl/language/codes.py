@@ -532,6 +532,16 @@ _CODES = [
         'template t = "{{ 10 / (q|int) }}"',
         "template t = \"{{ 10 / (q|int) if q|int else 'n/a' }}\"",
     ),
+    Code(
+        "W007",
+        "the answer format lives only in a trainable param",
+        "The output node answers with one of its options, and only a param the optimizer may rewrite says\n"
+        "so. A candidate that drops that sentence makes every answer unreadable: the gate rejects it, and\n"
+        "the step is lost. Say how to answer where the optimizer cannot change it.",
+        'param verdict_task = "Is the claim true? Answer Yes or No."\nnode verdict: choice(Yes, No) { prompt = verdict_task }',
+        'param verdict_task = "Is the claim true?"\ntemplate judge = """\n  {{ prompt }}\n  Claim: {{ q }}\n  Answer Yes or No."""\n'
+        "node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }",
+    ),
 ]
 
 CODES: dict[str, Code] = {c.code: c for c in _CODES}
