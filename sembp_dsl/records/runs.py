@@ -173,9 +173,9 @@ def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     """RUN as the user gives it: a run folder, the number `sbpc runs` shows (-1: the newest), or a name prefix."""
     path = Path(spec)
-    if (path / "run.json").exists():
+    if _is_file(path / "run.json"):
         return Run(path, _load(path))
-    if path.name == "run.json" and path.is_file():
+    if path.name == "run.json" and _is_file(path):
         return Run(path.parent, _load(path.parent))
     runs, _ = find_runs(runs_dir)
     if re.fullmatch(r"-?\d+", spec):
@@ -189,7 +189,8 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
         return matches[0]
     if matches:
         raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
-    unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()]
+    named = spec and os.sep not in spec and spec not in (".", "..")  # a name to look for, not a path
+    unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()] if named else []
     if len(unreadable) == 1:
         _load(unreadable[0])  # a record `sbpc runs` lists as unreadable: say why
     if re.fullmatch(r"-?\d+", spec):
@@ -197,6 +198,14 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)
     hint = f"; did you mean '{close[0]}'?" if close else " (`sbpc runs` lists them)"
     raise RunsError(f"no run '{spec}' in {runs_dir}{hint}")
+
+
+def _is_file(path: Path) -> bool:
+    """False for what cannot be a file, a name too long for the file system included (no OSError)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
 
 
 def _load(folder: Path) -> dict:
