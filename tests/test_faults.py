@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from types import MappingProxyType
 
 import pytest
@@ -265,7 +266,7 @@ def test_connection_refused_is_a_wrong_address_until_the_server_answered_once():
     llm = LLM(models(server.url))
     llm.run(llm.complete("forward", "first"))
     server.stop()
-    llm.retries = 1  # the first attempt may meet the pooled connection's end rather than the closed port
+    llm.retries = replace(llm.retries, retries=1)  # the first attempt may meet the pooled connection's end
     with pytest.raises(CallFailed, match="connection refused"):  # the server went away mid-run: transient
         llm.run(llm.complete("forward", "second"))
 

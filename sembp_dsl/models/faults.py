@@ -21,7 +21,8 @@ from socket import gaierror
 from time import time
 from urllib.parse import urlsplit
 
-from ..language.diagnostics import Option, worded
+from ..errors import SbpcError
+from ..language.diagnostics import Option, OptionError, worded
 
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
 MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
@@ -239,3 +240,19 @@ def _phrase(status: int | None) -> str:
         return HTTPStatus(status).phrase
     except ValueError:
         return ""
+
+
+# What a failure becomes for the caller: one call lost, or no call can work.
+
+
+class CallFailed(SbpcError):
+    """A call that failed for good after its retries: that sample is lost, the run goes on."""
+
+    def __init__(self, failure: Failure, attempts: int):
+        super().__init__(failure.describe() + (f" (after {attempts} attempts)" if attempts > 1 else ""))
+        self.failure: Failure | None = failure  # None from Pipeline.predict when a prompt did not render
+
+
+class LLMError(OptionError):
+    """A call that cannot succeed (bad key, unknown model, no model): stop with this message, which names
+    options as the caller gave them (`model=` in Python, `--model` on the command line)."""

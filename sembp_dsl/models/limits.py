@@ -1,4 +1,5 @@
-"""Rate limits kept before sending: at most `rpm` requests and `tpm` tokens in any 60 seconds.
+"""Bounds kept before sending: calls in flight at once (`Slots`), and rate limits, at most `rpm`
+requests and `tpm` tokens in any 60 seconds (`RateLimit`, one per model and endpoint: `RateLimits`).
 
 A key with a rate limit answers a burst with a storm of 429s; waiting here instead costs nothing
 and keeps the server's counters clean. The window slides: a request waits until the oldest one in
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+import weakref
 from collections import deque
+from collections.abc import Mapping
 
 WINDOW = 60.0  # seconds
 
@@ -44,3 +47,30 @@ class RateLimit:
     def spent(self, tokens: int) -> None:
         if self.tpm and tokens:
             self.used.append((time.monotonic(), tokens))
+
+
+class RateLimits:
+    """The rate limit of each model and endpoint a model block sets `rpm` or `tpm` for, shared by every
+    event loop (a window is time, not a loop's object)."""
+
+    def __init__(self) -> None:
+        self._windows: dict[tuple, RateLimit] = {}
+
+    def get(self, model: str, endpoint: str | None, limits: Mapping[str, int]) -> RateLimit | None:
+        if not (limits.get("rpm") or limits.get("tpm")):
+            return None
+        return self._windows.setdefault((model, endpoint), RateLimit(limits.get("rpm"), limits.get("tpm")))
+
+
+class Slots:
+    """Calls in flight at once: at most `concurrency` in all, and at most a model block's own `concurrency`
+    for its role. Semaphores belong to one event loop, so each loop gets its own."""
+
+    def __init__(self, concurrency: int):
+        self.concurrency = concurrency
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {role or "": semaphore}
+
+    def of(self, role: str, limit: int | None) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        """This loop's slots of `role` (bounded by the first `limit` given here) and of all calls: hold both."""
+        slots = self._loops.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
+        return slots.setdefault(role, asyncio.Semaphore(int(limit or 1 << 30))), slots[""]

@@ -463,7 +463,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
 
 
 def _as_call_error(exc: Exception, group: str) -> Exception:
-    """What the Router raised, as the retry layer (llm.py, faults.py) judges failures: a malformed reply
+    """What the Router raised, as the retry layer (retry.py, faults.py) judges failures: a malformed reply
     as the BadReply it was; the Router's own refusal when every deployment is cooling down (a ValueError,
     not an API error) as a 429 to wait out for the cooldown."""
     if isinstance(exc.__cause__, BadReply):

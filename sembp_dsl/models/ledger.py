@@ -1,0 +1,88 @@
+"""What model calls cost, per role: calls, cache hits, tokens, dollars, retries and failures, plus named
+counters other stages keep. Several LLM layers (one per event loop) may share one ledger."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..language.graph import MODEL_ROLES
+from .faults import Failure
+from .transport import Reply
+
+
+@dataclass
+class RoleUsage:
+    calls: int = 0
+    cache_hits: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost: float = 0.0
+    retries: int = 0
+    failures: int = 0
+
+
+@dataclass
+class Ledger:
+    """Calls, tokens, cache hits and cost per role, plus named counters other stages keep."""
+
+    roles: dict[str, RoleUsage] = field(default_factory=lambda: {r: RoleUsage() for r in MODEL_ROLES})
+    counters: dict[str, int] = field(default_factory=dict)
+    faults: dict[str, int] = field(default_factory=dict)  # failed attempts (retried or not) by cause
+
+    @property
+    def calls(self) -> int:
+        return sum(u.calls for u in self.roles.values())
+
+    @property
+    def cost(self) -> float:
+        return sum(u.cost for u in self.roles.values())
+
+    @property
+    def tokens(self) -> int:
+        return sum(u.prompt_tokens + u.completion_tokens for u in self.roles.values())
+
+    def count(self, name: str, n: int = 1) -> None:
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def fault(self, failure: Failure) -> None:
+        self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
+
+    def charge(self, role: str, reply: Reply) -> float:
+        """Book a reply's tokens and cost to `role`; the cost (0 when litellm's price table does not know
+        the model, which is counted: max_cost cannot see such calls)."""
+        if reply.cost is None:
+            self.count("calls without a known price")
+        cost = float(reply.cost or 0.0)
+        usage = self.roles[role]
+        usage.prompt_tokens += reply.prompt_tokens
+        usage.completion_tokens += reply.completion_tokens
+        usage.cost += cost
+        return cost
+
+    def to_json(self) -> dict:
+        return {
+            "roles": {r: vars(u).copy() for r, u in self.roles.items()},
+            "counters": dict(self.counters),
+            "faults": dict(self.faults),
+            "calls": self.calls,
+            "tokens": self.tokens,
+            "cost": self.cost,
+        }
+
+    def render(self) -> str:
+        def row(name: str, usages: list[RoleUsage]) -> str:
+            total = lambda attr: sum(getattr(u, attr) for u in usages)  # noqa: E731
+            return (
+                f"{name:<10} {total('calls'):>6} {total('cache_hits'):>7} {total('retries'):>8} {total('failures'):>7} "
+                f"{total('prompt_tokens'):>11} {total('completion_tokens'):>11} {total('cost'):>9.4f}"
+            )
+
+        lines = [
+            f"{'role':<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
+            f"{'compl. tok':>11} {'cost $':>9}"
+        ]
+        lines += [row(role, [u]) for role, u in self.roles.items() if u.calls or u.cache_hits]
+        lines.append(row("total", list(self.roles.values())))
+        lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
+        lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
+        return "\n".join(lines)
