@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import SbpcError
-from .language.diagnostics import Option, PipelineError, did_you_mean
+from .language.diagnostics import Option, PipelineError, did_you_mean, url_problem
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.method import SIZES, Method, SettingError
 from .language.source import compile_file
@@ -123,6 +123,9 @@ def _models(
     unknown = sorted(set(roles) - set(MODEL_ROLES))
     if unknown:
         raise ValueError(f"unknown model role {unknown[0]!r}; roles are {', '.join(MODEL_ROLES)}")
+    problem = url_problem(api_base) if api_base else None
+    if problem:
+        raise SettingError(Option("api_base", "--api-base"), f" {problem}")
     models = {}
     for role, spec in graph.models.items():
         own = roles.get(role, {})

@@ -79,6 +79,8 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E066": ("p.yaml", YAML.replace("inputs: {q: text}", "inputs: {[q]: text}")),
     "E067": ("p.yaml", YAML + "output: a\n"),
     "E068": ("p.yaml", YAML.replace('"q -> a"', '"q, 9x -> a"')),
+    "E069": ("p.sbp", HEADER + OK + 'model { name = "openai/m"  api_base = "127.0.0.1:8911/v1" }\n'),
+    "E070": ("p.sbp", HEADER + OK + 'model { name = "pool"  router = "no-such-router.yaml" }\n'),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),

@@ -514,3 +514,25 @@ def test_the_fast_path_and_a_cached_eval_never_import_litellm(tmp_path):
             proc = subprocess.run([*probe, *args], capture_output=True, text=True, timeout=120)
             assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr  # the last: all from the cache
         assert server.requests == 4
+
+
+@pytest.mark.parametrize("where", ["file", "flag", "api"])
+def test_an_api_base_without_http_is_refused_before_any_call_saying_add_http(tmp_path, capsys, where):
+    """`api_base = "127.0.0.1:8911/v1"` took 12.8 s, then "APIConnectionError from 127.0.0.1:8911/...":
+    it is now refused as the pipeline is loaded (in the file: E069, which `check` reports too)."""
+    import sembp_dsl
+
+    bare = "127.0.0.1:8911/v1"
+    path = pipeline(tmp_path, bare if where == "file" else None)
+    start = time.perf_counter()
+    if where == "api":
+        with pytest.raises(ValueError, match="api_base has no scheme: add http://"):
+            sembp_dsl.load(path, api_base=bare)
+        return
+    try:
+        code = cli.main(["run", path, "--input", "q=is it?", *(["--api-base", bare] if where == "flag" else [])])
+    except SystemExit as exit:  # a flag's error is a usage error
+        code = exit.code
+    error = capsys.readouterr().err
+    assert code in (1, 2) and "no scheme: add http://" in error and time.perf_counter() - start < 5, error
+    assert ("E069" in error) == (where == "file")

@@ -82,8 +82,17 @@ MALFORMED = {
     "a number for a key": ({"model_list": [deployment(api_key=12345678)]}, "`api_key` must be a string"),
     "an address that is no URL": (
         {"model_list": [deployment(url="localhost:8000")]},
-        "`api_base` must be an http(s) URL",
+        "`api_base` has no scheme: add http://",
     ),
+    "a port out of range": (
+        {"model_list": [deployment(url="http://127.0.0.1:99999/v1")]},
+        "`api_base` has a port that is not a number from 0 to 65535",
+    ),
+    "a value its YAML tag cannot hold": (
+        "model_list:\n  - model_name: pool\n    litellm_params: {model: openai/x, rpm: !!int abc}\n",
+        "a value YAML cannot read",
+    ),
+    "nesting deeper than Python's stack": ("model_list: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
 }
 
 
@@ -98,6 +107,48 @@ def test_a_malformed_router_file_is_a_clear_error_naming_it(tmp_path, capsys, co
     error = capsys.readouterr().err
     assert code == 1 and f"router config {path}: " in error and reason in error, error
     assert "Traceback" not in error and "12345678" not in error and time.perf_counter() - start < 20
+
+
+@pytest.mark.parametrize("config, reason", MALFORMED.values(), ids=list(MALFORMED))
+def test_check_reports_the_router_file_a_pipeline_names(tmp_path, capsys, config, reason):
+    """`sbpc check` passed every one of these pipelines; the run then failed on the file."""
+    write(tmp_path, config)
+    (tmp_path / "toy.sbp").write_text(TOY + 'model { name = "pool"  router = "router.yaml" }\n')
+    code = cli.main(["check", str(tmp_path / "toy.sbp")])
+    error = capsys.readouterr().err
+    assert code == 1 and "error[E070]: router config " in error and reason in error, error
+    assert "Traceback" not in error and "12345678" not in error
+
+
+def test_check_reads_a_router_file_without_importing_litellm(tmp_path):
+    """check stays fast (pre-commit hooks, editors): the router file is read as data."""
+    import subprocess
+    import sys
+
+    write(tmp_path, {"model_list": [deployment()]})
+    (tmp_path / "toy.sbp").write_text(TOY + 'model { name = "pool"  router = "router.yaml" }\n')
+    probe = (
+        "import sys\nfrom sembp_dsl import cli\ncode = cli.main(['check', sys.argv[1]])\n"
+        "assert 'litellm' not in sys.modules, 'check imported litellm'\nsys.exit(code)"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(tmp_path / "toy.sbp")], capture_output=True, text=True)
+    assert done.returncode == 0 and "toy.sbp: ok" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("settings", [{"num_retries": 1_000_000}, {"num_retries": 5, "retry_after": 1_000_000}])
+def test_a_router_files_retries_end_with_the_calls_timeout(tmp_path, settings):
+    """The Router's own retries (and its waits between them) ran past any timeout: `sbpc run --timeout 5`
+    never ended against a failing server."""
+    from sembp_dsl.models.transport import import_litellm
+
+    import_litellm()  # not timed
+    with FakeServer(reply="ok", fault_rate=1.0, fault_kinds=[500]) as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url)], "router_settings": settings})
+        llm = LLM(routed(path), timeout=1.0, retries=0, backoff=0)
+        start = time.perf_counter()
+        with pytest.raises(CallFailed, match="timed out"):
+            llm.run(llm.complete("forward", "hello"))
+    assert time.perf_counter() - start < 5
 
 
 @pytest.mark.parametrize("fault", ["null-content", "malformed", "no-choices"])

@@ -86,10 +86,15 @@ def _report(diagnostics, text) -> None:
 def cmd_check(args) -> int:
     from ..language.source import diagnose_file
 
+    def router_problem(path: str) -> str | None:  # imported only for a pipeline that names a router file
+        from ..models import routing
+
+        return routing.router_problem(path)
+
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text = diagnose_file(path)
+        diagnostics, text = diagnose_file(path, router_problem)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -185,6 +190,8 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
+    from ..api import InputError
+
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
     except ValueError as exc:
@@ -195,7 +202,7 @@ def cmd_run(args) -> int:
     with load_pipeline(args) as pipeline:
         try:  # unknown names (with a close one) and missing ones are usage errors, before any call
             prediction = pipeline.batch([inputs])[0]
-        except ValueError as exc:
+        except InputError as exc:
             raise UsageError(f"--input: {exc} (give inputs with --input NAME=VALUE or --input-json)")
         trace = prediction.trace
         if args.json:

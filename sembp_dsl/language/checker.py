@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import ir
-from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list
+from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
 from .metrics import METRICS
 from .templates import BUILTIN, DEFAULT_TEMPLATE, MAX_OUTPUT_CHARS, TemplateProblem, trial_render, variables
@@ -208,6 +208,10 @@ def check_block(cx: Context, block: ir.Block) -> None:
     if block.kind == "optimize" and block.name is not None:
         cx.report("E037", block.span, "an optimize block takes no name")
     check_settings(cx, f"{block.kind} block", block.settings, allowed)
+    base = next((s for s in block.settings if s.key == "api_base" and isinstance(s.value, str)), None)
+    problem = url_problem(str(base.value)) if base is not None else None
+    if base is not None and problem:
+        cx.report("E069", base.value_span, f"api_base {problem}")
 
 
 def check_edges(cx: Context):

@@ -487,6 +487,23 @@ _CODES = [
         'edges:\n  - "q, 9ctx -> a ->"',
         'edges:\n  - "q, ctx -> a"',
     ),
+    Code(
+        "E069",
+        "api_base is not an http(s) URL",
+        "A model's `api_base` is the base URL of an OpenAI-compatible server: a scheme, a host and, if\n"
+        "need be, a port from 0 to 65535. Without `http://` no request can go out (litellm would try for\n"
+        "seconds, then blame the connection).",
+        'model { name = "openai/m"  api_base = "127.0.0.1:8911/v1" }',
+        'model { name = "openai/m"  api_base = "http://127.0.0.1:8911/v1" }',
+    ),
+    Code(
+        "E070",
+        "router file cannot be used",
+        "The `router` file a model block names (a litellm Router / proxy config, found beside the pipeline)\n"
+        "cannot be read, or is not one litellm's Router could take: the message says where and why.",
+        'model { name = "pool"  router = "missing.yaml" }',
+        'model { name = "pool"  router = "router.yaml" }   # a file with a model_list',
+    ),
     # W00x: warnings
     Code(
         "W001",

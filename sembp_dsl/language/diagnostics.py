@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from ..errors import SbpcError
 from .codes import CODES
@@ -187,6 +188,23 @@ def bad_characters(text: str) -> str | None:
     """string_problem's message alone, for text that is no file's (an optimizer's candidate prompt)."""
     problem = string_problem(text)
     return problem[1] if problem else None
+
+
+def url_problem(text: str) -> str | None:
+    """Why `text` is no address a model request can go to, in words that never quote it (it may hold
+    credentials); None for an http(s) URL with a host and a valid port."""
+    try:
+        parts = urlsplit(text.strip())
+        if parts.scheme not in ("http", "https"):
+            if "://" in text:
+                return "must start with http:// or https://"
+            return "has no scheme: add http:// (or https://), e.g. http://127.0.0.1:8000/v1"
+        if not parts.hostname:
+            return "names no host: write it as http://HOST:PORT/v1"
+        parts.port  # noqa: B018 (parsed on access: out of range or not a number raises)
+    except ValueError:
+        return "has a port that is not a number from 0 to 65535"
+    return None
 
 
 def as_json(d: Diagnostic) -> dict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from . import ir
@@ -124,23 +125,36 @@ def parse_text(text: str, path: str) -> ir.Pipeline:
     return parse(text, path)
 
 
-def diagnose(text: str, path: str) -> tuple[list[Diagnostic], str]:
+#: What makes a router file (the path a model block's `router` names) unusable, None when it is not.
+RouterCheck = Callable[[str], "str | None"]
+
+
+def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) -> tuple[list[Diagnostic], str]:
     """What `sbpc check` reports on this text (in the syntax its file name says): every diagnostic, and the
-    text their spans point into (lone carriage returns made newlines)."""
+    text their spans point into (lone carriage returns made newlines). With `router_problem`, the router
+    files the model blocks name (beside the pipeline) are checked too."""
     try:
         pipeline = parse_text(text, path)
     except PipelineError as exc:
         return exc.diagnostics, exc.text if exc.text is not None else text
-    return check(pipeline)[1], pipeline.text
+    diagnostics = check(pipeline)[1]
+    if router_problem is not None:
+        for block in pipeline.blocks:
+            for s in block.settings:
+                if block.kind == "model" and s.key == "router" and isinstance(s.value, str):
+                    problem = router_problem(os.path.join(os.path.dirname(os.path.abspath(path)), s.value))
+                    if problem:
+                        diagnostics.append(diagnostic("E070", s.value_span, problem, file=path))
+    return diagnostics, pipeline.text
 
 
-def diagnose_file(path: str) -> tuple[list[Diagnostic], str | None]:
+def diagnose_file(path: str, router_problem: RouterCheck | None = None) -> tuple[list[Diagnostic], str | None]:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
         text = read(path)
     except PipelineError as exc:
         return exc.diagnostics, exc.text
-    return diagnose(text, path)
+    return diagnose(text, path, router_problem)
 
 
 def compile_file(path: str) -> Graph:

@@ -20,10 +20,9 @@ from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from ..errors import SbpcError
-from ..language.diagnostics import one_of
+from ..language.diagnostics import one_of, url_problem
 from . import embedded, prices
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
 from .transport import FastPath, Reply, from_litellm, import_litellm
@@ -103,9 +102,13 @@ class Routers:
         while True:
             call = _Routed(timeout)  # not passed to the Router: a deployment's own `timeout` would lose to it
             token = ROUTED.set(call)
-            try:
-                response = await built.acompletion(model=model, messages=messages, **params)
+            try:  # the Router's own retries and waits (num_retries, retry_after) end with the call's time
+                response = await asyncio.wait_for(
+                    built.acompletion(model=model, messages=messages, **params), timeout - waited
+                )
                 break
+            except asyncio.TimeoutError:
+                raise CallError(f"Request timed out after {timeout} s", name="Timeout") from None
             except Exception as exc:
                 failure = _as_call_error(exc, model)  # the Router's exception stays its __context__
                 if call.sent or getattr(failure, "status_code", None) != 429:
@@ -263,6 +266,10 @@ def router_config(path: str) -> dict:
             config = yaml.safe_load(file)
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise RouterConfigError(f"router config {path}: {exc}") from None
+    except RecursionError:
+        raise RouterConfigError(f"router config {path}: nested too deeply to be a router config") from None
+    except (ValueError, TypeError) as exc:  # a value its tag cannot hold: `!!int abc`, `!!timestamp 2020-13-45`
+        raise RouterConfigError(f"router config {path}: a value YAML cannot read ({exc})") from None
     if _values_beyond(config, MAX_ROUTER_VALUES):
         raise RouterConfigError(
             f"router config {path}: more than {MAX_ROUTER_VALUES:,} values once its YAML aliases are expanded"
@@ -313,8 +320,8 @@ def _shape_problem(config: dict) -> str | None:
             if key in params and not isinstance(params[key], (str, type(None))):
                 return f"{where}: `{key}` must be a string"  # never quoted: it may be a key
         base = params.get("api_base")
-        if isinstance(base, str) and not base.startswith("os.environ/") and not _is_url(base):
-            return f"{where}: `api_base` must be an http(s) URL such as http://host:8000/v1"
+        if isinstance(base, str) and not base.startswith("os.environ/") and url_problem(base):
+            return f"{where}: `api_base` {url_problem(base)}"
         for key in DEPLOYMENT_NUMBERS:
             if key in params and not _is_number(params[key]):
                 return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
@@ -358,13 +365,14 @@ def _shape_problem(config: dict) -> str | None:
     return None
 
 
-def _is_url(text: str) -> bool:
-    """An address a request can go to: http(s), with a host (never quoted: it may hold credentials)."""
+def router_problem(path: str) -> str | None:
+    """What makes the router config at `path` unusable, in one line; None when a Router can be built from
+    it (as far as can be told without litellm, which `sbpc check` never imports)."""
     try:
-        parts = urlsplit(text)
-        return parts.scheme in ("http", "https") and bool(parts.hostname)
-    except ValueError:
-        return False
+        router_config(path)
+    except RouterConfigError as exc:
+        return str(exc)
+    return None
 
 
 def _is_number(value: Any) -> bool:
