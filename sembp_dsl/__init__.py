@@ -39,6 +39,8 @@ _HOMES = {
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "WriteBackError": "language.writeback",
+    "SettingError": "language.method",
+    "SettingTypeError": "language.method",
 }
 __all__ = [
     "BudgetExceeded",
@@ -58,6 +60,8 @@ __all__ = [
     "RecordError",
     "ResumeError",
     "SbpcError",
+    "SettingError",
+    "SettingTypeError",
     "Usage",
     "WriteBackError",
     "load",
@@ -66,7 +70,7 @@ __all__ = [
 if TYPE_CHECKING:
     from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
     from .language.diagnostics import PipelineError
-    from .language.method import Method
+    from .language.method import Method, SettingError, SettingTypeError
     from .language.writeback import WriteBackError
     from .models.cache import CacheError
     from .models.llm import BudgetExceeded, CallFailed, LLMError

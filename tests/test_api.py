@@ -57,6 +57,8 @@ def test_public_names_are_listed_and_typed():
         "RecordError",
         "ResumeError",
         "SbpcError",
+        "SettingError",
+        "SettingTypeError",
         "Usage",
         "WriteBackError",
         "load",
