@@ -184,6 +184,17 @@ def cmd_compile(args) -> int:
     if args.emit == "prompts":  # streamed: a large graph has millions of prompts
         for i, section in enumerate(prompt_sections(graph)):
             print(("\n" if i else "") + section)
+    elif args.emit == "constraints":  # which model takes which constraint is the model layer's to say
+        from ..models.constraints import emit
+        from ..models.llm import LLMError, resolve_model
+
+        names: dict[str, str | None] = {}
+        for role, spec in graph.models.items():
+            try:
+                names[role] = resolve_model(spec).name
+            except LLMError:
+                names[role] = None
+        print(emit(graph, names))
     else:
         print(EMITTERS[args.emit](graph))
     return 0
@@ -336,7 +347,7 @@ def cmd_optimize(args) -> int:
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
     where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
-    print(f"\n{diff}" if diff else "no prompt changed")
+    print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
     if diff:
         print(where)
     print(f"run record: {found.record}/run.json")
@@ -457,14 +468,16 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="examples:\n  sbpc compile pipelines/liar.sbp --emit mermaid\n"
         "  sbpc compile pipelines/liar.sbp --emit dot | dot -Tsvg > liar.svg\n"
-        "  sbpc compile pipelines/liar.sbp --emit prompts   # forward and backward prompts",
+        "  sbpc compile pipelines/liar.sbp --emit prompts   # forward and backward prompts\n"
+        "  sbpc compile pipelines/liar.sbp --emit constraints   # the grammar or JSON Schema of each reply",
     )
     comp.add_argument("file", metavar="FILE")
     comp.add_argument(
         "--emit",
-        choices=["ir", "dot", "mermaid", "prompts"],
+        choices=["ir", "dot", "mermaid", "prompts", "constraints"],
         default="ir",
-        help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered",
+        help="ir: typed IR as JSON with source spans; dot/mermaid: the graph; prompts: every prompt rendered; "
+        "constraints: what each reply's model is held to (a GBNF grammar, a JSON Schema, or nothing)",
     )
     comp.set_defaults(run=cmd_compile)
 

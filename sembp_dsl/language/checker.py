@@ -41,6 +41,7 @@ MODEL_SETTINGS = {
     "concurrency": (int,),
     "rpm": (int,),
     "tpm": (int,),
+    "constrain": ("auto", "off", "schema"),
 }
 OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
 BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}

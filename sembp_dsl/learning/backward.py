@@ -20,6 +20,7 @@ import re
 from collections.abc import Collection
 
 from ..language.graph import Graph, GraphNode
+from ..language.shapes import hints_shape
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
 from ..runtime.tasks import together
@@ -112,7 +113,8 @@ async def backward(
             if wanted is None or any(r in wanted for r in receivers)
         ]
         replies = await asyncio.gather(
-            *(llm.complete("backward", prompt) for _, prompt in asks), return_exceptions=True
+            *(llm.complete("backward", prompt, hints_shape(len(receivers))) for receivers, prompt in asks),
+            return_exceptions=True,
         )
         for (receivers, _), reply in zip(asks, replies):
             if isinstance(reply, CallFailed):

@@ -18,6 +18,7 @@ from jinja2 import nodes
 
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
+from ..language.shapes import prompt_shape
 from ..language.templates import ENV, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
@@ -134,13 +135,16 @@ async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candi
     prompt = graph.render_builtin(
         "optimizer", node=node, param=param, prompt=old, examples=examples, max_chars=max_chars(old)
     )
+    shape = prompt_shape(max_chars(old) if graph.limits_length else None)
     try:
-        completion = await llm.complete("optimizer", prompt)
+        completion = await llm.complete("optimizer", prompt, shape)
     except CallFailed as exc:
         llm.ledger.count("candidates rejected")
         return Candidate(param, None, f"the optimizer call failed: {exc}", "")
     new, reason = extract(completion.text, completion.finish_reason)
-    if new is not None:
+    if new is None:
+        llm.ledger.count("candidates rejected (format)")
+    else:
         reason = validate(graph, param, old, new, examples, [trace.values for trace, _ in samples])
     if reason is not None:
         llm.ledger.count("candidates rejected")

@@ -68,6 +68,7 @@ class Outcome:
     failed: bool = False  # stopped by a failure rather than a budget: the command exits non-zero
     test_before: Evaluation | None = None
     test_after: Evaluation | None = None
+    unchanged: str | None = None  # why no step was kept, in words a newcomer follows (None: one was, or none ran)
 
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
@@ -181,6 +182,8 @@ class Optimizer:
             outcome.stopped = exc.text
         except LLMError as exc:  # calls that cannot work: stop, keep what was found, let the user resume
             outcome.stopped, outcome.failed = exc.text, True
+        if outcome.iterations and not any(it.accepted for it in outcome.iterations):
+            outcome.unchanged = self.why_unchanged(outcome.iterations)
         # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words
         data.update(finished=outcome.stopped is None, stopped=getattr(outcome.stopped, "cli", None), ledger=spent())
         if outcome.test_before is not None and outcome.test_after is not None:
@@ -273,6 +276,36 @@ class Optimizer:
                 f"leaves {possible} possible wins; a step needs {needed} wins and no loss to pass at gate_alpha "
                 f"{alpha:g}: no step can be accepted. Use a larger --val-size, or a larger --gate-alpha."
             )
+
+    def why_unchanged(self, iterations: Sequence[Iteration]) -> str:
+        """What each iteration tried and how it fared, and what the gate asks: the story of a run that kept
+        its old prompts, told to someone who has never seen a gate."""
+        gated = [it for it in iterations if it.gate]
+        lines = [f"no prompt changed: {'no step passed the gate' if gated else 'no candidate reached the gate'}."]
+        for it in iterations:
+            if it.gate:
+                tried = [c["param"] for c in it.candidates if c["fate"].startswith("rejected by the gate")]
+                lines.append(
+                    f"  iteration {it.index}: {len(tried)} new prompt{'s' * (len(tried) != 1)} tried together "
+                    f"({', '.join(tried)}): {gate_tally(it.gate)} on the gate{gate_settled(it.gate)}"
+                )
+                continue
+            reasons: dict[str, int] = {}
+            for c in it.candidates:
+                reason = c["fate"].removeprefix("rejected: ").split(" (")[0]
+                reasons[reason] = reasons.get(reason, 0) + 1
+            why = ", ".join(f"{reason} x{n}" for reason, n in reasons.items()) or it.note
+            lines.append(f"  iteration {it.index}: nothing to try ({why})")
+        if gated:
+            size, alpha = len(self.gate_split()), self.method.gate_alpha
+            split = "training" if self.method.gate == "train" else "validation"
+            lines.append(
+                f"  The gate runs the new prompts on the {size} {split} samples beside the current ones. A win is a "
+                "sample only the new prompts get right, a loss one only the current prompts get right. A step is "
+                f"kept when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
+                f"at least {wins_needed(alpha)} wins and no loss. `sbpc show` has every candidate and its reply."
+            )
+        return "\n".join(lines)
 
     async def passes_gate(self, proposed: Graph, iteration: Iteration, last: bool) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
@@ -424,7 +457,8 @@ def plan(
         "answers from the response cache",
     ]
     limits = {role: llm.model(role).settings.get("max_tokens") if calls[role] else 0 for role in calls}
-    completion = {role: None if (limit := limits[role]) is None else calls[role] * int(limit) for role in calls}
+    bounds = {role: llm.reply_tokens(role) if calls[role] else 0 for role in calls}  # a grammar's reply may go past
+    completion = {role: None if (bound := bounds[role]) is None else calls[role] * int(bound) for role in calls}
     # prompt sizes: the longest forward prompt over a few training samples, node outputs as long as allowed
     filler = "word " * int(limits["forward"] or 256)
     longest = 0

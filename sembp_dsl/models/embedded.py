@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import functools
 import importlib.util
 import logging
 import os
@@ -237,16 +238,28 @@ def _llama_kwargs(optional_params: dict[str, Any]) -> dict[str, Any]:
         kwargs[target] = value
     if isinstance(kwargs.get("stop"), str):
         kwargs["stop"] = [kwargs["stop"]]
-    ignored = sorted(k for k in optional_params if k not in _PASSTHROUGH and k not in ("n", "stream"))
+    if optional_params.get("grammar"):
+        kwargs["grammar"] = _grammar(optional_params["grammar"])
+    ignored = sorted(k for k in optional_params if k not in _PASSTHROUGH and k not in ("n", "stream", "grammar"))
     if ignored:
         log.debug("%s ignores parameters %s", MODEL, ignored)
     return kwargs
 
 
+@functools.lru_cache(maxsize=64)
+def _grammar(text: str) -> Any:
+    """A GBNF grammar as llama-cpp-python takes it (llama.cpp parses it when sampling starts; a grammar it
+    cannot parse fails the call)."""
+    from llama_cpp import LlamaGrammar
+
+    return LlamaGrammar.from_string(text, verbose=False)
+
+
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
     """One chat completion, blocking; returns llama-cpp-python's OpenAI-shaped dict.
 
-    ``params`` are OpenAI-style (temperature, top_p, max_tokens, seed, stop, ...).  Unset parameters
+    ``params`` are OpenAI-style (temperature, top_p, max_tokens, seed, stop, ...), plus ``grammar``: GBNF text
+    the reply must follow.  Unset parameters
     keep llama-cpp-python's defaults (temperature 0.2, top_p 0.95, max_tokens unbounded up to n_ctx).
     Serialised across threads; the KV cache is reset first so identical greedy calls agree.
     """

@@ -22,7 +22,8 @@ from typing import TypeVar
 
 from ..language.diagnostics import Option
 from ..language.graph import ModelSpec
-from . import embedded, prices
+from ..language.shapes import Shape
+from . import constraints, embedded, prices
 from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
 from .inflight import InFlight
@@ -115,10 +116,26 @@ class LLM:
             return self.routers.price(str(router), prompt_tokens, completion_tokens)
         return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
-    async def complete(self, role: str, prompt: str) -> Completion:
-        """One chat completion for `role`: from the cache when it has it, shared when the same call is in flight."""
+    def reply_tokens(self, role: str) -> int | None:
+        """The most completion tokens one call of the role may take (None: no bound); see constraints.py."""
         spec = self.model(role)
-        request = prepare(spec, prompt, self.timeout, self.transport, self.routers)
+        return constraints.reply_tokens(
+            constraints.form(spec.name, spec.settings), constraints.max_tokens(spec.settings)
+        )
+
+    async def complete(self, role: str, prompt: str, shape: Shape | None = None) -> Completion:
+        """One chat completion for `role`: from the cache when it has it, shared when the same call is in flight;
+        held to `shape` where the model takes a constraint (constraints.py), and read back as the text the
+        parsers read."""
+        spec = self.model(role)
+        request = prepare(spec, prompt, self.timeout, self.transport, self.routers, shape)
+        if request.constraint:
+            self.ledger.count(f"constrained replies ({request.constraint})")
+        result = await self._complete(role, spec, request)
+        text = constraints.read(shape, request.settings, result.text)
+        return result if text == result.text else replace(result, text=text)
+
+    async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         usage = self.ledger.roles[role]
         if self.cache is not None:
             hit = self.cache.get(request.key)

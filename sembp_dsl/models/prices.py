@@ -1,4 +1,4 @@
-"""What a call costs, by litellm's packaged price table, read as data.
+"""What a call costs, and what a model can take, by litellm's packaged model table, read as data.
 
 litellm ships its price table as a JSON file inside the package; reading that file needs no
 import of litellm (which takes seconds) and no network. The figures are litellm's own; the
@@ -28,13 +28,25 @@ def table() -> dict:
         return {}
 
 
+def entry(model: str, key: str) -> dict:
+    """The table's entry saying `key` for a litellm model string or a provider-side name ({} when none does)."""
+    for name in [model] + ([model.split("/", 1)[1]] if "/" in model else []):
+        found = table().get(name)
+        if isinstance(found, dict) and key in found:
+            return found
+    return {}
+
+
 def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
     """Dollars for these tokens on `model` (a litellm model string or a provider-side name); None when unpriced."""
-    names = [model] + ([model.split("/", 1)[1]] if "/" in model else [])
-    for name in names:
-        entry = table().get(name)
-        if isinstance(entry, dict) and "input_cost_per_token" in entry:
-            return prompt_tokens * float(entry["input_cost_per_token"]) + completion_tokens * float(
-                entry.get("output_cost_per_token", 0.0)
-            )
-    return None
+    found = entry(model, "input_cost_per_token")
+    if not found:
+        return None
+    return prompt_tokens * float(found["input_cost_per_token"]) + completion_tokens * float(
+        found.get("output_cost_per_token", 0.0)
+    )
+
+
+def supports_response_schema(model: str) -> bool:
+    """Whether the model takes a JSON Schema in `response_format`, as `litellm.supports_response_schema` says."""
+    return entry(model, "supports_response_schema").get("supports_response_schema") is True

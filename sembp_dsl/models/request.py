@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..language.graph import ModelSpec
+from ..language.shapes import Shape
+from . import constraints
 from .cache import cache_key
 from .faults import LLMError
 from .routing import Routers
@@ -41,6 +43,7 @@ class Request:
     limits: Mapping[str, int]
     endpoint: str | None  # where the call goes, without credentials; None: the provider's default
     key: str  # the cache key
+    constraint: str | None = None  # "grammar" or "schema": the reply's shape is sent with it (constraints.py)
 
     @property
     def routed(self) -> bool:
@@ -57,10 +60,21 @@ class Request:
         return tuple(s for s in found if s)
 
 
-def prepare(spec: ResolvedModel, prompt: str, timeout: float, transport: FastPath, routers: Routers) -> Request:
-    """The request for one prompt to the model `spec`."""
+def prepare(
+    spec: ResolvedModel,
+    prompt: str,
+    timeout: float,
+    transport: FastPath,
+    routers: Routers,
+    shape: Shape | None = None,
+) -> Request:
+    """The request for one prompt to the model `spec`, held to the reply's `shape` where the model takes it."""
     messages = [{"role": "user", "content": prompt}]
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
+    kind = constraints.form(spec.name, settings)
+    settings.pop("constrain", None)  # sbpc's to apply, never sent
+    sent = constraints.request(shape, kind, constraints.max_tokens(settings))
+    settings.update(sent)  # a grammar or a response_format: part of the cache key, as it decides the answer
     timeout = float(settings.pop("timeout", timeout))  # how long to wait is not part of the answer
     own_key = api_key(spec, settings.pop("api_key_env", None))
     if own_key:
@@ -73,7 +87,7 @@ def prepare(spec: ResolvedModel, prompt: str, timeout: float, transport: FastPat
     if router:  # what the file's deployments are, not only its name
         answer["deployments"] = routers.fingerprint(router)
     key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
-    return Request(spec.name, messages, settings, timeout, limits, endpoint, key)
+    return Request(spec.name, messages, settings, timeout, limits, endpoint, key, kind if sent else None)
 
 
 def api_key(spec: ModelSpec, variable: str | None) -> str | None:

@@ -18,6 +18,7 @@ from jinja2 import TemplateError
 
 from ..language.graph import Graph, GraphNode
 from ..language.metrics import parse_number
+from ..language.shapes import node_shape
 from ..models.faults import Failure
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -167,10 +168,12 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
             node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
         )
     try:
-        completion = await llm.complete("forward", prompt)
+        completion = await llm.complete("forward", prompt, node_shape(node.type, node.parse))
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
         return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
     output, error = parse_reply(node, completion.text)
+    if error is not None:
+        llm.ledger.count("forward parse failures")
     return NodeTrace(
         node.name,
         prompt,

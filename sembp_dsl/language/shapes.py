@@ -1,0 +1,248 @@
+"""Replies in the shape asked: every reply sbpc parses, as a constraint a decoder can hold a model to.
+
+sbpc knows the shape of each reply it reads: a node's output type (`choice(Yes, No)`, `number`, `json`,
+and `parse = tag`), the backward model's `Hint k:` lines (one per predecessor) and the optimizer's
+`<prompt>` block. A `Shape` states one of them once, as a sequence of parts: fixed text and typed
+fields. From that one statement it gives
+
+- a GBNF grammar (llama.cpp) of the text itself, exactly as the parsers read it;
+- a JSON Schema (`response_format` of hosted providers): an object with one property per field, in order,
+  which `Shape.text` reads back into that same text, so every parser reads one form.
+
+A constraint must never make a reply impossible: the free fields share the call's `max_tokens` (at
+CHARS_PER_TOKEN characters a token), so a constrained reply ends by itself, closed, before the limit.
+A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
+reasoning, where the parser looks for it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from functools import lru_cache
+
+from . import ir
+
+#: The bound's estimate of characters per token. English runs at 4 to 5 characters a token with common
+#: tokenizers (SmolLM2's included); 3 leaves a margin, so a bounded reply fits in max_tokens.
+CHARS_PER_TOKEN = 3
+NUMBER_WIDTH = 23  # "-", 15 digits, ".", 6 decimals
+KINDS = ("option", "line", "text", "number", "json")
+# Characters of a line: no control character, nothing Python's splitlines breaks at, and no `<`, so a line
+# inside <output>...</output> cannot close the tag early. Its first one is visible and no markdown emphasis,
+# which the hint parser strips: a line that reads as empty is no line.
+LINE_CHAR = r"[^\x00-\x1F\x7F\x85\u2028\u2029<]"
+LINE_START = r"[^\x00-\x20\x7F\x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000<*_]"
+
+
+@dataclass(frozen=True)
+class Field:
+    """A typed part of a reply.
+
+    kind: `option` (one of `options`), `line` (one line of text, not blank), `text` (any lines without
+    `<`, which keeps a closing tag after it unambiguous; may be empty), `number` (a decimal number),
+    `json` (a JSON object or array). `cap`: the most characters of a line or text, whatever the budget.
+    """
+
+    name: str
+    kind: str
+    options: tuple[str, ...] = ()
+    cap: int | None = None
+
+    @property
+    def free(self) -> bool:
+        """Whether its length is the model's to choose, within a share of the budget."""
+        return self.kind in ("line", "text")
+
+    def schema(self) -> dict | None:
+        """Its JSON Schema; None for `json`, which a strict schema cannot state (any value)."""
+        if self.kind == "option":
+            return {"type": "string", "enum": list(self.options)}
+        if self.kind == "number":
+            return {"type": "number"}
+        return None if self.kind == "json" else {"type": "string"}
+
+
+Part = str | Field
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One reply's shape: fixed text and fields, in order. `name` says what it is, for people."""
+
+    name: str
+    parts: tuple[Part, ...]
+
+    @property
+    def fields(self) -> tuple[Field, ...]:
+        return tuple(p for p in self.parts if isinstance(p, Field))
+
+    def limits(self, max_tokens: int | None) -> dict[str, int | None]:
+        """The most characters each free field may take so that the whole reply fits in max_tokens
+        (None: no limit). The free fields share what the fixed text and the other fields leave."""
+        free = [f for f in self.fields if f.free]
+        if max_tokens is None:
+            return {f.name: f.cap for f in free}
+        fixed = sum(len(p) for p in self.parts if isinstance(p, str))
+        fixed += sum(
+            max(map(len, f.options)) if f.kind == "option" else NUMBER_WIDTH for f in self.fields if not f.free
+        )
+        share = max(1, (CHARS_PER_TOKEN * max_tokens - fixed) // max(1, len(free)))
+        return {f.name: share if f.cap is None else min(f.cap, share) for f in free}
+
+    def grammar(self, max_tokens: int | None) -> str:
+        """The GBNF grammar of the reply's text (llama.cpp), bounded to fit in max_tokens."""
+        limits = self.limits(max_tokens)
+        root = " ".join(literal(p) if isinstance(p, str) else rule_name(p.name) for p in self.parts)
+        rules = [f"root ::= {root}"]
+        rules += [f"{rule_name(f.name)} ::= {field_grammar(f, limits.get(f.name))}" for f in self.fields]
+        if any(f.kind == "json" for f in self.fields):
+            rules.append(JSON_RULES)
+        return "\n".join(rules) + "\n"
+
+    def schema(self) -> dict | None:
+        """The JSON Schema of the reply as an object with a property per field, in order; None when a field
+        has none (then no JSON Schema is sent)."""
+        properties = {f.name: f.schema() for f in self.fields}
+        if any(value is None for value in properties.values()):
+            return None
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": list(properties),
+            "additionalProperties": False,
+        }
+
+    def text(self, reply: str) -> str:
+        """A reply given as the JSON object of `schema`, written out as the text the parsers read; any other
+        reply (not JSON, a field missing or of the wrong kind) as it came, for the parser to judge."""
+        value = first_object(reply)
+        if value is None or any(f.name not in value for f in self.fields):
+            return reply
+        out = []
+        for part in self.parts:
+            if isinstance(part, str):
+                out.append(part)
+                continue
+            item = value[part.name]
+            if isinstance(item, (int, float)) and not isinstance(item, bool):
+                out.append(number_text(item))
+            else:
+                out.append(
+                    item if isinstance(item, str) and part.kind != "json" else json.dumps(item, ensure_ascii=False)
+                )
+        return "".join(out)
+
+
+def number_text(value: int | float) -> str:
+    """A number as the parser reads it: no exponent (`1e+20` would read as 20), no `.0` on a whole number."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return str(value) if isinstance(value, int) else format(Decimal(repr(value)), "f")
+
+
+def first_object(text: str) -> dict | None:
+    """The first JSON object in a text (a provider may wrap it in a code fence)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"\{", text):
+        try:
+            value = decoder.raw_decode(text, match.start())[0]
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def json_schema(type_: ir.OutputType) -> dict:
+    """The JSON Schema of a value of an output type (`{}`: any JSON value)."""
+    if type_.kind == "choice":
+        return {"type": "string", "enum": list(type_.choices)}
+    return {"text": {"type": "string"}, "number": {"type": "number"}}.get(type_.kind, {})
+
+
+def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
+    """The field that holds a value of an output type (text as one line, or as free text)."""
+    kind = {"choice": "option", "number": "number", "json": "json"}.get(type_.kind, "line" if line else "text")
+    return Field(name, kind, type_.choices)
+
+
+@lru_cache(maxsize=256)
+def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
+    """A node's reply, as forward.parse_reply reads it; None for plain text, where any reply is one.
+
+    - `choice`: the option first, then a reason on the next line (the paper's form);
+    - `number`: reasoning, then `Answer: ` and the number last (the parser takes the last number);
+    - `json`: a JSON object or array;
+    - `parse = tag`: reasoning, then the value alone inside `<output>...</output>`.
+    """
+    if parse == "tag":
+        return Shape(
+            f"{type_} in <output>",
+            (Field("reasoning", "text"), "\n<output>", value_field("output", type_, line=True), "</output>"),
+        )
+    if type_.kind == "choice":
+        return Shape(str(type_), (value_field("answer", type_), "\n", Field("reason", "line")))
+    if type_.kind == "number":
+        return Shape("number", (Field("reasoning", "text"), "\nAnswer: ", value_field("answer", type_)))
+    if type_.kind == "json":
+        return Shape("json", (value_field("value", type_),))
+    return None
+
+
+@lru_cache(maxsize=256)
+def hints_shape(count: int) -> Shape:
+    """A backward reply: exactly one `Hint k: ...` line per predecessor, in order (backward.hint_lines)."""
+    parts: list[Part] = []
+    for k in range(1, count + 1):
+        parts += ["\n" * (k > 1) + f"Hint {k}: ", Field(f"hint_{k}", "line")]
+    return Shape(f"{count} hint line{'s' * (count != 1)}", tuple(parts))
+
+
+@lru_cache(maxsize=256)
+def prompt_shape(max_chars: int | None) -> Shape:
+    """An optimizer reply: one closed `<prompt>...</prompt>` block (descent.extract), at most `max_chars`
+    long when the optimizer prompt states that limit."""
+    return Shape("<prompt> block", ("<prompt>", Field("prompt", "text", cap=max_chars), "</prompt>"))
+
+
+# -- GBNF ------------------------------------------------------------------------------------------------
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def literal(text: str) -> str:
+    """A GBNF string literal."""
+    return '"' + "".join(_ESCAPES.get(c, f"\\x{ord(c):02X}" if ord(c) < 32 else c) for c in text) + '"'
+
+
+def rule_name(name: str) -> str:
+    return name.replace("_", "-")
+
+
+def repeat(item: str, limit: int | None, least: int = 0) -> str:
+    return f"{item}*" if limit is None else f"{item}{{{least},{max(least, limit)}}}"
+
+
+def field_grammar(field: Field, limit: int | None) -> str:
+    if field.kind == "option":  # longest first: an option that is a prefix of another must not cut it short
+        return " | ".join(literal(o) for o in sorted(field.options, key=len, reverse=True))
+    if field.kind == "number":
+        return '"-"? [0-9]{1,15} ("." [0-9]{1,6})?'
+    if field.kind == "json":
+        return "json-object | json-array"
+    if field.kind == "line":
+        return LINE_START + ("" if limit == 1 else " " + repeat(LINE_CHAR, None if limit is None else limit - 1))
+    return repeat("[^<]", limit)
+
+
+# llama.cpp's grammars/json.gbnf, rule names prefixed; whitespace bounded so a reply cannot pad forever, and
+# `<` only escaped (\u003c) in strings, so a value inside <output>...</output> cannot close the tag
+JSON_RULES = r"""json-value ::= json-object | json-array | json-string | json-number | ("true" | "false" | "null") json-ws
+json-object ::= "{" json-ws ( json-string ":" json-ws json-value ("," json-ws json-string ":" json-ws json-value)* )? "}" json-ws
+json-array ::= "[" json-ws ( json-value ("," json-ws json-value)* )? "]" json-ws
+json-string ::= "\"" ( [^"\\\x00-\x1F<] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" json-ws
+json-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? json-ws
+json-ws ::= | " " | "\n" [ \t]{0,20}"""

@@ -1,0 +1,110 @@
+"""The embedded model under its grammars: llama.cpp takes every grammar sbpc emits, and each constrained
+reply parses, whatever the small model would have written unconstrained.
+
+Skipped when the embedded model is not installed. About a minute on 2 busy cores.
+"""
+
+from __future__ import annotations
+
+import json
+from types import MappingProxyType
+
+import pytest
+
+from sembp_dsl.language import ir
+from sembp_dsl.language.graph import GraphNode, ModelSpec
+from sembp_dsl.language.shapes import hints_shape, node_shape, prompt_shape
+from sembp_dsl.learning.backward import hint_lines
+from sembp_dsl.learning.descent import extract
+from sembp_dsl.models import embedded
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import parse_reply
+
+pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed")
+
+
+def ask(prompt: str, shape, max_tokens: int, **settings):
+    spec = ModelSpec(
+        "forward", embedded.MODEL, MappingProxyType({"temperature": 0, "max_tokens": max_tokens, **settings})
+    )
+    llm = LLM({"forward": spec})
+    return llm.run(llm.complete("forward", prompt, shape)), llm
+
+
+def typed(kind: str, choices: tuple[str, ...] = (), parse: str = "reply") -> GraphNode:
+    return GraphNode("n", ir.OutputType(kind, choices, span=None), None, "", parse, (), (), (), ())
+
+
+CASES = [
+    (typed("choice", ("Yes", "No")), "Is the sky green? Think about it carefully and explain.", 48),
+    (typed("choice", ("(A)", "(B)", "(C)")), "Which animal barks? Options: (A) cat (B) dog (C) fish.", 48),
+    (typed("number"), "Tom has 3 apples and buys 4 more. How many apples does he have?", 96),
+    (typed("json"), "Give the name and the age of a person as a JSON object with the keys name and age.", 96),
+    (typed("text", parse="tag"), "Which is larger, 3 or 5? Put the answer in <output></output>.", 64),
+    (typed("number", parse="tag"), "What is 6 times 7? Put the number in <output></output>.", 64),
+]
+
+
+@pytest.mark.parametrize("node, prompt, max_tokens", CASES, ids=lambda c: str(getattr(c, "type", "")) or None)
+def test_a_constrained_reply_of_each_type_parses(node, prompt, max_tokens):
+    completion, llm = ask(prompt, node_shape(node.type, node.parse), max_tokens)
+    output, error = parse_reply(node, completion.text)
+    assert error is None and output, completion.text
+    assert completion.finish_reason == "stop", completion.text  # ended by itself, not by the token limit
+    assert llm.ledger.counters["constrained replies (grammar)"] == 1
+    if node.type.kind == "json":
+        assert isinstance(json.loads(output), (dict, list))
+
+
+def test_backward_and_optimizer_replies_are_in_shape_within_their_max_tokens():
+    hints, _ = ask(
+        "Three helpers wrote about the colour of the sky: 'green', 'red', 'blue'. For each, say how it should change.",
+        hints_shape(3),
+        60,
+    )
+    assert sorted(hint_lines(hints.text, 3)) == [1, 2, 3] and hints.finish_reason == "stop", hints.text
+    block, _ = ask(
+        'Improve this instruction: "Analyze the party of the speaker." Reply inside <prompt>...</prompt>.',
+        prompt_shape(800),
+        60,
+    )
+    new, reason = extract(block.text, block.finish_reason)
+    assert reason is None and new, block.text
+
+
+def test_off_sends_no_grammar_and_the_cache_keeps_them_apart(tmp_path):
+    """`constrain = off`: the small model writes as it likes (here: no option first)."""
+    from sembp_dsl.models.cache import ResponseCache
+
+    node = typed("choice", ("Yes", "No"))
+    prompt = "Is the sky green? Think about it carefully and explain."
+    spec = lambda **extra: ModelSpec(  # noqa: E731
+        "forward", embedded.MODEL, MappingProxyType({"temperature": 0, "max_tokens": 24, **extra})
+    )
+    cache = ResponseCache(tmp_path / "c.sqlite")
+    on, off = LLM({"forward": spec()}, cache=cache), LLM({"forward": spec(constrain="off")}, cache=cache)
+    shape = node_shape(node.type)
+    constrained = on.run(on.complete("forward", prompt, shape))
+    free = off.run(off.complete("forward", prompt, shape))
+    assert not free.cached and "constrained replies (grammar)" not in off.ledger.counters
+    assert parse_reply(node, constrained.text)[1] is None
+    assert free.text != constrained.text
+
+
+def test_every_grammar_of_the_shipped_pipelines_is_taken_by_llama_cpp():
+    """llama.cpp parses each grammar `sbpc compile --emit constraints` shows for the shipped pipelines (one
+    it could not parse would fail every call): one token is sampled under each."""
+    from conftest import ROOT
+
+    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.models.constraints import replies
+
+    grammars = set()
+    for name in ("liar", "gsm8k", "bbh"):
+        graph = compile_file(str(ROOT / f"pipelines/{name}.sbp"))
+        for reply in replies(graph):
+            grammars.add(reply.shape.grammar(graph.models[reply.role].settings.get("max_tokens")))
+    assert len(grammars) >= 6
+    for grammar in grammars:
+        reply = embedded.generate([{"role": "user", "content": "Hello"}], grammar=grammar, max_tokens=1, temperature=0)
+        assert reply["usage"]["completion_tokens"] == 1

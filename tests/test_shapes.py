@@ -1,0 +1,421 @@
+"""Reply shapes: each constraint accepts every reply of its shape, which the parsers then read whole, and
+rejects replies out of shape; the JSON Schema form reads back into the same text; providers get a JSON
+Schema only where litellm says they take one."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from types import MappingProxyType
+
+import jsonschema
+import pytest
+from fake_server import FakeServer
+from gbnf import matches
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from sembp_dsl.language import ir
+from sembp_dsl.language.graph import GraphNode, ModelSpec
+from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, hints_shape, node_shape, prompt_shape
+from sembp_dsl.learning.backward import hint_lines
+from sembp_dsl.learning.descent import extract
+from sembp_dsl.models import constraints
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import first_json, parse_reply
+
+SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+FEWER = settings(SETTINGS, max_examples=20)  # JSON replies: the matcher is slow on nested values
+LABEL_WORDS = ("answer", "output", "label", "verdict", "the", "final")
+
+
+def output_type(kind: str, choices: tuple[str, ...] = ()) -> ir.OutputType:
+    return ir.OutputType(kind, choices, span=None)
+
+
+def node(type_: ir.OutputType, parse: str = "reply") -> GraphNode:
+    return GraphNode("n", type_, None, "", parse, (), (), (), ())
+
+
+# -- what a valid reply is: characters as the grammar's classes say, lengths within the limits ------------
+
+
+def line_char(c: str) -> bool:
+    return ord(c) > 0x1F and c not in "\x7f\x85\u2028\u2029<"
+
+
+def line_start(c: str) -> bool:
+    return line_char(c) and not c.isspace() and c not in "*_"
+
+
+CHARS = st.characters(blacklist_categories=("Cs",))
+OPTIONS = st.lists(
+    st.text(
+        st.sampled_from("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789()-+ "), min_size=1, max_size=8
+    )
+    .map(str.strip)
+    .filter(lambda o: o and not o.casefold().startswith(LABEL_WORDS) and o[0] not in "+-("),
+    min_size=1,
+    max_size=4,
+    unique_by=str.casefold,
+)
+JSON_LEAVES = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(CHARS, max_size=10)
+)
+JSON_VALUES = st.recursive(
+    JSON_LEAVES,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(CHARS, max_size=5), inner, max_size=3),
+)
+
+
+def json_text(value) -> str:
+    """JSON as the grammar writes it: `<` only escaped, so a value cannot close an <output> tag."""
+    return json.dumps(value, ensure_ascii=False).replace("<", "\\u003c")
+
+
+@st.composite
+def field_value(draw, field: Field, limit: int | None):
+    """A value of a field, within its limit: (its text in the reply, its value)."""
+    bound = 40 if limit is None else min(limit, 40)
+    if field.kind == "option":
+        option = draw(st.sampled_from(field.options))
+        return option, option
+    if field.kind == "number":
+        text = draw(st.from_regex(r"-?[0-9]{1,15}(\.[0-9]{1,6})?", fullmatch=True))
+        return text, float(text)
+    if field.kind == "json":
+        value = draw(st.lists(JSON_VALUES, max_size=3) | st.dictionaries(st.text(CHARS, max_size=5), JSON_VALUES))
+        return json_text(value), value
+    if field.kind == "line":
+        first = draw(CHARS.filter(line_start))
+        rest = draw(st.text(CHARS.filter(line_char), max_size=bound - 1))
+        if draw(st.booleans()):  # a limit is a limit, not a suggestion: take it all
+            rest = (rest + "x" * bound)[: bound - 1]
+        return first + rest, first + rest
+    text = draw(st.text(CHARS.filter(lambda c: c != "<"), max_size=bound))
+    return text, text
+
+
+@st.composite
+def reply_of(draw, shape: Shape, max_tokens: int | None):
+    """A reply in the shape: its text, and each field's value."""
+    limits = shape.limits(max_tokens)
+    parts, values = [], {}
+    for part in shape.parts:
+        if isinstance(part, str):
+            parts.append(part)
+        else:
+            text, values[part.name] = draw(field_value(part, limits.get(part.name)))
+            parts.append(text)
+    return "".join(parts), values
+
+
+MAX_TOKENS = st.none() | st.integers(40, 300)
+
+
+# -- GBNF: accepts every reply of the shape, which the parser reads whole ---------------------------------
+
+
+@SETTINGS
+@given(OPTIONS, MAX_TOKENS, st.data())
+def test_a_choice_reply_starts_with_its_option_and_the_parser_reads_it(options, max_tokens, data):
+    type_ = output_type("choice", tuple(options))
+    shape = node_shape(type_)
+    text, values = data.draw(reply_of(shape, max_tokens))
+    assert matches(shape.grammar(max_tokens), text)
+    assert parse_reply(node(type_), text) == (values["answer"], None)
+    assert text.startswith(values["answer"])  # the paper's form: the option first, then a reason
+
+
+@SETTINGS
+@given(MAX_TOKENS, st.data())
+def test_a_number_reply_ends_with_its_number_and_the_parser_reads_it(max_tokens, data):
+    shape = node_shape(output_type("number"))
+    text, values = data.draw(reply_of(shape, max_tokens))
+    assert matches(shape.grammar(max_tokens), text)
+    parsed, error = parse_reply(node(output_type("number")), text)
+    assert error is None and float(parsed) == values["answer"]
+
+
+@FEWER
+@given(st.data())
+def test_a_json_reply_is_a_json_object_or_array_and_the_parser_reads_it(data):
+    shape = node_shape(output_type("json"))
+    text, values = data.draw(reply_of(shape, None))
+    assert matches(shape.grammar(None), text)
+    parsed, error = parse_reply(node(output_type("json")), text)
+    assert error is None and json.loads(parsed) == values["value"]
+
+
+@SETTINGS
+@given(st.sampled_from(["text", "number", "choice"]), OPTIONS, MAX_TOKENS, st.data())
+def test_a_tagged_reply_holds_its_value_alone_in_the_tag(kind, options, max_tokens, data):
+    type_ = output_type(kind, tuple(options) if kind == "choice" else ())
+    shape = node_shape(type_, "tag")
+    text, values = data.draw(reply_of(shape, max_tokens))
+    assert matches(shape.grammar(max_tokens), text)
+    parsed, error = parse_reply(node(type_, "tag"), text)
+    assert error is None
+    expected = values["output"]
+    assert (float(parsed) == expected) if kind == "number" else parsed == expected.strip()
+
+
+@SETTINGS
+@given(st.integers(1, 6), MAX_TOKENS, st.data())
+def test_a_backward_reply_has_one_hint_line_per_predecessor_and_each_is_read(count, max_tokens, data):
+    shape = hints_shape(count)
+    text, values = data.draw(reply_of(shape, max_tokens))
+    assert matches(shape.grammar(max_tokens), text)
+    lines = hint_lines(text, count)
+    assert lines == {k: re.sub(r"[*_ \t]*$", "", values[f"hint_{k}"]).strip() for k in range(1, count + 1)}
+    assert all(lines.values())  # no line missing, none empty
+
+
+@SETTINGS
+@given(st.none() | st.integers(1, 2000), MAX_TOKENS, st.data())
+def test_an_optimizer_reply_is_one_closed_prompt_block(max_chars, max_tokens, data):
+    shape = prompt_shape(max_chars)
+    text, values = data.draw(reply_of(shape, max_tokens))
+    assert matches(shape.grammar(max_tokens), text)
+    assert extract(text) == (values["prompt"].strip(), None)
+
+
+# -- GBNF: rejects replies out of shape -------------------------------------------------------------------
+
+
+@SETTINGS
+@given(OPTIONS, st.text(CHARS, min_size=1, max_size=10), MAX_TOKENS)
+def test_a_choice_reply_not_starting_with_an_option_is_rejected(options, head, max_tokens):
+    assume(not any(head.startswith(o) for o in options))
+    grammar = node_shape(output_type("choice", tuple(options))).grammar(max_tokens)
+    assert not matches(grammar, f"{head}\nbecause")
+    assert not matches(grammar, options[0])  # the option alone: no reason
+    assert not matches(grammar, f"{options[0]}\n ")  # a blank reason
+
+
+@SETTINGS
+@given(st.integers(1, 6), st.integers(40, 300), st.data())
+def test_backward_replies_out_of_shape_are_rejected(count, max_tokens, data):
+    shape = hints_shape(count)
+    grammar = shape.grammar(max_tokens)
+    text, _ = data.draw(reply_of(shape, max_tokens))
+    lines = text.split("\n")
+    assert not matches(grammar, "\n".join(lines[:-1]))  # a line missing
+    assert not matches(grammar, text + "\nHint 99: more")  # a line too many
+    assert not matches(grammar, text.replace("Hint 1: ", "Hint 1:  ", 1))  # a line starting blank
+    too_long = "x" * (shape.limits(max_tokens)["hint_1"] + 1)
+    assert not matches(grammar, "\n".join([f"Hint 1: {too_long}", *lines[1:]]))  # past its share of the budget
+
+
+@SETTINGS
+@given(st.integers(1, 2000), st.integers(40, 300), st.text(CHARS.filter(lambda c: c != "<"), max_size=20))
+def test_optimizer_replies_out_of_shape_are_rejected(max_chars, max_tokens, body):
+    shape = prompt_shape(max_chars)
+    grammar = shape.grammar(max_tokens)
+    limit = shape.limits(max_tokens)["prompt"]
+    assert limit <= max_chars and limit <= CHARS_PER_TOKEN * max_tokens
+    assert not matches(grammar, f"<prompt>{body}")  # not closed
+    assert not matches(grammar, f"Sure. <prompt>{body}</prompt>")  # text around the block
+    assert not matches(grammar, f"<prompt>{body}<b></prompt>")  # a tag inside
+    assert not matches(grammar, f"<prompt>{'x' * (limit + 1)}</prompt>")  # too long
+
+
+@FEWER
+@given(st.data())
+def test_json_replies_out_of_shape_are_rejected(data):
+    grammar = node_shape(output_type("json")).grammar(None)
+    text, _ = data.draw(reply_of(node_shape(output_type("json")), None))
+    assert not matches(grammar, text[:-1])  # cut off
+    assert not matches(grammar, '"a string"') and not matches(grammar, "42") and not matches(grammar, "{'a': 1}")
+
+
+def test_number_replies_out_of_shape_are_rejected():
+    grammar = node_shape(output_type("number")).grammar(100)
+    for reply in ["42", "It is 42.", "so\nAnswer: forty", "so\nAnswer: 4.", "so\nAnswer: 1e5", "so\nAnswer: 42 apples"]:
+        assert not matches(grammar, reply), reply
+
+
+def test_every_bounded_reply_fits_its_max_tokens():
+    """The free fields share CHARS_PER_TOKEN x max_tokens with the fixed text: the longest reply fits."""
+    for shape in [
+        hints_shape(5),
+        prompt_shape(None),
+        node_shape(output_type("choice", ("Yes", "No"))),
+        node_shape(output_type("number")),
+        node_shape(output_type("text"), "tag"),
+    ]:
+        for max_tokens in (40, 96, 160, 1024):
+            longest = sum(len(p) for p in shape.parts if isinstance(p, str))
+            longest += sum(shape.limits(max_tokens).values())
+            longest += sum(3 if f.kind == "option" else 23 for f in shape.fields if not f.free)
+            assert longest <= CHARS_PER_TOKEN * max_tokens, (shape.name, max_tokens)
+
+
+def test_plain_text_has_no_shape_and_a_json_value_no_json_schema():
+    assert node_shape(output_type("text")) is None
+    assert node_shape(output_type("json")).schema() is None
+
+
+# -- JSON Schema: valid values pass, the rest does not; the JSON reads back as the text form ---------------
+
+
+SHAPES = [
+    node_shape(output_type("choice", ("Yes", "No"))),
+    node_shape(output_type("number")),
+    node_shape(output_type("choice", ("(A)", "(B)", "(C)")), "tag"),
+    hints_shape(3),
+    prompt_shape(800),
+]
+
+
+@SETTINGS
+@given(st.sampled_from(SHAPES), st.data())
+def test_the_json_schema_accepts_the_shape_and_reads_back_as_its_text(shape, data):
+    text, values = data.draw(reply_of(shape, 200))
+    jsonschema.validate(values, shape.schema())
+    written = shape.text(json.dumps(values, ensure_ascii=False))
+    assert matches(shape.grammar(200), written)  # the JSON path gives a reply the grammar path could have
+    if any(f.kind == "number" for f in shape.fields):  # "007" and "7.50" are written 7 and 7.5
+        typed = node(output_type("number"))
+        assert float(parse_reply(typed, written)[0]) == float(parse_reply(typed, text)[0])
+    else:
+        assert written == text
+
+
+@SETTINGS
+@given(st.sampled_from(SHAPES), st.data())
+def test_the_json_schema_rejects_values_out_of_shape(shape, data):
+    _, values = data.draw(reply_of(shape, 200))
+    schema = shape.schema()
+    name = data.draw(st.sampled_from(sorted(values)))
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({k: v for k, v in values.items() if k != name}, schema)  # a field missing
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**values, "extra": "x"}, schema)  # a field not asked for
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**values, name: [values[name]]}, schema)  # a value of another type
+    options = next((f.options for f in shape.fields if f.kind == "option"), None)
+    if options:
+        field = next(f.name for f in shape.fields if f.kind == "option")
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({**values, field: "Maybe"}, schema)
+
+
+def test_a_json_number_is_written_as_the_parser_reads_it():
+    shape = node_shape(output_type("number"))
+    for value, read in [(42, "42"), (42.0, "42"), (1e20, "100000000000000000000"), (1.5e-7, "0.00000015")]:
+        text = shape.text(json.dumps({"reasoning": "so", "answer": value}))
+        assert text == f"so\nAnswer: {read}"
+        assert float(parse_reply(node(output_type("number")), text)[0]) == float(read)
+
+
+def test_a_reply_that_is_not_the_asked_json_is_left_for_the_parser():
+    shape = hints_shape(2)
+    for reply in ["Hint 1: a\nHint 2: b", '{"hint_1": "a"}', '{"hint_1": "a", "hint_2": ', "[1, 2]"]:
+        assert shape.text(reply) == reply
+    assert shape.text('```json\n{"hint_1": "a", "hint_2": "b"}\n```') == "Hint 1: a\nHint 2: b"
+    assert first_json(shape.text('{"hint_1": "a", "hint_2": "b"}')) is None
+
+
+# -- which model gets which constraint -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name, settings_, kind",
+    [
+        ("embedded/smollm2-135m", {}, constraints.GRAMMAR),
+        ("embedded/smollm2-135m", {"constrain": "off"}, constraints.NONE),
+        ("embedded/smollm2-135m", {"constrain": "schema"}, constraints.GRAMMAR),
+        ("openai/gpt-4o-mini", {}, constraints.SCHEMA),
+        ("gpt-4o-mini", {}, constraints.SCHEMA),
+        ("openai/gpt-4o-mini", {"constrain": "off"}, constraints.NONE),
+        ("openai/gpt-4o-mini", {"router": "router.yaml"}, constraints.NONE),
+        ("openai/my-model", {"api_base": "http://localhost:8000/v1"}, constraints.NONE),
+        ("openai/my-model", {"constrain": "schema"}, constraints.SCHEMA),
+        ("lm_studio/qwen2.5-7b", {}, constraints.SCHEMA),
+        ("ollama/llama3", {}, constraints.NONE),
+        ("anthropic/claude-3-5-haiku-latest", {}, constraints.NONE),
+    ],
+)
+def test_each_model_gets_the_constraint_its_provider_takes(name, settings_, kind):
+    assert constraints.form(name, settings_) == kind
+
+
+def test_takes_schema_agrees_with_litellm():
+    litellm = pytest.importorskip("litellm")
+    names = [
+        "openai/gpt-4o-mini",
+        "gpt-4o",
+        "openai/my-model",
+        "anthropic/claude-3-5-haiku-latest",
+        "gemini/gemini-1.5-flash",
+        "ollama/llama3",
+        "lm_studio/anything",
+        "fireworks_ai/accounts/fireworks/models/llama-v3p1-8b-instruct",
+        "groq/llama-3.1-8b-instant",
+        "mistral/mistral-small-latest",
+    ]
+    assert {n: constraints.takes_schema(n) for n in names} == {n: litellm.supports_response_schema(n) for n in names}
+
+
+def replies_by_body(body: dict) -> str:
+    """What a provider that keeps to a JSON Schema answers: one value per property, else plain text."""
+    schema = (body.get("response_format") or {}).get("json_schema", {}).get("schema")
+    if schema is None:
+        return "Yes, it is."
+    return json.dumps({name: "Yes" if "enum" in p else "because" for name, p in schema["properties"].items()})
+
+
+def test_response_format_is_sent_only_where_the_provider_takes_one():
+    """A model litellm lists as taking a JSON Schema gets one and its JSON is read back as the text form;
+    one it does not know gets none, unless its block says `constrain = schema`; `constrain = off` sends none."""
+    shape = node_shape(output_type("choice", ("Yes", "No")))
+    server = FakeServer(reply=lambda messages: replies_by_body(server.bodies[-1]))  # bodies are kept first
+
+    async def ask(name: str, **extra):
+        spec = ModelSpec("forward", name, MappingProxyType({"api_base": server.url, "temperature": 0, **extra}))
+        return await LLM({"forward": spec}).complete("forward", "Is it? Answer Yes or No first.", shape)
+
+    cases = [
+        ("openai/gpt-4o-mini", {}),
+        ("openai/my-model", {}),
+        ("openai/my-model", {"constrain": "schema"}),
+        ("openai/gpt-4o-mini", {"constrain": "off"}),
+    ]
+    with server:
+        texts = [asyncio.run(ask(name, **extra)).text for name, extra in cases]
+        formats = [body.get("response_format") for body in server.bodies]
+        sent = [set(body) for body in server.bodies]
+    assert [f is not None for f in formats] == [True, False, True, False]
+    assert formats[0] == {
+        "type": "json_schema",
+        "json_schema": {"name": "reply", "strict": True, "schema": shape.schema()},
+    }
+    assert texts == ["Yes\nbecause", "Yes, it is.", "Yes\nbecause", "Yes, it is."]
+    assert not any("constrain" in keys or "grammar" in keys for keys in sent)  # sbpc's setting, never sent
+
+
+def test_the_constraint_is_part_of_the_cache_key(tmp_path):
+    """A constrained reply is never served for an unconstrained request of the same prompt."""
+    from sembp_dsl.models.cache import ResponseCache
+
+    shape = node_shape(output_type("choice", ("Yes", "No")))
+    with FakeServer(reply=lambda messages: '{"answer": "No", "reason": "r"}') as server:
+
+        async def ask(llm: LLM, with_shape: bool):
+            return await llm.complete("forward", "Is it?", shape if with_shape else None)
+
+        spec = ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": server.url}))
+        cache = ResponseCache(tmp_path / "c.sqlite")
+        llm = LLM({"forward": spec}, cache=cache)
+        first = asyncio.run(ask(llm, True))
+        again = asyncio.run(ask(llm, True))
+        plain = asyncio.run(ask(llm, False))
+    assert (first.text, again.cached) == ("No\nr", True)
+    assert not plain.cached and server.requests == 2
+    assert llm.ledger.counters["constrained replies (schema)"] == 2
