@@ -242,6 +242,11 @@ def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, sc
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
     fates = [c["fate"] for it in record["iterations"] for c in it["candidates"]]
     assert fates and all(f.startswith("rejected by the gate") for f in fates)
+    # the end says so in words: what each step tried, its wins and losses, and what the gate asks
+    story = out[out.index("no prompt changed") :]
+    assert story.startswith("no prompt changed: no step passed the gate.\n")
+    assert "  iteration 1: 3 new prompts tried together (look, check, verdict_task): 0 wins, 0 losses" in story
+    assert "on the 3 validation samples" in story and "at least 4 wins and no loss" in story
 
 
 def test_only_and_frozen(tmp_path, fake_llm, script, capsys):

@@ -419,3 +419,41 @@ def test_the_constraint_is_part_of_the_cache_key(tmp_path):
     assert (first.text, again.cached) == ("No\nr", True)
     assert not plain.cached and server.requests == 2
     assert llm.ledger.counters["constrained replies (schema)"] == 2
+
+
+def test_compile_emit_constraints_prints_what_each_reply_is_held_to(capsys):
+    """The embedded model gets each grammar; a model litellm lists gets the JSON Schema; `off` gets none."""
+    from conftest import ROOT
+
+    from sembp_dsl import cli
+
+    assert cli.main(["compile", str(ROOT / "pipelines/liar.sbp"), "--emit", "constraints"]) == 0
+    out = capsys.readouterr().out
+    verdict = node_shape(output_type("choice", ("Yes", "No"))).grammar(96)
+    assert f"=== node verdict: choice(Yes, No); forward model embedded/smollm2-135m: grammar ===\n{verdict}" in out
+    assert "=== verdict: backward (all 5 hints): 5 hint lines; backward model embedded/smollm2-135m: grammar" in out
+    assert out.count(": optimizer: <prompt> block; optimizer model embedded/smollm2-135m: grammar") == 6
+    assert "statement_analysis" not in out  # a text node: any reply is one
+
+
+def test_emit_names_the_schema_or_why_there_is_none(tmp_path, capsys):
+    from sembp_dsl import cli
+
+    path = tmp_path / "p.sbp"
+    path.write_text(
+        'pipeline p "t"\ninput q: text\nparam a = "Say."\nnode n: choice(A, B) { prompt = a }\nnode j: json { prompt = a }\n'
+        "q -> n, j\noutput n\n"
+        'model forward { name = "openai/gpt-4o-mini" }\nmodel backward { name = "openai/my-model" }\n'
+        'model optimizer { name = "openai/gpt-4o-mini"  constrain = off }\n'
+    )
+    assert cli.main(["compile", str(path), "--emit", "constraints"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        '=== node n: choice(A, B); forward model openai/gpt-4o-mini: schema ===\nresponse_format = {\n  "type": "json_schema"'
+        in out
+    )
+    assert (
+        "node j: json; forward model openai/gpt-4o-mini: schema ===\n(no constraint: a JSON Schema cannot state this shape)"
+        in out
+    )
+    assert "(no constraint: constrain = off)" in out
