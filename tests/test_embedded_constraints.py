@@ -20,7 +20,10 @@ from sembp_dsl.models import embedded
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import parse_reply
 
-pytestmark = pytest.mark.skipif(not embedded.available(), reason="embedded model not installed")
+pytestmark = [
+    pytest.mark.slow,  # the real model
+    pytest.mark.skipif(not embedded.available(), reason="embedded model not installed"),
+]
 
 
 def ask(prompt: str, shape, max_tokens: int, **settings):

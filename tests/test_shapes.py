@@ -346,6 +346,7 @@ def test_each_model_gets_the_constraint_its_provider_takes(name, settings_, kind
     assert constraints.form(name, settings_) == kind
 
 
+@pytest.mark.slow  # imports litellm
 def test_takes_schema_agrees_with_litellm():
     litellm = pytest.importorskip("litellm")
     names = [
