@@ -318,3 +318,20 @@ def test_an_address_read_from_the_environment_is_left_to_litellm(tmp_path):
 
     path = write(tmp_path, {"model_list": [deployment(url="os.environ/POOL_API_BASE")]})
     assert router_config(path)["model_list"][0]["litellm_params"]["api_base"] == "os.environ/POOL_API_BASE"
+
+
+def test_a_key_read_from_an_unset_variable_is_named_in_one_line_before_any_call(tmp_path, capsys, monkeypatch):
+    """`api_key: os.environ/NAME` with NAME unset gave 92 litellm error blocks over 25 s, the last one
+    blaming OPENAI_API_KEY."""
+    monkeypatch.delenv("SBPC_UNSET_KEY", raising=False)
+    with FakeServer(reply="ok") as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url, api_key="os.environ/SBPC_UNSET_KEY")]})
+        (tmp_path / "toy.sbp").write_text(TOY + f'model {{ name = "pool"  router = "{path}" }}\n')
+        start = time.perf_counter()
+        code = cli.main(["run", str(tmp_path / "toy.sbp"), "--input", "q=is it?", "--no-cache"])
+        assert server.requests == 0
+    error = capsys.readouterr().err
+    assert code == 1 and time.perf_counter() - start < 20
+    lines = [line for line in error.splitlines() if "SBPC_UNSET_KEY" in line]
+    assert len(lines) == 1 and path in lines[0] and "$SBPC_UNSET_KEY, which is not set" in lines[0], error
+    assert "OPENAI_API_KEY" not in error and "Traceback" not in error

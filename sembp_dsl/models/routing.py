@@ -95,6 +95,9 @@ class Routers:
         path = router
         built = self._routers.get(path)
         if built is None:
+            unset = unset_variable(self.config(path))
+            if unset:  # litellm would send without a key and blame OPENAI_API_KEY, once per deployment and retry
+                raise RouterConfigError(f"router config {path}: {unset}")
             built = self._routers[path] = load_router(path, self.config(path), self.fast, self.count)
         if model not in self._groups[path]:  # litellm would say "no healthy deployments", once per call
             raise RouterConfigError(f"router config {path}: {one_of(model, 'model group', sorted(self._groups[path]))}")
@@ -394,6 +397,22 @@ def _values_beyond(value: Any, limit: int) -> bool:
         elif isinstance(item, list):
             stack.extend(item)
     return False
+
+
+def unset_variable(config: dict) -> str | None:
+    """The first `os.environ/NAME` of a deployment whose variable is not set, in words; None when all are."""
+    for index, deployment in enumerate(config["model_list"]):
+        for key in ("api_key", "api_base"):
+            value = deployment["litellm_params"].get(key)
+            if isinstance(value, str) and value.startswith("os.environ/"):
+                name = value.removeprefix("os.environ/")
+                if not os.environ.get(name):
+                    return (
+                        f"deployment {index + 1} of model group '{deployment['model_name']}' reads its {key} from "
+                        f"${name}, which is not set (export {name}=<your {'key' if key == 'api_key' else 'URL'}>"
+                        + ("; a local server accepts any value)" if key == "api_key" else ")")
+                    )
+    return None
 
 
 def model_groups(config: dict) -> frozenset[str]:
