@@ -134,10 +134,23 @@ def _models(
         own = {"name": own} if isinstance(own, str) else dict(own)
         name = own.pop("name", None) or model or spec.name
         settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
+        if spec.name and name and provider(name) != provider(spec.name) and not api_base:
+            for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
+                if key not in own:
+                    settings.pop(key, None)
         if "router" in spec.settings and "router" not in own:
             settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
         models[role] = ModelSpec(role, name, settings)
     return models
+
+
+#: A model block's settings that say which server answers and with which key: they belong to its provider.
+SERVER_SETTINGS = ("api_base", "api_key_env")
+
+
+def provider(model: str) -> str:
+    """A litellm model string's provider: its prefix (`ollama/llama3`: ollama); a bare name is OpenAI's."""
+    return model.split("/", 1)[0] if "/" in model else "openai"
 
 
 @dataclass(frozen=True)

@@ -771,3 +771,31 @@ def test_serve_logs_malformed_http_in_one_line_without_a_traceback(triage, capsy
     err = capsys.readouterr().err
     assert "Error handling request from 127.0.0.1: 400, message: Invalid header token" in err
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "model, kept",
+    [("ollama/llama3", False), ("anthropic/claude-3-haiku", False), ("openai/other", True)],
+)
+def test_a_model_of_another_provider_does_not_inherit_the_files_server(tmp_path, model, kept):
+    """`--model ollama/llama3` kept the file's OpenAI-compatible api_base (and key variable): its requests
+    went to the wrong server and scored 0 on empty replies."""
+    from fake_server import FakeServer
+
+    with FakeServer(reply="Yes") as server:
+        path = tmp_path / "toy.sbp"
+        path.write_text(
+            TRIAGE_TEXT
+            + f'\nmodel {{ name = "openai/fake"  api_base = "{server.url}"  api_key_env = "OPENAI_API_KEY" }}\n'
+        )
+        for pipeline in (sbp.load(path, model=model, cache=False), sbp.load(path, roles={"forward": model})):
+            settings = pipeline._session.models["forward"].settings
+            assert ("api_base" in settings, "api_key_env" in settings) == (kept, kept)
+            assert pipeline._session.models["backward"].settings.get("api_base") == (
+                server.url if kept or pipeline.models["backward"] == "openai/fake" else None
+            )
+        given = sbp.load(path, model=model, api_base=server.url, cache=False)
+        assert given._session.models["forward"].settings["api_base"] == server.url  # a flag always applies
+        if kept:  # the same provider still goes to the file's server
+            with sbp.load(path, model=model, cache=False) as pipeline:
+                assert pipeline(ticket="it crashed").output == "Yes" and server.requests == 2  # a call per node
