@@ -536,3 +536,35 @@ def test_an_api_base_without_http_is_refused_before_any_call_saying_add_http(tmp
     error = capsys.readouterr().err
     assert code in (1, 2) and "no scheme: add http://" in error and time.perf_counter() - start < 5, error
     assert ("E069" in error) == (where == "file")
+
+
+def test_https_to_an_http_server_says_use_http_at_once(tmp_path, capsys, monkeypatch):
+    """`https://` against an http server printed nothing for over 120 s (a handshake the server never
+    finishes, waited on for the whole timeout, 5 times): the TLS mismatch is named in one line, no retry."""
+    from sembp_dsl.models import transport
+
+    monkeypatch.setattr(transport, "CONNECT_TIMEOUT", 1.0)
+    with FakeServer(reply="Yes") as server:
+        https = server.url.replace("http://", "https://")
+        start = time.perf_counter()
+        code = cli.main(["run", pipeline(tmp_path, https), "--input", "q=is it?", "--no-cache"])
+        error = capsys.readouterr().err
+    assert code == 1 and time.perf_counter() - start < 8, error
+    assert f"the server speaks http, not https (use {server.url})" in error and "retries" not in error
+
+
+def test_a_connection_that_never_opens_stops_after_the_connect_timeout(monkeypatch):
+    """A connection that never opens (here a TLS handshake nobody answers) was waited on for the whole call
+    timeout, on every retry: before any call succeeded, it is a wrong address, as a refused connection is."""
+    import socket
+
+    from sembp_dsl.models import transport
+
+    monkeypatch.setattr(transport, "CONNECT_TIMEOUT", 0.5)
+    monkeypatch.setattr(transport, "PROBE_TIMEOUT", 0.5)
+    with socket.create_server(("127.0.0.1", 0)) as silent:  # accepts connections, never says a word
+        llm = LLM(models(f"https://127.0.0.1:{silent.getsockname()[1]}/v1"), timeout=30, backoff=0)
+        start = time.perf_counter()
+        with pytest.raises(LLMError, match="no connection within 0.5 s"):
+            llm.run(llm.complete("forward", "hello"))
+    assert time.perf_counter() - start < 5 and llm.ledger.roles["forward"].retries == 0

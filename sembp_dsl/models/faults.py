@@ -88,6 +88,21 @@ class CallError(Exception):
         self.name = name or (LITELLM_NAMES.get(status_code, "APIError") if status_code is not None else "APIError")
 
 
+class NoConnection(CallError):
+    """No connection within the connect timeout: a wrong address until the server has answered once."""
+
+    def __init__(self, message: str):
+        super().__init__(message, name="APIConnectionError")
+
+
+class PlainHttp(CallError):
+    """An https:// address whose server speaks plain http: no request can succeed until the URL says http://."""
+
+    def __init__(self, url: str):
+        super().__init__("the server speaks http, not https", name="APIConnectionError")
+        self.hint = f"use {url}"
+
+
 def is_call_error(exc: BaseException) -> bool:
     """A failed call (ours, or litellm's, whose errors all derive from openai's), not a bug."""
     openai = sys.modules.get("openai")  # never imported here: if it is not loaded, litellm raised nothing
@@ -199,6 +214,8 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
 
     if isinstance(exc, BadReply):
         return failure(TRANSIENT)
+    if isinstance(exc, PlainHttp):
+        return failure(CONFIG, exc.hint)
     unreachable = _unreachable(exc)
     if unreachable:
         status, message = None, unreachable
@@ -229,6 +246,8 @@ def _unreachable(exc: BaseException | None) -> str | None:
                 return "connection refused: nothing listens at this address"
             if isinstance(e, gaierror):
                 return "unknown host"
+            if isinstance(e, NoConnection):
+                return e.message
         exc = exc.__cause__ or exc.__context__
     return None
 

@@ -30,13 +30,17 @@ from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
 from yarl import URL  # noqa: E402
 
 from . import embedded, prices
-from .faults import BadReply, CallError, first_line, redact
+from .faults import BadReply, CallError, NoConnection, PlainHttp, first_line, redact
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
 OPENAI_BASE = "https://api.openai.com/v1"
 #: OpenAI models whose parameters litellm rewrites (max_tokens -> max_completion_tokens, no temperature):
 #: they take litellm's path.
 REWRITTEN = re.compile(r"^(?:o\d|gpt-5)")
+#: Seconds to wait for a connection (TCP and TLS): a server that is up connects within milliseconds, and a
+#: wrong address (or https:// to an http server, whose handshake never ends) should not cost a whole timeout.
+CONNECT_TIMEOUT = 10.0
+PROBE_TIMEOUT = 3.0  # seconds for the plain http request that tells an http server behind an https:// URL
 
 
 class Reply(NamedTuple):
@@ -170,10 +174,17 @@ class FastPath:
                 headers=headers,
                 proxy=route.proxy,
                 proxy_auth=route.proxy_auth,
-                timeout=aiohttp.ClientTimeout(total=timeout),
+                timeout=aiohttp.ClientTimeout(total=timeout, connect=min(timeout, CONNECT_TIMEOUT)),
             ) as resp:
                 payload = await resp.read()
                 status, resp_headers, reason = resp.status, dict(resp.headers), resp.reason
+        except (aiohttp.ServerTimeoutError, aiohttp.ClientSSLError) as exc:  # before a request went out
+            if route.url.startswith("https://") and await self._speaks_http(route.url):
+                base = str(redact(route.url)).removesuffix("/chat/completions")
+                raise PlainHttp("http://" + base.removeprefix("https://")) from exc
+            if isinstance(exc, aiohttp.ClientSSLError):
+                raise CallError(str(exc) or type(exc).__name__, name="APIConnectionError") from exc
+            raise NoConnection(f"no connection within {min(timeout, CONNECT_TIMEOUT):g} s") from exc
         except asyncio.TimeoutError as exc:
             raise CallError(f"Request timed out after {timeout} s", name="Timeout") from exc
         except aiohttp.ClientError as exc:
@@ -181,6 +192,15 @@ class FastPath:
         if status >= 400:
             raise CallError(_error_message(payload, status, reason), status, resp_headers)
         return _reply(_completion(payload), route.model)
+
+    async def _speaks_http(self, url: str) -> bool:
+        """Whether the server of an https:// URL answers a plain http request (then TLS can never work)."""
+        plain = "http://" + url.removeprefix("https://")
+        try:
+            async with self._session().get(plain, timeout=aiohttp.ClientTimeout(total=PROBE_TIMEOUT)) as resp:
+                return resp.status > 0
+        except (aiohttp.ClientError, asyncio.TimeoutError):
+            return False
 
 
 def _env_snapshot() -> tuple:
