@@ -83,18 +83,21 @@ def _report(diagnostics, text) -> None:
         )
 
 
+def router_problem(path: str) -> str | None:
+    """What makes a router file unusable, for check and the language server (routing is imported only for
+    a pipeline that names a router file; it reads the file without litellm)."""
+    from ..models import routing
+
+    return routing.router_problem(path)
+
+
 def cmd_check(args) -> int:
     from ..language.source import diagnose_file
-
-    def router_problem(path: str) -> str | None:  # imported only for a pipeline that names a router file
-        from ..models import routing
-
-        return routing.router_problem(path)
 
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text = diagnose_file(path, router_problem)
+        diagnostics, text, _ = diagnose_file(path, router_problem)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -151,6 +154,12 @@ def cmd_fmt(args) -> int:
     if dry and changed:
         return 1
     return 1 if failed else 0
+
+
+def cmd_lsp(args) -> int:
+    from .lsp import serve
+
+    return serve()
 
 
 def cmd_explain(args) -> int:
@@ -452,6 +461,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     fmt.add_argument("--diff", action="store_true", help="write nothing; print what would change as a unified diff")
     fmt.set_defaults(run=cmd_fmt)
+
+    lsp = sub.add_parser(
+        "lsp",
+        help="run the language server (LSP, on stdin/stdout) for editors",
+        description="A Language Server Protocol server on standard input and output, for .sbp (and .yaml) files:\n"
+        "diagnostics as you type (those of `sbpc check`), hover, go to definition, references, rename,\n"
+        "completion, the outline, and formatting (`sbpc fmt`). Your editor starts it; docs/editors.md says how.\n"
+        "Needs the lsp extra: pip install 'sbpc[lsp]'.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    lsp.add_argument(
+        "--stdio",
+        action="store_true",
+        help="talk over stdin/stdout (the default and only way; for editors that pass it)",
+    )
+    lsp.set_defaults(run=cmd_lsp)
 
     explain = sub.add_parser(
         "explain",

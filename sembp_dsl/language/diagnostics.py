@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 from ..errors import SbpcError
 from .codes import CODES
-from .ir import Span
+from .ir import Pipeline, Span
 
 SOURCE_CONTEXT = 60  # characters of a long source line shown either side of the error
 INVISIBLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff\ud800-\udfff]")
@@ -77,13 +77,15 @@ def _located(span: Span | None, file: str, kind: str, message: str, text: str | 
 
 
 class PipelineError(SbpcError):
-    """Raised with every diagnostic found, so callers can report them all at once."""
+    """Raised with every diagnostic found, so callers can report them all at once. `partial` is what did
+    parse of a file with broken statements (those left out, every span still true), for an editor."""
 
-    def __init__(self, diagnostics: list[Diagnostic], text: str | None = None):
+    def __init__(self, diagnostics: list[Diagnostic], text: str | None = None, partial: Pipeline | None = None):
         # str() names where, as `sbpc check` would (a log line "no such file" says not which); render() gives all
         super().__init__(diagnostics[0].render(None).splitlines()[0] if diagnostics else "invalid pipeline")
         self.diagnostics = diagnostics
         self.text = text
+        self.partial = partial
 
     def render(self) -> str:
         return "\n".join(d.render(self.text) for d in self.diagnostics)

@@ -128,7 +128,8 @@ class Graph:
         return tuple(n for n in self.nodes.values() if n.param == param)
 
 
-def _models(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
+def model_specs(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
+    """Each role's model: the built-in defaults, then unnamed model blocks, then the role's own, key by key."""
     shared = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name is None for s in b.settings}
     models = {}
     for role in MODEL_ROLES:
@@ -188,7 +189,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         trainable=tuple(p.name for p in pipeline.params if not p.frozen and p.name in used),
         metric=analysis.metric,
         answer_field=output.field,
-        models=MappingProxyType(_models(pipeline)),
+        models=MappingProxyType(model_specs(pipeline)),
         optimize=Method().changed(
             {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
         ),

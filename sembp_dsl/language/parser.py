@@ -197,10 +197,14 @@ _BUILDER = Builder()
 _PARSING = threading.Lock()
 
 
+def grammar() -> str:
+    """The grammar of .sbp (grammar/sbp.lark), which syntax.py also parses with."""
+    return resources.files("sembp_dsl.language").joinpath("grammar/sbp.lark").read_text(encoding="utf-8")
+
+
 @cache
 def _lark() -> Lark:
-    grammar = resources.files("sembp_dsl.language").joinpath("grammar/sbp.lark").read_text(encoding="utf-8")
-    return Lark(grammar, parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
+    return Lark(grammar(), parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
 
 
 def _describe(terminal: str) -> str:
@@ -345,9 +349,8 @@ def _parse(text: str, file: str) -> ir.Pipeline:
             headerless = isinstance(exc, UnexpectedToken) and "PIPELINE" in _expected(exc)
             attempt = _mask_statement(attempt, offset) if offset < len(text) and not headerless else None
             continue
-        if syntax:
-            break
-        if _BUILDER.errors:
-            raise PipelineError(_BUILDER.errors, text)
-        return replace(pipeline, path=file, text=text)
+        pipeline = replace(pipeline, path=file, text=text)
+        if syntax or _BUILDER.errors:
+            raise PipelineError(syntax or _BUILDER.errors, text, partial=pipeline)
+        return pipeline
     raise PipelineError(syntax, text)

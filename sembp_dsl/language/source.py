@@ -6,6 +6,7 @@ import os
 import stat
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from . import ir
 from .checker import check
@@ -129,14 +130,22 @@ def parse_text(text: str, path: str) -> ir.Pipeline:
 RouterCheck = Callable[[str], "str | None"]
 
 
-def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) -> tuple[list[Diagnostic], str]:
-    """What `sbpc check` reports on this text (in the syntax its file name says): every diagnostic, and the
-    text their spans point into (lone carriage returns made newlines). With `router_problem`, the router
-    files the model blocks name (beside the pipeline) are checked too."""
+class Diagnosis(NamedTuple):
+    """What `sbpc check` finds in a text: every diagnostic, the text their spans point into (lone carriage
+    returns made newlines), and the IR of what parsed (without broken statements; None when nothing did)."""
+
+    diagnostics: list[Diagnostic]
+    text: str | None
+    pipeline: ir.Pipeline | None
+
+
+def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) -> Diagnosis:
+    """What `sbpc check` reports on this text, in the syntax its file name says. With `router_problem`, the
+    router files the model blocks name (beside the pipeline) are checked too."""
     try:
         pipeline = parse_text(text, path)
     except PipelineError as exc:
-        return exc.diagnostics, exc.text if exc.text is not None else text
+        return Diagnosis(exc.diagnostics, exc.text if exc.text is not None else text, exc.partial)
     diagnostics = check(pipeline)[1]
     if router_problem is not None:
         for block in pipeline.blocks:
@@ -145,15 +154,15 @@ def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) ->
                     problem = router_problem(os.path.join(os.path.dirname(os.path.abspath(path)), s.value))
                     if problem:
                         diagnostics.append(diagnostic("E070", s.value_span, problem, file=path))
-    return diagnostics, pipeline.text
+    return Diagnosis(diagnostics, pipeline.text, pipeline)
 
 
-def diagnose_file(path: str, router_problem: RouterCheck | None = None) -> tuple[list[Diagnostic], str | None]:
+def diagnose_file(path: str, router_problem: RouterCheck | None = None) -> Diagnosis:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
         text = read(path)
     except PipelineError as exc:
-        return exc.diagnostics, exc.text
+        return Diagnosis(exc.diagnostics, exc.text, None)
     return diagnose(text, path, router_problem)
 
 

@@ -12,9 +12,10 @@ import re
 import threading
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 
 from lark import Lark, Token, Tree
+
+from .parser import grammar
 
 COMMENT = re.compile(r"#[^\n]*")
 STRINGS = ("STRING", "BLOCK_STRING")
@@ -101,9 +102,8 @@ _BUILDING = threading.Lock()
 @cache
 def _tree_parser() -> Lark:
     with _BUILDING:
-        grammar = resources.files("sembp_dsl.language").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
         return Lark(
-            grammar, parser="lalr", lexer="contextual", keep_all_tokens=True, propagate_positions=True, cache=True
+            grammar(), parser="lalr", lexer="contextual", keep_all_tokens=True, propagate_positions=True, cache=True
         )
 
 

@@ -1,0 +1,316 @@
+"""`sbpc lsp`: a Language Server Protocol server on standard input and output, over language/editor.py.
+
+It gives diagnostics as you type (exactly those of `sbpc check`, with their codes), hover, definition,
+references, rename, completion, the outline and formatting (`sbpc fmt`). Each version of a file is
+read once; every request answers from that reading. Nothing here imports the model runtime, and no
+file, however broken or hostile, stops the server: a request that fails is logged and answered empty.
+The protocol library, pygls, is an extra: `pip install 'sbpc[lsp]'`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import re
+from collections.abc import Callable
+from functools import wraps
+from typing import TypeVar
+
+from .. import __version__
+from ..language.diagnostics import Diagnostic
+from ..language.editor import Document, Occurrence, RenameError, Symbol
+
+T = TypeVar("T")
+log = logging.getLogger("sbpc.lsp")
+LINE_BREAK = re.compile(r"\r\n|\r|\n")  # what LSP counts as line ends, no more (not \x85 nor \u2028)
+
+
+class Lines:
+    """Offsets <-> LSP positions of one text, in the units the client and server agreed on."""
+
+    def __init__(self, text: str, encoding: str):
+        self.text = text
+        self.starts = [0] + [m.end() for m in LINE_BREAK.finditer(text)]
+        self.encoding = encoding
+
+    def units(self, text: str) -> int:
+        if self.encoding == "utf-8":
+            return len(text.encode("utf-8", "surrogatepass"))
+        if self.encoding == "utf-32":
+            return len(text)
+        return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
+
+    def position(self, offset: int):
+        from lsprotocol import types
+
+        offset = max(0, min(offset, len(self.text)))
+        line = bisect.bisect_right(self.starts, offset) - 1
+        return types.Position(line, self.units(self.text[self.starts[line] : offset]))
+
+    def range(self, start: int, end: int):
+        from lsprotocol import types
+
+        return types.Range(self.position(start), self.position(end))
+
+    def offset(self, position) -> int:
+        if position.line >= len(self.starts):
+            return len(self.text)
+        start = self.starts[position.line]
+        end = self.starts[position.line + 1] if position.line + 1 < len(self.starts) else len(self.text)
+        line = LINE_BREAK.sub("", self.text[start:end])
+        units = 0
+        for index, char in enumerate(line):
+            if units >= position.character:
+                return start + index
+            units += self.units(char)
+        return start + len(line)
+
+
+def quietly(default: Callable[[], T]):
+    """A handler that logs what goes wrong and answers `default()`: no file may take the server down."""
+
+    def wrap(handler):
+        @wraps(handler)
+        def guarded(*args, **kwargs):
+            try:
+                return handler(*args, **kwargs)
+            except Exception as exc:
+                if type(exc).__name__.startswith("JsonRpc"):
+                    raise  # an answer for the client, such as a rename refused
+                log.exception("sbpc lsp: %s failed", handler.__name__)
+                return default()
+
+        return guarded
+
+    return wrap
+
+
+REQUEST_FAILED = -32803  # LSP's code for a request the server understood and refuses, such as a rename
+
+
+def refusals_unlogged(record: logging.LogRecord) -> bool:
+    """pygls logs every error answer with a traceback; a refused rename is an answer, not a failure."""
+    error = record.exc_info[1] if record.exc_info else None
+    return getattr(error, "code", None) != REQUEST_FAILED
+
+
+def build_server():
+    """The server, its features registered (pygls is imported here, by `sbpc lsp` alone)."""
+    from lsprotocol import types
+    from pygls.exceptions import JsonRpcException
+    from pygls.lsp.server import LanguageServer
+    from pygls.uris import to_fs_path
+
+    server = LanguageServer("sbpc", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(refusals_unlogged)
+    documents: dict[str, tuple[Document, Lines]] = {}
+
+    def path_of(uri: str, language: str | None = None) -> str:
+        path = to_fs_path(uri) or uri
+        if not path.endswith((".sbp", ".yaml", ".yml")) and language != "yaml":
+            path += ".sbp"  # an unsaved buffer, or a file named otherwise that the editor calls sbp
+        return path
+
+    def analyse(uri: str, text: str, version: int | None, language: str | None = None) -> None:
+        previous = documents.get(uri)
+        path = previous[0].path if previous and language is None else path_of(uri, language)
+        document = Document(text, path)
+        lines = Lines(text, str(server.workspace.position_encoding or "utf-16"))
+        documents[uri] = (document, lines)
+        server.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri, [lsp_diagnostic(uri, d, lines) for d in document.diagnostics], version)
+        )
+
+    def lsp_diagnostic(uri: str, d: Diagnostic, lines: Lines) -> types.Diagnostic:
+        where = lines.range(d.span.start, d.span.end) if d.span else lines.range(0, 0)
+        return types.Diagnostic(
+            where,
+            d.message + (f"\nhelp: {d.help}" if d.help else ""),
+            severity=types.DiagnosticSeverity.Error if d.severity == "error" else types.DiagnosticSeverity.Warning,
+            code=d.code or None,
+            source="sbpc",
+            related_information=[
+                types.DiagnosticRelatedInformation(
+                    types.Location(uri, lines.range(n.span.start, n.span.end)), n.message
+                )
+                for n in d.notes
+            ]
+            or None,
+        )
+
+    def at(uri: str, position) -> tuple[Document, Lines, int] | None:
+        found = documents.get(uri)
+        if found is None:
+            return None
+        document, lines = found
+        return document, lines, lines.offset(position)
+
+    def location(uri: str, lines: Lines, o: Occurrence) -> types.Location:
+        return types.Location(uri, lines.range(o.start, o.end))
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    @quietly(lambda: None)
+    def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        analyse(item.uri, item.text, item.version, item.language_id)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    @quietly(lambda: None)
+    def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
+        for change in params.content_changes:  # full sync: each change is the whole text
+            analyse(params.text_document.uri, change.text, params.text_document.version)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    @quietly(lambda: None)
+    def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
+        documents.pop(params.text_document.uri, None)
+        server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(params.text_document.uri, []))
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    @quietly(lambda: None)
+    def hover(ls, params: types.HoverParams) -> types.Hover | None:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return None
+        document, lines, offset = found
+        text = document.hover(offset)
+        if text is None:
+            return None
+        occurrence = document.at(offset)
+        where = lines.range(occurrence.start, occurrence.end) if occurrence else None
+        return types.Hover(types.MarkupContent(types.MarkupKind.Markdown, text), where)
+
+    @server.feature(types.TEXT_DOCUMENT_DEFINITION)
+    @quietly(list)
+    def definition(ls, params: types.DefinitionParams) -> list[types.Location]:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return []
+        document, lines, offset = found
+        return [location(params.text_document.uri, lines, o) for o in document.definition(offset)]
+
+    @server.feature(types.TEXT_DOCUMENT_REFERENCES)
+    @quietly(list)
+    def references(ls, params: types.ReferenceParams) -> list[types.Location]:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return []
+        document, lines, offset = found
+        occurrences = document.references(offset, params.context.include_declaration)
+        return [location(params.text_document.uri, lines, o) for o in occurrences]
+
+    @server.feature(types.TEXT_DOCUMENT_PREPARE_RENAME)
+    @quietly(lambda: None)
+    def prepare_rename(ls, params: types.PrepareRenameParams) -> types.Range | None:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return None
+        document, lines, offset = found
+        try:
+            occurrence = document.prepare_rename(offset)
+        except RenameError as exc:
+            raise JsonRpcException(str(exc), code=REQUEST_FAILED) from None  # the client shows why
+        return lines.range(occurrence.start, occurrence.end)
+
+    @server.feature(types.TEXT_DOCUMENT_RENAME)
+    @quietly(lambda: None)
+    def rename(ls, params: types.RenameParams) -> types.WorkspaceEdit | None:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return None
+        document, lines, offset = found
+        try:
+            occurrences = document.rename(offset, params.new_name)
+        except RenameError as exc:
+            raise JsonRpcException(str(exc), code=REQUEST_FAILED) from None
+        edits = [types.TextEdit(lines.range(o.start, o.end), params.new_name) for o in occurrences]
+        return types.WorkspaceEdit(changes={params.text_document.uri: edits})
+
+    kinds = {
+        "keyword": types.CompletionItemKind.Keyword,
+        "param": types.CompletionItemKind.Constant,
+        "template": types.CompletionItemKind.Module,
+        "node": types.CompletionItemKind.Function,
+        "input": types.CompletionItemKind.Variable,
+        "setting": types.CompletionItemKind.Property,
+        "value": types.CompletionItemKind.EnumMember,
+        "type": types.CompletionItemKind.TypeParameter,
+        "metric": types.CompletionItemKind.EnumMember,
+        "model": types.CompletionItemKind.Class,
+        "variable": types.CompletionItemKind.Variable,
+    }
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["{", "=", ">"]))
+    @quietly(lambda: None)
+    def completion(ls, params: types.CompletionParams) -> types.CompletionList | None:
+        found = at(params.text_document.uri, params.position)
+        if found is None:
+            return None
+        document, _, offset = found
+        items = [
+            types.CompletionItem(
+                c.label, kind=kinds.get(c.kind), detail=c.detail or c.kind, insert_text=c.insert or None
+            )
+            for c in document.completions(offset)
+        ]
+        return types.CompletionList(is_incomplete=False, items=items)
+
+    symbol_kinds = {
+        "pipeline": types.SymbolKind.File,
+        "input": types.SymbolKind.Variable,
+        "param": types.SymbolKind.String,
+        "template": types.SymbolKind.Module,
+        "node": types.SymbolKind.Function,
+        "output": types.SymbolKind.Event,
+        "metric": types.SymbolKind.Enum,
+        "model": types.SymbolKind.Class,
+        "optimize": types.SymbolKind.Object,
+        "block": types.SymbolKind.Object,
+        "setting": types.SymbolKind.Property,
+    }
+
+    def document_symbol(lines: Lines, s: Symbol) -> types.DocumentSymbol:
+        return types.DocumentSymbol(
+            name=s.name,
+            kind=symbol_kinds.get(s.kind, types.SymbolKind.Object),
+            range=lines.range(s.start, s.end),
+            selection_range=lines.range(s.name_start, s.name_end),
+            detail=s.detail or s.kind,
+            children=[document_symbol(lines, child) for child in s.children] or None,
+        )
+
+    @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+    @quietly(list)
+    def symbols(ls, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol]:
+        found = documents.get(params.text_document.uri)
+        if found is None:
+            return []
+        document, lines = found
+        return [document_symbol(lines, s) for s in document.symbols()]
+
+    @server.feature(types.TEXT_DOCUMENT_FORMATTING)
+    @quietly(list)
+    def formatting(ls, params: types.DocumentFormattingParams) -> list[types.TextEdit]:
+        found = documents.get(params.text_document.uri)
+        if found is None:
+            return []
+        document, lines = found
+        new = document.formatted()
+        if new is None or new == document.text:
+            return []
+        return [types.TextEdit(lines.range(0, len(document.text)), new)]
+
+    return server
+
+
+def serve() -> int:
+    """`sbpc lsp`: serve on stdio until the client says exit."""
+    try:
+        server = build_server()
+    except ImportError:
+        import sys
+
+        print("sbpc: error: sbpc lsp needs pygls: pip install 'sbpc[lsp]'", file=sys.stderr)
+        return 1
+    server.start_io()
+    return 0

@@ -1,0 +1,542 @@
+"""What an editor asks about a pipeline file, answered from the IR: where each name is declared and used,
+what to show on hover, what to complete, the outline, a rename's edits, the formatted text.
+
+`Document` reads one version of a file once: the diagnostics `sbpc check` gives, the IR of what parsed
+(a file with a broken statement still has the rest), and every occurrence of every name. Names live in
+namespaces: inputs and nodes share one ("node"), params, templates and model roles have their own. A
+template's variables (`{{ statement }}`) are occurrences of the inputs and nodes they name, so a rename
+reaches them. The language server (cli/lsp.py) turns these answers into LSP messages; all offsets here
+are character offsets into the text.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from lark.exceptions import LarkError
+
+from . import ir
+from .checker import BLOCKS, IDENTIFIER, MODEL_ROLES, NODE_SETTINGS, RESERVED, Analysis, check
+from .diagnostics import Diagnostic, PipelineError
+from .fmt import format_text
+from .graph import model_specs
+from .method import SETTINGS as METHOD
+from .metrics import METRICS
+from .source import diagnose
+from .syntax import read
+from .templates import BUILTIN, ENV, TemplateProblem, variables
+
+# A node setting whose value names something declared elsewhere: the namespace it names.
+REFERENCES = {"prompt": "param", "template": "template", "model": "model"}
+KEYWORDS = ("input", "param", "frozen param", "template", "node", "output", "metric", "model", "optimize")
+TYPES = ("text", "number", "json", "choice()")
+SETTING_HELP = {
+    "prompt": "the param rendered as `{{ prompt }}` in the node's template",
+    "template": "a declared template, or inline Jinja2; default: the prompt, then one `Label: value` line per input",
+    "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
+    "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
+    "temperature": "sampling temperature, 0 to 2 (default 0)",
+    "top_p": "nucleus sampling, 0 to 1",
+    "max_tokens": "reply length limit",
+    "seed": "sampling seed",
+    "api_base": "base URL of an OpenAI-compatible server",
+    "api_key_env": "the environment variable holding this model's key",
+    "timeout": "request timeout, in seconds",
+    "stop": "one stop sequence",
+    "router": "a litellm Router config file, relative to the pipeline; `name` is one of its model groups",
+    "concurrency": "calls of this role in flight at most",
+    "rpm": "requests per minute, kept before sending",
+    "tpm": "tokens per minute, kept before sending",
+    **{name: setting.help for name, setting in METHOD.items()},
+}
+BLOCK_SETTINGS = {"node": NODE_SETTINGS, **BLOCKS}
+CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
+
+
+class RenameError(ValueError):
+    """A rename that cannot be done; the message says why."""
+
+
+@dataclass(frozen=True)
+class Occurrence:
+    namespace: str  # node (inputs too), param, template, model
+    name: str
+    start: int
+    end: int
+    declaration: bool
+
+
+@dataclass(frozen=True)
+class Symbol:
+    """An entry of the outline: a declaration, with the statement it heads."""
+
+    name: str
+    kind: str  # pipeline, input, param, template, node, output, metric, model, optimize
+    detail: str
+    start: int  # the whole statement (or the name alone, when the file does not parse)
+    end: int
+    name_start: int
+    name_end: int
+    children: tuple[Symbol, ...] = ()
+
+
+@dataclass(frozen=True)
+class Completion:
+    label: str
+    kind: str  # keyword, param, template, node, input, setting, value, type, metric, variable
+    detail: str = ""
+    insert: str = ""  # text to insert, when not the label
+
+
+@dataclass
+class Document:
+    text: str
+    path: str
+    diagnostics: list[Diagnostic] = field(init=False)
+    pipeline: ir.Pipeline | None = field(init=False)
+    source: str = field(init=False)  # the text as spans count it (lone carriage returns made newlines)
+
+    def __post_init__(self) -> None:
+        self.diagnostics, source, self.pipeline = diagnose(self.text, self.path)
+        self.source = source if source is not None and len(source) == len(self.text) else self.text
+
+    @property
+    def sbp(self) -> bool:
+        return self.path.endswith(".sbp")
+
+    # -- what is where
+
+    @cached_property
+    def occurrences(self) -> list[Occurrence]:
+        p = self.pipeline
+        if p is None:
+            return []
+        found: list[Occurrence] = []
+
+        def add(namespace: str, name: str, span: ir.Span | None, declaration: bool = False) -> None:
+            if span is not None and span.end > span.start:
+                found.append(Occurrence(namespace, name, span.start, span.end, declaration))
+
+        for item in p.inputs:
+            add("node", item.name, item.span, True)
+        for node in p.nodes:
+            add("node", node.name, node.span, True)
+        for param in p.params:
+            add("param", param.name, param.span, True)
+        for template in p.templates:
+            add("template", template.name, template.span, True)
+        for block in p.blocks:
+            if block.kind == "model":
+                add("model", block.name or "model", self.block_name(block), True)
+        for edge in p.edges:
+            for ref in (*edge.sources, *edge.targets):
+                add("node", ref.name, ref.span)
+        for output in p.outputs:
+            add("node", output.node.name, output.node.span)
+        for node in p.nodes:
+            for setting in node.settings:
+                namespace = REFERENCES.get(setting.key)
+                if namespace and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
+                    add(namespace, setting.value, self.unquoted(setting.value_span, setting.value))
+        if self.sbp:
+            for text, literal in self.jinja_sources():
+                for name, start, end in self.template_names(text, literal):
+                    found.append(Occurrence("node", name, start, end, False))
+        return sorted(found, key=lambda o: o.start)
+
+    def block_name(self, block: ir.Block) -> ir.Span:
+        """The role's name in `model forward {`, or the word `model` of an unnamed block."""
+        if block.name and self.sbp:
+            match = re.compile(r"\s*(\w+)").match(self.source, block.span.end)
+            if match and match.group(1) == block.name:
+                return ir.Span(block.span.file, 0, 0, 0, 0, match.start(1), match.end(1))
+        return block.span
+
+    def unquoted(self, span: ir.Span, value: str) -> ir.Span | None:
+        """The name inside a value written as a string (`prompt = "p"`): just the name, or nothing when the
+        literal spells it some other way."""
+        written = self.source[span.start : span.end]
+        if written == value:
+            return span
+        if written in (f'"{value}"', f"'{value}'"):
+            return ir.Span(
+                span.file, span.line, span.column + 1, span.end_line, span.end_column - 1, span.start + 1, span.end - 1
+            )
+        return None
+
+    def jinja_sources(self) -> list[tuple[str, ir.Span]]:
+        """Every text rendered as Jinja2 with a node's variables, with its literal: templates, inline
+        templates, and params holding `{`."""
+        p = self.pipeline
+        assert p is not None
+        sources = [(t.text, t.literal) for t in p.templates if t.name not in BUILTIN]
+        sources += [(param.text, param.literal) for param in p.params if "{" in param.text]
+        for node in p.nodes:
+            setting = node.setting("template")
+            if setting is not None and isinstance(setting.value, str) and not IDENTIFIER.match(setting.value):
+                sources.append((setting.value, setting.value_span))
+        return sources
+
+    def template_names(self, text: str, literal: ir.Span) -> list[tuple[str, int, int]]:
+        """The inputs and nodes a Jinja2 text reads, each where it is written in the file."""
+        try:
+            p = self.pipeline
+            assert p is not None
+            wanted = variables(text) & ({i.name for i in p.inputs} | {n.name for n in p.nodes})
+        except TemplateProblem:
+            return []
+        offsets = literal_offsets(self.source[literal.start : literal.end])
+        if not wanted or offsets is None or len(offsets) != len(text):
+            return []
+        found, cursor, previous = [], 0, ""
+        try:
+            for _, kind, value in ENV.lexer.tokeniter(text, None):
+                at = text.find(value, cursor)
+                if at < 0:
+                    break
+                cursor = at + len(value)
+                if kind == "name" and value in wanted and previous not in (".", "|", "is"):
+                    start = literal.start + offsets[at]
+                    found.append((value, start, start + len(value)))
+                if kind != "whitespace":
+                    previous = value
+        except Exception:  # a template the lexer refuses has been reported as a diagnostic already
+            return found
+        return found
+
+    def declared(self, namespace: str, name: str | None = None) -> list[Occurrence]:
+        return [o for o in self.declarations if o.namespace == namespace and (name is None or o.name == name)]
+
+    @cached_property
+    def declarations(self) -> list[Occurrence]:
+        return [o for o in self.occurrences if o.declaration]
+
+    def at(self, offset: int) -> Occurrence | None:
+        """The name at an offset (the cursor just after a name counts as on it)."""
+        for occurrence in self.occurrences:
+            if occurrence.start <= offset <= occurrence.end:
+                return occurrence
+        return None
+
+    def same(self, occurrence: Occurrence) -> list[Occurrence]:
+        return [o for o in self.occurrences if (o.namespace, o.name) == (occurrence.namespace, occurrence.name)]
+
+    # -- answers
+
+    def definition(self, offset: int) -> list[Occurrence]:
+        found = self.at(offset)
+        return self.declared(found.namespace, found.name)[:1] if found else []
+
+    def references(self, offset: int, include_declaration: bool = True) -> list[Occurrence]:
+        found = self.at(offset)
+        if found is None:
+            return []
+        return [o for o in self.same(found) if include_declaration or not o.declaration]
+
+    def rename(self, offset: int, new: str) -> list[Occurrence]:
+        """Every occurrence to write `new` over; RenameError when it cannot be done."""
+        found = self.prepare_rename(offset)
+        if not IDENTIFIER.match(new):
+            raise RenameError(f"'{new}' is not a name: a letter or _, then letters, digits or _")
+        if found.namespace == "node" and new in RESERVED:
+            raise RenameError(f"'{new}' is a reserved word and cannot name an input or node")
+        if new != found.name and self.declared(found.namespace, new):
+            raise RenameError(f"'{new}' is declared already")
+        return self.same(found)
+
+    def prepare_rename(self, offset: int) -> Occurrence:
+        if not self.sbp:
+            raise RenameError("rename works in .sbp files")
+        found = self.at(offset)
+        if found is None:
+            raise RenameError("no declared name here")
+        if found.namespace == "model":
+            raise RenameError("a model block is named by its role: forward, backward or optimizer")
+        if not self.declared(found.namespace, found.name):
+            raise RenameError(f"'{found.name}' is declared nowhere")
+        return found
+
+    def hover(self, offset: int) -> str | None:
+        found = self.at(offset)
+        if found is not None:
+            return self.describe(found.namespace, found.name)
+        key = self.setting_at(offset)
+        if key is not None:
+            return f"**{key}**: {SETTING_HELP[key]}" if key in SETTING_HELP else None
+        return None
+
+    def setting_at(self, offset: int) -> str | None:
+        if self.pipeline is None:
+            return None
+        settings = [s for n in self.pipeline.nodes for s in n.settings]
+        settings += [s for b in self.pipeline.blocks for s in b.settings]
+        return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
+
+    def describe(self, namespace: str, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        if namespace == "param":
+            param = p.param(name)
+            if param is None:
+                return None
+            users = [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
+            head = f"{'frozen ' if param.frozen else ''}param **{name}**" + (
+                " (never rewritten by the optimizer)" if param.frozen else " (the optimizer may rewrite it)"
+            )
+            return f"{head}\n\n```text\n{param.text}\n```\n\nused by: {', '.join(users) or 'no node'}"
+        if namespace == "template":
+            template = next((t for t in p.templates if t.name == name), None)
+            if template is None:
+                return None
+            try:
+                names = ", ".join(sorted(variables(template.text))) or "none"
+            except TemplateProblem as exc:
+                names = f"(does not compile: {exc.message})"
+            users = [n.name for n in p.nodes if (s := n.setting("template")) and s.value == name]
+            override = (
+                f"\n\noverrides the built-in `{name}` template; it may use {', '.join(sorted(BUILTIN[name]))}"
+                if name in BUILTIN
+                else f"\n\nused by: {', '.join(users) or 'no node'}"
+            )
+            return f"template **{name}**\n\nvariables: {names}{override}"
+        if namespace == "node":
+            return self.describe_node(name)
+        if namespace == "model":
+            role = name if name in MODEL_ROLES else None
+            spec = model_specs(p)
+            roles = [role] if role else list(MODEL_ROLES)
+            lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in roles]
+            return f"model **{name}**\n\n" + "\n".join(lines)
+        return None
+
+    def describe_node(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        item = next((i for i in p.inputs if i.name == name), None)
+        analysis = self.analysis
+        feeds = ", ".join(analysis.successors.get(name, ())) if analysis else ""
+        if item is not None:
+            field_ = f", reads the field `{item.field}`" if item.field else ""
+            return f"input **{name}**: {item.type}{field_}\n\nfeeds: {feeds or 'no node'}"
+        node = next((n for n in p.nodes if n.name == name), None)
+        if node is None:
+            return None
+        model = model_specs(p)["forward"].name or "chosen at run time (--model, or the embedded model)"
+        inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
+        lines = [f"node **{name}**: {node.type}", "", f"model: {model}", f"inputs: {inputs or 'none'}"]
+        for key in ("prompt", "template", "parse"):
+            setting = node.setting(key)
+            if setting is not None:
+                value = str(setting.value)
+                lines.append(f"{key}: {value if IDENTIFIER.match(value) else 'inline'}")
+        if feeds:
+            lines.append(f"feeds: {feeds}")
+        if p.outputs and p.outputs[0].node.name == name:
+            lines.append("the pipeline's output")
+        return "\n".join(lines[:2] + ["\n".join(f"- {line}" for line in lines[2:])])
+
+    @cached_property
+    def analysis(self) -> Analysis | None:
+        """Predecessors and successors of what parsed (the checker's, its diagnostics set aside)."""
+        if self.pipeline is None:
+            return None
+        try:
+            return check(self.pipeline)[0]
+        except Exception:  # a partial pipeline the checker cannot walk: hover goes without the edges
+            return None
+
+    # -- outline
+
+    def symbols(self) -> list[Symbol]:
+        p = self.pipeline
+        if p is None:
+            return []
+        extents = self.extents()
+        out: list[Symbol] = []
+
+        def add(name: str, kind: str, detail: str, span: ir.Span, children: tuple[Symbol, ...] = ()) -> None:
+            start, end = extents.get(span.start, (span.start, span.end))
+            out.append(Symbol(name, kind, detail, start, end, span.start, span.end, children))
+
+        add(p.name, "pipeline", p.description, p.span)
+        for item in p.inputs:
+            add(item.name, "input", str(item.type), item.span)
+        for param in p.params:
+            add(param.name, "param", "frozen" if param.frozen else "", param.span)
+        for template in p.templates:
+            add(template.name, "template", "", template.span)
+        for node in p.nodes:
+            add(node.name, "node", str(node.type), node.span, self.settings_symbols(node.settings))
+        for output in p.outputs:
+            add(output.node.name, "output", "", output.span)
+        for metric in p.metrics:
+            add(metric.name, "metric", "", metric.span)
+        for block in p.blocks:
+            label = f"{block.kind} {block.name}" if block.name else block.kind
+            add(
+                label,
+                block.kind if block.kind in ("model", "optimize") else "block",
+                "",
+                block.span,
+                self.settings_symbols(block.settings),
+            )
+        return sorted(out, key=lambda s: s.start)
+
+    def settings_symbols(self, settings: tuple[ir.Setting, ...]) -> tuple[Symbol, ...]:
+        return tuple(
+            Symbol(s.key, "setting", str(s.value)[:40], s.span.start, s.value_span.end, s.span.start, s.span.end)
+            for s in settings
+        )
+
+    def extents(self) -> dict[int, tuple[int, int]]:
+        """Statement extents by the start of the names in them (a .sbp file that parses whole)."""
+        if not self.sbp:
+            return {}
+        try:
+            statements = read(self.source).statements
+        except LarkError:  # a broken statement: the outline goes by names alone
+            return {}
+        return {token.start: (s.start, s.end) for s in statements for token in s.tokens}
+
+    # -- completion
+
+    def completions(self, offset: int) -> list[Completion]:
+        if not self.sbp:
+            return []  # YAML: its schema, in a YAML editor, completes keys
+        context = scan(self.source, offset)
+        line_start = max(self.source.rfind("\n", 0, offset) + 1, offset - CONTEXT_CHARS)
+        line = self.source[line_start:offset]  # what completion needs of a line is its end
+        names = self.names_by_namespace()
+        if context.in_string:
+            if context.in_jinja:
+                nodes = [Completion(n, k) for n, k in names["node"]]
+                return nodes + [Completion("prompt", "variable", "the node's prompt param")]
+            return []
+        if context.block is not None:
+            settings = BLOCK_SETTINGS.get(context.block, {})
+            value = re.search(r"(\w+)\s*=\s*\w*$", line)
+            if value:
+                key = value.group(1)
+                if context.block == "node" and key in REFERENCES:
+                    return [Completion(n, kind) for n, kind in names[REFERENCES[key]]]
+                accepted = settings.get(key, ())
+                if accepted and isinstance(accepted[0], str):
+                    return [Completion(word, "value") for word in accepted]
+                return []
+            if re.search(r"(^|[\s{;])\w*$", line):
+                return [Completion(key, "setting", SETTING_HELP.get(key, ""), f"{key} = ") for key in settings]
+            return []
+        if re.fullmatch(r"\s*\w*", line):  # a statement starts: a keyword, or the name an edge starts with
+            return [Completion(k, "keyword") for k in KEYWORDS] + [Completion(n, kind) for n, kind in names["node"]]
+        declaration = re.match(r"\s*(node|input|param|frozen|template|pipeline)\b", line)
+        if re.search(r"(->|,)\s*\w*$", line) and not declaration:
+            return [Completion(n, kind) for n, kind in names["node"]]
+        if re.match(r"\s*output\s+\w*$", line):
+            return [Completion(n, kind) for n, kind in names["node"] if kind == "node"]
+        if re.match(r"\s*metric\s+\w*$", line):
+            return [Completion(m, "metric") for m in METRICS]
+        if re.match(r"\s*model\s+\w*$", line):
+            return [Completion(role, "model") for role in MODEL_ROLES]
+        if re.match(r"\s*(node\s+\w+|input\s+[\w,\s]+):\s*\w*$", line):
+            return [Completion(t, "type", insert=t) for t in TYPES]
+        return []
+
+    def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
+        p = self.pipeline
+        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": []}
+        if p is None:
+            return names
+        names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
+        names["param"] = [(x.name, "param") for x in p.params]
+        names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
+        names["model"] = [(r, "model") for r in MODEL_ROLES]
+        return names
+
+    # -- formatting
+
+    def formatted(self) -> str | None:
+        """The text in the canonical layout (None: a YAML file, or one that does not parse)."""
+        if not self.sbp:
+            return None
+        try:
+            return format_text(self.text, self.path)
+        except (PipelineError, ValueError):
+            return None
+
+
+@dataclass(frozen=True)
+class Context:
+    """Where a cursor is: in which settings block (node, model, optimize), inside a string, inside `{{`."""
+
+    block: str | None
+    in_string: bool
+    in_jinja: bool
+
+
+_LEXEME = re.compile(r'"""|"(?:[^"\\\n]|\\.)*(?:"|$)|#[^\n]*|[{}]', re.M)
+
+
+def scan(text: str, offset: int) -> Context:
+    """Read up to the cursor as the lexer would, tolerating a file that is being typed."""
+    stack: list[str] = []
+    position = 0
+    while True:
+        match = _LEXEME.search(text, position, offset)
+        if match is None:
+            return Context(stack[-1] if stack else None, False, False)
+        lexeme = match.group()
+        if lexeme == '"""':
+            close = text.find('"""', match.end(), offset)
+            if close < 0:  # the cursor is inside this block string
+                body = text[match.end() : offset]
+                return Context(stack[-1] if stack else None, True, body.rfind("{{") > body.rfind("}}"))
+            position = close + 3
+            continue
+        if lexeme.startswith('"'):
+            if match.end() == offset and (len(lexeme) == 1 or not lexeme.endswith('"')):
+                body = lexeme[1:]
+                return Context(stack[-1] if stack else None, True, body.rfind("{{") > body.rfind("}}"))
+        elif lexeme == "{":
+            line_start = max(text.rfind("\n", 0, match.start()) + 1, match.start() - CONTEXT_CHARS)
+            head = text[line_start : match.start()].split()
+            stack.append("node" if head[:1] == ["node"] else head[0] if head else "")
+        elif lexeme == "}" and stack:
+            stack.pop()
+        position = match.end()
+
+
+def literal_offsets(raw: str) -> list[int] | None:
+    """For each character of the text a .sbp string literal holds, its offset in the literal (None for a
+    literal it cannot map)."""
+    if raw.startswith('"""') and raw.endswith('"""') and len(raw) >= 6:
+        body = raw[3:-3]
+        if not body.startswith(("\n", "\r\n")):
+            return [3 + i for i in range(len(body))]
+        lines, at = [], 3
+        for line in body.split("\n"):
+            lines.append((at, line.removesuffix("\r")))
+            at += len(line) + 1
+        indent = lines[-1][1]
+        out: list[int] = []
+        for index, (start, line) in enumerate(lines[1:-1]):
+            if index:
+                out.append(start - 1)  # the line break before this line
+            if line.startswith(indent):
+                out += range(start + len(indent), start + len(line))
+        return out
+    if raw.startswith('"') and raw.endswith('"') and len(raw) >= 2:
+        out, i = [], 1
+        while i < len(raw) - 1:
+            out.append(i)
+            if raw[i] != "\\":
+                i += 1
+            elif raw[i + 1] != "u":
+                i += 2
+            elif re.match(r"\\u[dD][89abAB]..\\u[dD][c-fC-F]", raw[i : i + 12]):
+                i += 12  # a surrogate pair is one character
+            else:
+                i += 6
+        return out
+    return None

@@ -1,0 +1,324 @@
+"""`sbpc lsp` end to end: a real LSP client (pygls') talks to the server over stdio, on the shipped pipelines
+and on broken files from the hostile corpus. Diagnostics are exactly `sbpc check`'s; hover, definition,
+references, rename, completion, the outline and formatting answer; no file stops the server; no model
+runtime is imported."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pygls")
+
+from lsprotocol import types  # noqa: E402
+from pygls.lsp.client import LanguageClient  # noqa: E402
+
+from sembp_dsl import cli  # noqa: E402
+from sembp_dsl.language.fmt import format_text  # noqa: E402
+from sembp_dsl.language.parser import parse  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+SHIPPED = sorted([*(ROOT / "pipelines").glob("*.sbp"), *(ROOT / "pipelines").glob("*.yaml")])
+sys.path.insert(0, str(Path(__file__).parent))
+from hostile_corpus import corpus  # noqa: E402
+
+# The server as `sbpc lsp` runs it, its stderr to a file (a pipe nobody reads could fill and block it), and
+# at exit the names of every module it imported.
+SERVER = """
+import atexit, json, os, sys
+os.dup2(os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+atexit.register(lambda: open(sys.argv[2], "w").write(json.dumps(sorted(sys.modules))))
+from sembp_dsl.cli import main
+sys.exit(main(["lsp"]))
+"""
+
+
+class Session:
+    """One server and a client talking to it; `published[uri]` holds each diagnostics notification."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.client = LanguageClient("sbpc-tests", "1")
+        self.published: dict[str, list[types.PublishDiagnosticsParams]] = {}
+        self.arrived = asyncio.Event()
+
+        @self.client.feature(types.TEXT_DOCUMENT_PUBLISH_DIAGNOSTICS)
+        def diagnostics(ls, params: types.PublishDiagnosticsParams) -> None:
+            self.published.setdefault(params.uri, []).append(params)
+            self.arrived.set()
+
+    async def __aenter__(self) -> Session:
+        log, modules = self.folder / "server.log", self.folder / "modules.json"
+        await self.client.start_io(sys.executable, "-c", SERVER, str(log), str(modules))
+        await self.client.initialize_async(
+            types.InitializeParams(capabilities=types.ClientCapabilities(), process_id=None, root_uri=None)
+        )
+        self.client.initialized(types.InitializedParams())
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await asyncio.wait_for(self.client.shutdown_async(None), 30)
+        self.client.exit(None)
+        await asyncio.wait_for(self.client.stop(), 30)
+        log = (self.folder / "server.log").read_text()
+        assert "Traceback" not in log, log[-3000:]  # no request failed inside the server, however it was caught
+
+    @property
+    def modules(self) -> list[str]:
+        return json.loads((self.folder / "modules.json").read_text())
+
+    async def diagnostics(self, uri: str, version: int) -> list[types.Diagnostic]:
+        while True:
+            for params in self.published.get(uri, []):
+                if params.version == version:
+                    return list(params.diagnostics)
+            self.arrived.clear()
+            await asyncio.wait_for(self.arrived.wait(), 60)
+
+    async def open(self, uri: str, text: str, language: str = "sbp") -> list[types.Diagnostic]:
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, language, 1, text))
+        )
+        return await self.diagnostics(uri, 1)
+
+    async def change(self, uri: str, text: str, version: int) -> list[types.Diagnostic]:
+        self.client.text_document_did_change(
+            types.DidChangeTextDocumentParams(
+                types.VersionedTextDocumentIdentifier(version=version, uri=uri),
+                [types.TextDocumentContentChangeWholeDocument(text)],
+            )
+        )
+        return await self.diagnostics(uri, version)
+
+    def doc(self, uri: str) -> types.TextDocumentIdentifier:
+        return types.TextDocumentIdentifier(uri)
+
+    async def hover(self, uri: str, at: types.Position):
+        return await self.client.text_document_hover_async(types.HoverParams(self.doc(uri), at))
+
+    async def definition(self, uri: str, at: types.Position):
+        return await self.client.text_document_definition_async(types.DefinitionParams(self.doc(uri), at))
+
+    async def references(self, uri: str, at: types.Position):
+        context = types.ReferenceContext(include_declaration=True)
+        return await self.client.text_document_references_async(types.ReferenceParams(context, self.doc(uri), at))
+
+    async def rename(self, uri: str, at: types.Position, new: str):
+        return await self.client.text_document_rename_async(types.RenameParams(self.doc(uri), at, new))
+
+    async def completion(self, uri: str, at: types.Position):
+        return await self.client.text_document_completion_async(types.CompletionParams(self.doc(uri), at))
+
+    async def symbols(self, uri: str):
+        return await self.client.text_document_document_symbol_async(types.DocumentSymbolParams(self.doc(uri)))
+
+    async def formatting(self, uri: str):
+        options = types.FormattingOptions(tab_size=2, insert_spaces=True)
+        return await self.client.text_document_formatting_async(types.DocumentFormattingParams(self.doc(uri), options))
+
+
+def run(test) -> None:
+    asyncio.run(asyncio.wait_for(test(), 300))
+
+
+def position(text: str, offset: int) -> types.Position:
+    """An LSP position of an ASCII text (UTF-16 units are characters there)."""
+    line = text.count("\n", 0, offset)
+    return types.Position(line, offset - (text.rfind("\n", 0, offset) + 1))
+
+
+def offset(text: str, at: types.Position) -> int:
+    return sum(len(line) + 1 for line in text.split("\n")[: at.line]) + at.character
+
+
+def apply(text: str, edits: list[types.TextEdit]) -> str:
+    for edit in sorted(edits, key=lambda e: offset(text, e.range.start), reverse=True):
+        text = text[: offset(text, edit.range.start)] + edit.new_text + text[offset(text, edit.range.end) :]
+    return text
+
+
+def check_json(path: Path) -> list[dict]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        cli.main(["check", "--json", str(path)])
+    return json.loads(out.getvalue())[0]["diagnostics"]
+
+
+def as_check(d: types.Diagnostic) -> tuple:
+    """An LSP diagnostic in check --json's terms (ASCII text: characters are UTF-16 units)."""
+    message, _, help = d.message.partition("\nhelp: ")
+    severity = "error" if d.severity == types.DiagnosticSeverity.Error else "warning"
+    start, end = d.range.start, d.range.end
+    return (
+        severity,
+        d.code,
+        message,
+        help or None,
+        start.line + 1,
+        start.character + 1,
+        end.line + 1,
+        end.character + 1,
+    )
+
+
+def from_check(d: dict, text: str) -> tuple:
+    """check --json's diagnostic, its end kept inside the text as LSP ranges are (an error at the end of a file
+    marks one character past it)."""
+    if d["line"] is None:
+        return (d["severity"], d["code"], d["message"], d["help"], 1, 1, 1, 1)
+    end = position(text, min(offset(text, types.Position(d["end_line"] - 1, d["end_column"] - 1)), len(text)))
+    return (d["severity"], d["code"], d["message"], d["help"], d["line"], d["column"], end.line + 1, end.character + 1)
+
+
+def test_the_shipped_pipelines_check_clean_hover_jump_and_outline(tmp_path):
+    async def test():
+        async with Session(tmp_path) as lsp:
+            for path in SHIPPED:
+                text, uri = path.read_text(), path.as_uri()
+                assert await lsp.open(uri, text, "yaml" if path.suffix == ".yaml" else "sbp") == []
+                pipeline = parse(text, str(path)) if path.suffix == ".sbp" else None
+                symbols = await lsp.symbols(uri)
+                assert symbols and symbols[0].kind == types.SymbolKind.File
+                if pipeline is None:
+                    continue
+                names = {s.name for s in symbols}
+                assert {n.name for n in pipeline.nodes} <= names and {p.name for p in pipeline.params} <= names
+                node = pipeline.nodes[-1]
+                hover = await lsp.hover(uri, position(text, node.span.start))
+                assert (
+                    f"node **{node.name}**: {node.type}" in hover.contents.value and "inputs: " in hover.contents.value
+                )
+                use = node.setting("prompt")
+                found = await lsp.definition(uri, position(text, use.value_span.start + 1))
+                assert [offset(text, loc.range.start) for loc in found] == [pipeline.param(str(use.value)).span.start]
+                assert not await lsp.formatting(uri)  # formatted already
+        assert not [m for m in lsp.modules if m.split(".")[0] in ("litellm", "openai", "llama_cpp", "aiohttp")]
+        assert "sembp_dsl.models.llm" not in lsp.modules
+
+    run(test)
+
+
+LIAR = (ROOT / "pipelines/liar.sbp").read_text()
+
+
+def test_references_and_rename_reach_template_variables(tmp_path):
+    async def test():
+        async with Session(tmp_path) as lsp:
+            uri = (tmp_path / "liar.sbp").as_uri()
+            await lsp.open(uri, LIAR)
+            at = position(LIAR, LIAR.index("{{ party }}") + 4)
+            references = await lsp.references(uri, at)
+            assert [LIAR[offset(LIAR, r.range.start) : offset(LIAR, r.range.end)] for r in references] == ["party"] * 5
+            edit = await lsp.rename(uri, at, "affiliation")
+            renamed = apply(LIAR, edit.changes[uri])
+            assert len(edit.changes[uri]) == 5  # the declaration, two edges, two template variables
+            assert "({{ affiliation }})" in renamed and "Party: {{ affiliation }}" in renamed
+            assert parse(renamed.replace("affiliation", "party")) == parse(LIAR) != parse(renamed)
+            assert await lsp.change(uri, renamed, 2) == []  # the renamed file still checks clean
+            with pytest.raises(Exception, match="reserved word"):
+                await lsp.rename(uri, at, "output")
+
+    run(test)
+
+
+def test_diagnostics_follow_edits_and_completion_offers_what_is_declared(tmp_path):
+    async def test():
+        async with Session(tmp_path) as lsp:
+            uri = (tmp_path / "liar.sbp").as_uri()
+            assert await lsp.open(uri, LIAR) == []
+            broken = LIAR.replace("prompt = verdict_task", "prompt = verdict_tsk")
+            found, unused = await lsp.change(uri, broken, 2)
+            assert unused.code == "W001" and unused.severity == types.DiagnosticSeverity.Warning
+            assert (
+                found.code == "E022"
+                and found.message == "undefined param 'verdict_tsk'\nhelp: did you mean 'verdict_task'?"
+            )
+            assert broken[offset(broken, found.range.start) : offset(broken, found.range.end)] == "verdict_tsk"
+            assert await lsp.change(uri, LIAR, 3) == []
+            typing = LIAR.replace("prompt = verdict_task", "prompt = ")
+            await lsp.change(uri, typing, 4)
+            completion = await lsp.completion(
+                uri, position(typing, typing.index("prompt = ", typing.index("node verdict")) + 9)
+            )
+            assert {item.label for item in completion.items} == {p.name for p in parse(LIAR).params}
+            inside = LIAR.index("{\n  iterations") + 2
+            keys = {item.label for item in (await lsp.completion(uri, position(LIAR, inside))).items}
+            assert {"iterations", "gradient", "gate"} <= keys
+            messy = LIAR.replace("output verdict", "output    verdict")
+            await lsp.change(uri, messy, 5)
+            (edit,) = await lsp.formatting(uri)
+            assert apply(messy, [edit]) == format_text(messy) == LIAR
+
+    run(test)
+
+
+@pytest.mark.slow
+def test_diagnostics_are_exactly_those_of_check(tmp_path):
+    files = [(name, data) for name, data in corpus() if _utf8(data) and name.split("_")[0] in CHEAP]
+    files = [(n, d) for i, (n, d) in enumerate(files) if not n.startswith(("delete_", "double_")) or i % 3 == 0]
+    assert len(files) > 100
+
+    async def test():
+        async with Session(tmp_path) as lsp:
+            for index, (name, data) in enumerate(files):
+                path = tmp_path / name
+                path.write_bytes(data)
+                text = data.decode("utf-8-sig")
+                got = await lsp.open(path.as_uri(), text, "yaml" if name.endswith(".yaml") else "sbp")
+                assert [as_check(d) for d in got] == [from_check(d, text) for d in check_json(path)], name
+
+    run(test)
+
+
+CHEAP = {"delete", "double", "drop", "shift", "semantic", "optimize", "model", "header", "yaml", "tag", "alias", "two"}
+
+
+def _utf8(data: bytes) -> bool:
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return False
+    return text.isascii()  # LSP counts UTF-16 units; check counts characters: the same for ASCII
+
+
+@pytest.mark.slow
+def test_no_broken_file_stops_the_server(tmp_path):
+    """Every file of the corpus (bad bytes decoded as an editor would), every request at several places."""
+    files = [(n, d) for n, d in corpus() if not n.startswith(("template_", "param_template_", "deep_"))]
+    files = [(n, d) for i, (n, d) in enumerate(files) if not n.startswith(("delete_", "double_")) or i % 3 == 0]
+
+    async def test():
+        async with Session(tmp_path) as lsp:
+            for name, data in files:
+                uri = (tmp_path / name).as_uri()
+                text = data.decode("utf-8", "replace")
+                await lsp.open(uri, text, "yaml" if name.endswith(".yaml") else "sbp")
+                lines = text.count("\n") + 1
+                asked = [lsp.symbols(uri), lsp.formatting(uri)]
+                for line in {0, lines // 3, lines - 1}:
+                    at = types.Position(line, 3)
+                    asked += [
+                        lsp.hover(uri, at),
+                        lsp.definition(uri, at),
+                        lsp.references(uri, at),
+                        lsp.completion(uri, at),
+                    ]
+                    asked.append(lsp.rename(uri, at, "renamed"))
+                for answer in await asyncio.gather(*asked, return_exceptions=True):
+                    refused = getattr(answer, "code", None) == -32803  # a rename refused is an answer
+                    assert not isinstance(answer, Exception) or refused, repr(answer)
+                lsp.client.text_document_did_close(types.DidCloseTextDocumentParams(lsp.doc(uri)))
+            uri = (tmp_path / "liar.sbp").as_uri()
+            assert await lsp.open(uri, LIAR) == []  # still alive, still right
+            assert (
+                "node **verdict**"
+                in (await lsp.hover(uri, position(LIAR, LIAR.index("node verdict") + 5))).contents.value
+            )
+
+    run(test)
