@@ -387,3 +387,12 @@ def test_a_missing_closing_brace_is_one_error_at_the_brace(tmp_path, source, whe
 def test_yaml_indentation_errors_are_in_words_at_the_line_that_is_wrong(tmp_path, source, expected):
     code, err = check(tmp_path, source, "p.yaml")
     assert errors(err) == [expected]
+
+
+def test_an_input_and_a_node_of_one_name_is_one_error_even_as_the_output(tmp_path):
+    code, err = check(
+        tmp_path,
+        HEADER + 'input a: text\nnode a: choice(Yes, No) { prompt = p }\nparam p = "Yes or No?"\nq -> a\noutput a\n',
+    )
+    assert code == 1 and "Traceback" not in err
+    assert errors(err) == ["p.sbp:4:6: error[E020]: duplicate node or input 'a'"]

@@ -266,7 +266,7 @@ def test_diagnostics_are_exactly_those_of_check(tmp_path):
 
     async def test():
         async with Session(tmp_path) as lsp:
-            for index, (name, data) in enumerate(files):
+            for name, data in files:
                 path = tmp_path / name
                 path.write_bytes(data)
                 text = data.decode("utf-8-sig")
@@ -322,3 +322,81 @@ def test_no_broken_file_stops_the_server(tmp_path):
             )
 
     run(test)
+
+
+# -- the answers themselves, in-process (language/editor.py)
+
+
+def test_completion_knows_where_the_cursor_is():
+    from sembp_dsl.language.editor import Document
+
+    def labels(text: str) -> set[str]:
+        cursor = text.index("|")
+        return {c.label for c in Document(text.replace("|", ""), "c.sbp").completions(cursor)}
+
+    base = 'pipeline t\ninput q: text\nparam p = "x"\ntemplate t = "{{ q }}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
+    assert labels(base + "node b: text { |}") == {"prompt", "template", "parse"}
+    assert labels(base + "node b: text { template = | }") == {"t"}
+    assert labels(base + "node b: text { parse = | }") == {"reply", "tag"}
+    assert labels(base + "optimize { gradient = | }") == {"sibling", "no_sibling", "none", "no-sibling"}
+    assert {"iterations", "gate_alpha"} <= labels(base + "optimize {\n  |\n}")
+    assert {"temperature", "name"} <= labels(base + "model forward { | }")
+    assert labels(base + "metric |") == {"exact", "numeric", "json"}
+    assert labels(base + "model |") == {"forward", "backward", "optimizer"}
+    assert labels(base + "output |") == {"a"}
+    assert labels(base + "q, |") == {"q", "a"}
+    assert {"node", "param", "q", "a"} <= labels(base + "|")
+    assert labels(base + 'template u = "{{ |') == {"q", "a", "prompt"}
+    assert labels(base + 'template u = """\n  {{ q }} {{ |') == {"q", "a", "prompt"}
+    assert labels(base + 'param r = "plain |') == set()
+
+
+def test_rename_refuses_what_would_break_the_file():
+    from sembp_dsl.language.editor import Document, RenameError
+
+    text = (ROOT / "pipelines/liar.sbp").read_text()
+    document = Document(text, "liar.sbp")
+    at = text.index("node verdict") + 5
+    for new, reason in [("9x", "is not a name"), ("node", "reserved word"), ("party_analysis", "declared already")]:
+        with pytest.raises(RenameError, match=reason):
+            document.rename(at, new)
+    with pytest.raises(RenameError, match="role"):
+        document.rename(text.index("model forward") + 7, "fast")
+    yaml = (ROOT / "pipelines/liar.yaml").read_text()
+    with pytest.raises(RenameError, match=r"\.sbp files"):
+        Document(yaml, "liar.yaml").rename(yaml.index("verdict:"), "judge")
+    assert "node **verdict**" in Document(yaml, "liar.yaml").hover(yaml.index("verdict:") + 1)
+
+
+def test_string_offsets_map_every_character_back_to_the_file():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    from sembp_dsl.language.editor import literal_offsets
+
+    @given(st.text(st.characters(exclude_categories=("Cs",)), max_size=30), st.booleans())
+    def json_strings(text, ascii_only):
+        raw = json.dumps(text, ensure_ascii=ascii_only)
+        offsets = literal_offsets(raw)
+        assert len(offsets) == len(text)
+        assert all(raw[at] == char or raw[at] == "\\" for at, char in zip(offsets, text))
+
+    json_strings()
+    raw = '"""\n    first\n\n      second\n    """'
+    offsets = literal_offsets(raw)
+    assert "".join(raw[at] for at in offsets) == "first\n\n  second"
+
+
+def test_lines_count_utf16_units_and_only_lsp_line_breaks():
+    from sembp_dsl.cli.lsp import Lines
+
+    text = 'a = "\U0001f600"\u2028x\r\ny\rz'
+    lines = Lines(text, "utf-16")
+    assert lines.position(text.index('"', 5)) == types.Position(0, 7)  # the emoji is two UTF-16 units
+    assert lines.position(text.index("y")) == types.Position(1, 0) and lines.position(
+        text.index("z")
+    ) == types.Position(2, 0)
+    for at in range(len(text) + 1):
+        if text[at - 1 : at] != "\r" or text[at : at + 1] != "\n":  # the middle of \r\n is no position
+            assert lines.offset(lines.position(at)) == at
+    assert Lines(text, "utf-8").position(text.index('"', 5)) == types.Position(0, 9)

@@ -286,7 +286,7 @@ def build_server():
         if found is None:
             return []
         document, lines = found
-        return [document_symbol(lines, s) for s in document.symbols()]
+        return [document_symbol(lines, s) for s in document.outline]
 
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @quietly(list)
@@ -295,7 +295,7 @@ def build_server():
         if found is None:
             return []
         document, lines = found
-        new = document.formatted()
+        new = document.formatted
         if new is None or new == document.text:
             return []
         return [types.TextEdit(lines.range(0, len(document.text)), new)]

@@ -479,7 +479,7 @@ def check_output(cx: Context) -> ir.Node | None:
         else:
             cx.report("E026", ref.span, f"undefined node '{ref.name}'", help=suggestion(ref.name, cx.node_names))
         return None
-    return cx.nodes[ref.name]
+    return next(node for node in cx.p.nodes if node.name == ref.name)  # a node, even where an input has its name
 
 
 def check_metric(cx: Context, output: ir.Node | None) -> str:

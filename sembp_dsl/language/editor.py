@@ -349,7 +349,8 @@ class Document:
 
     # -- outline
 
-    def symbols(self) -> list[Symbol]:
+    @cached_property
+    def outline(self) -> list[Symbol]:
         p = self.pipeline
         if p is None:
             return []
@@ -456,6 +457,7 @@ class Document:
 
     # -- formatting
 
+    @cached_property
     def formatted(self) -> str | None:
         """The text in the canonical layout (None: a YAML file, or one that does not parse)."""
         if not self.sbp:
