@@ -19,6 +19,7 @@ from typing import TypeVar
 from .. import __version__
 from ..language.diagnostics import Diagnostic
 from ..language.editor import Document, Occurrence, RenameError, Symbol
+from .commands import router_problem
 
 T = TypeVar("T")
 log = logging.getLogger("sbpc.lsp")
@@ -114,7 +115,7 @@ def build_server():
     def analyse(uri: str, text: str, version: int | None, language: str | None = None) -> None:
         previous = documents.get(uri)
         path = previous[0].path if previous and language is None else path_of(uri, language)
-        document = Document(text, path)
+        document = Document(text, path, router_problem)
         lines = Lines(text, str(server.workspace.position_encoding or "utf-16"))
         documents[uri] = (document, lines)
         server.text_document_publish_diagnostics(

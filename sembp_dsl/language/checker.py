@@ -582,7 +582,7 @@ def check_builtin_overrides(cx: Context) -> None:
 def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
     """The options of a choice output named only in a trainable param: one rewrite can drop them, and
     every answer after it is unreadable (the gate then rejects the step with nothing to show why)."""
-    prompt = output and output.setting("prompt")
+    prompt = output.setting("prompt") if output is not None else None
     if output is None or output.type.kind != "choice" or prompt is None:
         return
     param = next((p for p in cx.p.params if p.name == str(prompt.value) and not p.frozen), None)

@@ -24,7 +24,7 @@ from .fmt import format_text
 from .graph import model_specs
 from .method import SETTINGS as METHOD
 from .metrics import METRICS
-from .source import diagnose
+from .source import RouterCheck, diagnose
 from .syntax import read
 from .templates import BUILTIN, ENV, TemplateProblem, variables
 
@@ -94,12 +94,13 @@ class Completion:
 class Document:
     text: str
     path: str
+    router_problem: RouterCheck | None = None  # what `sbpc check` asks of a router file a model block names
     diagnostics: list[Diagnostic] = field(init=False)
     pipeline: ir.Pipeline | None = field(init=False)
     source: str = field(init=False)  # the text as spans count it (lone carriage returns made newlines)
 
     def __post_init__(self) -> None:
-        self.diagnostics, source, self.pipeline = diagnose(self.text, self.path)
+        self.diagnostics, source, self.pipeline = diagnose(self.text, self.path, self.router_problem)
         self.source = source if source is not None and len(source) == len(self.text) else self.text
 
     @property
