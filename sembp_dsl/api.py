@@ -520,10 +520,10 @@ class Pipeline:
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), run.settings, source)
-            log(f"resuming {record.folder} after iteration {len(record.data['iterations'])}")
+            log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
         else:
             record = RunRecord.create(Path(runs_dir), run.settings, self.prompts, source)
-        initial = self.with_prompts(record.data["initial_prompts"])
+        initial = self.with_prompts(record.data.initial_prompts)
         writer.report_to(record)
 
         def accept(graph: Graph) -> None:
@@ -563,7 +563,7 @@ class Pipeline:
                 raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
             dataset = datasets.load(data.name, data.data_dir, data.test_data)
             # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
-            val_size = resolved.val_size if resolved.gate == "validation" or "val_size" in settings else 0
+            val_size = resolved.val_size if resolved.gate == "val" or "val_size" in settings else 0
             splits = datasets.make_splits(dataset, resolved.train_size, val_size, resolved.test_size, resolved.seed)
             resolved = replace(resolved, val_size=val_size)
             run = _Run(
@@ -575,13 +575,7 @@ class Pipeline:
                 "train": ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
                 "gate": (
                     "the gate split is empty: give ",
-                    Option(
-                        *(
-                            ("val_size", "--val-size")
-                            if resolved.gate == "validation"
-                            else ("train_size", "--train-size")
-                        )
-                    ),
+                    Option(*(("val_size", "--val-size") if resolved.gate == "val" else ("train_size", "--train-size"))),
                     " of at least 1, or ",
                     Option("gate='none'", "--no-gate"),
                 ),

@@ -64,7 +64,7 @@ def test_one_row_per_setting_one_at_a_time(setup, capsys):
     rows = json.loads(out)["rows"]
     # the base, 2 other gradients, all + 3 single prompts (all is the base), 1 other gate: liar.sh's design
     assert [r["row"] for r in rows] == [
-        "base: gradient=sibling, only=all, gate=validation",
+        "base: gradient=sibling, only=all, gate=val",
         "gradient=no-sibling",
         "gradient=none",
         "only=look",
@@ -73,11 +73,11 @@ def test_one_row_per_setting_one_at_a_time(setup, capsys):
         "gate=none",
     ]
     assert all(len(r["seeds"]) == 3 and [s["seed"] for s in r["seeds"]] == [0, 1, 2] for r in rows)
-    assert rows[3]["changes"] == {"gradient": "sibling", "only": ["look"], "gate": "validation"}
+    assert rows[3]["changes"] == {"gradient": "sibling", "only": ["look"], "gate": "val"}
 
 
 def test_grid_gives_every_combination():
-    rows = make_rows([("gradient", ["sibling", "none"]), ("gate", ["validation", "train", "none"])], grid=True)
+    rows = make_rows([("gradient", ["sibling", "none"]), ("gate", ["val", "train", "none"])], grid=True)
     assert len(rows) == 6 and rows[-1] == Row("gradient=none, gate=none", {"gradient": "none", "gate": "none"})
 
 

@@ -134,7 +134,7 @@ def test_sizes_cut_a_data_set_not_examples_given_as_lists(toy, tmp_path):
 
 def test_the_gate_warning_names_the_split_the_gate_scores(toy, capsys):
     examples = [{"q": f"claim {i}", "answer": "Yes"} for i in range(3)]
-    for gate, size in (("validation", "val_size"), ("train", "train_size")):
+    for gate, size in (("val", "val_size"), ("train", "train_size")):
         warning = toy.plan(examples, examples, gate=gate).warning
         assert "the gate split has 3 samples" in warning and f"Use a larger {size} " in warning
         assert f"Use a larger --{size.replace('_', '-')} " in warning.cli and "--gate-alpha" in warning.cli
@@ -149,4 +149,4 @@ def test_models_are_named_without_building_a_model_layer(toy, monkeypatch):
 
     monkeypatch.setattr(api, "LLM", no_llm)
     assert toy.models == {"forward": "openai/fake", "backward": "openai/fake", "optimizer": "openai/fake"}
-    assert toy.method(iterations=5).iterations == 5 and toy.method().gate == "validation"
+    assert toy.method(iterations=5).iterations == 5 and toy.method().gate == "val"

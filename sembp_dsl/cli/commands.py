@@ -64,7 +64,7 @@ A pipeline file (.sbp) by example:
 
   model forward   { name = "openai/gpt-4o-mini"  temperature = 0  max_tokens = 256 }
   model backward  { name = "openai/gpt-4o" }
-  optimize { iterations = 3  errors_per_gradient = 2  gradient = sibling  update = full  gate = validation }
+  optimize { iterations = 3  errors_per_gradient = 2  gradient = sibling  update = full  gate = val }
 
 The same pipeline can be written in YAML (.yaml/.yml); see docs/language.md.
 '''

@@ -58,7 +58,7 @@ def cmd_show(args) -> int:
     from ..records.runs import render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
-    print(json_text(run.data) if args.json else render_show(run))
+    print(json_text(run.raw) if args.json else render_show(run))
     return 0
 
 

@@ -242,7 +242,7 @@ _CODES = [
         "E032",
         "value not allowed",
         "The setting takes one of a few names (`parse`: reply or tag; `gradient`: sibling, no_sibling or\n"
-        "none; `update`: full or sample; `gate`: validation, train or none).",
+        "none; `update`: full or sample; `gate`: val, train or none).",
         "optimize { gradient = sibbling }",
         "optimize { gradient = sibling }",
     ),

@@ -78,10 +78,11 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             ),
             Setting(
                 "gate",
-                "validation",
+                "val",
                 "the split that must improve for a step to be kept; train reproduces the paper's code, "
                 "none keeps every step",
-                choices=("validation", "train", "none"),
+                choices=("val", "train", "none"),
+                spellings={"validation": "val"},
             ),
             Setting(
                 "gate_alpha",
@@ -138,7 +139,7 @@ class Method:
     errors_per_gradient: int = SETTINGS["errors_per_gradient"].default
     gradient: str = SETTINGS["gradient"].default  # sibling | no_sibling | none
     update: str = SETTINGS["update"].default  # full | sample
-    gate: str = SETTINGS["gate"].default  # validation | train | none
+    gate: str = SETTINGS["gate"].default  # val | train | none
     gate_alpha: float = SETTINGS["gate_alpha"].default
     only: tuple[str, ...] = ()  # the params to optimize (empty: every trainable one)
     train_size: int = SETTINGS["train_size"].default

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
 from ..language.method import Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
-from ..records.record import RunRecord
+from ..records.record import Feedback, GateDecision, Iteration, Proposal, RunRecord, TestScores
 from ..records.runs import gate_settled, gate_tally, gate_unreadable
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, evaluate, sample_inputs
@@ -38,25 +38,6 @@ from .backward import backward, backward_calls, feedback_wanted
 from .descent import Candidate, propose
 from .gate import Gate
 from .stats import wins_needed
-
-
-@dataclass
-class Iteration:
-    index: int
-    train_score: float | None  # None: every training sample was lost
-    gate_before: float | None
-    gate_after: float | None
-    accepted: bool
-    prompts: dict[str, str]  # the current prompts after this iteration
-    candidates: list[dict] = field(default_factory=list)  # param, new, reply, fate (why taken or rejected)
-    gradients: list[dict] = field(default_factory=list)  # per chosen sample: its id, expected answer, gradient per node
-    gate: dict | None = None  # wins, losses, lost and right (sample ids) so far, p, alpha, samples used (Gate.to_json)
-    lost: int = 0  # training samples lost to failed calls
-    reused: bool = False  # the forward pass was the results the run already had for these prompts
-    note: str = ""
-    calls: int = 0
-    tokens: int = 0
-    cost: float = 0.0
 
 
 @dataclass
@@ -151,28 +132,25 @@ class Optimizer:
         s, data = self.method, self.record.data
         # the record counts the run's calls over all its sessions: those before a resume, plus what this one
         # spends (the pipeline's ledger may also hold calls it made before this run)
-        earlier, start = data.get("ledger"), self.llm.ledger.to_json()
+        earlier, start = data.ledger, self.llm.ledger.to_json()
         spent = lambda: combined(earlier, combined(self.llm.ledger.to_json(), start, -1))  # noqa: E731
-        done = [Iteration(**it) for it in data["iterations"]]
+        done = list(data.iterations)
         current = self.graph.with_prompts(done[-1].prompts) if done else self.graph
         outcome = Outcome(current, None, done)
         try:
             if s.gate != "none":
-                if data["initial_score"] is None:
+                if data.initial_score is None:
                     first = await self.score(self.graph, self.gate_split(), "gate, initial")
-                    data["initial_score"], data["initial_right"] = first.accuracy, sorted(right_and_lost(first)[0])
+                    data.initial_score, data.initial_right = first.accuracy, sorted(right_and_lost(first)[0])
                     self.remember(self.graph, self.gate_split(), first)
                     self.record.save()
-                outcome.best_score, self.baseline = data["initial_score"], set(data["initial_right"])
-                for it in done:
-                    if it.accepted and it.gate is not None:  # accepted by the gate, which is not "none"
-                        outcome.best_score, self.baseline = it.gate_after, set(it.gate["right"])
+                outcome.best_score, self.baseline = data.best_score, data.right_kept()
                 self.warn_if_no_step_can_pass()
             for index in range(len(done) + 1, s.iterations + 1):
                 iteration = await self.step(index, outcome)
                 outcome.iterations.append(iteration)
-                data["iterations"].append(asdict(iteration))
-                data["ledger"] = spent()
+                data.iterations.append(iteration)
+                data.ledger = spent()
                 self.record.save()
                 self.log(self.describe(iteration))
             if self.test:
@@ -185,13 +163,13 @@ class Optimizer:
         if outcome.iterations and not any(it.accepted for it in outcome.iterations):
             outcome.unchanged = self.why_unchanged(outcome.iterations)
         # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words
-        data.update(finished=outcome.stopped is None, stopped=getattr(outcome.stopped, "cli", None), ledger=spent())
+        data.finished, data.stopped, data.ledger = (
+            outcome.stopped is None,
+            getattr(outcome.stopped, "cli", None),
+            spent(),
+        )
         if outcome.test_before is not None and outcome.test_after is not None:
-            data["test"] = {
-                "initial": outcome.test_before.accuracy,
-                "final": outcome.test_after.accuracy,
-                "samples": len(self.test),
-            }
+            data.test = TestScores(outcome.test_before.accuracy, outcome.test_after.accuracy, len(self.test))
         self.record.save()
         return outcome
 
@@ -202,7 +180,7 @@ class Optimizer:
         known = self.recall(current)
         train = known or await self.score(current, self.train, f"iteration {index}: train")
         self.remember(current, self.train, train)
-        iteration = Iteration(index, train.accuracy, outcome.best_score, None, False, dict(current.prompts))
+        iteration = Iteration(index, train.accuracy, outcome.best_score, prompts=dict(current.prompts))
         iteration.reused = known is not None
         failures = [r for r in train.results if not r.correct and not r.trace.final.lost]
         iteration.lost = sum(r.trace.final.lost for r in train.results)
@@ -220,12 +198,7 @@ class Optimizer:
             lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient, wanted),
         )
         iteration.gradients = [
-            {
-                "sample": r.sample.id,
-                "expected": r.expected,
-                "output": r.trace.output,
-                "nodes": {n: g for n, g in grads.items() if g},
-            }
+            Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
             for r, grads in zip(chosen, gradients)
         ]
         samples = [(r.trace, g) for r, g in zip(chosen, gradients)]
@@ -242,17 +215,10 @@ class Optimizer:
         taken = valid if s.update == "full" else [c for c in valid if rng.random() < 0.5] or valid[:1]
         fate = {c.param: "taken" for c in taken}
         iteration.candidates = [
-            {
-                "param": c.param,
-                "new": c.new,
-                "reply": c.reply,
-                "fate": fate.get(c.param, "rejected: " + (c.reason or "not sampled")),
-            }
+            Proposal(c.param, fate.get(c.param, "rejected: " + (c.reason or "not sampled")), c.new, c.reply)
             for c in candidates
         ]
-        iteration.candidates += [
-            {"param": p, "new": None, "reply": "", "fate": f"skipped: {NO_FEEDBACK}"} for p in params if p not in fed
-        ]
+        iteration.candidates += [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed]
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
@@ -284,7 +250,7 @@ class Optimizer:
         lines = [f"no prompt changed: {'no step passed the gate' if gated else 'no candidate reached the gate'}."]
         for it in iterations:
             if it.gate:
-                tried = [c["param"] for c in it.candidates if c["fate"].startswith("rejected by the gate")]
+                tried = [c.param for c in it.candidates if c.fate.startswith("rejected by the gate")]
                 lines.append(
                     f"  iteration {it.index}: {len(tried)} new prompt{'s' * (len(tried) != 1)} tried together "
                     f"({', '.join(tried)}): {gate_tally(it.gate)} on the gate{gate_settled(it.gate)}"
@@ -292,7 +258,7 @@ class Optimizer:
                 continue
             reasons: dict[str, int] = {}
             for c in it.candidates:
-                reason = c["fate"].removeprefix("rejected: ").split(" (")[0]
+                reason = c.fate.removeprefix("rejected: ").split(" (")[0]
                 reasons[reason] = reasons.get(reason, 0) + 1
             why = ", ".join(f"{reason} x{n}" for reason, n in reasons.items()) or it.note
             lines.append(f"  iteration {it.index}: nothing to try ({why})")
@@ -332,8 +298,8 @@ class Optimizer:
         accept = bool(gate.decision)
         if accept and not last and gate.used < gate.size:
             await play(gate.rest(), f"iteration {iteration.index}: gate, the rest")
-        tally = iteration.gate = gate.to_json()
-        tally["unreadable"] = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
+        unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
+        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable)
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
@@ -345,8 +311,8 @@ class Optimizer:
             self.baseline = set(gate.right)
         else:
             for c in iteration.candidates:
-                if c["fate"] == "taken":
-                    c["fate"] = f"rejected by the gate: {gate_tally(tally)}{gate_settled(tally)}"
+                if c.fate == "taken":
+                    c.fate = f"rejected by the gate: {gate_tally(tally)}{gate_settled(tally)}"
         return accept
 
     async def each(self, what: str, items: Sequence, work: Callable) -> list:
@@ -385,12 +351,12 @@ class Optimizer:
             passed = "passes" if it.accepted else "does not pass"
             scores = "" if it.gate_after is None else f"{it.gate_before:.3f} -> {it.gate_after:.3f}; "
             lines.append(
-                f"  gate: {scores}{gate_tally(g)} {'<=' if g['p'] <= g['alpha'] else '>'} {g['alpha']:g}: {passed}"
+                f"  gate: {scores}{gate_tally(g)} {'<=' if g.p <= g.alpha else '>'} {g.alpha:g}: {passed}"
                 + gate_settled(g)
                 + gate_unreadable(g)
             )
         for c in it.candidates:
-            lines.append(f"  {c['param']}: {c['fate']}")
+            lines.append(f"  {c.param}: {c.fate}")
         return "\n".join(lines)
 
 
@@ -438,7 +404,7 @@ def plan(
     N x G for the initial gate score and 2 x N x S for the test split. What the run may save beyond that
     depends on its answers, and is named in `unforeseen`."""
     s, n = method, len(graph.nodes)
-    gate = {"validation": len(val), "train": len(train), "none": 0}[s.gate]
+    gate = {"val": len(val), "train": len(train), "none": 0}[s.gate]
     # on the training split, the gate's results are the training pass (a resumed run's first one replaces the
     # initial gate score)
     train_passes = 0 if s.gate == "train" else s.iterations
@@ -452,7 +418,7 @@ def plan(
     unforeseen = [
         "an iteration without training errors or valid candidates (no backward, optimizer or gate calls)",
         *(["a gate settled before the end of its split (it stops there)"] if s.gate != "none" else []),
-        *(["a step not kept (the next training pass is the last one)"] if s.gate == "validation" else []),
+        *(["a step not kept (the next training pass is the last one)"] if s.gate == "val" else []),
         *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
         "answers from the response cache",
     ]
@@ -483,7 +449,7 @@ def gate_warning(method: Method, samples: int) -> Option | None:
     needed = wins_needed(method.gate_alpha)
     if method.gate == "none" or samples >= needed:
         return None
-    size = Option("val_size", "--val-size") if method.gate == "validation" else Option("train_size", "--train-size")
+    size = Option("val_size", "--val-size") if method.gate == "val" else Option("train_size", "--train-size")
     return worded(
         f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
         f"gate_alpha {method.gate_alpha:g}: no step can be accepted. Use a larger ",

@@ -1,8 +1,11 @@
 """Run records: what a run was asked to do and what it did, one folder per run.
 
-`run.json` holds the settings, scores and every candidate with its fate; it is
-rewritten atomically after every iteration, so a killed run keeps what it had
-and `--resume` can continue it. No secrets: credentials inside URLs are masked.
+`run.json` holds a `Record`: the settings, scores and every candidate with its fate. Its shape is
+`run.schema.json`, beside this module; every record is written and read here, checked against that
+schema, so the readers (`sbpc runs`, `show`, `apply`, `report`, `--resume`) work on typed fields and a
+record they cannot read is one line saying where it is wrong. It is rewritten atomically after every
+iteration, so a killed run keeps what it had and `--resume` can continue it. No secrets: credentials
+inside URLs are masked.
 """
 
 from __future__ import annotations
@@ -13,12 +16,16 @@ import re
 import shlex
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 from ..language.diagnostics import Option, OptionError, option
-from ..language.method import Method
+from ..language.method import Method, SettingError
 from ..language.writeback import atomic_write
+
+VERSION = 2  # 1: records without a version (their gate "validation" is the val gate)
+SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
 @dataclass(frozen=True)
@@ -26,7 +33,7 @@ class RunSettings:
     """What a run was asked to do; a resumed run must be asked the same."""
 
     file: str
-    data: str  # a data set's name or path, or "examples" for examples given in Python
+    data: str | None  # a data set's name or path, or "examples" for examples given in Python
     method: Method  # the sizes are those of the splits drawn
     models: Mapping[str, str]  # role -> model name
     test_data: str | None = None  # a separate test file (--test-data)
@@ -43,6 +50,179 @@ class RunSettings:
         }
         return json.loads(json.dumps(_public(flat)))
 
+    @classmethod
+    def read(cls, flat: Mapping[str, Any]) -> RunSettings:
+        """The settings of a checked record; a method setting it lacks is sbpc's default."""
+        method = Method(**{f.name: flat[f.name] for f in fields(Method) if f.name in flat})
+        return cls(flat["file"], flat.get("data"), method, dict(flat.get("models", {})), flat.get("test_data"))
+
+
+@dataclass
+class Proposal:
+    """A candidate prompt an iteration proposed, and its fate ("taken", or why it was rejected)."""
+
+    param: str
+    fate: str
+    new: str | None = None  # None: the optimizer's reply held no usable prompt
+    reply: str | None = None
+
+
+@dataclass
+class Feedback:
+    """The gradients learnt from one wrong training sample: node -> the feedback it received."""
+
+    sample: str
+    expected: str
+    output: str | None = None
+    nodes: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class GateDecision:
+    """The gate's sample-by-sample verdict on a step (learning/gate.py): sample ids won and lost, the sign test's
+    p against alpha, the samples lost to failed calls and those the proposal got right, so far; how many samples
+    it scored, after how many its decision was settled, of how many, in how many rounds."""
+
+    wins: list[str]
+    losses: list[str]
+    p: float
+    alpha: float
+    lost: list[str] = field(default_factory=list)
+    right: list[str] = field(default_factory=list)
+    samples: int | None = None  # None: a record from before the gate stopped once settled (it scored them all)
+    decided_after: int | None = None
+    of: int | None = None
+    rounds: int | None = None
+    unreadable: list[str] = field(default_factory=list)  # samples whose answers could not be read
+
+    @property
+    def stopped_early(self) -> bool:
+        """It stopped once its decision was settled, before the end of its split."""
+        return self.samples is not None and self.of is not None and self.samples < self.of
+
+
+@dataclass
+class Iteration:
+    index: int
+    train_score: float | None = None
+    gate_before: float | None = None
+    gate_after: float | None = None
+    accepted: bool = False
+    prompts: dict[str, str] = field(default_factory=dict)  # the current prompts after this iteration
+    candidates: list[Proposal] = field(default_factory=list)
+    gradients: list[Feedback] = field(default_factory=list)
+    gate: GateDecision | None = None  # None: no proposal met the gate
+    lost: int = 0  # training samples lost to failed calls
+    reused: bool = False  # the forward pass was the results the run already had for these prompts
+    note: str = ""
+    calls: int = 0
+    tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass
+class TestScores:
+    initial: float | None
+    final: float | None
+    samples: int | None = None
+
+
+@dataclass
+class Record:
+    """What run.json holds (run.schema.json). A run killed early has fewer iterations, no ledger and no end."""
+
+    settings: RunSettings
+    initial_prompts: dict[str, str] = field(default_factory=dict)
+    initial_score: float | None = None  # on the gate split; None before it is known, or without a gate
+    initial_right: list[str] = field(default_factory=list)  # the gate samples the initial prompts got right
+    iterations: list[Iteration] = field(default_factory=list)
+    finished: bool = False
+    stopped: str | None = None  # why the run ended early, in the command line's words
+    ledger: dict | None = None  # Ledger.to_json of the whole run, over all its sessions
+    test: TestScores | None = None
+    source_sha256: list[str] = field(default_factory=list)  # the texts the run may have left in its file
+
+    def kept(self) -> list[tuple[int, Iteration | None]]:
+        """(iterations done, the step whose prompts the run kept then: None for the initial ones), from 0 on. The
+        one rule of what a run keeps: the last step the gate accepted, else the initial prompts."""
+        step: Iteration | None = None
+        out: list[tuple[int, Iteration | None]] = [(0, None)]
+        for it in self.iterations:
+            if it.accepted and it.gate is not None:
+                step = it
+            out.append((it.index, step))
+        return out
+
+    def gate_scores(self) -> list[tuple[int, float]]:
+        """(iterations done, the gate score of the prompts kept then); none without a gate, and none for a step
+        whose gate stopped once settled (it did not score its whole split)."""
+        if self.initial_score is None:
+            return []
+        scores = [(done, self.initial_score if step is None else step.gate_after) for done, step in self.kept()]
+        return [(done, score) for done, score in scores if score is not None]
+
+    @property
+    def best_score(self) -> float | None:
+        """The gate score of the prompts the run ended with (None: not known)."""
+        step = self.kept()[-1][1]
+        return self.initial_score if step is None else step.gate_after
+
+    def right_kept(self) -> set[str]:
+        """The gate samples the kept prompts get right: the baseline a next step must beat."""
+        step = self.kept()[-1][1]
+        return set(self.initial_right) if step is None or step.gate is None else set(step.gate.right)
+
+    @property
+    def calls(self) -> int:
+        return self.ledger["calls"] if self.ledger else sum(it.calls for it in self.iterations)
+
+    @property
+    def tokens(self) -> int:
+        return self.ledger["tokens"] if self.ledger else sum(it.tokens for it in self.iterations)
+
+    @property
+    def cost(self) -> float:
+        return self.ledger["cost"] if self.ledger else sum(it.cost for it in self.iterations)
+
+    def to_json(self) -> dict:
+        """As run.json holds it, in this sbpc's version (a record read from an older one is written anew)."""
+        return {"version": VERSION, **asdict(self), "settings": self.settings.recorded()}
+
+    @classmethod
+    def read(cls, data: dict) -> Record:
+        """The record in a checked run.json (`check`); a version 1 record reads the same way."""
+        try:
+            settings = RunSettings.read(data["settings"])
+        except SettingError as exc:
+            raise RecordError(f"settings: {exc}") from None
+        iterations = [
+            _made(
+                Iteration,
+                {
+                    **it,
+                    "candidates": [_made(Proposal, c) for c in it.get("candidates", [])],
+                    "gradients": [_made(Feedback, g) for g in it.get("gradients", [])],
+                    "gate": _made(GateDecision, it["gate"]) if it.get("gate") else None,
+                },
+            )
+            for it in data.get("iterations", [])
+        ]
+        return _made(
+            cls,
+            {
+                **data,
+                "settings": settings,
+                "iterations": iterations,
+                "test": _made(TestScores, data["test"]) if data.get("test") else None,
+            },
+        )
+
+
+def _made(kind, data: Mapping[str, Any]):
+    """A record part from its checked JSON; keys it does not know (from a newer sbpc) are left out."""
+    names = {f.name for f in fields(kind)}
+    return kind(**{key: value for key, value in data.items() if key in names})
+
 
 class RecordError(OptionError, ValueError):
     """A run record that cannot be written or read, explained for the user."""
@@ -53,14 +233,15 @@ class ResumeError(RecordError):
 
 
 class RunRecord:
-    """A folder per run holding run.json: settings, scores and every candidate with its fate. No secrets.
+    """A folder per run holding run.json (a Record). No secrets.
 
-    It also keeps the sha256 of the text the run last left in the source file, so `--resume` can tell a
-    user's edit (which it must not overwrite) from its own writes.
+    The record also keeps the sha256 of the text the run last left in the source file, so `--resume` can
+    tell a user's edit (which it must not overwrite) from its own writes.
     """
 
-    def __init__(self, folder: Path, data: dict):
+    def __init__(self, folder: Path, data: Record, raw: dict | None = None):
         self.folder, self.data = folder, data
+        self.raw = raw if raw is not None else data.to_json()  # run.json as read, for `sbpc show --json`
 
     @classmethod
     def create(cls, runs_dir: Path, settings: RunSettings, initial: Mapping[str, str], source: str = "") -> RunRecord:
@@ -76,24 +257,27 @@ class RunRecord:
             folder.mkdir(parents=True)
         except OSError as exc:
             raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
-        record = cls(
-            folder,
-            {
-                "settings": settings.recorded(),
-                "initial_prompts": dict(initial),
-                "initial_score": None,
-                "iterations": [],
-                "finished": False,
-                "source_sha256": [_sha256(source)],
-            },
-        )
+        record = cls(folder, Record(settings, dict(initial), source_sha256=[_sha256(source)]))
         record.save()
         return record
 
     @classmethod
-    def load(cls, folder: Path) -> RunRecord:
-        """The record kept in `folder`; RecordError (a ValueError) when there is none or it is not one."""
-        return cls(folder, _read(folder / "run.json"))
+    def load(cls, folder: Path, resumable: bool = False) -> RunRecord:
+        """The record kept in `folder`; RecordError (a ValueError) when there is none or it is not one.
+        `resumable`: it must also hold every part that resuming needs (a record cut short before those were
+        written is shown, not resumed)."""
+        path = folder / "run.json"
+        raw = _read(path)
+        problem = check(raw)
+        if problem is None and resumable:
+            missing = [k for k in RESUMED if k not in raw]
+            problem = f"the record has no {', '.join(missing)}" if missing else None
+        if problem:
+            raise RecordError(f"{path}: not a run record ({problem})")
+        try:
+            return cls(folder, Record.read(raw), raw)
+        except RecordError as exc:
+            raise RecordError(f"{path}: not a run record ({exc})") from None
 
     @classmethod
     def resume(cls, runs_dir: Path, settings: RunSettings, source: str) -> RunRecord:
@@ -105,34 +289,34 @@ class RunRecord:
             if not folder.is_dir():
                 continue
             try:
-                data = _read(folder / "run.json", resumable=True)
+                record = cls.load(folder, resumable=True)
             except RecordError as exc:
                 skipped.append(str(exc))
                 continue
-            if data["settings"]["file"] != settings.file or data["finished"]:
+            if record.data.settings.file != settings.file or record.data.finished:
                 continue
-            wanted = settings.recorded()
-            differ = [k for k in wanted if data["settings"].get(k) != wanted[k]]
+            asked, wanted = record.data.settings.recorded(), settings.recorded()
+            differ = [k for k in wanted if asked.get(k) != wanted[k]]
             if differ:
                 raise ResumeError(f"the run in {folder} was started with other settings ({', '.join(differ)})")
-            if _sha256(source) not in data.get("source_sha256", [_sha256(source)]):
+            if record.data.source_sha256 and _sha256(source) not in record.data.source_sha256:
                 raise ResumeError(
                     f"{settings.file} was changed since the run in {folder} last wrote it; resuming would undo "
                     "that change. To optimize the file as it is now, start a new run (without ",
                     Option("resume=True", "--resume"),
                     "); to continue the old run, first undo the change (for example with git checkout or git stash)",
                 )
-            return cls(folder, data)
+            return record
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
 
     def expect_source(self, *texts: str) -> None:
         """The source file now holds one of these texts (the old one until a write is done, then the new one)."""
-        self.data["source_sha256"] = [_sha256(text) for text in texts]
+        self.data.source_sha256 = [_sha256(text) for text in texts]
         self.save()
 
     def save(self) -> None:
-        atomic_write(self.folder / "run.json", json.dumps(self.data, indent=2, ensure_ascii=False))
+        atomic_write(self.folder / "run.json", json.dumps(self.data.to_json(), indent=2, ensure_ascii=False))
 
 
 def _check_folder(runs_dir: Path) -> None:
@@ -140,115 +324,72 @@ def _check_folder(runs_dir: Path) -> None:
         raise RecordError(option("runs_dir", runs_dir), " is a file, not a folder; give a folder for run records")
 
 
-NUMBER, MAYBE_TEXT = (int, float), (str, type(None))
-# What the readers (runs, show, apply, report, compare, --resume) take from each part of a record: the types
-# of the keys they use, and the keys they cannot do without. Scores are not checked: they are shown as they are.
-SHAPES: dict[str, tuple[dict[str, type | tuple[type, ...]], tuple[str, ...]]] = {
-    "record": (
-        {
-            "settings": dict,
-            "initial_prompts": dict,
-            "iterations": list,
-            "finished": bool,
-            "stopped": MAYBE_TEXT,
-            "ledger": dict,
-            "test": (dict, type(None)),
-        },
-        ("settings",),
-    ),
-    "settings": ({"file": str, "data": MAYBE_TEXT, "iterations": int, "models": dict, "only": list}, ("file",)),
-    "ledger": ({"calls": int, "tokens": int, "cost": NUMBER}, ("calls", "tokens", "cost")),
-    "test": ({}, ("initial", "final")),
-    "iteration": (
-        {
-            "index": int,
-            "prompts": dict,
-            "candidates": list,
-            "gradients": list,
-            "gate": (dict, type(None)),
-            "accepted": bool,
-            "lost": int,
-            "note": str,
-            "calls": int,
-            "tokens": int,
-            "cost": NUMBER,
-        },
-        ("index", "prompts"),
-    ),
-    "candidate": ({"param": str, "fate": str, "new": MAYBE_TEXT, "reply": MAYBE_TEXT}, ("param", "fate")),
-    "gradient": ({"nodes": dict}, ("sample", "expected")),
-    "gate": (
-        {"wins": list, "losses": list, "samples": int, "decided_after": int, "of": int},
-        ("wins", "losses", "p", "alpha"),
-    ),
-}
-PARTS: dict[str, dict[str, str | list[str]]] = {
-    "record": {"settings": "settings", "ledger": "ledger", "test": "test", "iterations": ["iteration"]},
-    "iteration": {"candidates": ["candidate"], "gradients": ["gradient"], "gate": "gate"},
-}
-PROMPTS = {"record": "initial_prompts", "iteration": "prompts"}  # param -> text
 RESUMED = ("initial_prompts", "iterations", "finished")  # besides the settings every record has
 
 
-def _read(path: Path, resumable: bool = False) -> dict:
-    """A run record, checked enough that reading it cannot fail on its shape (SHAPES). `resumable`: it must
-    also hold every part that resuming needs (a record cut short before those were written is shown, not resumed)."""
+def _read(path: Path) -> Any:
     if path.exists() and not path.is_file():  # a FIFO would block the reader forever
         raise RecordError(f"{path}: not a run record (not a regular file)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise RecordError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except ValueError as exc:  # also bad UTF-8
         raise RecordError(f"{path}: not a run record (invalid JSON: {exc})") from None
     except RecursionError:
         raise RecordError(f"{path}: not a run record (it nests too deeply)") from None
-    problem = _misshapen(data, "record", "")
-    if problem is None and resumable:
-        missing = [k for k in RESUMED if k not in data]
-        problem = f"the record has no {', '.join(missing)}" if missing else None
-    if problem:
-        raise RecordError(f"{path}: not a run record ({problem})")
-    return data
 
 
-def _misshapen(value, part: str, where: str) -> str | None:
-    """The first place where `value` is not what readers take for `part`, e.g. "iterations[2] has no 'prompts'"."""
+KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {  # JSON Schema's kinds: the Python types, and in words
+    "object": (dict, "an object"),
+    "array": (list, "a list"),
+    "string": (str, "text"),
+    "boolean": (bool, "true/false"),
+    "integer": (int, "a whole number"),
+    "number": ((int, float), "a number"),
+    "null": (type(None), "null"),
+}
 
-    def at(key: str) -> str:
-        return f"{where}.{key}" if where else key
 
-    if not isinstance(value, dict):
-        return f"{where or 'the record'} is {_kind(value)}, not an object"
-    types, required = SHAPES[part]
-    missing = [key for key in required if key not in value]
-    if missing:
-        return f"{where or 'the record'} has no '{missing[0]}'"
-    for key, kinds in types.items():
-        if key in value and (
-            not isinstance(value[key], kinds) or (kinds in (int, NUMBER) and isinstance(value[key], bool))
-        ):
-            return f"{at(key)} is {_kind(value[key])}"
-    prompts: dict = value.get(PROMPTS.get(part), {})
-    bad = next((name for name, text in prompts.items() if not isinstance(text, str)), None)
-    if bad is not None:
-        return f"{at(PROMPTS[part])}.{bad} is {_kind(prompts[bad])}, not text"
-    for key, child in PARTS.get(part, {}).items():
-        if not isinstance(value.get(key), (dict, list)):
-            continue
-        items = (
-            [(f"{key}[{i}]", item) for i, item in enumerate(value[key])]
-            if isinstance(child, list)
-            else [(key, value[key])]
-        )
-        for name, item in items:
-            problem = _misshapen(item, child[0] if isinstance(child, list) else child, at(name))
+def check(value: Any, schema: Mapping | None = None, where: str = "") -> str | None:
+    """The first place where `value` breaks run.schema.json (the parts of JSON Schema it uses: type,
+    required, properties, additionalProperties, items, enum, $ref), e.g. "iterations[2] has no 'prompts'";
+    None when it holds."""
+    schema = SCHEMA if schema is None else schema
+    if "$ref" in schema:
+        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
+    kinds = schema.get("type")
+    if kinds is not None:
+        kinds = [kinds] if isinstance(kinds, str) else kinds
+        if not any(_is(value, kind) for kind in kinds):
+            wanted = " or ".join(KINDS[kind][1] for kind in kinds)
+            return f"{where or 'the record'} is {_kind(value)}, not {wanted}"
+    if "enum" in schema and value not in schema["enum"]:
+        return f"{where} is {value!r}, not one of {', '.join(map(str, schema['enum']))}"
+    if isinstance(value, dict):
+        missing = [key for key in schema.get("required", ()) if key not in value]
+        if missing:
+            return f"{where or 'the record'} has no '{missing[0]}'"
+        properties, others = schema.get("properties", {}), schema.get("additionalProperties")
+        for key, item in value.items():
+            inner = properties.get(key, others)
+            problem = check(item, inner, f"{where}.{key}" if where else key) if isinstance(inner, dict) else None
+            if problem:
+                return problem
+    if isinstance(value, list) and "items" in schema:
+        for i, item in enumerate(value):
+            problem = check(item, schema["items"], f"{where}[{i}]")
             if problem:
                 return problem
     return None
 
 
-def _kind(value) -> str:
+def _is(value: Any, kind: str) -> bool:
+    """JSON Schema's kinds over parsed JSON: true is no number, and 2.0 no integer."""
+    return isinstance(value, KINDS[kind][0]) and not (isinstance(value, bool) and kind in ("integer", "number"))
+
+
+def _kind(value: Any) -> str:
     return {dict: "an object", list: "a list", str: "text", bool: "true/false", type(None): "null"}.get(
         type(value), "a number"
     )

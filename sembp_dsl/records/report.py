@@ -17,6 +17,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ..language.diagnostics import visible
+from .record import Iteration
 from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
 
 
@@ -121,18 +122,10 @@ def unified_html(diff: str) -> str:
 def score_series(run: Run) -> dict[str, list[tuple[int, float]]]:
     """Points (x, score) where x is the number of finished iterations whose prompts are scored (0: the initial)."""
     its = run.iterations
-    train = [(it["index"] - 1, it["train_score"]) for it in its if it.get("train_score") is not None]
-    gate = []
-    if run.initial_score is not None:
-        kept: float | None = run.initial_score
-        gate = [(0, run.initial_score)]
-        for it in its:
-            if it.get("accepted") and it.get("gate"):  # None: a gate that stopped once settled scored no more
-                kept = it.get("gate_after")
-            if kept is not None:
-                gate.append((it["index"], kept))
-    test = [(0, run.test["initial"]), (len(its), run.test["final"])] if run.test else []
-    return {"train": train, "gate": gate, "test": test}
+    train = [(it.index - 1, it.train_score) for it in its if it.train_score is not None]
+    test = run.record.test
+    tested = [(0, test.initial), (len(its), test.final)] if test else []
+    return {"train": train, "gate": run.record.gate_scores(), "test": [(x, y) for x, y in tested if y is not None]}
 
 
 def plot_scores(runs: Sequence[Run]) -> str:
@@ -169,11 +162,11 @@ def plot_spend(runs: Sequence[Run]) -> str:
         calls_ax, cost_ax = fig.subplots(1, 2)
         for n, run in enumerate(runs):
             color = PALETTE[n % len(PALETTE)]
-            xs = [it["index"] for it in run.iterations]
+            xs = [it.index for it in run.iterations]
             label = run.name if len(runs) > 1 else None
-            calls_ax.plot(xs, [it.get("calls", 0) for it in run.iterations], marker="o", color=color, label=label)
-            cost_ax.plot(xs, [it.get("cost", 0.0) for it in run.iterations], marker="o", color=color, label=label)
-        if not any(it.get("cost") for run in runs for it in run.iterations):
+            calls_ax.plot(xs, [it.calls for it in run.iterations], marker="o", color=color, label=label)
+            cost_ax.plot(xs, [it.cost for it in run.iterations], marker="o", color=color, label=label)
+        if not any(it.cost for run in runs for it in run.iterations):
             cost_ax.text(
                 0.5,
                 0.5,
@@ -230,14 +223,14 @@ def summary_table(runs: Sequence[Run]) -> str:
     rows = [
         [
             run.name,
-            run.settings.get("file"),
-            run.settings.get("data"),
+            run.settings.file,
+            run.settings.data,
             run.settings_words(),
             *run.scores_words(),
             len(run.iterations),
-            run.calls,
-            run.tokens,
-            f"{run.cost:.4f}",
+            run.record.calls,
+            run.record.tokens,
+            f"{run.record.cost:.4f}",
             run.status,
         ]
         for run in runs
@@ -260,32 +253,27 @@ def summary_table(runs: Sequence[Run]) -> str:
     )
 
 
-def iteration_html(run: Run, it: dict) -> str:
-    k = it["index"]
+def iteration_html(run: Run, it: Iteration) -> str:
+    k = it.index
     parts = [
         f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
-        f"<p>train {escape(fmt(it.get('train_score')))}; {escape(gate_words(it) or 'no gate')}; "
-        f"{escape(spend(it))}</p>",
+        f"<p>train {escape(fmt(it.train_score))}; {escape(gate_words(it) or 'no gate')}; {escape(spend(it))}</p>",
     ]
-    if it.get("lost"):
-        parts.append(f"<p>{escape(str(it['lost']))} training sample(s) lost to failed calls</p>")
+    if it.lost:
+        parts.append(f"<p>{it.lost} training sample(s) lost to failed calls</p>")
     before = run.prompts_at(k - 1)
-    for c in it.get("candidates", []):
-        fate = c["fate"]
+    for c in it.candidates:
+        fate = c.fate
         kind = "taken" if fate == "taken" else "rejected"
+        parts.append(f'<p>candidate for <b>{escape(c.param)}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        if c.new is not None:
+            parts.append(diff_html(before.get(c.param, ""), c.new))
+        parts.append(f"<details><summary>the optimizer's reply</summary><pre>{escape(c.reply or '')}</pre></details>")
+    for g in it.gradients:
+        rows = [[node, text] for node, text in g.nodes.items()]
         parts.append(
-            f'<p>candidate for <b>{escape(str(c["param"]))}</b>: <span class="{kind}">{escape(fate)}</span></p>'
-        )
-        if c.get("new") is not None:
-            parts.append(diff_html(before.get(c["param"], ""), c["new"]))
-        parts.append(
-            f"<details><summary>the optimizer's reply</summary><pre>{escape(c.get('reply') or '')}</pre></details>"
-        )
-    for g in it.get("gradients", []):
-        rows = [[node, text] for node, text in g.get("nodes", {}).items()]
-        parts.append(
-            f"<details><summary>gradients from sample {escape(str(g['sample']))} (expected "
-            f"{escape(repr(g['expected']))}, got {escape(repr(g.get('output')))})</summary>"
+            f"<details><summary>gradients from sample {escape(g.sample)} (expected "
+            f"{escape(repr(g.expected))}, got {escape(repr(g.output))})</summary>"
             f"{table(['node', 'gradient'], rows)}</details>"
         )
     return "\n".join(parts)
@@ -295,20 +283,19 @@ def run_html(run: Run) -> str:
     s = run.settings
     parts = [
         f"<h2>{escape(run.name)}</h2>",
-        f"<p>{escape(str(s.get('file')))} on {escape(str(s.get('data')))}, started {escape(run.started)}; "
-        f"<b>{escape(run.status)}</b></p>",
+        f"<p>{escape(s.file)} on {escape(str(s.data))}, started {escape(run.started)}; <b>{escape(run.status)}</b></p>",
         "<details><summary>settings</summary>"
         + table(
-            ["setting", "value"], [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)] for k, v in s.items()]
+            ["setting", "value"],
+            [[k, v if isinstance(v, (str, int, float)) else json.dumps(v)] for k, v in s.recorded().items()],
         )
         + "</details>",
     ]
-    if run.test:
-        parts.append(f"<p>test ({escape(str(run.test.get('samples')))} samples): {escape(run.scores_words()[1])}</p>")
+    if run.record.test:
+        parts.append(f"<p>test ({run.record.test.samples} samples): {escape(run.scores_words()[1])}</p>")
     parts += [iteration_html(run, it) for it in run.iterations]
-    missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
-    if missing > 0 and not run.data.get("finished"):
-        parts.append(f'<p class="muted">{missing} iteration(s) not run.</p>')
+    if run.not_run():
+        parts.append(f'<p class="muted">{run.not_run()} iteration(s) not run.</p>')
     parts.append("<h3>the source file, initial -> final prompts</h3>")
     diff = final_diff(run)
     if diff:

@@ -13,13 +13,13 @@ import os
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SbpcError
 from ..language.diagnostics import visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
-from .record import RecordError, RunRecord
+from .record import GateDecision, Iteration, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
@@ -35,19 +35,26 @@ class Run:
     """One run record, with the questions a reader asks of it answered in one place."""
 
     folder: Path
-    data: dict
+    record: Record
+    raw: dict  # run.json as it is on disk (`sbpc show --json`)
+
+    @classmethod
+    def load(cls, folder: Path) -> Run:
+        """The run in `folder`; RecordError when it holds no readable record."""
+        record = RunRecord.load(folder)
+        return cls(folder, record.data, record.raw)
 
     @property
     def name(self) -> str:
         return self.folder.name
 
     @property
-    def settings(self) -> dict:
-        return self.data["settings"]
+    def settings(self) -> RunSettings:
+        return self.record.settings
 
     @property
-    def iterations(self) -> list[dict]:
-        return self.data.get("iterations", [])
+    def iterations(self) -> list[Iteration]:
+        return self.record.iterations
 
     @property
     def started(self) -> str:
@@ -60,60 +67,31 @@ class Run:
     @property
     def status(self) -> str:
         """finished | stopped: <why> | interrupted after k of n iterations."""
-        if self.data.get("finished"):
+        if self.record.finished:
             return "finished"
-        if self.data.get("stopped"):
-            return f"stopped: {self.data['stopped']}"
-        return f"interrupted after {len(self.iterations)} of {self.settings.get('iterations', '?')} iterations"
-
-    @property
-    def initial_score(self) -> float | None:
-        return self.data.get("initial_score")
-
-    @property
-    def best_score(self) -> float | None:
-        """The gate score of the prompts the run ended with (the last accepted step's, else the initial)."""
-        best = self.initial_score
-        for it in self.iterations:
-            if it.get("accepted") and it.get("gate"):  # None: a gate that stopped once settled scored no more
-                best = it.get("gate_after")
-        return best
-
-    @property
-    def test(self) -> dict | None:
-        return self.data.get("test")
-
-    @property
-    def calls(self) -> int:
-        return (
-            self.data["ledger"]["calls"] if "ledger" in self.data else sum(it.get("calls", 0) for it in self.iterations)
-        )
-
-    @property
-    def tokens(self) -> int:
-        return (
-            self.data["ledger"]["tokens"]
-            if "ledger" in self.data
-            else sum(it.get("tokens", 0) for it in self.iterations)
-        )
-
-    @property
-    def cost(self) -> float:
-        return (
-            self.data["ledger"]["cost"] if "ledger" in self.data else sum(it.get("cost", 0.0) for it in self.iterations)
-        )
+        if self.record.stopped:
+            return f"stopped: {self.record.stopped}"
+        return f"interrupted after {len(self.iterations)} of {self.settings.method.iterations} iterations"
 
     def prompts_at(self, k: int) -> dict[str, str]:
         """The prompts after iteration k; 0 is the run's initial prompts."""
         if not 0 <= k <= len(self.iterations):
             raise RunsError(f"{self.name} has iterations 0 to {len(self.iterations)} (0: the initial prompts), not {k}")
-        return dict(self.iterations[k - 1]["prompts"]) if k else dict(self.data.get("initial_prompts", {}))
+        return dict(self.iterations[k - 1].prompts) if k else dict(self.record.initial_prompts)
+
+    def not_run(self) -> int:
+        """Iterations an unfinished run was asked for but did not reach."""
+        return 0 if self.record.finished else max(0, self.settings.method.iterations - len(self.iterations))
 
     def changed_settings(self) -> dict:
-        """The settings that differ from sbpc's defaults, and the models."""
-        s = self.settings
-        out = {k: s[k] for k in SHOWN if k in s and (tuple(s[k]) if k == "only" else s[k]) != getattr(DEFAULT, k)}
-        models = s.get("models", {})
+        """The method settings that differ from sbpc's defaults, and the models."""
+        method = self.settings.method
+        out = {
+            name: list(value) if name == "only" else value
+            for name in SHOWN
+            if (value := getattr(method, name)) != getattr(DEFAULT, name)
+        }
+        models = self.settings.models
         if len(set(models.values())) == 1:
             out["model"] = next(iter(models.values()))
         else:
@@ -130,27 +108,28 @@ class Run:
 
     def scores_words(self) -> tuple[str, str]:
         """The gate score initial -> best, and the test score initial -> final ("-" without a test split)."""
-        test = f"{fmt(self.test['initial'])} -> {fmt(self.test['final'])}" if self.test else "-"
-        return f"{fmt(self.initial_score)} -> {fmt(self.best_score)}", test
+        test = self.record.test
+        tested = f"{fmt(test.initial)} -> {fmt(test.final)}" if test else "-"
+        return f"{fmt(self.record.initial_score)} -> {fmt(self.record.best_score)}", tested
 
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
-        s = self.settings
+        record = self.record
         return {
             "run": self.name,
             "folder": str(self.folder),
             "started": self.started,
-            "file": s.get("file"),
-            "data": s.get("data"),
+            "file": self.settings.file,
+            "data": self.settings.data,
             "settings": self.changed_settings(),
             "iterations": len(self.iterations),
-            "initial_score": self.initial_score,
-            "best_score": self.best_score,
-            "test": self.test,
-            "calls": self.calls,
-            "tokens": self.tokens,
-            "cost": self.cost,
-            "finished": bool(self.data.get("finished")),
+            "initial_score": record.initial_score,
+            "best_score": record.best_score,
+            "test": asdict(record.test) if record.test else None,
+            "calls": record.calls,
+            "tokens": record.tokens,
+            "cost": record.cost,
+            "finished": record.finished,
             "status": self.status,
         }
 
@@ -164,7 +143,7 @@ def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[
         if not folder.is_dir():
             continue
         try:
-            runs.append(Run(folder, RunRecord.load(folder).data))
+            runs.append(Run.load(folder))
         except RecordError as exc:
             unreadable.append(str(exc))
     return runs, unreadable
@@ -174,9 +153,9 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     """RUN as the user gives it: a run folder, the number `sbpc runs` shows (-1: the newest), or a name prefix."""
     path = Path(spec)
     if _is_file(path / "run.json"):
-        return Run(path, _load(path))
+        return _load(path)
     if path.name == "run.json" and _is_file(path):
-        return Run(path.parent, _load(path.parent))
+        return _load(path.parent)
     runs, _ = find_runs(runs_dir)
     if re.fullmatch(r"-?\d+", spec):
         index = int(spec)
@@ -208,9 +187,9 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def _load(folder: Path) -> dict:
+def _load(folder: Path) -> Run:
     try:
-        return RunRecord.load(folder).data
+        return Run.load(folder)
     except RecordError as exc:
         raise RunsError(str(exc))
 
@@ -278,8 +257,8 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
     for number, run in enumerate(runs, 1):
         gate, test = run.scores_words()
         lines.append(
-            f"{number:>3}  {run.started}  {run.settings.get('file')}  {run.settings.get('data')}  "
-            f"[{run.settings_words()}]  gate {gate}  test {test}  {run.calls} calls  ${run.cost:.4f}  {run.status}"
+            f"{number:>3}  {run.started}  {run.settings.file}  {run.settings.data}  [{run.settings_words()}]  "
+            f"gate {gate}  test {test}  {run.record.calls} calls  ${run.record.cost:.4f}  {run.status}"
         )
     lines += [f"unreadable {reason}" for reason in unreadable]
     return visible("\n".join(lines))
@@ -287,87 +266,83 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
 
 def render_show(run: Run) -> str:
     """The run iteration by iteration: scores, candidates with fates and word diffs, the gradients behind them."""
-    s = run.settings
+    record, s = run.record, run.settings
     lines = [
         f"run {run.name}  ({run.folder})",
-        f"  {s.get('file')} on {s.get('data')}, started {run.started}; {run.status}",
+        f"  {s.file} on {s.data}, started {run.started}; {run.status}",
         "  settings: " + run.settings_words(),
-        f"  gate score: initial {fmt(run.initial_score)}, best {fmt(run.best_score)}",
+        f"  gate score: initial {fmt(record.initial_score)}, best {fmt(record.best_score)}",
     ]
-    if run.test:
-        lines.append(
-            f"  test ({run.test.get('samples')} samples): {fmt(run.test['initial'])} -> {fmt(run.test['final'])}"
-        )
-    lines.append(f"  {run.calls} calls, {run.tokens} tokens, ${run.cost:.4f}")
+    if record.test:
+        lines.append(f"  test ({record.test.samples} samples): " + run.scores_words()[1])
+    lines.append(f"  {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}")
     for it in run.iterations:
         lines.append("")
         lines.extend(render_iteration(run, it))
-    missing = s.get("iterations", len(run.iterations)) - len(run.iterations)
-    if missing > 0 and not run.data.get("finished"):
-        lines.append(f"\n({missing} iteration(s) not run)")
+    if run.not_run():
+        lines.append(f"\n({run.not_run()} iteration(s) not run)")
     return visible("\n".join(lines))
 
 
-def verdict(it: dict) -> str:
+def verdict(it: Iteration) -> str:
     """What became of an iteration's step, in words."""
-    return "accepted" if it.get("accepted") else (f"kept old ({it['note']})" if it.get("note") else "rejected")
+    return "accepted" if it.accepted else (f"kept old ({it.note})" if it.note else "rejected")
 
 
-def spend(it: dict) -> str:
-    return f"{it.get('calls', 0)} calls, {it.get('tokens', 0)} tokens, ${it.get('cost', 0.0):.4f}"
+def spend(it: Iteration) -> str:
+    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
 
 
-def gate_tally(gate: dict) -> str:
+def gate_tally(gate: GateDecision) -> str:
     """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split)."""
-    so_far = " so far" if gate.get("samples", gate.get("of")) != gate.get("of") else ""
-    return f"{len(gate['wins'])} wins, {len(gate['losses'])} losses{so_far}, p = {fmt(gate['p'])}"
+    so_far = " so far" if gate.stopped_early else ""
+    return f"{len(gate.wins)} wins, {len(gate.losses)} losses{so_far}, p = {fmt(gate.p)}"
 
 
-def gate_settled(gate: dict) -> str:
+def gate_settled(gate: GateDecision) -> str:
     """After how many samples the gate's decision was settled, when that was before the end of its split."""
-    decided, size = gate.get("decided_after"), gate.get("of")
+    decided, size = gate.decided_after, gate.of
     return f" (settled after {decided} of {size} samples)" if decided is not None and decided != size else ""
 
 
-def gate_unreadable(gate: dict) -> str:
+def gate_unreadable(gate: GateDecision) -> str:
     """Why a step may have failed that no score shows: the proposal's answers could not be read."""
-    unreadable, samples = len(gate.get("unreadable", ())), gate.get("samples", gate.get("of"))
-    if not unreadable:
+    if not gate.unreadable:
         return ""
+    samples = gate.samples if gate.samples is not None else gate.of
     return (
-        f"; {unreadable} of {samples} answers could not be read (a candidate may have dropped the "
+        f"; {len(gate.unreadable)} of {samples} answers could not be read (a candidate may have dropped the "
         "instruction that says how to answer)"
     )
 
 
-def gate_words(it: dict) -> str | None:
+def gate_words(it: Iteration) -> str | None:
     """The gate's decision of an iteration, or None when no proposal met the gate."""
-    gate = it.get("gate")
+    gate = it.gate
     if not gate:
         return None
-    scores = f"gate {fmt(it.get('gate_before'))} -> {fmt(it.get('gate_after'))}"
-    if it.get("gate_after") is None and gate.get("samples", 0) < gate.get("of", 0):
-        scores = f"gate {fmt(it.get('gate_before'))} -> not scored (stopped once settled)"
-    return f"{scores}: {gate_tally(gate)} (alpha {gate['alpha']}){gate_settled(gate)}{gate_unreadable(gate)}"
+    scores = f"gate {fmt(it.gate_before)} -> {fmt(it.gate_after)}"
+    if it.gate_after is None and gate.stopped_early:
+        scores = f"gate {fmt(it.gate_before)} -> not scored (stopped once settled)"
+    return f"{scores}: {gate_tally(gate)} (alpha {gate.alpha}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
-def render_iteration(run: Run, it: dict) -> list[str]:
-    k = it["index"]
-    lines = [f"iteration {k}: train {fmt(it.get('train_score'))}, {verdict(it)}; {spend(it)}"]
+def render_iteration(run: Run, it: Iteration) -> list[str]:
+    lines = [f"iteration {it.index}: train {fmt(it.train_score)}, {verdict(it)}; {spend(it)}"]
     if words := gate_words(it):
         lines.append("  " + words)
-    if it.get("lost"):
-        lines.append(f"  {it['lost']} training sample(s) lost to failed calls")
-    before = run.prompts_at(k - 1)
-    for c in it.get("candidates", []):
-        lines.append(f"  candidate for {c['param']}: {c['fate']}")
-        if c.get("new") is not None:
-            lines.append(_indent(plain_word_diff(before.get(c["param"], ""), c["new"]), "      "))
+    if it.lost:
+        lines.append(f"  {it.lost} training sample(s) lost to failed calls")
+    before = run.prompts_at(it.index - 1)
+    for c in it.candidates:
+        lines.append(f"  candidate for {c.param}: {c.fate}")
+        if c.new is not None:
+            lines.append(_indent(plain_word_diff(before.get(c.param, ""), c.new), "      "))
         else:
-            lines.append(_indent("reply: " + _excerpt(c.get("reply") or ""), "      "))
-    for g in it.get("gradients", []):
-        lines.append(f"  gradients from sample {g['sample']} (expected {g['expected']!r}, got {g.get('output')!r}):")
-        for node, text in g.get("nodes", {}).items():
+            lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
+    for g in it.gradients:
+        lines.append(f"  gradients from sample {g.sample} (expected {g.expected!r}, got {g.output!r}):")
+        for node, text in g.nodes.items():
             lines.append(_indent(f"{node}: {text}", "      "))
     return lines
 
@@ -393,15 +368,13 @@ def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str,
     from ..language.source import load
     from ..language.writeback import WriteBack, WriteBackError, rewrite, unified_diff
 
-    file = file or run.settings["file"]
+    file = file or run.settings.file
     prompts = run.prompts_at(len(run.iterations) if k is None else k)
     pipeline = load(file)
     params = {p.name for p in pipeline.params}
     unknown = sorted(set(prompts) - params)
     if unknown:
-        raise RunsError(
-            f"{file} has no param {', '.join(unknown)}: run {run.name} optimized {run.settings.get('file')}"
-        )
+        raise RunsError(f"{file} has no param {', '.join(unknown)}: run {run.name} optimized {run.settings.file}")
     try:
         diff = unified_diff(pipeline.text, rewrite(pipeline, prompts), file)
         writer = WriteBack(pipeline)
@@ -417,7 +390,7 @@ def final_diff(run: Run) -> str | None:
     from ..language.source import load
     from ..language.writeback import WriteBackError, rewrite, unified_diff
 
-    file: str = run.settings["file"]  # a record's settings always name it (SHAPES)
+    file = run.settings.file
     try:
         pipeline = load(file)
         final = run.prompts_at(len(run.iterations))

@@ -1,0 +1,135 @@
+"""The run record has a schema (sembp_dsl/records/run.schema.json) and one module that writes and reads it:
+a version, typed fields for every reader, old records still read, and a bad one one line, not a traceback."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from test_optimize import TOY, data, write
+from test_runs import GOOD_ITERATION, record
+
+from sembp_dsl import cli
+from sembp_dsl.records import report
+from sembp_dsl.records.record import SCHEMA, VERSION, Record, check
+from sembp_dsl.records.runs import resolve
+
+VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
+
+
+def sbpc(capsys, *argv) -> tuple[int, str, str]:
+    code = cli.main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def optimize(tmp_path, fake_llm, *flags) -> tuple:
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path, n=12), "--train-size", "3", "--val-size", "5", "--test-size", "4", *flags]
+    code = cli.main(["optimize", str(path), *flags, "--runs-dir", str(tmp_path / "runs")])
+    [record_file] = (tmp_path / "runs").glob("*/run.json")
+    return code, path, flags, record_file
+
+
+def test_the_schema_is_a_json_schema_and_a_written_record_follows_it(tmp_path, fake_llm, script):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    code, _, _, record_file = optimize(tmp_path, fake_llm, "--iters", "2")
+    assert code == 0
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    written = json.loads(record_file.read_text())
+    assert written["version"] == VERSION == 2 and written["settings"]["gate"] == "val"
+    assert not list(VALIDATOR.iter_errors(written)) and check(written) is None
+    assert Record.read(written).to_json() == written  # read and written by one module, losslessly
+
+
+def test_a_version_1_record_is_read_and_resumed_as_version_2(tmp_path, fake_llm, script, capsys):
+    """A record from before `version` (gate 'validation', no gate_alpha) lists, shows and resumes."""
+    code, path, flags, record_file = optimize(tmp_path, fake_llm, "--iters", "2", "--max-calls", "30")
+    capsys.readouterr()
+    assert code == 0
+    old = json.loads(record_file.read_text())
+    assert not old["finished"] and len(old["iterations"]) < 2  # stopped by its budget: there is more to do
+    del old["version"], old["settings"]["gate_alpha"], old["settings"]["test_data"]
+    old["settings"]["gate"] = "validation"
+    record_file.write_text(json.dumps(old))
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", tmp_path / "runs", "--json")
+    [line] = json.loads(out)
+    assert code == 0 and "gate" not in line["settings"]  # validation is the val gate, sbpc's default
+    assert resolve("1", tmp_path / "runs").settings.method.gate_alpha == 0.1
+    asked = flags[: flags.index("--max-calls")]  # the same run, without the budget that stopped it
+    code, out, err = sbpc(capsys, "optimize", path, *asked, "--resume", "--runs-dir", tmp_path / "runs")
+    assert code == 0, err
+    resumed = json.loads(record_file.read_text())
+    assert resumed["version"] == 2 and resumed["settings"]["gate"] == "val" and resumed["finished"]
+    done = len(old["iterations"])
+    assert len(resumed["iterations"]) == 2 and resumed["iterations"][:done] == old["iterations"]
+
+
+@pytest.mark.parametrize(
+    "bad, where",
+    [
+        (record(version=3), "version is 3, not one of 1, 2"),
+        (record(finished="yes"), "finished is text, not true/false"),
+        (record(initial_score="high"), "initial_score is text, not a number or null"),
+        (record(initial_right=[1]), "initial_right[0] is a number, not text"),
+        (record(test={"initial": "x", "final": 1}), "test.initial is text, not a number or null"),
+        (record(iterations=[{**GOOD_ITERATION, "accepted": 1}]), "iterations[0].accepted is a number, not true/false"),
+        (record(iterations=[{**GOOD_ITERATION, "index": 1.5}]), "iterations[0].index is a number, not a whole number"),
+        (
+            record(iterations=[{**GOOD_ITERATION, "gate": {**GOOD_ITERATION["gate"], "p": "low"}}]),
+            "iterations[0].gate.p is text, not a number",
+        ),
+        (
+            record(iterations=[{**GOOD_ITERATION, "gradients": [{"sample": "s", "expected": "Yes", "nodes": []}]}]),
+            "iterations[0].gradients[0].nodes is a list, not an object",
+        ),
+        (record(settings={"file": "toy.sbp", "gradient": 3}), "settings.gradient is a number, not text"),
+        (
+            record(settings={"file": "toy.sbp", "iterations": 5000}),
+            "settings: iterations=5000 is out of range: from 0 to 1000",
+        ),
+        (record(settings={"file": "toy.sbp", "gate": "sometimes"}), "settings: gate='sometimes' is not one of"),
+    ],
+)
+def test_a_wrongly_typed_record_is_one_line_for_every_reader(tmp_path, capsys, bad, where):
+    folder = tmp_path / "runs" / "20260101-000000-bad"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(bad))
+    code, out, err = sbpc(capsys, "runs", "--runs-dir", tmp_path / "runs")
+    assert code == 0 and "no runs" in out and f"run.json: not a run record ({where}" in out
+    for argv in (
+        ["show", "1"],
+        ["show", "2026"],
+        ["report", "2026", "--out", tmp_path / "r.html"],
+        ["apply", "2026", "--iteration", "0", tmp_path / "toy.sbp"],
+    ):
+        code, out, err = sbpc(capsys, *argv, "--runs-dir", tmp_path / "runs")
+        assert code == 1 and "Traceback" not in err and (where in err or "no run" in err), (argv, err)
+    if not where.startswith("settings:"):  # the schema says as much; the method's ranges are the Method's to say
+        assert list(VALIDATOR.iter_errors(bad))
+
+
+def test_the_gate_score_a_run_keeps_is_one_rule_for_every_reader(tmp_path):
+    """Kept: the last accepted step's score; a rejected step's score is not, however high."""
+    steps = [(True, 0.6, ["a", "b"]), (False, 0.9, ["a", "b", "c"]), (True, 0.7, ["a", "b", "d"]), (False, 0.8, [])]
+    iterations = [
+        {
+            **GOOD_ITERATION,
+            "index": i,
+            "accepted": accepted,
+            "gate_after": score,
+            "gate": {"wins": [], "losses": [], "p": 0.5, "alpha": 1, "right": right},
+        }
+        for i, (accepted, score, right) in enumerate(steps, 1)
+    ]
+    raw = record(initial_score=0.5, initial_right=["a"], iterations=iterations)
+    run = Record.read(raw)
+    assert run.gate_scores() == [(0, 0.5), (1, 0.6), (2, 0.6), (3, 0.7), (4, 0.7)]
+    assert run.best_score == 0.7 and run.right_kept() == {"a", "b", "d"}  # what --resume gates against
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(raw))
+    shown = resolve("1", tmp_path / "runs")
+    assert shown.summary()["best_score"] == 0.7 and report.score_series(shown)["gate"] == run.gate_scores()
+    assert Record.read(record(initial_score=None)).best_score is None  # no gate: no score to keep
