@@ -152,9 +152,9 @@ def find_runs(runs_dir: str | Path = DEFAULT_RUNS_DIR) -> tuple[list[Run], list[
 def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     """RUN as the user gives it: a run folder, the number `sbpc runs` shows (-1: the newest), or a name prefix."""
     path = Path(spec)
-    if _is_file(path / "run.json"):
+    if _exists(path / "run.json"):  # a FIFO too: reading it says why it is no record, and never waits on it
         return _load(path)
-    if path.name == "run.json" and _is_file(path):
+    if path.name == "run.json" and _exists(path):
         return _load(path.parent)
     runs, _ = find_runs(runs_dir)
     if re.fullmatch(r"-?\d+", spec):
@@ -179,10 +179,10 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     raise RunsError(f"no run '{spec}' in {runs_dir}{hint}")
 
 
-def _is_file(path: Path) -> bool:
-    """False for what cannot be a file, a name too long for the file system included (no OSError)."""
+def _exists(path: Path) -> bool:
+    """False for what cannot be there, a name too long for the file system included (no OSError)."""
     try:
-        return path.is_file()
+        return path.exists()
     except OSError:
         return False
 
