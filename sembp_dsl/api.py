@@ -396,7 +396,9 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
     ) -> Evaluation:
-        return await evaluate(self.graph, self._llm(), samples, metric, mapping or {}, on_done)
+        llm = self._llm()
+        with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
+            return await evaluate(self.graph, llm, samples, metric, mapping or {}, on_done)
 
     def splits(
         self,
@@ -532,20 +534,22 @@ class Pipeline:
                 log(notice)
 
         async def work() -> Outcome:
-            return await Optimizer(
-                initial.graph,
-                self._llm(),
-                run.settings.method,
-                scorer,
-                mapping or {},
-                train_,
-                val_,
-                test_,
-                record,
-                accept,
-                log,
-                progress,
-            ).run()
+            llm = self._llm()
+            with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
+                return await Optimizer(
+                    initial.graph,
+                    llm,
+                    run.settings.method,
+                    scorer,
+                    mapping or {},
+                    train_,
+                    val_,
+                    test_,
+                    record,
+                    accept,
+                    log,
+                    progress,
+                ).run()
 
         outcome = self._sync(work())
         return Optimized(
@@ -673,7 +677,10 @@ class _Session:
             if loop not in self.llms:
                 for gone in [old for old in self.llms if old.is_closed()]:  # asyncio.run's loops, ended
                     del self.llms[gone]
-                self.llms[loop] = LLM(self.models, cache=self.cache, ledger=self.ledger, **self.limits)
+                # long-lived: a call fails alone; each evaluate or optimize is a command that may stop early
+                self.llms[loop] = LLM(
+                    self.models, cache=self.cache, ledger=self.ledger, whole_session=False, **self.limits
+                )
             return self.llms[loop]
 
     def sync(self, work: Awaitable[T]) -> T:

@@ -568,3 +568,34 @@ def test_a_connection_that_never_opens_stops_after_the_connect_timeout(monkeypat
         with pytest.raises(LLMError, match="no connection within 0.5 s"):
             llm.run(llm.complete("forward", "hello"))
     assert time.perf_counter() - start < 5 and llm.ledger.roles["forward"].retries == 0
+
+
+@pytest.mark.parametrize("fault", ["401", 400])
+def test_a_long_lived_pipeline_fails_each_call_alone_and_tries_again(tmp_path, fault):
+    """A pipeline kept open (`sbp.load`, `sbpc serve`) answered every later call with the first failures'
+    reason once its first calls failed: a key refused (401) while the server was being set up, or 3 inputs
+    too long for the model (400), which any client of `sbpc serve` could send. Stopping early belongs to a
+    batch command; each call now fails alone, and the next one tries again."""
+    import sembp_dsl
+
+    with FakeServer(reply="Yes", failures=[fault] * 4) as server:
+        with sembp_dsl.load(pipeline(tmp_path, server.url), cache=False) as toy:
+            for _ in range(4):
+                with pytest.raises((CallFailed, LLMError)):
+                    toy(q="is it?")
+            assert toy(q="is it?").output == "Yes" and server.requests == 5
+
+
+def test_an_evaluate_on_a_long_lived_pipeline_still_stops_early(tmp_path):
+    """The batch commands keep the rule: the first calls all refused, the evaluation stops saying why, and
+    the next call of the same pipeline tries again."""
+    import sembp_dsl
+
+    with FakeServer(reply="Yes", failures=["401"] * 2) as server:
+        with sembp_dsl.load(pipeline(tmp_path, server.url), cache=False, concurrency=1) as toy:
+            with pytest.raises(LLMError, match="401"):
+                toy.evaluate([{"q": f"question {i}", "answer": "Yes"} for i in range(20)])
+            assert server.requests == 1  # stopped at the first refusal, not one call per row
+            with pytest.raises(LLMError, match="401"):
+                toy(q="again?")
+            assert toy(q="and again?").output == "Yes"

@@ -72,7 +72,10 @@ class LLM:
         max_calls: int | None = None,
         max_cost: float | None = None,
         ledger: Ledger | None = None,
+        whole_session: bool = True,
     ):
+        """`whole_session`: these calls are one command, which stops early when it cannot work (stops.py);
+        False for a long-lived layer (a Pipeline's), where only `stops.command()` blocks stop early."""
         self.models = dict(models)
         self._resolved: dict[str, ResolvedModel] = {}
         self.timeout = timeout
@@ -84,7 +87,7 @@ class LLM:
         self.slots = Slots(concurrency)
         self.rates = RateLimits()
         self.retries = Retries(retries, BACKOFF if backoff is None else backoff)
-        self.stops = Stops(self.ledger, max_calls, max_cost)
+        self.stops = Stops(self.ledger, max_calls, max_cost, whole_session)
 
     @property
     def concurrency(self) -> int:

@@ -1,11 +1,19 @@
-"""When model calls must stop: a budget is spent, or the session turned out unable to work.
+"""When model calls must stop: a budget is spent, or a command turned out unable to work.
 
-A failure no request can get past (no key, unknown model, nothing listening) stops the session at once;
-so do the first calls of a session when they all fail for good for the same reason: a run that cannot
-work says why instead of scoring every sample wrong. Once stopped, every later call fails at once.
+Within one batch command (eval, optimize, compare: a `command()`), a failure no request can get past (no
+key, unknown model, nothing listening) stops the command at once; so do its first calls when they all
+fail for good for the same reason: a run that cannot work says why instead of scoring every sample wrong.
+Once stopped, every later call of that command fails at once. A call outside any command (a request to
+`sbpc serve`, a direct call of a long-lived Pipeline) fails alone: the next one tries again, since the
+server may be back and one client's bad inputs are no reason to refuse another's.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 
 from ..language.diagnostics import Option, OptionError, option, worded
 from ..language.graph import ModelSpec
@@ -19,12 +27,49 @@ class BudgetExceeded(OptionError):
     """max_calls or max_cost (--max-calls, --max-cost) was reached; the run stops cleanly with what it has."""
 
 
+@dataclass
+class _Command:
+    """What one batch command has seen of its calls."""
+
+    succeeded: int = 0  # calls answered: until one is, failures may mean "cannot work"
+    stopped: Option | None = None  # why this command cannot work
+    given_up: dict[str, int] = field(default_factory=dict)  # calls failed for good before any succeeded, by cause
+
+
 class Stops:
-    def __init__(self, ledger: Ledger, max_calls: int | None = None, max_cost: float | None = None):
+    """Budgets for a session, and the stop-early rule for each batch command in it. `whole_session`: the
+    session is itself one command (an LLM layer a command made for itself), rather than a long-lived one
+    whose batch commands each open their own `command()`."""
+
+    def __init__(
+        self, ledger: Ledger, max_calls: int | None = None, max_cost: float | None = None, whole_session: bool = True
+    ):
         self.ledger, self.max_calls, self.max_cost = ledger, max_calls, max_cost
-        self.succeeded = 0  # calls answered in this session: until one is, failures may mean "cannot work"
-        self.stopped: Option | None = None  # why this session cannot work
-        self._given_up: dict[str, int] = {}  # calls failed for good before any succeeded, by cause
+        self.succeeded = 0  # calls answered in this session: a refused connection after one is a restart
+        self._session = _Command() if whole_session else None
+        self._command: ContextVar[_Command | None] = ContextVar("sbpc_command", default=None)
+
+    @property
+    def stopped(self) -> Option | None:
+        """Why the current command cannot work (None: it can, or no command is running)."""
+        current = self._current()
+        return current.stopped if current else None
+
+    def _current(self) -> _Command | None:
+        return self._command.get() or self._session
+
+    @contextmanager
+    def command(self) -> Iterator[None]:
+        """The calls made in this block (and in the tasks it starts) are one batch command, unless they
+        already are part of one (evaluations inside an optimize run)."""
+        if self._current() is not None:
+            yield
+            return
+        token = self._command.set(_Command())
+        try:
+            yield
+        finally:
+            self._command.reset(token)
 
     def check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:
@@ -33,25 +78,33 @@ class Stops:
             raise BudgetExceeded(option("max_cost", self.max_cost), f" reached (spent ${self.ledger.cost:.4f})")
 
     def check_working(self) -> None:
-        """Calls still queued when the session was found unable to work fail with its reason."""
+        """Calls still queued when the command was found unable to work fail with its reason."""
         if self.stopped:
             raise LLMError(self.stopped)
 
     def answered(self) -> None:
         self.succeeded += 1
+        current = self._current()
+        if current:
+            current.succeeded += 1
 
     def cannot_work(self, role: str, spec: ModelSpec, failure: Failure) -> LLMError:
-        """A failure no request can get past: the session stops, with this reason."""
-        self.stopped = self.stopped or worded(f"{role} model '{spec.name}': ", failure.describe())
-        return LLMError(self.stopped)
+        """A failure no request can get past: this call fails with it, and a command stops with it."""
+        reason = worded(f"{role} model '{spec.name}': ", failure.describe())
+        current = self._current()
+        if current is None:
+            return LLMError(reason)
+        current.stopped = current.stopped or reason
+        return LLMError(current.stopped)
 
     def gave_up(self, role: str, spec: ModelSpec, failure: Failure) -> None:
-        """A call failed for good: when the first calls of the session all did, for the same reason, stop."""
-        if self.succeeded:
+        """A call failed for good: when the first calls of the command all did, for the same reason, stop."""
+        current = self._current()
+        if current is None or current.succeeded:
             return
-        seen = self._given_up[failure.cause] = self._given_up.get(failure.cause, 0) + 1
+        seen = current.given_up[failure.cause] = current.given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:
-            self.stopped = self.stopped or worded(
+            current.stopped = current.stopped or worded(
                 f"{role} model '{spec.name}': the first {seen} calls all failed: ", failure.describe()
             )
-            raise LLMError(self.stopped)
+            raise LLMError(current.stopped)
