@@ -42,6 +42,15 @@ def test_ci_runs_the_readme_commands_verbatim_with_no_environment_of_its_own():
     assert "apt-get install -y -qq chromium" in script  # the report tests need a real browser
 
 
+def test_the_test_command_checks_lint_format_and_types_then_runs_every_test():
+    tests = readme_commands()["tests"]
+    checks = [".venv/bin/ruff check . &&", ".venv/bin/ruff format --check . &&", ".venv/bin/mypy sembp_dsl &&"]
+    assert all(check in tests for check in checks) and tests.endswith("-m pytest -q -n auto")  # no -m: slow too
+    assert [tests.index(check) for check in checks] == sorted(tests.index(check) for check in checks)
+    extra = re.search(r"^test = \[(.*?)\]", (ROOT / "pyproject.toml").read_text(), re.M | re.S).group(1)
+    assert all(f'"{tool}' in extra for tool in ("ruff", "mypy", "pytest-xdist"))  # installed by the command
+
+
 def test_the_main_job_works_on_a_copy_git_ignores():
     main = readme_commands()["main"]
     assert "cp pipelines/liar.sbp liar.sbp &&" in main and " optimize liar.sbp " in main
