@@ -504,7 +504,7 @@ def test_progress_shows_as_lines_when_stderr_is_no_terminal(tmp_path, fake_llm, 
     optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
     err = capsys.readouterr().err
     assert re.search(r"^gate, initial: \d/6 samples$", err, re.M), err
-    assert "gate, initial: 6/6 samples" in err and "\r" not in err
+    assert err.count("gate, initial: 6/6 samples") == 1 and "\r" not in err
     monkeypatch.setattr(flags, "PROGRESS_EVERY", 60.0)
     optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
     assert "samples" not in capsys.readouterr().err.replace("the gate split has", "")

@@ -21,7 +21,7 @@ class LineProgress:
     def __init__(self, total: int, desc: str, unit: str):
         self.total, self.desc, self.unit, self.n, self.postfix = total, desc.strip(), unit, 0, ""
         self.last = time.monotonic()
-        self.printed = False
+        self.printed: int | None = None  # the count the last line showed
 
     def update(self, count: int = 1) -> None:
         self.n += count
@@ -32,14 +32,14 @@ class LineProgress:
         self.postfix = text
 
     def close(self) -> None:
-        if self.printed and self.n:
+        if self.printed is not None and self.printed != self.n:  # the end, unless the last line showed it
             self._line()
-            self.printed = False
+        self.printed = None
 
     def _line(self) -> None:
         postfix = f" ({self.postfix})" if self.postfix else ""
         print(f"{self.desc}: {self.n}/{self.total} {self.unit}s{postfix}", file=sys.stderr, flush=True)
-        self.last, self.printed = time.monotonic(), True
+        self.last, self.printed = time.monotonic(), self.n
 
     def __enter__(self) -> LineProgress:
         return self
