@@ -336,16 +336,34 @@ class Pipeline:
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
 
     def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
-        """The pipeline's inputs as text: strings as given, other values as JSON. Unknown and missing names
-        are one error naming them all, before any call."""
+        """The pipeline's inputs as text: strings as given, other values as JSON. A row of data is taken as it
+        is, as `evaluate` takes it: an input may be named by the data field it reads (`from "field"`), and the
+        expected answer's field is left out. Unknown and missing names are one error naming them all, before
+        any call."""
         names = self.inputs
-        problems = [f"no input '{name}'{did_you_mean(name, names)}" for name in given if name not in names]
-        missing = [name for name in names if name not in given]
+        fields = {i.field: i.name for i in self.graph.inputs if i.field and i.field not in names}
+        answers = {*datasets.ANSWER_COLUMNS, self.graph.answer_field}  # what a row holds besides its inputs
+        values: dict[str, Any] = {}
+        problems = []
+        for key, value in given.items():
+            name = key if key in names else fields.get(key)
+            if name is None:
+                if key not in answers:
+                    problems.append(f"no input '{key}'{did_you_mean(key, [*names, *fields])}")
+            elif name in values:
+                problems.append(f"input '{name}' is given twice, by its name and by its data field")
+            else:
+                values[name] = value
+        missing = [name for name in names if name not in values]
         if missing:
             problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
         if problems:
-            raise InputError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(names)})")
-        return {name: _input_text(name, value) for name, value in given.items()}
+            takes = [
+                f"{i.name} (or its data field '{i.field}')" if i.name in fields.values() else i.name
+                for i in self.graph.inputs
+            ]
+            raise InputError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(takes)})")
+        return {name: _input_text(name, value) for name, value in values.items()}
 
     # --- scoring it ----------------------------------------------------------------
 

@@ -799,3 +799,29 @@ def test_a_model_of_another_provider_does_not_inherit_the_files_server(tmp_path,
         if kept:  # the same provider still goes to the file's server
             with sbp.load(path, model=model, cache=False) as pipeline:
                 assert pipeline(ticket="it crashed").output == "Yes" and server.requests == 2  # a call per node
+
+
+def test_a_row_of_data_is_posted_as_it_is_everywhere(tmp_path, capsys):
+    """`evaluate(rows)` read an input from its data field (`from "customer_plan"`), but a direct call,
+    `batch(rows)` and `sbpc run --input` rejected that field's name: a row had to be renamed by hand."""
+    from fake_server import FakeServer
+
+    from sembp_dsl import cli
+
+    source = TRIAGE_TEXT.replace("input ticket: text", 'input ticket: text from "body"')
+    with FakeServer(reply="Yes") as server:
+        path = tmp_path / "triage.sbp"
+        path.write_text(source + f'\nmodel {{ name = "openai/fake"  api_base = "{server.url}" }}\n')
+        row = {"body": "The app crashes on login", "answer": "Yes"}  # as the data file holds it
+        with sbp.load(path, cache=False) as triage:
+            assert triage.evaluate([row]).accuracy == 1.0
+            assert triage(body=row["body"]).output == "Yes" and triage(ticket=row["body"]).output == "Yes"
+            assert [p.output for p in triage.batch([row, {"ticket": "x"}])] == ["Yes", "Yes"]
+            with pytest.raises(ValueError, match="input 'ticket' is given twice"):
+                triage(ticket="a", body="b")
+            with pytest.raises(
+                ValueError, match=r"no input 'bdy'; did you mean 'body'.*ticket \(or its data field 'body'\)"
+            ):
+                triage(bdy="a")
+        assert cli.main(["run", str(path), "--input", "body=It crashed", "--no-cache"]) == 0
+        assert capsys.readouterr().out.startswith("Yes")
