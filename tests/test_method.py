@@ -380,12 +380,18 @@ def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     assert code == 0 and fake_llm.requests == 0  # the plan calls no model
     bound = json.loads(out)["calls"]
     assert bound == {"forward": 2 * 6 * (6 + 6) + 6 * 6, "backward": 2 * 2 * 1, "optimizer": 2 * 6}
+    prompt_bound = json.loads(out)["prompt_tokens"]
+    code, text = optimize(path, *flags, "--plan", capsys=capsys)
+    # far above what the run sends (every reply counted at its max_tokens): said to be a bound, and why
+    assert f"calls, at most about {prompt_bound['forward']} prompt tokens" in text
+    assert "prompt tokens are an upper bound: every earlier node's reply is counted as long as" in text
     script.verdict = lambda prompt: random.Random(prompt).choice(["Yes", "No"])
     code, out = optimize(path, *flags, "--json", capsys=capsys)
     assert code == 0
     roles = json.loads(out)["ledger"]["roles"]
     for role, most in bound.items():
         assert roles[role]["calls"] + roles[role]["cache_hits"] <= most
+        assert roles[role]["prompt_tokens"] <= prompt_bound[role]
     assert roles["optimizer"]["calls"] > 0  # the run did go through every phase
 
 

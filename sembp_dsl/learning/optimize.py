@@ -360,13 +360,21 @@ class Optimizer:
         return "\n".join(lines)
 
 
+#: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
+#: cannot be known before they are given, so each is counted as long as max_tokens lets it be.
+PROMPT_BOUND = (
+    "prompt tokens are an upper bound: every earlier node's reply is counted as long as its max_tokens allows "
+    "(replies are usually far shorter, so a run often sends a tenth of it)"
+)
+
+
 @dataclass(frozen=True)
 class Plan:
     """The most a run can spend, before it spends anything (the formula of docs/optimize.md; retries not counted)."""
 
     calls: dict[str, int]
     completion_tokens: dict[str, int | None]  # None: the role has no max_tokens, so no bound
-    prompt_tokens: dict[str, int]  # an estimate: 4 characters a token
+    prompt_tokens: dict[str, int]  # a bound: 4 characters a token, every reply in a prompt at its max_tokens
     cost: float | None  # None: litellm cannot price a model, or a role has no max_tokens
     warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
     unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
@@ -376,7 +384,9 @@ class Plan:
         for role, calls in self.calls.items():
             completion = self.completion_tokens[role]
             bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"
-            lines.append(f"  {role:<9} {calls:>6} calls, about {self.prompt_tokens[role]} prompt tokens, {bound}")
+            lines.append(
+                f"  {role:<9} {calls:>6} calls, at most about {self.prompt_tokens[role]} prompt tokens, {bound}"
+            )
         lines.append(
             "  cost: "
             + (
@@ -385,6 +395,7 @@ class Plan:
                 else f"at most about ${self.cost:.4f}"
             )
         )
+        lines.append(f"  {PROMPT_BOUND}")
         if self.unforeseen:
             lines.append("  fewer calls when: " + "; ".join(self.unforeseen))
         return "\n".join(lines)
