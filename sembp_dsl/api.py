@@ -33,8 +33,8 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, resolve_model
 from .records.record import RunRecord, RunSettings
 from .runtime import datasets
-from .runtime.datasets import DataError, Sample, Splits, as_text, from_records
-from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for
+from .runtime.datasets import DataError, Sample, as_text, from_records
+from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for, split_to_score
 from .runtime.forward import Trace, run
 from .runtime.tasks import together
 
@@ -369,33 +369,46 @@ class Pipeline:
 
     def evaluate(
         self,
-        examples: Examples | str,
+        examples: Examples | str | Data,
         metric: str | Metric | None = None,
         *,
         split: str = "test",
-        train_size: int | None = None,
-        val_size: int | None = None,
-        test_size: int | None = None,
-        seed: int | None = None,
         limit: int | None = None,
-        data_dir: str | None = None,
-        test_data: str | None = None,
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
+        **sizes: int,
     ) -> Evaluation:
-        """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`),
-        or a data set (`"liar"`, `"gsm8k"`, `"bbh:<task>"`, a .jsonl/.csv/.tsv path), of which `split` is scored
-        (your own file is scored whole when no size is given); `test_data`: a file of its own for the test split.
-        `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`;
-        default: the pipeline's `metric`, else the data set's."""
+        """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
+        data set (its name or path, or a Data), of which `split` is scored: the split `optimize` would draw with
+        these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
+        `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
+        pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes."""
+        return self._sync(
+            self.aevaluate(examples, metric, split=split, limit=limit, mapping=mapping, on_done=on_done, **sizes)
+        )
+
+    async def aevaluate(
+        self,
+        examples: Examples | str | Data,
+        metric: str | Metric | None = None,
+        *,
+        split: str = "test",
+        limit: int | None = None,
+        mapping: Mapping[str, str] | None = None,
+        on_done: Callable[[Result], None] | None = None,
+        **sizes: int,
+    ) -> Evaluation:
+        """`evaluate` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        if isinstance(examples, str):
-            dataset = datasets.load(examples, data_dir, test_data)
-            splits = self.splits(dataset, train_size, val_size, test_size, seed, split)
-            samples, default_metric = getattr(splits, split)[:limit], dataset.metric
+        if isinstance(examples, (str, Data)):
+            data = Data(examples) if isinstance(examples, str) else examples
+            dataset = datasets.load(data.name, data.data_dir, data.test_data)
+            samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
+            if sizes:
+                raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
             unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
             if unanswered and not callable(metric):
@@ -405,42 +418,9 @@ class Pipeline:
                     "or score with a metric of your own"
                 )
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
-        return self._sync(self.aevaluate(samples, scorer, mapping, on_done))
-
-    async def aevaluate(
-        self,
-        samples: Sequence[Sample],
-        metric,
-        mapping: Mapping[str, str] | None = None,
-        on_done: Callable[[Result], None] | None = None,
-    ) -> Evaluation:
         llm = self._llm()
         with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
-            return await evaluate(self.graph, llm, samples, metric, mapping or {}, on_done)
-
-    def splits(
-        self,
-        dataset: datasets.Dataset,
-        train_size: int | None = None,
-        val_size: int | None = None,
-        test_size: int | None = None,
-        seed: int | None = None,
-        split: str = "test",
-    ) -> Splits:
-        """The splits `evaluate` scores: a user's file with no size given is scored whole (as `split` "test");
-        otherwise the seeded split `optimize` would draw, so test never overlaps training. Sizes not given come
-        from the pipeline's `optimize` block (test: 100) for the scored split and the splits cut before it from
-        the same pool (train and val before a single pool's test); the others are 0."""
-        o = self.graph.optimize
-        return datasets.eval_splits(
-            dataset,
-            train_size,
-            val_size,
-            test_size,
-            _given(seed, o.seed),
-            (o.train_size, o.val_size, datasets.EVAL_TEST_SIZE),
-            split,
-        )
+            return await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
@@ -516,19 +496,53 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         runs_dir: str | Path = ".sbpc/runs",
         resume: bool = False,
-        write: bool = False,
-        out: str | Path | None = None,
+        write: bool | str | Path = False,
         log: Callable[[str], None] | None = None,
         progress: Callable[[str, int], Callable[[object], None]] | None = None,
         **settings: Any,
     ) -> Optimized:
         """Semantic backpropagation, as `sbpc optimize` runs it, with a run record in `runs_dir`.
 
-        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name, or a Data), cut
-        into the three splits by the method's sizes and seed. `method` and `settings` (its fields as keyword
-        arguments, over it): see `Pipeline.method`. With `write`, every accepted step goes into the source
-        file (or `out`) at once, so an interrupted run keeps it; without, nothing is written until
-        `.pipeline.save()`. `resume`: continue the last unfinished run asked exactly the same."""
+        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name or path, or a Data), cut
+        into the three splits by the method's sizes and seed. `method` (default: the pipeline's `optimize`
+        block) with `settings` (Method's fields as keyword arguments) changed: see `Pipeline.method`. `write`:
+        True writes every accepted step into the source file at once (so an interrupted run keeps it), a path
+        writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
+        run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
+        return self._sync(
+            self.aoptimize(
+                train,
+                val,
+                test,
+                method=method,
+                metric=metric,
+                mapping=mapping,
+                runs_dir=runs_dir,
+                resume=resume,
+                write=write,
+                log=log,
+                progress=progress,
+                **settings,
+            )
+        )
+
+    async def aoptimize(
+        self,
+        train: Examples | str | Data,
+        val: Examples = (),
+        test: Examples = (),
+        *,
+        method: Method | None = None,
+        metric: str | Metric | None = None,
+        mapping: Mapping[str, str] | None = None,
+        runs_dir: str | Path = ".sbpc/runs",
+        resume: bool = False,
+        write: bool | str | Path = False,
+        log: Callable[[str], None] | None = None,
+        progress: Callable[[str, int], Callable[[object], None]] | None = None,
+        **settings: Any,
+    ) -> Optimized:
+        """`optimize` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
         train_, val_, test_ = run.splits
@@ -536,7 +550,8 @@ class Pipeline:
         scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric))
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
-        writer = WriteBack(self.graph.pipeline, str(out) if out else None, not write)
+        out = None if isinstance(write, bool) else str(write)
+        writer = WriteBack(self.graph.pipeline, out, write is False)
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), run.settings, source)
@@ -551,28 +566,24 @@ class Pipeline:
             if notice:
                 log(notice)
 
-        async def work() -> Outcome:
-            llm = self._llm()
-            with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
-                return await Optimizer(
-                    initial.graph,
-                    llm,
-                    run.settings.method,
-                    scorer,
-                    mapping or {},
-                    train_,
-                    val_,
-                    test_,
-                    record,
-                    accept,
-                    log,
-                    progress,
-                ).run()
-
-        outcome = self._sync(work())
-        return Optimized(
-            self._sibling(outcome.graph), initial, outcome, record.folder, writer.target if write else None
-        )
+        llm = self._llm()
+        with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
+            outcome = await Optimizer(
+                initial.graph,
+                llm,
+                run.settings.method,
+                scorer,
+                mapping or {},
+                train_,
+                val_,
+                test_,
+                record,
+                accept,
+                log,
+                progress,
+            ).run()
+        written = writer.target if write is not False else None
+        return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, written)
 
     def _run(
         self, train: Examples | str | Data, val: Examples, test: Examples, method: Method | None, settings: Mapping
@@ -787,7 +798,3 @@ def _typed(graph: Graph, text: str | None) -> Any:
     if kind == "json":
         return json.loads(text)
     return text
-
-
-def _given(value, default):
-    return value if value is not None else default

@@ -85,6 +85,61 @@ def test_a_call_returns_the_typed_output_its_trace_and_usage(triage, fake_llm):
     assert triage.ledger.calls == 2
 
 
+def test_aevaluate_takes_what_evaluate_takes(triage, tmp_path):
+    """Rows as dicts or a data set, the same arguments: not the internal samples it used to want."""
+    rows = [{"ticket": "the app crashes", "answer": "Yes"}, {"ticket": "a typo", "answer": "No"}]
+    assert asyncio.run(triage.aevaluate(rows, "exact")).accuracy == triage.evaluate(rows, "exact").accuracy == 1.0
+    data = tmp_path / "tickets.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    seen = []
+    evaluation = asyncio.run(triage.aevaluate(sbp.Data(str(data)), limit=1, on_done=seen.append))
+    assert len(evaluation.results) == 1 and seen == list(evaluation.results)
+    with pytest.raises(TypeError, match="test_size cuts a data set"):
+        asyncio.run(triage.aevaluate(rows, test_size=1))
+    with pytest.raises(TypeError, match="unknown split setting 'iterations'"):
+        triage.evaluate(str(data), iterations=3)
+
+
+def test_sync_and_async_pairs_take_the_same_arguments():
+    import inspect
+
+    pairs = [("__call__", "acall"), ("batch", "abatch"), ("evaluate", "aevaluate"), ("optimize", "aoptimize")]
+    for sync, asynchronous in pairs:
+        one, other = (inspect.signature(getattr(sbp.Pipeline, name)) for name in (sync, asynchronous))
+        assert one == other, (sync, asynchronous)
+        assert inspect.iscoroutinefunction(getattr(sbp.Pipeline, asynchronous))
+
+
+def test_aoptimize_runs_on_the_callers_loop_and_write_takes_a_path(triage, script, tmp_path):
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else urgent_when_crash(prompt)
+    script.improve = lambda param, prompt: f"Improved {param}: Answer Yes or No."
+    examples = [{**row, "answer": "Yes"} for row in tickets(6)]
+    before = Path(triage.path).read_text()
+
+    async def main():
+        found = await triage.aoptimize(
+            examples, examples, iterations=1, gate_alpha=1, runs_dir=tmp_path / "runs", write=tmp_path / "out.sbp"
+        )
+        await triage.aclose()
+        return found
+
+    found = asyncio.run(main())
+    assert found.outcome.iterations[0].accepted and found.written == tmp_path / "out.sbp"
+    assert "Improved" in (tmp_path / "out.sbp").read_text() and Path(triage.path).read_text() == before
+
+
+def test_every_public_name_is_documented():
+    """A Pipeline's public methods and attributes, and the package's names, are on docs/python.md."""
+    import re
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "python.md").read_text()
+    named = set(re.findall(r"`(?:[\w.]*\.)?(\w+)[(`]", docs))
+    public = {name for name in dir(sbp.Pipeline) if not name.startswith("_")}
+    assert public - named == set(), public - named
+    assert set(sbp.__all__) - named == set()
+    assert "graph" in named  # the one public attribute an instance sets
+
+
 def test_acall_runs_on_the_callers_loop(triage):
     async def main():
         results = await asyncio.gather(triage.acall(ticket="crash at start"), triage.acall(ticket="a typo"))
@@ -327,7 +382,8 @@ def test_a_closed_pipeline_refuses_every_call_and_opens_nothing(tmp_path, fake_l
         "batch": lambda: triage.batch([{"ticket": "x"}]),
         "abatch": lambda: asyncio.run(triage.abatch([{"ticket": "x"}])),
         "evaluate": lambda: triage.evaluate(examples),
-        "aevaluate": lambda: asyncio.run(triage.aevaluate(sbp.api.from_records(examples), "exact")),
+        "aevaluate": lambda: asyncio.run(triage.aevaluate(examples, "exact")),
+        "aoptimize": lambda: asyncio.run(triage.aoptimize(examples, examples, runs_dir=tmp_path / "runs")),
         "optimize": lambda: triage.optimize(examples, examples, runs_dir=tmp_path / "runs"),
     }
     for call in calls.values():
@@ -348,7 +404,7 @@ def test_errors_name_the_apis_parameters_and_keep_the_flags_for_the_cli(triage, 
     assert err.value.cli.startswith(f"--runs-dir {tmp_path / 'runs'} is a file, not a folder")
     errors.append(err.value)
     with pytest.raises(ValueError, match=f"^'{re.escape(str(tmp_path))}' is a folder; give the name of a file") as err:
-        triage.optimize(examples, examples, runs_dir=tmp_path / "records", write=True, out=tmp_path)
+        triage.optimize(examples, examples, runs_dir=tmp_path / "records", write=tmp_path)
     assert err.value.cli.startswith(f"--out {tmp_path} is a folder")
     errors.append(err.value)
     with pytest.raises(sbp.DataError, match=r"map it with mapping=\{'ticket': 'FIELD'\}$") as err:

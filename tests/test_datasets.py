@@ -571,7 +571,7 @@ def test_a_relative_data_dir_variable_is_anchored_once(tmp_path: Path, monkeypat
 
 
 def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_llm) -> None:
-    """`test_data=` as `sbpc eval --test-data`: a 3-row training file and its 10-row test file."""
+    """`Data(test_data=)` as `sbpc eval --test-data`: a 3-row training file and its 10-row test file."""
     from conftest import with_fake_model
 
     import sembp_dsl as sbp
@@ -585,6 +585,6 @@ def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_ll
     )
     few, ten = _write(tmp_path / "few.jsonl", _rows(3)), _write(tmp_path / "ten.jsonl", _rows(10, "t"))
     with sbp.load(pipeline, cache=False) as p:
-        report = p.evaluate(few, test_data=ten, test_size=5)
+        report = p.evaluate(sbp.Data(few, test_data=ten), test_size=5)
     assert report.scored == 5 and fake_llm.requests == 5
     assert all(result.sample.fields["q"].startswith("t") for result in report.results)  # rows of the test file

@@ -245,14 +245,13 @@ def cmd_eval(args) -> int:
     from dataclasses import replace
 
     from ..runtime import datasets
-    from ..runtime.evaluate import metric_for
+    from ..runtime.evaluate import metric_for, split_to_score
 
     with load_pipeline(args) as pipeline:
         dataset = datasets.load(args.data, args.data_dir, args.test_data)
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
-        splits = pipeline.splits(dataset, args.train_size, args.val_size, args.test_size, args.seed, args.split)
-        samples = getattr(splits, args.split)[: args.limit]
+        samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
         metric = metric_for(pipeline.graph, dataset.metric)
         whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
         scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
@@ -324,8 +323,7 @@ def cmd_optimize(args) -> int:
             mapping=mapping,
             runs_dir=args.runs_dir,
             resume=args.resume,
-            write=not args.dry_run,
-            out=args.out,
+            write=False if args.dry_run else args.out or True,
             log=log,
             progress=progress,
             **settings,

@@ -11,9 +11,10 @@ from types import MappingProxyType
 
 from ..language.diagnostics import Option, did_you_mean
 from ..language.graph import Graph, GraphNode
+from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..models.llm import LLM, BudgetExceeded
-from .datasets import DataError, Sample
+from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
 from .forward import Trace, run
 from .tasks import together
 
@@ -231,3 +232,28 @@ async def evaluate(
         stopped = exc.text  # a str in the API's words, .cli in the command line's
     results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
     return Evaluation(results, len(samples), stopped)
+
+
+SPLIT_SETTINGS = (*SIZES, "seed")  # what cuts a data set into the split `eval` scores
+
+
+def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[str, int]) -> tuple[Sample, ...]:
+    """The samples `eval` scores: a user's file with no size given whole (as `split` "test"); otherwise the
+    seeded split `optimize` would draw with these sizes (train_size, val_size, test_size, seed), so test never
+    overlaps training. Sizes not given come from the pipeline's `optimize` block (test: 100) for the scored
+    split and the splits cut before it from the same pool; the others are 0."""
+    for name, value in sizes.items():
+        if name not in SPLIT_SETTINGS:
+            raise TypeError(f"unknown split setting {name!r}{did_you_mean(name, SPLIT_SETTINGS)}")
+        check(name, value)
+    o = graph.optimize
+    splits = eval_splits(
+        dataset,
+        sizes.get("train_size"),
+        sizes.get("val_size"),
+        sizes.get("test_size"),
+        sizes.get("seed", o.seed),
+        (o.train_size, o.val_size, EVAL_TEST_SIZE),
+        split,
+    )
+    return getattr(splits, split)
