@@ -9,3 +9,7 @@ the rest. This module imports nothing of sbpc, so every layer can derive its err
 
 class SbpcError(Exception):
     """An error that is the user's to fix (or to wait out); its message says what happened and what to do."""
+
+
+#: How a failure that is no SbpcError is named where it is reported (the command line, a run record).
+BUG_IN_SBPC = "this is a bug in sbpc"

@@ -777,3 +777,42 @@ def test_a_runs_record_counts_only_the_calls_of_the_run(tmp_path, fake_llm, scri
         found = toy.optimize(examples, examples, iterations=1, runs_dir=tmp_path / "runs", write=False)
     record = json.loads((found.record / "run.json").read_text())
     assert before > 0 and record["ledger"]["calls"] == fake_llm.requests - before
+
+
+def test_a_bug_in_sbpc_is_reported_as_one_with_the_run_kept(tmp_path, fake_llm, script, capsys, monkeypatch):
+    """A broad `except` turned our own bugs into rejected candidates ("does not render on a training
+    sample") or lost samples. A bug now surfaces: the run record so far is saved and says so, the
+    command prints the traceback and "this is a bug in sbpc", and exits non-zero."""
+    from sembp_dsl.language import graph as graph_module
+
+    script.verdict = lambda prompt: "No"
+
+    render = graph_module.GraphNode.render
+
+    def broken(node, values, prompts):  # a bug that shows on the optimizer's candidates only
+        if any("Improved" in text for text in prompts.values()):
+            raise AttributeError("'NoneType' object has no attribute 'text'")  # what an sbpc bug looks like
+        return render(node, values, prompts)
+
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    monkeypatch.setattr(graph_module.GraphNode, "render", broken)
+    flags = ["--train-size", "4", "--val-size", "0", "--test-size", "0", "--iters", "1", "--no-gate"]
+    code, _ = optimize(path, "--data", data(tmp_path), *flags)
+    error = capsys.readouterr().err
+    assert code == 70 and "sbpc: this is a bug in sbpc" in error and "AttributeError" in error
+    (record,) = (tmp_path / "runs").glob("*/run.json")
+    assert json.loads(record.read_text())["stopped"].startswith("this is a bug in sbpc: AttributeError")
+
+
+def test_a_templates_own_error_is_the_samples_and_an_sbpc_bug_is_not(monkeypatch):
+    from sembp_dsl.language import templates
+
+    with pytest.raises(templates.RenderError, match="ZeroDivisionError"):
+        templates.compile_template("{{ 1 / (q|int) }}").render(q="0")
+
+    def broken(text):
+        raise AssertionError("a bug in the format check")
+
+    monkeypatch.setattr(templates, "_check_format", broken)
+    with pytest.raises(AssertionError, match="a bug in the format check"):
+        templates.compile_template("{{ '%s' % q }}").render(q="x")

@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import traceback
 
-from ..errors import SbpcError
+from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
 from ..language.method import SETTINGS, SettingError
 from .flags import (
@@ -649,3 +650,11 @@ def main(argv: list[str] | None = None) -> int:
     except SbpcError as exc:  # the user's to fix (data, models, budgets, files): a message, not a traceback
         print(f"sbpc: error: {getattr(exc, 'cli', exc)}", file=sys.stderr)  # options as flags (OptionError)
         return 1
+    except Exception:  # none of the above: sbpc's own fault, said as such (a run's record so far is kept)
+        traceback.print_exc()
+        print(
+            f"sbpc: {BUG_IN_SBPC}, not in your pipeline or data: please report it with the traceback above "
+            "(a run's record so far is kept: sbpc runs)",
+            file=sys.stderr,
+        )
+        return 70  # EX_SOFTWARE

@@ -125,6 +125,11 @@ def _estimated_size(op: str, left, right) -> int:
     return 0
 
 
+#: What a template's own code can raise in the sandbox ({{ 1/0 }}, {{ x[9] }}, {{ "a" + 1 }}, an unsafe
+#: attribute): one sample's problem. Anything else is a bug in sbpc, and surfaces as one.
+TEMPLATE_FAULTS = (ArithmeticError, LookupError, TypeError, ValueError, AttributeError, TemplateError)
+
+
 class BoundedTemplate(Template):
     def render(self, *args, **kwargs) -> str:
         token = _BUDGET.set(Budget())
@@ -140,7 +145,7 @@ class BoundedTemplate(Template):
             ) from None
         except MemoryError as exc:
             raise RenderError("out of memory", _template_line(exc)) from None
-        except Exception as exc:  # the template's own error ({{ 1/0 }}, a bad call): one sample's problem
+        except TEMPLATE_FAULTS as exc:  # the template's own error ({{ 1/0 }}, a bad call): one sample's problem
             raise RenderError(f"{type(exc).__name__}: {exc}", _template_line(exc), limit=False) from None
         finally:
             _BUDGET.reset(token)

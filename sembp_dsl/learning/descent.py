@@ -19,7 +19,7 @@ from jinja2 import nodes
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
 from ..language.shapes import prompt_shape
-from ..language.templates import ENV, TemplateSyntaxError
+from ..language.templates import ENV, TemplateError, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
 from ..runtime.forward import Trace
 
@@ -123,7 +123,7 @@ def validate(
         for node in graph.users(param):
             try:
                 node.render(sample, proposed)
-            except Exception as exc:  # a template error of any kind: this candidate cannot be tried
+            except TemplateError as exc:  # it fails on this sample (RenderError): this candidate cannot be tried
                 return f"does not render on a training sample ({type(exc).__name__}: {exc})"
     return None
 

@@ -25,6 +25,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
 from ..language.method import Method
@@ -160,6 +161,12 @@ class Optimizer:
             outcome.stopped = exc.text
         except LLMError as exc:  # calls that cannot work: stop, keep what was found, let the user resume
             outcome.stopped, outcome.failed = exc.text, True
+        except Exception as exc:  # a bug in sbpc (or an error of the user's): the run so far is kept, then raised
+            if not isinstance(exc, SbpcError):
+                data.stopped = f"{BUG_IN_SBPC}: {type(exc).__name__}: {exc}"
+            data.ledger = spent()
+            self.record.save()
+            raise
         if outcome.iterations and not any(it.accepted for it in outcome.iterations):
             outcome.unchanged = self.why_unchanged(outcome.iterations)
         # the record is read by `sbpc runs`, `show` and `report`: it says why in the command line's words

@@ -265,7 +265,7 @@ def _error_message(payload: bytes, status: int, reason: str | None) -> str:
     try:
         error = json.loads(payload)["error"]
         text = error["message"] if isinstance(error, dict) else error
-    except Exception:
+    except (ValueError, LookupError, TypeError):  # not JSON, or no error in it: the body's own words
         text = payload.decode("utf-8", "replace")[:20000]
     line = first_line(str(text), status)
     return reason if line == "no message" and reason else line
