@@ -22,6 +22,8 @@ INTERNAL = {
     "sembp_dsl.cli.flags.UsageError": "argparse's usage message, exit 2",
     "sembp_dsl.models.faults.BadReply": "a failed attempt: CallFailed or LLMError",
     "sembp_dsl.models.faults.CallError": "a failed attempt: CallFailed or LLMError",
+    "sembp_dsl.models.faults.NoConnection": "a failed attempt: LLMError (no answer yet) or CallFailed",
+    "sembp_dsl.models.faults.PlainHttp": "a failed attempt: LLMError",
     "sembp_dsl.language.parser.BlockStringError": "a diagnostic of a PipelineError",
     "sembp_dsl.language.yaml_form.BadScalar": "a diagnostic of a PipelineError",
 }
@@ -89,13 +91,15 @@ def test_the_cli_prints_a_message_for_any_sbpc_error(monkeypatch, capsys):
     assert capsys.readouterr().err == "sbpc: error: the data set is not there\n"
 
 
-def test_the_cli_lets_a_bug_through_as_a_traceback(monkeypatch):
+def test_the_cli_reports_a_bug_as_one_with_its_traceback(monkeypatch, capsys):
     def fails(args):
         raise KeyError("a bug in sbpc")
 
     monkeypatch.setattr(commands, "cmd_schema", fails)
-    with pytest.raises(KeyError):
-        cli.main(["schema"])
+    assert cli.main(["schema"]) == 70
+    error = capsys.readouterr().err
+    assert "Traceback" in error and "KeyError: 'a bug in sbpc'" in error
+    assert error.rstrip().splitlines()[-1].startswith("sbpc: this is a bug in sbpc, not in your pipeline or data")
 
 
 def test_an_option_error_names_flags_on_the_command_line(monkeypatch, capsys):
