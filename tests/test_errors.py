@@ -8,7 +8,6 @@ import pkgutil
 import subprocess
 import sys
 
-import pytest
 from conftest import ROOT
 from jinja2 import TemplateError
 
