@@ -376,15 +376,19 @@ class Pipeline:
         limit: int | None = None,
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
+        runs_dir: str | Path | None = None,
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
         data set (its name or path, or a Data), of which `split` is scored: the split `optimize` would draw with
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
-        pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes."""
+        pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
+        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
         return self._sync(
-            self.aevaluate(examples, metric, split=split, limit=limit, mapping=mapping, on_done=on_done, **sizes)
+            self.aevaluate(
+                examples, metric, split=split, limit=limit, mapping=mapping, on_done=on_done, runs_dir=runs_dir, **sizes
+            )
         )
 
     async def aevaluate(
@@ -396,6 +400,7 @@ class Pipeline:
         limit: int | None = None,
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
+        runs_dir: str | Path | None = None,
         **sizes: int,
     ) -> Evaluation:
         """`evaluate` for async code: runs on the caller's event loop."""
@@ -403,10 +408,11 @@ class Pipeline:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         if isinstance(examples, (str, Data)):
-            data = Data(examples) if isinstance(examples, str) else examples
-            dataset = datasets.load(data.name, data.data_dir, data.test_data)
+            given = Data(examples) if isinstance(examples, str) else examples
+            dataset, data = datasets.load(given.name, given.data_dir, given.test_data), given
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
+            data = None  # examples given in Python
             if sizes:
                 raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
@@ -417,10 +423,26 @@ class Pipeline:
                     f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
                     "or score with a metric of your own"
                 )
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, default_metric))
+        chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         llm = self._llm()
         with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
-            return await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
+            evaluation = await evaluate(self.graph, llm, samples, self._metric(chosen), mapping or {}, on_done)
+        if runs_dir is None:
+            return evaluation
+        settings = RunSettings(
+            self.path,
+            data.name if data else "examples",
+            self.method(None, **sizes),  # the sizes and seed that drew the split
+            self.models,
+            data.test_data if data else None,
+        )
+        scored = {
+            "split": split,
+            "metric": chosen if isinstance(chosen, str) else str(getattr(chosen, "__name__", chosen)),
+            "limit": limit,
+        }
+        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
+        return replace(evaluation, record=record.folder)
 
     def _metric(self, metric: str | Metric):
         """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""

@@ -25,6 +25,7 @@ from .learning.stats import t_interval
 
 if TYPE_CHECKING:
     from .api import Data, Pipeline
+    from .records.runs import Run
 
 # what --vary may change
 VARIABLE = (
@@ -357,3 +358,52 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
         ),
     ]
     return page(f"sbpc compare: {experiment.pipeline.path}", "\n".join(body))
+
+
+# --- two evaluations, sample by sample --------------------------------------------------------------
+
+
+def compare_evals(a: Run, b: Run) -> str:
+    """Two evaluations of the same data as one page: the samples both scored, paired by id; which flipped
+    (wrong -> right, right -> wrong), and the paired difference of scores (B - A) with its 95% t interval."""
+    from .records.report import diff_html, escape, eval_facts, page, sample_html, table
+    from .records.runs import RunsError, is_right
+
+    ours = a.evaluation.get("samples", [])
+    theirs = {x["id"]: x for x in b.evaluation.get("samples", [])}
+    pairs = [(x, theirs[x["id"]]) for x in ours if x["id"] in theirs]
+    if not pairs:
+        raise RunsError(f"{a.name} and {b.name} share no sample; compare two evaluations of the same data")
+    fixed = [(x, y) for x, y in pairs if not is_right(x) and is_right(y)]
+    broken = [(x, y) for x, y in pairs if is_right(x) and not is_right(y)]
+    mean, low, high = t_interval([y["score"] - x["score"] for x, y in pairs])
+    unpaired = len(ours) + len(theirs) - 2 * len(pairs)
+    body = [
+        f"<p>A: <b>{escape(a.name)}</b>, B: <b>{escape(b.name)}</b>; {len(pairs)} samples scored by both"
+        + (f" ({unpaired} scored by one only, left out)" if unpaired else "")
+        + "</p>",
+        f"<p>B - A, paired by sample: <b>{escape(interval(mean, low, high, signed=True))}</b> "
+        f"(mean difference of scores, 95% t interval); {len(fixed)} wrong -> right, {len(broken)} right -> wrong, "
+        f"{len(pairs) - len(fixed) - len(broken)} unchanged</p>",
+    ]
+    if (a.settings.data, a.evaluation.get("split")) != (b.settings.data, b.evaluation.get("split")):
+        body.append('<p class="rejected">the two evaluations scored different data; only shared ids are paired</p>')
+    for title, flips in (("wrong -> right", fixed), ("right -> wrong", broken)):
+        body.append(f"<h2>{title} ({len(flips)})</h2>")
+        if not flips:
+            continue
+        body.append(
+            table(
+                ["sample", "expected", "A's output", "B's output"],
+                [[x["id"], x.get("expected"), x.get("output"), y.get("output")] for x, y in flips],
+            )
+        )
+        body += [sample_html(x, "A: ") + sample_html(y, "B: ") for x, y in flips]
+    prompts_a, prompts_b = a.prompts_at(0), b.prompts_at(0)
+    changed = sorted(name for name in {*prompts_a, *prompts_b} if prompts_a.get(name) != prompts_b.get(name))
+    body.append(f"<h2>prompts changed from A to B ({len(changed)})</h2>")
+    body += [
+        f"<p><b>{escape(name)}</b></p>{diff_html(prompts_a.get(name, ''), prompts_b.get(name, ''))}" for name in changed
+    ]
+    body += [f"<h2>A: {escape(a.name)}</h2>", eval_facts(a), f"<h2>B: {escape(b.name)}</h2>", eval_facts(b)]
+    return page(f"sbpc: {a.name} vs {b.name}", "\n".join(body))

@@ -245,6 +245,7 @@ def cmd_run(args) -> int:
 def cmd_eval(args) -> int:
     from dataclasses import replace
 
+    from ..api import Data
     from ..runtime import datasets
     from ..runtime.evaluate import metric_for, split_to_score
 
@@ -257,8 +258,15 @@ def cmd_eval(args) -> int:
         whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
         scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
-            evaluation = pipeline.evaluate(
-                samples, metric, mapping=parse_pairs(args.map, "--map"), on_done=lambda r: bar.update()
+            evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
+                Data(args.data, args.data_dir, args.test_data),
+                metric,
+                split=args.split,
+                limit=args.limit,
+                mapping=parse_pairs(args.map, "--map"),
+                on_done=lambda r: bar.update(),
+                runs_dir=args.runs_dir,
+                **method_settings(args),
             )
         evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
         code = 0 if evaluation.trustworthy else 1  # nothing, or too little, scored is no result
@@ -271,12 +279,14 @@ def cmd_eval(args) -> int:
                         "split": args.split,
                         "metric": metric,
                         **evaluation.to_json(args.errors),
+                        "run": str(evaluation.record),
                         "ledger": pipeline.ledger.to_json(),
                     }
                 )
             )
             return code
         print(evaluation.report(f"{args.file} on {scored}", metric, args.errors))
+        print(f"run record: {evaluation.record}/run.json")
         print_ledger(pipeline, args)
         if evaluation.scored and not evaluation.trustworthy:
             print(
@@ -542,6 +552,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     ev.add_argument("--limit", type=COUNT, help="score only the first N samples of the split")
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
+    ev.add_argument(
+        "--runs-dir", default=".sbpc/runs", help="where the run record goes (default .sbpc/runs; `sbpc show` reads it)"
+    )
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)

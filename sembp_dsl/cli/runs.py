@@ -58,7 +58,7 @@ def cmd_show(args) -> int:
     from ..records.runs import render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
-    print(json_text(run.raw) if args.json else render_show(run))
+    print(json_text(run.raw) if args.json else render_show(run, args.wrong))
     return 0
 
 
@@ -97,12 +97,24 @@ def _write_page(path: str, html: str) -> None:
 
 @_runs_command
 def cmd_report(args) -> int:
-    from ..records.report import render
-    from ..records.runs import resolve
+    from ..compare import compare_evals
+    from ..records.report import render, render_eval
+    from ..records.runs import RunsError, resolve
 
     _check_page(args.out, "--out")
     runs = [resolve(spec, args.runs_dir) for spec in args.run_specs]
-    _write_page(args.out, render(runs))
+    evals = [run for run in runs if run.kind == "eval"]
+    if not evals:
+        _write_page(args.out, render(runs))
+    elif len(runs) == 1:
+        _write_page(args.out, render_eval(runs[0]))
+    elif len(runs) == 2 and len(evals) == 2:
+        _write_page(args.out, compare_evals(*runs))
+    else:
+        raise RunsError(
+            "report takes optimize runs, one evaluation, or two evaluations to compare sample by sample; "
+            f"not {len(evals)} evaluation(s) among {len(runs)} runs"
+        )
     print(f"wrote {args.out} ({len(runs)} run(s)); it opens offline in any browser")
     return 0
 
@@ -188,10 +200,10 @@ def add_run_commands(sub) -> None:
     )
     ls = sub.add_parser(
         "runs",
-        help="list the optimize runs on record, one line each",
-        description="Every run in the runs folder: when, file, data, the settings that differ from the "
-        "defaults, initial -> best gate score, test before -> after, calls, cost, and "
-        "whether it finished.",
+        help="list the optimize runs and evaluations on record, one line each",
+        description="Every run in the runs folder, optimize or eval: when, file, data, the settings that differ "
+        "from the defaults, initial -> best gate score and test before -> after (an evaluation: its "
+        "score), calls, cost, and whether it finished.",
     )
     runs_dir(ls)
     ls.add_argument("--json", action="store_true", help="print the runs as JSON")
@@ -199,17 +211,19 @@ def add_run_commands(sub) -> None:
 
     show = sub.add_parser(
         "show",
-        help="show one run iteration by iteration",
+        help="show one run iteration by iteration (an evaluation sample by sample)",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="A run iteration by iteration: scores, each candidate prompt with its fate and why, "
         "a word diff against the prompt it would replace ([-old-]{+new+}), and the "
-        "gradients behind it.",
+        "gradients behind it. An evaluation sample by sample, wrong ones first: inputs, "
+        "expected and given answer, and each node's reply.",
         epilog="examples:\n  sbpc show -1                 # the newest run\n"
         "  sbpc show .sbpc/runs/20260101-120000-liar",
     )
     show.add_argument("run_spec", metavar="RUN", help=run_help)
     runs_dir(show)
     show.add_argument("--json", action="store_true", help="print the run record as it is")
+    show.add_argument("--wrong", action="store_true", help="an evaluation: show only its wrong and lost samples")
     show.set_defaults(run=cmd_show)
 
     ap = sub.add_parser(
@@ -240,9 +254,12 @@ def add_run_commands(sub) -> None:
         description="One self-contained HTML file that opens offline: train, gate and test scores and "
         "calls and cost per iteration (plots by matplotlib: pip install 'sbpc[report]'), "
         "every candidate's diff and fate, the gradients per node, and the final diff of "
-        "the source file. Several runs give one page that compares them. The page runs "
-        "no script and loads nothing.",
-        epilog="examples:\n  sbpc report -1 && xdg-open report.html\n  sbpc report 3 4 5 --out ablation.html",
+        "the source file. Several runs give one page that compares them. One evaluation "
+        "gives a table of its samples (wrong ones first), each expandable to every node's prompt and reply; "
+        "two evaluations of the same data are compared sample by sample: which flipped, which way, and the "
+        "paired difference with its 95% t interval. The page runs no script and loads nothing.",
+        epilog="examples:\n  sbpc report -1 && xdg-open report.html\n  sbpc report 3 4 5 --out ablation.html\n"
+        "  sbpc report 6 7 --out prompts.html     # two evaluations, sample by sample",
     )
     rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
     rep.add_argument(

@@ -4,8 +4,9 @@
 `run.schema.json`, beside this module; every record is written and read here, checked against that
 schema, so the readers (`sbpc runs`, `show`, `apply`, `report`, `--resume`) work on typed fields and a
 record they cannot read is one line saying where it is wrong. It is rewritten atomically after every
-iteration, so a killed run keeps what it had and `--resume` can continue it. No secrets: credentials
-inside URLs are masked.
+iteration, so a killed run keeps what it had and `--resume` can continue it. An evaluation is a run too
+(`kind` "eval"): the prompts it scored and every sample with each node's prompt and reply. No secrets:
+credentials inside URLs are masked.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from ..language.diagnostics import Option, OptionError, option
 from ..language.method import Method, SettingError
 from ..language.writeback import atomic_write
+from ..runtime.evaluate import Evaluation
 
 VERSION = 2  # 1: records without a version (their gate "validation" is the val gate)
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
@@ -141,6 +143,8 @@ class Record:
     ledger: dict | None = None  # Ledger.to_json of the whole run, over all its sessions
     test: TestScores | None = None
     source_sha256: list[str] = field(default_factory=list)  # the texts the run may have left in its file
+    kind: str = "optimize"  # or "eval": initial_prompts are the prompts it scored
+    evaluation: dict | None = None  # an evaluation's split, metric, score and samples (run.schema.json)
 
     def kept(self) -> list[tuple[int, Iteration | None]]:
         """(iterations done, the step whose prompts the run kept then: None for the initial ones), from 0 on. The
@@ -246,20 +250,63 @@ class RunRecord:
     @classmethod
     def create(cls, runs_dir: Path, settings: RunSettings, initial: Mapping[str, str], source: str = "") -> RunRecord:
         """A new record; `source` is the text of the file the run starts from."""
-        _check_folder(runs_dir)
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        folder = runs_dir / f"{stamp}-{Path(settings.file).stem}"
-        n = 1
-        while folder.exists():
-            n += 1
-            folder = runs_dir / f"{stamp}-{Path(settings.file).stem}-{n}"
-        try:
-            folder.mkdir(parents=True)
-        except OSError as exc:
-            raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
-        record = cls(folder, Record(settings, dict(initial), source_sha256=[_sha256(source)]))
+        record = cls(
+            _new_folder(runs_dir, settings.file), Record(settings, dict(initial), source_sha256=[_sha256(source)])
+        )
         record.save()
         return record
+
+    @classmethod
+    def of_evaluation(
+        cls,
+        runs_dir: Path,
+        settings: RunSettings,
+        prompts: Mapping[str, str],
+        evaluation: Evaluation,
+        scored: Mapping[str, object],
+    ) -> RunRecord:
+        """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
+        limit), and per sample its inputs, every node's prompt, reply and output, the score and error."""
+        samples = [
+            {
+                "id": r.sample.id,
+                "inputs": dict(r.trace.inputs),
+                "expected": r.expected,
+                "output": r.trace.output,
+                "score": r.score,
+                "lost": r.trace.final.lost,
+                "error": r.trace.final.error,
+                "nodes": {
+                    name: {"prompt": n.prompt, "reply": n.reply, "output": n.output, "error": n.error}
+                    for name, n in r.trace.nodes.items()
+                },
+            }
+            for r in evaluation.results
+        ]
+        nodes = [n for r in evaluation.results for n in r.trace.nodes.values()]
+        record = Record(
+            settings,
+            dict(prompts),
+            finished=evaluation.stopped is None,
+            stopped=None if evaluation.stopped is None else str(evaluation.stopped),
+            ledger={
+                "calls": sum(not n.cached and not n.lost for n in nodes),
+                "tokens": sum(n.prompt_tokens + n.completion_tokens for n in nodes),
+                "cost": sum(n.cost for n in nodes),
+            },
+            kind="eval",
+            evaluation={
+                **_public(dict(scored)),
+                "score": evaluation.accuracy,
+                "scored": evaluation.scored,
+                "requested": evaluation.requested,
+                "prompts_sha256": _sha256(json.dumps(dict(prompts), sort_keys=True, ensure_ascii=False)),
+                "samples": samples,
+            },
+        )
+        kept = cls(_new_folder(runs_dir, settings.file), record)
+        kept.save()
+        return kept
 
     @classmethod
     def load(cls, folder: Path, resumable: bool = False) -> RunRecord:
@@ -269,7 +316,7 @@ class RunRecord:
         path = folder / "run.json"
         raw = _read(path)
         problem = check(raw)
-        if problem is None and resumable:
+        if problem is None and resumable and raw.get("kind") != "eval":
             missing = [k for k in RESUMED if k not in raw]
             problem = f"the record has no {', '.join(missing)}" if missing else None
         if problem:
@@ -293,7 +340,7 @@ class RunRecord:
             except RecordError as exc:
                 skipped.append(str(exc))
                 continue
-            if record.data.settings.file != settings.file or record.data.finished:
+            if record.data.kind == "eval" or record.data.settings.file != settings.file or record.data.finished:
                 continue
             asked, wanted = record.data.settings.recorded(), settings.recorded()
             differ = [k for k in wanted if asked.get(k) != wanted[k]]
@@ -317,6 +364,22 @@ class RunRecord:
 
     def save(self) -> None:
         atomic_write(self.folder / "run.json", json.dumps(self.data.to_json(), indent=2, ensure_ascii=False))
+
+
+def _new_folder(runs_dir: Path, file: str) -> Path:
+    """A fresh folder named by the time and the file's stem (-2, -3, ... when two runs start in one second)."""
+    _check_folder(runs_dir)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = runs_dir / f"{stamp}-{Path(file).stem}"
+    n = 1
+    while folder.exists():
+        n += 1
+        folder = runs_dir / f"{stamp}-{Path(file).stem}-{n}"
+    try:
+        folder.mkdir(parents=True)
+    except OSError as exc:
+        raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
+    return folder
 
 
 def _check_folder(runs_dir: Path) -> None:

@@ -1,4 +1,5 @@
-"""Run records -> one self-contained HTML page: plots, every candidate with its diff and fate, gradients, the final diff.
+"""Run records -> one self-contained HTML page: plots, every candidate with its diff and fate, gradients, the final diff;
+for an evaluation, its samples with each node's prompt and reply.
 
 The page opens offline and trusts nothing it shows: prompts, replies and sample ids
 come from strangers, so every string is escaped, and a Content-Security-Policy
@@ -18,7 +19,20 @@ from collections.abc import Callable, Sequence
 
 from ..language.diagnostics import visible
 from .record import Iteration
-from .runs import Run, RunsError, final_diff, fmt, gate_words, prompt_changes, spend, verdict, word_diff
+from .runs import (
+    Run,
+    RunsError,
+    eval_score,
+    final_diff,
+    fmt,
+    gate_words,
+    is_right,
+    prompt_changes,
+    sample_verdict,
+    spend,
+    verdict,
+    word_diff,
+)
 
 
 def escape(text: str) -> str:
@@ -40,6 +54,7 @@ del { background: #fdd; color: #900; } ins { background: #dfd; color: #060; text
 .muted { color: #666; } img.plot { max-width: 100%; height: auto; display: block; margin: .5em 0; }
 details { margin: .4em 0; } summary { cursor: pointer; }
 pre .add { color: #060; } pre .del { color: #900; } pre .hunk { color: #559; }
+#only-wrong:checked ~ * .right { display: none; }
 """
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -317,3 +332,80 @@ def render(runs: Sequence[Run]) -> str:
     body = [summary_table(runs), plot_scores(runs), plot_spend(runs)]
     body += [run_html(run) for run in runs]
     return page(title, "\n".join(body))
+
+
+# --- evaluations ----------------------------------------------------------------------------------
+
+
+def sample_html(sample: dict, label: str = "") -> str:
+    """One sample as a <details>: its inputs, expected and given answer, then each node's prompt and reply."""
+    what = sample_verdict(sample)
+    head = f"{label}{sample.get('id')}: {what}, score {fmt(sample.get('score'))}"
+    parts = [
+        f'<details class="{"right" if what == "right" else "wrong"}"><summary>{escape(head)}</summary>',
+        table(["input", "value"], [[k, v] for k, v in sample.get("inputs", {}).items()]),
+        f"<p>expected <b>{escape(repr(sample.get('expected')))}</b>, got <b>{escape(repr(sample.get('output')))}</b>"
+        + (f" ({escape(str(sample['error']))})" if sample.get("error") else "")
+        + "</p>",
+    ]
+    for node, trace in sample.get("nodes", {}).items():
+        parts += [
+            f"<h3>{escape(node)}</h3>",
+            f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',
+            f'<p class="muted">reply</p><pre>{escape(str(trace.get("reply", "")))}</pre>',
+        ]
+    return "\n".join([*parts, "</details>"])
+
+
+def eval_facts(run: Run) -> str:
+    """What an evaluation scored, how, and with which prompts."""
+    e, record = run.evaluation, run.record
+    asked = {
+        "data": run.settings.data,
+        "split": e.get("split"),
+        "metric": e.get("metric"),
+        "limit": e.get("limit"),
+        "seed": run.settings.method.seed,
+        "test_data": run.settings.test_data,
+        **{f"{role} model": name for role, name in run.settings.models.items()},
+    }
+    return "\n".join(
+        [
+            f"<p>{escape(run.settings.file)} on {escape(str(run.settings.data))}/{escape(str(e.get('split')))}, "
+            f"metric {escape(str(e.get('metric')))}, started {escape(run.started)}; <b>{escape(run.status)}</b></p>",
+            f"<p>score {escape(eval_score(run))}; {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}</p>",
+            "<details><summary>settings</summary>"
+            + table(["setting", "value"], [[k, "-" if v is None else v] for k, v in asked.items()])
+            + "</details>",
+            f"<details><summary>prompts (sha256 {escape(str(e.get('prompts_sha256', '-'))[:12])})</summary>"
+            + "".join(
+                f"<p><b>{escape(name)}</b></p><pre>{escape(text)}</pre>" for name, text in run.prompts_at(0).items()
+            )
+            + "</details>",
+        ]
+    )
+
+
+def render_eval(run: Run) -> str:
+    """One evaluation: a table of its samples (wrong ones first), then each sample expandable to every node's
+    prompt and reply. A checkbox hides the right ones, by the page's own style: no script."""
+    samples = run.samples
+    rows = "\n".join(
+        f'<tr class="{"right" if is_right(x) else "wrong"}">'
+        + "".join(
+            f"<td>{escape(str(v))}</td>"
+            for v in (x.get("id"), sample_verdict(x), fmt(x.get("score")), x.get("expected"), x.get("output"))
+        )
+        + "</tr>"
+        for x in samples
+    )
+    head = "".join(f"<th>{h}</th>" for h in ("sample", "verdict", "score", "expected", "output"))
+    body = [
+        eval_facts(run),
+        f"<h2>samples ({len(samples)})</h2>",
+        '<div class="samples"><input type="checkbox" id="only-wrong">'
+        '<label for="only-wrong"> only wrong and lost samples</label>',
+        f"<div><table>\n<tr>{head}</tr>\n{rows}\n</table></div>",
+        "<div>" + "\n".join(sample_html(x) for x in samples) + "</div></div>",
+    ]
+    return page(f"sbpc eval {run.name}", "\n".join(body))

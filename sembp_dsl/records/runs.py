@@ -1,4 +1,5 @@
-"""Run records -> what a person reads: the list of runs, one run iteration by iteration, and its prompts back into a file.
+"""Run records -> what a person reads: the list of runs, one run iteration by iteration (an evaluation sample by
+sample), and its prompts back into a file.
 
 Records are read through record.py and taken as they are: a run killed mid-way
 has fewer iterations, no ledger and no end, and is shown as interrupted, never
@@ -57,6 +58,21 @@ class Run:
         return self.record.iterations
 
     @property
+    def kind(self) -> str:
+        """ "optimize" or "eval"; a record written before evaluations were kept is an optimization."""
+        return self.record.kind
+
+    @property
+    def evaluation(self) -> dict:
+        """An evaluation's split, metric, score and samples, as checked against run.schema.json."""
+        return self.record.evaluation or {}
+
+    @property
+    def samples(self) -> list[dict]:
+        """An evaluation's samples, wrong and lost ones first (each group in its order), then the right ones."""
+        return sorted(self.evaluation.get("samples", []), key=is_right)
+
+    @property
     def started(self) -> str:
         """When the run began, from its folder name (YYYYmmdd-HHMMSS-...), else the record's time."""
         match = re.match(r"(\d{8}-\d{6})", self.name)
@@ -89,8 +105,8 @@ class Run:
         out = {
             name: list(value) if name == "only" else value
             for name in SHOWN
-            if (value := getattr(method, name)) != getattr(DEFAULT, name)
-        }
+            if self.kind == "optimize" and (value := getattr(method, name)) != getattr(DEFAULT, name)
+        }  # an evaluation ran no method: only its models
         models = self.settings.models
         if len(set(models.values())) == 1:
             out["model"] = next(iter(models.values()))
@@ -115,8 +131,28 @@ class Run:
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
         record = self.record
+        if self.kind == "eval":
+            return {
+                "run": self.name,
+                "kind": "eval",
+                "folder": str(self.folder),
+                "started": self.started,
+                "file": self.settings.file,
+                "data": self.settings.data,
+                "split": self.evaluation.get("split"),
+                "metric": self.evaluation.get("metric"),
+                "settings": self.changed_settings(),
+                "score": self.evaluation.get("score"),
+                "scored": self.evaluation.get("scored"),
+                "calls": record.calls,
+                "tokens": record.tokens,
+                "cost": record.cost,
+                "finished": record.finished,
+                "status": self.status,
+            }
         return {
             "run": self.name,
+            "kind": "optimize",
             "folder": str(self.folder),
             "started": self.started,
             "file": self.settings.file,
@@ -240,6 +276,11 @@ def plain_word_diff(old: str, new: str) -> str:
     return "".join(marks[op].format(text) for op, text in word_diff(old, new))
 
 
+def is_right(sample: dict) -> bool:
+    """A sample of an evaluation answered right: scored in full, not lost."""
+    return sample["score"] >= 1.0 and not sample.get("lost")
+
+
 def fmt(score: float | None) -> str:
     """A score as shown: three decimals, "-" when there is none (and as it is, if a record holds something else)."""
     if score is None:
@@ -255,17 +296,66 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
     nowhere = f"no runs in {os.path.abspath(folder)} (runs are kept where sbpc optimize ran: give --runs-dir)"
     lines = [] if runs else [nowhere]
     for number, run in enumerate(runs, 1):
+        spent = f"{run.record.calls} calls  ${run.record.cost:.4f}  {run.status}"
+        if run.kind == "eval":
+            lines.append(
+                f"{number:>3}  eval      {run.started}  {run.settings.file}  {run.settings.data}/"
+                f"{run.evaluation.get('split')}  [{run.settings_words()}]  score {eval_score(run)}  {spent}"
+            )
+            continue
         gate, test = run.scores_words()
         lines.append(
-            f"{number:>3}  {run.started}  {run.settings.file}  {run.settings.data}  [{run.settings_words()}]  "
-            f"gate {gate}  test {test}  {run.record.calls} calls  ${run.record.cost:.4f}  {run.status}"
+            f"{number:>3}  optimize  {run.started}  {run.settings.file}  {run.settings.data}  "
+            f"[{run.settings_words()}]  gate {gate}  test {test}  {spent}"
         )
     lines += [f"unreadable {reason}" for reason in unreadable]
     return visible("\n".join(lines))
 
 
-def render_show(run: Run) -> str:
-    """The run iteration by iteration: scores, candidates with fates and word diffs, the gradients behind them."""
+def eval_score(run: Run) -> str:
+    """An evaluation's score with the samples it counts: "0.750 (3/4 right)", and the lost ones."""
+    samples = run.evaluation.get("samples", [])
+    lost = sum(bool(x.get("lost")) for x in samples)
+    right = sum(is_right(x) for x in samples)
+    return f"{fmt(run.evaluation.get('score'))} ({right}/{len(samples) - lost} right{f', {lost} lost' if lost else ''})"
+
+
+def sample_verdict(sample: dict) -> str:
+    return "right" if is_right(sample) else "lost" if sample.get("lost") else "wrong"
+
+
+def render_eval(run: Run, wrong_only: bool = False) -> str:
+    """An evaluation sample by sample, wrong and lost ones first: inputs, expected, output, and each node's reply."""
+    e = run.evaluation
+    lines = [
+        f"eval {run.name}  ({run.folder})",
+        f"  {run.settings.file} on {run.settings.data}/{e.get('split')}, metric {e.get('metric')}, "
+        f"started {run.started}; {run.status}",
+        "  settings: " + run.settings_words(),
+        f"  score: {eval_score(run)}",
+        f"  {run.record.calls} calls, {run.record.tokens} tokens, ${run.record.cost:.4f}",
+    ]
+    for sample in run.samples:
+        if wrong_only and is_right(sample):
+            continue
+        error = f"  ({sample['error']})" if sample.get("error") else ""
+        lines.append(
+            f"\n{sample_verdict(sample)}: {sample['id']}  score {fmt(sample['score'])}  "
+            f"expected {sample.get('expected')!r}, got {sample.get('output')!r}{error}"
+        )
+        lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]
+        lines += [
+            _indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    ")
+            for node, trace in sample.get("nodes", {}).items()
+        ]
+    return visible("\n".join(lines))
+
+
+def render_show(run: Run, wrong_only: bool = False) -> str:
+    """The run iteration by iteration: scores, candidates with fates and word diffs, the gradients behind them.
+    An evaluation sample by sample (`wrong_only`: its wrong and lost samples alone)."""
+    if run.kind == "eval":
+        return render_eval(run, wrong_only)
     record, s = run.record, run.settings
     lines = [
         f"run {run.name}  ({run.folder})",

@@ -7,6 +7,7 @@ import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import MappingProxyType
 
 from ..language.diagnostics import Option, did_you_mean
@@ -40,6 +41,7 @@ class Evaluation:
     results: tuple[Result, ...]
     requested: int
     stopped: str | None  # why the run stopped early, if it did (an Option: .cli has the flags' words)
+    record: Path | None = None  # the folder of its run record, when one was kept (runs_dir=)
 
     @property
     def lost(self) -> list[Result]:

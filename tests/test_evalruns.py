@@ -1,0 +1,121 @@
+"""Evaluations are runs too: `sbpc eval` keeps a record that `runs` lists, `show` prints sample by sample,
+and `report` turns into a page, for one evaluation or two compared sample by sample."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import pytest
+from conftest import with_fake_model
+
+from sembp_dsl import cli
+from sembp_dsl.api import load
+
+ECHO = textwrap.dedent("""\
+    pipeline echo "Answer a question"
+    input q: text
+    param ask = "Answer."
+    node answer: text { prompt = ask }
+    q -> answer
+    output answer
+    """)
+
+
+@pytest.fixture
+def two_evals(tmp_path, fake_llm, script, monkeypatch):
+    """The same four rows scored twice: with "Answer." the fake model says "An analysis." (right only for the
+    last row), with a VERDICT prompt it says "ok" (right for the first three)."""
+    monkeypatch.chdir(tmp_path)
+    script.verdict = lambda prompt: "ok"
+    rows = [{"q": f"q{i}", "answer": "ok" if i < 3 else "An analysis."} for i in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    pipeline = tmp_path / "echo.sbp"
+    for ask in ("Answer.", "VERDICT <b>now</b>."):
+        pipeline.write_text(with_fake_model(ECHO.replace("Answer.", ask), fake_llm.url))
+        assert cli.main(["eval", "echo.sbp", "--data", "rows.jsonl"]) == 0
+    return tmp_path
+
+
+def test_eval_writes_a_record_that_runs_lists_and_show_prints(two_evals, capsys):
+    capsys.readouterr()
+    assert cli.main(["runs"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 2 and all(re.match(r"\s+\d  eval ", line) for line in listed)
+    assert "score 0.250 (1/4 right)" in listed[0] and "score 0.750 (3/4 right)" in listed[1]
+
+    assert cli.main(["show", "1"]) == 0
+    shown = capsys.readouterr().out
+    wrong, right = shown.index("wrong: rows.jsonl:1"), shown.index("right: rows.jsonl:4")
+    assert wrong < right  # wrong samples first
+    assert "expected 'ok', got 'An analysis.'" in shown and "answer replied: An analysis." in shown
+
+    assert cli.main(["show", "2", "--wrong"]) == 0
+    shown = capsys.readouterr().out
+    assert "wrong: rows.jsonl:4" in shown and "right:" not in shown
+
+    record = json.loads(sorted((two_evals / ".sbpc/runs").glob("*/run.json"))[-1].read_text())
+    assert record["kind"] == "eval" and record["initial_prompts"] == {"ask": "VERDICT <b>now</b>."}
+    first = record["evaluation"]["samples"][0]
+    assert first["nodes"]["answer"]["prompt"].startswith("VERDICT <b>now</b>.")
+    assert first["inputs"] == {"q": "q0"} and first["score"] == 1.0 and record["evaluation"]["split"] == "test"
+
+
+def test_runs_json_says_which_kind(two_evals, capsys):
+    capsys.readouterr()
+    assert cli.main(["runs", "--json"]) == 0
+    assert [r["kind"] for r in json.loads(capsys.readouterr().out)] == ["eval", "eval"]
+
+
+def test_report_compares_two_evaluations_sample_by_sample(two_evals, capsys):
+    assert cli.main(["report", "1", "2", "--out", "cmp.html"]) == 0
+    page = (two_evals / "cmp.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "3 wrong -> right, 1 right -> wrong, 0 unchanged" in text
+    assert "B - A, paired by sample: +0.500 [" in text  # the mean of 1, 1, 1, -1 with its t interval
+    flipped_up = text[text.index("wrong -> right (3)") : text.index("right -> wrong (1)")]
+    assert all(f"rows.jsonl:{i}" in flipped_up for i in (1, 2, 3)) and "rows.jsonl:4" not in flipped_up
+    assert "VERDICT &lt;b&gt;now&lt;/b&gt;." in page and "<b>now</b>" not in page  # prompts are escaped
+    assert "<script" not in page
+
+
+def test_report_of_one_evaluation_lists_its_samples_wrong_first(two_evals):
+    assert cli.main(["report", "2", "--out", "one.html"]) == 0
+    page = (two_evals / "one.html").read_text()
+    assert page.index('<tr class="wrong">') < page.index('<tr class="right">')
+    assert 'id="only-wrong"' in page and "#only-wrong:checked" in page  # the filter is the page's own style
+    assert "<details" in page and "<summary>rows.jsonl:4: wrong, score 0.000</summary>" in page
+
+
+def test_report_refuses_an_evaluation_beside_an_optimization(two_evals, capsys):
+    folder = sorted((two_evals / ".sbpc/runs").glob("*"))[-1]
+    record = json.loads((folder / "run.json").read_text())
+    old = {"settings": record["settings"], "initial_prompts": {}, "iterations": [], "finished": True}  # version 1
+    (two_evals / ".sbpc/runs/0-old").mkdir()
+    (two_evals / ".sbpc/runs/0-old/run.json").write_text(json.dumps(old))  # no kind: an optimization
+    capsys.readouterr()
+    assert cli.main(["runs"]) == 0
+    assert re.match(r"\s+1  optimize ", capsys.readouterr().out)
+    assert cli.main(["report", "1", "2", "--out", "x.html"]) == 1
+    assert "two evaluations to compare" in capsys.readouterr().err
+
+
+def test_a_record_of_an_unknown_kind_is_unreadable(two_evals, capsys):
+    path = sorted((two_evals / ".sbpc/runs").glob("*/run.json"))[-1]
+    path.write_text(json.dumps({**json.loads(path.read_text()), "kind": "dream"}))
+    capsys.readouterr()
+    assert cli.main(["runs"]) == 0
+    assert "kind is 'dream', not one of optimize, eval" in capsys.readouterr().out
+
+
+def test_the_api_keeps_a_record_with_runs_dir(tmp_path, fake_llm, script):
+    script.verdict = lambda prompt: "ok"
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO.replace("Answer.", "VERDICT."), fake_llm.url))
+    with load(path) as pipeline:
+        evaluation = pipeline.evaluate([{"q": "a", "answer": "ok"}], runs_dir=tmp_path / "runs")
+        assert pipeline.evaluate([{"q": "a", "answer": "ok"}]).record is None
+    record = json.loads((evaluation.record / "run.json").read_text())
+    assert record["kind"] == "eval" and record["evaluation"]["score"] == 1.0
+    assert record["settings"]["data"] == "examples"
