@@ -8,10 +8,13 @@ import re
 import textwrap
 
 import pytest
+import test_report
 from conftest import with_fake_model
 
 from sembp_dsl import cli
 from sembp_dsl.api import load
+
+browser = test_report.browser  # the headless-Chromium fixture, over its DevTools pipe
 
 ECHO = textwrap.dedent("""\
     pipeline echo "Answer a question"
@@ -119,3 +122,55 @@ def test_the_api_keeps_a_record_with_runs_dir(tmp_path, fake_llm, script):
     record = json.loads((evaluation.record / "run.json").read_text())
     assert record["kind"] == "eval" and record["evaluation"]["score"] == 1.0
     assert record["settings"]["data"] == "examples"
+
+
+def _open(browser, path) -> str:
+    """A session with `path` loaded offline in the headless Chromium of tests/test_report.py."""
+    target = browser.send("Target.createTarget", url="about:blank")["targetId"]
+    session = browser.send("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+    for domain in ("Page", "Runtime", "Log", "Network"):
+        browser.send(f"{domain}.enable", session)
+    browser.send(
+        "Network.emulateNetworkConditions", session, offline=True, latency=0, downloadThroughput=-1, uploadThroughput=-1
+    )
+    browser.events.clear()
+    browser.send("Page.navigate", session, url=path.as_uri())
+    browser.wait_for("Page.loadEventFired")
+    return session
+
+
+def _value(browser, session, expression: str):
+    return browser.send("Runtime.evaluate", session, returnByValue=True, expression=expression)["result"]["value"]
+
+
+def _errors(browser) -> list:
+    return [
+        e
+        for e in browser.events
+        if e.get("method") in ("Runtime.exceptionThrown", "Page.javascriptDialogOpening")
+        or (e.get("method") == "Log.entryAdded" and e["params"]["entry"]["level"] == "error")
+    ]
+
+
+def test_the_comparison_page_in_a_browser_lists_the_flips_and_runs_nothing(two_evals, browser):
+    assert cli.main(["report", "1", "2", "--out", "cmp.html"]) == 0
+    session = _open(browser, two_evals / "cmp.html")
+    seen = _value(
+        browser,
+        session,
+        "({text: document.body.innerText, scripts: document.scripts.length, bold: document.querySelectorAll('pre b').length})",
+    )
+    browser.send("Runtime.evaluate", session, expression="1")
+    assert _errors(browser) == [] and seen["scripts"] == 0 and seen["bold"] == 0
+    assert "3 wrong -> right, 1 right -> wrong" in seen["text"] and "wrong -> right (3)" in seen["text"]
+    assert "VERDICT <b>now</b>." in seen["text"]  # the prompt shown as text, not markup
+
+
+def test_the_wrong_only_filter_of_one_evaluation_works_without_a_script(two_evals, browser):
+    assert cli.main(["report", "1", "--out", "one.html"]) == 0
+    session = _open(browser, two_evals / "one.html")
+    shown = "[...document.querySelectorAll('tr.right, tr.wrong, details.right')].filter(r => r.offsetParent).length"
+    before = _value(browser, session, shown)
+    after = _value(browser, session, f"document.getElementById('only-wrong').click(); {shown}")
+    assert (before, after) == (5, 3)  # 4 rows and the right sample's <details>; then the three wrong rows
+    assert _errors(browser) == []
