@@ -4,9 +4,11 @@ A sample the current pipeline gets right can only tie or be a loss; one it gets 
 win (a sample lost to failed calls ties). The rule (`gate_passes`) passes more with every win and fewer with
 every loss, so when it gives the same answer with every sample left going the proposal's way and with every
 one going against it, that answer is the one the whole split would give, whatever the samples left hold.
-Each round takes the fewest samples that could settle it (at least `least`, what runs at once anyway), first
-from the group likelier to move the decision the way the outcomes so far point; the decision never depends
-on the order, only the number of samples evaluated does.
+Each round takes the fewest samples that could settle it (at least `least`), first from the group likelier
+to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
+ones for a failure); then the group likelier to move
+it the way the outcomes so far point. The decision never depends on the order, only the number of samples
+evaluated does.
 """
 
 from __future__ import annotations
@@ -30,8 +32,7 @@ class Gate:
     def __init__(self, ids: Sequence[str], baseline: Collection[str], alpha: float, rng: random.Random, least: int = 1):
         self.size, self.alpha, self.least = len(ids), alpha, max(1, least)
         self.baseline = set(baseline)
-        shuffled = rng.sample(list(ids), len(ids))
-        self.unseen = shuffled  # the first round draws from both groups alike
+        self.unseen = rng.sample(list(ids), len(ids))  # in drawn order
         self.wins: list[str] = []
         self.losses: list[str] = []
         self.right: list[str] = []
@@ -65,14 +66,15 @@ class Gate:
                 self.decided_after = self.used
             return []
         order = self._order()
-        taken = order[: max(self._fewest(order), self.least)]
+        taken = order[: max(min(self._fewest(order), len(order)), self.least)]
         chosen = set(taken)
         self.unseen = [i for i in self.unseen if i not in chosen]
         self.rounds += 1
         return taken
 
-    def _fewest(self, order: Sequence[str]) -> int:
-        """How many samples from the start of `order` could settle the decision, at the fewest."""
+    def _fewest(self, order: Sequence[str], way: bool | None = None) -> int:
+        """How many samples from the start of `order` could settle the decision (that way, or either), at the
+        fewest."""
         wins, losses = len(self.wins), len(self.losses)
         possible_wins, possible_losses = self.possible
         could_win = could_lose = 0
@@ -81,11 +83,12 @@ class Gate:
                 could_lose += 1
             else:
                 could_win += 1
-            if gate_passes(wins + could_win, losses + possible_losses - could_lose, self.alpha):
-                return n  # all of them going its way passes it for good
-            if not gate_passes(wins + possible_wins - could_win, losses + could_lose, self.alpha):
-                return n  # all of them going against it fails it for good
-        return len(order)
+            # all of them going its way passes it for good, or all going against it fails it for good
+            passes = gate_passes(wins + could_win, losses + possible_losses - could_lose, self.alpha)
+            fails = not gate_passes(wins + possible_wins - could_win, losses + could_lose, self.alpha)
+            if (passes and way is not False) or (fails and way is not True):
+                return n
+        return len(order) + 1
 
     def rest(self) -> list[str]:
         """Every id not evaluated yet, once the decision is settled (an accepted step's traces are the next
@@ -108,10 +111,13 @@ class Gate:
                 self.losses.append(sample)
 
     def _order(self) -> list[str]:
-        """The samples left, the likelier movers first: toward a pass, a tie on a sample the current pipeline
-        gets right or a win; toward a failure, a loss or a tie on one it gets wrong (rates with one prior each)."""
+        """The samples left, the likelier movers first. Before any outcome: the current pipeline's right ones
+        when all of them tying could pass it sooner than all its wrong ones tying could fail it, else those. Then by the outcomes so far
+        (rates with one prior each): toward a pass, a tie on a sample the current pipeline gets right or a
+        win; toward a failure, a loss or a tie on one it gets wrong."""
         if not self.used:
-            return self.unseen
+            right_first = self._fewest(self._grouped(True), way=True) < self._fewest(self._grouped(False), way=False)
+            return self._grouped(right_first)
         win_rate = (len(self.wins) + 1) / (self.seen[False] + 2)
         loss_rate = (len(self.losses) + 1) / (self.seen[True] + 2)
         possible_wins, possible_losses = self.possible
@@ -123,6 +129,10 @@ class Gate:
             right_first = 1 - loss_rate >= win_rate
         else:
             right_first = loss_rate >= 1 - win_rate
+        return self._grouped(right_first)
+
+    def _grouped(self, right_first: bool) -> list[str]:
+        """The samples left, those the current pipeline gets right first (or last), each group in drawn order."""
         return sorted(self.unseen, key=lambda i: (i in self.baseline) != right_first)
 
     def to_json(self) -> dict:

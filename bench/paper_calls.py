@@ -1,0 +1,345 @@
+"""The paper's own LIAR loop and `sbpc optimize pipelines/liar_paper.sbp`, on the same fake model and data, in one run.
+
+Targets (issue 22): at most 0.7x the authors' model calls per iteration, with and without the cache; the
+whole process in at most 0.6x their wall time.
+
+The authors' code ("How to Correctly do Semantic Backpropagation", arXiv 2412.03624) is imported at run
+time from its folder (`../shared/paper/code` beside this repository, or --paper-code), never copied here:
+a child process runs its `experiments/liar.py` as `liar.sh` does (`--include_grad`), with `--n_iters` set.
+Two things stand in for what this machine cannot reach: its OpenAI client talks to the loopback fake
+server of `tests/fake_server.py` (through OPENAI_BASE_URL), and Hugging Face's `datasets.load_dataset("liar")`
+is replaced by a stand-in serving the same rows, in Hugging Face's format, from the local LIAR copy
+(SBPC_DATA_DIR). Its own code then picks its 50 training samples (seed 0, shuffled) and runs unchanged;
+sbpc gets exactly those 50 samples as a data file, `--gate train --gate-alpha 1` (the paper's gate) and
+the settings of `pipelines/liar_paper.sbp`.
+
+The fake model answers what the prompt asks, the same way for both systems, so both take the same
+decisions: an analyst's reply depends on its instruction and the statement; the judge is right when
+the statement's difficulty, with some noise from its instruction and hints, is below a skill drawn
+from its instruction (0.3 to 0.7); a backward question gets one "Hint k:" line per hint; the optimizer
+answers the n-th request for a prompt with that prompt plus its n-th advice sentence (so a prompt
+never comes back twice, and both systems get the same candidates; a request sent again gets the same
+answer). Every request waits --delay seconds.
+
+Calls are counted by the server and split into phases at each iteration's first backward call; each
+run is a fresh process (sbpc with an empty cache folder). "Without the cache": `sbpc --no-cache`, and
+the authors' LLM with its own `use_cache=False`.
+
+    .venv/bin/python bench/paper_calls.py [--iters 2] [--delay 0.2] [--seeds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import importlib.util
+import json
+import os
+import random
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PAPER = ROOT.parent / "shared" / "paper" / "code"
+NEEDED = ("openai", "numpy", "tqdm")  # what the authors' liar.py imports (wandb is optional there)
+# Hugging Face's LIAR labels (the ClassLabel order); the authors' code keeps 0 (false: a lie) and 3 (true)
+HF_LABELS = {"false": 0, "half-true": 1, "mostly-true": 2, "true": 3, "barely-true": 4, "pants-fire": 5}
+ADVICE = (
+    "Weigh the speaker's record.",
+    "Check the numbers in the claim.",
+    "Consider who gains from it.",
+    "Look for exaggeration.",
+    "Compare it with known facts.",
+    "Think about the source's motives.",
+    "Note hedged wording.",
+    "Ask what evidence would settle it.",
+)
+
+
+# --- the data, as the authors' code picks it ------------------------------------------------------
+
+
+def liar_rows(tsv: Path) -> list[dict]:
+    """The local LIAR training file in the shape of Hugging Face's `liar` train split."""
+    with tsv.open(encoding="utf-8") as handle:
+        return [
+            {
+                "label": HF_LABELS[row[1]],
+                "statement": row[2],
+                "job_title": row[5],
+                "state_info": row[6],
+                "party_affiliation": row[7],
+                "context": row[13],
+            }
+            for row in csv.reader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        ]
+
+
+def stand_in_datasets(tsv: Path) -> None:
+    """Let `from datasets import load_dataset` give the local rows (the hub cannot be reached here)."""
+    module = types.ModuleType("datasets")
+    module.load_dataset = lambda name, *args, **kwargs: {"train": liar_rows(tsv)}  # type: ignore[attr-defined]
+    sys.modules["datasets"] = module
+
+
+def paper_samples(paper: Path, tsv: Path, count: int = 50) -> list[dict]:
+    """The training samples liar.py draws: its get_samples(), shuffled after random.seed(0), the first 50."""
+    sys.path[:0] = [str(paper), str(paper / "experiments")]
+    stand_in_datasets(tsv)
+    from data_utils.liar import get_samples  # the authors' code
+
+    random.seed(0)
+    samples = get_samples()
+    random.shuffle(samples)
+    return samples[:count]
+
+
+def record_fields(sample: dict) -> dict[str, str]:
+    """A sample's record as the prompts show it (its text: the authors' own fields cut statements at a ':')."""
+    lines = dict(line.split(": ", 1) for line in sample["text"].split("\n"))
+    return {
+        "statement": lines["Statement"],
+        "job_title": lines["Job title"],
+        "state": lines["State"],
+        "party": lines["Party"],
+        "context": lines["Source"],
+        "answer": sample["expected_output"],
+    }
+
+
+# --- the fake model -----------------------------------------------------------------------------
+
+
+def draw(*parts: str) -> float:
+    """A number in [0, 1) that depends only on the parts."""
+    return int.from_bytes(hashlib.sha256("\x1f".join(parts).encode()).digest()[:8], "big") / 2**64
+
+
+def line_after(text: str, label: str) -> str:
+    match = re.search(rf"^\s*{label}:\s*(.*)$", text, re.M)
+    return match.group(1).strip() if match else ""
+
+
+def task_of(text: str) -> str:
+    match = re.search(r"#\s*Task\s*\n\s*(.*)", text)
+    return match.group(1).strip() if match else ""
+
+
+class FakeModel:
+    """Answers both systems' prompts alike (see the module's docstring); counts requests by kind."""
+
+    def __init__(self, answers: dict[str, str], salt: str):
+        self.answers, self.salt = answers, salt
+        self.reset()
+
+    def reset(self) -> None:
+        self.kinds: list[str] = []
+        self.asked: dict[str, int] = {}  # optimizer requests per current prompt
+        self.proposed: dict[str, str] = {}  # optimizer request -> the prompt proposed
+
+    def __call__(self, messages: list) -> str:
+        text = messages[-1]["content"]
+        if "<prompt>" in text:
+            self.kinds.append("optimizer")
+            if text not in self.proposed:  # a request sent again (the authors' code retries) gets the same answer
+                current = re.search(r'^\s*"(.+)"\s*$', text, re.M).group(1)
+                n = self.asked[current] = self.asked.get(current, 0) + 1
+                order = sorted(ADVICE, key=lambda advice: draw(self.salt, current, advice))
+                self.proposed[text] = f"{current} {order[(n - 1) % len(order)]}"
+            return f"It can be sharper.\n<prompt>{self.proposed[text]}</prompt>"
+        if '"Hint x' in text:
+            self.kinds.append("backward")
+            return "\n".join(f"Hint {k}: Tie the hint more closely to the statement." for k in range(1, 6))
+        self.kinds.append("forward")
+        statement, task = line_after(text, "Statement"), task_of(text)
+        if "Answer Yes or No as labels" in text:
+            hints = re.findall(r"^\s*\d\.\s*(.*)$", text.split("# Hints", 1)[1], re.M)
+            skill = 0.3 + 0.4 * draw(self.salt, "skill", task)
+            noise = 0.3 * (draw(self.salt, "noise", task, *hints, statement) - 0.5)
+            right = draw(self.salt, "difficulty", statement) + noise < skill
+            want = self.answers[statement]
+            return want if right else {"Yes": "No", "No": "Yes"}[want]
+        view = "plausible" if draw(self.salt, task, statement) < 0.5 else "doubtful"
+        return f"Read this way, the statement is {view}."
+
+    def phases(self) -> list[int]:
+        """Calls before the first backward call (the initial score), then per iteration."""
+        counts = [0]
+        for n, kind in enumerate(self.kinds):
+            if kind == "backward" and (n == 0 or self.kinds[n - 1] != "backward"):
+                counts.append(0)
+            counts[-1] += 1
+        return counts
+
+
+# --- the two systems ----------------------------------------------------------------------------
+
+
+def run_authors(paper: Path, tsv: Path, url: str, iters: int, cache: bool) -> tuple[float, str, list[bool]]:
+    """The authors' liar.py in its own process: (wall seconds, its output, accepted per iteration)."""
+    env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "fake-key", "PYTHONUNBUFFERED": "1"}
+    args = [sys.executable, __file__, "--as-authors", str(paper), str(tsv), str(int(cache))]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [*args, "--n_iters", str(iters), "--include_grad"], env=env, capture_output=True, text=True, timeout=1800
+    )
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"the authors' liar.py failed:\n{done.stderr[-3000:]}")
+    kept = [line.count(",") + 1 for line in done.stdout.splitlines() if line.startswith("Scores")]
+    return wall, done.stdout, [b > a for a, b in zip([1, *kept], kept)]
+
+
+def as_authors(paper: Path, tsv: Path, cache: bool, argv: list[str]) -> None:
+    """In the child: liar.py as its own script (`python liar.py ...` from experiments/)."""
+    sys.path[:0] = [str(paper), str(paper / "experiments")]
+    stand_in_datasets(tsv)
+    if not cache:
+        from semantic_backprop.llm import LLM  # the authors' code
+
+        reset = LLM.reset
+        LLM.reset = lambda self, use_cache=True, *args, **kwargs: reset(self, False, *args, **kwargs)  # type: ignore[method-assign]
+    os.chdir(paper / "experiments")
+    sys.argv = [str(paper / "experiments" / "liar.py"), *argv]
+    import runpy
+
+    runpy.run_path(sys.argv[0], run_name="__main__")
+
+
+def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurrency: int) -> tuple[float, dict]:
+    """`sbpc optimize` on a copy of pipelines/liar_paper.sbp in its own process: (wall seconds, run record)."""
+    folder = Path(tempfile.mkdtemp(dir=work))
+    pipeline = folder / "liar_paper.sbp"
+    shutil.copy(ROOT / "pipelines" / "liar_paper.sbp", pipeline)
+    env = {
+        **os.environ,
+        "OPENAI_BASE_URL": url,
+        "OPENAI_API_KEY": "fake-key",
+        "SBPC_CACHE_DIR": str(folder / "cache"),
+        "PYTHONPATH": str(ROOT),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    args = ["optimize", str(pipeline), "--data", str(data), "--train-size", "50", "--val-size", "0"]
+    args += ["--test-size", "0", "--iters", str(iters), "--gate", "train", "--gate-alpha", "1"]
+    args += ["--runs-dir", str(folder / "runs"), *([] if cache else ["--no-cache"])]
+    args += ["--concurrency", str(concurrency)]
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom sembp_dsl.cli import main\nsys.exit(main())", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    wall = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"sbpc optimize failed:\n{done.stdout[-2000:]}\n{done.stderr[-3000:]}")
+    return wall, json.loads(next((folder / "runs").glob("*/run.json")).read_text())
+
+
+# --- the table ----------------------------------------------------------------------------------
+
+
+def missing(paper: Path, tsv: Path) -> str | None:
+    """Why the bench cannot run here, or None."""
+    if not (paper / "experiments" / "liar.py").is_file():
+        return f"the authors' code is not at {paper} (give --paper-code)"
+    if not tsv.is_file():
+        return f"no LIAR data at {tsv} (set SBPC_DATA_DIR)"
+    absent = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+    if absent:
+        return f"the authors' code needs {', '.join(absent)}: pip install {' '.join(absent)}"
+    return None
+
+
+def main() -> None:
+    if sys.argv[1:2] == ["--as-authors"]:
+        paper, tsv, cache, *rest = sys.argv[2:]
+        as_authors(Path(paper), Path(tsv), cache == "1", rest)
+        return
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--iters", type=int, default=2)
+    ap.add_argument("--delay", type=float, default=0.2, help="seconds each model call takes (default 0.2)")
+    ap.add_argument("--seeds", type=int, default=1, help="fake models to run (each draws other skills and advice)")
+    ap.add_argument("--concurrency", type=int, default=16, help="sbpc's calls in flight (default: sbpc's, 16)")
+    ap.add_argument("--paper-code", type=Path, default=PAPER)
+    args = ap.parse_args()
+    data_dir = Path(os.environ.get("SBPC_DATA_DIR", ROOT.parent / "shared" / "datasets"))
+    tsv = data_dir / "liar" / "train.tsv"
+    why = missing(args.paper_code, tsv)
+    if why:
+        print(f"skipped: {why}")
+        return
+    sys.path.insert(0, str(ROOT / "tests"))  # the fake model server is test code
+    from fake_server import FakeServer
+
+    samples = paper_samples(args.paper_code, tsv)
+    records = [record_fields(sample) for sample in samples]
+    answers = {r["statement"]: r["answer"] for r in records}
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        data = work / "liar50.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in records))
+        rows = []
+        for seed in range(args.seeds):
+            model = FakeModel(answers, salt=str(seed))
+            with FakeServer(delay=args.delay, reply=model) as server:
+                for cache in (True, False):
+                    model.reset()
+                    wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
+                    retries = output.count("Event loop is closed")
+                    rows.append((seed, "authors", cache, model.phases(), wall, decisions, retries))
+                    model.reset()
+                    wall, record = run_sbpc(work, data, server.url, args.iters, cache, args.concurrency)
+                    decisions = [it["accepted"] for it in record["iterations"]]
+                    rows.append((seed, "sbpc", cache, model.phases(), wall, decisions, None))
+                    own = [it["calls"] for it in record["iterations"]]
+                    if own != model.phases()[1:]:
+                        print(f"note: sbpc's record counts {own} calls per iteration, the server {model.phases()[1:]}")
+    report(rows, args)
+
+
+def report(rows: list, args: argparse.Namespace) -> None:
+    print(
+        f"LIAR, 50 training samples, {args.iters} iterations, gate on the training batch (keep any higher score); "
+        f"{args.delay * 1000:.0f} ms per call; sbpc at concurrency {args.concurrency}, the authors' code unbounded\n"
+    )
+    head = f"{'seed':>4}  {'system':<8} {'cache':<6} {'initial':>7} {'per iteration':<16} {'mean':>6} {'x':>5}"
+    print(head + f"  {'total':>5}  {'wall s':>7} {'x':>5}  kept")
+    ratios = []
+    for seed, system, cache, phases, wall, decisions, retries in rows:
+        initial, its = phases[0], phases[1:] + [0] * (args.iters - len(phases) + 1)
+        mean = sum(its) / args.iters
+        theirs = next(r for r in rows if r[0] == seed and r[1] == "authors" and r[2] == cache)
+        their_mean, their_wall = sum(theirs[3][1:]) / args.iters, theirs[4]
+        calls_x, wall_x = mean / their_mean, wall / their_wall
+        if system == "sbpc":
+            ratios.append((calls_x, wall_x))
+        note = f"  ({retries} retries after 'Event loop is closed')" if retries else ""
+        print(
+            f"{seed:>4}  {system:<8} {'on' if cache else 'off':<6} {initial:>7} {' + '.join(map(str, its)):<16} "
+            f"{mean:>6.1f} {calls_x:>5.2f}  {sum(phases):>5}  {wall:>7.2f} {wall_x:>5.2f}  "
+            f"{''.join('y' if d else 'n' for d in decisions)}{note}"
+        )
+    worst_calls, worst_wall = max(r[0] for r in ratios), max(r[1] for r in ratios)
+    same = all(
+        r[5] == next(t[5] for t in rows if t[0] == r[0] and t[1] == "authors" and t[2] == r[2])
+        for r in rows
+        if r[1] == "sbpc"
+    )
+    print(
+        f"\nsbpc / authors, worst row: {worst_calls:.2f}x the calls per iteration (target <= 0.7: "
+        f"{'met' if worst_calls <= 0.7 else 'not met'}), {worst_wall:.2f}x the wall time (target <= 0.6: "
+        f"{'met' if worst_wall <= 0.6 else 'not met'}); same decisions: {'yes' if same else 'NO'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
