@@ -119,3 +119,21 @@ def test_neovim_and_helix_start_sbpc_lsp():
 
 def test_the_messy_sample_is_a_pipeline():
     assert format_text(MESSY)  # it parses: the grammar is tested on real .sbp, quirks included
+
+
+def test_the_pre_commit_hooks_run_check_and_fmt_on_sbp_files_and_pass_on_the_shipped_ones():
+    import contextlib
+    import io
+    import shlex
+
+    import yaml
+
+    from sembp_dsl import cli
+
+    hooks = {hook["id"]: hook for hook in yaml.safe_load((ROOT / ".pre-commit-hooks.yaml").read_text())}
+    assert {hooks["sbpc-check"]["entry"], hooks["sbpc-fmt"]["entry"]} == {"sbpc check", "sbpc fmt --check"}
+    for hook in hooks.values():
+        assert hook["language"] == "python" and re.search(hook["files"], "pipelines/liar.sbp")
+        command = shlex.split(hook["entry"])[1:]
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            assert cli.main([*command, *map(str, SHIPPED)]) == 0, hook["id"]  # pre-commit passes the files
