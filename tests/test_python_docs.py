@@ -28,3 +28,18 @@ def test_every_python_example_runs(tmp_path, monkeypatch, fake_llm, script, caps
     assert namespace["report"].accuracy == 1.0
     assert fake_llm.requests > 0 and "forward" in out  # the ledger was printed
     namespace["triage"].close()
+
+
+def test_every_python_block_in_the_docs_runs_or_is_marked_a_sketch():
+    """README's Python sketch failed as written (`NameError: examples`): a ```python block outside
+    docs/python.md (whose blocks all run above) says on the line before that it is a sketch."""
+    root = DOC.parents[1]
+    unmarked = []
+    for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        if path == DOC:
+            continue
+        lines = path.read_text().splitlines()
+        for number, line in enumerate(lines):
+            if line.strip() == "```python" and (number == 0 or lines[number - 1].strip() != "<!-- sketch -->"):
+                unmarked.append(f"{path.name}:{number + 1}")
+    assert not unmarked, f"```python blocks that neither run nor say they are sketches: {unmarked}"
