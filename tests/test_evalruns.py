@@ -174,3 +174,12 @@ def test_the_wrong_only_filter_of_one_evaluation_works_without_a_script(two_eval
     after = _value(browser, session, f"document.getElementById('only-wrong').click(); {shown}")
     assert (before, after) == (5, 3)  # 4 rows and the right sample's <details>; then the three wrong rows
     assert _errors(browser) == []
+
+
+def test_an_evaluation_stopped_by_a_budget_is_kept_as_stopped_in_the_flags_words(tmp_path, fake_llm, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "answer": "ok"}) + "\n" for i in range(6)))
+    (tmp_path / "echo.sbp").write_text(with_fake_model(ECHO, fake_llm.url))
+    cli.main(["eval", "echo.sbp", "--data", "rows.jsonl", "--max-calls", "2", "--concurrency", "1"])
+    record = json.loads(sorted((tmp_path / ".sbpc/runs").glob("*/run.json"))[-1].read_text())
+    assert record["finished"] is False and "--max-calls" in record["stopped"]

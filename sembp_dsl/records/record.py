@@ -288,7 +288,7 @@ class RunRecord:
             settings,
             dict(prompts),
             finished=evaluation.stopped is None,
-            stopped=None if evaluation.stopped is None else str(evaluation.stopped),
+            stopped=None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped),
             ledger={
                 "calls": sum(not n.cached and not n.lost for n in nodes),
                 "tokens": sum(n.prompt_tokens + n.completion_tokens for n in nodes),
