@@ -17,6 +17,7 @@ from functools import cached_property
 
 from lark.exceptions import LarkError
 
+from ..errors import SbpcError
 from . import ir
 from .checker import BLOCKS, IDENTIFIER, MODEL_ROLES, NODE_SETTINGS, RESERVED, Analysis, check
 from .diagnostics import Diagnostic, PipelineError
@@ -55,7 +56,7 @@ BLOCK_SETTINGS = {"node": NODE_SETTINGS, **BLOCKS}
 CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
 
 
-class RenameError(ValueError):
+class RenameError(SbpcError, ValueError):
     """A rename that cannot be done; the message says why."""
 
 
