@@ -285,6 +285,7 @@ def pipeline_text(draw) -> str:
     return out + draw(st.sampled_from(["", "\n", "  # trailing\n", "\n\n# closing\n"]))
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pipeline_text())
 def test_generated_pipelines_format_to_the_same_ir_and_stay_formatted(text):
@@ -298,6 +299,7 @@ def test_generated_pipelines_format_to_the_same_ir_and_stay_formatted(text):
     assert [c.text for c in read(formatted).comments] == [c.text for c in read(before.text).comments]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     pipeline_text(),
