@@ -150,3 +150,14 @@ def test_models_are_named_without_building_a_model_layer(toy, monkeypatch):
     monkeypatch.setattr(api, "LLM", no_llm)
     assert toy.models == {"forward": "openai/fake", "backward": "openai/fake", "optimizer": "openai/fake"}
     assert toy.method(iterations=5).iterations == 5 and toy.method().gate == "val"
+
+
+def test_the_warning_of_a_run_names_the_size_of_the_split_its_gate_scores(tmp_path, fake_llm, script, capsys):
+    """Every gate sample already right leaves no win: the run says which flag would give it room."""
+    script.verdict = lambda prompt: "Yes"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--dry-run"]
+    for gate, flag in (("val", "--val-size"), ("train", "--train-size")):
+        code = cli.main(["optimize", str(path), *flags, "--gate", gate, "--runs-dir", str(tmp_path / "runs")])
+        out = capsys.readouterr().out
+        assert code == 0 and f"no step can be accepted. Use a larger {flag}, or a larger --gate-alpha" in out

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
-from ..language.method import Method
+from ..language.method import SETTINGS, Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import Feedback, GateDecision, Iteration, Proposal, RunRecord, TestScores
 from ..records.runs import gate_settled, gate_tally, gate_unreadable
@@ -247,7 +247,8 @@ class Optimizer:
             self.log(
                 f"warning: the current prompts answer {len(self.baseline)} of the {size} gate samples right, which "
                 f"leaves {possible} possible wins; a step needs {needed} wins and no loss to pass at gate_alpha "
-                f"{alpha:g}: no step can be accepted. Use a larger --val-size, or a larger --gate-alpha."
+                f"{alpha:g}: no step can be accepted. Use a larger {SETTINGS[f'{self.method.gate}_size'].option}, "
+                "or a larger --gate-alpha."
             )
 
     def why_unchanged(self, iterations: Sequence[Iteration]) -> str:
