@@ -111,6 +111,8 @@ class Routers:
                 )
                 break
             except asyncio.TimeoutError:
+                if not call.sent:  # the Router held it back all along: say why, as its own refusal would
+                    raise _refusal(Exception(), model) from None
                 raise CallError(f"Request timed out after {timeout} s", name="Timeout") from None
             except Exception as exc:
                 failure = _as_call_error(exc, model)  # the Router's exception stays its __context__
