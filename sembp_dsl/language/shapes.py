@@ -9,8 +9,9 @@ fields. From that one statement it gives
 - a JSON Schema (`response_format` of hosted providers): an object with one property per field, in order,
   which `Shape.text` reads back into that same text, so every parser reads one form.
 
-A constraint must never make a reply impossible: the free fields share the call's `max_tokens` (at
-CHARS_PER_TOKEN characters a token), so a constrained reply ends by itself, closed, before the limit.
+A constraint must never make a reply impossible: a grammar's free fields share CHARS_PER_TOKEN x
+max_tokens characters, and the call may take a token per character (models/constraints.py), so a
+constrained reply always ends by itself, closed, however dense its tokens.
 A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
 reasoning, where the parser looks for it.
 """
@@ -25,11 +26,11 @@ from functools import lru_cache
 
 from . import ir
 
-#: The bound's estimate of characters per token. English runs at 4 to 5 characters a token with common
-#: tokenizers (SmolLM2's included); 3 leaves a margin, so a bounded reply fits in max_tokens.
+#: Characters a reply may take per token of max_tokens. English prose runs at 4 to 6 characters a token
+#: (SmolLM2's tokenizer), so a prose reply of that length still fits in max_tokens; math runs at about 2
+#: and digits at 1, which is why the call itself may take a token per character.
 CHARS_PER_TOKEN = 3
 NUMBER_WIDTH = 23  # "-", 15 digits, ".", 6 decimals
-KINDS = ("option", "line", "text", "number", "json")
 # Characters of a line: no control character, nothing Python's splitlines breaks at, and no `<`, so a line
 # inside <output>...</output> cannot close the tag early. Its first one is visible and no markdown emphasis,
 # which the hint parser strips: a line that reads as empty is no line.
@@ -154,13 +155,6 @@ def first_object(text: str) -> dict | None:
         if isinstance(value, dict):
             return value
     return None
-
-
-def json_schema(type_: ir.OutputType) -> dict:
-    """The JSON Schema of a value of an output type (`{}`: any JSON value)."""
-    if type_.kind == "choice":
-        return {"type": "string", "enum": list(type_.choices)}
-    return {"text": {"type": "string"}, "number": {"type": "number"}}.get(type_.kind, {})
 
 
 def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
