@@ -8,11 +8,14 @@
    the ledger's format counts (gradient lines missing, candidates rejected for format, forward parse
    failures, which in LIAR only the choice node can have: a text node reads any reply), and every
    candidate's fate with the gate's wins and losses.
-2. `sbpc eval` of the same pipeline on N LIAR test samples, off then on, fresh caches: accuracy with its
-   Wilson interval, replies the choice parser could not read, and seconds per forward call, wall-clock and
-   CPU of the sbpc process (the machine may be shared: CPU seconds do not count the others' load).
+2. `Pipeline.evaluate` (what `sbpc eval` runs) of the same pipeline on N LIAR test samples, off then on:
+   accuracy with its Wilson interval, replies the choice parser could not read, and seconds and completion
+   tokens per call of the judge, the one node a constraint changes. One call at a time, one cache for both
+   modes: the analysts' replies (text: never constrained) are made once, so both judges read the same.
 
-Every command is the CLI's, run as a user runs it; the figures come from its `--json` output.
+The main job runs the CLI as a user runs it, its figures from `--json`; wall and CPU seconds are the sbpc
+process's (the machine may be shared: CPU seconds do not count the others' load). Each part is printed,
+and written to --json, as soon as it is done.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import json
 import os
 import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -86,25 +90,35 @@ def main_job(work: Path) -> dict:
 
 
 def liar_eval(work: Path, size: int) -> dict:
+    """In process, one call at a time (the embedded model serves one anyway), so each call's latency is its
+    own; one cache for both modes, so the five analysts (text nodes: never constrained) answer once and the
+    judge of both modes reads the very same analyses."""
+    import sembp_dsl as sbp
+
+    cache = work / "eval-cache.sqlite"
     results = {}
     for mode in MODES:
-        folder = work / f"eval-{mode}"
-        copy(folder, mode)
-        args = ["eval", "liar.sbp", "--data", "liar", "--test-size", str(size), "--errors", str(size)]
-        out, wall, cpu = sbpc(args, folder)
-        calls = out["ledger"]["roles"]["forward"]["calls"]
+        pipeline = sbp.load(copy(work / f"eval-{mode}", mode), concurrency=1, cache=cache)
+        start, cpu = time.perf_counter(), time.process_time()
+        evaluation = pipeline.evaluate("liar", test_size=size)
+        wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+        verdicts = [r.trace.final for r in evaluation.results if not r.trace.final.lost]
+        made = [t for t in verdicts if not t.cached]
+        low, high = evaluation.interval
         results[mode] = {
-            "accuracy": out["accuracy"],
-            "interval": out["interval95"],
-            "correct": out["correct"],
-            "scored": out["scored"],
-            "unparseable": sum(1 for e in out["errors"] if e["output"] is None and not e.get("failure")),
-            "parse failures": out["ledger"]["counters"].get("forward parse failures", 0),
-            "calls": calls,
-            "completion tokens per call": out["ledger"]["roles"]["forward"]["completion_tokens"] / max(1, calls),
-            "wall per call": wall / max(1, calls),
-            "cpu per call": cpu / max(1, calls),
+            "accuracy": evaluation.accuracy,
+            "interval": [low, high],
+            "correct": evaluation.correct,
+            "scored": evaluation.scored,
+            "unparseable": sum(1 for t in verdicts if t.output is None),
+            "verdict calls": len(made),
+            "seconds per verdict call": statistics.mean(t.latency for t in made),
+            "completion tokens per verdict call": statistics.mean(t.completion_tokens for t in made),
+            "wall": wall,
+            "cpu": cpu,
+            "counters": dict(pipeline.ledger.counters),
         }
+        pipeline.close()
     return results
 
 
@@ -131,11 +145,12 @@ def report(job: dict | None, evals: dict | None) -> str:
         lines.append(f"LIAR eval, {evals['on']['scored']} test samples, constraints off -> on:")
         for mode in MODES:
             e = evals[mode]
-            low, high = e["interval"] or (None, None)
+            low, high = e["interval"]
             lines.append(
                 f"  {mode:<3} accuracy {e['accuracy']:.3f} ({e['correct']}/{e['scored']}, 95% [{low:.3f}, {high:.3f}]), "
-                f"unparseable {e['unparseable']}, {e['wall per call']:.2f} s wall / {e['cpu per call']:.2f} s CPU per "
-                f"forward call, {e['completion tokens per call']:.1f} completion tokens per call"
+                f"unparseable {e['unparseable']}; judge: {e['seconds per verdict call']:.2f} s and "
+                f"{e['completion tokens per verdict call']:.1f} completion tokens per call ({e['verdict calls']} calls); "
+                f"{e['wall']:.0f} s wall, {e['cpu']:.0f} s CPU in all"
             )
     return "\n".join(lines)
 
@@ -148,14 +163,20 @@ def main() -> None:
     parser.add_argument("--json", metavar="FILE", help="also write the figures to FILE")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="sbpc-constraints-"))
+    found: dict = {}
     try:
-        job = None if args.skip_job else main_job(work)
-        evals = None if args.skip_eval else liar_eval(work, args.test_size)
+        if not args.skip_job:
+            found["job"] = main_job(work)
+            print(report(found["job"], None), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(found, indent=2))
+        if not args.skip_eval:
+            found["eval"] = liar_eval(work, args.test_size)
+            print(report(None, found["eval"]), flush=True)
+            if args.json:
+                Path(args.json).write_text(json.dumps(found, indent=2))
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    print(report(job, evals))
-    if args.json:
-        Path(args.json).write_text(json.dumps({"job": job, "eval": evals}, indent=2))
 
 
 if __name__ == "__main__":
