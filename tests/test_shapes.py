@@ -21,7 +21,7 @@ from sembp_dsl.language.graph import GraphNode, ModelSpec
 from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, hints_shape, node_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
-from sembp_dsl.models import constraints
+from sembp_dsl.models import constraints, embedded
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import first_json, parse_reply
 
@@ -458,3 +458,21 @@ def test_emit_names_the_schema_or_why_there_is_none(tmp_path, capsys):
         in out
     )
     assert "(no constraint: constrain = off)" in out
+
+
+@pytest.mark.skipif(not embedded.available(), reason="embedded model not installed")
+def test_the_plan_bounds_a_grammars_reply_at_a_token_a_character(capsys):
+    """Under a grammar a call may take CHARS_PER_TOKEN x max_tokens tokens; a text node's reply is not held."""
+    from conftest import ROOT
+
+    from sembp_dsl import cli
+
+    sizes = ["--train-size", "6", "--val-size", "6", "--iters", "2", "--plan", "--json"]
+    assert cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", *sizes]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    passes = plan["calls"]["forward"] // 6  # liar.sbp: five text analysts (max_tokens 96) and the choice judge
+    assert plan["completion_tokens"] == {
+        "forward": passes * (5 * 96 + CHARS_PER_TOKEN * 96),
+        "backward": plan["calls"]["backward"] * CHARS_PER_TOKEN * 160,
+        "optimizer": plan["calls"]["optimizer"] * CHARS_PER_TOKEN * 160,
+    }

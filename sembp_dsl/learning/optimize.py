@@ -29,6 +29,7 @@ from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
+from ..language.shapes import node_shape
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import Feedback, GateDecision, Iteration, Proposal, RunRecord, TestScores
 from ..records.runs import gate_settled, gate_tally, gate_unreadable
@@ -442,8 +443,18 @@ def plan(
         "answers from the response cache",
     ]
     limits = {role: llm.model(role).settings.get("max_tokens") if calls[role] else 0 for role in calls}
-    bounds = {role: llm.reply_tokens(role) if calls[role] else 0 for role in calls}  # a grammar's reply may go past
-    completion = {role: None if (bound := bounds[role]) is None else calls[role] * int(bound) for role in calls}
+    # a call's most completion tokens, over the forward nodes on average: a reply held to a grammar may take more
+    # than max_tokens (constraints.reply_tokens), a text node's may not
+    shaped = [node_shape(node.type, node.parse) is not None for node in graph.nodes.values()]
+    completion: dict[str, int | None] = {}
+    for role in calls:
+        each = (
+            [llm.reply_tokens(role, shape) for shape in (shaped if role == "forward" else [True])]
+            if calls[role]
+            else [0]
+        )
+        known = [bound for bound in each if bound is not None]
+        completion[role] = calls[role] * sum(known) // len(known) if len(known) == len(each) else None
     # prompt sizes: the longest forward prompt over a few training samples, node outputs as long as allowed
     filler = "word " * int(limits["forward"] or 256)
     longest = 0

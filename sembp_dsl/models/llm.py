@@ -119,12 +119,12 @@ class LLM:
             return self.routers.price(str(router), prompt_tokens, completion_tokens)
         return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
-    def reply_tokens(self, role: str) -> int | None:
-        """The most completion tokens one call of the role may take (None: no bound); see constraints.py."""
+    def reply_tokens(self, role: str, shaped: bool = True) -> int | None:
+        """The most completion tokens one call of the role may take (None: no bound), of a reply with a shape or
+        without (a text node's); see constraints.py."""
         spec = self.model(role)
-        return constraints.reply_tokens(
-            constraints.form(spec.name, spec.settings), constraints.max_tokens(spec.settings)
-        )
+        kind = constraints.form(spec.name, spec.settings) if shaped else constraints.NONE
+        return constraints.reply_tokens(kind, constraints.max_tokens(spec.settings))
 
     async def complete(self, role: str, prompt: str, shape: Shape | None = None) -> Completion:
         """One chat completion for `role`: from the cache when it has it, shared when the same call is in flight;
