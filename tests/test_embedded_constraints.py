@@ -45,6 +45,7 @@ CASES = [
     (typed("json"), "Give the name and the age of a person as a JSON object with the keys name and age.", 96),
     (typed("text", parse="tag"), "Which is larger, 3 or 5? Put the answer in <output></output>.", 64),
     (typed("number", parse="tag"), "What is 6 times 7? Put the number in <output></output>.", 64),
+    (typed("choice", ("Yes", "No"), parse="tag"), "Is 7 a prime number? Put Yes or No in <output></output>.", 64),
 ]
 
 

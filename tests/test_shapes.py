@@ -240,6 +240,39 @@ def test_number_replies_out_of_shape_are_rejected():
         assert not matches(grammar, reply), reply
 
 
+@SETTINGS
+@given(MAX_TOKENS, st.data(), st.text(CHARS.filter(lambda c: c != "\n"), min_size=1, max_size=10))
+def test_number_replies_with_a_last_line_that_is_not_a_number_are_rejected(max_tokens, data, tail):
+    shape = node_shape(output_type("number"))
+    grammar = shape.grammar(max_tokens)
+    text, values = data.draw(reply_of(shape, max_tokens))
+    reasoning = text.rsplit("\nAnswer: ", 1)[0]
+    assume("\nAnswer: " not in reasoning)
+    assume(tail[0] not in "0123456789.")  # "42" + "5" or ".5" is still a number
+    assert not matches(grammar, reasoning)  # no answer line
+    assert not matches(grammar, text + tail)  # text after the number
+    word = re.sub(r"[0-9]", "", tail).strip()
+    if word:
+        assert not matches(grammar, f"{reasoning}\nAnswer: {word}")  # no number at all
+
+
+@SETTINGS
+@given(st.sampled_from(["text", "number", "choice"]), OPTIONS, MAX_TOKENS, st.data())
+def test_tagged_replies_out_of_shape_are_rejected(kind, options, max_tokens, data):
+    type_ = output_type(kind, tuple(options) if kind == "choice" else ())
+    shape = node_shape(type_, "tag")
+    grammar = shape.grammar(max_tokens)
+    assume(not any(o.casefold() == "maybe" for o in options))
+    text, _ = data.draw(reply_of(shape, max_tokens))
+    reasoning = text.rsplit("\n<output>", 1)[0]
+    assert not matches(grammar, text.removesuffix("</output>"))  # not closed
+    assert not matches(grammar, text + "\nso there")  # text after the tag
+    assert not matches(grammar, f"{reasoning}\n<output></output>")  # nothing in it
+    assert not matches(grammar, f"{reasoning}\n<output>a\nb</output>")  # a value of two lines
+    if kind != "text":
+        assert not matches(grammar, f"{reasoning}\n<output>Maybe</output>")  # not an option, not a number
+
+
 def test_every_bounded_reply_fits_its_max_tokens():
     """The free fields share CHARS_PER_TOKEN x max_tokens with the fixed text: the longest reply fits."""
     for shape in [
