@@ -32,7 +32,7 @@ def test_every_python_example_runs(tmp_path, monkeypatch, fake_llm, script, caps
 
 def test_every_python_block_in_the_docs_runs_or_is_marked_a_sketch():
     """README's Python sketch failed as written (`NameError: examples`): a ```python block outside
-    docs/python.md (whose blocks all run above) says on the line before that it is a sketch."""
+    docs/python.md (whose blocks all run above) says on the line before that it is a sketch, and why."""
     root = DOC.parents[1]
     unmarked = []
     for path in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
@@ -40,6 +40,6 @@ def test_every_python_block_in_the_docs_runs_or_is_marked_a_sketch():
             continue
         lines = path.read_text().splitlines()
         for number, line in enumerate(lines):
-            if line.strip() == "```python" and (number == 0 or lines[number - 1].strip() != "<!-- sketch -->"):
+            if line.strip() == "```python" and (number == 0 or not lines[number - 1].startswith("<!-- sketch: ")):
                 unmarked.append(f"{path.name}:{number + 1}")
     assert not unmarked, f"```python blocks that neither run nor say they are sketches: {unmarked}"
