@@ -5,9 +5,9 @@
 1. The main job: `sbpc optimize liar.sbp --data liar --train-size 6 --val-size 6 --iters 2`, on a copy of
    pipelines/liar.sbp, first with `model { constrain = off }` added, then as shipped (`auto`: a grammar for
    the embedded model); same seed, each with a response cache of its own, so every call is made. Printed:
-   the ledger's format counts (gradient lines missing, candidates rejected for format, forward parse
-   failures, which in LIAR only the choice node can have: a text node reads any reply), and every
-   candidate's fate with the gate's wins and losses.
+   the ledger's format counts (gradient lines missing, candidates rejected for format, optimizer calls
+   skipped because no feedback reached the param, forward parse failures, which in LIAR only the choice
+   node can have: a text node reads any reply), and every candidate's fate with the gate's wins and losses.
 2. `Pipeline.evaluate` (what `sbpc eval` runs) of the same pipeline on N LIAR test samples, off then on:
    accuracy with its Wilson interval, replies the choice parser could not read, and seconds and completion
    tokens per call of the judge, the one node a constraint changes. One call at a time, one cache for both
@@ -34,7 +34,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = {"off": "\nmodel { constrain = off }\n", "on": ""}
-COUNTS = ("gradient lines missing", "candidates rejected (format)", "forward parse failures")
+COUNTS = (
+    "gradient lines missing",
+    "candidates rejected (format)",
+    "optimizer calls skipped: no feedback",
+    "forward parse failures",
+)
 
 
 def sbpc(args: list[str], folder: Path) -> tuple[dict, float, float]:
@@ -128,7 +133,7 @@ def report(job: dict | None, evals: dict | None) -> str:
         lines.append("main job (optimize liar.sbp, train 6, val 6, 2 iterations), constraints off -> on:")
         for name in (*COUNTS, "calls", "wall", "cpu"):
             off, on = job["off"][name], job["on"][name]
-            lines.append(f"  {name:<30} {off:>8.0f} -> {on:.0f}" + (" s" if name in ("wall", "cpu") else ""))
+            lines.append(f"  {name:<36} {off:>4.0f} -> {on:.0f}" + (" s" if name in ("wall", "cpu") else ""))
         for mode in MODES:
             lines.append(f"  constrain {mode}: {'prompts changed' if job[mode]['changed'] else 'no prompt changed'}")
             for it in job[mode]["iterations"]:
@@ -138,7 +143,8 @@ def report(job: dict | None, evals: dict | None) -> str:
                     if gate
                     else "no gate"
                 )
-                lines.append(f"    iteration {it['index']}: train {it['train']}, gradients {it['gradients']}, {tally}")
+                train = "-" if it["train"] is None else f"{it['train']:.3f}"
+                lines.append(f"    iteration {it['index']}: train {train}, gradients {it['gradients']}, {tally}")
                 for param, fate in it["fates"].items():
                     lines.append(f"      {param}: {fate}")
     if evals:
