@@ -6,18 +6,24 @@ A block is one of:
   line. Lines starting with `$ ` are commands and the lines after each are its output (stdout and stderr,
   as a terminal shows them); a block without `$ ` is a script that must exit 0. It runs in a folder with a
   copy of `pipelines/` and the `liar.sbp` the README's main job makes, with `sbpc` this checkout's code.
-- `<!-- output of: COMMAND -->` on the line before (any language): the block is COMMAND's stdout; a line
-  `...` stands for any lines, so an excerpt shows parts of it in order.
+- `<!-- output of: COMMAND -->` on the line before (any language): the block is COMMAND's stdout; with
+  `<!-- output of the block above -->`, it is the stdout of the shell block before it. A line `...`
+  stands for any lines, so an excerpt shows parts of it in order; a table's `wall s` column is not
+  compared (times differ from run to run). A `--port N` a block names is replaced by a free port, and
+  what a block leaves running in the background is stopped.
 - `<!-- sketch: WHY -->`: not run, for the reason given (a real provider, the network, a long run).
 - `<!-- run by PATH -->`: run by that file (a test, or `.ci/run`), which names the doc.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -31,6 +37,8 @@ SHELL = {"", "sh", "bash", "shell", "console", "text", "indented"}
 COMMAND = re.compile(r"(^(\$ )?|&&\s*)(\w+=\S*\s+)*(\S*/)?sbpc\s")
 MARKER = re.compile(r"^<!-- (sketch|output of|run by)(?::? (.*?))? -->$")
 ELLIPSIS = "..."
+ABOVE = "the block above"
+TIMED = "wall s"
 
 
 @dataclass(frozen=True)
@@ -84,13 +92,28 @@ def blocks(path: Path) -> list[Block]:
 
 
 ALL = [block for path in DOCS for block in blocks(path)]
-RUN = [b for b in ALL if (b.shell and b.marker is None) or (b.marker and b.marker[0] == "output of")]
+SHOWN = {above: below for above, below in zip(ALL, ALL[1:]) if below.marker == ("output of", ABOVE)}
+RUN = [b for b in ALL if (b.shell and b.marker is None and b not in SHOWN) or (b.marker and b.marker[0] == "output of")]
+
+
+def untimed(lines: list[str]) -> list[str]:
+    """The lines with the cells of a Markdown table's `wall s` column blanked."""
+    out, timed = [], set()
+    for line in lines:
+        if not line.startswith("|"):
+            out.append(line)
+            timed = set()
+            continue
+        cells = line.split("|")
+        timed = timed or {i for i, cell in enumerate(cells) if cell.strip() == TIMED}
+        out.append("|".join("" if i in timed and cell.strip() != TIMED else cell for i, cell in enumerate(cells)))
+    return out
 
 
 def shows(expected: str, actual: str) -> bool:
     """`expected` is `actual`, or, with `...` lines, its parts appear in `actual` in order, each whole."""
-    want = [line.rstrip() for line in expected.strip("\n").splitlines()]
-    got = [line.rstrip() for line in actual.strip("\n").splitlines()]
+    want = untimed([line.rstrip() for line in expected.strip("\n").splitlines()])
+    got = untimed([line.rstrip() for line in actual.strip("\n").splitlines()])
     if ELLIPSIS not in want:
         return want == got
     parts, part = [], []
@@ -128,15 +151,19 @@ def transcript(text: str) -> list[tuple[str, str]]:
 
 @pytest.fixture
 def folder(tmp_path):
-    """A folder as a user of this repository has it: pipelines/, the main job's liar.sbp, and `sbpc` on
-    PATH running this checkout's code."""
+    """A folder as a user of this repository has it: pipelines/, tests/fake_server.py, the main job's
+    liar.sbp, and the environment's `python` and `sbpc` (this checkout's code) on PATH."""
     work = tmp_path / "work"
     shutil.copytree(ROOT / "pipelines", work / "pipelines")
+    (work / "tests").mkdir()
+    shutil.copy(ROOT / "tests/fake_server.py", work / "tests")
     shutil.copy(ROOT / "pipelines/liar.sbp", work / "liar.sbp")
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    (bin_dir / "sbpc").write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} -m sembp_dsl.cli "$@"\n')
-    (bin_dir / "sbpc").chmod(0o755)
+    python = shlex.quote(sys.executable)
+    for name, command in [("sbpc", f"{python} -m sembp_dsl.cli"), ("python", python)]:
+        (bin_dir / name).write_text(f'#!/bin/sh\nexec {command} "$@"\n')
+        (bin_dir / name).chmod(0o755)
     env = {
         **os.environ,
         "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
@@ -146,25 +173,45 @@ def folder(tmp_path):
     return work, env
 
 
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def run(script: str, folder: tuple[Path, dict], *, merged: bool) -> subprocess.CompletedProcess:
+    """The script in its own process group, stopped with all it left running once bash is done; its output
+    goes to files, which a server left in the background does not hold open as it would a pipe."""
     work, env = folder
-    return subprocess.run(
-        ["bash", "-e", "-o", "pipefail", "-c", script],
-        cwd=work,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT if merged else subprocess.PIPE,
-        text=True,
-        timeout=60,
-    )
+    for port in set(re.findall(r"--port (\d+)", script)):
+        script = script.replace(port, str(free_port()))
+    out, err = work.parent / "stdout", work.parent / "stderr"
+    with out.open("w") as stdout, err.open("w") as stderr:
+        process = subprocess.Popen(
+            ["bash", "-e", "-o", "pipefail", "-c", script],
+            cwd=work,
+            env=env,
+            stdout=stdout,
+            stderr=stdout if merged else stderr,
+            start_new_session=True,
+        )
+        try:
+            process.wait(timeout=60)
+        finally:
+            with contextlib.suppress(ProcessLookupError):  # nothing was left running
+                os.killpg(process.pid, signal.SIGKILL)
+    return subprocess.CompletedProcess(process.args, process.returncode, out.read_text(), err.read_text())
 
 
 @pytest.mark.parametrize("block", RUN, ids=lambda b: b.where)
 def test_the_block_runs_and_shows_what_runs(block, folder):
-    if block.marker:  # output of: COMMAND
-        done = run(block.marker[1], folder, merged=False)
+    if block.marker:  # output of: COMMAND, or of the block above
+        command = block.marker[1]
+        if command == ABOVE:
+            command = next(above for above, below in SHOWN.items() if below == block).text
+        done = run(command, folder, merged=False)
         assert done.returncode == 0, done.stderr
-        assert shows(block.text, done.stdout), f"{block.where} is not what `{block.marker[1]}` prints:\n{done.stdout}"
+        assert shows(block.text, done.stdout), f"{block.where} is not what `{command}` prints:\n{done.stdout}"
         return
     steps = transcript(block.text)
     if not steps:
@@ -189,6 +236,9 @@ def test_every_shell_block_runs_or_says_why_not():
             runner = ROOT / what
             assert runner.is_file(), f"{block.where}: {what} does not exist"
             assert block.path.name in runner.read_text(), f"{block.where}: {what} never names {block.path.name}"
+        if what == ABOVE:
+            assert any(below == block for below in SHOWN.values()), f"{block.where}: no block right above it"
+            assert next(a for a, b in SHOWN.items() if b == block).shell, f"{block.where}: the block above runs no sbpc"
         if kind != "output of":
             assert block.shell or block.language == "python", (
                 f"{block.where}: <!-- {kind} --> on a block that runs no sbpc"
@@ -205,3 +255,5 @@ def test_the_blocks_are_found():
     assert sum(b.shell for b in ALL) >= 15
     assert shows("a\n...\nc", "a\nb\nc") and shows("b\n...\nd", "a\nb\nc\nd\ne")
     assert not shows("a\n...\nc", "c\nb\na") and not shows("a\nb", "a\nb\nc")
+    table = "| row | calls | wall s |\n|---|---|---|\n| a | {} | {} |"
+    assert shows(table.format(3, 1.5), table.format(3, 40.2)) and not shows(table.format(3, 1.5), table.format(4, 1.5))
