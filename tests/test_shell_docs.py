@@ -4,8 +4,9 @@ command's output is what the command prints (language.md's Mermaid chart and `ch
 A block is one of:
 - run here: a fenced block (no language, `sh`, `text`, ...) or an indented block with an `sbpc` command
   line. Lines starting with `$ ` are commands and the lines after each are its output (stdout and stderr,
-  as a terminal shows them); a block without `$ ` is a script that must exit 0. It runs in a folder with a
-  copy of `pipelines/` and the `liar.sbp` the README's main job makes, with `sbpc` this checkout's code.
+  as a terminal shows them); a block without `$ ` is a script that must exit 0. It runs in a folder with
+  copies of `pipelines/`, `tests/fake_server.py` and the `liar.sbp` the README's main job makes, with
+  `sbpc` (this checkout's code) and `python` on PATH.
 - `<!-- output of: COMMAND -->` on the line before (any language): the block is COMMAND's stdout; with
   `<!-- output of the block above -->`, it is the stdout of the shell block before it. A line `...`
   stands for any lines, so an excerpt shows parts of it in order; a table's `wall s` column is not
@@ -92,7 +93,11 @@ def blocks(path: Path) -> list[Block]:
 
 
 ALL = [block for path in DOCS for block in blocks(path)]
-SHOWN = {above: below for above, below in zip(ALL, ALL[1:]) if below.marker == ("output of", ABOVE)}
+SHOWN = {  # a shell block -> the block below it that shows its output
+    above: below
+    for above, below in zip(ALL, ALL[1:])
+    if below.marker == ("output of", ABOVE) and above.path == below.path
+}
 RUN = [b for b in ALL if (b.shell and b.marker is None and b not in SHOWN) or (b.marker and b.marker[0] == "output of")]
 
 
