@@ -11,7 +11,6 @@ of the LIAR example under 0.5 s as a whole process, without importing litellm.
 from __future__ import annotations
 
 import argparse
-import random
 import subprocess
 import sys
 import time
@@ -20,33 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the generators the tests use too
 
-from generated import node_product  # noqa: E402
+from generated import layered, node_product  # noqa: E402
 
 from sembp_dsl.language.graph import build  # noqa: E402
 from sembp_dsl.language.parser import parse  # noqa: E402
-
-
-def generate(nodes: int, edges_per_node: int = 4, seed: int = 0) -> str:
-    """A layered DAG: node i reads node i-1 (so everything reaches the output) and 3 random earlier ones."""
-    rng = random.Random(seed)
-    inputs = [f"x{i}" for i in range(8)]
-    lines = [f'pipeline generated "{nodes} nodes"', f"input {', '.join(inputs)}: text"]
-    for i in range(nodes):
-        lines.append(f'param p{i} = "Instruction for node {i}."')
-    lines.append('template pair = """\n  {{ prompt }}\n  {{ x0 }}\n  """')
-    for i in range(nodes):
-        extra = "  template = pair" if i % 100 == 0 else ""
-        lines.append(f"node n{i}: text {{ prompt = p{i}{extra} }}")
-    for i in range(nodes):
-        pool = inputs + [f"n{j}" for j in range(max(0, i - 50), i)]
-        sources = {f"n{i - 1}"} if i else set()
-        while len(sources) < edges_per_node:
-            sources.add(rng.choice(pool))
-        if i % 100 == 0:
-            sources.add("x0")
-        lines.append(f"{', '.join(sorted(sources))} -> n{i}")
-    lines.append(f"output n{nodes - 1}")
-    return "\n".join(lines) + "\n"
 
 
 def best_of(runs: int, fn) -> float:
@@ -65,8 +41,8 @@ def main() -> None:
     ap.add_argument("--product", type=int, default=1500, help="names on each side of the n x n statement")
     args = ap.parse_args()
 
-    build(parse(generate(10)))  # warm the grammar cache and imports
-    small_text, big_text = generate(args.nodes), generate(args.nodes * args.factor)
+    build(parse(layered(10)))  # warm the grammar cache and imports
+    small_text, big_text = layered(args.nodes), layered(args.nodes * args.factor)
     small_graph = build(parse(small_text))
     edges = sum(len(n.inputs) for n in small_graph.nodes.values())
     small = best_of(3, lambda: build(parse(small_text)))

@@ -92,8 +92,9 @@ def load(
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
-    `model` names the litellm model for every role; `roles` overrides per role, with a name or a
-    mapping of model settings (`{"backward": {"name": "openai/gpt-4o", "temperature": 0}}`).
+    `model` names the litellm model for every call: every role's and every named model's. `roles` overrides
+    one model at a time, a role or a named model (`model fast { }`), with a name or a mapping of model
+    settings (`{"backward": {"name": "openai/gpt-4o", "temperature": 0}, "fast": "openai/gpt-4o-mini"}`).
     `cache`: True for the shared response cache, a path for another one, False for none.
     """
     graph = compile_file(str(path))
@@ -116,13 +117,28 @@ def _models(
     api_base: str | None,
     folder: Path = Path(),
 ) -> dict[str, ModelSpec]:
-    """The model of each role. A `router` file named in the pipeline is found beside the pipeline
-    (one named in `roles` is the caller's, relative to the current folder)."""
+    """The model of each role and named model: `model` for every one, `roles` for one at a time. A `router` file
+    named in the pipeline is found beside the pipeline (one named in `roles` is the caller's, relative to the
+    current folder).
+
+    Overriding the forward role when every node names a model of its own would change no call: refused."""
     if not isinstance(roles, Mapping):
-        raise TypeError(f"roles must map a role ({', '.join(MODEL_ROLES)}) to a model, got {type(roles).__name__}")
-    unknown = sorted(set(roles) - set(MODEL_ROLES))
+        raise TypeError(
+            f"roles must map a role ({', '.join(MODEL_ROLES)}) or a named model to a model, got {type(roles).__name__}"
+        )
+    unknown = sorted(set(roles) - set(graph.models))
     if unknown:
-        raise ValueError(f"unknown model role {unknown[0]!r}; roles are {', '.join(MODEL_ROLES)}")
+        named = [key for key in graph.models if key not in MODEL_ROLES]
+        raise ValueError(
+            f"unknown model role {unknown[0]!r}{did_you_mean(unknown[0], graph.models)}; roles are "
+            f"{', '.join(MODEL_ROLES)}" + (f", and the pipeline names the models {', '.join(named)}" if named else "")
+        )
+    if "forward" in roles and all(node.model != "forward" for node in graph.nodes.values()):
+        chosen = ", ".join(f"{node.name}: {node.model}" for node in graph.nodes.values())
+        raise ValueError(
+            f"roles['forward'] would change no call: every node of {graph.pipeline.path} names its own model "
+            f"({chosen}); override those models by their names"
+        )
     problem = url_problem(api_base) if api_base else None
     if problem:
         raise SettingError(Option("api_base", "--api-base"), f" {problem}")
@@ -166,7 +182,8 @@ class Usage:
 
 @dataclass(frozen=True)
 class Prediction:
-    """A pipeline's answer: `output` typed by the output node (str, int/float, JSON value), None when it has none."""
+    """A pipeline's answer: `output` typed by the output node (str, int/float, JSON value, a record as a dict) or
+    by the field of it that is scored (`output judge.verdict`), None when it has none."""
 
     output: Any
     text: str | None  # the output as the metric sees it
@@ -178,6 +195,15 @@ class Prediction:
     def failed(self) -> bool:
         """No answer because a call failed or a prompt did not render, not because the model answered badly."""
         return self.trace.final.lost
+
+    @property
+    def record(self) -> dict | None:
+        """The output node's whole record, when it answered with one: with `output judge.verdict`, `output` is
+        the verdict and this the record it belongs to, so a metric may read its other fields."""
+        if self.trace.output_field is not None:
+            final = self.trace.final.output
+            return json.loads(final) if final is not None else None
+        return self.output if isinstance(self.output, dict) else None
 
 
 @dataclass(frozen=True)
@@ -474,8 +500,9 @@ class Pipeline:
 
     @property
     def models(self) -> Mapping[str, str]:
-        """The model of each role, as a run records it; LLMError when a role has none (nor the embedded one)."""
-        return {role: str(resolve_model(self._session.models[role]).name) for role in MODEL_ROLES}
+        """The model of each role and named model, as a run records it; LLMError when one has none (nor the
+        embedded one)."""
+        return {key: str(resolve_model(spec).name) for key, spec in self._session.models.items()}
 
     def method(self, method: Method | None = None, **settings: Any) -> Method:
         """The method a run would take: `method` (default: the pipeline's `optimize` block) with `settings`
@@ -811,12 +838,13 @@ def _input_text(name: str, value: Any) -> str:
 
 
 def _typed(graph: Graph, text: str | None) -> Any:
+    """The answer as Python: a number as int or float, a JSON value or a record (a dict) as read from JSON."""
     if text is None:
         return None
-    kind = graph.nodes[graph.output].type.kind
+    kind = graph.output_type.kind
     if kind == "number":
         number = float(text)
         return int(number) if number.is_integer() else number
-    if kind == "json":
+    if kind in ("json", "record"):
         return json.loads(text)
     return text

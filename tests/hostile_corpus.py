@@ -23,13 +23,18 @@ template t = """
   Question: {{ q }}
   Context: {{ ctx }}
   """
+param style = "Be brief."
 node helper: text { prompt = ask }
 node a: choice(Yes, No) { prompt = ask  template = t }
+node judge: {verdict: choice(Yes, No), why: text} { prompt = ask  system = style  model = fast }
+node reply: text { template = "{{ judge.verdict }}: {{ judge.why }}" }
 q, ctx -> helper
 q, ctx -> a
+helper -> judge -> reply -> a
 output a from "label"
 metric exact
 model forward { name = "m"  temperature = 0 }
+model fast { name = "f" }
 optimize { iterations = 2  gradient = sibling }
 '''
 
@@ -40,6 +45,7 @@ inputs:
   ctx: {type: text, from: context}
 params:
   ask: Answer the question.
+  style: Be brief.
 templates:
   t: |-
     {{ prompt }}
@@ -48,13 +54,17 @@ templates:
 nodes:
   helper: {type: text, prompt: ask}
   a: {type: "choice(Yes, No)", prompt: ask, template: t}
+  judge: {type: {verdict: "choice(Yes, No)", why: text}, prompt: ask, system: style, model: fast}
+  reply: {type: text, template: "{{ judge.verdict }}: {{ judge.why }}"}
 edges:
   - q, ctx -> helper
   - q, ctx -> a
+  - helper -> judge -> reply -> a
 output: {node: a, from: label}
 metric: exact
 models:
   forward: {name: m, temperature: 0}
+  fast: {name: f}
 optimize: {iterations: 2, gradient: sibling}
 """
 
@@ -187,6 +197,27 @@ SEMANTIC = [
     ('"Answer a question"', '"\\ud834"'),
     ("q, ctx -> a\n", "q, ctx -> a\nq -> a\nq, q -> a\n"),
     ("output a", "output a\noutput helper"),
+    # node models, system messages, several params, record outputs
+    ("model = fast", "model = fats"),
+    ("system = style", "system = styel"),
+    ("system = style", 'system = "{{ nothing }}"'),
+    ('param style = "Be brief."', 'param style = "Be brief."\ntemplate style = "x"'),
+    ('param style = "Be brief."', 'param style = "Rules for {{ nothing }}."'),
+    ("why: text}", "why: text, why: text}"),
+    ("why: text}", "_why: text}"),
+    ("{verdict: choice(Yes, No)", "{verdict: choice(Yes, Yes)"),
+    ("{{ judge.verdict }}", "{{ judge.verdit }}"),
+    ("{{ judge.why }}", "{{ judge['whY'] }}"),
+    ('output a from "label"', 'output judge.verdit from "label"'),
+    ('output a from "label"', 'output a.verdict from "label"'),
+    ('output a from "label"\nmetric exact', 'output judge.why from "label"\nmetric numeric'),
+    ('param style = "Be brief."', 'param style = "Be brief."\nparam q = "x"'),
+    ("model fast {", "model default {"),
+    ("model fast {", "model fowrard {"),
+    ('model fast { name = "f" }', 'model fast { name = "f" }\nmodel spare { name = 3 }'),
+    ("{ prompt = ask  system", "{ system"),
+    ("system = style", "system = style  system = style"),
+    ('"{{ judge.verdict }}: {{ judge.why }}"', '"{{ prompt }}{{ judge }}"'),
 ]
 
 CONTROL = [
@@ -342,6 +373,15 @@ def _syntax_cases() -> list[tuple[str, str]]:
         ("yaml_edge_number.yaml", YAML.replace("- q, ctx -> helper", "- 42")),
         ("yaml_output_list.yaml", YAML.replace("output: {node: a, from: label}", "output: [a]")),
         ("yaml_input_number.yaml", YAML.replace("q: text", "q: 3")),
+        ("yaml_record_field_type.yaml", YAML.replace("why: text}", "why: 3}")),
+        ("yaml_record_list.yaml", YAML.replace('{verdict: "choice(Yes, No)", why: text}', "[verdict, why]")),
+        ("yaml_record_empty.yaml", YAML.replace('{verdict: "choice(Yes, No)", why: text}', "{}")),
+        ("yaml_record_unquoted_choice.yaml", YAML.replace('verdict: "choice(Yes, No)"', "verdict: choice(Yes, No)")),
+        ("yaml_output_field.yaml", YAML.replace("{node: a, from: label}", "judge.verdit")),
+        ("yaml_output_dots.yaml", YAML.replace("{node: a, from: label}", "a.b.c")),
+        ("yaml_model_name.yaml", YAML.replace("model: fast", "model: fats")),
+        ("yaml_model_key.yaml", YAML.replace("  fast: {name: f}", "  fa-st: {name: f}")),
+        ("yaml_system.yaml", YAML.replace("system: style", "system: 3")),
     ]
     return out
 

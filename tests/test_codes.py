@@ -51,7 +51,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E033": ("p.sbp", HEADER + OK + 'optimize { iterations = "many" }\n'),
     "E034": ("p.sbp", HEADER + OK + "optimize { iterations = -1 }\n"),
     "E035": ("p.sbp", HEADER + OK + "optimise { iterations = 1 }\n"),
-    "E036": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "E036": ("p.sbp", HEADER + OK + 'model fowrard { name = "m" }\n'),
     "E037": ("p.sbp", HEADER + OK + "optimize fast { iterations = 1 }\n"),
     "E040": ("p.sbp", HEADER + "node a: text {}\nnode b: text {}\nq -> a -> b -> a\noutput b\n"),
     "E041": ("p.sbp", "<edges>"),
@@ -81,6 +81,18 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E068": ("p.yaml", YAML.replace('"q -> a"', '"q, 9x -> a"')),
     "E069": ("p.sbp", HEADER + OK + 'model { name = "openai/m"  api_base = "127.0.0.1:8911/v1" }\n'),
     "E070": ("p.sbp", HEADER + OK + 'model { name = "pool"  router = "no-such-router.yaml" }\n'),
+    "E071": ("p.sbp", HEADER + "node a: text { model = strong }\nq -> a\noutput a\n"),
+    "E072": ("p.sbp", HEADER + "node a: text { system = rules }\nq -> a\noutput a\n"),
+    "E073": ("p.sbp", HEADER + 'param s = "x"\ntemplate s = "y"\nnode a: text { system = s }\nq -> a\noutput a\n'),
+    "E074": ("p.sbp", HEADER + "node a: {v: text, v: text} {}\nq -> a\noutput a\n"),
+    "E075": ("p.sbp", HEADER + "node a: {_v: text} {}\nq -> a\noutput a\n"),
+    "E076": ("p.sbp", HEADER + "node a: {v: text} {}\nq -> a\noutput a.w\n"),
+    "E077": ("p.sbp", HEADER + "node a: text {}\nq -> a\noutput a.v\n"),
+    "E078": (
+        "p.sbp",
+        HEADER + 'param q = "x"\ntemplate t = "{{ q }}"\nnode a: text { template = t }\nq -> a\noutput a\n',
+    ),
+    "E079": ("p.sbp", HEADER + OK + "model default {}\n"),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -91,6 +103,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
     ),
+    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
 }
 UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
 

@@ -107,7 +107,7 @@ def test_every_grammar_of_the_shipped_pipelines_is_taken_by_llama_cpp():
     for name in ("liar", "gsm8k", "bbh"):
         graph = compile_file(str(ROOT / f"pipelines/{name}.sbp"))
         for reply in replies(graph):
-            grammars.add(reply.shape.grammar(graph.models[reply.role].settings.get("max_tokens")))
+            grammars.add(reply.shape.grammar(graph.models[reply.model].settings.get("max_tokens")))
     assert len(grammars) >= 6
     for grammar in grammars:
         reply = embedded.generate([{"role": "user", "content": "Hello"}], grammar=grammar, max_tokens=1, temperature=0)

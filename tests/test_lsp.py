@@ -335,7 +335,7 @@ def test_completion_knows_where_the_cursor_is():
         return {c.label for c in Document(text.replace("|", ""), "c.sbp").completions(cursor)}
 
     base = 'pipeline t\ninput q: text\nparam p = "x"\ntemplate t = "{{ q }}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
-    assert labels(base + "node b: text { |}") == {"prompt", "template", "parse"}
+    assert labels(base + "node b: text { |}") == {"prompt", "template", "parse", "model", "system"}
     assert labels(base + "node b: text { template = | }") == {"t"}
     assert labels(base + "node b: text { parse = | }") == {"reply", "tag"}
     assert labels(base + "optimize { gradient = | }") == {"sibling", "no_sibling", "none", "no-sibling"}
@@ -346,8 +346,16 @@ def test_completion_knows_where_the_cursor_is():
     assert labels(base + "output |") == {"a"}
     assert labels(base + "q, |") == {"q", "a"}
     assert {"node", "param", "q", "a"} <= labels(base + "|")
-    assert labels(base + 'template u = "{{ |') == {"q", "a", "prompt"}
-    assert labels(base + 'template u = """\n  {{ q }} {{ |') == {"q", "a", "prompt"}
+    assert labels(base + 'template u = "{{ |') == {"q", "a", "p", "prompt"}  # a template may name any param
+    assert labels(base + 'template u = """\n  {{ q }} {{ |') == {"q", "a", "p", "prompt"}
+    assert labels(base + "node b: text { system = | }") == {"p", "t"}
+    assert labels(base + 'model fast { name = "m" }\nnode b: text { model = | }') == {
+        "forward",
+        "backward",
+        "optimizer",
+        "fast",
+    }
+    assert labels(base + "node b: {verdict: |") == {"text", "number", "json", "choice()"}
     assert labels(base + 'param r = "plain |') == set()
 
 

@@ -100,9 +100,9 @@ def test_fan_out_feedback_is_byte_identical_under_shuffled_latencies(tmp_path, f
         shuffle = random.Random(seed)
         complete = llm.complete
 
-        async def slow(role, prompt, *shape, complete=complete, shuffle=shuffle):
+        async def slow(role, prompt, *shape, complete=complete, shuffle=shuffle, **options):
             await asyncio.sleep(shuffle.uniform(0, 0.05))
-            return await complete(role, prompt, *shape)
+            return await complete(role, prompt, *shape, **options)
 
         llm.complete = slow
         trace = llm.run(run(graph, llm, {"q": "x"}))

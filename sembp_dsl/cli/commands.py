@@ -233,8 +233,10 @@ def cmd_run(args) -> int:
         else:
             if args.trace:
                 for t in trace.nodes.values():
+                    system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
-                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n--- prompt ---\n{t.prompt}\n--- reply ---\n{t.reply}"
+                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
+                        f"\n--- reply ---\n{t.reply}"
                         f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n"
                     )
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")

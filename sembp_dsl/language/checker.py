@@ -18,7 +18,15 @@ from . import ir
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
 from .metrics import METRICS
-from .templates import BUILTIN, DEFAULT_TEMPLATE, MAX_OUTPUT_CHARS, TemplateProblem, trial_render, variables
+from .templates import (
+    BUILTIN,
+    DEFAULT_TEMPLATE,
+    MAX_OUTPUT_CHARS,
+    TemplateProblem,
+    reads,
+    trial_render,
+    variables,
+)
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
@@ -26,7 +34,7 @@ MODEL_ROLES = ("forward", "backward", "optimizer")
 
 # Allowed settings: key -> accepted Python types, or the tuple of allowed names.
 NUMBER = (int, float)
-NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag")}
+NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag"), "model": (str,), "system": (str,)}
 MODEL_SETTINGS = {
     "name": (str,),
     "temperature": NUMBER,
@@ -62,12 +70,21 @@ MAX_CYCLES_REPORTED = 20
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
 
 
+class NodeParams(NamedTuple):
+    """The params a node uses, in the order it names them: those its instruction is made of (its `prompt`,
+    then those its template names) and those its system message names."""
+
+    instruction: tuple[str, ...]
+    system: tuple[str, ...]
+
+
 @dataclass(frozen=True)
 class Analysis:
     predecessors: dict[str, tuple[str, ...]]  # node -> inputs and nodes feeding it, in edge order
     successors: dict[str, tuple[str, ...]]
     order: tuple[str, ...]  # nodes, topologically sorted
     metric: str
+    params: dict[str, NodeParams]  # node -> the params it uses
 
 
 def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
@@ -79,9 +96,29 @@ def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
     return named.get(str(setting.value), str(setting.value))
 
 
+def system_source(pipeline: ir.Pipeline, node: ir.Node) -> str | None:
+    """The Jinja2 source of a node's system message: `{{ NAME }}` for a param, a named template, an inline
+    one; None without `system`."""
+    setting = node.setting("system")
+    if setting is None:
+        return None
+    value = str(setting.value)
+    if pipeline.param(value) is not None:
+        return "{{ " + value + " }}"
+    return next((t.text for t in pipeline.templates if t.name == value), value)
+
+
+def output_type(node: ir.Node | None, output: ir.Output | None) -> ir.OutputType | None:
+    """The type of what is scored: the output node's, or that of its field (`output judge.verdict`)."""
+    if node is None or output is None or output.record_field is None:
+        return node.type if node is not None else None
+    found = node.type.field(output.record_field.name)
+    return found.type if found is not None else None
+
+
 def default_metric(output_type: ir.OutputType | None) -> str:
     kind = output_type.kind if output_type is not None else "text"
-    return {"number": "numeric", "json": "json"}.get(kind, "exact")
+    return {"number": "numeric", "json": "json", "record": "json"}.get(kind, "exact")
 
 
 class Context:
@@ -96,6 +133,9 @@ class Context:
         self.node_names = {n.name for n in pipeline.nodes}
         self.params = self.unique("param", pipeline.params)
         self.templates = self.unique("template", pipeline.templates)
+        self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
+        self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
+        self.node_params: dict[str, NodeParams] = {}
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -191,10 +231,43 @@ def check_node(cx: Context, node: ir.Node) -> None:
                 help=suggestion(template.value, cx.templates),
             )
             cx.tainted.add(node.name)  # its template is unknown: checking what it uses would only guess
-    if node.type.kind == "choice" and len(set(node.type.choices)) != len(node.type.choices):
-        cx.report("E047", node.type.span, "a choice lists the same option twice")
-    if node.type.kind == "choice" and not all(c.strip() for c in node.type.choices):
-        cx.report("E048", node.type.span, "a choice option cannot be empty")
+    model = node.setting("model")
+    if model is not None and isinstance(model.value, str) and model.value not in cx.models:
+        cx.report("E071", model.value_span, f"undefined model '{model.value}'", help=suggestion(model.value, cx.models))
+    system = node.setting("system")
+    if system is not None and isinstance(system.value, str) and IDENTIFIER.match(system.value):
+        if system.value in cx.params and system.value in cx.templates:
+            notes = [
+                Note(cx.params[system.value].span, "the param"),
+                Note(cx.templates[system.value].span, "the template"),
+            ]
+            cx.report("E073", system.value_span, f"'{system.value}' names both a param and a template", notes=notes)
+            cx.tainted.add(node.name)
+        elif system.value not in cx.params and system.value not in cx.templates:
+            hint = suggestion(system.value, [*cx.params, *cx.templates])
+            cx.report("E072", system.value_span, f"undefined param or template '{system.value}'", help=hint)
+            cx.tainted.add(node.name)
+    check_type(cx, node.type)
+
+
+def check_type(cx: Context, type_: ir.OutputType) -> None:
+    if type_.kind == "choice" and len(set(type_.choices)) != len(type_.choices):
+        cx.report("E047", type_.span, "a choice lists the same option twice")
+    if type_.kind == "choice" and not all(c.strip() for c in type_.choices):
+        cx.report("E048", type_.span, "a choice option cannot be empty")
+    seen: dict[str, ir.Field] = {}
+    for field in type_.fields:
+        if field.name in seen:
+            cx.report(
+                "E074",
+                field.span,
+                f"a record lists the field '{field.name}' twice",
+                notes=[first_here(seen[field.name].span)],
+            )
+        elif field.name.startswith("_"):
+            cx.report("E075", field.span, f"a field name cannot start with '_' (templates cannot read '{field.name}')")
+        seen.setdefault(field.name, field)
+        check_type(cx, field.type)
 
 
 def check_block(cx: Context, block: ir.Block) -> None:
@@ -202,9 +275,12 @@ def check_block(cx: Context, block: ir.Block) -> None:
     if allowed is None:
         cx.report("E035", block.span, f"unknown block '{block.kind}'", help=suggestion_or_list(block.kind, BLOCKS))
         return
-    if block.kind == "model" and block.name not in (None, *MODEL_ROLES):
+    if block.kind == "model" and block.name == "default":
         cx.report(
-            "E036", block.span, f"unknown model role '{block.name}'", help=suggestion_or_list(block.name, MODEL_ROLES)
+            "E079",
+            block.span,
+            "a model cannot be named 'default'",
+            help="settings every model shares go in `model { }`",
         )
     if block.kind == "optimize" and block.name is not None:
         cx.report("E037", block.span, "an optimize block takes no name")
@@ -460,11 +536,12 @@ def shortest_cycle(start: str, predecessors, component: list[str]) -> list[str] 
     return None
 
 
-def check_output(cx: Context) -> ir.Node | None:
+def check_output(cx: Context) -> tuple[ir.Node | None, str]:
+    """The output node, and how it is named in messages (`judge.verdict` for a field of a record)."""
     outputs = cx.p.outputs
     if not outputs:
         cx.report("E042", cx.p.span, "no output node: add `output <node>`")
-        return None
+        return None, ""
     for extra in outputs[1:]:
         cx.report(
             "E043",
@@ -472,27 +549,43 @@ def check_output(cx: Context) -> ir.Node | None:
             "a pipeline has one output",
             notes=[Note(outputs[0].span, "the output is declared here")],
         )
-    ref = outputs[0].node
+    ref, part = outputs[0].node, outputs[0].record_field
     if ref.name not in cx.node_names:
         if ref.name in cx.nodes:
             cx.report("E026", ref.span, f"undefined node '{ref.name}' (an input cannot be the output)")
         else:
             cx.report("E026", ref.span, f"undefined node '{ref.name}'", help=suggestion(ref.name, cx.node_names))
-        return None
-    return next(node for node in cx.p.nodes if node.name == ref.name)  # a node, even where an input has its name
+        return None, ""
+    node = next(node for node in cx.p.nodes if node.name == ref.name)  # a node, even where an input has its name
+    if part is None:
+        return node, node.name
+    if node.type.kind != "record":
+        cx.report("E077", part.span, f"node '{node.name}' is {node.type}, not a record: it has no field '{part.name}'")
+        return None, ""
+    if node.type.field(part.name) is None:
+        no_field(cx, part.span, node.name, part.name)
+        return None, ""
+    return node, f"{node.name}.{part.name}"
 
 
-def check_metric(cx: Context, output: ir.Node | None) -> str:
+def no_field(cx: Context, span: ir.Span, node: str, field: str) -> None:
+    fields = cx.records[node]
+    help = suggestion(field, fields) or f"its fields are {', '.join(fields)}"
+    cx.report("E076", span, f"node '{node}' has no field '{field}'", help=help)
+
+
+def check_metric(cx: Context, output: ir.Node | None, label: str) -> str:
     for extra in cx.p.metrics[1:]:
         first = Note(cx.p.metrics[0].span, "the metric is declared here")
         cx.report("E044", extra.span, "a pipeline has one metric", notes=[first])
+    scored = output_type(output, cx.p.outputs[0] if cx.p.outputs else None)
     if not cx.p.metrics:
-        return default_metric(output.type if output else None)
+        return default_metric(scored)
     ref = cx.p.metrics[0]
     if ref.name not in METRICS:
         cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, METRICS))
-    elif output is not None and ref.name == "numeric" and output.type.kind != "number":
-        cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{output.name}' is {output.type}")
+    elif scored is not None and ref.name == "numeric" and scored.kind != "number":
+        cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{label}' is {scored}")
     return ref.name
 
 
@@ -504,9 +597,11 @@ def template_variables(
     misuse: tuple[str, Callable[[str], str]],
     what: str = "",
     builtin: bool = False,
+    params: Set[str] = frozenset(),
 ) -> frozenset | None:
-    """The variables a template reads, after reporting its syntax errors and every name outside `allowed`
-    (`misuse`: the code and the message for such a name)."""
+    """The variables a template reads, after reporting its syntax errors, every name outside `allowed` and
+    `params` (`misuse`: the code and the message for such a name) and every field of a record output it
+    misnames; then, when all it reads is there, whether it renders at all."""
     try:
         used = variables(text)
     except TemplateProblem as exc:
@@ -515,10 +610,14 @@ def template_variables(
         cx.report(code, where, f"template{' syntax' if exc.kind == 'syntax' else ''}{what}: {exc.message}")
         return None
     code, message = misuse
-    for name in sorted(used - allowed):
+    unknown = [name for name in used - allowed if name not in params]
+    for name in sorted(unknown):
         cx.report(code, cx.locate(literal, name), message(name))
-    if used <= allowed and text != DEFAULT_TEMPLATE:
-        failure, certain = trial_render(text, used, builtin)
+    if cx.records and not builtin and not check_fields_read(cx, text, literal, allowed):
+        return used
+    if not unknown and text != DEFAULT_TEMPLATE:
+        records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
+        failure, certain = trial_render(text, used, builtin, records)
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -528,47 +627,91 @@ def template_variables(
     return used
 
 
+def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[str]) -> bool:
+    """Whether every `{{ judge.verdict }}` names a field the record output `judge` has; each that does not
+    is reported."""
+    fine = True
+    for name, field in sorted(reads(text).fields):
+        if name in received and name in cx.records and field not in cx.records[name]:
+            no_field(cx, cx.locate(literal, field), name, field)
+            fine = False
+    return fine
+
+
 def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ...]) -> None:
-    setting, prompt = node.setting("template"), node.setting("prompt")
-    named = cx.templates.get(str(setting.value)) if setting else None
-    literal = named.literal if named else (setting.value_span if setting else node.span)
-    label = f"template '{named.name}'" if named else "the template"
+    """What the node's template and system message read: its inputs, `prompt`, and params (which the node then
+    uses); each param it uses must in turn read only the node's inputs."""
+    setting, prompt, system = node.setting("template"), node.setting("prompt"), node.setting("system")
     key = (id(received), setting is None)
     if key not in cx.received_sets:  # nodes fed by one statement share `received`: one set for all
         cx.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
-    used = template_variables(
-        cx,
-        template_source(cx.p, node),
-        literal,
-        cx.received_sets[key],
+    allowed = cx.received_sets[key]
+    named = cx.templates.get(str(setting.value)) if setting else None
+    sources = [
         (
-            "E053",
-            lambda name: (
+            template_source(cx.p, node),
+            named.literal if named else (setting.value_span if setting else node.span),
+            f"template '{named.name}'" if named else ("the template" if setting else "its template"),
+            setting is not None,
+        )
+    ]
+    if system is not None and str(system.value) not in cx.params:
+        of_system = cx.templates.get(str(system.value))
+        label = f"template '{of_system.name}'" if of_system else "the system message"
+        source = system_source(cx.p, node) or ""
+        sources.append((source, of_system.literal if of_system else system.value_span, label, True))
+    found: list[frozenset[str]] = []
+    for text, literal, label, explicit in sources:
+
+        def misuse(name: str, label: str = label) -> str:
+            return (
                 f"{label} uses '{name}', which node '{node.name}' does not receive"
                 f" (it receives: {', '.join(received) or 'nothing'})"
-            ),
-        ),
+            )
+
+        used = template_variables(cx, text, literal, allowed, ("E053", misuse), params=cx.params.keys())
+        if used is None:
+            return
+        for name in sorted(n for n in used & allowed if n in cx.params and n not in ("prompt", "inputs")):
+            where = cx.locate(literal, name)
+            cx.report("E078", where, f"'{name}' is both a param and an input of node '{node.name}'", help="rename one")
+        if explicit and "prompt" in used and prompt is None:
+            cx.report("E054", node.span, f"node '{node.name}' has no prompt, but {label} uses '{{{{ prompt }}}}'")
+        found.append(frozenset(n for n in used - allowed if n in cx.params))
+    named_params = [  # params each source names, in the order it names them
+        tuple(name for name in reads(text).order if name in params) if params else ()
+        for (text, *_), params in zip(sources, found)
+    ]
+    prompt_param = (str(prompt.value),) if prompt is not None and str(prompt.value) in cx.params else ()
+    if system is not None and str(system.value) in cx.params:
+        named_params.append((str(system.value),))
+    uses = NodeParams(
+        tuple(dict.fromkeys(prompt_param + named_params[0])), named_params[1] if len(named_params) > 1 else ()
     )
-    if used is None:
-        return
-    param = cx.params.get(str(prompt.value)) if prompt else None
-    if param is not None and len(param.text) > MAX_OUTPUT_CHARS:
+    cx.node_params[node.name] = uses
+    for name in dict.fromkeys(uses.instruction + uses.system):
+        check_param(cx, cx.params[name], node, allowed)
+
+
+def check_param(cx: Context, param: ir.Param, node: ir.Node, allowed: frozenset[str]) -> None:
+    """A param a node uses: not longer than a prompt may be, and reading only the node's inputs."""
+    if len(param.text) > MAX_OUTPUT_CHARS:
         cx.report(
             "E057",
             param.span,
             f"param '{param.name}' is {len(param.text):,} characters; a prompt may be at most {MAX_OUTPUT_CHARS:,}",
         )
-    elif param is not None:  # a prompt may use the node's inputs too
-        template_variables(
-            cx,
-            param.text,
-            param.literal,
-            cx.received_sets[key] - {"prompt", "inputs"},
-            ("E055", lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive"),
-            what=f" in param '{param.name}'",
-        )
-    if setting is not None and "prompt" in used and prompt is None:
-        cx.report("E054", node.span, f"node '{node.name}' has no prompt, but its template uses '{{{{ prompt }}}}'")
+        return
+    if "{" not in param.text:  # plain text reads nothing
+        return
+    template_variables(
+        cx,
+        param.text,
+        param.literal,
+        allowed - {"prompt", "inputs"},
+        ("E055", lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive"),
+        what=f" in param '{param.name}'",
+    )
 
 
 def check_builtin_overrides(cx: Context) -> None:
@@ -582,16 +725,20 @@ def check_builtin_overrides(cx: Context) -> None:
 def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
     """The options of a choice output named only in a trainable param: one rewrite can drop them, and
     every answer after it is unreadable (the gate then rejects the step with nothing to show why)."""
-    prompt = output.setting("prompt") if output is not None else None
-    if output is None or output.type.kind != "choice" or prompt is None:
+    uses = cx.node_params.get(output.name) if output is not None else None
+    if output is None or output.type.kind != "choice" or uses is None:
         return
-    param = next((p for p in cx.p.params if p.name == str(prompt.value) and not p.frozen), None)
-    template = template_source(cx.p, output)
+    params = [cx.params[name] for name in dict.fromkeys(uses.instruction + uses.system)]
+    system = system_source(cx.p, output) or ""
 
     def names_every_option(text: str) -> bool:
         return all(re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) for option in output.type.choices)
 
-    if param is not None and names_every_option(param.text) and not names_every_option(template):
+    stable = [template_source(cx.p, output), system, *(p.text for p in params if p.frozen)]
+    if any(names_every_option(text) for text in stable):
+        return
+    param = next((p for p in params if not p.frozen and names_every_option(p.text)), None)
+    if param is not None:
         cx.report(
             "W007",
             param.span,
@@ -601,12 +748,38 @@ def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
         )
 
 
+def check_models(cx: Context) -> None:
+    """A named model no node uses is a misspelt role when it is close to one (an error), else only unused."""
+    used = {str(s.value) for n in cx.p.nodes if (s := n.setting("model"))}
+    used |= {hint.split("'")[1] for name in used if name not in cx.models if (hint := suggestion(name, cx.models))}
+    for block in cx.p.blocks:
+        if block.kind != "model" or block.name in (None, "default", *MODEL_ROLES) or block.name in used:
+            continue
+        hint = suggestion(block.name, MODEL_ROLES)
+        if hint:
+            cx.report("E036", block.span, f"unknown model role '{block.name}'", help=hint)
+        else:
+            cx.report("W008", block.span, f"model '{block.name}' is not used by any node")
+        used.add(block.name)  # one diagnostic for several blocks of one name
+
+
+def names_read(text: str) -> frozenset[str]:
+    try:
+        return variables(text)
+    except TemplateProblem:
+        return frozenset()
+
+
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
-    used_params = {str(s.value) for n in cx.p.nodes if (s := n.setting("prompt"))}
+    used_params = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system") if (s := n.setting(key))}
+    used_params.update(name for uses in cx.node_params.values() for name in uses.instruction + uses.system)
+    for node in cx.p.nodes:  # a node left unchecked may still name params: no warning that would only guess
+        if node.name not in cx.node_params:
+            used_params.update(names_read(template_source(cx.p, node)) | names_read(system_source(cx.p, node) or ""))
     for param in cx.p.params:
         if param.name not in used_params:
             cx.report("W001", param.span, f"param '{param.name}' is not used by any node")
-    used_templates = {str(s.value) for n in cx.p.nodes if (s := n.setting("template"))}
+    used_templates = {str(s.value) for n in cx.p.nodes for key in ("template", "system") if (s := n.setting(key))}
     for template in cx.p.templates:
         if template.name not in used_templates and template.name not in BUILTIN:
             cx.report("W002", template.span, f"template '{template.name}' is not used by any node")
@@ -640,12 +813,13 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_block(cx, block)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)
-    output = check_output(cx)
-    metric = check_metric(cx, output)
+    output, label = check_output(cx)
+    metric = check_metric(cx, output, label)
     for node in pipeline.nodes:
         if node.name not in cx.tainted:
             check_template_variables(cx, node, predecessors.get(node.name, ()))
     check_builtin_overrides(cx)
+    check_models(cx)
     warn_unused(cx, predecessors, successors, output)
     warn_format_in_trainable(cx, output)
-    return Analysis(predecessors, successors, order, metric), cx.diagnostics
+    return Analysis(predecessors, successors, order, metric, cx.node_params), cx.diagnostics

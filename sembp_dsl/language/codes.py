@@ -3,7 +3,8 @@
 Codes never change meaning once published: `E0xx` are errors (the file cannot be compiled), `W0xx` warnings.
 A new check takes a new code; a check that goes away leaves its code unused. The ranges group the stages:
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
-E05x templates, E06x the YAML form; W00x warnings.
+E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
+record outputs; W00x warnings.
 """
 
 from __future__ import annotations
@@ -273,8 +274,10 @@ _CODES = [
     Code(
         "E036",
         "unknown model role",
-        "A named model block is for one role: forward (running the nodes), backward (feedback on hints) or\n"
-        "optimizer (rewriting params). An unnamed `model { }` block applies to all three.",
+        "A model block named after a role configures it: forward (running the nodes), backward (feedback on\n"
+        "hints) or optimizer (rewriting params). Any other name declares a model of its own, for the nodes\n"
+        "that name it (`model = fast`); a block whose name is close to a role and that no node uses is taken\n"
+        "for a misspelt role. An unnamed `model { }` block applies to every model.",
         'model fowrard { name = "openai/gpt-4o-mini" }',
         'model forward { name = "openai/gpt-4o-mini" }',
     ),
@@ -504,6 +507,76 @@ _CODES = [
         'model { name = "pool"  router = "missing.yaml" }',
         'model { name = "pool"  router = "router.yaml" }   # a file with a model_list',
     ),
+    Code(
+        "E071",
+        "undefined model",
+        "A node's `model` names a model: a role (forward, backward, optimizer) or a `model NAME { }` block\n"
+        "of the pipeline.",
+        'node judge: text { prompt = p  model = strnog }\nmodel strong { name = "openai/gpt-4o" }',
+        'node judge: text { prompt = p  model = strong }\nmodel strong { name = "openai/gpt-4o" }',
+    ),
+    Code(
+        "E072",
+        "undefined system message",
+        "A node's `system` names a param or a template, whose text (rendered with the node's inputs) is sent\n"
+        "as the system message; a value that is not a name is an inline template.",
+        'param rules = "Be polite."\nnode a: text { prompt = p  system = rulez }',
+        'param rules = "Be polite."\nnode a: text { prompt = p  system = rules }',
+    ),
+    Code(
+        "E073",
+        "system message name is both a param and a template",
+        "`system = NAME` may send a param or a template; when both are called NAME, which one is meant\n"
+        "cannot be told. Rename one of them.",
+        'param style = "Be brief."\ntemplate style = "{{ style }}"\nnode a: text { prompt = p  system = style }',
+        'param style = "Be brief."\nnode a: text { prompt = p  system = style }',
+    ),
+    Code(
+        "E074",
+        "record field listed twice",
+        "Each field of a record output has one name and one type.",
+        "node judge: {verdict: choice(Yes, No), verdict: text} { prompt = p }",
+        "node judge: {verdict: choice(Yes, No), reason: text} { prompt = p }",
+    ),
+    Code(
+        "E075",
+        "record field name starting with '_'",
+        "Templates read a field as `{{ judge.verdict }}`, and the template sandbox refuses names that\n"
+        "start with `_`, so such a field could never be read.",
+        "node judge: {_verdict: choice(Yes, No)} { prompt = p }",
+        "node judge: {verdict: choice(Yes, No)} { prompt = p }",
+    ),
+    Code(
+        "E076",
+        "no such field",
+        "A template (`{{ judge.verdit }}`) or the output (`output judge.verdit`) names a field the record\n"
+        "output of that node does not have.",
+        "node judge: {verdict: choice(Yes, No), reason: text} { prompt = p }\noutput judge.verdit",
+        "node judge: {verdict: choice(Yes, No), reason: text} { prompt = p }\noutput judge.verdict",
+    ),
+    Code(
+        "E077",
+        "field of a node that returns no record",
+        "`output node.field` scores one field of a record output; a node of another type has no fields.",
+        "node a: text { prompt = p }\noutput a.verdict",
+        "node a: {verdict: choice(Yes, No)} { prompt = p }\noutput a.verdict",
+    ),
+    Code(
+        "E078",
+        "a template name that is both a param and an input",
+        "A template may read the node's inputs and any param by name; a name that is both cannot be told\n"
+        "apart. Rename the param (or the input).",
+        'input task: text\nparam task = "Answer."\ntemplate t = "{{ task }}"',
+        'input task: text\nparam instruction = "Answer."\ntemplate t = "{{ instruction }} {{ task }}"',
+    ),
+    Code(
+        "E079",
+        "a model named 'default'",
+        "In the YAML form, `models: {default: ...}` is the unnamed `model { }` block, the settings every model\n"
+        "shares; so no model can be called `default`.",
+        "model default { temperature = 0 }",
+        "model { temperature = 0 }",
+    ),
     # W00x: warnings
     Code(
         "W001",
@@ -558,6 +631,13 @@ _CODES = [
         'param verdict_task = "Is the claim true? Answer Yes or No."\nnode verdict: choice(Yes, No) { prompt = verdict_task }',
         'param verdict_task = "Is the claim true?"\ntemplate judge = """\n  {{ prompt }}\n  Claim: {{ q }}\n  Answer Yes or No."""\n'
         "node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }",
+    ),
+    Code(
+        "W008",
+        "unused model",
+        "No node names this model (`model = NAME`), so no call goes to it.",
+        'model spare { name = "openai/gpt-4o" }',
+        "node judge: text { prompt = p  model = spare }     # or delete the block",
     ),
 ]
 

@@ -29,14 +29,16 @@ from .source import RouterCheck, diagnose
 from .syntax import read
 from .templates import BUILTIN, ENV, TemplateProblem, variables
 
-# A node setting whose value names something declared elsewhere: the namespace it names.
-REFERENCES = {"prompt": "param", "template": "template", "model": "model"}
+# A node setting whose value names something declared elsewhere: the namespaces it may name.
+REFERENCES = {"prompt": ("param",), "template": ("template",), "model": ("model",), "system": ("param", "template")}
 KEYWORDS = ("input", "param", "frozen param", "template", "node", "output", "metric", "model", "optimize")
 TYPES = ("text", "number", "json", "choice()")
 SETTING_HELP = {
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
     "template": "a declared template, or inline Jinja2; default: the prompt, then one `Label: value` line per input",
     "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
+    "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
+    "system": "a param or template sent as the system message, rendered with the node's inputs",
     "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
     "temperature": "sampling temperature, 0 to 2 (default 0)",
     "top_p": "nucleus sampling, 0 to 1",
@@ -47,7 +49,7 @@ SETTING_HELP = {
     "timeout": "request timeout, in seconds",
     "stop": "one stop sequence",
     "router": "a litellm Router config file, relative to the pipeline; `name` is one of its model groups",
-    "concurrency": "calls of this role in flight at most",
+    "concurrency": "calls of this model in flight at most",
     "rpm": "requests per minute, kept before sending",
     "tpm": "tokens per minute, kept before sending",
     **{name: setting.help for name, setting in METHOD.items()},
@@ -139,13 +141,15 @@ class Document:
             add("node", output.node.name, output.node.span)
         for node in p.nodes:
             for setting in node.settings:
-                namespace = REFERENCES.get(setting.key)
-                if namespace and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
+                spaces = REFERENCES.get(setting.key, ())
+                if spaces and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
+                    # `system` names a param when there is one of that name, else a template
+                    namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
                     add(namespace, setting.value, self.unquoted(setting.value_span, setting.value))
         if self.sbp:
             for text, literal in self.jinja_sources():
-                for name, start, end in self.template_names(text, literal):
-                    found.append(Occurrence("node", name, start, end, False))
+                for namespace, name, start, end in self.template_names(text, literal):
+                    found.append(Occurrence(namespace, name, start, end, False))
         return sorted(found, key=lambda o: o.start)
 
     def block_name(self, block: ir.Block) -> ir.Span:
@@ -181,12 +185,15 @@ class Document:
                 sources.append((setting.value, setting.value_span))
         return sources
 
-    def template_names(self, text: str, literal: ir.Span) -> list[tuple[str, int, int]]:
-        """The inputs and nodes a Jinja2 text reads, each where it is written in the file."""
+    def template_names(self, text: str, literal: ir.Span) -> list[tuple[str, str, int, int]]:
+        """The inputs, nodes and params a Jinja2 text reads (namespace, name, start, end), each where it is
+        written in the file."""
         try:
             p = self.pipeline
             assert p is not None
-            wanted = variables(text) & ({i.name for i in p.inputs} | {n.name for n in p.nodes})
+            nodes = {i.name for i in p.inputs} | {n.name for n in p.nodes}
+            params = {param.name for param in p.params} - nodes  # a name that is both is an error (E078)
+            wanted = variables(text) & (nodes | params)
         except TemplateProblem:
             return []
         offsets = literal_offsets(self.source[literal.start : literal.end])
@@ -201,7 +208,7 @@ class Document:
                 cursor = at + len(value)
                 if kind == "name" and value in wanted and previous not in (".", "|", "is"):
                     start = literal.start + offsets[at]
-                    found.append((value, start, start + len(value)))
+                    found.append(("param" if value in params else "node", value, start, start + len(value)))
                 if kind != "whitespace":
                     previous = value
         except Exception:  # a template the lexer refuses has been reported as a diagnostic already
@@ -254,8 +261,8 @@ class Document:
         found = self.at(offset)
         if found is None:
             raise RenameError("no declared name here")
-        if found.namespace == "model":
-            raise RenameError("a model block is named by its role: forward, backward or optimizer")
+        if found.namespace == "model" and (found.name in MODEL_ROLES or found.name == "model"):
+            raise RenameError("a role's model block is named by its role: forward, backward or optimizer")
         if not self.declared(found.namespace, found.name):
             raise RenameError(f"'{found.name}' is declared nowhere")
         return found
@@ -283,7 +290,12 @@ class Document:
             param = p.param(name)
             if param is None:
                 return None
-            users = [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
+            analysis = self.analysis
+            users = [
+                node
+                for node, uses in (analysis.params.items() if analysis else ())
+                if name in uses.instruction or name in uses.system
+            ] or [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
             head = f"{'frozen ' if param.frozen else ''}param **{name}**" + (
                 " (never rewritten by the optimizer)" if param.frozen else " (the optimizer may rewrite it)"
             )
@@ -296,7 +308,9 @@ class Document:
                 names = ", ".join(sorted(variables(template.text))) or "none"
             except TemplateProblem as exc:
                 names = f"(does not compile: {exc.message})"
-            users = [n.name for n in p.nodes if (s := n.setting("template")) and s.value == name]
+            users = [
+                n.name for n in p.nodes for key in ("template", "system") if (s := n.setting(key)) and s.value == name
+            ]
             override = (
                 f"\n\noverrides the built-in `{name}` template; it may use {', '.join(sorted(BUILTIN[name]))}"
                 if name in BUILTIN
@@ -306,10 +320,12 @@ class Document:
         if namespace == "node":
             return self.describe_node(name)
         if namespace == "model":
-            role = name if name in MODEL_ROLES else None
             spec = model_specs(p)
-            roles = [role] if role else list(MODEL_ROLES)
-            lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in roles]
+            shown = [name] if name in spec else list(MODEL_ROLES)  # the unnamed block: every role
+            lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in shown]
+            users = [n.name for n in p.nodes if (s := n.setting("model")) and s.value == name]
+            if name not in MODEL_ROLES:
+                lines.append(f"- used by: {', '.join(users) or 'no node'}")
             return f"model **{name}**\n\n" + "\n".join(lines)
         return None
 
@@ -325,10 +341,14 @@ class Document:
         node = next((n for n in p.nodes if n.name == name), None)
         if node is None:
             return None
-        model = model_specs(p)["forward"].name or "chosen at run time (--model, or the embedded model)"
+        own = node.setting("model")
+        key_ = str(own.value) if own is not None else "forward"
+        spec = model_specs(p).get(key_)
+        model = (spec.name if spec else None) or "chosen at run time (--model, or the embedded model)"
         inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
-        lines = [f"node **{name}**: {node.type}", "", f"model: {model}", f"inputs: {inputs or 'none'}"]
-        for key in ("prompt", "template", "parse"):
+        label = model if key_ == "forward" else f"{key_} ({model})"
+        lines = [f"node **{name}**: {node.type}", "", f"model: {label}", f"inputs: {inputs or 'none'}"]
+        for key in ("prompt", "template", "system", "parse"):
             setting = node.setting(key)
             if setting is not None:
                 value = str(setting.value)
@@ -415,15 +435,18 @@ class Document:
         if context.in_string:
             if context.in_jinja:
                 nodes = [Completion(n, k) for n, k in names["node"]]
-                return nodes + [Completion("prompt", "variable", "the node's prompt param")]
+                params = [Completion(n, k) for n, k in names["param"]]
+                return nodes + params + [Completion("prompt", "variable", "the node's prompt param")]
             return []
+        if context.block == "record":  # `node judge: {verdict: |`: a field's type
+            return [Completion(t, "type", insert=t) for t in TYPES] if re.search(r":\s*\w*$", line) else []
         if context.block is not None:
             settings = BLOCK_SETTINGS.get(context.block, {})
             value = re.search(r"(\w+)\s*=\s*\w*$", line)
             if value:
                 key = value.group(1)
                 if context.block == "node" and key in REFERENCES:
-                    return [Completion(n, kind) for n, kind in names[REFERENCES[key]]]
+                    return [Completion(n, kind) for space in REFERENCES[key] for n, kind in names[space]]
                 accepted = settings.get(key, ())
                 if accepted and isinstance(accepted[0], str):
                     return [Completion(word, "value") for word in accepted]
@@ -454,7 +477,8 @@ class Document:
         names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
         names["param"] = [(x.name, "param") for x in p.params]
         names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
-        names["model"] = [(r, "model") for r in MODEL_ROLES]
+        named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
+        names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
         return names
 
     # -- formatting
@@ -504,8 +528,12 @@ def scan(text: str, offset: int) -> Context:
                 return Context(stack[-1] if stack else None, True, body.rfind("{{") > body.rfind("}}"))
         elif lexeme == "{":
             line_start = max(text.rfind("\n", 0, match.start()) + 1, match.start() - CONTEXT_CHARS)
-            head = text[line_start : match.start()].split()
-            stack.append("node" if head[:1] == ["node"] else head[0] if head else "")
+            before = text[line_start : match.start()]
+            head = before.split()
+            if before.rstrip().endswith(":"):  # `node judge: {`: a record type, not the settings
+                stack.append("record")
+            else:
+                stack.append("node" if head[:1] == ["node"] else head[0] if head else "")
         elif lexeme == "}" and stack:
             stack.pop()
         position = match.end()

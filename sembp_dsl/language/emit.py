@@ -9,6 +9,8 @@ from collections.abc import Iterator
 
 from . import ir
 from .graph import Graph, describe, max_chars
+from .shapes import describe as describe_shape
+from .templates import Record
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
 # every other output; the user name stays, so the reader still sees which account is meant.
@@ -20,7 +22,11 @@ def _plain(value):
         value = dataclasses.replace(value, value=URL_PASSWORD.sub(r"\1***@", value.value))
     if dataclasses.is_dataclass(value):
         skip = {"text"} if isinstance(value, ir.Pipeline) else set()  # the whole source file
-        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value) if f.name not in skip}
+        return {
+            f.name: _plain(getattr(value, f.name))
+            for f in dataclasses.fields(value)
+            if f.name not in skip and not (f.metadata.get("optional") and getattr(value, f.name) == f.default)
+        }
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     return value
@@ -32,8 +38,11 @@ def emit_ir(graph: Graph) -> str:
 
 
 def _node_label(graph: Graph, name: str) -> str:
+    """`name: type`, and the model when the node names one: `judge: {verdict: choice(Yes, No)}, model strong`."""
     node = graph.nodes.get(name)
-    return f"{name}: {node.type}" if node else name
+    if node is None:
+        return name
+    return f"{name}: {node.type}" + (f", model {node.model}" if node.model != "forward" else "")
 
 
 def emit_dot(graph: Graph) -> str:
@@ -79,9 +88,22 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
     thousands of edges has millions of them: `sbpc compile` prints each as it is made):
     each node's forward prompt and backward questions, the loss feedback, and the optimizer's prompt for
     every trainable param."""
-    values = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
+    values: dict = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
+    for name, node in graph.nodes.items():
+        if node.type.kind == "record":
+            values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
     for node in graph.nodes.values():
-        yield f"=== {node.name}: forward ===\n{node.render(values, graph.prompts)}"
+        system = node.system_message(values, graph.prompts)
+        if system is not None:
+            yield f"=== {node.name}: system message ===\n{system}"
+        forward = node.render(values, graph.prompts)
+        if node.type.kind == "record":
+            yield (
+                f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
+                f"{forward}\n\n{describe_shape(node.type)}"
+            )
+        else:
+            yield f"=== {node.name}: forward ===\n{forward}"
         if not node.hints:
             continue
         placeholders = (f"<output of {node.name}>", f"<feedback on {node.name}>")

@@ -6,7 +6,8 @@
   setting on its line (two spaces before the `#`).
 - A string's text never changes. A block string that starts on a new line is re-indented two spaces under
   the line it starts on (which leaves its text as it was); every other literal is kept as written.
-- Tokens are spaced one way: `a, b -> c`, `node a: choice(Yes, No)`, `key = value`, `{ a = 1  b = 2 }`.
+- Tokens are spaced one way: `a, b -> c`, `node a: choice(Yes, No)`, `node j: {verdict: text, why: text}`
+  (no trailing comma), `output j.verdict`, `key = value`, `{ a = 1  b = 2 }`.
 - Statements of one kind written one after another line up their `=` or `{`; the settings of one-line
   blocks in such a run line up in columns. A block stays on one line when it was written so and fits in
   WIDTH; one that does not becomes one setting per line, keys lined up. A statement longer than WIDTH
@@ -27,7 +28,8 @@ from .syntax import Block, Comment, Source, Statement, Tok, is_punct, read
 
 WIDTH = 100
 INDENT = "  "
-NO_SPACE_BEFORE = (",", ":", ")", ";", "(")
+NO_SPACE_BEFORE = (",", ":", ")", ";", "(", "}", ".")
+NO_SPACE_AFTER = ("(", "{", ".")  # a `{` joined into a line opens a record type; a block's braces are set apart
 
 
 class FormatError(SbpcError, ValueError):
@@ -175,8 +177,11 @@ class Printer:
         """Tokens on one line, spaced the one way; a block string re-indented under `indent`."""
         out = ""
         previous = None
-        for token in tokens:
-            if previous is not None and not (is_punct(token, *NO_SPACE_BEFORE) or is_punct(previous, "(")):
+        tokens = list(tokens)
+        for index, token in enumerate(tokens):
+            if is_punct(token, ",") and index + 1 < len(tokens) and is_punct(tokens[index + 1], "}"):
+                continue  # a record's trailing comma, on one line
+            if previous is not None and not (is_punct(token, *NO_SPACE_BEFORE) or is_punct(previous, *NO_SPACE_AFTER)):
                 out += " "
             out += block_string(token.value, indent + INDENT) if token.type == "BLOCK_STRING" else token.value
             previous = token

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from types import MappingProxyType
 
 from . import ir
-from .checker import MODEL_ROLES, check, template_source
+from .checker import MODEL_ROLES, check, system_source, template_source
 from .diagnostics import Diagnostic, PipelineError
 from .method import Method
-from .templates import BUILTIN, builtin_source, compile_template, variables
+from .shapes import as_record
+from .templates import BUILTIN, Record, builtin_source, compile_template, variables
 
 
 def max_chars(old: str) -> int:
@@ -45,9 +47,12 @@ def describe(names: Sequence[str], values: Mapping[str, str]) -> str:
 
 @dataclass(frozen=True)
 class ModelSpec:
-    role: str
+    role: str  # the role it serves (forward, backward, optimizer), or the name of a named model (`model fast`)
     name: str | None  # None: choose at run time (the embedded model, or a command-line flag)
     settings: Mapping[str, ir.Value]
+
+
+NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -61,18 +66,51 @@ class GraphNode:
     hints: tuple[str, ...]  # predecessors that are nodes: they receive gradients, "Hint k" is hints[k-1]
     context: tuple[str, ...]  # predecessors that are pipeline inputs
     successors: tuple[str, ...]
+    instructions: tuple[str, ...] = ()  # params its instruction is made of: its prompt, those its template names
+    system: str | None = None  # Jinja2 source of its system message (`{{ style }}` for a param); None: none
+    system_params: tuple[str, ...] = ()  # params its system message names
+    model: str = "forward"  # where its calls go: the forward role, or a named model
+    # predecessors with a record output, and their types (templates read those as records)
+    records: Mapping[str, ir.OutputType] = field(default_factory=lambda: NO_RECORDS)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Every param this node uses: the optimizer gives each one this node's feedback."""
+        return tuple(dict.fromkeys(self.instructions + self.system_params))
+
+    def variables(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> dict:
+        """What its template and system message read: each input's value (a record output as a record), each
+        param it uses, rendered (a param may read the node's inputs: "Judge {{ party }}'s claim"), and `prompt`."""
+        variables: dict = {name: values[name] for name in self.inputs}
+        for name, type_ in self.records.items():
+            value = values[name]
+            variables[name] = value if isinstance(value, Record) else as_record(type_, value)
+        inputs = dict(variables)
+        for name in self.params:
+            text = prompts.get(name, "")
+            variables[name] = compile_template(text).render(inputs) if "{" in text else text
+        variables["prompt"] = variables[self.param] if self.param else ""
+        return variables
 
     def render(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
-        """The forward prompt, given the values of this node's inputs."""
-        variables: dict[str, object] = {name: values[name] for name in self.inputs}
+        """The forward prompt, given the values of this node's inputs (a record output's as its JSON text, or as
+        a Record)."""
+        variables = self.variables(values, prompts)
         variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
-        variables["prompt"] = self.instruction(values, prompts)
         return compile_template(self.template).render(variables).strip()
 
+    def system_message(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str | None:
+        """The system message sent with the forward prompt; None when the node has none (or it renders empty)."""
+        if self.system is None:
+            return None
+        return compile_template(self.system).render(self.variables(values, prompts)).strip() or None
+
     def instruction(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
-        """This node's prompt parameter, rendered: a prompt may use the node's inputs ("Judge {{ party }}'s claim")."""
-        text = prompts.get(self.param, "") if self.param else ""
-        return compile_template(text).render({name: values[name] for name in self.inputs}) if "{" in text else text
+        """What this node is told to do, as the backward model is shown it: its instruction params, rendered."""
+        if not self.instructions:
+            return ""
+        variables = self.variables(values, prompts)
+        return "\n\n".join(variables[name] for name in self.instructions)
 
 
 @dataclass(frozen=True)
@@ -85,14 +123,21 @@ class Graph:
     trainable: tuple[str, ...]  # params the optimizer may change (not frozen, used by a node), in declaration order
     metric: str
     answer_field: str | None
-    models: Mapping[str, ModelSpec]
+    models: Mapping[str, ModelSpec]  # the roles, then the named models, by name
     optimize: Method  # the `optimize` block, sbpc's defaults where it says nothing
     builtins: Mapping[str, str]  # sources of the loss, backward and optimizer templates
     warnings: tuple[Diagnostic, ...] = field(default=(), compare=False)
+    output_field: str | None = None  # the field scored, of a record output (`output judge.verdict`)
 
     @property
     def task(self) -> str:
         return self.pipeline.description or self.pipeline.name
+
+    @property
+    def output_type(self) -> ir.OutputType:
+        """The type of what is scored: the output node's, or that of its field."""
+        node = self.nodes[self.output]
+        return node.type.field(self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
 
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
         return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
@@ -116,6 +161,7 @@ class Graph:
         question = dict(
             node=node.name,
             prompt=node.instruction(values, self.prompts),
+            system=node.system_message(values, self.prompts),
             context=describe(node.context, values),
             output=output,
             feedback=feedback,
@@ -125,18 +171,29 @@ class Graph:
         return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
 
     def users(self, param: str) -> tuple[GraphNode, ...]:
-        return tuple(n for n in self.nodes.values() if n.param == param)
+        """The nodes that use a param, in topological order."""
+        return self._users.get(param, ())
+
+    @cached_property
+    def _users(self) -> dict[str, tuple[GraphNode, ...]]:
+        users: dict[str, list[GraphNode]] = {}
+        for node in self.nodes.values():
+            for param in node.params:
+                users.setdefault(param, []).append(node)
+        return {param: tuple(nodes) for param, nodes in users.items()}
 
 
 def model_specs(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
-    """Each role's model: the built-in defaults, then unnamed model blocks, then the role's own, key by key."""
-    shared = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name is None for s in b.settings}
+    """Each role's model and each named model's: built-in defaults, then the unnamed `model { }` blocks,
+    then the blocks of its own name, key by key."""
+    blocks = [b for b in pipeline.blocks if b.kind == "model"]
+    shared = {s.key: s.value for b in blocks if b.name is None for s in b.settings}
     models = {}
-    for role in MODEL_ROLES:
-        own = {s.key: s.value for b in pipeline.blocks if b.kind == "model" and b.name == role for s in b.settings}
-        settings = {**DEFAULT_MODEL_SETTINGS, **DEFAULT_ROLE_SETTINGS.get(role, {}), **shared, **own}
+    for key in dict.fromkeys([*MODEL_ROLES, *(b.name for b in blocks if b.name)]):
+        own = {s.key: s.value for b in blocks if b.name == key for s in b.settings}
+        settings = {**DEFAULT_MODEL_SETTINGS, **DEFAULT_ROLE_SETTINGS.get(key, {}), **shared, **own}
         name = settings.pop("name", None)
-        models[role] = ModelSpec(role, str(name) if name is not None else None, MappingProxyType(settings))
+        models[key] = ModelSpec(key, str(name) if name is not None else None, MappingProxyType(settings))
     return models
 
 
@@ -154,12 +211,16 @@ def _build(pipeline: ir.Pipeline) -> Graph:
     input_names = {i.name for i in pipeline.inputs}
     nodes = {}
     split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
+    records = {n.name: n.type for n in pipeline.nodes if n.type.kind == "record"}
     for name in analysis.order:
         node = declared[name]
         preds = analysis.predecessors[name]
-        prompt, parse = node.setting("prompt"), node.setting("parse")
-        source = template_source(pipeline, node)
+        prompt, parse, model = node.setting("prompt"), node.setting("parse"), node.setting("model")
+        source, system = template_source(pipeline, node), system_source(pipeline, node)
         compile_template(source)
+        if system is not None:
+            compile_template(system)
+        uses = analysis.params[name]
         if id(preds) not in split:
             split[id(preds)] = (
                 tuple(p for p in preds if p not in input_names),
@@ -176,8 +237,13 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             hints=hints,
             context=context,
             successors=analysis.successors[name],
+            instructions=uses.instruction,
+            system=system,
+            system_params=uses.system,
+            model=str(model.value) if model else "forward",
+            records=MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS,
         )
-    used = {n.param for n in nodes.values()}
+    used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
     output = pipeline.outputs[0]
     return Graph(
@@ -197,4 +263,5 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
         ),
         warnings=tuple(diagnostics),
+        output_field=output.record_field.name if output.record_field else None,
     )

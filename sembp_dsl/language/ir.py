@@ -47,6 +47,12 @@ def _span() -> Span:
     return field(compare=False, repr=False, kw_only=True)
 
 
+def optional(default):
+    """An attribute a feature added later: left out of the IR's JSON while it holds its default, so a file
+    that does not use the feature compiles to the IR it always did."""
+    return field(default=default, metadata={"optional": True})
+
+
 @dataclass(frozen=True)
 class Ref:
     """A use of a name, located where it is used."""
@@ -57,12 +63,27 @@ class Ref:
 
 @dataclass(frozen=True)
 class OutputType:
-    kind: str  # "text" | "number" | "json" | "choice"
+    kind: str  # "text" | "number" | "json" | "choice" | "record"
     choices: tuple[str, ...] = ()
+    fields: tuple[Field, ...] = optional(())  # of a record: `{verdict: choice(Yes, No), reason: text}`
     span: Span = _span()
 
     def __str__(self) -> str:
+        if self.kind == "record":
+            return "{" + ", ".join(f"{f.name}: {f.type}" for f in self.fields) + "}"
         return f"choice({', '.join(self.choices)})" if self.kind == "choice" else self.kind
+
+    def field(self, name: str) -> Field | None:
+        return next((f for f in self.fields if f.name == name), None)
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a record output, with a type of its own (never a record)."""
+
+    name: str
+    type: OutputType
+    span: Span = _span()
 
 
 @dataclass(frozen=True)
@@ -108,7 +129,10 @@ class Node:
     span: Span = _span()
 
     def setting(self, key: str) -> Setting | None:
-        return next((s for s in self.settings if s.key == key), None)
+        for s in self.settings:  # a handful: a loop is faster than a dict or a generator
+            if s.key == key:
+                return s
+        return None
 
 
 @dataclass(frozen=True)
@@ -127,6 +151,7 @@ class Edge:
 class Output:
     node: Ref
     field: str | None  # data field holding the expected answer
+    record_field: Ref | None = optional(None)  # the field scored, of a record output: `output judge.verdict`
     span: Span = _span()
 
 

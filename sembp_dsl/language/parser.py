@@ -115,6 +115,15 @@ class Builder(Transformer):
             span=self.span(kind),
         )
 
+    def record_field(self, children):
+        name, type_ = children
+        return ir.Field(str(name), type_, span=self.span(name))
+
+    def record(self, fields):
+        first, last = fields[0].span, fields[-1].type.span
+        span = ir.Span(self.file, first.line, first.column, last.end_line, last.end_column, first.start, last.end)
+        return ir.OutputType("record", (), tuple(fields), span=span)
+
     def setting(self, children):
         key, value = children
         return ir.Setting(str(key), self.value(value), span=self.span(key), value_span=self.span(value))
@@ -153,9 +162,16 @@ class Builder(Transformer):
         return [("edge", ir.Edge(sources, targets)) for sources, targets in zip(refs, refs[1:])]
 
     def output_decl(self, children):
-        name = children[0]
-        field = str(children[1]) if len(children) > 1 else None
-        return [("output", ir.Output(ir.Ref(str(name), span=self.span(name)), field, span=self.span(name)))]
+        name, *rest = children
+        part = rest.pop(0) if rest and rest[0].type == "NAME" else None  # `output judge.verdict`
+        field = str(rest[0]) if rest else None
+        record_field = ir.Ref(str(part), span=self.span(part)) if part is not None else None
+        return [
+            (
+                "output",
+                ir.Output(ir.Ref(str(name), span=self.span(name)), field, record_field, span=self.span(name)),
+            )
+        ]
 
     def metric_decl(self, children):
         return [("metric", ir.Ref(str(children[0]), span=self.span(children[0])))]

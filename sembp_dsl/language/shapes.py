@@ -1,8 +1,8 @@
 """Replies in the shape asked: every reply sbpc parses, as a constraint a decoder can hold a model to.
 
 sbpc knows the shape of each reply it reads: a node's output type (`choice(Yes, No)`, `number`, `json`,
-and `parse = tag`), the backward model's `Hint k:` lines (one per predecessor) and the optimizer's
-`<prompt>` block. A `Shape` states one of them once, as a sequence of parts: fixed text and typed
+a record of fields, and `parse = tag`), the backward model's `Hint k:` lines (one per predecessor) and the
+optimizer's `<prompt>` block. A `Shape` states one of them once, as a sequence of parts: fixed text and typed
 fields. From that one statement it gives
 
 - a GBNF grammar (llama.cpp) of the text itself, exactly as the parsers read it;
@@ -13,18 +13,22 @@ A constraint must never make a reply impossible: a grammar's free fields share C
 max_tokens characters, and the call may take a token per character (models/constraints.py), so a
 constrained reply always ends by itself, closed, however dense its tokens.
 A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
-reasoning, where the parser looks for it.
+reasoning, where the parser looks for it. A record (`{verdict: choice(Yes, No), reason: text}`) is one JSON
+object, its fields in order; a model held to no constraint is told its fields in words (`describe`), and
+whatever the reply, `read_record` checks it field by field.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
 from . import ir
+from .templates import Record
 
 #: Characters a reply may take per token of max_tokens. English prose runs at 4 to 6 characters a token
 #: (SmolLM2's tokenizer), so a prose reply of that length still fits in max_tokens; math runs at about 2
@@ -144,6 +148,17 @@ def number_text(value: int | float) -> str:
     return str(value) if isinstance(value, int) else format(Decimal(repr(value)), "f")
 
 
+def first_json(text: str):
+    """The first JSON object or array in a text (models wrap JSON in prose and code fences)."""
+    decoder = json.JSONDecoder()
+    for match in re.finditer(r"[{\[]", text):
+        try:
+            return decoder.raw_decode(text, match.start())[0]
+        except (ValueError, RecursionError):  # nested past Python's stack: no value a pipeline can use
+            continue
+    return None
+
+
 def first_object(text: str) -> dict | None:
     """The first JSON object in a text (a provider may wrap it in a code fence)."""
     decoder = json.JSONDecoder()
@@ -170,8 +185,15 @@ def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
     - `choice`: the option first, then a reason on the next line (the paper's form);
     - `number`: reasoning, then `Answer: ` and the number last (the parser takes the last number);
     - `json`: a JSON object or array;
+    - a record: one JSON object with its fields, in order (`record_shape`);
     - `parse = tag`: reasoning, then the value alone inside `<output>...</output>`.
     """
+    if type_.kind == "record":
+        if parse == "tag":
+            return Shape(
+                f"{type_} in <output>", (Field("reasoning", "text"), "\n<output>", Field("output", "json"), "</output>")
+            )
+        return record_shape(type_)
     if parse == "tag":
         return Shape(
             f"{type_} in <output>",
@@ -184,6 +206,34 @@ def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
     if type_.kind == "json":
         return Shape("json", (value_field("value", type_),))
     return None
+
+
+@dataclass(frozen=True)
+class RecordShape(Shape):
+    """A record output's reply: one JSON object, its parts the object's text (`{"verdict": `, a field, ...).
+    Its JSON Schema is the base one (a property per field); its grammar writes each value as JSON; and the
+    reply is already the text the record parser reads."""
+
+    def grammar(self, max_tokens: int | None) -> str:
+        limits = self.limits(max_tokens)
+        root = " ".join(literal(p) if isinstance(p, str) else f"field-{rule_name(p.name)}" for p in self.parts)
+        rules = [f"root ::= {root}"]
+        rules += [f"field-{rule_name(f.name)} ::= {json_value(f, limits.get(f.name))}" for f in self.fields]
+        rules += [JSON_CHAR, JSON_RULES]
+        return "\n".join(rules) + "\n"
+
+    def text(self, reply: str) -> str:
+        return reply
+
+
+def record_shape(type_: ir.OutputType) -> RecordShape:
+    parts: list[Part] = []
+    for index, f in enumerate(type_.fields):
+        parts += [
+            ("{" if index == 0 else ", ") + json.dumps(f.name, ensure_ascii=False) + ": ",
+            value_field(f.name, f.type),
+        ]
+    return RecordShape(str(type_), (*parts, "}"))
 
 
 @lru_cache(maxsize=256)
@@ -220,6 +270,19 @@ def repeat(item: str, limit: int | None, least: int = 0) -> str:
     return f"{item}*" if limit is None else f"{item}{{{least},{max(least, limit)}}}"
 
 
+def json_value(field: Field, limit: int | None) -> str:
+    """A field's value written as JSON: an option or text as a string, a number, or any JSON value."""
+    if field.kind == "option":
+        return " | ".join(
+            literal(json.dumps(o, ensure_ascii=False)) for o in sorted(field.options, key=len, reverse=True)
+        )
+    if field.kind == "number":
+        return "json-number"
+    if field.kind == "json":
+        return "json-value"
+    return '"\\"" ' + repeat("json-char", limit) + ' "\\""'
+
+
 def field_grammar(field: Field, limit: int | None) -> str:
     if field.kind == "option":  # longest first: an option that is a prefix of another must not cut it short
         return " | ".join(literal(o) for o in sorted(field.options, key=len, reverse=True))
@@ -232,6 +295,9 @@ def field_grammar(field: Field, limit: int | None) -> str:
     return repeat("[^<]", limit)
 
 
+# one character of a JSON string, as json-string takes it
+JSON_CHAR = r"""json-char ::= [^"\\\x00-\x1F<] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4})"""
+
 # llama.cpp's grammars/json.gbnf, rule names prefixed; whitespace bounded so a reply cannot pad forever, and
 # `<` only escaped (\u003c) in strings, so a value inside <output>...</output> cannot close the tag
 JSON_RULES = r"""json-value ::= json-object | json-array | json-string | json-number | ("true" | "false" | "null") json-ws
@@ -240,3 +306,71 @@ json-array ::= "[" json-ws ( json-value ("," json-ws json-value)* )? "]" json-ws
 json-string ::= "\"" ( [^"\\\x00-\x1F<] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" json-ws
 json-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? json-ws
 json-ws ::= | " " | "\n" [ \t]{0,20}"""
+
+
+# -- records: described in words, read back field by field ------------------------------------------------
+
+NUMBER_TEXT = re.compile(r"\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*\Z")
+
+
+def describe(type_: ir.OutputType) -> str:
+    """A record's fields in words, for a model its JSON Schema does not reach: appended to its prompt."""
+    lines = ["Reply with a JSON object with exactly these fields:"]
+    for f in type_.fields:
+        if f.type.kind == "choice":
+            what = "one of " + ", ".join(json.dumps(c, ensure_ascii=False) for c in f.type.choices)
+        else:
+            what = {"text": "text", "number": "a number", "json": "any JSON value"}[f.type.kind]
+        lines.append(f'- "{f.name}": {what}')
+    return "\n".join(lines)
+
+
+def read_record(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
+    """A record reply as compact JSON of its fields, in declared order, or (None, why it does not fit)."""
+    found = first_object(text)
+    if found is None:
+        return None, "no JSON object in the reply"
+    record = {}
+    for f in type_.fields:
+        if f.name not in found:
+            return None, f"the reply has no field '{f.name}'"
+        value, problem = read_field(f.type, found[f.name])
+        if problem is not None:
+            return None, f"field '{f.name}' {problem}"
+        record[f.name] = value
+    return json.dumps(record, ensure_ascii=False), None
+
+
+def read_field(type_: ir.OutputType, value) -> tuple[object, str | None]:
+    """One field's value as its type reads it, or (None, what is wrong with it)."""
+    shown = json.dumps(value, ensure_ascii=False)[:80]
+    if type_.kind == "json":
+        return value, None
+    if type_.kind == "number":
+        if isinstance(value, str) and NUMBER_TEXT.match(value):
+            value = float(value)
+        finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+        if isinstance(value, bool) or not finite:
+            return None, f"is not a number: {shown}"
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            value = int(value)  # 3.0 reads as 3, as a number output does
+        return value, None
+    if isinstance(value, (dict, list)) or value is None:
+        return None, f"is not {'text' if type_.kind == 'text' else 'one of ' + ', '.join(type_.choices)}: {shown}"
+    text = value if isinstance(value, str) else json.dumps(value)
+    if type_.kind == "text":
+        return text, None
+    wanted = text.strip().casefold()
+    option = next((c for c in type_.choices if c.casefold() == wanted), None)
+    if option is None:
+        return None, f"is {shown}, not one of {', '.join(type_.choices)}"
+    return option, None
+
+
+def as_record(type_: ir.OutputType, text: str) -> Record:
+    """A record output as templates read it; a reply that could not be read is, in every field, that reply
+    (successors read the raw reply of a node whose reply did not fit, as for every type)."""
+    read, _ = read_record(type_, text)
+    if read is None:
+        return Record({f.name: text for f in type_.fields}, text)
+    return Record(json.loads(read), read)

@@ -17,6 +17,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
+from typing import NamedTuple
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
 from jinja2.sandbox import SandboxedEnvironment
@@ -258,8 +259,8 @@ DEFAULT_TEMPLATE = "{{ prompt }}\n{% for name, value in inputs %}\n{{ name }}: {
 # declaring a template of the same name. Values: the variables each one may use.
 BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error"},
-    "backward": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
-    "backward_no_sibling": {"task", "node", "prompt", "context", "hints", "output", "feedback"},
+    "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
+    "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
 }
 
@@ -278,14 +279,26 @@ class TemplateProblem(SbpcError, TemplateError):
         self.lineno, self.kind = lineno, kind
 
 
+class Reads(NamedTuple):
+    """What a template reads from its context."""
+
+    names: frozenset[str]
+    order: tuple[str, ...]  # the same names, in the order each first appears
+    fields: frozenset[tuple[str, str]]  # (name, field) for every `{{ name.field }}` and `{{ name["field"] }}`
+
+
+NOTHING = Reads(frozenset(), (), frozenset())
+
+
 @lru_cache(maxsize=4096)
-def variables(source: str) -> frozenset[str]:
-    """Names a template reads from its context; TemplateProblem when it cannot work at all.
+def reads(source: str) -> Reads:
+    """What a template reads (its names, and the fields of a record output it reads by name); TemplateProblem
+    when it cannot work at all.
 
     `include`, `import` and `extends` are refused: a pipeline's templates live in its own file.
     """
     if "{" not in source:  # plain text: every Jinja construct starts with a brace
-        return frozenset()
+        return NOTHING
     try:
         tree = ENV.parse(source)
         for kind, tag in FORBIDDEN.items():
@@ -294,18 +307,57 @@ def variables(source: str) -> frozenset[str]:
                     f"'{{% {tag} %}}' is not allowed: a template cannot load other files", found.lineno, "loads"
                 )
         compile_template(source)
-        return frozenset(meta.find_undeclared_variables(tree))
+        names = frozenset(meta.find_undeclared_variables(tree))
     except TemplateSyntaxError as exc:
         raise TemplateProblem(exc.message or str(exc), exc.lineno, "syntax") from None
     except (RecursionError, MemoryError, SyntaxError, ValueError) as exc:  # too deep or too big for Python to compile
         raise TemplateProblem(
             f"cannot compile: {type(exc).__name__} (nested too deeply?)", getattr(exc, "lineno", None), "compile"
         ) from None
+    order = tuple(dict.fromkeys(n.name for n in tree.find_all(nodes.Name) if n.ctx == "load" and n.name in names))
+    fields = set()
+    for node in tree.find_all((nodes.Getattr, nodes.Getitem)):
+        of = node.node if isinstance(node, (nodes.Getattr, nodes.Getitem)) else None
+        if not isinstance(of, nodes.Name) or of.name not in names:
+            continue
+        if isinstance(node, nodes.Getattr):
+            fields.add((of.name, node.attr))
+        elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const) and isinstance(node.arg.value, str):
+            fields.add((of.name, node.arg.value))
+    return Reads(names, order, frozenset(fields))
+
+
+def variables(source: str) -> frozenset[str]:
+    """Names a template reads from its context; TemplateProblem when it cannot work at all."""
+    return reads(source).names
 
 
 @lru_cache(maxsize=4096)
 def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)  # type: ignore[return-value]  # the environment's template_class
+
+
+class Record:
+    """A record output as templates read it: `{{ judge.verdict }}` is a field, `{{ judge }}` the JSON text.
+
+    Not a dict: a field called `items` or `keys` would be shadowed by a dict's methods."""
+
+    __slots__ = ("values", "text")
+
+    def __init__(self, values: dict, text: str):
+        self.values, self.text = values, text
+
+    def __getattr__(self, name: str):
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    def __str__(self) -> str:
+        return self.text
 
 
 # What the built-in templates are given, in shape: lists of records, not text.
@@ -317,16 +369,24 @@ BUILTIN_SHAPES = {
 
 
 @lru_cache(maxsize=1024)
-def trial_render(source: str, names: frozenset[str], builtin: bool = False) -> tuple[RenderError | None, bool]:
+def trial_render(
+    source: str,
+    names: frozenset[str],
+    builtin: bool = False,
+    records: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
+) -> tuple[RenderError | None, bool]:
     """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
-    them): the first failure, and whether it is certain: a limit with the first, or both failed (the
-    template's own error, such as `{{ 1/0 }}`, or a built-in override reading a field its records never have)."""
+    them, a record output's fields each a placeholder): the first failure, and whether it is certain: a limit
+    with the first, or both failed (the template's own error, such as `{{ 1/0 }}`, or a built-in override
+    reading a field its records never have)."""
     if "{" not in source:
         return None, False
     failures: list[RenderError] = []
     for placeholder in ("<{}>" + "." * 200, "1"):  # long text, so indexing a real input is not taken for an error
         values: dict[str, object] = {name: placeholder.format(name) for name in names}
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
+        for name, fields in records:
+            values[name] = Record({f: placeholder.format(f"{name}.{f}") for f in fields}, placeholder.format(name))
         if builtin:
             values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
         try:
@@ -347,6 +407,9 @@ __all__ = [
     "TemplateProblem",
     "builtin_source",
     "variables",
+    "reads",
+    "Reads",
+    "Record",
     "compile_template",
     "trial_render",
     "TemplateSyntaxError",

@@ -203,7 +203,7 @@ class Lowering:
                     where[path + (key.value, "<key>")] = key
                 out[key.value] = self.plain(value, where, path + (key.value,))
                 if (
-                    key.value == "type"
+                    (key.value == "type" or path[-1:] == ("type",))  # a node's type, or a field's in a record
                     and isinstance(value, yaml.ScalarNode)
                     and value.style is None
                     and UNQUOTED_CHOICE.match(value.value)
@@ -214,10 +214,10 @@ class Lowering:
                             "E065",
                             self.span(value),
                             "a choice type must be quoted in YAML, or its commas"
-                            f' end the value: write type: "{written[0] if written else ""}"',
+                            f' end the value: write {key.value}: "{written[0] if written else ""}"',
                         )
                     )
-                    self.reported.add(path)
+                    self.reported.add(path if key.value == "type" else path[:-1])
             return out
         if isinstance(node, yaml.SequenceNode):
             return [self.plain(v, where, path + (i,)) for i, v in enumerate(node.value)]
@@ -268,7 +268,13 @@ class Lowering:
             if k.value not in skip
         )
 
-    def output_type(self, node: yaml.ScalarNode) -> ir.OutputType:
+    def output_type(self, node: yaml.Node) -> ir.OutputType:
+        """A type: a string such as `choice(Yes, No)`, or a record, a mapping of field names to such strings."""
+        if isinstance(node, yaml.MappingNode):
+            fields = tuple(
+                ir.Field(key.value, self.output_type(value), span=self.span(key)) for key, value in node.value
+            )
+            return ir.OutputType("record", (), fields, span=self.span(node))
         match = TYPE.match(node.value)
         assert match is not None, "the schema admits only the types TYPE matches"
         choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
@@ -297,6 +303,18 @@ class Lowering:
             groups.append(names)
             offset += len(part) + 2
         return [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
+
+    def output(self, node: yaml.ScalarNode, field: str | None) -> ir.Output:
+        """`output: judge` or `output: judge.verdict`, each name located inside the scalar when it is plain."""
+        name, _, part = node.value.partition(".")
+        if not part:
+            return ir.Output(ir.Ref(name, span=self.span(node)), field, span=self.span(node))
+        base = node.start_mark.index + (1 if node.style in ("'", '"') else 0)
+        exact = node.style in (None, "'", '"') and self.text[base : base + len(node.value)] == node.value
+        ref = ir.Ref(name, span=point(self.file, self.text, base, len(name)) if exact else self.span(node))
+        at = base + len(name) + 1
+        record_field = ir.Ref(part, span=point(self.file, self.text, at, len(part)) if exact else self.span(node))
+        return ir.Output(ref, field, record_field, span=ref.span)
 
     def lower(self, root: yaml.MappingNode) -> ir.Pipeline:
         section = {k.value: v for k, v in root.value}
@@ -339,11 +357,7 @@ class Lowering:
             node = section["output"]
             fields = {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {"node": node}
             field = fields["from"].value if "from" in fields else None
-            outputs.append(
-                ir.Output(
-                    ir.Ref(fields["node"].value, span=self.span(fields["node"])), field, span=self.span(fields["node"])
-                )
-            )
+            outputs.append(self.output(fields["node"], field))
         metrics = [ir.Ref(section["metric"].value, span=self.span(section["metric"]))] if "metric" in section else []
         blocks = [
             ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))

@@ -22,7 +22,7 @@ from collections.abc import Collection
 from ..language.graph import Graph, GraphNode
 from ..language.shapes import hints_shape
 from ..models.llm import LLM, CallFailed
-from ..runtime.forward import Trace
+from ..runtime.forward import Trace, shown
 from ..runtime.tasks import together
 
 HINT_LABEL = re.compile(
@@ -74,7 +74,7 @@ def feedback_wanted(graph: Graph, params: Collection[str]) -> set[str]:
     """The nodes whose feedback is of use: they use one of `params`, or pass feedback on to a node that is."""
     wanted: set[str] = set()
     for name, node in graph.nodes.items():  # topological order: a node's predecessors are settled before it
-        if node.param in params or any(h in wanted for h in node.hints):
+        if any(p in params for p in node.params) or any(h in wanted for h in node.hints):
             wanted.add(name)
     return wanted
 
@@ -108,7 +108,7 @@ async def backward(
         asks = [
             (receivers, prompt)
             for receivers, prompt in graph.backward_questions(
-                node, trace.values, trace.nodes[node.name].reply.strip(), mine, sibling=mode == "sibling"
+                node, trace.values, shown(node, trace.nodes[node.name]), mine, sibling=mode == "sibling"
             )
             if wanted is None or any(r in wanted for r in receivers)
         ]

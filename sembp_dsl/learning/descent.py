@@ -21,7 +21,7 @@ from ..language.graph import Graph, describe, max_chars
 from ..language.shapes import prompt_shape
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
-from ..runtime.forward import Trace
+from ..runtime.forward import Trace, shown
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
 BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.I | re.S)
@@ -49,7 +49,7 @@ def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
             out.append(
                 {
                     "input": describe(node.inputs, values),
-                    "output": trace.nodes[node.name].reply.strip(),
+                    "output": shown(node, trace.nodes[node.name]),
                     "gradient": gradients.get(node.name, ""),
                 }
             )

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field
 
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import Option, worded
@@ -378,24 +378,52 @@ PROMPT_BOUND = (
 
 
 @dataclass(frozen=True)
+class Usage:
+    """What a plan allows one role, or one model: calls, completion tokens (None: no max_tokens, no bound), and
+    prompt tokens (a bound: 4 characters a token, every reply in a prompt at its max_tokens)."""
+
+    calls: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        completion = (
+            None
+            if self.completion_tokens is None or other.completion_tokens is None
+            else self.completion_tokens + other.completion_tokens
+        )
+        return Usage(self.calls + other.calls, completion, self.prompt_tokens + other.prompt_tokens)
+
+
+@dataclass(frozen=True)
 class Plan:
-    """The most a run can spend, before it spends anything (the formula of docs/optimize.md; retries not counted)."""
+    """The most a run can spend, before it spends anything (the formula of docs/optimize.md; retries not counted),
+    by role and, where nodes name models of their own, by model."""
 
     calls: dict[str, int]
-    completion_tokens: dict[str, int | None]  # None: the role has no max_tokens, so no bound
+    completion_tokens: dict[str, int | None]  # None: a model of the role has no max_tokens, so no bound
     prompt_tokens: dict[str, int]  # a bound: 4 characters a token, every reply in a prompt at its max_tokens
-    cost: float | None  # None: litellm cannot price a model, or a role has no max_tokens
+    cost: float | None  # None: litellm cannot price a model, or a model has no max_tokens
     warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
     unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
+    models: dict[str, dict] = field(default_factory=dict)  # the same by model: calls, completion and prompt tokens
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
-        for role, calls in self.calls.items():
-            completion = self.completion_tokens[role]
+
+        def line(name: str, calls: int, completion: int | None, prompt: int) -> str:
             bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"
-            lines.append(
-                f"  {role:<9} {calls:>6} calls, at most about {self.prompt_tokens[role]} prompt tokens, {bound}"
-            )
+            return f"  {name:<9} {calls:>6} calls, at most about {prompt} prompt tokens, {bound}"
+
+        for role, calls in self.calls.items():
+            lines.append(line(role, calls, self.completion_tokens[role], self.prompt_tokens[role]))
+        if set(self.models) - set(self.calls):  # nodes with models of their own: the same by model
+            lines.append("  by model:")
+            lines += [
+                "  " + line(model, u["calls"], u["completion_tokens"], u["prompt_tokens"])
+                for model, u in self.models.items()
+                if u["calls"]
+            ]
         lines.append(
             "  cost: "
             + (
@@ -421,17 +449,17 @@ def plan(
 ) -> Plan:
     """Calls per role: N x T training and N x G gate calls per iteration (no training pass when the gate is on the
     training split: the gate's results are the next forward pass), E x H (or E x D) backward, P optimizer; once
-    N x G for the initial gate score and 2 x N x S for the test split. What the run may save beyond that
-    depends on its answers, and is named in `unforeseen`."""
-    s, n = method, len(graph.nodes)
+    N x G for the initial gate score and 2 x N x S for the test split. Each node's forward calls go to its own
+    model. What the run may save beyond that depends on its answers, and is named in `unforeseen`."""
+    s = method
     gate = {"val": len(val), "train": len(train), "none": 0}[s.gate]
     # on the training split, the gate's results are the training pass (a resumed run's first one replaces the
     # initial gate score)
     train_passes = 0 if s.gate == "train" else s.iterations
     errors = min(s.errors_per_gradient, len(train))
     params = s.only or graph.trainable
+    per_node = train_passes * len(train) + (s.iterations + 1) * gate + 2 * len(test)
     calls = {
-        "forward": n * (train_passes * len(train) + (s.iterations + 1) * gate + 2 * len(test)),
         "backward": s.iterations * errors * backward_calls(graph, s.gradient, params),
         "optimizer": s.iterations * len(params),
     }
@@ -442,36 +470,53 @@ def plan(
         *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
         "answers from the response cache",
     ]
-    limits = {role: llm.model(role).settings.get("max_tokens") if calls[role] else 0 for role in calls}
-    # a call's most completion tokens, over the forward nodes on average: a reply held to a grammar may take more
-    # than max_tokens (constraints.reply_tokens), a text node's may not
-    shaped = [node_shape(node.type, node.parse) is not None for node in graph.nodes.values()]
-    completion: dict[str, int | None] = {}
-    for role in calls:
-        each = (
-            [llm.reply_tokens(role, shape) for shape in (shaped if role == "forward" else [True])]
-            if calls[role]
-            else [0]
-        )
-        known = [bound for bound in each if bound is not None]
-        completion[role] = calls[role] * sum(known) // len(known) if len(known) == len(each) else None
-    # prompt sizes: the longest forward prompt over a few training samples, node outputs as long as allowed
-    filler = "word " * int(limits["forward"] or 256)
-    longest = 0
+    models = {node.model for node in graph.nodes.values()} | {role for role, n in calls.items() if n}
+    limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
+    # prompt sizes: each node's longest forward prompt over a few training samples, node outputs as long as allowed
+    longest = dict.fromkeys(graph.nodes, 0)
     for sample in train[:5]:
-        values = {**sample_inputs(graph, sample, mapping), **{name: filler for name in graph.nodes}}
-        longest = max([longest, *(len(node.render(values, graph.prompts)) for node in graph.nodes.values())])
-    per_call = {
-        "forward": longest // 4,
-        "backward": longest // 4 + 200,
-        "optimizer": errors * (longest // 4 + 100) + 300,
-    }
-    prompt = {role: calls[role] * per_call[role] for role in calls}
+        values = sample_inputs(graph, sample, mapping)
+        values.update({name: "word " * int(limits[node.model] or 256) for name, node in graph.nodes.items()})
+        for name, node in graph.nodes.items():
+            longest[name] = max(longest[name], len(node.render(values, graph.prompts)))
+    widest = max(longest.values(), default=0)
+
+    def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
+        """A model's calls: a reply held to a grammar may take more than max_tokens (constraints.reply_tokens),
+        a text node's may not."""
+        if not count:
+            return Usage()
+        bound = llm.reply_tokens(model, shaped)
+        return Usage(count, None if bound is None else count * int(bound), count * prompt_chars // 4)
+
+    uses = [
+        (
+            "forward",
+            node.model,
+            usage(node.model, per_node, longest[name], node_shape(node.type, node.parse) is not None),
+        )
+        for name, node in graph.nodes.items()
+    ]
+    uses.append(("backward", "backward", usage("backward", calls["backward"], widest + 800)))
+    uses.append(("optimizer", "optimizer", usage("optimizer", calls["optimizer"], errors * (widest + 400) + 1200)))
+    by_role: dict[str, Usage] = {role: Usage() for role in ("forward", "backward", "optimizer")}
+    by_model: dict[str, Usage] = {}
+    for role, model, used in uses:
+        by_role[role] += used
+        by_model[model] = by_model.get(model, Usage()) + used
     cost: float | None = 0.0
-    for role in calls:
-        price = llm.price(role, prompt[role], completion[role] or 0) if calls[role] else 0.0
-        cost = None if cost is None or price is None or completion[role] is None else cost + price
-    return Plan(calls, completion, prompt, cost, gate_warning(method, gate), tuple(unforeseen))
+    for model, used in by_model.items():
+        price = llm.price(model, used.prompt_tokens, used.completion_tokens or 0) if used.calls else 0.0
+        cost = None if cost is None or price is None or used.completion_tokens is None else cost + price
+    return Plan(
+        {role: u.calls for role, u in by_role.items()},
+        {role: u.completion_tokens for role, u in by_role.items()},
+        {role: u.prompt_tokens for role, u in by_role.items()},
+        cost,
+        gate_warning(method, gate),
+        tuple(unforeseen),
+        {model: asdict(u) for model, u in by_model.items()},
+    )
 
 
 def gate_warning(method: Method, samples: int) -> Option | None:

@@ -83,9 +83,9 @@ def read(shape: Shape | None, sent: dict, text: str) -> str:
 
 @dataclass(frozen=True)
 class Reply:
-    """One reply sbpc parses, the role whose model writes it, and its shape."""
+    """One reply sbpc parses, the model that writes it (a role's, or a named one a node names), and its shape."""
 
-    role: str
+    model: str
     what: str
     shape: Shape
 
@@ -96,7 +96,7 @@ def replies(graph: Graph) -> Iterator[Reply]:
     for node in graph.nodes.values():
         shape = node_shape(node.type, node.parse)
         if shape is not None:
-            yield Reply("forward", f"node {node.name}", shape)
+            yield Reply(node.model, f"node {node.name}", shape)
     for node in graph.nodes.values():
         if node.hints:
             yield Reply(
@@ -109,13 +109,13 @@ def replies(graph: Graph) -> Iterator[Reply]:
 
 
 def emit(graph: Graph, names: Mapping[str, str | None]) -> str:
-    """What would be sent for every shaped reply (`sbpc compile --emit constraints`), given each role's model
-    name (None: no model)."""
+    """What would be sent for every shaped reply (`sbpc compile --emit constraints`), given each model's name
+    (a role's or a named one; None: no model)."""
     sections = []
     for reply in replies(graph):
-        name, settings = names[reply.role], graph.models[reply.role].settings
+        name, settings = names[reply.model], graph.models[reply.model].settings
         kind = NONE if name is None else form(name, settings)
-        head = f"=== {reply.what}: {reply.shape.name}; {reply.role} model {name or '(none)'}: {kind} ==="
+        head = f"=== {reply.what}: {reply.shape.name}; {reply.model} model {name or '(none)'}: {kind} ==="
         sent = request(reply.shape, kind, max_tokens(settings))
         if "grammar" in sent:
             body = sent["grammar"].rstrip("\n")

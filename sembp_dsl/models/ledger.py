@@ -1,5 +1,5 @@
-"""What model calls cost, per role: calls, cache hits, tokens, dollars, retries and failures, plus named
-counters other stages keep. Several LLM layers (one per event loop) may share one ledger."""
+"""What model calls cost, per role and per model: calls, cache hits, tokens, dollars, retries and failures, plus
+named counters other stages keep. Several LLM layers (one per event loop) may share one ledger."""
 
 from __future__ import annotations
 
@@ -23,11 +23,20 @@ class RoleUsage:
 
 @dataclass
 class Ledger:
-    """Calls, tokens, cache hits and cost per role, plus named counters other stages keep."""
+    """Calls, tokens, cache hits and cost per role and per model (a role's, or a named one nodes use), plus
+    named counters other stages keep. The totals are the roles'."""
 
     roles: dict[str, RoleUsage] = field(default_factory=lambda: {r: RoleUsage() for r in MODEL_ROLES})
     counters: dict[str, int] = field(default_factory=dict)
     faults: dict[str, int] = field(default_factory=dict)  # failed attempts (retried or not) by cause
+    models: dict[str, RoleUsage] = field(default_factory=dict)  # by the pipeline's name for the model
+    names: dict[str, str] = field(default_factory=dict)  # the pipeline's name for a model -> its model string
+
+    def add(self, role: str, model: str, **amounts: float) -> None:
+        """Count a call's calls, hits, retries or failures for its role and for its model."""
+        for usage in (self.roles[role], self.models.setdefault(model, RoleUsage())):
+            for name, amount in amounts.items():
+                setattr(usage, name, getattr(usage, name) + amount)
 
     @property
     def calls(self) -> int:
@@ -47,21 +56,19 @@ class Ledger:
     def fault(self, failure: Failure) -> None:
         self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
 
-    def charge(self, role: str, reply: Reply) -> float:
-        """Book a reply's tokens and cost to `role`; the cost (0 when litellm's price table does not know
-        the model, which is counted: max_cost cannot see such calls)."""
+    def charge(self, role: str, model: str, reply: Reply) -> float:
+        """Book a reply's tokens and cost to `role` and `model`; the cost (0 when litellm's price table does not
+        know the model, which is counted: max_cost cannot see such calls)."""
         if reply.cost is None:
             self.count("calls without a known price")
         cost = float(reply.cost or 0.0)
-        usage = self.roles[role]
-        usage.prompt_tokens += reply.prompt_tokens
-        usage.completion_tokens += reply.completion_tokens
-        usage.cost += cost
+        self.add(role, model, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost=cost)
         return cost
 
     def to_json(self) -> dict:
         return {
             "roles": {r: vars(u).copy() for r, u in self.roles.items()},
+            "models": {m: vars(u).copy() for m, u in self.models.items()},
             "counters": dict(self.counters),
             "faults": dict(self.faults),
             "calls": self.calls,
@@ -70,6 +77,12 @@ class Ledger:
         }
 
     def render(self) -> str:
+        def header(first: str) -> str:
+            return (
+                f"{first:<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
+                f"{'compl. tok':>11} {'cost $':>9}"
+            )
+
         def row(name: str, usages: list[RoleUsage]) -> str:
             total = lambda attr: sum(getattr(u, attr) for u in usages)  # noqa: E731
             return (
@@ -77,12 +90,16 @@ class Ledger:
                 f"{total('prompt_tokens'):>11} {total('completion_tokens'):>11} {total('cost'):>9.4f}"
             )
 
-        lines = [
-            f"{'role':<10} {'calls':>6} {'cached':>7} {'retries':>8} {'failed':>7} {'prompt tok':>11} "
-            f"{'compl. tok':>11} {'cost $':>9}"
-        ]
+        lines = [header("role")]
         lines += [row(role, [u]) for role, u in self.roles.items() if u.calls or u.cache_hits]
         lines.append(row("total", list(self.roles.values())))
+        if set(self.models) - set(MODEL_ROLES):  # nodes with models of their own: what each model did
+            lines.append(header("model"))
+            lines += [
+                f"{row(model, [u])}  {self.names.get(model, '')}"
+                for model, u in self.models.items()
+                if u.calls or u.cache_hits
+            ]
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
         lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
         return "\n".join(lines)

@@ -64,13 +64,13 @@ class RateLimits:
 
 class Slots:
     """Calls in flight at once: at most `concurrency` in all, and at most a model block's own `concurrency`
-    for its role. Semaphores belong to one event loop, so each loop gets its own."""
+    for its model (a role's, or a named one). Semaphores belong to one event loop, so each loop gets its own."""
 
     def __init__(self, concurrency: int):
         self.concurrency = concurrency
-        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {role or "": semaphore}
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {model or "": semaphore}
 
-    def of(self, role: str, limit: int | None) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
-        """This loop's slots of `role` (bounded by the first `limit` given here) and of all calls: hold both."""
+    def of(self, model: str, limit: int | None) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
+        """This loop's slots of `model` (bounded by the first `limit` given here) and of all calls: hold both."""
         slots = self._loops.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
-        return slots.setdefault(role, asyncio.Semaphore(int(limit or 1 << 30))), slots[""]
+        return slots.setdefault(model, asyncio.Semaphore(int(limit or 1 << 30))), slots[""]

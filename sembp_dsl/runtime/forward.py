@@ -18,7 +18,7 @@ from jinja2 import TemplateError
 
 from ..language.graph import Graph, GraphNode
 from ..language.metrics import parse_number
-from ..language.shapes import node_shape
+from ..language.shapes import describe, first_json, node_shape, read_record
 from ..models.faults import Failure
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -50,6 +50,7 @@ class NodeTrace:
     cached: bool
     failure: Failure | None = None  # why the call failed (status, endpoint, the provider's words), if it did
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
+    system: str | None = None  # the system message sent before the prompt, if any
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
@@ -74,6 +75,7 @@ class Trace:
     inputs: Mapping[str, str]
     nodes: Mapping[str, NodeTrace]  # in topological order
     output_node: str
+    output_field: str | None = None  # the field scored, of a record output
 
     @property
     def final(self) -> NodeTrace:
@@ -81,7 +83,13 @@ class Trace:
 
     @property
     def output(self) -> str | None:
-        return self.final.output
+        """The answer scored: the output node's, or its field's (as text: a JSON value that is not a string
+        as JSON)."""
+        output = self.final.output
+        if output is None or self.output_field is None:
+            return output
+        value = json.loads(output)[self.output_field]
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
     @property
     def values(self) -> dict[str, str]:
@@ -96,6 +104,14 @@ class Trace:
         }
 
 
+def shown(node: GraphNode, trace: NodeTrace) -> str:
+    """A node's output as backward and optimizer models are shown it: the whole reply (reasoning included),
+    but a record as read from the reply, when it could be."""
+    if node.type.kind == "record" and trace.output is not None:
+        return trace.output
+    return trace.reply.strip()
+
+
 def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
     """The typed output in a reply, or (None, reason)."""
     text = reply
@@ -107,6 +123,8 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
     text = text.strip()
     if node.type.kind == "text":
         return text, None
+    if node.type.kind == "record":
+        return read_record(node.type, text)
     if node.type.kind == "json":
         value = first_json(text)
         if value is None:
@@ -148,27 +166,20 @@ def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
     return None
 
 
-def first_json(text: str):
-    """The first JSON object or array in a text (models wrap JSON in prose and code fences)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"[{\[]", text):
-        try:
-            return decoder.raw_decode(text, match.start())[0]
-        except ValueError:
-            continue
-    return None
-
-
 async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
     try:
         prompt = node.render(values, graph.prompts)
+        system = node.system_message(values, graph.prompts)
     except TemplateError as exc:  # this sample's values break the template: this sample fails, the run goes on
         line = getattr(exc, "lineno", None)
         return NodeTrace.without_reply(
             node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
         )
+    shape = node_shape(node.type, node.parse)
+    if node.type.kind == "record" and (shape is None or not llm.takes_schema(node.model, shape)):
+        prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: the fields in words
     try:
-        completion = await llm.complete("forward", prompt, node_shape(node.type, node.parse))
+        completion = await llm.complete("forward", prompt, shape, model=node.model, system=system)
     except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
         return NodeTrace.without_reply(node.name, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
     output, error = parse_reply(node, completion.text)
@@ -185,6 +196,7 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
         completion.latency,
         completion.cached,
         cost=completion.cost,
+        system=system,
     )
 
 
@@ -208,4 +220,4 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
     for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
         tasks[node.name] = asyncio.ensure_future(start(node))
     traces = await together(tasks.values())
-    return Trace(dict(inputs), {t.node: t for t in traces}, graph.output)
+    return Trace(dict(inputs), {t.node: t for t in traces}, graph.output, graph.output_field)
