@@ -26,6 +26,7 @@ from .errors import SbpcError
 from .language.diagnostics import Option, PipelineError, did_you_mean, url_problem
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.method import SIZES, Method, SettingError
+from .language.shapes import python_value
 from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome, Plan, plan
@@ -33,6 +34,7 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, resolve_model
 from .records.record import RunRecord, RunSettings
 from .runtime import datasets
+from .runtime.code import bind
 from .runtime.datasets import DataError, Sample, as_text, from_records
 from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for, split_to_score
 from .runtime.forward import Trace, run
@@ -89,6 +91,8 @@ def load(
     cache: bool | str | Path = True,
     max_calls: int | None = None,
     max_cost: float | None = None,
+    functions: Mapping[str, Callable[..., Any]] | None = None,
+    allow_modules: Iterable[str] = (),
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
@@ -96,8 +100,13 @@ def load(
     one model at a time, a role or a named model (`model fast { }`), with a name or a mapping of model
     settings (`{"backward": {"name": "openai/gpt-4o", "temperature": 0}, "fast": "openai/gpt-4o-mini"}`).
     `cache`: True for the shared response cache, a path for another one, False for none.
+    The callables of function nodes: `functions` maps a declared function's name to one, imported from nowhere;
+    the others are imported from the pipeline's folder, or from the modules `allow_modules` names (anything else
+    is refused: a pipeline file is data from strangers; see runtime/code.py).
     """
-    graph = compile_file(str(path))
+    if isinstance(allow_modules, str):
+        raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
+    graph = bind(compile_file(str(path)), functions, tuple(allow_modules))
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
     return Pipeline(
         graph,
@@ -133,8 +142,8 @@ def _models(
             f"unknown model role {unknown[0]!r}{did_you_mean(unknown[0], graph.models)}; roles are "
             f"{', '.join(MODEL_ROLES)}" + (f", and the pipeline names the models {', '.join(named)}" if named else "")
         )
-    if "forward" in roles and all(node.model != "forward" for node in graph.nodes.values()):
-        chosen = ", ".join(f"{node.name}: {node.model}" for node in graph.nodes.values())
+    if "forward" in roles and all(node.model != "forward" for node in graph.model_nodes):
+        chosen = ", ".join(f"{node.name}: {node.model}" for node in graph.model_nodes)
         raise ValueError(
             f"roles['forward'] would change no call: every node of {graph.pipeline.path} names its own model "
             f"({chosen}); override those models by their names"
@@ -348,12 +357,13 @@ class Pipeline:
         return self._prediction(trace, llm)
 
     def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
-        calls = [t for t in trace.nodes.values() if t.reply and not t.cached]
+        models = [t for t in trace.nodes.values() if self.graph.nodes[t.node].function is None]  # no code
+        calls = [t for t in models if t.reply and not t.cached]
         prompt_tokens = sum(t.prompt_tokens for t in calls)
         completion_tokens = sum(t.completion_tokens for t in calls)
         usage = Usage(
             len(calls),
-            sum(t.cached for t in trace.nodes.values()),
+            sum(t.cached for t in models),
             prompt_tokens,
             completion_tokens,
             sum(t.cost for t in calls),
@@ -839,12 +849,4 @@ def _input_text(name: str, value: Any) -> str:
 
 def _typed(graph: Graph, text: str | None) -> Any:
     """The answer as Python: a number as int or float, a JSON value or a record (a dict) as read from JSON."""
-    if text is None:
-        return None
-    kind = graph.output_type.kind
-    if kind == "number":
-        number = float(text)
-        return int(number) if number.is_integer() else number
-    if kind in ("json", "record"):
-        return json.loads(text)
-    return text
+    return None if text is None else python_value(graph.output_type, text)

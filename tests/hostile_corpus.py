@@ -218,6 +218,39 @@ SEMANTIC = [
     ("{ prompt = ask  system", "{ system"),
     ("system = style", "system = style  system = style"),
     ('"{{ judge.verdict }}: {{ judge.why }}"', '"{{ prompt }}{{ judge }}"'),
+    # function nodes: Python code in the graph, named but never imported by check or compile
+    ('param style = "Be brief."', 'param style = "Be brief."\nfunction search = "tools.py/search"'),
+    ("node helper: text { prompt = ask }", 'function search = "tools:search"\nnode helper: text { function = serach }'),
+    (
+        "node helper: text { prompt = ask }",
+        'function f = "t:f"\nnode helper: text { function = f  prompt = ask  model = fast }',
+    ),
+    (
+        "node helper: text { prompt = ask }",
+        'function shell = "os:system"\nnode helper: text { function = shell  timeout = 0 }',
+    ),
+    (
+        "node helper: text { prompt = ask }",
+        'function f = "x:y"\nfunction f = "x:z"\nnode helper: text { function = f  timeout = "soon" }',
+    ),
+    ("template = t }", "template = t  timeout = 3 }"),
+    ("node helper: text { prompt = ask }", 'function f = "../../etc:passwd"\nnode helper: {r: text} { function = f }'),
+    (
+        "node helper: text { prompt = ask }",
+        'function f = "tools:_secret"\nnode helper: text { function = f  function = f }',
+    ),
+    ("node helper: text { prompt = ask }", "node helper: text { function = 3 }"),
+    (
+        "node helper: text { prompt = ask }",
+        'function f = "subprocess:run"\nnode helper: text { function = f }\nhelper -> helper',
+    ),
+    (
+        "node helper: text { prompt = ask }",
+        'function f = "builtins:exec"\nnode helper: text { function = f  template = t }',
+    ),
+    ("node helper: text { prompt = ask }", 'function helper = "t:helper"\nnode helper: text { function = helper }'),
+    ("node helper: text { prompt = ask }", 'function f = ""\nnode helper: text { function = f }'),
+    ("node helper: text { prompt = ask }", 'function f = "t:f\\u0000"\nnode helper: text { function = f }'),
 ]
 
 CONTROL = [
@@ -382,6 +415,25 @@ def _syntax_cases() -> list[tuple[str, str]]:
         ("yaml_model_name.yaml", YAML.replace("model: fast", "model: fats")),
         ("yaml_model_key.yaml", YAML.replace("  fast: {name: f}", "  fa-st: {name: f}")),
         ("yaml_system.yaml", YAML.replace("system: style", "system: 3")),
+        ("yaml_function_bad.yaml", YAML.replace("nodes:\n", 'functions: {search: "tools.py:x"}\nnodes:\n')),
+        ("yaml_function_list.yaml", YAML.replace("nodes:\n", "functions: [search]\nnodes:\n")),
+        ("yaml_function_number.yaml", YAML.replace("nodes:\n", "functions: {search: 3}\nnodes:\n")),
+        (
+            "yaml_function_os.yaml",
+            YAML.replace("nodes:\n", "functions: {run: 'os:system'}\nnodes:\n").replace(
+                "helper: {type: text, prompt: ask}", "helper: {type: text, function: run}"
+            ),
+        ),
+        (
+            "yaml_function_node.yaml",
+            YAML.replace("helper: {type: text, prompt: ask}", "helper: {type: text, function: nope, timeout: -1}"),
+        ),
+        (
+            "yaml_function_prompt.yaml",
+            YAML.replace("nodes:\n", "functions: {f: 't:f'}\nnodes:\n").replace(
+                "helper: {type: text, prompt: ask}", "helper: {type: text, function: f, prompt: ask}"
+            ),
+        ),
     ]
     return out
 

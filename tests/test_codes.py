@@ -93,6 +93,17 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'param q = "x"\ntemplate t = "{{ q }}"\nnode a: text { template = t }\nq -> a\noutput a\n',
     ),
     "E079": ("p.sbp", HEADER + OK + "model default {}\n"),
+    "E080": ("p.sbp", HEADER + 'function f = "tools.py/search"\nnode a: json { function = f }\nq -> a\noutput a\n'),
+    "E081": (
+        "p.sbp",
+        HEADER + 'function search = "tools:search"\nnode a: json { function = serach }\nq -> a\noutput a\n',
+    ),
+    "E082": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f"\nparam p = "x"\nnode a: json { function = f  prompt = p }\nq -> a\noutput a\n',
+    ),
+    "E083": ("p.sbp", "<symlink out>"),
+    "E084": ("p.sbp", "<run: no such function>"),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -104,7 +115,11 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
     ),
     "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "W009": ("p.sbp", HEADER + 'function shell = "os:system"\nnode a: text { function = shell }\nq -> a\noutput a\n'),
+    "W010": ("p.sbp", HEADER + 'function f = "tools:f"\n' + OK),
 }
+FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
+AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call
 UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
 
 
@@ -142,6 +157,16 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
         path.write_text(
             HEADER + 'param p = "more than ten characters"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
         )
+    elif content == "<symlink out>":  # tools.py beside the pipeline is a link to a file outside its folder
+        (tmp_path / "elsewhere").mkdir()
+        (tmp_path / "elsewhere" / "tools.py").write_text("def search(q):\n    return []\n")
+        (tmp_path / "pipelines").mkdir()
+        (tmp_path / "pipelines" / "tools.py").symlink_to(tmp_path / "elsewhere" / "tools.py")
+        path = tmp_path / "pipelines" / name
+        path.write_text(FUNCTION)
+    elif content == "<run: no such function>":
+        (tmp_path / "tools.py").write_text("def find(q):\n    return []\n")
+        path.write_text(FUNCTION)
     elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content is not None:
@@ -178,6 +203,10 @@ def test_the_code_table_and_the_code_agree():
 def test_each_code_is_reached(tmp_path, monkeypatch, code):
     name, content = REACHED[code]
     path = make(tmp_path, monkeypatch, name, content)
+    if code in AT_RUN:
+        status, out, err = run("run", str(path), "--input", "q=x", "--model", "openai/none")
+        assert status == 1 and f"error[{code}]: " in err and "Traceback" not in err, err
+        return
     status, out, err = run("check", "--json", str(path))
     found = [d for d in json.loads(out)[0]["diagnostics"] if d["code"] == code]
     assert found, out

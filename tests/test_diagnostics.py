@@ -131,7 +131,7 @@ def test_an_error_in_the_header_names_statements_and_hides_nothing(tmp_path):
     code, err = check(tmp_path, 'pipeline mini "x" "y"\ninput q: txet\nnode a: text {}\nq -> a\noutput a\n')
     first, second = errors(err)
     assert first.startswith(
-        "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'frozen', 'input', 'metric', 'node'"
+        "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'frozen', 'function', 'input', 'metric', 'node'"
     )
     assert "')'" not in first
     assert second == "p.sbp:2:10: error[E001]: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'"
@@ -263,7 +263,8 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
                 assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
                 assert defs[name]["properties"][key]["maximum"] == high
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
-    assert set(node) == {"type", *checker.NODE_SETTINGS}
+    assert set(node) == {"type", *checker.NODE_SETTINGS, *checker.FUNCTION_NODE_SETTINGS}
+    assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
     assert schema()["properties"]["metric"]["enum"] == list(METRICS)
     assert schema()["properties"]["models"]["propertyNames"] == {"$ref": "#/$defs/name"}  # roles and named models
 

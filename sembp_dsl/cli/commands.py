@@ -21,6 +21,7 @@ from .flags import (
     POSITIVE_COUNT,
     PROBABILITY,
     UsageError,
+    add_allow_module,
     add_data_flags,
     add_model_flags,
     add_setting,
@@ -57,6 +58,9 @@ A pipeline file (.sbp) by example:
   node analysis: text           { prompt = analyse }              # default template
   node verdict: choice(Yes, No) { prompt = verdict_task  template = judge }
   #   output types: text, number, json, choice(...); parse = reply (default) | tag (<output>...</output>)
+
+  function search = "tools:search"       # Python code: search() in tools.py beside this file, imported
+  node passages: json { function = search  timeout = 10 }   # only by run/eval/optimize (or --allow-module)
 
   statement, party, source -> analysis    # edges: every name on the left feeds every name on the right
   statement, analysis -> verdict          # the order of edges numbers the hints of a node
@@ -98,7 +102,7 @@ def cmd_check(args) -> int:
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text, _ = diagnose_file(path, router_problem)
+        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()))
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -449,6 +453,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("files", nargs="+", metavar="FILE", help=".sbp, .yaml or .yml pipeline files")
     check.add_argument("--json", action="store_true", help="print the diagnostics as JSON")
+    add_allow_module(check)
     check.set_defaults(run=cmd_check)
 
     fmt = sub.add_parser(

@@ -91,6 +91,7 @@ def load_pipeline(args):
         cache=not args.no_cache,
         max_calls=args.max_calls,
         max_cost=args.max_cost,
+        allow_modules=args.allow_module or (),
     )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
@@ -151,9 +152,20 @@ def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
         action="store_true",
         help="do not read or write the response cache ($SBPC_CACHE_DIR or ~/.cache/sbpc/responses.sqlite)",
     )
+    add_allow_module(g)
     g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
     g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
+
+
+def add_allow_module(g) -> None:
+    g.add_argument(
+        "--allow-module",
+        action="append",
+        metavar="NAME",
+        help="let function nodes import this module (and the modules of this package) by Python's rules; "
+        "without it only modules beside the pipeline file are imported (repeat for each)",
+    )
 
 
 def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's optimize block") -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from . import ir
+from .callables import parse_target
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
 from .metrics import METRICS
@@ -29,12 +30,26 @@ from .templates import (
 )
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-RESERVED = {"pipeline", "input", "param", "frozen", "template", "node", "output", "metric", "from", "prompt", "inputs"}
+RESERVED = {
+    "pipeline",
+    "input",
+    "param",
+    "frozen",
+    "template",
+    "function",
+    "node",
+    "output",
+    "metric",
+    "from",
+    "prompt",
+    "inputs",
+}
 MODEL_ROLES = ("forward", "backward", "optimizer")
 
 # Allowed settings: key -> accepted Python types, or the tuple of allowed names.
 NUMBER = (int, float)
 NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag"), "model": (str,), "system": (str,)}
+FUNCTION_NODE_SETTINGS = {"function": (str,), "timeout": NUMBER}  # a function node sends no prompt
 MODEL_SETTINGS = {
     "name": (str,),
     "temperature": NUMBER,
@@ -59,7 +74,7 @@ BOUNDS = {
     "top_p": (0, 1, False),
     "max_tokens": (1, 10_000_000, False),
     "seed": (-(2**63), 2**63 - 1, False),
-    "timeout": (0, 86_400, True),
+    "timeout": (0, 86_400, True),  # a model's, or a function node's
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
@@ -133,6 +148,7 @@ class Context:
         self.node_names = {n.name for n in pipeline.nodes}
         self.params = self.unique("param", pipeline.params)
         self.templates = self.unique("template", pipeline.templates)
+        self.functions = self.unique("function", pipeline.functions)
         self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
         self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
         self.node_params: dict[str, NodeParams] = {}
@@ -215,7 +231,19 @@ def check_bounds(cx: Context, s: ir.Setting) -> None:
 
 
 def check_node(cx: Context, node: ir.Node) -> None:
-    check_settings(cx, f"node '{node.name}'", node.settings, NODE_SETTINGS)
+    if node.setting("function") is not None:
+        check_function_node(cx, node)
+        return
+    timeout = node.setting("timeout")
+    if timeout is not None:
+        cx.report(
+            "E030",
+            timeout.span,
+            f"unknown setting 'timeout' in node '{node.name}'",
+            help="only a function node has a timeout; a model's goes in its model block",
+        )
+    others = [s for s in node.settings if s.key != "timeout"]
+    check_settings(cx, f"node '{node.name}'", others, NODE_SETTINGS)
     prompt = node.setting("prompt")
     if prompt is not None and isinstance(prompt.value, str) and prompt.value not in cx.params:
         cx.report(
@@ -248,6 +276,39 @@ def check_node(cx: Context, node: ir.Node) -> None:
             cx.report("E072", system.value_span, f"undefined param or template '{system.value}'", help=hint)
             cx.tainted.add(node.name)
     check_type(cx, node.type)
+
+
+def check_function_node(cx: Context, node: ir.Node) -> None:
+    """A node that calls Python: it names a declared function and takes none of a model node's settings."""
+    for s in node.settings:
+        if s.key in NODE_SETTINGS:
+            cx.report(
+                "E082",
+                s.span,
+                f"function node '{node.name}' makes no model call: it takes no '{s.key}'",
+                help="a function node takes `function` and `timeout`; its predecessors are its arguments",
+            )
+    check_settings(
+        cx, f"node '{node.name}'", [s for s in node.settings if s.key not in NODE_SETTINGS], FUNCTION_NODE_SETTINGS
+    )
+    function = node.setting("function")
+    if function is not None and isinstance(function.value, str) and function.value not in cx.functions:
+        hint = suggestion(function.value, cx.functions)
+        cx.report("E081", function.value_span, f"undefined function '{function.value}'", help=hint)
+    check_type(cx, node.type)
+    cx.node_params[node.name] = NodeParams((), ())  # it uses no param, and no template is rendered
+
+
+def check_functions(cx: Context) -> None:
+    """Each function's `"module:name"`, read without importing anything (where the module may come from is
+    source.diagnose's to say: it looks at the files beside the pipeline)."""
+    used = {str(s.value) for n in cx.p.nodes if (s := n.setting("function"))}
+    for function in cx.functions.values():
+        if function.name not in used:
+            cx.report("W010", function.span, f"function '{function.name}' is not used by any node")
+        target = parse_target(function.target)
+        if isinstance(target, str):
+            cx.report("E080", function.literal, target)
 
 
 def check_type(cx: Context, type_: ir.OutputType) -> None:
@@ -811,12 +872,13 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_node(cx, node)
     for block in pipeline.blocks:
         check_block(cx, block)
+    check_functions(cx)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)
     output, label = check_output(cx)
     metric = check_metric(cx, output, label)
     for node in pipeline.nodes:
-        if node.name not in cx.tainted:
+        if node.name not in cx.tainted and node.setting("function") is None:  # a function node renders nothing
             check_template_variables(cx, node, predecessors.get(node.name, ()))
     check_builtin_overrides(cx)
     check_models(cx)

@@ -4,7 +4,7 @@ Codes never change meaning once published: `E0xx` are errors (the file cannot be
 A new check takes a new code; a check that goes away leaves its code unused. The ranges group the stages:
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
-record outputs; W00x warnings.
+record outputs, E08x function nodes (Python code in the graph); W00x warnings.
 """
 
 from __future__ import annotations
@@ -577,6 +577,48 @@ _CODES = [
         "model default { temperature = 0 }",
         "model { temperature = 0 }",
     ),
+    Code(
+        "E080",
+        "function not named as module:name",
+        'A `function` declaration names a Python callable as `"module:name"`: a module (dotted Python names,\n'
+        "no path) and one public name in it. Nothing is imported when a file is checked or compiled.",
+        'function search = "tools.py/search"',
+        'function search = "tools:search"      # search() in tools.py beside the pipeline',
+    ),
+    Code(
+        "E081",
+        "undefined function",
+        'A node\'s `function` names a `function NAME = "module:name"` declaration of the pipeline.',
+        'function search = "tools:search"\nnode passages: json { function = serach }',
+        'function search = "tools:search"\nnode passages: json { function = search }',
+    ),
+    Code(
+        "E082",
+        "a function node with a model's settings",
+        "A function node calls Python code with its predecessors as keyword arguments: it sends no prompt,\n"
+        "so it takes no `prompt`, `template`, `system`, `parse` or `model`. It takes `timeout` (seconds).",
+        "node passages: json { function = search  prompt = p }",
+        "node passages: json { function = search  timeout = 10 }",
+    ),
+    Code(
+        "E083",
+        "module may not be imported",
+        "A pipeline file is data from strangers, so naming a module is not enough to run it. A function's\n"
+        "module is imported only from the pipeline's own folder (tools.py beside rag.sbp; not a symbolic\n"
+        "link out of it, and the callable must be defined there, not imported into it) or when the user\n"
+        "names it: `--allow-module NAME` on the command line, `load(path, allow_modules=[NAME])` in Python.\n"
+        "`sbpc check` imports nothing; it warns (W009) about a module that is not beside the pipeline.",
+        'function run = "os:system"     # sbpc run p.sbp',
+        'function search = "tools:search"   # tools.py beside p.sbp; or: sbpc run p.sbp --allow-module mytools',
+    ),
+    Code(
+        "E084",
+        "function cannot be loaded",
+        "The module was allowed, but importing it failed, or it has no such name, or what it has under that\n"
+        "name cannot be called. The message says which, with the exception the import raised.",
+        'function search = "tools:serach"     # sbpc run p.sbp',
+        'function search = "tools:search"',
+    ),
     # W00x: warnings
     Code(
         "W001",
@@ -638,6 +680,21 @@ _CODES = [
         "No node names this model (`model = NAME`), so no call goes to it.",
         'model spare { name = "openai/gpt-4o" }',
         "node judge: text { prompt = p  model = spare }     # or delete the block",
+    ),
+    Code(
+        "W009",
+        "function module not beside the pipeline",
+        "The module is not in the pipeline's folder, so `run`, `eval` and `optimize` refuse to import it (E083)\n"
+        "unless the user allows it by name. `sbpc check --allow-module NAME` checks as such a run would.",
+        'function run = "os:system"',
+        'function search = "tools:search"     # tools.py beside the pipeline',
+    ),
+    Code(
+        "W010",
+        "unused function",
+        "No node names this function (`function = NAME`), so it is never imported nor called.",
+        'function search = "tools:search"',
+        "node passages: json { function = search }     # or delete the declaration",
     ),
 ]
 

@@ -19,7 +19,16 @@ from lark.exceptions import LarkError
 
 from ..errors import SbpcError
 from . import ir
-from .checker import BLOCKS, IDENTIFIER, MODEL_ROLES, NODE_SETTINGS, RESERVED, Analysis, check
+from .checker import (
+    BLOCKS,
+    FUNCTION_NODE_SETTINGS,
+    IDENTIFIER,
+    MODEL_ROLES,
+    NODE_SETTINGS,
+    RESERVED,
+    Analysis,
+    check,
+)
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
@@ -30,8 +39,14 @@ from .syntax import read
 from .templates import BUILTIN, ENV, TemplateProblem, variables
 
 # A node setting whose value names something declared elsewhere: the namespaces it may name.
-REFERENCES = {"prompt": ("param",), "template": ("template",), "model": ("model",), "system": ("param", "template")}
-KEYWORDS = ("input", "param", "frozen param", "template", "node", "output", "metric", "model", "optimize")
+REFERENCES = {
+    "prompt": ("param",),
+    "template": ("template",),
+    "model": ("model",),
+    "system": ("param", "template"),
+    "function": ("function",),
+}
+KEYWORDS = ("input", "param", "frozen param", "template", "function", "node", "output", "metric", "model", "optimize")
 TYPES = ("text", "number", "json", "choice()")
 SETTING_HELP = {
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
@@ -39,6 +54,7 @@ SETTING_HELP = {
     "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
     "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
     "system": "a param or template sent as the system message, rendered with the node's inputs",
+    "function": "a declared function: the node calls it (its predecessors as keyword arguments) instead of a model",
     "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
     "temperature": "sampling temperature, 0 to 2 (default 0)",
     "top_p": "nucleus sampling, 0 to 1",
@@ -46,7 +62,7 @@ SETTING_HELP = {
     "seed": "sampling seed",
     "api_base": "base URL of an OpenAI-compatible server",
     "api_key_env": "the environment variable holding this model's key",
-    "timeout": "request timeout, in seconds",
+    "timeout": "seconds a call may take (a model's request, or a function node's call)",
     "stop": "one stop sequence",
     "router": "a litellm Router config file, relative to the pipeline; `name` is one of its model groups",
     "concurrency": "calls of this model in flight at most",
@@ -54,7 +70,7 @@ SETTING_HELP = {
     "tpm": "tokens per minute, kept before sending",
     **{name: setting.help for name, setting in METHOD.items()},
 }
-BLOCK_SETTINGS = {"node": NODE_SETTINGS, **BLOCKS}
+BLOCK_SETTINGS = {"node": {**NODE_SETTINGS, **FUNCTION_NODE_SETTINGS}, **BLOCKS}
 CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
 
 
@@ -64,7 +80,7 @@ class RenameError(SbpcError, ValueError):
 
 @dataclass(frozen=True)
 class Occurrence:
-    namespace: str  # node (inputs too), param, template, model
+    namespace: str  # node (inputs too), param, template, model, function
     name: str
     start: int
     end: int
@@ -76,7 +92,7 @@ class Symbol:
     """An entry of the outline: a declaration, with the statement it heads."""
 
     name: str
-    kind: str  # pipeline, input, param, template, node, output, metric, model, optimize
+    kind: str  # pipeline, input, param, template, function, node, output, metric, model, optimize
     detail: str
     start: int  # the whole statement (or the name alone, when the file does not parse)
     end: int
@@ -131,6 +147,8 @@ class Document:
             add("param", param.name, param.span, True)
         for template in p.templates:
             add("template", template.name, template.span, True)
+        for function in p.functions:
+            add("function", function.name, function.span, True)
         for block in p.blocks:
             if block.kind == "model":
                 add("model", block.name or "model", self.block_name(block), True)
@@ -317,6 +335,15 @@ class Document:
                 else f"\n\nused by: {', '.join(users) or 'no node'}"
             )
             return f"template **{name}**\n\nvariables: {names}{override}"
+        if namespace == "function":
+            function = next((f for f in p.functions if f.name == name), None)
+            if function is None:
+                return None
+            users = [n.name for n in p.nodes if (s := n.setting("function")) and s.value == name]
+            return (
+                f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
+                f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
+            )
         if namespace == "node":
             return self.describe_node(name)
         if namespace == "model":
@@ -341,11 +368,16 @@ class Document:
         node = next((n for n in p.nodes if n.name == name), None)
         if node is None:
             return None
+        inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
+        function = node.setting("function")
+        if function is not None:
+            lines = [f"node **{name}**: {node.type}", "", f"calls the function {function.value}, no model"]
+            lines += [f"inputs (its keyword arguments): {inputs or 'none'}"] + ([f"feeds: {feeds}"] if feeds else [])
+            return "\n".join(lines[:2] + ["\n".join(f"- {line}" for line in lines[2:])])
         own = node.setting("model")
         key_ = str(own.value) if own is not None else "forward"
         spec = model_specs(p).get(key_)
         model = (spec.name if spec else None) or "chosen at run time (--model, or the embedded model)"
-        inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
         label = model if key_ == "forward" else f"{key_} ({model})"
         lines = [f"node **{name}**: {node.type}", "", f"model: {label}", f"inputs: {inputs or 'none'}"]
         for key in ("prompt", "template", "system", "parse"):
@@ -390,6 +422,8 @@ class Document:
             add(param.name, "param", "frozen" if param.frozen else "", param.span)
         for template in p.templates:
             add(template.name, "template", "", template.span)
+        for function in p.functions:
+            add(function.name, "function", function.target, function.span)
         for node in p.nodes:
             add(node.name, "node", str(node.type), node.span, self.settings_symbols(node.settings))
         for output in p.outputs:
@@ -456,7 +490,7 @@ class Document:
             return []
         if re.fullmatch(r"\s*\w*", line):  # a statement starts: a keyword, or the name an edge starts with
             return [Completion(k, "keyword") for k in KEYWORDS] + [Completion(n, kind) for n, kind in names["node"]]
-        declaration = re.match(r"\s*(node|input|param|frozen|template|pipeline)\b", line)
+        declaration = re.match(r"\s*(node|input|param|frozen|template|function|pipeline)\b", line)
         if re.search(r"(->|,)\s*\w*$", line) and not declaration:
             return [Completion(n, kind) for n, kind in names["node"]]
         if re.match(r"\s*output\s+\w*$", line):
@@ -471,12 +505,13 @@ class Document:
 
     def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
         p = self.pipeline
-        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": []}
+        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": [], "function": []}
         if p is None:
             return names
         names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
         names["param"] = [(x.name, "param") for x in p.params]
         names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
+        names["function"] = [(f.name, "function") for f in p.functions]
         named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
         names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
         return names

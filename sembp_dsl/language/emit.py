@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from . import ir
-from .graph import Graph, describe, max_chars
+from .graph import Graph, GraphNode, describe, max_chars
 from .shapes import describe as describe_shape
 from .templates import Record
 
@@ -42,6 +42,8 @@ def _node_label(graph: Graph, name: str) -> str:
     node = graph.nodes.get(name)
     if node is None:
         return name
+    if node.function is not None:
+        return f"{name}: {node.type}, function {node.function}"
     return f"{name}: {node.type}" + (f", model {node.model}" if node.model != "forward" else "")
 
 
@@ -93,17 +95,11 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
         if node.type.kind == "record":
             values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
     for node in graph.nodes.values():
-        system = node.system_message(values, graph.prompts)
-        if system is not None:
-            yield f"=== {node.name}: system message ===\n{system}"
-        forward = node.render(values, graph.prompts)
-        if node.type.kind == "record":
-            yield (
-                f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
-                f"{forward}\n\n{describe_shape(node.type)}"
-            )
+        if node.function is not None:
+            arguments = ", ".join(f"{name}=<{name}>" for name in node.inputs)
+            yield f"=== {node.name}: calls the function {node.function}({arguments}), no model ==="
         else:
-            yield f"=== {node.name}: forward ===\n{forward}"
+            yield from forward_sections(graph, node, values)
         if not node.hints:
             continue
         placeholders = (f"<output of {node.name}>", f"<feedback on {node.name}>")
@@ -125,6 +121,21 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
             "optimizer", node=user.name, param=param, prompt=prompt, examples=[example], max_chars=max_chars(prompt)
         )
         yield f"=== {param}: optimizer ===\n{optimizer}"
+
+
+def forward_sections(graph: Graph, node: GraphNode, values: dict) -> Iterator[str]:
+    """A model node's system message (if any) and forward prompt."""
+    system = node.system_message(values, graph.prompts)
+    if system is not None:
+        yield f"=== {node.name}: system message ===\n{system}"
+    forward = node.render(values, graph.prompts)
+    if node.type.kind == "record":
+        yield (
+            f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
+            f"{forward}\n\n{describe_shape(node.type)}"
+        )
+    else:
+        yield f"=== {node.name}: forward ===\n{forward}"
 
 
 EMITTERS = {"ir": emit_ir, "dot": emit_dot, "mermaid": emit_mermaid, "prompts": emit_prompts}

@@ -7,7 +7,8 @@ nodes costs one compilation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
@@ -53,6 +54,8 @@ class ModelSpec:
 
 
 NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})
+NO_FUNCTIONS: Mapping[str, Callable] = MappingProxyType({})
+DEFAULT_FUNCTION_TIMEOUT = 60.0  # seconds a function node's call may take, unless it says `timeout`
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,8 @@ class GraphNode:
     model: str = "forward"  # where its calls go: the forward role, or a named model
     # predecessors with a record output, and their types (templates read those as records)
     records: Mapping[str, ir.OutputType] = field(default_factory=lambda: NO_RECORDS)
+    function: str | None = None  # the function a function node calls (`function = search`); None: a model node
+    timeout: float = DEFAULT_FUNCTION_TIMEOUT  # of a function node's call
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -128,6 +133,8 @@ class Graph:
     builtins: Mapping[str, str]  # sources of the loss, backward and optimizer templates
     warnings: tuple[Diagnostic, ...] = field(default=(), compare=False)
     output_field: str | None = None  # the field scored, of a record output (`output judge.verdict`)
+    # the callables of function nodes, by declared name: bound at run time (runtime/code.py), never by compiling
+    functions: Mapping[str, Callable] = field(default_factory=lambda: NO_FUNCTIONS, compare=False)
 
     @property
     def task(self) -> str:
@@ -141,6 +148,30 @@ class Graph:
 
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
         return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
+
+    def with_functions(self, functions: Mapping[str, Callable]) -> Graph:
+        return replace(self, functions=MappingProxyType(dict(functions)))
+
+    @property
+    def model_nodes(self) -> tuple[GraphNode, ...]:
+        """The nodes that call a model (every node but the function nodes), in topological order."""
+        return tuple(node for node in self.nodes.values() if node.function is None)
+
+    def type_of(self, name: str) -> ir.OutputType:
+        """The type of a node's output or of a pipeline input."""
+        node = self.nodes.get(name)
+        return node.type if node is not None else next(i.type for i in self.inputs if i.name == name)
+
+    def function_instruction(self, node: GraphNode) -> str:
+        """What a function node does, as the backward model is shown it in place of an instruction: the
+        function's name, what it calls, and its docstring."""
+        target = next((f.target for f in self.pipeline.functions if f.name == node.function), "")
+        function = self.functions.get(node.function or "")
+        doc = (inspect.getdoc(function) or "") if function is not None else ""
+        return (
+            f"A Python function, {node.function} ({target}), called with the inputs below as keyword arguments. "
+            "It is code: it cannot change, but what it is given can." + (f"\n\n{doc}" if doc else "")
+        )
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
@@ -160,7 +191,7 @@ class Graph:
         hints = [{"name": h, "value": values[h]} for h in node.hints]
         question = dict(
             node=node.name,
-            prompt=node.instruction(values, self.prompts),
+            prompt=self.function_instruction(node) if node.function else node.instruction(values, self.prompts),
             system=node.system_message(values, self.prompts),
             context=describe(node.context, values),
             output=output,
@@ -216,6 +247,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         node = declared[name]
         preds = analysis.predecessors[name]
         prompt, parse, model = node.setting("prompt"), node.setting("parse"), node.setting("model")
+        function, timeout = node.setting("function"), node.setting("timeout")
         source, system = template_source(pipeline, node), system_source(pipeline, node)
         compile_template(source)
         if system is not None:
@@ -242,6 +274,8 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             system_params=uses.system,
             model=str(model.value) if model else "forward",
             records=MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS,
+            function=str(function.value) if function else None,
+            timeout=float(timeout.value) if timeout else DEFAULT_FUNCTION_TIMEOUT,
         )
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}

@@ -114,6 +114,17 @@ class Template:
 
 
 @dataclass(frozen=True)
+class Function:
+    """A Python callable the pipeline names, `function search = "tools:search"`: imported only at run time,
+    and only from where the user allows (runtime/code.py)."""
+
+    name: str
+    target: str  # "module:name"
+    span: Span = _span()
+    literal: Span = _span()
+
+
+@dataclass(frozen=True)
 class Setting:
     key: str
     value: Value
@@ -177,6 +188,7 @@ class Pipeline:
     outputs: tuple[Output, ...]
     metrics: tuple[Ref, ...]
     blocks: tuple[Block, ...]
+    functions: tuple[Function, ...] = optional(())
     span: Span = _span()
     path: str = field(default="", compare=False)
     text: str = field(default="", compare=False, repr=False)

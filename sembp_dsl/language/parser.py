@@ -153,6 +153,10 @@ class Builder(Transformer):
         name, literal = children
         return [("template", ir.Template(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
 
+    def function_decl(self, children):
+        name, literal = children
+        return [("function", ir.Function(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
+
     def node_decl(self, children):
         name, type_, *settings = children
         return [("node", ir.Node(str(name), type_, tuple(settings), span=self.span(name)))]
@@ -185,7 +189,7 @@ class Builder(Transformer):
     def start(self, children):
         (_, header), *statements = children
         groups: dict[str, list] = {
-            k: [] for k in ("input", "param", "template", "node", "edge", "output", "metric", "block")
+            k: [] for k in ("input", "param", "template", "function", "node", "edge", "output", "metric", "block")
         }
         for statement in statements:
             for kind, item in statement:
@@ -202,6 +206,7 @@ class Builder(Transformer):
             outputs=tuple(groups["output"]),
             metrics=tuple(groups["metric"]),
             blocks=tuple(groups["block"]),
+            functions=tuple(groups["function"]),
             span=self.span(name),
         )
 
@@ -278,7 +283,7 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
 # Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).
 _SKIP = r'"""[\s\S]*?"""|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*'
 _STATEMENT_START = re.compile(
-    _SKIP + r"|(?<![\w.])(frozen|param|input|template|node|output|metric)\b"
+    _SKIP + r"|(?<![\w.])(frozen|param|input|template|function|node|output|metric)\b"
     r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))",
     re.M,
 )

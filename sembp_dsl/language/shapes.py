@@ -367,6 +367,42 @@ def read_field(type_: ir.OutputType, value) -> tuple[object, str | None]:
     return option, None
 
 
+def python_value(type_: ir.OutputType, text: str):
+    """A value of a type, as Python reads it: a number as int or float, JSON (and a record) as read from JSON,
+    text and choices as they are. Text that does not read as its type (a reply that did not parse) stays text."""
+    try:
+        if type_.kind == "number":
+            number = float(text)
+            return int(number) if number.is_integer() else number
+        if type_.kind in ("json", "record"):
+            return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
+    return text
+
+
+def output_text(type_: ir.OutputType, value) -> tuple[str | None, str | None]:
+    """A Python value (what a function node returned) as the output text of its type, or (None, what is wrong
+    with it): the text a model's reply of that type would be parsed into."""
+    try:
+        as_json = json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        return None, f"is a {type(value).__name__}, which is not JSON ({exc})"
+    if type_.kind == "json":
+        return as_json, None
+    if type_.kind == "record":
+        if not isinstance(value, dict):
+            fields = ", ".join(f.name for f in type_.fields)
+            return None, f"is a {type(value).__name__}, not a dict with the fields {fields}"
+        return read_record(type_, json.dumps(value, ensure_ascii=False))
+    if type_.kind == "text" and not isinstance(value, str):
+        return None, f"is a {type(value).__name__}, not text (a str)"
+    read, problem = read_field(type_, value)
+    if problem is not None:
+        return None, problem
+    return (number_text(read) if type_.kind == "number" else str(read)), None  # type: ignore[arg-type]
+
+
 def as_record(type_: ir.OutputType, text: str) -> Record:
     """A record output as templates read it; a reply that could not be read is, in every field, that reply
     (successors read the raw reply of a node whose reply did not fit, as for every type)."""

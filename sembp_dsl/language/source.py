@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from . import ir
+from .callables import allowed_by, beside, parse_target
 from .checker import check
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point
 from .graph import Graph, build
@@ -139,9 +140,12 @@ class Diagnosis(NamedTuple):
     pipeline: ir.Pipeline | None
 
 
-def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) -> Diagnosis:
+def diagnose(
+    text: str, path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()
+) -> Diagnosis:
     """What `sbpc check` reports on this text, in the syntax its file name says. With `router_problem`, the
-    router files the model blocks name (beside the pipeline) are checked too."""
+    router files the model blocks name (beside the pipeline) are checked too. The modules of its functions are
+    looked for beside it (never imported): one a run would refuse, being neither there nor `allowed`, is named."""
     try:
         pipeline = parse_text(text, path)
     except PipelineError as exc:
@@ -154,16 +158,40 @@ def diagnose(text: str, path: str, router_problem: RouterCheck | None = None) ->
                     problem = router_problem(os.path.join(os.path.dirname(os.path.abspath(path)), s.value))
                     if problem:
                         diagnostics.append(diagnostic("E070", s.value_span, problem, file=path))
+    diagnostics.extend(module_places(pipeline, path, allowed))
     return Diagnosis(diagnostics, pipeline.text, pipeline)
 
 
-def diagnose_file(path: str, router_problem: RouterCheck | None = None) -> Diagnosis:
+def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) -> list[Diagnostic]:
+    """Where the modules of a pipeline's functions would come from, found without importing: a symbolic link out
+    of its folder is an error, a module neither beside it nor `allowed` a warning (a run refuses both). A function
+    no node calls is never imported, so not looked for."""
+    folder = os.path.dirname(os.path.abspath(path))
+    called = {str(s.value) for node in pipeline.nodes if (s := node.setting("function"))}
+    found = []
+    for function in pipeline.functions:
+        target = parse_target(function.target)
+        if function.name not in called or isinstance(target, str) or allowed_by(target.module, allowed):
+            continue
+        place = beside(folder, target.module)
+        if place.problem:
+            found.append(diagnostic("E083", function.literal, place.problem, file=path))
+        elif place.path is None:
+            message = (
+                f"module '{target.module}' is not beside the pipeline: run, eval and optimize refuse it unless "
+                f"allowed (--allow-module {target.module})"
+            )
+            found.append(diagnostic("W009", function.literal, message, file=path))
+    return found
+
+
+def diagnose_file(path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()) -> Diagnosis:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
         text = read(path)
     except PipelineError as exc:
         return Diagnosis(exc.diagnostics, exc.text, None)
-    return diagnose(text, path, router_problem)
+    return diagnose(text, path, router_problem, allowed)
 
 
 def compile_file(path: str) -> Graph:

@@ -340,6 +340,9 @@ class Lowering:
         templates = [
             ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("templates")
         ]
+        functions = [
+            ir.Function(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("functions")
+        ]
         nodes = []
         for key, value in items("nodes"):
             fields = {k.value: v for k, v in value.value}
@@ -378,6 +381,7 @@ class Lowering:
             outputs=tuple(outputs),
             metrics=tuple(metrics),
             blocks=tuple(blocks),
+            functions=tuple(functions),
             span=self.span(name),
             path=self.file,
             text=self.text,

@@ -470,15 +470,15 @@ def plan(
         *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
         "answers from the response cache",
     ]
-    models = {node.model for node in graph.nodes.values()} | {role for role, n in calls.items() if n}
+    models = {node.model for node in graph.model_nodes} | {role for role, n in calls.items() if n}
     limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
     # prompt sizes: each node's longest forward prompt over a few training samples, node outputs as long as allowed
-    longest = dict.fromkeys(graph.nodes, 0)
+    longest = {node.name: 0 for node in graph.model_nodes}
     for sample in train[:5]:
         values = sample_inputs(graph, sample, mapping)
-        values.update({name: "word " * int(limits[node.model] or 256) for name, node in graph.nodes.items()})
-        for name, node in graph.nodes.items():
-            longest[name] = max(longest[name], len(node.render(values, graph.prompts)))
+        values.update({name: "word " * int(limits.get(node.model) or 256) for name, node in graph.nodes.items()})
+        for node in graph.model_nodes:
+            longest[node.name] = max(longest[node.name], len(node.render(values, graph.prompts)))
     widest = max(longest.values(), default=0)
 
     def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
@@ -493,9 +493,9 @@ def plan(
         (
             "forward",
             node.model,
-            usage(node.model, per_node, longest[name], node_shape(node.type, node.parse) is not None),
+            usage(node.model, per_node, longest[node.name], node_shape(node.type, node.parse) is not None),
         )
-        for name, node in graph.nodes.items()
+        for node in graph.model_nodes
     ]
     uses.append(("backward", "backward", usage("backward", calls["backward"], widest + 800)))
     uses.append(("optimizer", "optimizer", usage("optimizer", calls["optimizer"], errors * (widest + 400) + 1200)))

@@ -93,7 +93,7 @@ class Reply:
 def replies(graph: Graph) -> Iterator[Reply]:
     """Every shaped reply the graph's method reads: each typed node's, each backward question's (both
     gradient modes), each trainable param's optimizer reply."""
-    for node in graph.nodes.values():
+    for node in graph.model_nodes:
         shape = node_shape(node.type, node.parse)
         if shape is not None:
             yield Reply(node.model, f"node {node.name}", shape)

@@ -4,27 +4,35 @@ Every node of a sample is a task that awaits the tasks of its predecessors, so a
 node starts the moment its inputs are ready; many samples run at once and the
 LLM layer's semaphore bounds the calls in flight. A reply that cannot be parsed is
 recorded on the trace and scored wrong; it never stops a run.
+
+A function node calls its Python callable instead of a model, with its predecessors' values as keyword
+arguments (typed: a number as a number, JSON as what it reads). What it raises, a timeout, or a return value
+its type cannot hold is that sample's failure: its successors are not reached, and the sample is scored wrong
+(not lost: a step that made the function fail must count against that step).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import re
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from jinja2 import TemplateError
 
 from ..language.graph import Graph, GraphNode
 from ..language.metrics import parse_number
-from ..language.shapes import describe, first_json, node_shape, read_record
+from ..language.shapes import describe, first_json, node_shape, output_text, python_value, read_record
 from ..models.faults import Failure
 from ..models.llm import LLM, CallFailed
 from .tasks import together
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
+FUNCTION_FAILED, NOT_REACHED = "function failed", "not reached"  # a sample's failure, scored wrong (not lost)
 # "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
 LEADING_LABEL = re.compile(
     r"^[\s*_#>`]*(?:(?:the\s+)?(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
@@ -63,6 +71,11 @@ class NodeTrace:
     def lost(self) -> bool:
         """No reply at all: the call failed for good, the prompt did not render, or a predecessor was lost."""
         return self.error is not None and self.error.startswith((CALL_FAILED, NOT_RUN, NOT_RENDERED))
+
+    @property
+    def blocked(self) -> bool:
+        """No value for successors: a function failed, or this node was not reached because one did."""
+        return self.output is None and self.error is not None and self.error.startswith((FUNCTION_FAILED, NOT_REACHED))
 
     @property
     def value(self) -> str:
@@ -109,6 +122,8 @@ def shown(node: GraphNode, trace: NodeTrace) -> str:
     but a record as read from the reply, when it could be."""
     if node.type.kind == "record" and trace.output is not None:
         return trace.output
+    if trace.blocked:
+        return f"(no output: {trace.error})"
     return trace.reply.strip()
 
 
@@ -200,6 +215,46 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
     )
 
 
+async def run_function(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str, str]) -> NodeTrace:
+    """A function node: its callable on its predecessors' values, within its timeout; no model call."""
+    arguments = {name: python_value(graph.type_of(name), values[name]) for name in node.inputs}
+    shown = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False, default=str)}" for k, v in arguments.items())
+    call = f"{node.function}({shown})"  # what the trace shows as this node's prompt
+    function = graph.functions.get(node.function or "")
+    if function is None:
+        unloaded = f"{FUNCTION_FAILED}: '{node.function}' is not loaded (run the pipeline through sembp_dsl.load)"
+        return NodeTrace.without_reply(node.name, call, unloaded)
+    started = time.monotonic()
+    output: str | None = None
+    error: str | None = None
+    try:
+        result, raised = await asyncio.wait_for(call_function(function, arguments), node.timeout)
+    except TimeoutError:  # an async function is cancelled; a sync one keeps its thread until it returns, unheard
+        error = f"{FUNCTION_FAILED}: {node.function} took longer than its timeout of {node.timeout:g}s"
+    else:
+        if raised is not None:
+            error = f"{FUNCTION_FAILED}: {node.function} raised {type(raised).__name__}: {raised}"
+        else:
+            output, problem = output_text(node.type, result)
+            if problem is not None:
+                error = f"{FUNCTION_FAILED}: what {node.function} returned {problem}"
+    if error is not None:
+        llm.ledger.count("function failures")
+    return NodeTrace(node.name, call, output or "", output, error, 0, 0, time.monotonic() - started, False)
+
+
+async def call_function(function: Callable, arguments: Mapping[str, object]) -> tuple[object, BaseException | None]:
+    """What a callable returned, or what it raised: an async one is awaited on the loop, a sync one runs in a
+    thread, so a slow one holds up no other sample. sys.exit() in it is that call's failure, not the run's end."""
+    try:
+        if inspect.iscoroutinefunction(function):  # others that return an awaitable are awaited below
+            return await function(**arguments), None
+        result = await asyncio.to_thread(function, **arguments)
+        return (await result if inspect.isawaitable(result) else result), None
+    except (Exception, SystemExit) as exc:
+        return None, exc
+
+
 async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
     """Run one sample through the graph."""
     tasks: dict[str, asyncio.Task] = {}
@@ -214,7 +269,15 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
                 f"{NOT_RUN}: a predecessor's call failed",
                 next((t.failure for t in lost if t.failure), None),
             )
+        blocked = next((t for t in done if t.blocked), None)
+        if blocked is not None:  # a function failed before it: no value to run on, and the sample is wrong
+            cause = blocked.error or ""
+            return NodeTrace.without_reply(
+                node.name, "", cause if cause.startswith(NOT_REACHED) else f"{NOT_REACHED}: {cause}"
+            )
         values = {**inputs, **{t.node: t.value for t in done}}
+        if node.function is not None:
+            return await run_function(graph, llm, node, values)
         return await run_node(graph, llm, node, values)
 
     for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
