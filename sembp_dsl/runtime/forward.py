@@ -229,7 +229,7 @@ async def run_function(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[
     error: str | None = None
     try:
         result, raised = await asyncio.wait_for(call_function(function, arguments), node.timeout)
-    except asyncio.TimeoutError:  # an async function is cancelled; a sync one keeps its thread until it returns, unheard
+    except asyncio.TimeoutError:  # an async function is cancelled; a sync one runs on in its thread, unheard
         error = f"{FUNCTION_FAILED}: {node.function} took longer than its timeout of {node.timeout:g}s"
     else:
         if raised is not None:
