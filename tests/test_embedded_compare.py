@@ -7,12 +7,11 @@ nothing), not that one setting beats another.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import liar_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -23,8 +22,7 @@ pytestmark = [
 
 
 def test_compare_liar_through_the_embedded_model(tmp_path):
-    path = tmp_path / "liar.sbp"
-    shutil.copy(ROOT / "pipelines/liar.sbp", path)
+    path = liar_for_the_embedded_model(tmp_path)
     before = path.read_bytes()
     result = subprocess.run(
         [

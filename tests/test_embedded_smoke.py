@@ -7,12 +7,11 @@ valid files behind, not that it learns.
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import liar_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -28,8 +27,9 @@ def sbpc(*args, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
-def test_eval_liar_through_the_embedded_model():
-    result = sbpc("eval", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", "--limit", "2", "--json")
+def test_eval_liar_through_the_embedded_model(tmp_path):
+    path = liar_for_the_embedded_model(tmp_path)
+    result = sbpc("eval", str(path), "--data", "liar", "--limit", "2", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["scored"] == 2 and 0 <= report["correct"] <= 2
@@ -38,8 +38,7 @@ def test_eval_liar_through_the_embedded_model():
 
 
 def test_optimize_liar_through_the_embedded_model(tmp_path):
-    path = tmp_path / "liar.sbp"
-    shutil.copy(ROOT / "pipelines/liar.sbp", path)
+    path = liar_for_the_embedded_model(tmp_path)
     result = sbpc(
         "optimize",
         str(path),
