@@ -737,6 +737,8 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell without job control starts background jobs with Ctrl-C ignored, and children inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     start = time.time()
     while fake_llm.requests == 0 and proc.poll() is None and time.time() < start + 60:
