@@ -39,6 +39,7 @@ _HOMES = {
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "WriteBackError": "language.writeback",
+    "DemosError": "language.demos",
     "SettingError": "language.method",
     "SettingTypeError": "language.method",
 }
@@ -48,6 +49,7 @@ __all__ = [
     "CallFailed",
     "Data",
     "DataError",
+    "DemosError",
     "Evaluation",
     "InputError",
     "LLMError",
@@ -69,6 +71,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
+    from .language.demos import DemosError
     from .language.diagnostics import PipelineError
     from .language.method import Method, SettingError, SettingTypeError
     from .language.writeback import WriteBackError

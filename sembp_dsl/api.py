@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .errors import SbpcError
+from .language.demos import DemosError, checked, from_text
+from .language.demos import as_text as demos_text
 from .language.diagnostics import Option, PipelineError, did_you_mean, url_problem
 from .language.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.method import SIZES, Method, SettingError
@@ -272,24 +274,50 @@ class Pipeline:
 
     @property
     def prompts(self) -> Mapping[str, str]:
-        """The current text of every prompt parameter."""
+        """The current text of every prompt parameter (of a demos param, its examples as a JSON list)."""
         return self.graph.prompts
+
+    @property
+    def demos(self) -> Mapping[str, list[dict[str, str]]]:
+        """The current examples of every demos param a node shows, each a dict of the node's inputs and output."""
+        return {name: [dict(e) for e in from_text(self.graph.prompts[name])] for name in self.graph.demos}
 
     @property
     def inputs(self) -> tuple[str, ...]:
         return tuple(i.name for i in self.graph.inputs)
 
-    def with_prompts(self, prompts: Mapping[str, str]) -> Pipeline:
-        """The same pipeline (models, cache, ledger) with other prompt texts."""
+    def with_prompts(self, prompts: Mapping[str, str | Sequence[Mapping[str, str]]]) -> Pipeline:
+        """The same pipeline (models, cache, ledger) with other prompt texts; a demos param takes a list of
+        examples (each a dict of its node's inputs and output) or that list as JSON text. DemosError (a
+        ValueError) for examples that are not its node's."""
+        texts = {}
         for name, text in prompts.items():
             if name not in self.graph.prompts:
                 raise ValueError(
                     f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
                     f"(params: {', '.join(self.graph.prompts)})"
                 )
-            if not isinstance(text, str):
+            if name in self.graph.demos:
+                texts[name] = self._demos_text(name, text)
+            elif not isinstance(text, str):
                 raise TypeError(f"param '{name}' must be text, got {type(text).__name__}")
-        return self._sibling(self.graph.with_prompts(prompts))
+            else:
+                texts[name] = text
+        return self._sibling(self.graph.with_prompts(texts))
+
+    def _demos_text(self, name: str, value: str | Sequence[Mapping[str, str]]) -> str:
+        """A demos param's new value as the graph holds it, once its examples are checked against its node."""
+        spec = self.graph.demos[name]
+        examples = from_text(value) if isinstance(value, str) else checked(value)
+        if len(examples) > spec.max:
+            raise DemosError(f"demos '{name}' may hold at most {spec.max} examples, not {len(examples)}")
+        keys = [*self.graph.nodes[spec.node].inputs, spec.node]
+        for index, example in enumerate(examples, start=1):
+            if sorted(example) != sorted(keys):
+                raise DemosError(
+                    f"example {index} of demos '{name}' must give {', '.join(keys)}, not {', '.join(example) or 'nothing'}"
+                )
+        return demos_text(examples)
 
     def _sibling(self, graph: Graph) -> Pipeline:
         twin = Pipeline.__new__(Pipeline)
@@ -526,7 +554,7 @@ class Pipeline:
                     f": no param '{name}'{did_you_mean(name, self.graph.prompts)} "
                     f"(params: {', '.join(self.graph.prompts)})",
                 )
-            if name not in self.graph.trainable:
+            if name not in self.graph.trainable and name not in self.graph.trainable_demos:
                 raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
         return method
 

@@ -467,6 +467,59 @@ def _semantic_cases() -> list[tuple[str, str]]:
     return out
 
 
+HELPER = "node helper: text { prompt = ask }"
+DEMOS_SBP = {  # name -> (what replaces HELPER, or a pair (old, new)); a name with a code reports that code
+    "demos_E090": "node helper: text { prompt = ask  demos = shots }",
+    "demos_E090_text_param": "node helper: text { prompt = ask  demos = style }",
+    "demos_E091": ("template = t }", "template = t  demos = shots }\ndemos shots = []"),
+    "demos_E093": ('param style = "Be brief."', "demos style = []"),
+    "demos_E093_template": ("template = t }", 'template = "{{ shots }}" }\ndemos shots = []'),
+    "demos_E094": "demos s = []\nnode helper: text { prompt = ask  demos = s }\nnode h2: text { demos = s }",
+    "demos_E095": "demos s max 0 = []\nnode helper: text { prompt = ask  demos = s }",
+    "demos_E095_float": "demos s max 2.5 = []\nnode helper: text { prompt = ask  demos = s }",
+    "demos_E095_huge": "demos s max 1e999 = []\nnode helper: text { prompt = ask  demos = s }",
+    "demos_E096": 'demos s = [{q: "x", ctx: "y", helpr: "z"}]\nnode helper: text { prompt = ask  demos = s }',
+    "demos_E097": 'demos s = [{q: "x"}, {}]\nnode helper: text { prompt = ask  demos = s }',
+    "demos_E098": 'demos s = [{q: "x", q: "y", ctx: "c", helper: "h"}]\nnode helper: text { prompt = ask  demos = s }',
+    "demos_E099": 'demos s max 1 = [{q: "x", ctx: "c", helper: "h"}, {q: "y", ctx: "d", helper: "i"}]\n' + HELPER,
+    "demos_W011": 'frozen demos s max 1 = [{q: "x", ctx: "c", helper: "h"}]\n'
+    "node helper: text { prompt = ask  demos = s }",
+    "demos_W012": "frozen demos s = []\nnode helper: text { prompt = ask  demos = s }",
+    "demos_E052_field": (
+        "template = t }",
+        'template = "{% for e in s %}{{ e.nope }}{% endfor %}{{ q }}{{ ctx }}{{ reply }}"  demos = s }\ndemos s = []',
+    ),
+    "demos_number_value": "demos s = [{q: 1}]\nnode helper: text { prompt = ask  demos = s }",
+    "demos_unclosed": "demos s = [\n" + HELPER,
+    "demos_no_colon": 'demos s = [{q "x"}]\n' + HELPER,
+    "demos_no_name": "demos = []\n" + HELPER,
+    "demos_max_no_number": "demos s max = []\n" + HELPER,
+    "demos_max_string": 'frozen demos s max "3" = []\n' + HELPER,
+    "demos_nested": 'demos s = [[{q: "x"}]]\n' + HELPER,
+    "demos_many": "demos s max 1 = [" + '{q: "x", ctx: "y", helper: "z"},' * 5000 + "]\n"
+    "node helper: text { prompt = ask  demos = s }",
+}
+DEMOS_YAML = {
+    "demos_yaml_number": "ask: {demos: [{q: 3}]}",
+    "demos_yaml_not_list": "ask: {demos: x}",
+    "demos_yaml_max_text": "ask: {demos: [], max: three}",
+    "demos_yaml_text_too": "ask: {demos: [], text: x}",
+    "demos_yaml_list_item": "ask: {demos: [x, [y]]}",
+    "demos_yaml_E093": "ask: {demos: [], max: -1}",
+}
+
+
+def _demos_cases() -> list[tuple[str, str]]:
+    out = []
+    for name, change in DEMOS_SBP.items():
+        old, new = change if isinstance(change, tuple) else (HELPER, change)
+        assert old in SBP, old
+        out.append((f"{name}.sbp", SBP.replace(old, new, 1)))
+    for name, change in DEMOS_YAML.items():
+        out.append((f"{name}.yaml", YAML.replace("ask: Answer the question.", change)))
+    return out
+
+
 def corpus() -> list[tuple[str, bytes]]:
     """Every bad file, as (name, bytes); names are unique."""
     files: list[tuple[str, bytes | str]] = [
@@ -477,6 +530,7 @@ def corpus() -> list[tuple[str, bytes]]:
         *_byte_cases(),
         *_syntax_cases(),
         *_semantic_cases(),
+        *_demos_cases(),
     ]
     out = [(name, data if isinstance(data, bytes) else data.encode("utf-8", "surrogatepass")) for name, data in files]
     assert len({name for name, _ in out}) == len(out), "corpus names must be unique"

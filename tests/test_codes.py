@@ -104,6 +104,25 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     ),
     "E083": ("p.sbp", "<symlink out>"),
     "E084": ("p.sbp", "<run: no such function>"),
+    "E090": ("p.sbp", HEADER + "node a: text { demos = shots }\nq -> a\noutput a\n"),
+    "E091": ("p.sbp", HEADER + 'demos s = []\nnode a: text { template = "{{ q }}"  demos = s }\nq -> a\noutput a\n'),
+    "E092": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f"\ndemos s = []\nnode a: json { function = f  demos = s }\nq -> a\noutput a\n',
+    ),
+    "E093": ("p.sbp", HEADER + "demos s = []\nnode a: text { prompt = s }\nq -> a\noutput a\n"),
+    "E094": (
+        "p.sbp",
+        HEADER + "demos s = []\nnode a: text { demos = s }\nnode b: text { demos = s }\nq -> a, b\noutput a\n",
+    ),
+    "E095": ("p.sbp", HEADER + "demos s max 0 = []\nnode a: text { demos = s }\nq -> a\noutput a\n"),
+    "E096": ("p.sbp", HEADER + 'demos s = [{q: "x", a: "y", z: "w"}]\nnode a: text { demos = s }\nq -> a\noutput a\n'),
+    "E097": ("p.sbp", HEADER + 'demos s = [{q: "x"}]\nnode a: text { demos = s }\nq -> a\noutput a\n'),
+    "E098": ("p.sbp", HEADER + 'demos s = [{q: "x", q: "z", a: "y"}]\nnode a: text { demos = s }\nq -> a\noutput a\n'),
+    "E099": (
+        "p.sbp",
+        HEADER + 'demos s max 1 = [{q: "x", a: "y"}, {q: "z", a: "w"}]\nnode a: text { demos = s }\nq -> a\noutput a\n',
+    ),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -117,6 +136,11 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
     "W009": ("p.sbp", HEADER + 'function shell = "os:system"\nnode a: text { function = shell }\nq -> a\noutput a\n'),
     "W010": ("p.sbp", HEADER + 'function f = "tools:f"\n' + OK),
+    "W011": (
+        "p.sbp",
+        HEADER + 'frozen demos s max 2 = [{q: "x", a: "y"}]\nnode a: text { demos = s }\nq -> a\noutput a\n',
+    ),
+    "W012": ("p.sbp", HEADER + "frozen demos s = []\nnode a: text { demos = s }\nq -> a\noutput a\n"),
 }
 FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
 AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call

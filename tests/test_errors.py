@@ -62,7 +62,7 @@ def test_errors_keep_the_bases_callers_rely_on():
 def test_every_error_a_public_method_raises_is_exported_and_documented():
     raised = ["InputError", "PipelineClosed", "CacheError", "RecordError", "ResumeError", "WriteBackError"]
     raised += ["PipelineError", "LLMError", "CallFailed", "BudgetExceeded", "DataError", "SbpcError"]
-    raised += ["SettingError", "SettingTypeError"]
+    raised += ["SettingError", "SettingTypeError", "DemosError"]
     docs = (ROOT / "docs" / "python.md").read_text()
     for name in raised:
         assert name in sbp.__all__, name

@@ -16,6 +16,7 @@ from typing import NamedTuple
 
 from . import ir
 from .callables import parse_target
+from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
 from .metrics import METRICS
@@ -34,6 +35,7 @@ RESERVED = {
     "pipeline",
     "input",
     "param",
+    "demos",
     "frozen",
     "template",
     "function",
@@ -48,7 +50,14 @@ MODEL_ROLES = ("forward", "backward", "optimizer")
 
 # Allowed settings: key -> accepted Python types, or the tuple of allowed names.
 NUMBER = (int, float)
-NODE_SETTINGS = {"prompt": (str,), "template": (str,), "parse": ("reply", "tag"), "model": (str,), "system": (str,)}
+NODE_SETTINGS = {
+    "prompt": (str,),
+    "template": (str,),
+    "parse": ("reply", "tag"),
+    "model": (str,),
+    "system": (str,),
+    "demos": (str,),
+}
 FUNCTION_NODE_SETTINGS = {"function": (str,), "timeout": NUMBER}  # a function node sends no prompt
 MODEL_SETTINGS = {
     "name": (str,),
@@ -100,13 +109,20 @@ class Analysis:
     order: tuple[str, ...]  # nodes, topologically sorted
     metric: str
     params: dict[str, NodeParams]  # node -> the params it uses
+    demos: dict[str, str]  # node -> its demos param (`demos = shots`)
 
 
 def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
-    """The Jinja2 source a node renders: a named template, an inline one, or the default."""
+    """The Jinja2 source a node renders: a named template, an inline one, or the default (which shows the
+    node's demos, when it has any, between its prompt and its inputs)."""
     setting = node.setting("template")
     if setting is None:
-        return DEFAULT_TEMPLATE
+        demos = node.setting("demos")
+        if demos is None or not isinstance(demos.value, str) or not IDENTIFIER.match(demos.value):
+            return DEFAULT_TEMPLATE
+        shots = demos.value
+        shown = f"{{{{ prompt }}}}{{% if {shots} %}}\n\n{{{{ {shots} }}}}{{% endif %}}"
+        return DEFAULT_TEMPLATE.replace("{{ prompt }}", shown, 1)
     named = {t.name: t.text for t in pipeline.templates}
     return named.get(str(setting.value), str(setting.value))
 
@@ -152,6 +168,7 @@ class Context:
         self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
         self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
         self.node_params: dict[str, NodeParams] = {}
+        self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -249,6 +266,7 @@ def check_node(cx: Context, node: ir.Node) -> None:
         cx.report(
             "E022", prompt.value_span, f"undefined param '{prompt.value}'", help=suggestion(prompt.value, cx.params)
         )
+    check_node_demos(cx, node)
     template = node.setting("template")
     if template is not None and isinstance(template.value, str):
         if IDENTIFIER.match(template.value) and template.value not in cx.templates:
@@ -281,7 +299,14 @@ def check_node(cx: Context, node: ir.Node) -> None:
 def check_function_node(cx: Context, node: ir.Node) -> None:
     """A node that calls Python: it names a declared function and takes none of a model node's settings."""
     for s in node.settings:
-        if s.key in NODE_SETTINGS:
+        if s.key == "demos":
+            cx.report(
+                "E092",
+                s.span,
+                f"node '{node.name}' calls a function, not a model: no prompt shows its demos",
+                help="give the demos to the node that reads the function's output",
+            )
+        elif s.key in NODE_SETTINGS:
             cx.report(
                 "E082",
                 s.span,
@@ -309,6 +334,34 @@ def check_functions(cx: Context) -> None:
         target = parse_target(function.target)
         if isinstance(target, str):
             cx.report("E080", function.literal, target)
+def check_node_demos(cx: Context, node: ir.Node) -> None:
+    """`demos = NAME` names a demos param (a function node's is E092, in check_function_node); a demos param is
+    no prompt."""
+    for key in ("prompt", "system"):
+        setting = node.setting(key)
+        param = cx.params.get(setting.value) if setting is not None and isinstance(setting.value, str) else None
+        if setting is not None and param is not None and param.is_demos:
+            cx.report(
+                "E093",
+                setting.value_span,
+                f"'{param.name}' is a demos param: it holds examples, not a {key}",
+                help=f"give the node `demos = {param.name}` and show them with {{{{ {param.name} }}}} in its template",
+            )
+            cx.tainted.add(node.name)
+    setting = node.setting("demos")
+    if setting is None or not isinstance(setting.value, str):
+        return
+    param = cx.params.get(setting.value)
+    if param is None or not param.is_demos:
+        demos = [name for name, p in cx.params.items() if p.is_demos]
+        what = (
+            f"'{setting.value}' is a text param, not a demos param"
+            if param
+            else f"undefined demos param '{setting.value}'"
+        )
+        cx.report("E090", setting.value_span, what, help=suggestion(setting.value, demos))
+        return
+    cx.demos[node.name] = param.name
 
 
 def check_type(cx: Context, type_: ir.OutputType) -> None:
@@ -659,10 +712,12 @@ def template_variables(
     what: str = "",
     builtin: bool = False,
     params: Set[str] = frozenset(),
+    demos: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
 ) -> frozenset | None:
     """The variables a template reads, after reporting its syntax errors, every name outside `allowed` and
     `params` (`misuse`: the code and the message for such a name) and every field of a record output it
-    misnames; then, when all it reads is there, whether it renders at all."""
+    misnames; then, when all it reads is there, whether it renders at all (`demos`: each demos param it may
+    read, with the fields of its examples)."""
     try:
         used = variables(text)
     except TemplateProblem as exc:
@@ -678,7 +733,8 @@ def template_variables(
         return used
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
-        failure, certain = trial_render(text, used, builtin, records)
+        shown = frozenset((name, keys) for name, keys in demos if name in used)
+        failure, certain = trial_render(text, used, builtin, records, shown)
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -721,7 +777,10 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
         label = f"template '{of_system.name}'" if of_system else "the system message"
         source = system_source(cx.p, node) or ""
         sources.append((source, of_system.literal if of_system else system.value_span, label, True))
+    own = cx.demos.get(node.name)
+    shapes = frozenset({(own, (*received, node.name))} if own else ())
     found: list[frozenset[str]] = []
+    shown = False
     for text, literal, label, explicit in sources:
 
         def misuse(name: str, label: str = label) -> str:
@@ -730,15 +789,33 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
                 f" (it receives: {', '.join(received) or 'nothing'})"
             )
 
-        used = template_variables(cx, text, literal, allowed, ("E053", misuse), params=cx.params.keys())
+        used = template_variables(cx, text, literal, allowed, ("E053", misuse), params=cx.params.keys(), demos=shapes)
         if used is None:
             return
+        for name in sorted(n for n in used - allowed if n in cx.params and cx.params[n].is_demos):
+            if name == own:
+                shown = True
+                continue
+            cx.report(
+                "E093",
+                cx.locate(literal, name),
+                f"{label} shows the demos '{name}', but node '{node.name}' does not have them",
+                help=f"add `demos = {name}` to node '{node.name}'",
+            )
         for name in sorted(n for n in used & allowed if n in cx.params and n not in ("prompt", "inputs")):
             where = cx.locate(literal, name)
             cx.report("E078", where, f"'{name}' is both a param and an input of node '{node.name}'", help="rename one")
         if explicit and "prompt" in used and prompt is None:
             cx.report("E054", node.span, f"node '{node.name}' has no prompt, but {label} uses '{{{{ prompt }}}}'")
-        found.append(frozenset(n for n in used - allowed if n in cx.params))
+        found.append(frozenset(n for n in used - allowed if n in cx.params and not cx.params[n].is_demos))
+    if own is not None and not shown:
+        where = setting.value_span if setting is not None else node.span
+        cx.report(
+            "E091",
+            where,
+            f"node '{node.name}' has the demos '{own}', but its template never shows them",
+            help=f"put {{{{ {own} }}}} in the template where the examples belong",
+        )
     named_params = [  # params each source names, in the order it names them
         tuple(name for name in reads(text).order if name in params) if params else ()
         for (text, *_), params in zip(sources, found)
@@ -773,6 +850,87 @@ def check_param(cx: Context, param: ir.Param, node: ir.Node, allowed: frozenset[
         ("E055", lambda name: f"param '{param.name}' uses '{name}', which node '{node.name}' does not receive"),
         what=f" in param '{param.name}'",
     )
+
+
+def check_demos(cx: Context, predecessors: dict[str, tuple[str, ...]]) -> None:
+    """Each demos param: its `max` a positive whole number its examples fit in, one node to show it, and
+    every example that node's inputs and output by name, each once."""
+    owners: dict[str, list[str]] = {}
+    for node, name in cx.demos.items():
+        owners.setdefault(name, []).append(node)
+    for param in cx.params.values():
+        if not param.is_demos:
+            continue
+        most = check_max(cx, param)
+        count = len(param.demos or ())
+        if most is not None and count > most:
+            cx.report(
+                "E099",
+                param.literal,
+                f"demos '{param.name}' holds {count} examples, more than its max {most}",
+                help=f"remove {count - most}, or raise max",
+            )
+        if param.frozen and not count:
+            cx.report("W012", param.span, f"frozen demos '{param.name}' has no examples: its node is shown none")
+        nodes = owners.get(param.name, [])
+        for extra in nodes[1:]:
+            cx.report(
+                "E094",
+                next(n for n in cx.p.nodes if n.name == extra).setting("demos").span,  # type: ignore[union-attr]
+                f"demos '{param.name}' is already node '{nodes[0]}''s: a demos param belongs to one node",
+                help="declare another demos param for this node",
+            )
+        if nodes and nodes[0] not in cx.tainted:
+            keys = (*predecessors.get(nodes[0], ()), nodes[0])
+            for index, example in enumerate(param.demos or (), start=1):
+                check_example(cx, param, index, example, nodes[0], keys)
+
+
+def check_max(cx: Context, param: ir.Param) -> int | None:
+    """A demos param's `max` (demos.limit), reported when it is no whole number of 1 or more, or bounds only
+    hand-written examples."""
+    value = limit(param)
+    if param.max is not None and value is None:
+        cx.report(
+            "E095", param.max.value_span, f"max must be a whole number of examples, 1 or more, not {param.max.value!r}"
+        )
+    elif param.max is not None and param.frozen:
+        cx.report(
+            "W011",
+            param.max.span,
+            f"demos '{param.name}' is frozen: the optimizer picks no examples for it, so its max only bounds yours",
+        )
+    return value
+
+
+def check_example(cx: Context, param: ir.Param, index: int, example: ir.Example, node: str, keys: tuple) -> None:
+    seen: dict[str, ir.Setting] = {}
+    for field in example.fields:
+        if field.key in seen:
+            cx.report(
+                "E098",
+                field.span,
+                f"example {index} of demos '{param.name}' gives '{field.key}' twice",
+                notes=[first_here(seen[field.key].span)],
+            )
+            continue
+        seen[field.key] = field
+        if field.key not in keys:
+            cx.report(
+                "E096",
+                field.span,
+                f"example {index} of demos '{param.name}' gives '{field.key}', which node '{node}' neither receives "
+                "nor answers",
+                help=suggestion(field.key, keys) or f"its examples give {', '.join(keys)}",
+            )
+    missing = [key for key in keys if key not in seen]
+    if missing:
+        cx.report(
+            "E097",
+            example.span,
+            f"example {index} of demos '{param.name}' lacks {', '.join(repr(k) for k in missing)}",
+            help=f"an example of node '{node}' gives each of its inputs and its output: {', '.join(keys)}",
+        )
 
 
 def check_builtin_overrides(cx: Context) -> None:
@@ -832,7 +990,7 @@ def names_read(text: str) -> frozenset[str]:
 
 
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
-    used_params = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system") if (s := n.setting(key))}
+    used_params = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system", "demos") if (s := n.setting(key))}
     used_params.update(name for uses in cx.node_params.values() for name in uses.instruction + uses.system)
     for node in cx.p.nodes:  # a node left unchecked may still name params: no warning that would only guess
         if node.name not in cx.node_params:
@@ -880,8 +1038,9 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     for node in pipeline.nodes:
         if node.name not in cx.tainted and node.setting("function") is None:  # a function node renders nothing
             check_template_variables(cx, node, predecessors.get(node.name, ()))
+    check_demos(cx, predecessors)
     check_builtin_overrides(cx)
     check_models(cx)
     warn_unused(cx, predecessors, successors, output)
     warn_format_in_trainable(cx, output)
-    return Analysis(predecessors, successors, order, metric, cx.node_params), cx.diagnostics
+    return Analysis(predecessors, successors, order, metric, cx.node_params, cx.demos), cx.diagnostics

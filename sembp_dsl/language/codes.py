@@ -4,7 +4,7 @@ Codes never change meaning once published: `E0xx` are errors (the file cannot be
 A new check takes a new code; a check that goes away leaves its code unused. The ranges group the stages:
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
-record outputs, E08x function nodes (Python code in the graph); W00x warnings.
+record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params); W0xx warnings.
 """
 
 from __future__ import annotations
@@ -618,6 +618,87 @@ _CODES = [
         "name cannot be called. The message says which, with the exception the import raised.",
         'function search = "tools:serach"     # sbpc run p.sbp',
         'function search = "tools:search"',
+    # E09x: demonstrations (demos params)
+    Code(
+        "E090",
+        "not a demos param",
+        "A node's `demos = NAME` must name a demos param (`demos NAME = [...]`): the examples shown to it.\n"
+        "The name is undefined, or it is a text param.",
+        'param shots = "Q: 1+1 A: 2"\nnode answer: text { demos = shots }',
+        "demos shots max 3 = []\nnode answer: text { demos = shots }",
+    ),
+    Code(
+        "E091",
+        "demos never shown",
+        "The node has demos, but its template (and its system message) never names them, so no example\n"
+        "would reach the model. Put `{{ NAME }}` where the examples belong (or loop over them:\n"
+        "`{% for ex in NAME %}...{{ ex.question }}...{% endfor %}`). A node without a template shows them\n"
+        "between its prompt and its inputs.",
+        'template t = "{{ prompt }}\nQuestion: {{ question }}"\nnode answer: text { prompt = task  template = t  demos = shots }',
+        'template t = "{{ prompt }}\n{{ shots }}\nQuestion: {{ question }}"\n'
+        "node answer: text { prompt = task  template = t  demos = shots }",
+    ),
+    Code(
+        "E092",
+        "demos on a function node",
+        "A function node calls Python, not a model: there is no prompt to show examples in. Give the demos\n"
+        "to the node that reads the function's output.",
+        "node passages: json { function = search  demos = shots }",
+        "node passages: json { function = search }\nnode answer: text { prompt = task  demos = shots }",
+    ),
+    Code(
+        "E093",
+        "demos used as text",
+        "A demos param holds examples, not text: it cannot be a node's `prompt` or `system`, and a template\n"
+        "may show only the demos of its own node (`demos = NAME`), whose inputs and output they are.",
+        "node answer: text { prompt = shots }",
+        "node answer: text { prompt = task  demos = shots }",
+    ),
+    Code(
+        "E094",
+        "demos shared by two nodes",
+        "The examples of a demos param are one node's inputs and output, and the optimizer picks them from\n"
+        "what that node saw and answered; so a demos param belongs to one node. Declare one for each.",
+        "node a: text { demos = shots }\nnode b: text { demos = shots }",
+        "node a: text { demos = shots_a }\nnode b: text { demos = shots_b }",
+    ),
+    Code(
+        "E095",
+        "bad demos max",
+        "`max` is how many examples the optimizer may put in a demos param: a whole number, 1 or more.",
+        "demos shots max 0 = []",
+        "demos shots max 3 = []",
+    ),
+    Code(
+        "E096",
+        "example gives an unknown field",
+        "An example gives a field its node neither receives nor answers. An example of node `answer` fed by\n"
+        "`question` gives `question` and `answer`, exactly.",
+        'demos shots = [{qestion: "1+1?", answer: "2"}]',
+        'demos shots = [{question: "1+1?", answer: "2"}]',
+    ),
+    Code(
+        "E097",
+        "example lacks a field",
+        "An example must give each input of its node and the node's output (the node's name), so the\n"
+        "model sees a whole case: what came in and what came out.",
+        'demos shots = [{question: "1+1?"}]',
+        'demos shots = [{question: "1+1?", answer: "2"}]',
+    ),
+    Code(
+        "E098",
+        "example gives a field twice",
+        "An example gives the same field twice; a `note:` points at the first.",
+        'demos shots = [{question: "1+1?", answer: "2", answer: "3"}]',
+        'demos shots = [{question: "1+1?", answer: "2"}]',
+    ),
+    Code(
+        "E099",
+        "more examples than max",
+        "A demos param holds more examples than its `max` (4 when a trainable one sets none), so it could\n"
+        "never be written back as it is.",
+        'demos shots max 1 = [{question: "1+1?", answer: "2"}, {question: "2+2?", answer: "4"}]',
+        'demos shots max 2 = [{question: "1+1?", answer: "2"}, {question: "2+2?", answer: "4"}]',
     ),
     # W00x: warnings
     Code(
@@ -695,6 +776,19 @@ _CODES = [
         "No node names this function (`function = NAME`), so it is never imported nor called.",
         'function search = "tools:search"',
         "node passages: json { function = search }     # or delete the declaration",
+        "W011",
+        "max on frozen demos",
+        "A frozen demos param keeps the examples written in the file; the optimizer picks none, so its\n"
+        "`max` only bounds the examples you wrote.",
+        "frozen demos shots max 3 = [...]",
+        "frozen demos shots = [...]     # or drop `frozen` to let the optimizer pick them",
+    ),
+    Code(
+        "W012",
+        "frozen demos without examples",
+        "A frozen demos param with no examples shows its node nothing, and the optimizer may not fill it.",
+        "frozen demos shots = []",
+        'frozen demos shots = [{question: "1+1?", answer: "2"}]     # or drop `frozen`',
     ),
 ]
 

@@ -29,6 +29,7 @@ from .checker import (
     Analysis,
     check,
 )
+from .demos import limit
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
@@ -45,8 +46,22 @@ REFERENCES = {
     "model": ("model",),
     "system": ("param", "template"),
     "function": ("function",),
+    "demos": ("param",),
 }
-KEYWORDS = ("input", "param", "frozen param", "template", "function", "node", "output", "metric", "model", "optimize")
+KEYWORDS = (
+    "input",
+    "param",
+    "frozen param",
+    "demos",
+    "frozen demos",
+    "template",
+    "function",
+    "node",
+    "output",
+    "metric",
+    "model",
+    "optimize",
+)
 TYPES = ("text", "number", "json", "choice()")
 SETTING_HELP = {
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
@@ -55,6 +70,7 @@ SETTING_HELP = {
     "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
     "system": "a param or template sent as the system message, rendered with the node's inputs",
     "function": "a declared function: the node calls it (its predecessors as keyword arguments) instead of a model",
+    "demos": "a demos param: examples of this node's inputs and output, shown where its template names it",
     "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
     "temperature": "sampling temperature, 0 to 2 (default 0)",
     "top_p": "nucleus sampling, 0 to 1",
@@ -145,6 +161,9 @@ class Document:
             add("node", node.name, node.span, True)
         for param in p.params:
             add("param", param.name, param.span, True)
+            for example in param.demos or ():  # an example's fields are its node's inputs and the node itself
+                for shown in example.fields:
+                    add("node", shown.key, shown.span)
         for template in p.templates:
             add("template", template.name, template.span, True)
         for function in p.functions:
@@ -309,6 +328,14 @@ class Document:
             if param is None:
                 return None
             analysis = self.analysis
+            if param.is_demos:
+                users = [n.name for n in p.nodes if (s := n.setting("demos")) and s.value == name]
+                head = f"{'frozen ' if param.frozen else ''}demos **{name}**" + (
+                    " (never changed by the optimizer)"
+                    if param.frozen
+                    else f" (the optimizer may pick up to {limit(param) or '?'} examples)"
+                )
+                return f"{head}: {len(param.demos or ())} examples\n\nused by: {', '.join(users) or 'no node'}"
             users = [
                 node
                 for node, uses in (analysis.params.items() if analysis else ())
@@ -490,7 +517,7 @@ class Document:
             return []
         if re.fullmatch(r"\s*\w*", line):  # a statement starts: a keyword, or the name an edge starts with
             return [Completion(k, "keyword") for k in KEYWORDS] + [Completion(n, kind) for n, kind in names["node"]]
-        declaration = re.match(r"\s*(node|input|param|frozen|template|function|pipeline)\b", line)
+        declaration = re.match(r"\s*(node|input|param|demos|frozen|template|function|pipeline)\b", line)
         if re.search(r"(->|,)\s*\w*$", line) and not declaration:
             return [Completion(n, kind) for n, kind in names["node"]]
         if re.match(r"\s*output\s+\w*$", line):

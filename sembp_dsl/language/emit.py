@@ -88,8 +88,8 @@ def emit_prompts(graph: Graph) -> str:
 def prompt_sections(graph: Graph) -> Iterator[str]:
     """Every prompt the method sends, rendered with `<name>` placeholders, one section at a time (a graph of
     thousands of edges has millions of them: `sbpc compile` prints each as it is made):
-    each node's forward prompt and backward questions, the loss feedback, and the optimizer's prompt for
-    every trainable param."""
+    each node's forward prompt and backward questions, the loss feedback, the optimizer's prompt for
+    every trainable param, and how each trainable demos param is filled."""
     values: dict = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
     for name, node in graph.nodes.items():
         if node.type.kind == "record":
@@ -121,6 +121,12 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
             "optimizer", node=user.name, param=param, prompt=prompt, examples=[example], max_chars=max_chars(prompt)
         )
         yield f"=== {param}: optimizer ===\n{optimizer}"
+    for name in graph.trainable_demos:
+        spec = graph.demos[name]
+        yield (
+            f"=== {name}: demos of {spec.node} ===\nno prompt: the optimizer picks up to {spec.max} examples from the "
+            f"training samples the pipeline answers right ({spec.node}'s inputs and answer on each)"
+        )
 
 
 def forward_sections(graph: Graph, node: GraphNode, values: dict) -> Iterator[str]:

@@ -12,6 +12,8 @@
   blocks in such a run line up in columns. A block stays on one line when it was written so and fits in
   WIDTH; one that does not becomes one setting per line, keys lined up. A statement longer than WIDTH
   breaks before each `->`, then after commas.
+- A demos list puts each example on a line of its own (`{question: "...", answer: "..."},`), or, when one does
+  not fit or holds a block string, each field of it (demos.layout: what write-back writes).
 - A statement with a comment inside it anywhere else is kept as written.
 
 What write-back writes (language/writeback.py) is already in this layout. The result is proved: it must
@@ -23,8 +25,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SbpcError
+from .demos import layout
 from .parser import parse
-from .syntax import Block, Comment, Source, Statement, Tok, is_punct, read
+from .syntax import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, read
 
 WIDTH = 100
 INDENT = "  "
@@ -80,6 +83,8 @@ class Printer:
     def shape(self, statement: Statement) -> Shape:
         if not self.regular(statement):
             return Shape(statement, None, "", [], self.text[statement.start : statement.end])
+        if statement.kind == "demos_decl":
+            return Shape(statement, None, "", [], self.demos(statement.tokens))
         block = statement.block
         if block is not None:
             head = self.join(statement.head)
@@ -142,6 +147,20 @@ class Printer:
         lines += self.before(block.close, INDENT, first=not written)
         lines.append("}")
         return "\n".join(lines)
+
+    def demos(self, tokens: tuple[Tok, ...]) -> str:
+        """`demos NAME max N =`, then its list as write-back writes one (demos.layout)."""
+        at = next(i for i, token in enumerate(tokens) if token.type == "LIST_OPEN")
+        rows: list[list] = []
+        key = ""
+        for token in tokens[at + 1 : -1]:
+            if is_punct(token, "{"):
+                rows.append([])
+            elif token.type == "NAME":
+                key = token.value
+            elif token.type in STRINGS:
+                rows[-1].append((key, lambda indent, raw=token: self.join([raw], indent)))
+        return f"{self.join(tokens[:at])} {layout(rows)}"
 
     def wrapped(self, tokens: tuple[Tok, ...]) -> str:
         """On one line when it fits; else broken before each `->`, and a part still too long after commas."""

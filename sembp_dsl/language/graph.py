@@ -15,10 +15,11 @@ from types import MappingProxyType
 
 from . import ir
 from .checker import MODEL_ROLES, check, system_source, template_source
+from .demos import as_text, examples, limit, shown
 from .diagnostics import Diagnostic, PipelineError
 from .method import Method
 from .shapes import as_record
-from .templates import BUILTIN, Record, builtin_source, compile_template, variables
+from .templates import BUILTIN, Record, builtin_source, compile_template, label, variables
 
 
 def max_chars(old: str) -> int:
@@ -34,11 +35,6 @@ DEFAULT_ROLE_SETTINGS: Mapping[str, Mapping[str, ir.Value]] = MappingProxyType(
         "optimizer": {"max_tokens": 1024},
     }
 )
-
-
-def label(name: str) -> str:
-    """`job_title` -> `Job title`: how an input is shown to a model by default."""
-    return name.replace("_", " ").capitalize()
 
 
 def describe(names: Sequence[str], values: Mapping[str, str]) -> str:
@@ -77,6 +73,7 @@ class GraphNode:
     records: Mapping[str, ir.OutputType] = field(default_factory=lambda: NO_RECORDS)
     function: str | None = None  # the function a function node calls (`function = search`); None: a model node
     timeout: float = DEFAULT_FUNCTION_TIMEOUT  # of a function node's call
+    demos: str | None = None  # its demos param (`demos = shots`): examples of its inputs and output
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -94,6 +91,8 @@ class GraphNode:
         for name in self.params:
             text = prompts.get(name, "")
             variables[name] = compile_template(text).render(inputs) if "{" in text else text
+        if self.demos is not None:
+            variables[self.demos] = shown(prompts.get(self.demos, "[]"))
         variables["prompt"] = variables[self.param] if self.param else ""
         return variables
 
@@ -119,6 +118,16 @@ class GraphNode:
 
 
 @dataclass(frozen=True)
+class DemosParam:
+    """A demos param and the node it shows examples to (and learns them from)."""
+
+    name: str
+    node: str
+    max: int  # the most examples the optimizer may pick
+    frozen: bool
+
+
+@dataclass(frozen=True)
 class Graph:
     pipeline: ir.Pipeline = field(repr=False)
     nodes: Mapping[str, GraphNode]  # in topological order
@@ -135,6 +144,8 @@ class Graph:
     output_field: str | None = None  # the field scored, of a record output (`output judge.verdict`)
     # the callables of function nodes, by declared name: bound at run time (runtime/code.py), never by compiling
     functions: Mapping[str, Callable] = field(default_factory=lambda: NO_FUNCTIONS, compare=False)
+    # the demos params nodes use; their values in `prompts` are their examples as JSON text (demos.as_text)
+    demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
 
     @property
     def task(self) -> str:
@@ -145,6 +156,11 @@ class Graph:
         """The type of what is scored: the output node's, or that of its field."""
         node = self.nodes[self.output]
         return node.type.field(self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
+
+    @property
+    def trainable_demos(self) -> tuple[str, ...]:
+        """The demos params the optimizer fills (not frozen), in declaration order."""
+        return tuple(name for name, d in self.demos.items() if not d.frozen)
 
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
         return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
@@ -276,6 +292,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
             records=MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS,
             function=str(function.value) if function else None,
             timeout=float(timeout.value) if timeout else DEFAULT_FUNCTION_TIMEOUT,
+            demos=analysis.demos.get(name),
         )
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
@@ -285,7 +302,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         nodes=MappingProxyType(nodes),
         output=output.node.name,
         inputs=pipeline.inputs,
-        prompts=MappingProxyType({p.name: p.text for p in pipeline.params}),
+        prompts=MappingProxyType({p.name: as_text(examples(p)) if p.is_demos else p.text for p in pipeline.params}),
         trainable=tuple(p.name for p in pipeline.params if not p.frozen and p.name in used),
         metric=analysis.metric,
         answer_field=output.field,
@@ -298,4 +315,16 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         ),
         warnings=tuple(diagnostics),
         output_field=output.record_field.name if output.record_field else None,
+        demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
     )
+
+
+def demos_params(pipeline: ir.Pipeline, used: Mapping[str, str]) -> dict[str, DemosParam]:
+    """Every demos param a node has, by name, in declaration order."""
+    node_of = {param: node for node, param in used.items()}
+    out = {}
+    for param in pipeline.params:
+        if param.name in node_of:
+            most = limit(param) or len(param.demos or ())  # frozen without a max: as many as it has
+            out[param.name] = DemosParam(param.name, node_of[param.name], most, param.frozen)
+    return out

@@ -95,14 +95,31 @@ class Input:
 
 
 @dataclass(frozen=True)
+class Example:
+    """One demonstration of a demos param: the values of its node's inputs and of its output, by name,
+    in the order written."""
+
+    fields: tuple[Setting, ...]
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
 class Param:
-    """A prompt parameter: the text the optimizer rewrites, unless frozen."""
+    """A prompt parameter: the text the optimizer rewrites, unless frozen. A demos param
+    (`demos shots max 3 = [...]`) holds examples instead of text: the optimizer picks them from
+    training samples the pipeline got right."""
 
     name: str
-    text: str
+    text: str  # "" for a demos param
     frozen: bool
+    demos: tuple[Example, ...] | None = optional(None)  # a demos param's examples; None: a text param
+    max: Setting | None = optional(None)  # `max 3`: how many examples the optimizer may pick
     span: Span = _span()
-    literal: Span = _span()  # exactly the string literal, for write-back
+    literal: Span = _span()  # exactly the string literal (a demos param: its list), for write-back
+
+    @property
+    def is_demos(self) -> bool:
+        return self.demos is not None
 
 
 @dataclass(frozen=True)

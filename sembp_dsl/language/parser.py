@@ -149,6 +149,31 @@ class Builder(Transformer):
         name, literal = children[-2:]
         return [("param", ir.Param(str(name), str(literal), frozen, span=self.span(name), literal=self.span(literal)))]
 
+    def demos_decl(self, children):
+        frozen = children[0].type == "FROZEN"
+        name, *rest = children[2:] if frozen else children[1:]  # after `demos`
+        limit = None
+        if rest[0].type == "MAX":
+            keyword, number, *rest = rest
+            limit = ir.Setting("max", self.value(number), span=self.span(keyword), value_span=self.span(number))
+        opened, *examples, closed = rest
+        start, end = self.span(opened), self.span(closed)
+        literal = ir.Span(self.file, start.line, start.column, end.end_line, end.end_column, start.start, end.end)
+        examples = [e if e.fields else replace(e, span=literal) for e in examples]  # `{}`: located at its list
+        param = ir.Param(str(name), "", frozen, tuple(examples), limit, span=self.span(name), literal=literal)
+        return [("param", param)]
+
+    def example(self, fields):
+        if not fields:
+            return ir.Example((), span=ir.Span(self.file, 1, 1, 1, 1, 0, 0))  # demos_decl puts it at its list
+        first, last = fields[0].span, fields[-1].value_span
+        span = ir.Span(self.file, first.line, first.column, last.end_line, last.end_column, first.start, last.end)
+        return ir.Example(tuple(fields), span=span)
+
+    def example_field(self, children):
+        key, value = children
+        return ir.Setting(str(key), str(value), span=self.span(key), value_span=self.span(value))
+
     def template_decl(self, children):
         name, literal = children
         return [("template", ir.Template(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
@@ -283,7 +308,7 @@ def _syntax_error(file: str, text: str, exc: UnexpectedInput) -> Diagnostic:
 # Where statements begin: a keyword outside strings and comments, or a name opening a line (edges, blocks).
 _SKIP = r'"""[\s\S]*?"""|"[^"\\\n]*(?:\\.[^"\\\n]*)*"|#[^\n]*'
 _STATEMENT_START = re.compile(
-    _SKIP + r"|(?<![\w.])(frozen|param|input|template|function|node|output|metric)\b"
+    _SKIP + r"|(?<![\w.])(frozen|param|demos|input|template|function|node|output|metric)\b"
     r"|^[ \t]*([A-Za-z_]\w*\s*(?:[,{]|->|\w+\s*\{))",
     re.M,
 )

@@ -337,6 +337,11 @@ def compile_template(source: str) -> BoundedTemplate:
     return ENV.from_string(source)  # type: ignore[return-value]  # the environment's template_class
 
 
+def label(name: str) -> str:
+    """`job_title` -> `Job title`: how an input is shown to a model by default."""
+    return name.replace("_", " ").capitalize()
+
+
 class Record:
     """A record output as templates read it: `{{ judge.verdict }}` is a field, `{{ judge }}` the JSON text.
 
@@ -360,6 +365,20 @@ class Record:
         return self.text
 
 
+class Demos(tuple):
+    """A demos param as templates read it: `{{ shots }}` is the examples as text ("Example 1:" then a
+    `Label: value` line per field), `{% for ex in shots %}` gives each one as a Record, `{{ ex.question }}` a
+    field."""
+
+    @classmethod
+    def of(cls, examples) -> Demos:
+        """From examples, each a mapping of field names to text."""
+        return cls(Record(dict(e), "\n".join(f"{label(key)}: {value}" for key, value in e.items())) for e in examples)
+
+    def __str__(self) -> str:
+        return "\n\n".join(f"Example {n}:\n{example}" for n, example in enumerate(self, start=1))
+
+
 # What the built-in templates are given, in shape: lists of records, not text.
 BUILTIN_SHAPES = {
     "hints": [{"name": "<hint>", "value": "<value>"}],
@@ -374,9 +393,10 @@ def trial_render(
     names: frozenset[str],
     builtin: bool = False,
     records: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
+    demos: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
 ) -> tuple[RenderError | None, bool]:
     """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
-    them, a record output's fields each a placeholder): the first failure, and whether it is certain: a limit
+    them, a record output's fields each a placeholder, a demos param one example of placeholders): the first failure, and whether it is certain: a limit
     with the first, or both failed (the template's own error, such as `{{ 1/0 }}`, or a built-in override
     reading a field its records never have)."""
     if "{" not in source:
@@ -387,6 +407,8 @@ def trial_render(
         values["inputs"] = [(name, placeholder.format(name)) for name in sorted(names - {"inputs", "prompt"})]
         for name, fields in records:
             values[name] = Record({f: placeholder.format(f"{name}.{f}") for f in fields}, placeholder.format(name))
+        for name, keys in demos:
+            values[name] = Demos.of([{key: placeholder.format(f"{name}.{key}") for key in keys}])
         if builtin:
             values.update({name: shape for name, shape in BUILTIN_SHAPES.items() if name in names})
         try:
@@ -410,6 +432,8 @@ __all__ = [
     "reads",
     "Reads",
     "Record",
+    "Demos",
+    "label",
     "compile_template",
     "trial_render",
     "TemplateSyntaxError",

@@ -14,11 +14,12 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from . import ir
+from .demos import DemosError, as_text, examples, from_text, layout
 from .diagnostics import Option, OptionError, PipelineError
 from .parser import decode_block_string
 from .source import parse_text, temporary
@@ -45,13 +46,53 @@ def _newline(source: str) -> str:
 
 def sbp_literal(text: str, source: str, param: ir.Param) -> str:
     """A .sbp string literal that decodes to exactly `text`: a block string when it spans lines."""
+    return sbp_string(text, _indent_of_line(source, param.literal.start), _newline(source))
+
+
+def sbp_string(text: str, indent: str, nl: str = "\n") -> str:
+    """A .sbp string literal that decodes to exactly `text`, on a line indented `indent`: a block string, its
+    lines indented under that line, when it spans lines."""
     if "\n" in text and '"""' not in text and "\r" not in text:
-        indent, nl = _indent_of_line(source, param.literal.start) + "  ", _newline(source)
-        body = nl.join(indent + line if line else "" for line in text.split("\n"))
-        literal = f'"""{nl}{body}{nl}{indent}"""'
+        inner = indent + "  "
+        body = nl.join(inner + line if line else "" for line in text.split("\n"))
+        literal = f'"""{nl}{body}{nl}{inner}"""'
         if decode_block_string(literal) == text:
             return literal
     return json.dumps(text, ensure_ascii=False)
+
+
+def sbp_demos(value: Sequence[Mapping[str, str]], source: str, param: ir.Param) -> str:
+    """A demos list for a .sbp file, laid out as `sbpc fmt` lays it out (demos.layout)."""
+    indent, nl = _indent_of_line(source, param.literal.start), _newline(source)
+    rows = [[(key, lambda at, text=text: sbp_string(text, at)) for key, text in example.items()] for example in value]
+    return nl.join(indent + line if line and n else line for n, line in enumerate(layout(rows).split("\n")))
+
+
+def yaml_demos(value: Sequence[Mapping[str, str]], source: str, param: ir.Param) -> tuple[int, str]:
+    """Where a demos list starts in a YAML file and the list to write there: a block list under its `demos:`
+    key, one example an item, a `|-` block for a value of several lines; a flow list (`[{...}]`) inside a
+    flow mapping."""
+    colon = source.rfind(":", 0, param.literal.start)
+    line_start = source.rfind("\n", 0, colon) + 1
+    if source[line_start:colon].strip() != "demos" or source[colon + 1 : param.literal.start].strip():
+        return param.literal.start, yaml_flow(value)
+    if not value:
+        return colon + 1, " []"
+    indent, nl = _indent_of_line(source, colon) + "  ", _newline(source)
+    lines = []
+    for example in value:
+        for n, (key, text) in enumerate(example.items()):
+            if "\n" in text and text == text.strip() and "\r" not in text:
+                body = [indent + "    " + line if line else "" for line in text.split("\n")]
+                scalar = nl.join(["|-", *body])
+            else:
+                scalar = yaml_quoted(text)
+            lines.append(f"{indent}{'- ' if n == 0 else '  '}{key}: {scalar}")
+    return colon + 1, nl + nl.join(lines)
+
+
+def yaml_flow(value: Sequence[Mapping[str, str]]) -> str:
+    return "[" + ", ".join("{" + ", ".join(f"{k}: {yaml_quoted(v)}" for k, v in e.items()) + "}" for e in value) + "]"
 
 
 def yaml_literal(text: str, source: str, param: ir.Param) -> str:
@@ -91,23 +132,60 @@ def yaml_quoted(text: str) -> str:
 _YAML_SHORT_ESCAPES = {"\n": "\\n", "\t": "\\t", "\r": "\\r", "\0": "\\0"}
 
 
+def value_of(param: ir.Param) -> str:
+    """A param's value as the graph holds it: its text, or its examples as JSON text."""
+    return as_text(examples(param)) if param.is_demos else param.text
+
+
+def updated(param: ir.Param, value: str) -> ir.Param:
+    """The param holding `value` (for a demos param, the examples in that JSON text), as a re-parse gives it."""
+    if not param.is_demos:
+        return replace(param, text=value)
+    where = param.span  # spans take no part in equality
+    shots = tuple(
+        ir.Example(tuple(ir.Setting(k, v, span=where, value_span=where) for k, v in e.items()), span=where)
+        for e in from_text(value)
+    )
+    return replace(param, demos=shots)
+
+
+def _literal(param: ir.Param, value: str, source: str, is_yaml: bool, plain: bool) -> tuple[int, str]:
+    """Where the new literal of a param starts (its old one's start, or before it), and the literal: a pretty one,
+    or (`plain`) a quoted one-liner."""
+    start = param.literal.start
+    if param.is_demos:
+        shots = from_text(value)
+        if is_yaml:
+            return (start, yaml_flow(shots)) if plain else yaml_demos(shots, source, param)
+        if plain:
+            return start, "[" + ", ".join(
+                "{" + ", ".join(f"{k}: {json.dumps(v)}" for k, v in e.items()) + "}" for e in shots
+            ) + "]"
+        return start, sbp_demos(shots, source, param)
+    if plain:
+        return start, yaml_quoted(value) if is_yaml else json.dumps(value, ensure_ascii=False)
+    return start, (yaml_literal if is_yaml else sbp_literal)(value, source, param)
+
+
 def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
-    """The pipeline's source with the given prompts replaced, and nothing else changed."""
+    """The pipeline's source with the given prompts (and demos) replaced, and nothing else changed."""
     source = pipeline.text
     is_yaml = pipeline.path.endswith(_YAML_KINDS)
-    changed = [p for p in pipeline.params if p.name in prompts and prompts[p.name] != p.text]
-    expected = replace(pipeline, params=tuple(replace(p, text=prompts.get(p.name, p.text)) for p in pipeline.params))
+    try:
+        changed = [p for p in pipeline.params if p.name in prompts and prompts[p.name] != value_of(p)]
+        names = {p.name for p in changed}
+        expected = replace(
+            pipeline, params=tuple(updated(p, prompts[p.name]) if p.name in names else p for p in pipeline.params)
+        )
+    except DemosError as exc:
+        raise WriteBackError(f"could not write the new demos: {exc}") from None
     for plain in (False, True):  # pretty literals first; quoted one-liners if those do not survive a re-parse
         new = source
         for param in sorted(changed, key=lambda p: p.literal.start, reverse=True):
-            text = prompts[param.name]
-            if plain:
-                literal = yaml_quoted(text) if is_yaml else json.dumps(text, ensure_ascii=False)
-            else:
-                literal = (yaml_literal if is_yaml else sbp_literal)(text, source, param)
-            region = source[param.literal.start : param.literal.end]
+            start, literal = _literal(param, prompts[param.name], source, is_yaml, plain)
+            region = source[start : param.literal.end]
             tail = region[len(region.rstrip()) :] if is_yaml else ""  # a YAML block scalar owns its line break
-            new = new[: param.literal.start] + literal + tail + new[param.literal.end :]
+            new = new[:start] + literal + tail + new[param.literal.end :]
         try:
             if parse_text(new, pipeline.path) == expected:
                 return new

@@ -284,6 +284,22 @@ class Lowering:
             )
         return ir.OutputType(match.group(1), choices, span=self.span(node))
 
+    def demos(self, key: yaml.Node, value: yaml.MappingNode, fields: dict, frozen: bool) -> ir.Param:
+        """`shots: {demos: [{question: ..., answer: ...}], max: 3}`: a demos param, its examples located."""
+        listed = fields["demos"]
+        examples = tuple(
+            ir.Example(
+                tuple(ir.Setting(k.value, v.value, span=self.span(k), value_span=self.span(v)) for k, v in item.value),
+                span=self.span(item),
+            )
+            for item in listed.value
+        )
+        limit = next(((k, v) for k, v in value.value if k.value == "max"), None)
+        most = None
+        if limit is not None:
+            most = ir.Setting("max", self.scalar(limit[1]), span=self.span(limit[0]), value_span=self.span(limit[1]))
+        return ir.Param(key.value, "", frozen, examples, most, span=self.span(key), literal=self.span(listed))
+
     def edges(self, node: yaml.ScalarNode) -> list[ir.Edge]:
         """`a, b -> c` in a YAML string, each name located inside the scalar when it is plain."""
         text = node.value
@@ -335,6 +351,9 @@ class Lowering:
         for key, value in items("params"):
             fields = {k.value: v for k, v in value.value} if isinstance(value, yaml.MappingNode) else {"text": value}
             frozen = "frozen" in fields and self.scalar(fields["frozen"]) is True
+            if "demos" in fields:
+                params.append(self.demos(key, value, fields, frozen))
+                continue
             text = fields["text"]
             params.append(ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text)))
         templates = [

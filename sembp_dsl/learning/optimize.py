@@ -37,6 +37,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, evaluate, sample_inputs
 from ..runtime.tasks import together
 from .backward import backward, backward_calls, feedback_wanted
+from .bootstrap import DemosCandidate, propose_demos
 from .descent import Candidate, propose
 from .gate import Gate
 from .stats import wins_needed
@@ -192,41 +193,58 @@ class Optimizer:
         iteration.reused = known is not None
         failures = [r for r in train.results if not r.correct and not r.trace.final.lost]
         iteration.lost = sum(r.trace.final.lost for r in train.results)
-        if not failures:
+        demos = [d for d in current.trainable_demos if not s.only or d in s.only]
+        if not failures and not demos:
             iteration.note = "no training errors to learn from" + (
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return self.finish(iteration, before)
-        chosen = rng.sample(failures, min(s.errors_per_gradient, len(failures)))
-        params = s.only or current.trainable
-        wanted = feedback_wanted(current, params)
-        gradients = await self.each(
-            f"iteration {index}: backward",
-            chosen,
-            lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient, wanted),
-        )
-        iteration.gradients = [
-            Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
-            for r, grads in zip(chosen, gradients)
-        ]
-        samples = [(r.trace, g) for r, g in zip(chosen, gradients)]
-        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
-        fed = [
-            p for p in params if s.gradient == "none" or any(g.get(n.name) for g in gradients for n in current.users(p))
-        ]
-        if len(fed) < len(params):
-            self.llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
-        candidates: list[Candidate] = await self.each(
-            f"iteration {index}: optimizer", fed, lambda p: propose(current, self.llm, p, samples)
-        )
-        valid = [c for c in candidates if c.new is not None]
+        params = [p for p in s.only or current.trainable if p not in current.demos]
+        candidates: list[Candidate] = []
+        fed: list[str] = []
+        if failures and params:
+            chosen = rng.sample(failures, min(s.errors_per_gradient, len(failures)))
+            wanted = feedback_wanted(current, params)
+            gradients = await self.each(
+                f"iteration {index}: backward",
+                chosen,
+                lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient, wanted),
+            )
+            iteration.gradients = [
+                Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
+                for r, grads in zip(chosen, gradients)
+            ]
+            samples = [(r.trace, g) for r, g in zip(chosen, gradients)]
+            # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
+            fed = [
+                p
+                for p in params
+                if s.gradient == "none" or any(g.get(n.name) for g in gradients for n in current.users(p))
+            ]
+            if len(fed) < len(params):
+                self.llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
+            candidates = await self.each(
+                f"iteration {index}: optimizer", fed, lambda p: propose(current, self.llm, p, samples)
+            )
+        draw = random.Random(f"{s.seed}:{index}:demos")  # its own stream: prompts draw as they did without demos
+        sets = [propose_demos(current, d, train.results, draw) for d in demos]
+        tried: list[Candidate | DemosCandidate] = [*candidates, *sets]
+        valid = [c for c in tried if c.new is not None]
         taken = valid if s.update == "full" else [c for c in valid if rng.random() < 0.5] or valid[:1]
         fate = {c.param: "taken" for c in taken}
         iteration.candidates = [
             Proposal(c.param, fate.get(c.param, "rejected: " + (c.reason or "not sampled")), c.new, c.reply)
             for c in candidates
         ]
-        iteration.candidates += [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed]
+        iteration.candidates += [
+            Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed and failures
+        ]
+        iteration.candidates += [
+            Proposal(
+                c.param, fate.get(c.param, "rejected: " + (c.reason or "not sampled")), c.new, None, list(c.samples)
+            )
+            for c in sets
+        ]
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
@@ -365,7 +383,9 @@ class Optimizer:
                 + gate_unreadable(g)
             )
         for c in it.candidates:
-            lines.append(f"  {c.param}: {c.fate}")
+            lines.append(
+                f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+            )
         return "\n".join(lines)
 
 
@@ -457,7 +477,7 @@ def plan(
     # initial gate score)
     train_passes = 0 if s.gate == "train" else s.iterations
     errors = min(s.errors_per_gradient, len(train))
-    params = s.only or graph.trainable
+    params = [p for p in s.only or graph.trainable if p not in graph.demos]
     per_node = train_passes * len(train) + (s.iterations + 1) * gate + 2 * len(test)
     calls = {
         "backward": s.iterations * errors * backward_calls(graph, s.gradient, params),

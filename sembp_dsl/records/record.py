@@ -26,7 +26,7 @@ from ..language.method import Method, SettingError
 from ..language.writeback import atomic_write
 from ..runtime.evaluate import Evaluation
 
-VERSION = 2  # 1: records without a version (their gate "validation" is the val gate)
+VERSION = 3  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
@@ -61,12 +61,13 @@ class RunSettings:
 
 @dataclass
 class Proposal:
-    """A candidate prompt an iteration proposed, and its fate ("taken", or why it was rejected)."""
+    """A candidate prompt (or set of demos) an iteration proposed, and its fate ("taken", or why it was rejected)."""
 
     param: str
     fate: str
-    new: str | None = None  # None: the optimizer's reply held no usable prompt
+    new: str | None = None  # None: the optimizer's reply held no usable prompt; of demos, the examples' JSON
     reply: str | None = None
+    samples: list[str] = field(default_factory=list)  # of demos: the training samples its examples come from
 
 
 @dataclass

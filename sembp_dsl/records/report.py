@@ -22,10 +22,12 @@ from .record import Iteration
 from .runs import (
     Run,
     RunsError,
+    demos_words,
     eval_score,
     final_diff,
     fmt,
     gate_words,
+    is_demos,
     is_right,
     prompt_changes,
     sample_verdict,
@@ -281,6 +283,10 @@ def iteration_html(run: Run, it: Iteration) -> str:
         fate = c.fate
         kind = "taken" if fate == "taken" else "rejected"
         parts.append(f'<p>candidate for <b>{escape(c.param)}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        if is_demos(c):
+            words = demos_words(c)
+            parts += [f"<p>{escape(words[0])}</p><pre>{escape(words[1])}</pre>"] if words else []
+            continue
         if c.new is not None:
             parts.append(diff_html(before.get(c.param, ""), c.new))
         parts.append(f"<details><summary>the optimizer's reply</summary><pre>{escape(c.reply or '')}</pre></details>")

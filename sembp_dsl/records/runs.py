@@ -18,9 +18,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SbpcError
+from ..language.demos import DemosError, shown
 from ..language.diagnostics import visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
-from .record import GateDecision, Iteration, Record, RecordError, RunRecord, RunSettings
+from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
@@ -426,7 +427,9 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
     before = run.prompts_at(it.index - 1)
     for c in it.candidates:
         lines.append(f"  candidate for {c.param}: {c.fate}")
-        if c.new is not None:
+        if is_demos(c):
+            lines += [_indent(text, "      ") for text in demos_words(c)]
+        elif c.new is not None:
             lines.append(_indent(plain_word_diff(before.get(c.param, ""), c.new), "      "))
         else:
             lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
@@ -435,6 +438,26 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
         for node, text in g.nodes.items():
             lines.append(_indent(f"{node}: {text}", "      "))
     return lines
+
+
+def is_demos(candidate: Proposal) -> bool:
+    """A set of examples for a demos param, not a prompt: it has no optimizer reply."""
+    return bool(candidate.samples) or candidate.reply is None
+
+
+def demos_words(candidate: Proposal) -> list[str]:
+    """Where a set of examples came from, and the examples as the prompt shows them."""
+    if candidate.new is None:
+        return []
+    try:
+        examples = str(shown(candidate.new))
+    except DemosError:
+        examples = candidate.new
+    return [
+        f"{len(candidate.samples)} examples, from the training samples {', '.join(candidate.samples)}: each answered "
+        "right by the whole pipeline, the node's inputs and its answer there",
+        examples,
+    ]
 
 
 def _excerpt(text: str, lines: int = 6) -> str:
