@@ -45,6 +45,7 @@ def test_public_names_are_listed_and_typed():
         "CallFailed",
         "Data",
         "DataError",
+        "DemosError",
         "Evaluation",
         "InputError",
         "LLMError",

@@ -23,7 +23,7 @@ YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges: ["q ->
 # code -> (file name, content): a file whose check reports that code
 REACHED: dict[str, tuple[str, str | bytes]] = {
     "E001": ("p.sbp", HEADER + "node a: txt {}\nq -> a\noutput a\n"),
-    "E002": ("p.sbp", HEADER + "node a: text { ] }\nq -> a\noutput a\n"),
+    "E002": ("p.sbp", HEADER + "node a: text { @ }\nq -> a\noutput a\n"),
     "E003": ("p.sbp", HEADER + 'param p = "open\n' + OK),
     "E004": ("p.sbp", HEADER + 'param p = "C:\\path"\n' + OK),
     "E005": ("p.sbp", HEADER + 'param p = """\n  text"""\n' + OK),

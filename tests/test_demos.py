@@ -291,16 +291,21 @@ def test_a_rejected_set_leaves_the_file_as_it_was(tmp_path):
     assert not script.of_kind("optimizer") and not script.of_kind("backward")  # only demos were asked for
 
 
-def test_a_frozen_demos_param_never_changes(tmp_path, adder):
-    server, script = adder
-    path = pipeline_file(tmp_path, server, HANDWRITTEN)
-    before = load(str(path)).param("shots")
-    optimized = optimize(path, gate="none")
+def test_a_frozen_demos_param_never_changes(tmp_path):
+    from fake_server import FakeServer
+
+    script = Adder(helped=False)  # odd numbers stay wrong: there are errors to learn from
+    with FakeServer(delay=0.0, reply=script) as server:
+        path = pipeline_file(tmp_path, server, HANDWRITTEN)
+        loaded = load(str(path))
+        before = loaded.param("shots")
+        optimized = optimize(path, gate="none")
     [iteration] = optimized.outcome.iterations
     assert [c.param for c in iteration.candidates] == ["task"] and iteration.accepted
     after = load(str(path))
     assert after.param("task").text == "Improved instruction for task."  # its neighbour changed
-    assert after.param("shots") == before and after.param("shots").literal == before.literal
+    written = lambda p: p.text[p.param("shots").literal.start : p.param("shots").literal.end]  # noqa: E731
+    assert after.param("shots") == before and written(after) == written(loaded)  # the very same bytes
     assert all("Example 2:\nQuestion: What is 2 + 2?\nThink first.\nAnswer: 4" in p for p in script.of_kind("forward"))
 
 

@@ -131,7 +131,7 @@ def test_an_error_in_the_header_names_statements_and_hides_nothing(tmp_path):
     code, err = check(tmp_path, 'pipeline mini "x" "y"\ninput q: txet\nnode a: text {}\nq -> a\noutput a\n')
     first, second = errors(err)
     assert first.startswith(
-        "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'frozen', 'function', 'input', 'metric', 'node'"
+        "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'demos', 'frozen', 'function', 'input', 'metric'"
     )
     assert "')'" not in first
     assert second == "p.sbp:2:10: error[E001]: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'"

@@ -48,9 +48,9 @@ _CODES = [
     Code(
         "E002",
         "unexpected character",
-        "A character that no token of the language starts with, such as `]`, `@` or a stray control\n"
+        "A character that no token of the language starts with, such as `@`, `!` or a stray control\n"
         "character. Names are ASCII letters, digits and `_`; text belongs in strings.",
-        "node a: text { prompt = p ]",
+        "node a: text { prompt = p @ }",
         "node a: text { prompt = p }",
     ),
     Code(
