@@ -365,3 +365,13 @@ def test_renaming_a_node_or_an_input_renames_the_fields_of_its_examples():
             renamed = renamed[: o.start] + new + renamed[o.end :]
         graph = build(parse(renamed, "qa.sbp"))  # still compiles: every example names the renamed node
         assert all(new in example for example in json.loads(graph.prompts["shots"]))
+
+
+def test_the_plan_counts_a_trainable_demos_param_as_full(tmp_path, adder):
+    server, _ = adder
+    path = pipeline_file(tmp_path, server)
+    plain = pipeline_file(tmp_path, server, QA.replace("  demos = shots }", " }").replace("{{ shots }}", ""), "p.sbp")
+    with sbp.load(path) as pipeline, sbp.load(plain) as without:
+        full, empty = (p.plan(rows([2, 3]), rows([5, 7])) for p in (pipeline, without))
+    # two examples, each a question and a reply at max_tokens, on top of the prompt without them
+    assert full.prompt_tokens["forward"] > empty.prompt_tokens["forward"] + 2 * 256

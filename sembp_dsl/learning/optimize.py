@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
 from ..errors import BUG_IN_SBPC, SbpcError
+from ..language.demos import as_text
 from ..language.diagnostics import Option, worded
 from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
@@ -492,13 +493,19 @@ def plan(
     ]
     models = {node.model for node in graph.model_nodes} | {role for role, n in calls.items() if n}
     limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
-    # prompt sizes: each node's longest forward prompt over a few training samples, node outputs as long as allowed
+    # prompt sizes: each node's longest forward prompt over a few training samples, node outputs as long as allowed,
+    # and a trainable demos param as full as it may come to be, each example the sample's own
     longest = {node.name: 0 for node in graph.model_nodes}
     for sample in train[:5]:
         values = sample_inputs(graph, sample, mapping)
         values.update({name: "word " * int(limits.get(node.model) or 256) for name, node in graph.nodes.items()})
+        prompts = {**graph.prompts}
+        for name in graph.trainable_demos:
+            spec = graph.demos[name]
+            example = {key: values[key] for key in (*graph.nodes[spec.node].inputs, spec.node)}
+            prompts[name] = as_text([example] * spec.max)
         for node in graph.model_nodes:
-            longest[node.name] = max(longest[node.name], len(node.render(values, graph.prompts)))
+            longest[node.name] = max(longest[node.name], len(node.render(values, prompts)))
     widest = max(longest.values(), default=0)
 
     def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
