@@ -219,7 +219,9 @@ def test_a_function_node_cannot_have_demos():
     from sembp_dsl.language.checker import check
 
     bad = QA.replace("template = ask  demos = shots", "demos = shots") + 'function f = "tools:f"\n'
-    bad = bad.replace("node answer: text { prompt = task  demos = shots }", "node answer: json { function = f  demos = shots }")
+    bad = bad.replace(
+        "node answer: text { prompt = task  demos = shots }", "node answer: json { function = f  demos = shots }"
+    )
     _, found = check(parse(bad, "qa.sbp"))
     assert [d.code for d in found if d.severity == "error"] == ["E092"], found
 

@@ -335,7 +335,16 @@ def test_completion_knows_where_the_cursor_is():
         return {c.label for c in Document(text.replace("|", ""), "c.sbp").completions(cursor)}
 
     base = 'pipeline t\ninput q: text\nparam p = "x"\ntemplate t = "{{ q }}"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
-    node_settings = {"prompt", "template", "parse", "model", "system", "demos", "function", "timeout"}  # a function node's too
+    node_settings = {
+        "prompt",
+        "template",
+        "parse",
+        "model",
+        "system",
+        "demos",
+        "function",
+        "timeout",
+    }  # a function node's too
     assert labels(base + "node b: text { |}") == node_settings
     assert labels(base + "node b: text { template = | }") == {"t"}
     assert labels(base + "node b: text { parse = | }") == {"reply", "tag"}

@@ -334,6 +334,8 @@ def check_functions(cx: Context) -> None:
         target = parse_target(function.target)
         if isinstance(target, str):
             cx.report("E080", function.literal, target)
+
+
 def check_node_demos(cx: Context, node: ir.Node) -> None:
     """`demos = NAME` names a demos param (a function node's is E092, in check_function_node); a demos param is
     no prompt."""

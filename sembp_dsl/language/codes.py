@@ -618,6 +618,7 @@ _CODES = [
         "name cannot be called. The message says which, with the exception the import raised.",
         'function search = "tools:serach"     # sbpc run p.sbp',
         'function search = "tools:search"',
+    ),
     # E09x: demonstrations (demos params)
     Code(
         "E090",
@@ -776,6 +777,8 @@ _CODES = [
         "No node names this function (`function = NAME`), so it is never imported nor called.",
         'function search = "tools:search"',
         "node passages: json { function = search }     # or delete the declaration",
+    ),
+    Code(
         "W011",
         "max on frozen demos",
         "A frozen demos param keeps the examples written in the file; the optimizer picks none, so its\n"
