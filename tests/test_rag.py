@@ -71,13 +71,20 @@ def test_rag_optimizes_end_to_end_on_the_fake_server(tmp_path):
                 runs_dir=tmp_path / "runs",
             )
     [iteration] = optimized.outcome.iterations
-    assert [c.param for c in iteration.candidates] == ["write_query", "answer_task"]
+    assert [c.param for c in iteration.candidates] == ["write_query", "answer_task", "shots"]
     [optimizer] = [p for p in script.of_kind("optimizer") if 'The instruction "write_query"' in p]
     assert "query should say more." in optimizer  # from the question the search function asked
     assert any('The component "passages"' in p and "Return the three passages" in p for p in script.of_kind("backward"))
     written = path.read_text()
     assert 'param write_query = "Improved instruction for write_query."' in written
     assert sbp.load(path).graph.pipeline.functions[0].target == "rag_tools:search"  # it still loads
+    # the answering node's demos: questions it answered right (at most 2), each with the passages it was given
+    shots = iteration.candidates[-1]
+    assert shots.fate == "taken" and len(shots.samples) == min(2, round(iteration.train_score * 4)) > 0
+    with sbp.load(path) as again:
+        examples = again.demos["shots"]
+    assert [sorted(e) for e in examples] == [["answer", "passages", "question"]] * len(shots.samples)
+    assert all(e["answer"] in e["passages"] for e in examples) and "demos shots max 2 = [\n  {\n" in written
 
 
 @pytest.mark.slow
