@@ -23,6 +23,7 @@ from sembp_dsl.language.source import load
 from sembp_dsl.language.writeback import rewrite, updated
 from sembp_dsl.language.yaml_form import parse_yaml
 from sembp_dsl.records.record import SCHEMA, check
+from sembp_dsl.records.report import render as render_report
 from sembp_dsl.records.runs import render_show, resolve
 
 QA = '''pipeline qa "Add a number to itself"
@@ -275,6 +276,8 @@ def test_a_set_from_right_training_samples_passes_the_gate_and_is_written_back(t
     shown = render_show(resolve("1", tmp_path / "runs"))
     assert "candidate for shots: taken" in shown and "from the training samples" in shown
     assert "Example 1:\n" in shown.replace("      ", "") and "gate" in shown
+    page = render_report([resolve("1", tmp_path / "runs")])
+    assert "from the training samples train:1, train:3" in page and "Question: What is 2 + 2?\nAnswer: 4" in page
     assert SCHEMA["$defs"]["candidate"]["properties"]["samples"]
 
 
