@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -205,3 +206,16 @@ def test_the_api_takes_callables_by_declared_name_and_refuses_others(tmp_path):
     assert found.graph.functions["search"] is print
     allowed = sbp.load(path, allow_modules=["os"])
     assert allowed.graph.functions["search"] is os.system  # the user's explicit choice
+
+
+def test_the_command_line_allows_a_module_by_name_and_runs_it_without_a_model(tmp_path, capsys):
+    path = tmp_path / "cap.sbp"
+    path.write_text(
+        'pipeline cap "Capitalise"\ninput s: text\nfunction capwords = "string:capwords"\n'
+        "node title: text { function = capwords }\ns -> title\noutput title\n"
+    )
+    status, out, err = run_cli("run", str(path), "--input", "s=hello world", capsys=capsys)
+    assert status == 1 and "error[E083]: module 'string' is not beside the pipeline" in err and out == ""
+    status, out, err = run_cli("run", str(path), "--allow-module", "string", "--input", "s=hello world", capsys=capsys)
+    assert (status, out) == (0, "Hello World\n")
+    assert re.search(r"^total\s+0\s", err, re.M)  # the ledger: no model call
