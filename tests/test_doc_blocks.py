@@ -4,7 +4,8 @@ file has, and a block that shows output is what a command prints (test_shell_doc
 
 The markers are those of test_shell_docs.py (its docstring has the rules), and for these blocks:
 - an ```sbp or ```yaml block without a marker is a whole pipeline that `sbpc check` passes with no error.
-- `<!-- fails check: MESSAGE -->`: a whole pipeline `check` rejects, with MESSAGE among its errors.
+- `<!-- fails check: MESSAGE -->`: a whole pipeline `check` rejects, with MESSAGE among its errors; a
+  block below it marked `<!-- output of the block above -->` is what `sbpc check` prints on it.
 - `<!-- fragment -->`: a part of a pipeline (```sbp: it parses after a `pipeline` line) or of a settings
   file (```json: it parses inside `{ }`; ```yaml: a mapping, valid
   against the pipeline schema if it names it, a router file a Router can be built from if it is one).
@@ -23,7 +24,7 @@ import jsonschema
 import pytest
 import yaml
 from conftest import ROOT
-from test_shell_docs import ALL, SHOWN, Block
+from test_shell_docs import ALL, CHECKED, SHOWN, Block, shows
 
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.source import diagnose, parse_text
@@ -76,6 +77,16 @@ def test_the_block_is_what_it_says(block, tmp_path):
         summary_matches_grammar(block)
 
 
+@pytest.mark.parametrize("block", sorted(CHECKED, key=lambda b: b.line), ids=lambda b: b.where)
+def test_the_diagnostics_shown_are_what_check_prints(block):
+    above = next(a for a, b in SHOWN.items() if b == block)
+    name = re.match(r"([\w.-]+\.(?:sbp|yaml)):", block.text)
+    assert name, f"{block.where}: the diagnostics start with the name of the file (s1.sbp:4:7: ...)"
+    diagnosis = diagnose(above.text, name.group(1))
+    printed = "\n".join(d.render(diagnosis.text) for d in diagnosis.diagnostics)
+    assert shows(block.text, printed), f"{block.where} is not what `sbpc check {name.group(1)}` prints:\n{printed}"
+
+
 def yaml_fragment(block: Block, tmp_path: Path) -> None:
     """A YAML fragment is a mapping; one that names the pipeline schema validates against it, and a router
     file (`model_list`) is one a Router can be built from."""
@@ -115,3 +126,4 @@ def test_the_blocks_are_found():
     kinds = {(b.language, marker(b)) for b in HELD}
     assert {("sbp", ""), ("sbp", "fragment"), ("ebnf", ""), ("json", "fragment")} <= kinds
     assert sum(b.language == "sbp" for b in HELD) >= 15
+    assert len(CHECKED) >= 3
