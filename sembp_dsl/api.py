@@ -26,8 +26,9 @@ from .errors import SbpcError
 from .language.demos import DemosError, checked, from_text
 from .language.demos import as_text as demos_text
 from .language.diagnostics import Option, PipelineError, did_you_mean, url_problem
-from .language.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.graph import MODEL_ROLES, Graph, MetricSpec, ModelSpec
 from .language.method import SIZES, Method, SettingError
+from .language.metrics import METRICS
 from .language.shapes import python_value
 from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
@@ -36,10 +37,21 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, resolve_model
 from .records.record import RunRecord, RunSettings
 from .runtime import datasets
-from .runtime.code import bind
+from .runtime.code import bind, load_callable
 from .runtime.datasets import DataError, Sample, as_text, from_records
-from .runtime.evaluate import Evaluation, Result, check_answers, evaluate, metric_for, split_to_score
+from .runtime.evaluate import (
+    Evaluation,
+    MetricFailed,
+    Result,
+    Scorer,
+    Verdict,
+    check_answers,
+    evaluate,
+    metric_for,
+    split_to_score,
+)
 from .runtime.forward import Trace, run
+from .runtime.judge import judge
 from .runtime.tasks import together
 
 __all__ = [
@@ -68,7 +80,7 @@ class PipelineClosed(SbpcError, RuntimeError):
 
 
 T = TypeVar("T")
-Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float"]
+Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
 
 
@@ -108,7 +120,8 @@ def load(
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
-    graph = bind(compile_file(str(path)), functions, tuple(allow_modules))
+    allowed = tuple(allow_modules)
+    graph = bind(compile_file(str(path)), functions, allowed)
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
     return Pipeline(
         graph,
@@ -118,6 +131,7 @@ def load(
         cache=cache,
         max_calls=max_calls,
         max_cost=max_cost,
+        allow_modules=allowed,
     )
 
 
@@ -248,13 +262,16 @@ class Pipeline:
         cache: bool | str | Path | ResponseCache = True,
         max_calls: int | None = None,
         max_cost: float | None = None,
+        allow_modules: Iterable[str] = (),
     ):
+        """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder."""
         _check_concurrency(concurrency)
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:
             cache = ResponseCache()
         self.graph = graph
+        self._allowed = tuple(allow_modules)
         self._session = _Session(
             dict(models),
             cache or None,
@@ -321,7 +338,7 @@ class Pipeline:
 
     def _sibling(self, graph: Graph) -> Pipeline:
         twin = Pipeline.__new__(Pipeline)
-        twin.graph, twin._session = graph, self._session
+        twin.graph, twin._session, twin._allowed = graph, self._session, self._allowed
         return twin
 
     def save(self, path: str | Path | None = None) -> Path:
@@ -480,17 +497,18 @@ class Pipeline:
             if sizes:
                 raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
-            unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
-            if unanswered and not callable(metric):
-                raise DataError(
-                    f"{unanswered[0]} has no expected output: give each example an "
-                    f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
-                    "or score with a metric of your own"
-                )
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         llm = self._llm()
+        scorer = self._metric(chosen, llm)
+        unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
+        if data is None and unanswered and isinstance(scorer, str):
+            raise DataError(
+                f"{unanswered[0]} has no expected output: give each example an "
+                f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
+                "or score with a metric of your own"
+            )
         with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
-            evaluation = await evaluate(self.graph, llm, samples, self._metric(chosen), mapping or {}, on_done)
+            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
         settings = RunSettings(
@@ -508,31 +526,57 @@ class Pipeline:
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
 
-    def _metric(self, metric: str | Metric):
-        """A built-in metric name passes through; a callable is asked with a Prediction and the example as given."""
-        if isinstance(metric, str):
+    def _metric(self, metric: str | Metric, llm: LLM) -> str | Scorer:
+        """What scores: a built-in's name passes through; a metric the file defines (a judge asks `llm`, a function
+        is imported now, from beside the pipeline) and a callable given in Python become a Scorer."""
+        if callable(metric):
+            return self._scorer(metric, str(getattr(metric, "__name__", metric)))
+        if metric in METRICS:
             return metric
-        name = getattr(metric, "__name__", metric)
+        spec = self.graph.metrics.get(metric)
+        if spec is None:
+            defined = f"; {self.path} defines {', '.join(self.graph.metrics)}" if self.graph.metrics else ""
+            raise SettingError(
+                Option("metric", "--metric"),
+                f": no metric {metric!r}{did_you_mean(metric, [*METRICS, *self.graph.metrics])} (built in: "
+                f"{', '.join(METRICS)}{defined})",
+            )
+        if spec.kind == "judge":
+            return judge(self.graph, llm, spec)
+        return self._scorer(self._function(spec), spec.name)
+
+    def _scorer(self, metric: Callable, name: str) -> Scorer:
+        """A metric written in Python, asked with a Prediction and the example as given: a bool or a number from 0
+        to 1, or with a reason, `(score, reason)`. One that raises or returns anything else fails for that sample
+        (MetricFailed), not for the run."""
         if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
             raise TypeError(
                 f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score"
             )
         no_usage = Usage(0, 0, 0, 0, 0.0)
 
-        def judge(trace: Trace, sample: Sample, expected: str) -> float:
+        async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
             prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
             try:
                 value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
             except Exception as exc:
-                raise ValueError(f"the metric {name!r} failed on {sample.id}: {type(exc).__name__}: {exc}") from exc
-            if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:
+                raise MetricFailed(f"the metric {name!r} raised {type(exc).__name__}: {exc}") from None
+            verdict = _verdict(value)
+            if verdict is None:
                 getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
-                raise TypeError(
-                    f"the metric {name!r} returned {value!r}; a metric returns a bool or a number from 0 to 1"
+                raise MetricFailed(
+                    f"the metric {name!r} returned {_shown(value)}; a metric returns a bool or a number from 0 to 1, "
+                    "or (score, reason)"
                 )
-            return float(value)
+            return verdict
 
-        return judge
+        return score
+
+    def _function(self, spec: MetricSpec) -> Callable:
+        """A function metric's function, imported only now that a run scores with it (never by check, compile or
+        load), and only from where a function node's may be: the pipeline's folder, or a module the caller allowed
+        (runtime/code.py; CodeError otherwise)."""
+        return load_callable(str(spec.function), os.path.dirname(os.path.abspath(self.path)), self._allowed)
 
     # --- improving it --------------------------------------------------------------
 
@@ -565,12 +609,23 @@ class Pipeline:
         test: Examples = (),
         *,
         method: Method | None = None,
+        metric: str | Metric | None = None,
         mapping: Mapping[str, str] | None = None,
         **settings: Any,
     ) -> Plan:
-        """The most calls, tokens and cost `optimize` can take with these arguments; calls no model."""
+        """The most calls, tokens and cost `optimize` can take with these arguments (a judge's calls too); calls no
+        model."""
         run = self._run(train, val, test, method, settings)
-        return plan(self.graph, LLM(self._session.models), run.settings.method, *run.splits, mapping or {})
+        chosen = metric if metric is not None else metric_for(self.graph, run.metric)
+        spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
+        return plan(
+            self.graph,
+            LLM(self._session.models),
+            run.settings.method,
+            *run.splits,
+            mapping or {},
+            spec if spec is not None and spec.kind == "judge" else None,
+        )
 
     def optimize(
         self,
@@ -634,7 +689,8 @@ class Pipeline:
         run = self._run(train, val, test, method, settings)
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric))
+        llm = self._llm()
+        scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
         out = None if isinstance(write, bool) else str(write)
@@ -653,7 +709,6 @@ class Pipeline:
             if notice:
                 log(notice)
 
-        llm = self._llm()
         with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
             outcome = await Optimizer(
                 initial.graph,
@@ -873,6 +928,22 @@ def _input_text(name: str, value: Any) -> str:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
         raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
     return text
+
+
+def _verdict(value: object) -> Verdict | None:
+    """A Python metric's answer as a Verdict: a bool or a number from 0 to 1, alone or with a reason (None for
+    anything else)."""
+    reason = None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (str, type(None))):
+        value, reason = value
+    if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:  # NaN is not within
+        return None
+    return Verdict(float(value), (reason or "").strip() or None)
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _typed(graph: Graph, text: str | None) -> Any:

@@ -166,6 +166,7 @@ class Experiment:
     data: Data
     settings: Mapping[str, Any]  # the method settings given as flags (the others: the file's)
     mapping: Mapping[str, str] = field(default_factory=dict)
+    metric: str | None = None  # a built-in or one the file defines (default: the file's, else the data set's)
 
     def settings_of(self, row: Row, seed: int) -> dict[str, Any]:
         """A row's method settings on a seed, every size given: val is drawn whatever the gate, so every row of
@@ -186,6 +187,7 @@ def optimize_once(experiment: Experiment, row: Row, seed: int, runs_dir: Path, p
     """One optimize that writes nothing back, through the Python API: the one place compare runs the method."""
     return experiment.pipeline.optimize(
         experiment.data,
+        metric=experiment.metric,
         mapping=experiment.mapping,
         runs_dir=runs_dir,
         progress=progress,
@@ -207,7 +209,7 @@ def compare(
         raise CompareError("compare scores each row on held-out samples: give --test-size of at least 1")
     for row in rows:  # every row must be able to run before the first one spends anything
         try:
-            experiment.pipeline.plan(experiment.data, **experiment.settings_of(row, seeds[0]))
+            experiment.pipeline.plan(experiment.data, metric=experiment.metric, **experiment.settings_of(row, seeds[0]))
         except SettingError as exc:  # a flag the method refuses with a row's changes
             raise CompareError(f"row '{row.label}': {exc.cli}") from None
     ledger = experiment.pipeline.ledger

@@ -216,6 +216,17 @@ SEMANTIC = [
     ("model fast {", "model fowrard {"),
     ('model fast { name = "f" }', 'model fast { name = "f" }\nmodel spare { name = 3 }'),
     ("{ prompt = ask  system", "{ system"),
+    # metrics the file defines: judges and functions
+    ("metric exact", 'metric exact = "metrics:overlap"'),
+    ("metric exact", "metric quality { model = fast }"),
+    ("metric exact", 'frozen param rubric = "Kind?"\nmetric quality { prompt = rubric  scale = 5..1 }'),
+    ("metric exact", "metric quality { prompt = style }"),
+    ("metric exact", 'frozen param rubric = "Is {{ nothing }} kind?"\nmetric quality { prompt = rubric }'),
+    ("metric exact", 'metric overlap = "metrics.overlap"'),
+    ("metric exact", 'metric quality { prompt = nope  model = fats  scale = "1..x"  temprature = 0 }'),
+    ("metric exact", "metric quality { prompt = ask  scale = 1.5..2.5.3 }"),
+    ("metric exact", 'metric quality { prompt = ask }\nmetric quality = "m:f"\nmetric qualty'),
+    ("metric exact", "metric exact { }"),
     ("system = style", "system = style  system = style"),
     ('"{{ judge.verdict }}: {{ judge.why }}"', '"{{ prompt }}{{ judge }}"'),
     # function nodes: Python code in the graph, named but never imported by check or compile
@@ -434,6 +445,10 @@ def _syntax_cases() -> list[tuple[str, str]]:
                 "helper: {type: text, prompt: ask}", "helper: {type: text, function: f, prompt: ask}"
             ),
         ),
+        ("yaml_metric_scale.yaml", YAML + "metrics: {quality: {prompt: ask, scale: 5}}\n"),
+        ("yaml_metric_list.yaml", YAML + "metrics: {overlap: [metrics, overlap]}\n"),
+        ("yaml_metric_setting.yaml", YAML + "metrics: {quality: {rubric: ask}}\n"),
+        ("yaml_metric_name.yaml", YAML.replace("metric: exact", "metric: qualty\nmetrics: {quality: m:f}")),
     ]
     return out
 

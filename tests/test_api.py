@@ -194,8 +194,11 @@ def test_a_metric_that_returns_something_else_is_named(triage):
     def shout(prediction, example):
         return "yes"
 
-    with pytest.raises(TypeError, match="'shout' returned 'yes'; a metric returns a bool or a number from 0 to 1"):
-        triage.evaluate([{"ticket": "crash", "answer": "Yes"}], metric=shout)
+    [result] = triage.evaluate([{"ticket": "crash", "answer": "Yes"}], metric=shout).results
+    assert result.lost and result.metric_error == (
+        "metric failed: the metric 'shout' returned 'yes'; a metric returns a bool or a number from 0 to 1, "
+        "or (score, reason)"
+    )
 
 
 def test_examples_without_an_answer_are_refused_before_any_call(triage, fake_llm):
@@ -320,8 +323,9 @@ def test_a_metric_that_raises_or_is_async_is_named(triage):
     def picky(prediction, example):
         return example["score"]
 
-    with pytest.raises(ValueError, match="the metric 'picky' failed on example:1: KeyError: 'score'"):
-        triage.evaluate(examples, metric=picky)
+    report = triage.evaluate(examples, metric=picky)  # each example unscored, with why; the evaluation goes on
+    assert report.scored == 0 and report.lost_causes() == {"metric failed": 2}
+    assert report.results[0].metric_error == "metric failed: the metric 'picky' raised KeyError: 'score'"
 
     async def later(prediction, example):
         return True

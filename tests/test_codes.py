@@ -123,6 +123,12 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + 'demos s max 1 = [{q: "x", a: "y"}, {q: "z", a: "w"}]\nnode a: text { demos = s }\nq -> a\noutput a\n',
     ),
+    "E100": ("p.sbp", HEADER + OK + 'metric exact = "metrics:overlap"\n'),
+    "E101": ("p.sbp", HEADER + OK + "metric helpful { }\n"),
+    "E102": ("p.sbp", HEADER + OK + 'frozen param r = "Kind?"\nmetric helpful { prompt = r  scale = 5..1 }\n'),
+    "E103": ("p.sbp", HEADER + OK + 'param r = "Kind?"\nmetric helpful { prompt = r }\n'),
+    "E104": ("p.sbp", HEADER + OK + 'frozen param r = "Is {{ reply }} kind?"\nmetric helpful { prompt = r }\n'),
+    "E105": ("p.sbp", HEADER + OK + 'metric overlap = "metrics.overlap"\n'),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -201,7 +207,7 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
 def test_codes_are_unique_well_formed_and_documented():
     assert len(CODES) == len(codes._CODES), "a code is listed twice"
     for code, entry in CODES.items():
-        assert re.fullmatch(r"[EW]0\d\d", code), code
+        assert re.fullmatch(r"[EW]\d{3}", code), code
         assert entry.title and entry.explanation and entry.example and entry.fix, code
         assert entry.severity == ("warning" if code[0] == "W" else "error")
     doc = (ROOT / "docs/language.md").read_text()
@@ -219,7 +225,7 @@ def test_the_code_table_and_the_code_agree():
     used = set()
     for path in (ROOT / "sembp_dsl").rglob("*.py"):
         if path.name != "codes.py":
-            used |= set(re.findall(r'"([EW]0\d\d)"', path.read_text()))
+            used |= set(re.findall(r'"([EW]\d{3})"', path.read_text()))
     assert used == set(CODES), (used - set(CODES), set(CODES) - used)
 
 

@@ -213,7 +213,9 @@ SCHEMA_YAML = 'pipeline: t\ninputs: {q: text}\nnodes:\n  a: {type: text}\nedges:
         (None, ("a: {type: text}", "a: {type: text, parse: json}")),
         (None, ("a: {type: text}", "a: {type: 3}")),
         (None, ("a: {type: text}", "a: {type: texts}")),
-        ("metric: exactt\n", None),
+        ("metric: 9exact\n", None),
+        ("metrics: {helpful: {prompt: p, scale: 5}}\n", None),
+        ("metrics: {helpful: {rubric: p}}\n", None),
         ("models: {9lives: {name: m}}\n", None),
         ("models: {forward: {name: m, temprature: 0}}\n", None),
         ("models: {forward: {temperature: hot}}\n", None),
@@ -245,7 +247,7 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     import yaml
 
     from sembp_dsl.language import checker
-    from sembp_dsl.language.metrics import METRICS
+    from sembp_dsl.language.metrics import JUDGE_SETTINGS
     from sembp_dsl.language.yaml_form import schema
 
     root = Path(__file__).resolve().parents[1]
@@ -265,7 +267,8 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
     assert set(node) == {"type", *checker.NODE_SETTINGS, *checker.FUNCTION_NODE_SETTINGS}
     assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
-    assert schema()["properties"]["metric"]["enum"] == list(METRICS)
+    assert schema()["properties"]["metric"]["$ref"] == "#/$defs/name"  # a built-in, or a metric the file defines
+    assert set(schema()["$defs"]["judge"]["properties"]) == set(JUDGE_SETTINGS)
     assert schema()["properties"]["models"]["propertyNames"] == {"$ref": "#/$defs/name"}  # roles and named models
 
 

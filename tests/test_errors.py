@@ -25,6 +25,7 @@ INTERNAL = {
     "sembp_dsl.models.faults.PlainHttp": "a failed attempt: LLMError",
     "sembp_dsl.language.parser.BlockStringError": "a diagnostic of a PipelineError",
     "sembp_dsl.language.yaml_form.BadScalar": "a diagnostic of a PipelineError",
+    "sembp_dsl.runtime.evaluate.MetricFailed": "that sample's metric_error: it is not scored, the run goes on",
 }
 
 

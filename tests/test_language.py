@@ -352,7 +352,10 @@ def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
     prompts = EMITTERS["prompts"](compile_file(str(path)))
     assert "Judge b on 1 hints; feedback: <feedback on b>" in prompts
     code, err = check(tmp_path, source + 'template loss = "{{ expected }} {{ secret }}"\n')
-    assert code == 1 and "template 'loss' uses 'secret'; it may use expected, node, output, parse_error, task" in err
+    assert (
+        code == 1
+        and "template 'loss' uses 'secret'; it may use expected, grade, node, output, parse_error, reason, task" in err
+    )
 
 
 def test_json_output_type_and_its_default_metric(tmp_path):

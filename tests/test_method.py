@@ -483,7 +483,7 @@ def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_inte
     def evaluation(scores):  # None: lost to a failed call
         return NS(
             results=[
-                NS(sample=NS(id=f"s{i}"), score=s or 0.0, trace=NS(final=NS(lost=s is None)))
+                NS(sample=NS(id=f"s{i}"), score=s or 0.0, lost=s is None)
                 for i, s in enumerate(scores)
             ]
         )

@@ -260,7 +260,7 @@ def cmd_eval(args) -> int:
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
         samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
-        metric = metric_for(pipeline.graph, dataset.metric)
+        metric = args.metric or metric_for(pipeline.graph, dataset.metric)
         whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
         scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
@@ -311,7 +311,7 @@ def cmd_optimize(args) -> int:
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
     mapping = parse_pairs(args.map, "--map")
-    the_plan = pipeline.plan(data, mapping=mapping, **settings)
+    the_plan = pipeline.plan(data, metric=args.metric, mapping=mapping, **settings)
     if args.plan:
         print(json_text(_plan_json(the_plan)) if args.json else the_plan.render())
         return 0
@@ -337,6 +337,7 @@ def cmd_optimize(args) -> int:
     try:
         found = pipeline.optimize(
             data,
+            metric=args.metric,
             mapping=mapping,
             runs_dir=args.runs_dir,
             resume=args.resume,
@@ -409,10 +410,8 @@ def held_out_change(before, after) -> str:
     """
     from ..learning.stats import t_interval
 
-    initial = {r.sample.id: r.score for r in before.results if not r.trace.final.lost}
-    pairs = [
-        (initial[r.sample.id], r.score) for r in after.results if not r.trace.final.lost and r.sample.id in initial
-    ]
+    initial = {r.sample.id: r.score for r in before.results if not r.lost}
+    pairs = [(initial[r.sample.id], r.score) for r in after.results if not r.lost and r.sample.id in initial]
     if not pairs:
         return f"test ({len(after.results)} samples): no sample was scored both before and after"
     mean, low, high = t_interval([final - first for first, final in pairs])

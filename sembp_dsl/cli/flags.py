@@ -190,6 +190,12 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
         metavar="INPUT=FIELD",
         help="read a pipeline input from a differently named data field",
     )
+    g.add_argument(
+        "--metric",
+        metavar="NAME",
+        help="score with this metric: exact, numeric, json, or one the file defines (default: the file's "
+        "`metric`, else its first defined one, else the data set's)",
+    )
     from_file = "the file's optimize block"
     add_setting(g, "train_size", COUNT, f"default: {from_file}")
     add_setting(g, "val_size", COUNT, f"default: {from_file}")

@@ -136,6 +136,7 @@ def cmd_compare(args) -> int:
                 Data(args.data, args.data_dir, args.test_data),
                 method_settings(args),
                 parse_pairs(args.map, "--map"),
+                args.metric,
             )
             first = args.seed if args.seed is not None else pipeline.graph.optimize.seed
             seeds = [first + i for i in range(args.seeds)]

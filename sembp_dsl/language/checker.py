@@ -19,7 +19,7 @@ from .callables import parse_target
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
-from .metrics import METRICS
+from .metrics import FUNCTION, JUDGE_SETTINGS, METRICS, parse_scale
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -167,6 +167,7 @@ class Context:
         self.functions = self.unique("function", pipeline.functions)
         self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
         self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
+        self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
 
@@ -691,18 +692,73 @@ def no_field(cx: Context, span: ir.Span, node: str, field: str) -> None:
 
 
 def check_metric(cx: Context, output: ir.Node | None, label: str) -> str:
+    """The metric scored: the one `metric NAME` names (a built-in or one the file defines), else the first the
+    file defines, else the output type's."""
     for extra in cx.p.metrics[1:]:
         first = Note(cx.p.metrics[0].span, "the metric is declared here")
         cx.report("E044", extra.span, "a pipeline has one metric", notes=[first])
     scored = output_type(output, cx.p.outputs[0] if cx.p.outputs else None)
     if not cx.p.metrics:
-        return default_metric(scored)
+        return cx.p.metric_defs[0].name if cx.p.metric_defs else default_metric(scored)
     ref = cx.p.metrics[0]
-    if ref.name not in METRICS:
-        cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, METRICS))
+    known = [*METRICS, *cx.metric_defs]
+    if ref.name not in known:
+        cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, known))
     elif scored is not None and ref.name == "numeric" and scored.kind != "number":
         cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{label}' is {scored}")
     return ref.name
+
+
+def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
+    """A metric the file defines: a name of its own, and a function's `module:function` or a judge's rubric (a
+    frozen param reading only what a judge is shown), model and scale."""
+    if metric.name in METRICS:
+        cx.report("E100", metric.span, f"'{metric.name}' is a built-in metric; give yours another name")
+    if metric.function is not None:
+        if not FUNCTION.match(metric.function):
+            cx.report(
+                "E105",
+                metric.value_span,
+                f"a function metric names 'module:function', not {metric.function!r}",
+                help='for a function overlap in metrics.py beside the pipeline: "metrics:overlap"',
+            )
+        return
+    check_settings(cx, f"metric '{metric.name}'", metric.settings, JUDGE_SETTINGS)
+    model, scale, prompt = metric.setting("model"), metric.setting("scale"), metric.setting("prompt")
+    if model is not None and isinstance(model.value, str) and model.value not in cx.models:
+        cx.report("E071", model.value_span, f"undefined model '{model.value}'", help=suggestion(model.value, cx.models))
+    if scale is not None and isinstance(scale.value, str) and parse_scale(scale.value) is None:
+        cx.report(
+            "E102", scale.value_span, f"a judge's scale is LOW..HIGH with LOW below HIGH (as 1..5), not {scale.value!r}"
+        )
+    if prompt is None:
+        cx.report(
+            "E101", metric.span, f"judge '{metric.name}' has no rubric", help="add `prompt = PARAM`, a frozen param"
+        )
+        return
+    if not isinstance(prompt.value, str):
+        return
+    param = cx.params.get(prompt.value)
+    if param is None:
+        cx.report(
+            "E022", prompt.value_span, f"undefined param '{prompt.value}'", help=suggestion(prompt.value, cx.params)
+        )
+        return
+    if not param.frozen:
+        cx.report(
+            "E103",
+            param.span,
+            f"param '{param.name}' is the rubric of judge '{metric.name}', so it must be frozen",
+            help=f"write `frozen param {param.name} = ...`: sbpc does not optimize the metric it optimizes against",
+            notes=[Note(prompt.value_span, "used as a rubric here")],
+        )
+    if "{" in param.text:
+        allowed = frozenset([*(i.name for i in cx.p.inputs), "output", "expected"])
+
+        def misuse(name: str) -> str:
+            return f"rubric '{param.name}' uses '{name}'; a rubric may use the inputs, output and expected"
+
+        template_variables(cx, param.text, param.literal, allowed, ("E104", misuse), what=f" in param '{param.name}'")
 
 
 def template_variables(
@@ -971,7 +1027,8 @@ def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
 
 def check_models(cx: Context) -> None:
     """A named model no node uses is a misspelt role when it is close to one (an error), else only unused."""
-    used = {str(s.value) for n in cx.p.nodes if (s := n.setting("model"))}
+    naming: list[ir.Node | ir.MetricDef] = [*cx.p.nodes, *cx.p.metric_defs]  # nodes, and judges
+    used = {str(s.value) for item in naming if (s := item.setting("model"))}
     used |= {hint.split("'")[1] for name in used if name not in cx.models if (hint := suggestion(name, cx.models))}
     for block in cx.p.blocks:
         if block.kind != "model" or block.name in (None, "default", *MODEL_ROLES) or block.name in used:
@@ -993,6 +1050,7 @@ def names_read(text: str) -> frozenset[str]:
 
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
     used_params = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system", "demos") if (s := n.setting(key))}
+    used_params.update(str(s.value) for m in cx.p.metric_defs if (s := m.setting("prompt")))  # rubrics
     used_params.update(name for uses in cx.node_params.values() for name in uses.instruction + uses.system)
     for node in cx.p.nodes:  # a node left unchecked may still name params: no warning that would only guess
         if node.name not in cx.node_params:
@@ -1037,6 +1095,8 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     order = check_cycles(cx, predecessors, statements)
     output, label = check_output(cx)
     metric = check_metric(cx, output, label)
+    for metric_def in pipeline.metric_defs:
+        check_metric_def(cx, metric_def)
     for node in pipeline.nodes:
         if node.name not in cx.tainted and node.setting("function") is None:  # a function node renders nothing
             check_template_variables(cx, node, predecessors.get(node.name, ()))

@@ -4,7 +4,8 @@ Codes never change meaning once published: `E0xx` are errors (the file cannot be
 A new check takes a new code; a check that goes away leaves its code unused. The ranges group the stages:
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
-record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params); W0xx warnings.
+record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
+metrics the file defines (a judge, a function); W0xx warnings.
 """
 
 from __future__ import annotations
@@ -329,8 +330,8 @@ _CODES = [
     Code(
         "E045",
         "unknown metric",
-        "The metrics are exact (normalised string match), numeric (the last number, by value) and json\n"
-        "(JSON values compared).",
+        "`metric NAME` names the metric scored: a built-in one, exact (normalised string match), numeric\n"
+        "(the last number, by value) or json (JSON values compared), or one the file defines.",
         "metric fuzzy",
         "metric exact",
     ),
@@ -701,6 +702,57 @@ _CODES = [
         'demos shots max 1 = [{question: "1+1?", answer: "2"}, {question: "2+2?", answer: "4"}]',
         'demos shots max 2 = [{question: "1+1?", answer: "2"}, {question: "2+2?", answer: "4"}]',
     ),
+    # E10x: metrics the file defines
+    Code(
+        "E100",
+        "a metric defined with a built-in's name",
+        "exact, numeric and json are the built-in metrics; a metric the file defines (a judge, a function)\n"
+        "needs a name of its own, so that `metric NAME` and `--metric NAME` say which one scores.",
+        'metric exact = "metrics:overlap"',
+        'metric overlap = "metrics:overlap"',
+    ),
+    Code(
+        "E101",
+        "a judge without a rubric",
+        "An LLM judge grades each answer by a rubric: a frozen param it names with `prompt`. Without one it\n"
+        "would grade by nothing.",
+        "metric quality { model = strong }",
+        'frozen param rubric = "Full marks for a polite reply that answers the question."\n'
+        "metric quality { model = strong  prompt = rubric }",
+    ),
+    Code(
+        "E102",
+        "a judge's scale is not LOW..HIGH",
+        "`scale` says what scores the judge gives, `LOW..HIGH` with LOW below HIGH (default 0..1); a score\n"
+        "of S counts (S - LOW) / (HIGH - LOW), so 4 on 1..5 is 0.75.",
+        "metric quality { prompt = rubric  scale = 5..1 }",
+        "metric quality { prompt = rubric  scale = 1..5 }",
+    ),
+    Code(
+        "E103",
+        "a judge's rubric is trainable",
+        "The optimizer keeps a step when the metric scores it higher. If it could rewrite the rubric too, the\n"
+        "easiest step would be a more lenient rubric: every score rises and no answer improves. So sbpc does\n"
+        "not optimize a judge: its rubric must be a frozen param.",
+        'param rubric = "Full marks for a polite reply."\nmetric quality { prompt = rubric }',
+        'frozen param rubric = "Full marks for a polite reply."\nmetric quality { prompt = rubric }',
+    ),
+    Code(
+        "E104",
+        "a rubric uses a name a judge cannot read",
+        "A rubric is a template too: it may use the pipeline's inputs, `output` (the answer graded) and\n"
+        "`expected` (the data's reference answer), nothing else.",
+        'frozen param rubric = "Does {{ reply }} answer {{ question }}?"',
+        'frozen param rubric = "Does {{ output }} answer {{ question }}?"',
+    ),
+    Code(
+        "E105",
+        "a function metric not named as module:function",
+        'A function metric names a Python function as "module:function", the module beside the pipeline\n'
+        "file (metrics.py for `metrics`). It is imported only when a run scores with it, never by `check`.",
+        'metric overlap = "metrics.overlap"',
+        'metric overlap = "metrics:overlap"',
+    ),
     # W00x: warnings
     Code(
         "W001",
@@ -759,7 +811,7 @@ _CODES = [
     Code(
         "W008",
         "unused model",
-        "No node names this model (`model = NAME`), so no call goes to it.",
+        "No node (nor judge) names this model (`model = NAME`), so no call goes to it.",
         'model spare { name = "openai/gpt-4o" }',
         "node judge: text { prompt = p  model = spare }     # or delete the block",
     ),

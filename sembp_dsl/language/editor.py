@@ -34,7 +34,7 @@ from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
 from .method import SETTINGS as METHOD
-from .metrics import METRICS
+from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
 from .syntax import read
 from .templates import BUILTIN, ENV, TemplateProblem, variables
@@ -86,7 +86,11 @@ SETTING_HELP = {
     "tpm": "tokens per minute, kept before sending",
     **{name: setting.help for name, setting in METHOD.items()},
 }
-BLOCK_SETTINGS = {"node": {**NODE_SETTINGS, **FUNCTION_NODE_SETTINGS}, **BLOCKS}
+BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
+    "node": {**NODE_SETTINGS, **FUNCTION_NODE_SETTINGS},
+    "metric": JUDGE_SETTINGS,
+    **BLOCKS,
+}
 CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
 
 
@@ -176,8 +180,9 @@ class Document:
                 add("node", ref.name, ref.span)
         for output in p.outputs:
             add("node", output.node.name, output.node.span)
-        for node in p.nodes:
-            for setting in node.settings:
+        with_settings: list[ir.Node | ir.MetricDef] = [*p.nodes, *p.metric_defs]  # a judge names a param, a model
+        for holder in with_settings:
+            for setting in holder.settings:
                 spaces = REFERENCES.get(setting.key, ())
                 if spaces and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
                     # `system` names a param when there is one of that name, else a template
@@ -457,6 +462,8 @@ class Document:
             add(output.node.name, "output", "", output.span)
         for metric in p.metrics:
             add(metric.name, "metric", "", metric.span)
+        for defined in p.metric_defs:
+            add(defined.name, "metric", defined.function or "judge", defined.span)
         for block in p.blocks:
             label = f"{block.kind} {block.name}" if block.name else block.kind
             add(
@@ -506,7 +513,7 @@ class Document:
             value = re.search(r"(\w+)\s*=\s*\w*$", line)
             if value:
                 key = value.group(1)
-                if context.block == "node" and key in REFERENCES:
+                if context.block in ("node", "metric") and key in REFERENCES:
                     return [Completion(n, kind) for space in REFERENCES[key] for n, kind in names[space]]
                 accepted = settings.get(key, ())
                 if accepted and isinstance(accepted[0], str):
@@ -523,7 +530,8 @@ class Document:
         if re.match(r"\s*output\s+\w*$", line):
             return [Completion(n, kind) for n, kind in names["node"] if kind == "node"]
         if re.match(r"\s*metric\s+\w*$", line):
-            return [Completion(m, "metric") for m in METRICS]
+            defined = [d.name for d in self.pipeline.metric_defs] if self.pipeline else []
+            return [Completion(m, "metric") for m in (*METRICS, *defined)]
         if re.match(r"\s*model\s+\w*$", line):
             return [Completion(role, "model") for role in MODEL_ROLES]
         if re.match(r"\s*(node\s+\w+|input\s+[\w,\s]+):\s*\w*$", line):

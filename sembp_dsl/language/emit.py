@@ -107,7 +107,9 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
         yield f"=== {node.name}: backward (all {len(node.hints)} hints) ===\n{together}"
         for (hint,), alone in graph.backward_questions(node, values, *placeholders, sibling=False):
             yield f"=== {node.name}: backward, no sibling ({hint}) ===\n{alone}"
-    loss = graph.render_builtin("loss", node=graph.output, output="<output>", expected="<expected>", parse_error=None)
+    loss = graph.render_builtin(
+        "loss", node=graph.output, output="<output>", expected="<expected>", parse_error=None, reason=None, grade=None
+    )
     yield f"=== {graph.output}: loss feedback ===\n{loss}"
     for param in graph.trainable:
         user = graph.users(param)[0]

@@ -18,6 +18,7 @@ from .checker import MODEL_ROLES, check, system_source, template_source
 from .demos import as_text, examples, limit, shown
 from .diagnostics import Diagnostic, PipelineError
 from .method import Method
+from .metrics import parse_scale
 from .shapes import as_record
 from .templates import BUILTIN, Record, builtin_source, compile_template, label, variables
 
@@ -52,6 +53,32 @@ class ModelSpec:
 NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})
 NO_FUNCTIONS: Mapping[str, Callable] = MappingProxyType({})
 DEFAULT_FUNCTION_TIMEOUT = 60.0  # seconds a function node's call may take, unless it says `timeout`
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """A metric the file defines, checked: a judge (its rubric param, the model it asks, its scale) or a Python
+    function (`module:function`, imported only when a run scores with it)."""
+
+    name: str
+    kind: str  # "judge" | "function"
+    function: str | None = None
+    rubric: str | None = None  # the judge's param
+    model: str = "forward"  # the judge's model: a role or a named model
+    scale: tuple[float, float] = (0.0, 1.0)
+
+    @staticmethod
+    def of(metric: ir.MetricDef) -> MetricSpec:
+        if metric.function is not None:
+            return MetricSpec(metric.name, "function", function=metric.function)
+        prompt, model, scale = metric.setting("prompt"), metric.setting("model"), metric.setting("scale")
+        return MetricSpec(
+            metric.name,
+            "judge",
+            rubric=str(prompt.value) if prompt else None,
+            model=str(model.value) if model else "forward",
+            scale=(parse_scale(str(scale.value)) if scale else None) or (0.0, 1.0),
+        )
 
 
 @dataclass(frozen=True)
@@ -135,7 +162,7 @@ class Graph:
     inputs: tuple[ir.Input, ...]
     prompts: Mapping[str, str]  # current text of every prompt parameter
     trainable: tuple[str, ...]  # params the optimizer may change (not frozen, used by a node), in declaration order
-    metric: str
+    metric: str  # the metric scored: a built-in's name or one of `metrics`
     answer_field: str | None
     models: Mapping[str, ModelSpec]  # the roles, then the named models, by name
     optimize: Method  # the `optimize` block, sbpc's defaults where it says nothing
@@ -146,6 +173,7 @@ class Graph:
     functions: Mapping[str, Callable] = field(default_factory=lambda: NO_FUNCTIONS, compare=False)
     # the demos params nodes use; their values in `prompts` are their examples as JSON text (demos.as_text)
     demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
+    metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: MappingProxyType({}))  # the file's own
 
     @property
     def task(self) -> str:
@@ -316,6 +344,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         warnings=tuple(diagnostics),
         output_field=output.record_field.name if output.record_field else None,
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
+        metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
     )
 
 

@@ -184,6 +184,25 @@ class Output:
 
 
 @dataclass(frozen=True)
+class MetricDef:
+    """A metric the file defines: an LLM judge (`metric quality { model = strong  prompt = rubric }`) or a
+    Python function (`metric overlap = "metrics:overlap"`)."""
+
+    name: str
+    function: str | None  # "module:function" of a function metric; None for a judge
+    settings: tuple[Setting, ...]  # a judge's
+    span: Span = _span()
+    value_span: Span | None = field(default=None, compare=False, repr=False)  # the function's string
+
+    @property
+    def kind(self) -> str:
+        return "judge" if self.function is None else "function"
+
+    def setting(self, key: str) -> Setting | None:
+        return next((s for s in self.settings if s.key == key), None)
+
+
+@dataclass(frozen=True)
 class Block:
     """A settings block such as `model forward { ... }` or `optimize { ... }`."""
 
@@ -203,8 +222,9 @@ class Pipeline:
     nodes: tuple[Node, ...]
     edges: tuple[Edge, ...]
     outputs: tuple[Output, ...]
-    metrics: tuple[Ref, ...]
+    metrics: tuple[Ref, ...]  # `metric NAME`: the metric scored, a built-in or one the file defines
     blocks: tuple[Block, ...]
+    metric_defs: tuple[MetricDef, ...] = optional(())  # the metrics the file defines, in order
     functions: tuple[Function, ...] = optional(())
     span: Span = _span()
     path: str = field(default="", compare=False)

@@ -1,10 +1,13 @@
 """Scoring a prediction against the expected answer.
 
-Three metrics: "exact" (string match after light normalisation, so "Yes." counts
+Three built-in metrics: "exact" (string match after light normalisation, so "Yes." counts
 for "yes" and "A" for "(A)"), "numeric" (numbers compared by value, so
 "$18.00" counts for "18") and "json" (JSON values compared by structure, so key
 order and spacing do not matter). A prediction of None means the pipeline's output could
 not be parsed; it always scores False.
+
+A file may define metrics of its own (an LLM judge, a Python function): what their settings mean is here
+(`parse_scale`, `FUNCTION`); scoring with them needs a model or Python code, which runtime/ has.
 """
 
 from __future__ import annotations
@@ -13,9 +16,13 @@ import json
 import math
 import re
 
-__all__ = ["METRICS", "parse_number", "score"]
+__all__ = ["FUNCTION", "METRICS", "parse_number", "parse_scale", "score"]
 
 METRICS = ("exact", "numeric", "json")
+JUDGE_SETTINGS = {"prompt": (str,), "model": (str,), "scale": (str,)}
+# `module:function`, the module dotted: how a function metric names its Python function
+FUNCTION = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*\Z")
+_SCALE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*\.\.\s*(-?\d+(?:\.\d+)?)\s*\Z")
 
 # Only these are stripped, not all punctuation, so that "-50" keeps its sign
 # and BBH dyck answers such as ") ]" survive.
@@ -53,6 +60,15 @@ def score(metric: str, predicted: str | None, expected: str) -> bool:
     if got is None or want is None:
         return False
     return math.isclose(got, want, rel_tol=1e-6, abs_tol=1e-6)
+
+
+def parse_scale(text: str) -> tuple[float, float] | None:
+    """A judge's scale, `LOW..HIGH` ("1..5" -> (1.0, 5.0)), or None when it is not one (or LOW >= HIGH)."""
+    match = _SCALE.match(text)
+    if match is None:
+        return None
+    low, high = float(match.group(1)), float(match.group(2))
+    return (low, high) if low < high else None
 
 
 def parse_number(text: str) -> float | None:

@@ -205,6 +205,15 @@ class Builder(Transformer):
     def metric_decl(self, children):
         return [("metric", ir.Ref(str(children[0]), span=self.span(children[0])))]
 
+    def metric_def(self, children):
+        name, *rest = children
+        if rest and not isinstance(rest[0], ir.Setting):  # `metric overlap = "metrics:overlap"`
+            literal = rest[0]
+            metric = ir.MetricDef(str(name), str(literal), (), span=self.span(name), value_span=self.span(literal))
+        else:
+            metric = ir.MetricDef(str(name), None, tuple(rest), span=self.span(name))
+        return [("metric_def", metric)]
+
     def block(self, children):
         kind = children[0]
         name = children[1] if len(children) > 1 and isinstance(children[1], Token) else None
@@ -214,7 +223,10 @@ class Builder(Transformer):
     def start(self, children):
         (_, header), *statements = children
         groups: dict[str, list] = {
-            k: [] for k in ("input", "param", "template", "function", "node", "edge", "output", "metric", "block")
+            k: []
+            for k in (
+                "input", "param", "template", "function", "node", "edge", "output", "metric", "metric_def", "block"
+            )
         }
         for statement in statements:
             for kind, item in statement:
@@ -231,6 +243,7 @@ class Builder(Transformer):
             outputs=tuple(groups["output"]),
             metrics=tuple(groups["metric"]),
             blocks=tuple(groups["block"]),
+            metric_defs=tuple(groups["metric_def"]),
             functions=tuple(groups["function"]),
             span=self.span(name),
         )

@@ -258,7 +258,7 @@ DEFAULT_TEMPLATE = "{{ prompt }}\n{% for name, value in inputs %}\n{{ name }}: {
 # Templates that drive the method itself; a pipeline may override any of them by
 # declaring a template of the same name. Values: the variables each one may use.
 BUILTIN = {
-    "loss": {"task", "node", "output", "expected", "parse_error"},
+    "loss": {"task", "node", "output", "expected", "parse_error", "reason", "grade"},
     "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},

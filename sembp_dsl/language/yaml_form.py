@@ -381,6 +381,12 @@ class Lowering:
             field = fields["from"].value if "from" in fields else None
             outputs.append(self.output(fields["node"], field))
         metrics = [ir.Ref(section["metric"].value, span=self.span(section["metric"]))] if "metric" in section else []
+        metric_defs = [
+            ir.MetricDef(key.value, value.value, (), span=self.span(key), value_span=self.span(value))
+            if isinstance(value, yaml.ScalarNode)
+            else ir.MetricDef(key.value, None, self.settings(value), span=self.span(key))
+            for key, value in items("metrics")
+        ]
         blocks = [
             ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))
             for k, v in items("models")
@@ -400,6 +406,7 @@ class Lowering:
             outputs=tuple(outputs),
             metrics=tuple(metrics),
             blocks=tuple(blocks),
+            metric_defs=tuple(metric_defs),
             functions=tuple(functions),
             span=self.span(name),
             path=self.file,

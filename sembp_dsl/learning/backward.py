@@ -22,6 +22,7 @@ from collections.abc import Collection
 from ..language.graph import Graph, GraphNode
 from ..language.shapes import hints_shape
 from ..models.llm import LLM, CallFailed
+from ..runtime.evaluate import Verdict
 from ..runtime.forward import Trace, shown
 from ..runtime.tasks import together
 
@@ -31,8 +32,9 @@ HINT_LABEL = re.compile(
 )
 
 
-def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
-    """The loss, in words, for the output node (no LLM call: the expected answer says it)."""
+def loss_feedback(graph: Graph, trace: Trace, expected: str, verdict: Verdict | None = None) -> str:
+    """The loss, in words, for the output node: the metric's reason when it gave one (a judge's, a function's),
+    else what the expected answer says (no LLM call)."""
     final = trace.final
     return graph.render_builtin(
         "loss",
@@ -40,6 +42,8 @@ def loss_feedback(graph: Graph, trace: Trace, expected: str) -> str:
         output=final.output or final.reply.strip()[:200],
         expected=expected,
         parse_error=final.error,
+        reason=verdict.reason if verdict else None,
+        grade=f"{verdict.score:.2f}" if verdict else None,
     )
 
 
@@ -80,9 +84,16 @@ def feedback_wanted(graph: Graph, params: Collection[str]) -> set[str]:
 
 
 async def backward(
-    graph: Graph, llm: LLM, trace: Trace, expected: str, mode: str = "sibling", wanted: Collection[str] | None = None
+    graph: Graph,
+    llm: LLM,
+    trace: Trace,
+    expected: str,
+    mode: str = "sibling",
+    wanted: Collection[str] | None = None,
+    verdict: Verdict | None = None,
 ) -> dict[str, str]:
-    """Feedback received by every node of one sample (its semantic gradient; "" for none).
+    """Feedback received by every node of one sample (its semantic gradient; "" for none); `verdict`: the metric's
+    score and reason, which the loss says when there is a reason.
 
     `wanted`: the nodes whose feedback is of use (`feedback_wanted`; default every node): a backward question
     none of whose hints goes to one is not asked. A backward call that fails for good gives its receivers no
@@ -91,7 +102,7 @@ async def backward(
     received: dict[str, dict[str, str]] = {name: {} for name in graph.nodes}  # receiver -> sender -> line
     if mode == "none":
         return {name: "" for name in graph.nodes}
-    loss = loss_feedback(graph, trace, expected)
+    loss = loss_feedback(graph, trace, expected, verdict)
     tasks: dict[str, asyncio.Task] = {}
 
     def feedback(node: GraphNode) -> str:

@@ -1,7 +1,9 @@
 """The gate, decided in rounds: evaluate the proposal on the gate split only until its decision is settled.
 
-A sample the current pipeline gets right can only tie or be a loss; one it gets wrong can only tie or be a
-win (a sample lost to failed calls ties). The rule (`gate_passes`) passes more with every win and fewer with
+Samples are compared by score: a win scores higher than the current pipeline did, a loss lower, a tie the same
+(a sample lost to failed calls, or that its metric could not score, ties). A sample the current pipeline gets
+right (score 1) can only tie or be a loss; one it gets wrong (score 0) can only tie or be a win; one it got
+partial credit on (a judge's 0.6) can be either. The rule (`gate_passes`) passes more with every win and fewer with
 every loss, so when it gives the same answer with every sample left going the proposal's way and with every
 one going against it, that answer is the one the whole split would give, whatever the samples left hold.
 Each round takes the fewest samples that could settle it (at least `least`), first from the group likelier
@@ -14,7 +16,8 @@ evaluated does.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
+from types import MappingProxyType
 
 from .stats import gate_passes, sign_test
 
@@ -29,15 +32,27 @@ def settled(wins: int, losses: int, possible_wins: int, possible_losses: int, al
 class Gate:
     """The proposal against the current pipeline on one split: which samples to evaluate next, the tally so far."""
 
-    def __init__(self, ids: Sequence[str], baseline: Collection[str], alpha: float, rng: random.Random, least: int = 1):
+    def __init__(
+        self,
+        ids: Sequence[str],
+        baseline: Collection[str],
+        alpha: float,
+        rng: random.Random,
+        least: int = 1,
+        partial: Mapping[str, float] = MappingProxyType({}),
+    ):
+        """`baseline`: the samples the current pipeline gets right; `partial`: its scores between 0 and 1 (every
+        other sample scored 0)."""
         self.size, self.alpha, self.least = len(ids), alpha, max(1, least)
         self.baseline = set(baseline)
+        self.before = {i: 1.0 if i in self.baseline else partial.get(i, 0.0) for i in ids}
         self.unseen = rng.sample(list(ids), len(ids))  # in drawn order
         self.wins: list[str] = []
         self.losses: list[str] = []
         self.right: list[str] = []
+        self.partial: dict[str, float] = {}  # the proposal's scores between 0 and 1
         self.lost: list[str] = []
-        self.seen = {True: 0, False: 0}  # samples evaluated, by whether the current pipeline got them right
+        self.seen = {True: 0, False: 0}  # samples evaluated that could be a loss (True), that could be a win
         self.rounds = 0
         self.decided_after: int | None = None  # samples evaluated when the decision was found settled
 
@@ -45,11 +60,16 @@ class Gate:
     def used(self) -> int:
         return self.size - len(self.unseen)
 
+    def could_win(self, sample: str) -> bool:
+        return self.before[sample] < 1.0
+
+    def could_lose(self, sample: str) -> bool:
+        return self.before[sample] > 0.0
+
     @property
     def possible(self) -> tuple[int, int]:
         """(wins, losses) the samples left could still add."""
-        right = sum(i in self.baseline for i in self.unseen)
-        return len(self.unseen) - right, right
+        return sum(map(self.could_win, self.unseen)), sum(map(self.could_lose, self.unseen))
 
     @property
     def decision(self) -> bool | None:
@@ -79,10 +99,8 @@ class Gate:
         possible_wins, possible_losses = self.possible
         could_win = could_lose = 0
         for n, sample in enumerate(order, start=1):
-            if sample in self.baseline:
-                could_lose += 1
-            else:
-                could_win += 1
+            could_lose += self.could_lose(sample)
+            could_win += self.could_win(sample)
             # all of them going its way passes it for good, or all going against it fails it for good
             passes = gate_passes(wins + could_win, losses + possible_losses - could_lose, self.alpha)
             fails = not gate_passes(wins + possible_wins - could_win, losses + could_lose, self.alpha)
@@ -96,18 +114,30 @@ class Gate:
         taken, self.unseen = self.unseen, []
         return taken
 
-    def add(self, ids: Sequence[str], right: Collection[str], lost: Collection[str]) -> None:
-        """The proposal's outcome on evaluated samples: which it got right, which were lost to failed calls."""
+    def add(
+        self,
+        ids: Sequence[str],
+        right: Collection[str],
+        lost: Collection[str],
+        partial: Mapping[str, float] = MappingProxyType({}),
+    ) -> None:
+        """The proposal's outcome on evaluated samples: which it got right, its scores between 0 and 1 (every other
+        sample scored 0), which were lost (to failed calls, or a metric that could not score them)."""
         for sample in ids:
-            before = sample in self.baseline
-            self.seen[before] += 1
-            if sample in right:
-                self.right.append(sample)
-                if not before:
-                    self.wins.append(sample)
-            elif sample in lost:
+            before = self.before[sample]
+            self.seen[True] += self.could_lose(sample)
+            self.seen[False] += self.could_win(sample)
+            if sample in lost:
                 self.lost.append(sample)
-            elif before:
+                continue
+            after = 1.0 if sample in right else partial.get(sample, 0.0)
+            if after >= 1.0:
+                self.right.append(sample)
+            elif after > 0.0:
+                self.partial[sample] = after
+            if after > before:
+                self.wins.append(sample)
+            elif after < before:
                 self.losses.append(sample)
 
     def _order(self) -> list[str]:
@@ -144,6 +174,7 @@ class Gate:
             "alpha": self.alpha,
             "lost": sorted(self.lost),
             "right": sorted(self.right),
+            **({"partial": dict(sorted(self.partial.items()))} if self.partial else {}),
             "samples": self.used,
             "decided_after": self.used if self.decided_after is None else self.decided_after,
             "of": self.size,

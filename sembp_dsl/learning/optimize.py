@@ -28,14 +28,14 @@ from dataclasses import asdict, dataclass, field
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.demos import as_text
 from ..language.diagnostics import Option, worded
-from ..language.graph import Graph
+from ..language.graph import Graph, MetricSpec
 from ..language.method import SETTINGS, Method
 from ..language.shapes import node_shape
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import Feedback, GateDecision, Iteration, Proposal, RunRecord, TestScores
 from ..records.runs import gate_settled, gate_tally, gate_unreadable
 from ..runtime.datasets import Sample
-from ..runtime.evaluate import Evaluation, Result, evaluate, sample_inputs
+from ..runtime.evaluate import Evaluation, Result, Scorer, Verdict, evaluate, sample_inputs
 from ..runtime.tasks import together
 from .backward import backward, backward_calls, feedback_wanted
 from .bootstrap import DemosCandidate, propose_demos
@@ -68,10 +68,13 @@ def scored(evaluation: Evaluation, what: str) -> Evaluation:
     return evaluation
 
 
-def right_and_lost(evaluation: Evaluation) -> tuple[set[str], set[str]]:
-    """Ids of the samples a pipeline got right, and of those lost to failed calls."""
-    lost = {r.sample.id for r in evaluation.results if r.trace.final.lost}
-    return {r.sample.id for r in evaluation.results if r.correct}, lost
+def outcomes(evaluation: Evaluation) -> tuple[set[str], set[str], dict[str, float]]:
+    """Ids of the samples a pipeline got right, of those lost (to failed calls, or unscored by their metric), and
+    the scores between 0 and 1 of the rest (those not listed scored 0)."""
+    lost = {r.sample.id for r in evaluation.results if r.lost}
+    right = {r.sample.id for r in evaluation.results if r.correct and not r.lost}
+    partial = {r.sample.id: r.score for r in evaluation.results if 0 < r.score < 1 and not r.lost}
+    return right, lost, partial
 
 
 def combined(a: dict | None, b: dict | None, sign: int = 1) -> dict:
@@ -91,7 +94,7 @@ class Optimizer:
         graph: Graph,
         llm: LLM,
         method: Method,
-        metric: str,
+        metric: str | Scorer,
         mapping: Mapping[str, str],
         train: Sequence[Sample],
         val: Sequence[Sample],
@@ -106,6 +109,7 @@ class Optimizer:
         self.record, self.on_accept, self.log = record, on_accept, log
         self.progress = progress or (lambda what, total: lambda done: None)
         self.baseline: set[str] = set()  # gate samples the current pipeline gets right
+        self.partial: dict[str, float] = {}  # and its scores between 0 and 1 on the others
         self.known: tuple[Mapping[str, str], Evaluation] | None = None  # the current prompts' training results
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
@@ -145,10 +149,15 @@ class Optimizer:
             if s.gate != "none":
                 if data.initial_score is None:
                     first = await self.score(self.graph, self.gate_split(), "gate, initial")
-                    data.initial_score, data.initial_right = first.accuracy, sorted(right_and_lost(first)[0])
+                    right, _, partial = outcomes(first)
+                    data.initial_score, data.initial_right, data.initial_partial = (
+                        first.accuracy,
+                        sorted(right),
+                        partial,
+                    )
                     self.remember(self.graph, self.gate_split(), first)
                     self.record.save()
-                outcome.best_score, self.baseline = data.best_score, data.right_kept()
+                outcome.best_score, (self.baseline, self.partial) = data.best_score, data.scores_kept()
                 self.warn_if_no_step_can_pass()
             for index in range(len(done) + 1, s.iterations + 1):
                 iteration = await self.step(index, outcome)
@@ -192,8 +201,8 @@ class Optimizer:
         self.remember(current, self.train, train)
         iteration = Iteration(index, train.accuracy, outcome.best_score, prompts=dict(current.prompts))
         iteration.reused = known is not None
-        failures = [r for r in train.results if not r.correct and not r.trace.final.lost]
-        iteration.lost = sum(r.trace.final.lost for r in train.results)
+        failures = [r for r in train.results if not r.correct and not r.lost]
+        iteration.lost = sum(r.lost for r in train.results)
         demos = [d for d in current.trainable_demos if not s.only or d in s.only]
         if not failures and not demos:
             iteration.note = "no training errors to learn from" + (
@@ -209,7 +218,9 @@ class Optimizer:
             gradients = await self.each(
                 f"iteration {index}: backward",
                 chosen,
-                lambda r: backward(current, self.llm, r.trace, r.expected, s.gradient, wanted),
+                lambda r: backward(
+                    current, self.llm, r.trace, r.expected, s.gradient, wanted, Verdict(r.score, r.reason)
+                ),
             )
             iteration.gradients = [
                 Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
@@ -313,12 +324,13 @@ class Optimizer:
             s.gate_alpha,
             random.Random(f"{s.seed}:{iteration.index}:gate"),
             least=self.llm.concurrency // max(1, len(proposed.nodes)),  # a round runs at once: fewer saves no time
+            partial=self.partial,
         )
         results: list[Result] = []
 
         async def play(ids: list[str], what: str) -> None:
             evaluation = await self.evaluate(proposed, [by_id[i] for i in ids], what)
-            gate.add(ids, *right_and_lost(evaluation))
+            gate.add(ids, *outcomes(evaluation))
             results.extend(evaluation.results)
 
         while ids := gate.next_round():
@@ -336,7 +348,7 @@ class Optimizer:
             if accept:
                 self.remember(proposed, split, evaluation)
         if accept:
-            self.baseline = set(gate.right)
+            self.baseline, self.partial = set(gate.right), dict(gate.partial)
         else:
             for c in iteration.candidates:
                 if c.fate == "taken":
@@ -467,11 +479,13 @@ def plan(
     val: Sequence[Sample],
     test: Sequence[Sample],
     mapping: Mapping[str, str],
+    judge: MetricSpec | None = None,
 ) -> Plan:
     """Calls per role: N x T training and N x G gate calls per iteration (no training pass when the gate is on the
     training split: the gate's results are the next forward pass), E x H (or E x D) backward, P optimizer; once
     N x G for the initial gate score and 2 x N x S for the test split. Each node's forward calls go to its own
-    model. What the run may save beyond that depends on its answers, and is named in `unforeseen`."""
+    model; a `judge` metric asks its model once per answer scored (a node's count of calls). What the run may
+    save beyond that depends on its answers, and is named in `unforeseen`."""
     s = method
     gate = {"val": len(val), "train": len(train), "none": 0}[s.gate]
     # on the training split, the gate's results are the training pass (a resumed run's first one replaces the
@@ -492,6 +506,7 @@ def plan(
         "answers from the response cache",
     ]
     models = {node.model for node in graph.model_nodes} | {role for role, n in calls.items() if n}
+    models |= {judge.model} if judge is not None else set()
     limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
     # prompt sizes: each node's longest forward prompt over a few training samples, node outputs as long as allowed,
     # and a trainable demos param as full as it may come to be, each example the sample's own
@@ -526,7 +541,13 @@ def plan(
     ]
     uses.append(("backward", "backward", usage("backward", calls["backward"], widest + 800)))
     uses.append(("optimizer", "optimizer", usage("optimizer", calls["optimizer"], errors * (widest + 400) + 1200)))
-    by_role: dict[str, Usage] = {role: Usage() for role in ("forward", "backward", "optimizer")}
+    roles = ["forward", "backward", "optimizer"]
+    if judge is not None:
+        rubric = len(graph.prompts.get(judge.rubric or "", ""))
+        output = longest.get(graph.output, widest)  # a function node's output: as long as the longest prompt
+        uses.append(("judge", judge.model, usage(judge.model, per_node, output + rubric + 800)))
+        roles.append("judge")
+    by_role: dict[str, Usage] = {role: Usage() for role in roles}
     by_model: dict[str, Usage] = {}
     for role, model, used in uses:
         by_role[role] += used

@@ -33,8 +33,9 @@ class Ledger:
     names: dict[str, str] = field(default_factory=dict)  # the pipeline's name for a model -> its model string
 
     def add(self, role: str, model: str, **amounts: float) -> None:
-        """Count a call's calls, hits, retries or failures for its role and for its model."""
-        for usage in (self.roles[role], self.models.setdefault(model, RoleUsage())):
+        """Count a call's calls, hits, retries or failures for its role (a judge's is counted once it calls) and
+        for its model."""
+        for usage in (self.roles.setdefault(role, RoleUsage()), self.models.setdefault(model, RoleUsage())):
             for name, amount in amounts.items():
                 setattr(usage, name, getattr(usage, name) + amount)
 

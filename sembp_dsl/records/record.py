@@ -92,6 +92,7 @@ class GateDecision:
     alpha: float
     lost: list[str] = field(default_factory=list)
     right: list[str] = field(default_factory=list)
+    partial: dict[str, float] = field(default_factory=dict)  # the proposal's scores between 0 and 1, by sample
     samples: int | None = None  # None: a record from before the gate stopped once settled (it scored them all)
     decided_after: int | None = None
     of: int | None = None
@@ -138,6 +139,7 @@ class Record:
     initial_prompts: dict[str, str] = field(default_factory=dict)
     initial_score: float | None = None  # on the gate split; None before it is known, or without a gate
     initial_right: list[str] = field(default_factory=list)  # the gate samples the initial prompts got right
+    initial_partial: dict[str, float] = field(default_factory=dict)  # and their scores between 0 and 1
     iterations: list[Iteration] = field(default_factory=list)
     finished: bool = False
     stopped: str | None = None  # why the run ended early, in the command line's words
@@ -174,8 +176,15 @@ class Record:
 
     def right_kept(self) -> set[str]:
         """The gate samples the kept prompts get right: the baseline a next step must beat."""
+        return self.scores_kept()[0]
+
+    def scores_kept(self) -> tuple[set[str], dict[str, float]]:
+        """The baseline a next step must beat: the gate samples the kept prompts get right, and their scores
+        between 0 and 1 on others."""
         step = self.kept()[-1][1]
-        return set(self.initial_right) if step is None or step.gate is None else set(step.gate.right)
+        if step is None or step.gate is None:
+            return set(self.initial_right), dict(self.initial_partial)
+        return set(step.gate.right), dict(step.gate.partial)
 
     @property
     def calls(self) -> int:
@@ -275,8 +284,9 @@ class RunRecord:
                 "expected": r.expected,
                 "output": r.trace.output,
                 "score": r.score,
-                "lost": r.trace.final.lost,
-                "error": r.trace.final.error,
+                "lost": r.lost,
+                "error": r.metric_error or r.trace.final.error,
+                "reason": r.reason,
                 "nodes": {
                     name: {"prompt": n.prompt, "reply": n.reply, "output": n.output, "error": n.error}
                     for name, n in r.trace.nodes.items()

@@ -353,6 +353,7 @@ def sample_html(sample: dict, label: str = "") -> str:
         f"<p>expected <b>{escape(repr(sample.get('expected')))}</b>, got <b>{escape(repr(sample.get('output')))}</b>"
         + (f" ({escape(str(sample['error']))})" if sample.get("error") else "")
         + "</p>",
+        *([f"<p>why: {escape(str(sample['reason']))}</p>"] if sample.get("reason") else []),
     ]
     for node, trace in sample.get("nodes", {}).items():
         parts += [

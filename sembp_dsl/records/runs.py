@@ -345,6 +345,8 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
             f"expected {sample.get('expected')!r}, got {sample.get('output')!r}{error}"
         )
         lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]
+        if sample.get("reason"):
+            lines.append(_indent(f"why: {sample['reason']}", "    "))
         lines += [
             _indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    ")
             for node, trace in sample.get("nodes", {}).items()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
@@ -19,7 +19,24 @@ from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
 from .forward import Trace, run
 from .tasks import together
 
-Judge = Callable[[Trace, Sample, str], float]  # a metric given as code (only the Python API can pass one)
+METRIC_FAILED = "metric failed"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A metric's word on one answer: a score from 0 to 1, and why, when the metric says (a judge, a function)."""
+
+    score: float
+    reason: str | None = None
+
+
+class MetricFailed(Exception):
+    """A metric could not score one answer (it raised, returned something out of range, or its judge's call
+    failed): that sample is not scored, the run goes on."""
+
+
+# A metric that is more than a built-in's name: a judge or a function of the file's, or a callable given in Python.
+Scorer = Callable[[Trace, Sample, str], Awaitable[Verdict]]
 
 
 @dataclass(frozen=True)
@@ -27,16 +44,24 @@ class Result:
     sample: Sample
     expected: str
     trace: Trace
-    score: float  # 1.0 right, 0.0 wrong; a Python metric may give partial credit
+    score: float  # 1.0 right, 0.0 wrong; a judge or a function may give partial credit
+    reason: str | None = None  # why, as the metric said: the loss feedback the backward pass starts from
+    metric_error: str | None = None  # why the metric could not score the answer
 
     @property
     def correct(self) -> bool:
         return self.score >= 1.0
 
+    @property
+    def lost(self) -> bool:
+        """No score: the answer was lost to a failed call, or the metric could not score it."""
+        return self.trace.final.lost or self.metric_error is not None
+
 
 @dataclass(frozen=True)
 class Evaluation:
-    """Scores over the samples that got an answer; samples lost to failed calls are counted, never scored."""
+    """Scores over the samples that got an answer; samples lost to failed calls (or that their metric could not
+    score) are counted, never scored."""
 
     results: tuple[Result, ...]
     requested: int
@@ -45,8 +70,8 @@ class Evaluation:
 
     @property
     def lost(self) -> list[Result]:
-        """Samples with no answer to score: a call failed for good, or a template did not render."""
-        return [r for r in self.results if r.trace.final.lost]
+        """Samples with no score: a call failed for good, a template did not render, or the metric failed."""
+        return [r for r in self.results if r.lost]
 
     @property
     def scored(self) -> int:
@@ -86,7 +111,11 @@ class Evaluation:
     def lost_causes(self) -> dict[str, int]:
         """Lost samples by cause, most frequent first."""
         causes = Counter(
-            r.trace.final.failure.cause if r.trace.final.failure else (r.trace.final.error or "").split(":")[0]
+            METRIC_FAILED
+            if r.metric_error is not None
+            else r.trace.final.failure.cause
+            if r.trace.final.failure
+            else (r.trace.final.error or "").split(":")[0]
             for r in self.lost
         )
         return dict(causes.most_common())
@@ -108,10 +137,12 @@ class Evaluation:
             lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
         for r in self.wrong[:errors]:
             final = r.trace.final
-            what = "lost" if final.lost else "wrong"
+            what = "lost" if r.lost else f"score {r.score:.2f}" if r.score else "wrong"
+            error = r.metric_error or final.error
             lines.append(
                 f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                f"{', ' + final.error if final.error else ''})\n{final.reply.strip()[:600]}"
+                f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}"
+                + (f"\nwhy: {r.reason}" if r.reason else "")
             )
         return "\n".join(lines)
 
@@ -131,7 +162,9 @@ class Evaluation:
                     "expected": r.expected,
                     "output": r.trace.output,
                     "reply": r.trace.final.reply,
-                    "error": r.trace.final.error,
+                    "error": r.metric_error or r.trace.final.error,
+                    "score": r.score,
+                    "reason": r.reason,
                     "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None,
                 }
                 for r in self.wrong[:errors]
@@ -140,8 +173,8 @@ class Evaluation:
 
 
 def metric_for(graph: Graph, dataset_metric: str) -> str:
-    """The pipeline's own `metric` when it declares one, else the data set's."""
-    return graph.metric if graph.pipeline.metrics else dataset_metric
+    """The pipeline's own metric when it names or defines one, else the data set's."""
+    return graph.metric if graph.pipeline.metrics or graph.metrics else dataset_metric
 
 
 def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> dict[str, str]:
@@ -171,11 +204,11 @@ def expected_answer(graph: Graph, sample: Sample) -> str:
     return sample.answer
 
 
-def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Judge) -> None:
+def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Scorer) -> None:
     """An expected answer no output can match under a built-in metric (a label the output node does not offer,
     no number for `numeric`, not JSON for `json`) would score its example 0 whatever the model says, silently:
     refused before any call, at the row to fix."""
-    if not isinstance(metric, str):
+    if not isinstance(metric, str) or metric in graph.metrics:
         return
     node = graph.nodes[graph.output]
     found = [(s, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
@@ -205,23 +238,27 @@ async def evaluate(
     graph: Graph,
     llm: LLM,
     samples: Sequence[Sample],
-    metric: str | Judge,
+    metric: str | Scorer,
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
 ) -> Evaluation:
-    """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget."""
+    """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget. `metric`: a built-in's
+    name, or a Scorer (a metric that fails on one sample leaves that sample unscored, with why)."""
     check_answers(graph, samples, metric)
     prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
         trace = await run(graph, llm, inputs)
-        if trace.final.lost:  # no answer to score, not even by a metric written in Python
-            value = 0.0
+        if trace.final.lost:  # no answer to score, not even by a metric of the user's
+            result = Result(sample, expected, trace, 0.0)
+        elif isinstance(metric, str):
+            result = Result(sample, expected, trace, float(score(metric, trace.output, expected)))
         else:
-            value = (
-                score(metric, trace.output, expected) if isinstance(metric, str) else metric(trace, sample, expected)
-            )
-        result = Result(sample, expected, trace, float(value))
+            try:
+                verdict = await metric(trace, sample, expected)
+                result = Result(sample, expected, trace, verdict.score, verdict.reason)
+            except MetricFailed as exc:
+                result = Result(sample, expected, trace, 0.0, metric_error=f"{METRIC_FAILED}: {exc}")
         if on_done:
             on_done(result)
         return result

@@ -1,0 +1,92 @@
+"""An LLM judge: a metric the file defines (`metric quality { model = strong  prompt = rubric  scale = 1..5 }`).
+
+It shows its model the task, the sample's inputs, the output scored, the reference answer when the data has one,
+and the rubric (a frozen param, rendered with the inputs, `output` and `expected`), and reads a record reply,
+`{reason: text, score: number}`, constrained and parsed as any record output is (language/shapes.py). The score
+on its scale becomes a score from 0 to 1; the reason is the loss feedback the backward pass starts from. Its
+calls are booked to the role "judge", on the model it names (default: the forward model).
+"""
+
+from __future__ import annotations
+
+import json
+
+from jinja2 import TemplateError
+
+from ..language import ir
+from ..language.graph import Graph, MetricSpec, describe
+from ..language.shapes import describe as describe_fields
+from ..language.shapes import node_shape, read_record
+from ..language.templates import builtin_source, compile_template
+from ..models.llm import LLM, CallFailed
+from .datasets import Sample
+from .evaluate import MetricFailed, Scorer, Verdict
+from .forward import Trace
+
+JUDGE_ROLE = "judge"
+_BUILT_IN = ir.Span("<judge>", 1, 1, 1, 1, 0, 0)
+VERDICT = ir.OutputType(
+    "record",
+    fields=tuple(
+        ir.Field(name, ir.OutputType(kind, span=_BUILT_IN), span=_BUILT_IN)
+        for name, kind in (("reason", "text"), ("score", "number"))
+    ),
+    span=_BUILT_IN,
+)
+
+
+def number(value: float) -> str:
+    return str(int(value)) if value == int(value) else str(value)
+
+
+def judge_prompt(graph: Graph, spec: MetricSpec, trace: Trace, expected: str) -> str:
+    """What the judge is asked about one answer."""
+    values = {**trace.inputs, "output": trace.output or "", "expected": expected}
+    rubric = graph.prompts.get(spec.rubric or "", "")
+    if "{" in rubric:
+        rubric = compile_template(rubric).render(values)
+    low, high = spec.scale
+    return (
+        compile_template(builtin_source("judge"))
+        .render(
+            task=graph.task,
+            inputs=describe([i.name for i in graph.inputs], trace.inputs),
+            output=trace.output or "",
+            expected=expected,
+            rubric=rubric.strip(),
+            low=number(low),
+            high=number(high),
+        )
+        .strip()
+    )
+
+
+def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
+    """The judge `spec` as a metric: one call per answer scored; a failed call, an unreadable reply or a score off
+    its scale leaves that sample unscored (MetricFailed), with why."""
+    shape = node_shape(VERDICT)
+    low, high = spec.scale
+
+    async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
+        try:
+            prompt = judge_prompt(graph, spec, trace, expected)
+        except TemplateError as exc:
+            raise MetricFailed(f"judge '{spec.name}': its rubric does not render for this sample: {exc}") from None
+        if shape is None or not llm.takes_schema(spec.model, shape):
+            prompt = f"{prompt}\n\n{describe_fields(VERDICT)}"  # no JSON Schema reaches the model: the fields in words
+        try:
+            completion = await llm.complete(JUDGE_ROLE, prompt, shape, model=spec.model)
+        except CallFailed as exc:
+            raise MetricFailed(f"judge '{spec.name}': its call failed: {exc}") from None
+        read, problem = read_record(VERDICT, completion.text)
+        if read is None:
+            raise MetricFailed(
+                f"judge '{spec.name}': its reply could not be read ({problem}): {completion.text[:200]!r}"
+            )
+        verdict = json.loads(read)
+        value = verdict["score"]
+        if not low <= value <= high:
+            raise MetricFailed(f"judge '{spec.name}' gave {value}, off its scale {number(low)}..{number(high)}")
+        return Verdict((value - low) / (high - low), verdict["reason"].strip() or None)
+
+    return score
