@@ -1,4 +1,4 @@
-"""An LLM judge through the real embedded model: `sbpc eval` of the worked example (pipelines/support.sbp) on two
+"""An LLM judge through the real embedded model: `sbpc eval` of the worked example (pipelines/replies.sbp) on two
 of its rows. The model is tiny: this proves the judge's path (its prompt, its JSON grammar, its role in the
 ledger), not the quality of its grades."""
 
@@ -26,9 +26,9 @@ def test_a_judge_grades_two_support_replies_through_the_embedded_model(tmp_path)
             "-m",
             "sembp_dsl.cli",
             "eval",
-            str(ROOT / "pipelines/support.sbp"),
+            str(ROOT / "pipelines/replies.sbp"),
             "--data",
-            str(ROOT / "pipelines/support.jsonl"),
+            str(ROOT / "pipelines/replies.jsonl"),
             "--limit",
             "2",
             "--no-cache",

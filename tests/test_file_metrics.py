@@ -143,7 +143,7 @@ def test_a_shipped_pipeline_compiles_unchanged_in_ir_when_it_defines_no_metric()
     from sembp_dsl.language.source import compile_file
 
     assert "metric_defs" not in emit_ir(compile_file(str(ROOT / "pipelines/liar.sbp")))
-    assert '"metric_defs"' in emit_ir(compile_file(str(ROOT / "pipelines/support.sbp")))
+    assert '"metric_defs"' in emit_ir(compile_file(str(ROOT / "pipelines/replies.sbp")))
 
 
 def test_fmt_keeps_a_judge_and_a_range_as_written(tmp_path):
