@@ -162,7 +162,7 @@ def test_fmt_keeps_a_judge_and_a_range_as_written(tmp_path):
 def test_a_judge_scores_free_text_on_its_scale_with_its_reason(support):
     path, _, script = support
     with sbp.load(path) as pipeline:
-        evaluation = pipeline.evaluate("rows.jsonl")
+        evaluation = pipeline.evaluate("rows.jsonl", runs_dir=path.parent / "runs")
         ledger = pipeline.ledger
     assert evaluation.accuracy == pytest.approx(0.25)  # 2 on 1..5
     assert {r.reason for r in evaluation.results} == {JUDGE_REASON} and evaluation.correct == 0
@@ -171,6 +171,13 @@ def test_a_judge_scores_free_text_on_its_scale_with_its_reason(support):
     assert "Full marks for a polite reply that gives Help with problem" in asked  # the rubric, rendered
     assert "# Reference answer\nFix" in asked and "from 1 (worst) to 5 (best)" in asked
     assert re.search(r"^judge\s+8 ", ledger.render(), re.M), ledger.render()
+    # the evaluation's record: each sample's reason and the judge's reply, its calls in the record's ledger
+    record = json.loads((evaluation.record / "run.json").read_text())
+    sample = record["evaluation"]["samples"][0]
+    assert sample["reason"] == JUDGE_REASON and json.loads(sample["judge"]["reply"])["score"] == 2
+    assert record["ledger"]["calls"] == 3 * len(ROWS)  # two nodes and the judge, per row
+    code, out, _ = run("show", str(evaluation.record))
+    assert code == 0 and f"why: {JUDGE_REASON}" in out and "the judge replied:" in out, out
 
 
 def test_a_pipeline_with_a_judge_optimizes_end_to_end_and_learns_from_its_reasons(support):

@@ -481,12 +481,7 @@ def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_inte
     from sembp_dsl.cli.commands import held_out_change
 
     def evaluation(scores):  # None: lost to a failed call
-        return NS(
-            results=[
-                NS(sample=NS(id=f"s{i}"), score=s or 0.0, lost=s is None)
-                for i, s in enumerate(scores)
-            ]
-        )
+        return NS(results=[NS(sample=NS(id=f"s{i}"), score=s or 0.0, lost=s is None) for i, s in enumerate(scores)])
 
     before = evaluation([1, 1, 1, 1, 1, 0, 0, 0, 1, 1])
     after = evaluation([1, 0, 1, 0, 1, 0, 0, 0, None, None])

@@ -276,7 +276,8 @@ class RunRecord:
         scored: Mapping[str, object],
     ) -> RunRecord:
         """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
-        limit), and per sample its inputs, every node's prompt, reply and output, the score and error."""
+        limit), and per sample its inputs, every node's prompt, reply and output, the score, reason and error, and
+        a judge's prompt and reply (its calls are in the ledger)."""
         samples = [
             {
                 "id": r.sample.id,
@@ -291,10 +292,11 @@ class RunRecord:
                     name: {"prompt": n.prompt, "reply": n.reply, "output": n.output, "error": n.error}
                     for name, n in r.trace.nodes.items()
                 },
+                **({"judge": {"prompt": r.judged.prompt, "reply": r.judged.reply}} if r.judged else {}),
             }
             for r in evaluation.results
         ]
-        nodes = [n for r in evaluation.results for n in r.trace.nodes.values()]
+        nodes = [n for r in evaluation.results for n in (*r.trace.nodes.values(), *filter(None, [r.judged]))]
         record = Record(
             settings,
             dict(prompts),

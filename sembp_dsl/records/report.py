@@ -355,7 +355,8 @@ def sample_html(sample: dict, label: str = "") -> str:
         + "</p>",
         *([f"<p>why: {escape(str(sample['reason']))}</p>"] if sample.get("reason") else []),
     ]
-    for node, trace in sample.get("nodes", {}).items():
+    calls = [*sample.get("nodes", {}).items(), *([("the judge", sample["judge"])] if sample.get("judge") else [])]
+    for node, trace in calls:
         parts += [
             f"<h3>{escape(node)}</h3>",
             f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',

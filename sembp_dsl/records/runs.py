@@ -347,6 +347,8 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]
         if sample.get("reason"):
             lines.append(_indent(f"why: {sample['reason']}", "    "))
+        if sample.get("judge"):
+            lines.append(_indent(f"the judge replied: {_excerpt(sample['judge'].get('reply', ''))}", "    "))
         lines += [
             _indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    ")
             for node, trace in sample.get("nodes", {}).items()

@@ -16,7 +16,7 @@ from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..models.llm import LLM, BudgetExceeded
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
-from .forward import Trace, run
+from .forward import NodeTrace, Trace, run
 from .tasks import together
 
 METRIC_FAILED = "metric failed"
@@ -28,11 +28,16 @@ class Verdict:
 
     score: float
     reason: str | None = None
+    judged: NodeTrace | None = None  # a judge's call: its prompt, reply, tokens and cost
 
 
 class MetricFailed(Exception):
     """A metric could not score one answer (it raised, returned something out of range, or its judge's call
-    failed): that sample is not scored, the run goes on."""
+    failed): that sample is not scored, the run goes on. `judged`: the judge's call, when one was answered."""
+
+    def __init__(self, message: str, judged: NodeTrace | None = None):
+        super().__init__(message)
+        self.judged = judged
 
 
 # A metric that is more than a built-in's name: a judge or a function of the file's, or a callable given in Python.
@@ -47,6 +52,7 @@ class Result:
     score: float  # 1.0 right, 0.0 wrong; a judge or a function may give partial credit
     reason: str | None = None  # why, as the metric said: the loss feedback the backward pass starts from
     metric_error: str | None = None  # why the metric could not score the answer
+    judged: NodeTrace | None = None  # the judge's call on it, when a judge scored
 
     @property
     def correct(self) -> bool:
@@ -256,9 +262,9 @@ async def evaluate(
         else:
             try:
                 verdict = await metric(trace, sample, expected)
-                result = Result(sample, expected, trace, verdict.score, verdict.reason)
+                result = Result(sample, expected, trace, verdict.score, verdict.reason, judged=verdict.judged)
             except MetricFailed as exc:
-                result = Result(sample, expected, trace, 0.0, metric_error=f"{METRIC_FAILED}: {exc}")
+                result = Result(sample, expected, trace, 0.0, metric_error=f"{METRIC_FAILED}: {exc}", judged=exc.judged)
         if on_done:
             on_done(result)
         return result

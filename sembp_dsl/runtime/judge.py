@@ -21,7 +21,7 @@ from ..language.templates import builtin_source, compile_template
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample
 from .evaluate import MetricFailed, Scorer, Verdict
-from .forward import Trace
+from .forward import NodeTrace, Trace
 
 JUDGE_ROLE = "judge"
 _BUILT_IN = ir.Span("<judge>", 1, 1, 1, 1, 0, 0)
@@ -79,14 +79,26 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
         except CallFailed as exc:
             raise MetricFailed(f"judge '{spec.name}': its call failed: {exc}") from None
         read, problem = read_record(VERDICT, completion.text)
+        judged = NodeTrace(
+            f"{JUDGE_ROLE} {spec.name}",
+            prompt,
+            completion.text,
+            read,
+            problem,
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.latency,
+            completion.cached,
+            cost=completion.cost,
+        )
         if read is None:
             raise MetricFailed(
-                f"judge '{spec.name}': its reply could not be read ({problem}): {completion.text[:200]!r}"
+                f"judge '{spec.name}': its reply could not be read ({problem}): {completion.text[:200]!r}", judged
             )
         verdict = json.loads(read)
         value = verdict["score"]
         if not low <= value <= high:
-            raise MetricFailed(f"judge '{spec.name}' gave {value}, off its scale {number(low)}..{number(high)}")
-        return Verdict((value - low) / (high - low), verdict["reason"].strip() or None)
+            raise MetricFailed(f"judge '{spec.name}' gave {value}, off its scale {number(low)}..{number(high)}", judged)
+        return Verdict((value - low) / (high - low), verdict["reason"].strip() or None, judged)
 
     return score
