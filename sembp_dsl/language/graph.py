@@ -67,6 +67,11 @@ class MetricSpec:
     model: str = "forward"  # the judge's model: a role or a named model
     scale: tuple[float, float] = (0.0, 1.0)
 
+    @property
+    def scale_text(self) -> str:
+        """`1..5`, as the file writes it."""
+        return "..".join(str(int(v)) if v == int(v) else str(v) for v in self.scale)
+
     @staticmethod
     def of(metric: ir.MetricDef) -> MetricSpec:
         if metric.function is not None:
@@ -244,6 +249,27 @@ class Graph:
         if sibling:
             return [(node.hints, self.render_builtin("backward", hints=hints, **question))]
         return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
+
+    def judge_question(self, spec: MetricSpec, inputs: Mapping[str, str], output: str, expected: str) -> str:
+        """What a judge is asked about one answer: the task, the inputs, the output, the reference answer and its
+        rubric (rendered with the inputs, `output` and `expected`), and its scale."""
+        rubric = self.prompts.get(spec.rubric or "", "")
+        if "{" in rubric:
+            rubric = compile_template(rubric).render({**inputs, "output": output, "expected": expected})
+        low, high = spec.scale_text.split("..")
+        return (
+            compile_template(builtin_source("judge"))
+            .render(
+                task=self.task,
+                inputs=describe([i.name for i in self.inputs], inputs),
+                output=output,
+                expected=expected,
+                rubric=rubric.strip(),
+                low=low,
+                high=high,
+            )
+            .strip()
+        )
 
     def users(self, param: str) -> tuple[GraphNode, ...]:
         """The nodes that use a param, in topological order."""

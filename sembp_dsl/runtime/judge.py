@@ -14,10 +14,9 @@ import json
 from jinja2 import TemplateError
 
 from ..language import ir
-from ..language.graph import Graph, MetricSpec, describe
+from ..language.graph import Graph, MetricSpec
 from ..language.shapes import describe as describe_fields
 from ..language.shapes import node_shape, read_record
-from ..language.templates import builtin_source, compile_template
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample
 from .evaluate import MetricFailed, Scorer, Verdict
@@ -35,32 +34,6 @@ VERDICT = ir.OutputType(
 )
 
 
-def number(value: float) -> str:
-    return str(int(value)) if value == int(value) else str(value)
-
-
-def judge_prompt(graph: Graph, spec: MetricSpec, trace: Trace, expected: str) -> str:
-    """What the judge is asked about one answer."""
-    values = {**trace.inputs, "output": trace.output or "", "expected": expected}
-    rubric = graph.prompts.get(spec.rubric or "", "")
-    if "{" in rubric:
-        rubric = compile_template(rubric).render(values)
-    low, high = spec.scale
-    return (
-        compile_template(builtin_source("judge"))
-        .render(
-            task=graph.task,
-            inputs=describe([i.name for i in graph.inputs], trace.inputs),
-            output=trace.output or "",
-            expected=expected,
-            rubric=rubric.strip(),
-            low=number(low),
-            high=number(high),
-        )
-        .strip()
-    )
-
-
 def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
     """The judge `spec` as a metric: one call per answer scored; a failed call, an unreadable reply or a score off
     its scale leaves that sample unscored (MetricFailed), with why."""
@@ -69,7 +42,7 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
         try:
-            prompt = judge_prompt(graph, spec, trace, expected)
+            prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected)
         except TemplateError as exc:
             raise MetricFailed(f"judge '{spec.name}': its rubric does not render for this sample: {exc}") from None
         if shape is None or not llm.takes_schema(spec.model, shape):
@@ -98,7 +71,7 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
         verdict = json.loads(read)
         value = verdict["score"]
         if not low <= value <= high:
-            raise MetricFailed(f"judge '{spec.name}' gave {value}, off its scale {number(low)}..{number(high)}", judged)
+            raise MetricFailed(f"judge '{spec.name}' gave {value}, off its scale {spec.scale_text}", judged)
         return Verdict((value - low) / (high - low), verdict["reason"].strip() or None, judged)
 
     return score
