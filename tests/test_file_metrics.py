@@ -135,6 +135,12 @@ def test_the_metric_scored_is_the_named_one_else_the_first_defined():
     assert graph.metrics["helpful"].model == "forward" and graph.trainable == ("needs_task", "reply_task")
     assert build(parse(SUPPORT + "metric exact\n")).metric == "exact"
     assert not build(parse(SUPPORT)).warnings  # the rubric counts as used, by the judge
+    from sembp_dsl.language.emit import emit_prompts
+
+    prompts = emit_prompts(graph)  # the judge's question, with placeholders, after the loss
+    judged = prompts.split("=== helpful: judge (a record reply, {reason, score}) ===\n", 1)[1]
+    assert judged.startswith("You grade one output") and "gives <message> a next step" in judged
+    assert "# Output to grade\n<output of reply>" in judged and "from 1 (worst) to 5 (best)" in judged
 
 
 def test_a_shipped_pipeline_compiles_unchanged_in_ir_when_it_defines_no_metric():
