@@ -116,7 +116,8 @@ def load(
     `cache`: True for the shared response cache, a path for another one, False for none.
     The callables of function nodes: `functions` maps a declared function's name to one, imported from nowhere;
     the others are imported from the pipeline's folder, or from the modules `allow_modules` names (anything else
-    is refused: a pipeline file is data from strangers; see runtime/code.py).
+    is refused: a pipeline file is data from strangers; see runtime/code.py). A function metric is imported from
+    the same places, once a run scores with it.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")

@@ -279,3 +279,81 @@ def test_the_gate_counts_wins_and_losses_by_score_and_ties_are_not_counted():
     play(gate.rest())
     assert sorted(gate.wins) == ["s0", "s3"] and gate.losses == ["s2"]  # s1, s4, s5 tie
     assert gate.decision is True and gate.to_json()["partial"] == {"s0": 0.75, "s1": 0.5}  # the next baseline
+
+
+# --- a Python function the file names ------------------------------------------------------------------------
+
+METRICS_PY = """\
+from pathlib import Path
+
+Path(__file__).with_name("imported.marker").write_text("imported")
+
+
+def overlap(prediction, example):
+    want = set(example["answer"].lower().split())
+    got = set((prediction.text or "").lower().split())
+    share = len(want & got) / len(want)
+    return share, f"uses {share:.0%} of the reference's words"
+
+
+def loud(prediction, example):
+    raise RuntimeError("boom")
+
+
+def lenient(prediction, example):
+    return 2
+"""
+FUNCTIONS = """\
+metric overlap = "metrics:overlap"
+metric loud = "metrics:loud"
+metric lenient = "metrics:lenient"
+metric gone = "nowhere:overlap"
+"""
+
+
+@pytest.fixture
+def functions(support):
+    path, server, script = support
+    (path.parent / "metrics.py").write_text(METRICS_PY)
+    path.write_text(path.read_text() + FUNCTIONS)
+    rows = [{"message": f"m{i}", "answer": "Whatever. Fix it."} for i in range(4)]  # the reply has 1 of 3 words
+    (path.parent / "partial.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path, path.parent / "imported.marker"
+
+
+def test_check_and_load_never_import_a_function_metric(functions):
+    path, marker = functions
+    code, out, err = run("check", str(path))
+    assert code == 0 and not marker.exists(), err
+    with sbp.load(path) as pipeline:
+        assert pipeline.graph.metrics["overlap"].function == "metrics:overlap"
+    assert not marker.exists()  # loading scores nothing: nothing is imported
+
+
+def test_a_function_metric_named_in_the_file_scores_partial_credit_with_its_reason(functions):
+    path, marker = functions
+    code, out, err = run("eval", str(path), "--data", "partial.jsonl", "--metric", "overlap", "--json")
+    report = json.loads(out)
+    assert code == 0 and report["accuracy"] == pytest.approx(1 / 3) and report["correct"] == 0, err
+    assert marker.exists()  # imported once a run scored with it
+    with sbp.load(path) as pipeline:
+        found = pipeline.optimize(
+            "partial.jsonl", metric="overlap", iterations=1, train_size=2, val_size=2, test_size=0, gate="none"
+        )
+    [gradients] = found.outcome.iterations[0].gradients[:1]
+    assert "The output scored 0.33 out of 1. uses 33% of the reference's words" in gradients.nodes["reply"]
+
+
+def test_a_function_metric_that_raises_or_returns_out_of_range_fails_each_sample_not_the_run(functions):
+    path, _ = functions
+    for name, why in (("loud", "raised RuntimeError: boom"), ("lenient", "returned 2")):
+        code, out, err = run("eval", str(path), "--data", "partial.jsonl", "--metric", name, "--errors", "1")
+        assert code == 1 and "metric failed x4" in out and f"the metric '{name}' {why}" in out, out + err
+        assert "Traceback" not in err
+
+
+def test_a_function_metric_from_a_module_not_beside_the_pipeline_is_refused(functions):
+    path, _ = functions
+    code, out, err = run("eval", str(path), "--data", "partial.jsonl", "--metric", "gone")
+    assert code == 1 and "module 'nowhere' is not beside the pipeline" in err and "--allow-module" in err, err
+    assert "Traceback" not in err

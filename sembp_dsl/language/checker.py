@@ -19,7 +19,7 @@ from .callables import parse_target
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .method import SETTINGS, within
-from .metrics import FUNCTION, JUDGE_SETTINGS, METRICS, parse_scale
+from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -715,11 +715,12 @@ def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
     if metric.name in METRICS:
         cx.report("E100", metric.span, f"'{metric.name}' is a built-in metric; give yours another name")
     if metric.function is not None:
-        if not FUNCTION.match(metric.function):
+        target = parse_target(metric.function)
+        if isinstance(target, str):  # read as a function node's `"module:name"` is, without importing
             cx.report(
                 "E105",
                 metric.value_span,
-                f"a function metric names 'module:function', not {metric.function!r}",
+                f"function metric '{metric.name}': {target}",
                 help='for a function overlap in metrics.py beside the pipeline: "metrics:overlap"',
             )
         return

@@ -111,10 +111,10 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
         "loss", node=graph.output, output="<output>", expected="<expected>", parse_error=None, reason=None, grade=None
     )
     yield f"=== {graph.output}: loss feedback ===\n{loss}"
-    for spec in graph.metrics.values():
-        if spec.kind == "judge":
-            question = graph.judge_question(spec, values, f"<output of {graph.output}>", "<expected>")
-            yield f"=== {spec.name}: judge (a record reply, {{reason, score}}) ===\n{question}"
+    for metric in graph.metrics.values():
+        if metric.kind == "judge":
+            question = graph.judge_question(metric, values, f"<output of {graph.output}>", "<expected>")
+            yield f"=== {metric.name}: judge (a record reply, {{reason, score}}) ===\n{question}"
     for param in graph.trainable:
         user = graph.users(param)[0]
         example = {

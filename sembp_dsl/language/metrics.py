@@ -7,7 +7,8 @@ order and spacing do not matter). A prediction of None means the pipeline's outp
 not be parsed; it always scores False.
 
 A file may define metrics of its own (an LLM judge, a Python function): what their settings mean is here
-(`parse_scale`, `FUNCTION`); scoring with them needs a model or Python code, which runtime/ has.
+(`JUDGE_SETTINGS`, `parse_scale`; a function's `module:function` is read as a function node's is, by
+callables.py); scoring with them needs a model or Python code, which runtime/ has.
 """
 
 from __future__ import annotations
@@ -16,12 +17,10 @@ import json
 import math
 import re
 
-__all__ = ["FUNCTION", "METRICS", "parse_number", "parse_scale", "score"]
+__all__ = ["JUDGE_SETTINGS", "METRICS", "parse_number", "parse_scale", "score"]
 
 METRICS = ("exact", "numeric", "json")
 JUDGE_SETTINGS = {"prompt": (str,), "model": (str,), "scale": (str,)}
-# `module:function`, the module dotted: how a function metric names its Python function
-FUNCTION = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*\Z")
 _SCALE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*\.\.\s*(-?\d+(?:\.\d+)?)\s*\Z")
 
 # Only these are stripped, not all punctuation, so that "-50" keeps its sign

@@ -225,7 +225,16 @@ class Builder(Transformer):
         groups: dict[str, list] = {
             k: []
             for k in (
-                "input", "param", "template", "function", "node", "edge", "output", "metric", "metric_def", "block"
+                "input",
+                "param",
+                "template",
+                "function",
+                "node",
+                "edge",
+                "output",
+                "metric",
+                "metric_def",
+                "block",
             )
         }
         for statement in statements:
