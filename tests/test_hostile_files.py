@@ -272,6 +272,25 @@ def test_a_bad_file_gives_located_errors_never_a_traceback(tmp_path, name, data)
         assert "\x1b" not in output and "\x00" not in output and "\x07" not in output
 
 
+#: The checks of issue 17 (named models, system messages, record outputs): each must fire, located, on a file of the
+#: corpus, so that the test above holds every one of them to "no traceback, file:line:col".
+NODE_CODES = {f"E07{digit}" for digit in range(1, 10)} | {"W008"}
+
+
+def test_every_check_of_the_node_features_fires_located_in_the_corpus(tmp_path):
+    found: dict[str, set[str]] = {".sbp": set(), ".yaml": set()}
+    for name, data in CORPUS:
+        if not name.startswith(("semantic_", "yaml_")):
+            continue
+        path = tmp_path / name
+        path.write_bytes(data)
+        _, output = run_cli("check", str(path))
+        located = rf"^{re.escape(str(path))}:\d+:\d+: (?:error|warning)\[(\w\d{{3}})\]"
+        found[path.suffix] |= set(re.findall(located, output, re.M))
+    assert NODE_CODES <= found[".sbp"], sorted(NODE_CODES - found[".sbp"])
+    assert {"E071", "E076"} <= found[".yaml"], sorted(found[".yaml"])
+
+
 def test_odd_paths_are_refused_clearly_and_never_block(tmp_path):
     import os
 
