@@ -194,7 +194,8 @@ def test_the_shipped_pipelines_check_clean_hover_jump_and_outline(tmp_path):
                 assert (
                     f"node **{node.name}**: {node.type}" in hover.contents.value and "inputs: " in hover.contents.value
                 )
-                use = node.setting("prompt")
+                # a node's `prompt = p` jumps to `param p` (support.sbp's last node has a template instead)
+                use = next(s for n in reversed(pipeline.nodes) if (s := n.setting("prompt")))
                 found = await lsp.definition(uri, position(text, use.value_span.start + 1))
                 assert [offset(text, loc.range.start) for loc in found] == [pipeline.param(str(use.value)).span.start]
                 assert not await lsp.formatting(uri)  # formatted already
