@@ -59,22 +59,29 @@ def test_the_block_is_what_it_says(block, tmp_path):
     elif block.language in PIPELINE and kind != "fragment":
         found = errors(block.text, f"block.{block.language}")
         assert not found, f"{block.where}: `sbpc check` finds errors in this pipeline ({mark}): {found}"
-    elif block.language == "sbp":
+    elif block.language in ("sbp", "yaml", *PARSED):
         try:
-            whole = re.search(r"^pipeline ", block.text, re.M)
-            parse_text(block.text if whole else f"pipeline fragment\n{block.text}", "fragment.sbp")
-        except PipelineError as exc:
-            pytest.fail(f"{block.where}: the fragment does not parse after a `pipeline` line:\n{exc}")
+            parses(block, tmp_path)
+        except (PipelineError, ValueError, yaml.YAMLError, jinja2.TemplateSyntaxError) as exc:
+            pytest.fail(f"{block.where}: the {block.language} does not parse (or mark it <!-- sketch: WHY -->):\n{exc}")
+    else:
+        summary_matches_grammar(block)
+
+
+def parses(block: Block, tmp_path: Path) -> None:
+    """Parse the block as what it is: an sbp fragment after a `pipeline` line if it has none, a YAML mapping,
+    JSON (a fragment inside `{ }`), TOML or a Jinja template."""
+    if block.language == "sbp":
+        whole = re.search(r"^pipeline ", block.text, re.M)
+        parse_text(block.text if whole else f"pipeline fragment\n{block.text}", "fragment.sbp")
     elif block.language == "yaml":
         yaml_fragment(block, tmp_path)
     elif block.language == "json":
-        json.loads("{" + block.text + "}" if kind == "fragment" else block.text)
+        json.loads("{" + block.text + "}" if marker(block) == "fragment" else block.text)
     elif block.language == "toml":
         pytest.importorskip("tomllib").loads(block.text)  # Python 3.11 and later
-    elif block.language == "jinja":
-        jinja2.Environment().parse(block.text)
     else:
-        summary_matches_grammar(block)
+        jinja2.Environment().parse(block.text)
 
 
 @pytest.mark.parametrize("block", sorted(CHECKED, key=lambda b: b.line), ids=lambda b: b.where)
