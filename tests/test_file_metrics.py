@@ -184,6 +184,10 @@ def test_a_judge_scores_free_text_on_its_scale_with_its_reason(support):
     assert record["ledger"]["calls"] == 3 * len(ROWS)  # two nodes and the judge, per row
     code, out, _ = run("show", str(evaluation.record))
     assert code == 0 and f"why: {JUDGE_REASON}" in out and "the judge replied:" in out, out
+    from sembp_dsl.records.report import sample_html
+
+    page = sample_html(sample)  # the report's sample: the reason, then the judge beside each node
+    assert f"<p>why: {JUDGE_REASON}</p>" in page and page.index("<h3>reply</h3>") < page.index("<h3>the judge</h3>")
 
 
 def test_a_pipeline_with_a_judge_optimizes_end_to_end_and_learns_from_its_reasons(support):
