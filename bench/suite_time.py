@@ -30,15 +30,12 @@ ROOT = Path(__file__).resolve().parents[1]
 BEFORE = "cfaf5ef"
 
 
-def readme_command(label: str) -> str:
-    """The line after the README's `    # <label>` comment, as .ci/run reads it."""
-    lines = (ROOT / "README.md").read_text().splitlines()
-    return next(lines[i + 1].strip() for i, line in enumerate(lines) if line.startswith(f"    # {label}"))
-
-
 def readme_pytest() -> list[str]:
-    """The pytest part of the README's test command, run with this interpreter."""
-    part = next(p for p in readme_command("tests").split("&&") if "pytest" in p)
+    """The pytest part of the README's test command, read by `.ci/run --print` as CI reads it, run with this
+    interpreter."""
+    printed = subprocess.run([str(ROOT / ".ci" / "run"), "--print"], capture_output=True, text=True, check=True)
+    tests = printed.stdout.splitlines()[1]  # the main job, then the tests
+    part = next(p for p in tests.split("&&") if "pytest" in p)
     words = [w for w in shlex.split(part) if not re.match(r"[A-Z_]+=", w)]  # the environment is set below
     return [sys.executable, *words[1:]]
 
