@@ -83,13 +83,13 @@ def with_fake_model(source: str, url: str) -> str:
     return source + f'\nmodel {{ name = "openai/fake"  api_base = "{url}"  temperature = 0 }}\n'
 
 
-def liar_for_the_embedded_model(folder: Path) -> Path:
-    """A copy of pipelines/liar.sbp in `folder` whose forward replies stop at 32 tokens (96 in the file): the
-    tests that run it on the embedded model prove the path, not the analyses, which are most of their time."""
-    text = (ROOT / "pipelines" / "liar.sbp").read_text()
-    short = re.sub(r"(model forward \{[^}]*max_tokens\s*=\s*)96\b", r"\g<1>32", text)
-    assert short != text, "pipelines/liar.sbp no longer sets its forward max_tokens to 96"
-    path = folder / "liar.sbp"
+def shortened_for_the_embedded_model(folder: Path, pipeline: str, model: str) -> Path:
+    """A copy of pipelines/`pipeline` in `folder` whose `model` replies stop at 32 tokens (96 in the file): the
+    tests that run it on the embedded model prove the path, not the prose, which is most of their time."""
+    text = (ROOT / "pipelines" / pipeline).read_text()
+    short = re.sub(rf"(model {model} +\{{[^}}]*max_tokens\s*=\s*)96\b", r"\g<1>32", text)
+    assert short != text, f"pipelines/{pipeline} no longer sets its {model} max_tokens to 96"
+    path = folder / pipeline
     path.write_text(short)
     return path
 

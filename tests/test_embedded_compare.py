@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import liar_for_the_embedded_model
+from conftest import shortened_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -22,7 +22,7 @@ pytestmark = [
 
 
 def test_compare_liar_through_the_embedded_model(tmp_path):
-    path = liar_for_the_embedded_model(tmp_path)
+    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
     before = path.read_bytes()
     result = subprocess.run(
         [

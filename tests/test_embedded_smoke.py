@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import liar_for_the_embedded_model
+from conftest import shortened_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -28,7 +28,7 @@ def sbpc(*args, cwd=None) -> subprocess.CompletedProcess:
 
 
 def test_eval_liar_through_the_embedded_model(tmp_path):
-    path = liar_for_the_embedded_model(tmp_path)
+    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
     result = sbpc("eval", str(path), "--data", "liar", "--limit", "2", "--json", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
@@ -38,7 +38,7 @@ def test_eval_liar_through_the_embedded_model(tmp_path):
 
 
 def test_optimize_liar_through_the_embedded_model(tmp_path):
-    path = liar_for_the_embedded_model(tmp_path)
+    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
     result = sbpc(
         "optimize",
         str(path),

@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, shortened_for_the_embedded_model
 
 from sembp_dsl.language.source import load
 from sembp_dsl.models import embedded
@@ -27,12 +27,7 @@ def sbpc(*args, cwd) -> subprocess.CompletedProcess:
 
 
 def test_the_support_example_evaluates_and_optimizes_on_the_embedded_model(tmp_path):
-    # the path, not the prose: the cheap model's facts and draft stop at 32 tokens (96 in the file)
-    text = (ROOT / "pipelines/support.sbp").read_text()
-    short = text.replace('model fast      { name = "embedded/smollm2-135m"  max_tokens = 96 }', "")
-    assert short != text, "pipelines/support.sbp no longer gives its fast model 96 tokens"
-    path = tmp_path / "support.sbp"
-    path.write_text(short + 'model fast { name = "embedded/smollm2-135m"  max_tokens = 32 }\n')
+    path = shortened_for_the_embedded_model(tmp_path, "support.sbp", "fast")  # the facts and the draft
     data = str(ROOT / "pipelines/support.jsonl")
     done = sbpc("eval", str(path), "--data", data, "--limit", "2", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
