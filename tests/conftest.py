@@ -83,12 +83,12 @@ def with_fake_model(source: str, url: str) -> str:
     return source + f'\nmodel {{ name = "openai/fake"  api_base = "{url}"  temperature = 0 }}\n'
 
 
-def shortened_for_the_embedded_model(folder: Path, pipeline: str, model: str) -> Path:
-    """A copy of pipelines/`pipeline` in `folder` whose `model` replies stop at 32 tokens (96 in the file): the
-    tests that run it on the embedded model prove the path, not the prose, which is most of their time."""
+def shortened_for_the_embedded_model(folder: Path, pipeline: str, model: str, tokens: int = 32) -> Path:
+    """A copy of pipelines/`pipeline` in `folder` whose `model` replies stop at `tokens`: the tests that run it on
+    the embedded model prove the path, not the prose, and the prose is most of their time."""
     text = (ROOT / "pipelines" / pipeline).read_text()
-    short = re.sub(rf"(model {model} +\{{[^}}]*max_tokens\s*=\s*)96\b", r"\g<1>32", text)
-    assert short != text, f"pipelines/{pipeline} no longer sets its {model} max_tokens to 96"
+    short, found = re.subn(rf"(model {model} +\{{[^}}]*max_tokens\s*=\s*)\d+\b", rf"\g<1>{tokens}", text)
+    assert found == 1, f"pipelines/{pipeline} no longer sets its {model} model's max_tokens"
     path = folder / pipeline
     path.write_text(short)
     return path

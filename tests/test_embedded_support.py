@@ -29,19 +29,27 @@ def sbpc(*args, cwd) -> subprocess.CompletedProcess:
 def test_the_support_example_evaluates_and_optimizes_on_the_embedded_model(tmp_path):
     path = shortened_for_the_embedded_model(tmp_path, "support.sbp", "fast")  # the facts and the draft
     data = str(ROOT / "pipelines/support.jsonl")
-    done = sbpc("eval", str(path), "--data", data, "--limit", "2", "--json", cwd=tmp_path)
+    done = sbpc("eval", str(path), "--data", data, "--limit", "1", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["scored"] == 2
+    assert report["scored"] == 1
     models = report["ledger"]["models"]
-    assert models["fast"]["calls"] == 4 and models["strong"]["calls"] == 2  # facts and draft, then the review
-    assert report["ledger"]["counters"].get("constrained replies (grammar)", 0) >= 2
+    assert models["fast"]["calls"] == 2 and models["strong"]["calls"] == 1  # facts and draft, then the review
+    assert models["fast"]["completion_tokens"] > 0
+    assert report["ledger"]["counters"].get("constrained replies (grammar)", 0) >= 1
     before = load(str(path))
-    done = sbpc(
-        "optimize", str(path), "--data", data, "--train-size", "2", "--val-size", "2", "--iters", "1", cwd=tmp_path
-    )
+    # the draft's prompt is trained: its feedback comes from the review's backward question, which shows the
+    # review's system message and record output to the backward model
+    flags = ["--train-size", "2", "--val-size", "1", "--iters", "1", "--errors-per-gradient", "1"]
+    done = sbpc("optimize", str(path), "--data", data, *flags, "--only", "draft_task", "--json", cwd=tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "iteration 1/1" in done.stdout + done.stderr
+    report = json.loads(done.stdout)
+    [iteration] = report["iterations"]
+    roles = report["ledger"]["roles"]
+    if iteration["train_score"] < 1.0:  # there was an error to learn from
+        assert roles["backward"]["calls"] == 1  # the review's question; the draft's inputs lead to no trained prompt
+        [candidate] = iteration["candidates"]
+        assert candidate["param"] == "draft_task" and candidate["fate"]
+        assert roles["optimizer"]["calls"] == (0 if candidate["fate"].startswith("skipped") else 1)
     after = load(str(path))  # whatever the gate decided, the file still compiles and kept what is frozen
-    style = {p.name: p.text for p in before.params}["style"]
-    assert {p.name: p.text for p in after.params}["style"] == style
+    assert {p.name: p.text for p in after.params}["style"] == {p.name: p.text for p in before.params}["style"]
