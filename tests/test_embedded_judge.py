@@ -1,4 +1,4 @@
-"""An LLM judge through the real embedded model: `sbpc eval` of the worked example (pipelines/replies.sbp) on two
+"""An LLM judge through the real embedded model: `sbpc eval` of the worked example (pipelines/replies.sbp) on one
 of its rows. The model is tiny: this proves the judge's path (its prompt, its JSON grammar, its role in the
 ledger), not the quality of its grades."""
 
@@ -9,7 +9,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, shortened_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -19,18 +19,19 @@ pytestmark = [
 ]
 
 
-def test_a_judge_grades_two_support_replies_through_the_embedded_model(tmp_path):
+def test_a_judge_grades_a_support_reply_through_the_embedded_model(tmp_path):
+    path = shortened_for_the_embedded_model(tmp_path, "replies.sbp", "forward", tokens=64)  # the judge's too
     result = subprocess.run(
         [
             sys.executable,
             "-m",
             "sembp_dsl.cli",
             "eval",
-            str(ROOT / "pipelines/replies.sbp"),
+            str(path),
             "--data",
             str(ROOT / "pipelines/replies.jsonl"),
             "--limit",
-            "2",
+            "1",
             "--no-cache",
             "--json",
         ],
@@ -42,7 +43,7 @@ def test_a_judge_grades_two_support_replies_through_the_embedded_model(tmp_path)
     assert result.returncode in (0, 1), result.stderr  # 1: the tiny judge's grades were off its scale
     report = json.loads(result.stdout)
     judge = report["ledger"]["roles"]["judge"]
-    assert report["metric"] == "helpful" and judge["calls"] == 2 and judge["completion_tokens"] > 0
-    assert report["ledger"]["roles"]["forward"]["calls"] == 4  # 2 samples x 2 nodes
+    assert report["metric"] == "helpful" and judge["calls"] == 1 and judge["completion_tokens"] > 0
+    assert report["ledger"]["roles"]["forward"]["calls"] == 2  # 1 sample x 2 nodes
     # each grade is read (the JSON grammar holds the reply to {reason, score}): a score, or off the scale
-    assert report["scored"] + report["lost_causes"].get("metric failed", 0) == 2
+    assert report["scored"] + report["lost_causes"].get("metric failed", 0) == 1
