@@ -22,7 +22,7 @@ pytestmark = [
 
 
 def test_compare_liar_through_the_embedded_model(tmp_path):
-    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
+    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward", tokens=8)
     before = path.read_bytes()
     result = subprocess.run(
         [
@@ -38,7 +38,7 @@ def test_compare_liar_through_the_embedded_model(tmp_path):
             "--seeds",
             "1",
             "--train-size",
-            "2",
+            "1",
             "--val-size",
             "1",
             "--test-size",

@@ -1,4 +1,5 @@
-"""The whole path through the real embedded model: `sbpc eval` and `sbpc optimize` on real LIAR data.
+"""The whole path through the real embedded model: `sbpc optimize` on real LIAR data (`sbpc eval` goes through
+the embedded model in test_embedded_support.py, `sbpc compare` in test_embedded_compare.py).
 
 The model is tiny, so these prove that everything runs end to end and leaves
 valid files behind, not that it learns.
@@ -27,18 +28,8 @@ def sbpc(*args, cwd=None) -> subprocess.CompletedProcess:
     )
 
 
-def test_eval_liar_through_the_embedded_model(tmp_path):
-    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
-    result = sbpc("eval", str(path), "--data", "liar", "--limit", "2", "--json", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    report = json.loads(result.stdout)
-    assert report["scored"] == 2 and 0 <= report["correct"] <= 2
-    assert report["ledger"]["roles"]["forward"]["calls"] == 12  # 2 samples x 6 nodes, fresh cache
-    assert report["ledger"]["roles"]["forward"]["completion_tokens"] > 0
-
-
 def test_optimize_liar_through_the_embedded_model(tmp_path):
-    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward")
+    path = shortened_for_the_embedded_model(tmp_path, "liar.sbp", "forward", tokens=8)  # the analyses: a hint each
     result = sbpc(
         "optimize",
         str(path),
@@ -47,7 +38,8 @@ def test_optimize_liar_through_the_embedded_model(tmp_path):
         "--train-size",
         "2",
         "--val-size",
-        "1",
+        "0",
+        "--no-gate",  # the gate runs on the embedded model in test_embedded_support.py
         "--iters",
         "1",
         "--errors-per-gradient",
