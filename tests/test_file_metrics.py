@@ -271,16 +271,14 @@ def test_a_python_metric_that_raises_or_returns_out_of_range_fails_that_sample_o
 def test_the_gate_counts_wins_and_losses_by_score_and_ties_are_not_counted():
     ids = [f"s{i}" for i in range(6)]
     before = {"s0": 0.5, "s1": 0.5, "s2": 0.25, "s3": 0.5}  # s4 right, s5 wrong
-    gate = Gate(ids, {"s4"}, 1.0, random.Random(0), partial=before)
+    gate = Gate(ids, {"s4"}, 1.0, random.Random(0), least=6, partial=before)
     assert gate.possible == (5, 5)  # s0-s3 can go either way, s4 can only lose, s5 only win
     after = {"s0": 0.75, "s1": 0.5, "s2": 0.0, "s3": 1.0, "s4": 1.0, "s5": 0.0}
 
     def play(batch: list[str]) -> None:
         gate.add(batch, {i for i in batch if after[i] == 1.0}, set(), {i: after[i] for i in batch if after[i] < 1})
 
-    while batch := gate.next_round():
-        play(batch)
-    play(gate.rest())
+    play(gate.next_round().proposal)  # the whole split in one round: every outcome counted
     assert sorted(gate.wins) == ["s0", "s3"] and gate.losses == ["s2"]  # s1, s4, s5 tie
     assert gate.decision is True and gate.to_json()["partial"] == {"s0": 0.75, "s1": 0.5}  # the next baseline
 

@@ -379,7 +379,9 @@ def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     code, out = optimize(path, *flags, "--plan", "--json", capsys=capsys)
     assert code == 0 and fake_llm.requests == 0  # the plan calls no model
     bound = json.loads(out)["calls"]
-    assert bound == {"forward": 2 * 6 * (6 + 6) + 6 * 6, "backward": 2 * 2 * 1, "optimizer": 2 * 6}
+    # 6 nodes: 2 iterations of a training pass and a gate, the initial gate score, and the second gate's current
+    # prompts where the run does not know their score
+    assert bound == {"forward": 2 * 6 * (6 + 6) + 6 * 6 + 6 * 6, "backward": 2 * 2 * 1, "optimizer": 2 * 6}
     prompt_bound = json.loads(out)["prompt_tokens"]
     code, text = optimize(path, *flags, "--plan", capsys=capsys)
     # far above what the run sends (every reply counted at its max_tokens): said to be a bound, and why
@@ -395,18 +397,20 @@ def test_the_plan_bounds_the_readme_run(tmp_path, fake_llm, script, capsys):
     assert roles["optimizer"]["calls"] > 0  # the run did go through every phase
 
 
-def test_the_plan_counts_no_training_pass_on_a_train_gate_and_names_what_it_cannot_foresee(
+def test_the_plan_counts_no_first_training_pass_on_a_train_gate_and_names_what_it_cannot_foresee(
     tmp_path, fake_llm, script, capsys
 ):
-    """Gate on the training split: the gate's results are the next forward pass, so forward calls are the
-    initial score and one gate per iteration; --only the judge: no backward call (its hints go to prompts not
+    """Gate on the training split: the initial score is the first iteration's forward pass, so forward calls are
+    the initial score, one gate per iteration and one training pass after the first (for the current prompts
+    where the run does not know their results, its error draw and its gate's baselines together); --only the judge: no backward call (its hints go to prompts not
     optimized). The savings that depend on the answers are named, not counted."""
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     flags = ["--data", data(tmp_path), "--train-size", "4", "--val-size", "0", "--gate", "train", "--iters", "2"]
     code, out = optimize(path, *flags, "--plan", "--json", capsys=capsys)
     plan = json.loads(out)
-    assert code == 0 and plan["calls"] == {"forward": 3 * (2 + 1) * 4, "backward": 2 * 2 * 1, "optimizer": 2 * 3}
+    assert code == 0 and plan["calls"] == {"forward": 3 * ((2 + 1) * 4 + 4), "backward": 2 * 2 * 1, "optimizer": 2 * 3}
     assert "a gate settled before the end of its split (it stops there)" in plan["unforeseen"]
+    assert "errors found before the end of the training split (its forward pass stops there)" in plan["unforeseen"]
     code, out = optimize(path, *flags, "--only", "verdict_task", "--plan", capsys=capsys)
     assert "backward       0 calls" in out and "fewer calls when: " in out and "answers from the response cache" in out
     assert fake_llm.requests == 0

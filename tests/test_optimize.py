@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -584,21 +585,22 @@ def test_the_forward_pass_is_the_results_the_run_has_without_cache_and_when_samp
     assert [it["reused"] for it in _iterations(tmp_path)] == ([True] * 3 if gate == "train" else [False, True, True])
 
 
-def test_an_accepted_step_completes_its_gate_for_the_next_iteration_but_not_the_last(
-    tmp_path, fake_llm, script, capsys
-):
+def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path, fake_llm, script, capsys):
     """Gate on the training split, one call at a time (so a round may hold a single sample): one win settles
-    the paper's rule. With another iteration to come, the gate scores the rest, whose results are its forward
-    pass; on the last iteration it stops there and says so."""
+    the paper's rule, and the gate stops there, on the last iteration or not. What it evaluated is what the run
+    knows of the new prompts: iteration 2's error draw evaluates only the samples it did not (and all of them,
+    since none is wrong), never one twice."""
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
     flags = ["--data", data(tmp_path, n=12), "--train-size", "12", "--val-size", "0", "--gate", "train"]
     flags += ["--gate-alpha", "1", "--no-cache", "--concurrency", "1", "--runs-dir", str(tmp_path / "runs")]
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     assert cli.main(["optimize", str(path), *flags, "--iters", "2", "--dry-run"]) == 0
     first, second = _iterations(tmp_path)
-    assert first["accepted"] and first["gate"]["decided_after"] == 1 and first["gate"]["samples"] == 12
-    assert first["gate_after"] == 1.0 and second["reused"]  # iteration 2 ran no forward pass of its own
-    assert len(_forward(script, improved=True)) == 3 * 12
+    assert first["accepted"] and first["gate"]["decided_after"] == first["gate"]["samples"] == 1
+    assert first["gate_after"] is None and first["gate"]["current"] == 0 and len(first["gate"]["evaluated"]) == 1
+    assert second["train_samples"] == 12 and second["train_score"] == 1.0 and not second["reused"]
+    assert second["note"] == "no training errors to learn from"
+    assert len(_forward(script, improved=True)) == 3 * 12  # 1 sample in the gate, the 11 others in the draw
     script.prompts.clear()
     shutil.rmtree(tmp_path / "runs")
     assert cli.main(["optimize", str(path), *flags, "--iters", "1"]) == 0
@@ -610,6 +612,32 @@ def test_an_accepted_step_completes_its_gate_for_the_next_iteration_but_not_the_
     shown = capsys.readouterr().out
     assert "gate 0.000 -> not scored (stopped once settled): 1 wins, 0 losses so far" in shown
     assert "(settled after 1 of 12 samples)" in shown
+
+
+def test_the_errors_are_the_first_failures_in_a_seeded_order_and_the_draw_evaluates_no_further(
+    tmp_path, fake_llm, script
+):
+    """No gate, so nothing is known: the model says No, and half the claims are true. The draw walks a seeded order
+    of the training split, evaluating only what it could still need (one call at a time: a batch is the
+    failures still missing), and learns from the first 2 failures: the samples after the second are never
+    evaluated."""
+    from sembp_dsl.runtime.datasets import load, make_splits
+
+    path = tmp_path / "claims.jsonl"
+    path.write_text(
+        "".join(json.dumps({"q": f"claim {i}", "answer": "Yes" if i % 2 else "No"}) + "\n" for i in range(12))
+    )
+    toy = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", str(path), "--train-size", "12", "--val-size", "0", "--gate", "none", "--iters", "1"]
+    flags += ["--no-cache", "--concurrency", "1", "--dry-run", "--runs-dir", str(tmp_path / "runs")]
+    assert cli.main(["optimize", str(toy), *flags]) == 0
+    train = make_splits(load(str(path)), 12, 0, 0, seed=0).train
+    order = random.Random("0:1:errors").sample(list(train), len(train))
+    failures = [n for n, sample in enumerate(order) if sample.answer == "Yes"]
+    [iteration] = _iterations(tmp_path)
+    assert [g["sample"] for g in iteration["gradients"]] == [order[n].id for n in failures[:2]]
+    assert iteration["train_samples"] == failures[1] + 1 < 12  # up to the second failure, not one more
+    assert len(_forward(script, improved=False)) == 3 * (failures[1] + 1)
 
 
 def test_a_prompt_no_feedback_reached_gets_no_optimizer_call(tmp_path, fake_llm, script, capsys):

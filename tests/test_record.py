@@ -38,12 +38,12 @@ def test_the_schema_is_a_json_schema_and_a_written_record_follows_it(tmp_path, f
     assert code == 0
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     written = json.loads(record_file.read_text())
-    assert written["version"] == VERSION == 3 and written["settings"]["gate"] == "val"
+    assert written["version"] == VERSION == 4 and written["settings"]["gate"] == "val"
     assert not list(VALIDATOR.iter_errors(written)) and check(written) is None
     assert Record.read(written).to_json() == written  # read and written by one module, losslessly
 
 
-def test_a_version_1_record_is_read_and_resumed_as_version_3(tmp_path, fake_llm, script, capsys):
+def test_a_version_1_record_is_read_and_resumed_as_version_4(tmp_path, fake_llm, script, capsys):
     """A record from before `version` (gate 'validation', no gate_alpha) lists, shows and resumes."""
     code, path, flags, record_file = optimize(tmp_path, fake_llm, "--iters", "2", "--max-calls", "30")
     capsys.readouterr()
@@ -61,7 +61,7 @@ def test_a_version_1_record_is_read_and_resumed_as_version_3(tmp_path, fake_llm,
     code, out, err = sbpc(capsys, "optimize", path, *asked, "--resume", "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     resumed = json.loads(record_file.read_text())
-    assert resumed["version"] == 3 and resumed["settings"]["gate"] == "val" and resumed["finished"]
+    assert resumed["version"] == 4 and resumed["settings"]["gate"] == "val" and resumed["finished"]
     done = len(old["iterations"])
     assert len(resumed["iterations"]) == 2 and resumed["iterations"][:done] == old["iterations"]
 
@@ -69,7 +69,7 @@ def test_a_version_1_record_is_read_and_resumed_as_version_3(tmp_path, fake_llm,
 @pytest.mark.parametrize(
     "bad, where",
     [
-        (record(version=4), "version is 4, not one of 1, 2, 3"),
+        (record(version=5), "version is 5, not one of 1, 2, 3, 4"),
         (record(finished="yes"), "finished is text, not true/false"),
         (record(initial_score="high"), "initial_score is text, not a number or null"),
         (record(initial_right=[1]), "initial_right[0] is a number, not text"),
@@ -108,6 +108,26 @@ def test_a_wrongly_typed_record_is_one_line_for_every_reader(tmp_path, capsys, b
         assert code == 1 and "Traceback" not in err and (where in err or "no run" in err), (argv, err)
     if not where.startswith("settings:"):  # the schema says as much; the method's ranges are the Method's to say
         assert list(VALIDATOR.iter_errors(bad))
+
+
+def test_a_kept_step_knows_its_prompts_scores_only_where_its_gate_evaluated_them():
+    """What --resume gates against: an accepted gate's outcomes, unknown (not wrong) elsewhere; the initial gate
+    score and a version 3 record's gate cover the whole split."""
+    gate = {"wins": ["b"], "losses": [], "p": 0.5, "alpha": 1, "right": ["b"], "partial": {"c": 0.5}}
+    step = {
+        **GOOD_ITERATION,
+        "index": 1,
+        "accepted": True,
+        "gate": {**gate, "evaluated": ["b", "c", "e"], "current": 1},
+    }
+    assert Record.read(record(initial_score=0.5, initial_right=["a"], iterations=[step])).scores_kept() == (
+        {"b"},
+        {"c": 0.5},
+        {"b", "c", "e"},
+    )
+    older = {**step, "gate": gate}
+    assert Record.read(record(initial_score=0.5, initial_right=["a"], iterations=[older])).scores_kept()[2] is None
+    assert Record.read(record(initial_score=0.5, initial_right=["a"])).scores_kept() == ({"a"}, {}, None)
 
 
 def test_the_gate_score_a_run_keeps_is_one_rule_for_every_reader(tmp_path):

@@ -6,17 +6,23 @@ right (score 1) can only tie or be a loss; one it gets wrong (score 0) can only 
 partial credit on (a judge's 0.6) can be either. The rule (`gate_passes`) passes more with every win and fewer with
 every loss, so when it gives the same answer with every sample left going the proposal's way and with every
 one going against it, that answer is the one the whole split would give, whatever the samples left hold.
+
+The current pipeline's score may be unknown on some samples (the run evaluates nothing only to know it). Such a
+sample can be a win, a loss or a tie; the proposal is evaluated on it first, and its score narrows that (right:
+a win or a tie; wrong: a loss or a tie; partial credit: either). The current pipeline is evaluated on it only
+while its outcome can still change the decision, and until then it counts as every outcome it may still have.
+
 Each round takes the fewest samples that could settle it (at least `least`), first from the group likelier
 to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
-ones for a failure); then the group likelier to move
-it the way the outcomes so far point. The decision never depends on the order, only the number of samples
-evaluated does.
+ones for a failure); then the group likelier to move it the way the outcomes so far point; samples that can still
+go either way (of unknown or partial score) between the two. The decision never depends on the order, only the number of samples evaluated does.
 """
 
 from __future__ import annotations
 
 import random
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
 
 from .stats import gate_passes, sign_test
@@ -27,6 +33,18 @@ def settled(wins: int, losses: int, possible_wins: int, possible_losses: int, al
     best = gate_passes(wins + possible_wins, losses, alpha)
     worst = gate_passes(wins, losses + possible_losses, alpha)
     return best if best == worst else None
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a round evaluates: the proposal on samples not seen yet, the current pipeline on samples whose outcome
+    hangs on its unknown score."""
+
+    proposal: list[str]
+    current: list[str]
+
+    def __bool__(self) -> bool:
+        return bool(self.proposal or self.current)
 
 
 class Gate:
@@ -40,18 +58,25 @@ class Gate:
         rng: random.Random,
         least: int = 1,
         partial: Mapping[str, float] = MappingProxyType({}),
+        known: Collection[str] | None = None,
     ):
         """`baseline`: the samples the current pipeline gets right; `partial`: its scores between 0 and 1 (every
-        other sample scored 0)."""
+        other sample scored 0); `known`: the samples its score is known on (None: all of them)."""
         self.size, self.alpha, self.least = len(ids), alpha, max(1, least)
         self.baseline = set(baseline)
-        self.before = {i: 1.0 if i in self.baseline else partial.get(i, 0.0) for i in ids}
+        self.before: dict[str, float | None] = {
+            i: (1.0 if i in self.baseline else partial.get(i, 0.0)) if known is None or i in known else None
+            for i in ids
+        }
         self.unseen = rng.sample(list(ids), len(ids))  # in drawn order
+        self.open: dict[str, float] = {}  # the proposal's score where the current pipeline's is still unknown
         self.wins: list[str] = []
         self.losses: list[str] = []
         self.right: list[str] = []
         self.partial: dict[str, float] = {}  # the proposal's scores between 0 and 1
         self.lost: list[str] = []
+        self.evaluated: list[str] = []  # samples the proposal was evaluated on
+        self.current = 0  # evaluations of the current pipeline the decision needed
         self.seen = {True: 0, False: 0}  # samples evaluated that could be a loss (True), that could be a win
         self.rounds = 0
         self.decided_after: int | None = None  # samples evaluated when the decision was found settled
@@ -61,15 +86,27 @@ class Gate:
         return self.size - len(self.unseen)
 
     def could_win(self, sample: str) -> bool:
-        return self.before[sample] < 1.0
+        before, after = self.before[sample], self.open.get(sample)
+        if before is None:  # unknown: any score below the proposal's (when that is known)
+            return after is None or after > 0.0
+        return before < 1.0
 
     def could_lose(self, sample: str) -> bool:
-        return self.before[sample] > 0.0
+        before, after = self.before[sample], self.open.get(sample)
+        if before is None:
+            return after is None or after < 1.0
+        return before > 0.0
+
+    @property
+    def pending(self) -> list[str]:
+        """The samples whose outcome is still open: not seen yet, or seen where the current score is unknown."""
+        return [*self.open, *self.unseen]
 
     @property
     def possible(self) -> tuple[int, int]:
         """(wins, losses) the samples left could still add."""
-        return sum(map(self.could_win, self.unseen)), sum(map(self.could_lose, self.unseen))
+        pending = self.pending
+        return sum(map(self.could_win, pending)), sum(map(self.could_lose, pending))
 
     @property
     def decision(self) -> bool | None:
@@ -79,18 +116,39 @@ class Gate:
     def p(self) -> float:
         return sign_test(len(self.wins), len(self.losses))
 
-    def next_round(self) -> list[str]:
-        """The ids to evaluate next: none once the decision is settled."""
+    def matters(self, sample: str) -> bool:
+        """Whether this open sample's outcome can still change the decision, for some outcome of the others: its
+        being a win rather than a tie, or a loss rather than a tie, flips the rule somewhere in between."""
+        wins, losses = len(self.wins), len(self.losses)
+        possible_wins, possible_losses = self.possible
+        win, lose = self.could_win(sample), self.could_lose(sample)
+        others_wins, others_losses = possible_wins - win, possible_losses - lose
+        for extra in range(others_wins + 1):
+            if lose and gate_passes(wins + extra, losses, self.alpha) != gate_passes(
+                wins + extra, losses + others_losses + 1, self.alpha
+            ):
+                return True
+        for extra in range(others_losses + 1):
+            if win and gate_passes(wins + others_wins + 1, losses + extra, self.alpha) != gate_passes(
+                wins, losses + extra, self.alpha
+            ):
+                return True
+        return False
+
+    def next_round(self) -> Round:
+        """The samples to evaluate next: none once the decision is settled."""
         if self.decision is not None:
             if self.decided_after is None:
                 self.decided_after = self.used
-            return []
-        order = self._order()
+            return Round([], [])
+        order = self._order() or list(self.open)
         taken = order[: max(min(self._fewest(order), len(order)), self.least)]
         chosen = set(taken)
         self.unseen = [i for i in self.unseen if i not in chosen]
         self.rounds += 1
-        return taken
+        current = [i for i in taken if i in self.open]
+        self.current += len(current)
+        return Round([i for i in taken if i not in self.open], current)
 
     def _fewest(self, order: Sequence[str], way: bool | None = None) -> int:
         """How many samples from the start of `order` could settle the decision (that way, or either), at the
@@ -108,12 +166,6 @@ class Gate:
                 return n
         return len(order) + 1
 
-    def rest(self) -> list[str]:
-        """Every id not evaluated yet, once the decision is settled (an accepted step's traces are the next
-        baseline): the tally then covers the whole split."""
-        taken, self.unseen = self.unseen, []
-        return taken
-
     def add(
         self,
         ids: Sequence[str],
@@ -124,7 +176,7 @@ class Gate:
         """The proposal's outcome on evaluated samples: which it got right, its scores between 0 and 1 (every other
         sample scored 0), which were lost (to failed calls, or a metric that could not score them)."""
         for sample in ids:
-            before = self.before[sample]
+            self.evaluated.append(sample)
             self.seen[True] += self.could_lose(sample)
             self.seen[False] += self.could_win(sample)
             if sample in lost:
@@ -135,16 +187,40 @@ class Gate:
                 self.right.append(sample)
             elif after > 0.0:
                 self.partial[sample] = after
-            if after > before:
-                self.wins.append(sample)
-            elif after < before:
-                self.losses.append(sample)
+            if self.before[sample] is None:
+                self.open[sample] = after
+            else:
+                self._tally(sample, after)
+
+    def add_current(
+        self,
+        ids: Sequence[str],
+        right: Collection[str],
+        lost: Collection[str],
+        partial: Mapping[str, float] = MappingProxyType({}),
+    ) -> None:
+        """The current pipeline's outcome on open samples (one lost to failed calls scores 0, as in its baseline)."""
+        for sample in ids:
+            before = 1.0 if sample in right and sample not in lost else partial.get(sample, 0.0)
+            self.before[sample] = before
+            if before >= 1.0:
+                self.baseline.add(sample)
+            self._tally(sample, self.open.pop(sample))
+
+    def _tally(self, sample: str, after: float) -> None:
+        before = self.before[sample]
+        assert before is not None
+        if after > before:
+            self.wins.append(sample)
+        elif after < before:
+            self.losses.append(sample)
 
     def _order(self) -> list[str]:
-        """The samples left, the likelier movers first. Before any outcome: the current pipeline's right ones
-        when all of them tying could pass it sooner than all its wrong ones tying could fail it, else those. Then by the outcomes so far
-        (rates with one prior each): toward a pass, a tie on a sample the current pipeline gets right or a
-        win; toward a failure, a loss or a tie on one it gets wrong."""
+        """The samples left, those whose outcome can still change the decision, the likelier movers first. Before
+        any outcome: the current pipeline's right ones when all of them tying could pass it sooner than all its
+        wrong ones tying could fail it, else those. Then by the outcomes so far (rates with one prior each): toward
+        a pass, a tie on a sample the current pipeline gets right or a win; toward a failure, a loss or a tie on
+        one it gets wrong."""
         if not self.used:
             right_first = self._fewest(self._grouped(True), way=True) < self._fewest(self._grouped(False), way=False)
             return self._grouped(right_first)
@@ -162,8 +238,16 @@ class Gate:
         return self._grouped(right_first)
 
     def _grouped(self, right_first: bool) -> list[str]:
-        """The samples left, those the current pipeline gets right first (or last), each group in drawn order."""
-        return sorted(self.unseen, key=lambda i: (i in self.baseline) != right_first)
+        """The samples left, grouped by what they can still be: only a loss or a tie (the current pipeline gets
+        them right, or the proposal wrong where that is unknown) first (or last), either, then only a win or a tie
+        (or first). Within a group, open samples that matter first (the proposal's half is paid for), then the
+        others in drawn order."""
+
+        def group(sample: str) -> tuple[int, bool]:
+            win, lose = self.could_win(sample), self.could_lose(sample)
+            return (1 if win == lose else 0 if lose == right_first else 2), sample not in self.open
+
+        return sorted([i for i in self.open if self.matters(i)] + self.unseen, key=group)
 
     def to_json(self) -> dict:
         """The tally as the run record keeps it: outcomes so far, and how many samples the decision took."""
@@ -179,4 +263,6 @@ class Gate:
             "decided_after": self.used if self.decided_after is None else self.decided_after,
             "of": self.size,
             "rounds": self.rounds,
+            "evaluated": sorted(self.evaluated),
+            "current": self.current,
         }

@@ -6,13 +6,16 @@ losses and a one-sided sign test on them gives p <= gate_alpha, so a small split
 cannot let noise into the user's file. Samples lost to failed calls are neither
 learnt from nor counted by the gate; they are reported.
 
-No call without a use: the results of the current prompts on the training split,
-when the run has them (the initial gate score or the gate that accepted them, on
-the training split, or the last iteration's forward pass when its step was not
-kept), are the next forward pass, in memory, whatever the cache and temperature;
-the gate stops as soon as its decision is settled (gate.py); backward questions
-are asked only where the feedback reaches an optimized prompt, and a prompt that
-received no feedback gets no optimizer call.
+No call without a use: what the run knows of the current prompts' results (a
+partial map, filled by whatever evaluated them: the initial gate score, the gate
+that accepted them, earlier draws) is reused in memory, whatever the cache and
+temperature, and nothing is evaluated only to complete it. The errors an
+iteration learns from are the first failures in a seeded order of the training
+split, so only samples up to them are evaluated; the gate evaluates the current
+prompts only where their unknown score could change its decision, and stops as
+soon as the decision is settled (gate.py); backward questions are asked only
+where the feedback reaches an optimized prompt, and a prompt that received no
+feedback gets no optimizer call.
 
 Every iteration draws its randomness from (seed, iteration) alone and every model
 call goes through the cache, so a resumed run starts from the prompts of its last
@@ -33,7 +36,7 @@ from ..language.method import SETTINGS, Method
 from ..language.shapes import node_shape
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import Feedback, GateDecision, Iteration, Proposal, RunRecord, TestScores
-from ..records.runs import gate_settled, gate_tally, gate_unreadable
+from ..records.runs import gate_settled, gate_tally, gate_unreadable, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, Verdict, evaluate, sample_inputs
 from ..runtime.tasks import together
@@ -42,6 +45,17 @@ from .bootstrap import DemosCandidate, propose_demos
 from .descent import Candidate, propose
 from .gate import Gate
 from .stats import wins_needed
+
+
+@dataclass
+class Known:
+    """What the run knows of the current prompts, each a partial map filled by whatever evaluated them: `train`,
+    their results on training samples (the traces a forward pass would give); `gate`, their scores on gate samples
+    (the baseline a step must beat; a sample lost to failed calls scores 0). A sample not in a map is unknown."""
+
+    prompts: dict[str, str]
+    train: dict[str, Result] = field(default_factory=dict)
+    gate: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -108,9 +122,7 @@ class Optimizer:
         self.train, self.val, self.test = train, val, test
         self.record, self.on_accept, self.log = record, on_accept, log
         self.progress = progress or (lambda what, total: lambda done: None)
-        self.baseline: set[str] = set()  # gate samples the current pipeline gets right
-        self.partial: dict[str, float] = {}  # and its scores between 0 and 1 on the others
-        self.known: tuple[Mapping[str, str], Evaluation] | None = None  # the current prompts' training results
+        self.known = Known(dict(graph.prompts))
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
         return scored(await self.evaluate(graph, samples, what), what)
@@ -123,15 +135,20 @@ class Optimizer:
             raise BudgetExceeded(evaluation.stopped)
         return evaluation
 
-    def remember(self, graph: Graph, samples: Sequence[Sample], evaluation: Evaluation) -> None:
-        """Results of these prompts on the training split are the next forward pass while the prompts stay."""
-        if samples is self.train and len(evaluation.results) == len(samples):
-            self.known = (dict(graph.prompts), evaluation)
+    def learn(self, graph: Graph, samples: Sequence[Sample], evaluation: Evaluation) -> None:
+        """Results of the current prompts on one split (the training or the gate split, or both when the same),
+        kept while the prompts stay."""
+        if dict(graph.prompts) != self.known.prompts:
+            return
+        for result in evaluation.results:
+            if samples is self.train:
+                self.known.train[result.sample.id] = result
+            if samples is self.gate_split():
+                self.known.gate[result.sample.id] = 0.0 if result.lost else result.score
 
-    def recall(self, graph: Graph) -> Evaluation | None:
-        if self.known is not None and self.known[0] == dict(graph.prompts):
-            return self.known[1]
-        return None
+    def least(self, graph: Graph) -> int:
+        """The fewest samples worth evaluating at once: a batch runs at once, so fewer saves no time."""
+        return self.llm.concurrency // max(1, len(graph.nodes))
 
     def gate_split(self) -> Sequence[Sample]:
         return self.train if self.method.gate == "train" else self.val
@@ -145,6 +162,7 @@ class Optimizer:
         done = list(data.iterations)
         current = self.graph.with_prompts(done[-1].prompts) if done else self.graph
         outcome = Outcome(current, None, done)
+        self.known = Known(dict(current.prompts))
         try:
             if s.gate != "none":
                 if data.initial_score is None:
@@ -155,9 +173,13 @@ class Optimizer:
                         sorted(right),
                         partial,
                     )
-                    self.remember(self.graph, self.gate_split(), first)
+                    self.learn(self.graph, self.gate_split(), first)
                     self.record.save()
-                outcome.best_score, (self.baseline, self.partial) = data.best_score, data.scores_kept()
+                else:  # resumed: the baseline the record keeps
+                    right, partial, known = data.scores_kept()
+                    ids = [sample.id for sample in self.gate_split() if known is None or sample.id in known]
+                    self.known.gate = {i: 1.0 if i in right else partial.get(i, 0.0) for i in ids}
+                outcome.best_score = data.best_score
                 self.warn_if_no_step_can_pass()
             for index in range(len(done) + 1, s.iterations + 1):
                 iteration = await self.step(index, outcome)
@@ -196,14 +218,18 @@ class Optimizer:
         s, current = self.method, outcome.graph
         rng = random.Random(f"{s.seed}:{index}")
         before = self.llm.ledger.calls, self.llm.ledger.tokens, self.llm.ledger.cost
-        known = self.recall(current)
-        train = known or await self.score(current, self.train, f"iteration {index}: train")
-        self.remember(current, self.train, train)
-        iteration = Iteration(index, train.accuracy, outcome.best_score, prompts=dict(current.prompts))
-        iteration.reused = known is not None
-        failures = [r for r in train.results if not r.correct and not r.lost]
-        iteration.lost = sum(r.lost for r in train.results)
         demos = [d for d in current.trainable_demos if not s.only or d in s.only]
+        had = len(self.known.train)
+        if demos:  # a new set of demos is drawn from every right answer: the whole split is needed
+            await self.forward(current, [x for x in self.train if x.id not in self.known.train], index)
+        failures = await self.draw(current, index)
+        train = scored(
+            Evaluation(tuple(self.known.train[x.id] for x in self.train if x.id in self.known.train), 0, None),
+            f"iteration {index}: train",
+        )
+        iteration = Iteration(index, train.accuracy, outcome.best_score, prompts=dict(current.prompts))
+        iteration.train_samples, iteration.reused = len(train.results), len(train.results) == had
+        iteration.lost = len(train.lost)
         if not failures and not demos:
             iteration.note = "no training errors to learn from" + (
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
@@ -213,7 +239,7 @@ class Optimizer:
         candidates: list[Candidate] = []
         fed: list[str] = []
         if failures and params:
-            chosen = rng.sample(failures, min(s.errors_per_gradient, len(failures)))
+            chosen = failures
             wanted = feedback_wanted(current, params)
             gradients = await self.each(
                 f"iteration {index}: backward",
@@ -261,22 +287,50 @@ class Optimizer:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
         proposed = current.with_prompts({c.param: c.new for c in taken if c.new is not None})
-        accept = s.gate == "none" or await self.passes_gate(proposed, iteration, last=index == s.iterations)
+        accept = s.gate == "none" or await self.passes_gate(current, proposed, iteration)
         if accept:
             outcome.graph = proposed
             outcome.best_score = iteration.gate_after
             iteration.accepted = True
             iteration.prompts = dict(proposed.prompts)
             self.on_accept(proposed)
+            if s.gate == "none":
+                self.known = Known(dict(proposed.prompts))
         return self.finish(iteration, before)
+
+    async def forward(self, graph: Graph, samples: Sequence[Sample], index: int) -> None:
+        """The current prompts on these training samples, their results kept."""
+        if samples:
+            self.learn(graph, self.train, await self.evaluate(graph, samples, f"iteration {index}: train"))
+
+    async def draw(self, graph: Graph, index: int) -> list[Result]:
+        """The errors an iteration learns from: the first k failures (lost samples are none) in a seeded order of
+        the training split. Only samples of unknown outcome are evaluated, a batch at a time (at least `least`,
+        at most the unknown ones the k could still need), until k are found or the split is done. A uniformly
+        random order puts a uniformly random k of the failures first: the same odds as `random.sample(failures,
+        k)`, without needing the whole list."""
+        k = self.method.errors_per_gradient
+        order = random.Random(f"{self.method.seed}:{index}:errors").sample(list(self.train), len(self.train))
+        failures: list[Result] = []
+        for n, sample in enumerate(order):
+            if len(failures) == k:
+                break
+            if sample.id not in self.known.train:
+                unknown = [x for x in order[n:] if x.id not in self.known.train]
+                await self.forward(graph, unknown[: max(self.least(graph), k - len(failures))], index)
+            result = self.known.train[sample.id]
+            if not result.correct and not result.lost:
+                failures.append(result)
+        return failures
 
     def warn_if_no_step_can_pass(self) -> None:
         """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""
         size, alpha = len(self.gate_split()), self.method.gate_alpha
-        possible, needed = size - len(self.baseline), wins_needed(alpha)
+        right = sum(score >= 1.0 for score in self.known.gate.values())
+        possible, needed = size - right, wins_needed(alpha)
         if size >= needed > possible:
             self.log(
-                f"warning: the current prompts answer {len(self.baseline)} of the {size} gate samples right, which "
+                f"warning: the current prompts answer {right} of the {size} gate samples right, which "
                 f"leaves {possible} possible wins; a step needs {needed} wins and no loss to pass at gate_alpha "
                 f"{alpha:g}: no step can be accepted. Use a larger {SETTINGS[f'{self.method.gate}_size'].option}, "
                 "or a larger --gate-alpha."
@@ -312,32 +366,39 @@ class Optimizer:
             )
         return "\n".join(lines)
 
-    async def passes_gate(self, proposed: Graph, iteration: Iteration, last: bool) -> bool:
+    async def passes_gate(self, current: Graph, proposed: Graph, iteration: Iteration) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
-        losses, and not by chance (sign test). An accepted step's results are completed when another iteration
-        follows: they are its baseline and, on the training split, its forward pass."""
+        losses, and not by chance (sign test). The current prompts are evaluated only where their unknown score
+        could change the decision. What an accepted step's gate evaluated is what the run knows of its prompts."""
         s, split = self.method, self.gate_split()
         by_id = {sample.id: sample for sample in split}
+        known = self.known.gate
         gate = Gate(
             list(by_id),
-            self.baseline,
+            {i for i, score in known.items() if score >= 1.0},
             s.gate_alpha,
             random.Random(f"{s.seed}:{iteration.index}:gate"),
-            least=self.llm.concurrency // max(1, len(proposed.nodes)),  # a round runs at once: fewer saves no time
-            partial=self.partial,
+            least=self.least(proposed),
+            partial={i: score for i, score in known.items() if 0.0 < score < 1.0},
+            known=set(known),
         )
         results: list[Result] = []
 
-        async def play(ids: list[str], what: str) -> None:
-            evaluation = await self.evaluate(proposed, [by_id[i] for i in ids], what)
-            gate.add(ids, *outcomes(evaluation))
-            results.extend(evaluation.results)
+        async def play(graph: Graph, ids: list[str], what: str) -> Evaluation | None:
+            return await self.evaluate(graph, [by_id[i] for i in ids], what) if ids else None
 
-        while ids := gate.next_round():
-            await play(ids, f"iteration {iteration.index}: gate, round {gate.rounds}")
+        while batch := gate.next_round():
+            what = f"iteration {iteration.index}: gate, round {gate.rounds}"
+            new, old = await together(
+                [play(proposed, batch.proposal, what), play(current, batch.current, f"{what}, current prompts")]
+            )
+            if new is not None:
+                gate.add(batch.proposal, *outcomes(new))
+                results.extend(new.results)
+            if old is not None:
+                gate.add_current(batch.current, *outcomes(old))
+                self.learn(current, split, old)
         accept = bool(gate.decision)
-        if accept and not last and gate.used < gate.size:
-            await play(gate.rest(), f"iteration {iteration.index}: gate, the rest")
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
         tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable)
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
@@ -345,10 +406,9 @@ class Optimizer:
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
         if gate.used == gate.size:
             iteration.gate_after = evaluation.accuracy
-            if accept:
-                self.remember(proposed, split, evaluation)
         if accept:
-            self.baseline, self.partial = set(gate.right), dict(gate.partial)
+            self.known = Known(dict(proposed.prompts))
+            self.learn(proposed, split, evaluation)
         else:
             for c in iteration.candidates:
                 if c.fate == "taken":
@@ -381,7 +441,7 @@ class Optimizer:
         else:
             verdict = "rejected by the gate"
         lines = [
-            f"iteration {it.index}/{self.method.iterations}: train {it.train_score:.3f}, {verdict}; "
+            f"iteration {it.index}/{self.method.iterations}: {train_words(it, len(self.train))}, {verdict}; "
             f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
         ]
         if it.lost:
@@ -481,27 +541,31 @@ def plan(
     mapping: Mapping[str, str],
     judge: MetricSpec | None = None,
 ) -> Plan:
-    """Calls per role: N x T training and N x G gate calls per iteration (no training pass when the gate is on the
-    training split: the gate's results are the next forward pass), E x H (or E x D) backward, P optimizer; once
-    N x G for the initial gate score and 2 x N x S for the test split. Each node's forward calls go to its own
+    """Calls per role: N x T training and N x G gate calls per iteration (no training pass in the first when the
+    gate is on the training split: the initial gate score is its forward pass; with the gate on validation, N x G
+    more from the second on, for the current prompts where the run does not know their score), E x H (or E x D)
+    backward, P optimizer; once N x G for the initial gate score and 2 x N x S for the test split. Each node's forward calls go to its own
     model; a `judge` metric asks its model once per answer scored (a node's count of calls). What the run may
     save beyond that depends on its answers, and is named in `unforeseen`."""
     s = method
     gate = {"val": len(val), "train": len(train), "none": 0}[s.gate]
-    # on the training split, the gate's results are the training pass (a resumed run's first one replaces the
-    # initial gate score)
-    train_passes = 0 if s.gate == "train" else s.iterations
+    # each iteration evaluates the current prompts at most once per training sample (its error draw, and on the
+    # training split the gate's unknown baselines); the first knows them all from the initial gate score on the
+    # training split (a resumed run's first one replaces that score)
+    train_passes = s.iterations - (s.gate == "train" and s.iterations > 0)
+    baselines = max(0, s.iterations - 1) * gate if s.gate == "val" else 0
     errors = min(s.errors_per_gradient, len(train))
     params = [p for p in s.only or graph.trainable if p not in graph.demos]
-    per_node = train_passes * len(train) + (s.iterations + 1) * gate + 2 * len(test)
+    per_node = train_passes * len(train) + (s.iterations + 1) * gate + baselines + 2 * len(test)
     calls = {
         "backward": s.iterations * errors * backward_calls(graph, s.gradient, params),
         "optimizer": s.iterations * len(params),
     }
     unforeseen = [
         "an iteration without training errors or valid candidates (no backward, optimizer or gate calls)",
+        "errors found before the end of the training split (its forward pass stops there)",
+        "results of the current prompts the run already has (from the gate that accepted them, earlier iterations)",
         *(["a gate settled before the end of its split (it stops there)"] if s.gate != "none" else []),
-        *(["a step not kept (the next training pass is the last one)"] if s.gate == "val" else []),
         *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
         "answers from the response cache",
     ]

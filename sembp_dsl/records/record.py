@@ -26,7 +26,8 @@ from ..language.method import Method, SettingError
 from ..language.writeback import atomic_write
 from ..runtime.evaluate import Evaluation
 
-VERSION = 3  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates
+VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
+# 3: training scores over the whole split, an accepted gate completed unless on the last iteration
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
@@ -98,6 +99,8 @@ class GateDecision:
     of: int | None = None
     rounds: int | None = None
     unreadable: list[str] = field(default_factory=list)  # samples whose answers could not be read
+    evaluated: list[str] | None = None  # the samples the proposal was evaluated on (None: an older record's)
+    current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
 
     @property
     def stopped_early(self) -> bool:
@@ -108,7 +111,7 @@ class GateDecision:
 @dataclass
 class Iteration:
     index: int
-    train_score: float | None = None
+    train_score: float | None = None  # over the training samples whose outcome the iteration knew
     gate_before: float | None = None
     gate_after: float | None = None
     accepted: bool = False
@@ -117,7 +120,8 @@ class Iteration:
     gradients: list[Feedback] = field(default_factory=list)
     gate: GateDecision | None = None  # None: no proposal met the gate
     lost: int = 0  # training samples lost to failed calls
-    reused: bool = False  # the forward pass was the results the run already had for these prompts
+    reused: bool = False  # the error draw evaluated nothing: the results the run had held its errors
+    train_samples: int | None = None  # how many those were (None: an older record's, over the whole split)
     note: str = ""
     calls: int = 0
     tokens: int = 0
@@ -178,13 +182,16 @@ class Record:
         """The gate samples the kept prompts get right: the baseline a next step must beat."""
         return self.scores_kept()[0]
 
-    def scores_kept(self) -> tuple[set[str], dict[str, float]]:
-        """The baseline a next step must beat: the gate samples the kept prompts get right, and their scores
-        between 0 and 1 on others."""
+    def scores_kept(self) -> tuple[set[str], dict[str, float], set[str] | None]:
+        """The baseline a next step must beat: the gate samples the kept prompts get right, their scores between 0
+        and 1 on others, and the samples those scores are known on (None: the whole split; elsewhere unknown, not
+        wrong)."""
         step = self.kept()[-1][1]
         if step is None or step.gate is None:
-            return set(self.initial_right), dict(self.initial_partial)
-        return set(step.gate.right), dict(step.gate.partial)
+            return set(self.initial_right), dict(self.initial_partial), None
+        gate = step.gate
+        known = None if gate.evaluated is None else set(gate.evaluated)
+        return set(gate.right), dict(gate.partial), known
 
     @property
     def calls(self) -> int:

@@ -32,6 +32,7 @@ from .runs import (
     prompt_changes,
     sample_verdict,
     spend,
+    train_words,
     verdict,
     word_diff,
 )
@@ -137,9 +138,15 @@ def unified_html(diff: str) -> str:
 
 
 def score_series(run: Run) -> dict[str, list[tuple[int, float]]]:
-    """Points (x, score) where x is the number of finished iterations whose prompts are scored (0: the initial)."""
-    its = run.iterations
-    train = [(it.index - 1, it.train_score) for it in its if it.train_score is not None]
+    """Points (x, score) where x is the number of finished iterations whose prompts are scored (0: the initial).
+    A training score over part of the split (the error draw stopped at its errors) is left out: no point of a line
+    is over other samples than the rest."""
+    its, size = run.iterations, run.record.settings.method.train_size
+    train = [
+        (it.index - 1, it.train_score)
+        for it in its
+        if it.train_score is not None and (it.train_samples is None or it.train_samples >= size)
+    ]
     test = run.record.test
     tested = [(0, test.initial), (len(its), test.final)] if test else []
     return {"train": train, "gate": run.record.gate_scores(), "test": [(x, y) for x, y in tested if y is not None]}
@@ -274,7 +281,8 @@ def iteration_html(run: Run, it: Iteration) -> str:
     k = it.index
     parts = [
         f"<h3>iteration {escape(str(k))}: {escape(verdict(it))}</h3>",
-        f"<p>train {escape(fmt(it.train_score))}; {escape(gate_words(it) or 'no gate')}; {escape(spend(it))}</p>",
+        f"<p>{escape(train_words(it, run.record.settings.method.train_size))}; {escape(gate_words(it) or 'no gate')}; "
+        f"{escape(spend(it))}</p>",
     ]
     if it.lost:
         parts.append(f"<p>{it.lost} training sample(s) lost to failed calls</p>")

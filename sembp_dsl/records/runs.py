@@ -388,6 +388,12 @@ def spend(it: Iteration) -> str:
     return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
 
 
+def train_words(it: Iteration, size: int) -> str:
+    """An iteration's training score, over the samples it knew the outcome of, saying of how many when not all."""
+    part = "" if it.train_samples is None or it.train_samples >= size else f" on {it.train_samples} of {size}"
+    return f"train {fmt(it.train_score)}{part}"
+
+
 def gate_tally(gate: GateDecision) -> str:
     """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split)."""
     so_far = " so far" if gate.stopped_early else ""
@@ -397,7 +403,8 @@ def gate_tally(gate: GateDecision) -> str:
 def gate_settled(gate: GateDecision) -> str:
     """After how many samples the gate's decision was settled, when that was before the end of its split."""
     decided, size = gate.decided_after, gate.of
-    return f" (settled after {decided} of {size} samples)" if decided is not None and decided != size else ""
+    current = f"; the current prompts scored on {gate.current} more" if gate.current else ""
+    return f" (settled after {decided} of {size} samples{current})" if decided is not None and decided != size else ""
 
 
 def gate_unreadable(gate: GateDecision) -> str:
@@ -423,7 +430,9 @@ def gate_words(it: Iteration) -> str | None:
 
 
 def render_iteration(run: Run, it: Iteration) -> list[str]:
-    lines = [f"iteration {it.index}: train {fmt(it.train_score)}, {verdict(it)}; {spend(it)}"]
+    lines = [
+        f"iteration {it.index}: {train_words(it, run.record.settings.method.train_size)}, {verdict(it)}; {spend(it)}"
+    ]
     if words := gate_words(it):
         lines.append("  " + words)
     if it.lost:
