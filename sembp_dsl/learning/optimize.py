@@ -305,10 +305,10 @@ class Optimizer:
 
     async def draw(self, graph: Graph, index: int) -> list[Result]:
         """The errors an iteration learns from: the first k failures (lost samples are none) in a seeded order of
-        the training split. Only samples of unknown outcome are evaluated, a batch at a time (at least `least`,
-        at most the unknown ones the k could still need), until k are found or the split is done. A uniformly
-        random order puts a uniformly random k of the failures first: the same odds as `random.sample(failures,
-        k)`, without needing the whole list."""
+        the training split. Only samples of unknown outcome are evaluated, a batch at a time (the next unknown
+        ones, as many as the failures still missing but at least `least`), until k are found or the split is
+        done. A uniformly random order puts a uniformly random k of the failures first: the same odds as
+        `random.sample(failures, k)`, without needing the whole list."""
         k = self.method.errors_per_gradient
         order = random.Random(f"{self.method.seed}:{index}:errors").sample(list(self.train), len(self.train))
         failures: list[Result] = []
