@@ -302,7 +302,11 @@ def main() -> None:
                     rows.append((seed, "sbpc", cache, model.phases(), wall, decisions, None))
                     own = [it["calls"] for it in record["iterations"]]
                     if own != model.phases()[1:]:
-                        print(f"note: sbpc's record counts {own} calls per iteration, the server {model.phases()[1:]}")
+                        print(
+                            f"note: sbpc's record counts {own} calls per iteration, the server {model.phases()[1:]} "
+                            "(split at each iteration's first backward call: the forward calls of an iteration's "
+                            "error draw, made before it, count in the iteration before)"
+                        )
     report(rows, args)
 
 

@@ -615,7 +615,7 @@ def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path,
 
 
 def test_the_errors_are_the_first_failures_in_a_seeded_order_and_the_draw_evaluates_no_further(
-    tmp_path, fake_llm, script
+    tmp_path, fake_llm, script, capsys
 ):
     """No gate, so nothing is known: the model says No, and half the claims are true. The draw walks a seeded order
     of the training split, evaluating only what it could still need (one call at a time: a batch is the
@@ -638,6 +638,10 @@ def test_the_errors_are_the_first_failures_in_a_seeded_order_and_the_draw_evalua
     assert [g["sample"] for g in iteration["gradients"]] == [order[n].id for n in failures[:2]]
     assert iteration["train_samples"] == failures[1] + 1 < 12  # up to the second failure, not one more
     assert len(_forward(script, improved=False)) == 3 * (failures[1] + 1)
+    # its training score is over those samples, and says so
+    right = sum(order[n].answer == "No" for n in range(failures[1] + 1))
+    score = right / (failures[1] + 1)
+    assert f"train {score:.3f} on {failures[1] + 1} of 12, accepted" in capsys.readouterr().out
 
 
 def test_a_prompt_no_feedback_reached_gets_no_optimizer_call(tmp_path, fake_llm, script, capsys):

@@ -12,8 +12,8 @@ from test_runs import GOOD_ITERATION, record
 
 from sembp_dsl import cli
 from sembp_dsl.records import report
-from sembp_dsl.records.record import SCHEMA, VERSION, Record, check
-from sembp_dsl.records.runs import resolve
+from sembp_dsl.records.record import SCHEMA, VERSION, GateDecision, Record, check
+from sembp_dsl.records.runs import gate_settled, render_show, resolve
 
 VALIDATOR = jsonschema.Draft202012Validator(SCHEMA)
 
@@ -128,6 +128,33 @@ def test_a_kept_step_knows_its_prompts_scores_only_where_its_gate_evaluated_them
     older = {**step, "gate": gate}
     assert Record.read(record(initial_score=0.5, initial_right=["a"], iterations=[older])).scores_kept()[2] is None
     assert Record.read(record(initial_score=0.5, initial_right=["a"])).scores_kept() == ({"a"}, {}, None)
+
+
+def test_a_training_score_over_part_of_the_split_says_so_and_is_no_point_of_the_plot(tmp_path):
+    """An error draw that stopped at its errors scored 6 of the 20 training samples: `show` says of how many, and
+    the plot's training line, whose points cover the whole split, leaves it out; a version 3 record's is whole."""
+    settings = {"file": "toy.sbp", "data": "d", "iterations": 2, "train_size": 20}
+    its = [
+        {**GOOD_ITERATION, "index": 1, "train_score": 0.5, "train_samples": 6},
+        {**GOOD_ITERATION, "index": 2, "train_score": 0.4},
+    ]
+    folder = tmp_path / "runs" / "20260101-000000-x"
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(record(settings=settings, iterations=its)))
+    shown = resolve("1", tmp_path / "runs")
+    assert report.score_series(shown)["train"] == [(1, 0.4)]
+    lines = render_show(shown)
+    assert "iteration 1: train 0.500 on 6 of 20, rejected" in lines and "iteration 2: train 0.400, rejected" in lines
+
+
+def test_a_gate_says_how_many_current_prompt_evaluations_its_decision_needed():
+    gate = GateDecision(
+        ["a"], [], 0.5, 1.0, samples=4, decided_after=4, of=10, evaluated=["a", "b", "c", "d"], current=2
+    )
+    assert gate_settled(gate) == " (settled after 4 of 10 samples, and 2 of the current prompts where unknown)"
+    assert gate_settled(GateDecision(["a"], [], 0.5, 1.0, samples=4, decided_after=4, of=10)) == (
+        " (settled after 4 of 10 samples)"
+    )
 
 
 def test_the_gate_score_a_run_keeps_is_one_rule_for_every_reader(tmp_path):

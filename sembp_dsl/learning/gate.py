@@ -116,24 +116,17 @@ class Gate:
     def p(self) -> float:
         return sign_test(len(self.wins), len(self.losses))
 
-    def matters(self, sample: str) -> bool:
-        """Whether this open sample's outcome can still change the decision, for some outcome of the others: its
-        being a win rather than a tie, or a loss rather than a tie, flips the rule somewhere in between."""
+    def matters(self, win: bool, lose: bool) -> bool:
+        """Whether an open sample that could be a win (`win`), a loss (`lose`) or a tie can still change the decision,
+        for some outcome of the others: its being a win rather than a tie, or a loss rather than a tie, flips the
+        rule somewhere in between (the rule is monotone, so the ends of each range tell)."""
         wins, losses = len(self.wins), len(self.losses)
         possible_wins, possible_losses = self.possible
-        win, lose = self.could_win(sample), self.could_lose(sample)
         others_wins, others_losses = possible_wins - win, possible_losses - lose
-        for extra in range(others_wins + 1):
-            if lose and gate_passes(wins + extra, losses, self.alpha) != gate_passes(
-                wins + extra, losses + others_losses + 1, self.alpha
-            ):
-                return True
-        for extra in range(others_losses + 1):
-            if win and gate_passes(wins + others_wins + 1, losses + extra, self.alpha) != gate_passes(
-                wins, losses + extra, self.alpha
-            ):
-                return True
-        return False
+        passes = lambda more_wins, more_losses: gate_passes(wins + more_wins, losses + more_losses, self.alpha)  # noqa: E731
+        return (
+            lose and any(passes(extra, 0) != passes(extra, others_losses + 1) for extra in range(others_wins + 1))
+        ) or (win and any(passes(others_wins + 1, extra) != passes(0, extra) for extra in range(others_losses + 1)))
 
     def next_round(self) -> Round:
         """The samples to evaluate next: none once the decision is settled."""
@@ -247,7 +240,10 @@ class Gate:
             win, lose = self.could_win(sample), self.could_lose(sample)
             return (1 if win == lose else 0 if lose == right_first else 2), sample not in self.open
 
-        return sorted([i for i in self.open if self.matters(i)] + self.unseen, key=group)
+        kinds = {(self.could_win(i), self.could_lose(i)) for i in self.open}
+        mattering = {kind for kind in kinds if self.matters(*kind)}  # the same for every open sample of a kind
+        still = [i for i in self.open if (self.could_win(i), self.could_lose(i)) in mattering]
+        return sorted(still + self.unseen, key=group)
 
     def to_json(self) -> dict:
         """The tally as the run record keeps it: outcomes so far, and how many samples the decision took."""

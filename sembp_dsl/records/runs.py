@@ -403,7 +403,7 @@ def gate_tally(gate: GateDecision) -> str:
 def gate_settled(gate: GateDecision) -> str:
     """After how many samples the gate's decision was settled, when that was before the end of its split."""
     decided, size = gate.decided_after, gate.of
-    current = f"; the current prompts scored on {gate.current} more" if gate.current else ""
+    current = f", and {gate.current} of the current prompts where unknown" if gate.current else ""
     return f" (settled after {decided} of {size} samples{current})" if decided is not None and decided != size else ""
 
 
