@@ -223,10 +223,8 @@ class Optimizer:
         if demos:  # a new set of demos is drawn from every right answer: the whole split is needed
             await self.forward(current, [x for x in self.train if x.id not in self.known.train], index)
         failures = await self.draw(current, index)
-        train = scored(
-            Evaluation(tuple(self.known.train[x.id] for x in self.train if x.id in self.known.train), 0, None),
-            f"iteration {index}: train",
-        )
+        known = tuple(self.known.train[x.id] for x in self.train if x.id in self.known.train)
+        train = scored(Evaluation(known, len(known), None), f"iteration {index}: train")
         iteration = Iteration(index, train.accuracy, outcome.best_score, prompts=dict(current.prompts))
         iteration.train_samples, iteration.reused = len(train.results), len(train.results) == had
         iteration.lost = len(train.lost)
