@@ -8,6 +8,7 @@ import pkgutil
 import subprocess
 import sys
 
+import pytest
 from conftest import ROOT
 from jinja2 import TemplateError
 
@@ -79,36 +80,43 @@ def test_exported_names_are_the_classes_the_package_raises():
     assert sbp.CallFailed is llm.CallFailed and sbp.Pipeline is api.Pipeline
 
 
-def test_the_cli_prints_a_message_for_any_sbpc_error(monkeypatch, capsys):
+@pytest.fixture
+def schema_raises(monkeypatch):
+    """`sbpc schema` made to raise the exception given. The parser binds each command when it is built, once per
+    process, so it is built again with the stand-in and after it."""
+
+    def use(exc: Exception) -> None:
+        def fails(args):
+            raise exc
+
+        monkeypatch.setattr(commands, "cmd_schema", fails)
+        commands.build_parser.cache_clear()
+
+    yield use
+    commands.build_parser.cache_clear()
+
+
+def test_the_cli_prints_a_message_for_any_sbpc_error(schema_raises, capsys):
     class NewError(SbpcError):
         """An error the command line has never heard of: the root alone decides."""
 
-    def fails(args):
-        raise NewError("the data set is not there")
-
-    monkeypatch.setattr(commands, "cmd_schema", fails)
+    schema_raises(NewError("the data set is not there"))
     assert cli.main(["schema"]) == 1
     assert capsys.readouterr().err == "sbpc: error: the data set is not there\n"
 
 
-def test_the_cli_reports_a_bug_as_one_with_its_traceback(monkeypatch, capsys):
-    def fails(args):
-        raise KeyError("a bug in sbpc")
-
-    monkeypatch.setattr(commands, "cmd_schema", fails)
+def test_the_cli_reports_a_bug_as_one_with_its_traceback(schema_raises, capsys):
+    schema_raises(KeyError("a bug in sbpc"))
     assert cli.main(["schema"]) == 70
     error = capsys.readouterr().err
     assert "Traceback" in error and "KeyError: 'a bug in sbpc'" in error
     assert error.rstrip().splitlines()[-1].startswith("sbpc: this is a bug in sbpc, not in your pipeline or data")
 
 
-def test_an_option_error_names_flags_on_the_command_line(monkeypatch, capsys):
+def test_an_option_error_names_flags_on_the_command_line(schema_raises, capsys):
     from sembp_dsl.language.diagnostics import option
 
-    def fails(args):
-        raise sbp.BudgetExceeded(option("max_calls", 3), " reached")
-
-    monkeypatch.setattr(commands, "cmd_schema", fails)
+    schema_raises(sbp.BudgetExceeded(option("max_calls", 3), " reached"))
     assert cli.main(["schema"]) == 1
     assert capsys.readouterr().err == "sbpc: error: --max-calls 3 reached\n"
 

@@ -9,6 +9,7 @@ call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import sys
 import traceback
@@ -429,6 +430,7 @@ def held_out_change(before, after) -> str:
     return text
 
 
+@functools.cache  # once per process: a build costs about 5 ms (argparse's gettext lookups), a parse reuses it
 def build_parser() -> argparse.ArgumentParser:
     from .. import __version__
     from ..runtime.datasets import EVAL_TEST_SIZE
