@@ -1,17 +1,21 @@
-"""Speed of the embedded model through our litellm path vs llama-cpp-python called directly.
+"""Speed of the embedded model through sbpc's call path (and litellm's, the Router's) vs llama-cpp-python called
+directly.
 
 What it measures: completion tokens per second (completion_tokens / wall-clock seconds of the whole
 call, prompt evaluation included) for the same chat prompt, greedy (temperature 0), same max_tokens,
 same GGUF file and the same Llama settings (n_ctx, threads), along two paths:
 
-* ours   -- ``await litellm.acompletion(model="embedded/smollm2-135m", ...)``: litellm's routing and
-            logging, our custom provider, the lock, ``llm.reset()``, the hop to a worker thread;
+* ours   -- ``await FastPath().acompletion("embedded/smollm2-135m", ...)``, the transport every sbpc call
+            takes: the lock, ``llm.reset()``, the hop to a worker thread, the reply read;
+* litellm -- ``await litellm.acompletion(model="embedded/smollm2-135m", ...)``, the path of litellm's Router:
+            litellm's routing and logging and our custom provider on top of the same;
 * direct -- ``Llama.create_chat_completion(...)`` on a second ``Llama`` instance built with the same
             arguments, with ``reset()`` before each call (as our path does, so neither reuses the
             previous call's KV cache).
 
 After one warm-up call per path, the two paths alternate (ours/direct, then direct/ours, ...) for
-``--reps`` repetitions; the median of each is reported, with the ratio ours/direct (target >= 0.9).
+``--reps`` repetitions, litellm's after them; the median of each is reported, with the ratio ours/direct (target
+>= 0.9).
 Also printed: direct *without* reset (llama-cpp-python reuses the cached prompt prefix), for reference,
 and the load time of the model.
 
@@ -33,6 +37,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sembp_dsl.models import embedded  # noqa: E402
+from sembp_dsl.models.transport import FastPath  # noqa: E402
 
 PROMPT = [
     {"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."},
@@ -71,7 +76,17 @@ def main() -> int:
 
     loop = asyncio.new_event_loop()
 
+    transport = FastPath()
+
     def run_ours() -> tuple[float, int, str]:
+        t = time.perf_counter()
+        r = loop.run_until_complete(
+            transport.acompletion(embedded.MODEL, PROMPT, temperature=0, max_tokens=args.max_tokens)
+        )
+        dt = time.perf_counter() - t
+        return dt, r.completion_tokens, r.text
+
+    def run_litellm() -> tuple[float, int, str]:
         t = time.perf_counter()
         r = loop.run_until_complete(
             litellm.acompletion(model=embedded.MODEL, messages=PROMPT, temperature=0, max_tokens=args.max_tokens)
@@ -90,8 +105,9 @@ def main() -> int:
     # warm-up (first calls pay for page-faulting the weights, thread-pool start, litellm's lazy imports)
     run_ours()
     run_direct()
+    run_litellm()
 
-    ours, dirs, dirs_noreset = [], [], []
+    ours, dirs, dirs_noreset, via_litellm = [], [], [], []
     texts = set()
     for i in range(args.reps):
         order = (run_ours, run_direct) if i % 2 == 0 else (run_direct, run_ours)
@@ -101,14 +117,19 @@ def main() -> int:
             texts.add(text)
         dt, toks, _ = run_direct(reset=False)
         dirs_noreset.append(toks / dt)
+        dt, toks, text = run_litellm()
+        via_litellm.append(toks / dt)
+        texts.add(text)
     loop.close()
 
     o, d, dn = statistics.median(ours), statistics.median(dirs), statistics.median(dirs_noreset)
+    lt = statistics.median(via_litellm)
     print(f"model file         : {embedded.gguf_path()}")
     print(f"threads / n_ctx    : {n} / {embedded.N_CTX}")
     print(f"model load         : {load_s:.2f} s")
     print(f"max_tokens, reps   : {args.max_tokens}, {args.reps} (interleaved, after warm-up)")
-    print(f"ours   (litellm)   : {o:7.1f} tok/s   runs: {', '.join(f'{x:.1f}' for x in ours)}")
+    print(f"ours (transport)   : {o:7.1f} tok/s   runs: {', '.join(f'{x:.1f}' for x in ours)}")
+    print(f"litellm (Router's) : {lt:7.1f} tok/s   runs: {', '.join(f'{x:.1f}' for x in via_litellm)}")
     print(f"direct (reset)     : {d:7.1f} tok/s   runs: {', '.join(f'{x:.1f}' for x in dirs)}")
     print(f"direct (no reset)  : {dn:7.1f} tok/s   (prompt prefix reused; reference only)")
     print(f"ratio ours/direct  : {o / d:.3f}  (target >= 0.9)")

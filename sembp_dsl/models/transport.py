@@ -7,8 +7,10 @@ send over one shared aiohttp session, without importing litellm at all: about 0.
 and the first request leaves well within a second of launch. litellm stays the reference: prices
 come from its packaged price table (prices.py), failures are named after its exception types
 (faults.LITELLM_NAMES). Everything else (other providers, OpenAI's reasoning models whose
-parameters litellm rewrites, streaming, unusual parameters, the embedded model) goes to
-`litellm.acompletion(..., max_retries=0)`, imported on that first use; our own layer retries.
+parameters litellm rewrites, streaming, unusual parameters) goes to
+`litellm.acompletion(..., max_retries=0)`, imported on that first use; our own layer retries. The embedded
+model is called in process, in a worker thread, without litellm either; its failures are named as its litellm
+handler (embedded.py, for the Router) names them.
 Several deployments behind litellm's Router are routing.py's. Measured in bench/litellm_overhead.py
 and bench/startup.py.
 """
@@ -114,6 +116,8 @@ class FastPath:
         extra_headers: dict | None = None,
         **params: Any,
     ) -> Reply:
+        if embedded.serves(model):
+            return await _in_process(messages, params)
         route = self.route(model, api_base, api_key, params)
         if route is None:
             return await _via_litellm(model, messages, api_base, api_key, timeout, extra_headers, params)
@@ -319,6 +323,16 @@ def import_litellm():
     return litellm
 
 
+async def _in_process(messages: list, params: dict) -> Reply:
+    """A call to the embedded model, in a worker thread: llama.cpp holds no event loop up."""
+    try:
+        reply = await asyncio.to_thread(embedded.generate, messages, **params)
+    except Exception as exc:  # noqa: BLE001 - every failure of the call is named, as litellm would name it
+        name, message = embedded.failure(exc) or ("APIError", f"{embedded.MODEL}: {type(exc).__name__}: {exc}")
+        raise CallError(message, name=name) from exc
+    return _reply(reply, embedded.MODEL)._replace(cost=0.0)
+
+
 async def _via_litellm(
     model: str,
     messages: list,
@@ -329,8 +343,6 @@ async def _via_litellm(
     params: dict,
 ) -> Reply:
     litellm = import_litellm()
-    if embedded.serves(model):
-        embedded.register()
     if api_base:
         api_base, basic = split_credentials(api_base)
         if basic:
