@@ -54,7 +54,7 @@ def timed(llm: LLM, prompts: list[str]) -> float:
     return llm.run(go())
 
 
-@pytest.mark.slow  # 20 s or more: two full waves of 2 s calls, and litellm's first import
+@pytest.mark.slow  # 10 s or more: two full waves of 2 s calls on each, and litellm's first import
 def test_four_deployments_give_at_least_3_5x_the_throughput_of_one(tmp_path):
     """Servers that admit 16 requests at once (separate processes, as vLLM servers would be), each call taking
     2 s: throughput is calls done per second with every slot busy, measured over two full waves on one
@@ -66,7 +66,8 @@ def test_four_deployments_give_at_least_3_5x_the_throughput_of_one(tmp_path):
         for n in (1, 4):
             path = router_file(tmp_path, [("pool", url) for url, _ in servers[:n]], routing_strategy="least-busy")
             llm = LLM(routed(path), concurrency=16 * n)
-            timed(llm, ["warm-up: litellm and the router are loaded here"])
+            if n == 1:  # litellm's import, once: building a Router after it takes milliseconds
+                timed(llm, ["warm-up: litellm and the router are loaded here"])
             calls = 2 * 16 * n
             throughput[n] = calls / timed(llm, [f"{n} deployments, prompt {i}" for i in range(calls)])
         assert throughput[4] / throughput[1] >= 3.5, throughput
