@@ -173,6 +173,24 @@ def test_run_input_json_keeps_null_and_objects_as_json(tmp_path, fake_llm, scrip
     assert "null" in prompt and '{"a": [1, true]}' in prompt and "None" not in prompt
 
 
+def test_run_trace_labels_a_reply_not_read_as_its_type_a_parse_error_and_a_failed_call_a_call_failure(
+    tmp_path, fake_llm, capsys
+):
+    path = tmp_path / "count.sbp"
+    path.write_text(with_fake_model(ECHO.replace("answer: text", "answer: number"), fake_llm.url))
+    code = cli.main(["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace"])
+    out = capsys.readouterr().out
+    assert code == 1 and "--- output ---\nPARSE ERROR: no number in the reply\n" in out, out
+
+    from fake_server import FakeServer
+
+    with FakeServer(delay=0.0, failures=[400] * 8) as refusing:
+        path.write_text(with_fake_model(ECHO, refusing.url))
+        code = cli.main(["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace", "--no-cache"])
+    out = capsys.readouterr().out
+    assert code == 1 and "--- output ---\nCALL FAILED: 400 Bad Request" in out and "PARSE ERROR" not in out, out
+
+
 def test_an_unknown_input_is_an_error_with_a_did_you_mean(tmp_path, fake_llm, capsys):
     path = echo_pipeline(tmp_path, fake_llm.url)
     with pytest.raises(SystemExit) as stop:

@@ -183,3 +183,33 @@ def test_an_evaluation_stopped_by_a_budget_is_kept_as_stopped_in_the_flags_words
     cli.main(["eval", "echo.sbp", "--data", "rows.jsonl", "--max-calls", "2", "--concurrency", "1"])
     record = json.loads(sorted((tmp_path / ".sbpc/runs").glob("*/run.json"))[-1].read_text())
     assert record["finished"] is False and "--max-calls" in record["stopped"]
+
+
+def test_a_sample_its_metric_could_not_score_shows_no_score(tmp_path, fake_llm, capsys, monkeypatch):
+    """Lost: no score in `show`, in `report` (its record keeps 0, as run.schema.json says) or in `eval --json`."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "metrics.py").write_text(
+        "def loud(prediction, example):\n"
+        "    if example['q'] == 'q0':\n"
+        "        raise RuntimeError('boom')\n"
+        "    return False\n"
+    )
+    rows = [{"q": f"q{i}", "answer": "ok"} for i in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    source = ECHO + 'metric loud = "metrics:loud"\n'
+    (tmp_path / "echo.sbp").write_text(with_fake_model(source, fake_llm.url))
+    assert cli.main(["eval", "echo.sbp", "--data", "rows.jsonl", "--metric", "loud", "--json", "--errors", "4"]) == 0
+    errors = {e["id"]: e for e in json.loads(capsys.readouterr().out)["errors"]}
+    assert errors["rows.jsonl:1"]["score"] is None and errors["rows.jsonl:2"]["score"] == 0.0
+
+    assert cli.main(["show", "1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    [lost] = [line for line in lines if line.startswith("lost: ")]
+    assert lost.startswith("lost: rows.jsonl:1  expected 'ok'") and "score" not in lost, lost
+    assert "RuntimeError: boom" in lost
+    assert any(line.startswith("wrong: rows.jsonl:2  score 0.000  ") for line in lines)
+
+    assert cli.main(["report", "1", "--out", "one.html"]) == 0
+    page = (tmp_path / "one.html").read_text()
+    assert "<summary>rows.jsonl:1: lost</summary>" in page and "<td>lost</td><td>-</td>" in page
+    assert "<summary>rows.jsonl:2: wrong, score 0.000</summary>" in page

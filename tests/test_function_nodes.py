@@ -11,6 +11,7 @@ import pytest
 from conftest import Script
 
 import sembp_dsl as sbp
+from sembp_dsl import cli
 from sembp_dsl.learning.backward import backward_calls
 
 RAG = """\
@@ -165,6 +166,18 @@ def test_a_return_value_its_type_cannot_hold_fails_its_sample(rag):
     assert prediction.trace.nodes["passages"].error.startswith(
         "function failed: what search returned is a set, which is not JSON"
     )
+
+
+def test_run_trace_labels_a_function_that_raised_or_timed_out_a_function_failure(rag, capsys):
+    make, _, _ = rag
+    shown = {}
+    for function, timeout in (("search", ""), ("slow", "timeout = 0.2")):
+        code = cli.main(["run", str(make(function, timeout)), "--input", "question=boom", "--trace"])
+        shown[function] = capsys.readouterr().out
+        assert code == 1 and "PARSE ERROR" not in shown[function], shown[function]
+    assert "FUNCTION FAILED: search raised ValueError: cannot search for 'query: boom'\n" in shown["search"]
+    assert "NOT REACHED: function failed: search raised ValueError" in shown["search"]  # the answer node after it
+    assert "FUNCTION FAILED: search took longer than its timeout of 0.2s\n" in shown["slow"]
 
 
 def test_feedback_on_the_answer_reaches_the_query_prompt_through_the_function(rag):

@@ -215,6 +215,13 @@ def cmd_compile(args) -> int:
     return 0
 
 
+def failure_text(node) -> str:
+    """A failed node's error under the name of what failed, in capitals: `CALL FAILED: 503 ...`,
+    `FUNCTION FAILED: ...`, `PARSE ERROR: no number in the reply`."""
+    cause = node.cause
+    return f"{cause.upper()}: {node.error.removeprefix(cause).removeprefix(':').strip()}"
+
+
 def cmd_run(args) -> int:
     from ..api import InputError
 
@@ -242,7 +249,7 @@ def cmd_run(args) -> int:
                     print(
                         f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
                         f"\n--- reply ---\n{t.reply}"
-                        f"\n--- output ---\n{t.output if t.error is None else 'PARSE ERROR: ' + t.error}\n"
+                        f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
                     )
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
         print_ledger(pipeline, args)
@@ -542,7 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("file", metavar="FILE")
     run.add_argument("--input", action="append", metavar="NAME=VALUE", help="a pipeline input (repeat for each)")
     run.add_argument("--input-json", metavar="JSON", help='all inputs as a JSON object, e.g. \'{"question": "..."}\'')
-    run.add_argument("--trace", action="store_true", help="print every node's prompt, reply and parsed output")
+    run.add_argument(
+        "--trace", action="store_true", help="print every node's prompt, reply and parsed output, or what failed"
+    )
     add_model_flags(run)
     run.set_defaults(run=cmd_run)
 

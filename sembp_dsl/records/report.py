@@ -30,6 +30,7 @@ from .runs import (
     is_demos,
     is_right,
     prompt_changes,
+    sample_score,
     sample_verdict,
     spend,
     train_words,
@@ -354,7 +355,7 @@ def render(runs: Sequence[Run]) -> str:
 def sample_html(sample: dict, label: str = "") -> str:
     """One sample as a <details>: its inputs, expected and given answer, then each node's prompt and reply."""
     what = sample_verdict(sample)
-    head = f"{label}{sample.get('id')}: {what}, score {fmt(sample.get('score'))}"
+    head = f"{label}{sample.get('id')}: {what}" + ("" if sample.get("lost") else f", score {fmt(sample.get('score'))}")
     parts = [
         f'<details class="{"right" if what == "right" else "wrong"}"><summary>{escape(head)}</summary>',
         table(["input", "value"], [[k, v] for k, v in sample.get("inputs", {}).items()]),
@@ -410,7 +411,7 @@ def render_eval(run: Run) -> str:
         f'<tr class="{"right" if is_right(x) else "wrong"}">'
         + "".join(
             f"<td>{escape(str(v))}</td>"
-            for v in (x.get("id"), sample_verdict(x), fmt(x.get("score")), x.get("expected"), x.get("output"))
+            for v in (x.get("id"), sample_verdict(x), sample_score(x), x.get("expected"), x.get("output"))
         )
         + "</tr>"
         for x in samples

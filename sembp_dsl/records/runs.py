@@ -325,6 +325,11 @@ def sample_verdict(sample: dict) -> str:
     return "right" if is_right(sample) else "lost" if sample.get("lost") else "wrong"
 
 
+def sample_score(sample: dict) -> str:
+    """A sample's score as shown: "-" for a lost one, which has none (its record holds 0)."""
+    return "-" if sample.get("lost") else fmt(sample.get("score"))
+
+
 def render_eval(run: Run, wrong_only: bool = False) -> str:
     """An evaluation sample by sample, wrong and lost ones first: inputs, expected, output, and each node's reply."""
     e = run.evaluation
@@ -340,8 +345,9 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         if wrong_only and is_right(sample):
             continue
         error = f"  ({sample['error']})" if sample.get("error") else ""
+        score = "" if sample.get("lost") else f"score {fmt(sample['score'])}  "
         lines.append(
-            f"\n{sample_verdict(sample)}: {sample['id']}  score {fmt(sample['score'])}  "
+            f"\n{sample_verdict(sample)}: {sample['id']}  {score}"
             f"expected {sample.get('expected')!r}, got {sample.get('output')!r}{error}"
         )
         lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]

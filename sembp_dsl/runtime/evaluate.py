@@ -169,7 +169,7 @@ class Evaluation:
                     "output": r.trace.output,
                     "reply": r.trace.final.reply,
                     "error": r.metric_error or r.trace.final.error,
-                    "score": r.score,
+                    "score": None if r.lost else r.score,  # a lost sample has no score
                     "reason": r.reason,
                     "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None,
                 }

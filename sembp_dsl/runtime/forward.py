@@ -33,6 +33,7 @@ from .tasks import together
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"
 FUNCTION_FAILED, NOT_REACHED = "function failed", "not reached"  # a sample's failure, scored wrong (not lost)
+PARSE_ERROR = "parse error"  # any other error: a reply that could not be read as the node's type
 # "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
 LEADING_LABEL = re.compile(
     r"^[\s*_#>`]*(?:(?:the\s+)?(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
@@ -71,6 +72,15 @@ class NodeTrace:
     def lost(self) -> bool:
         """No reply at all: the call failed for good, the prompt did not render, or a predecessor was lost."""
         return self.error is not None and self.error.startswith((CALL_FAILED, NOT_RUN, NOT_RENDERED))
+
+    @property
+    def cause(self) -> str | None:
+        """What failed, by the words its error opens with (a call, a template, a function, a predecessor), else a
+        reply that could not be read as the node's type; None without an error."""
+        if self.error is None:
+            return None
+        causes = (CALL_FAILED, NOT_RUN, NOT_RENDERED, FUNCTION_FAILED, NOT_REACHED)
+        return next((cause for cause in causes if self.error.startswith(cause)), PARSE_ERROR)
 
     @property
     def blocked(self) -> bool:
