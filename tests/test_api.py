@@ -886,3 +886,14 @@ def test_a_row_of_data_is_posted_as_it_is_everywhere(tmp_path, capsys):
                 triage(bdy="a")
         assert cli.main(["run", str(path), "--input", "body=It crashed", "--no-cache"]) == 0
         assert capsys.readouterr().out.startswith("Yes")
+
+
+def test_lost_samples_are_counted_by_what_failed(tmp_path, fake_llm, script):
+    script.verdict = urgent_when_crash
+    path = tmp_path / "triage.sbp"
+    short = TRIAGE_TEXT.replace("{ prompt = look }", "{ prompt = look  template = tenth }")
+    path.write_text(short + 'template tenth = "{{ prompt }} {{ ticket[9] }}"\n')  # fails on tickets under 10 characters
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url) as pipeline:
+        report = pipeline.evaluate([{"ticket": "crash", "answer": "Yes"}, {"ticket": "a long crash", "answer": "Yes"}])
+    assert report.lost_causes() == {"not run": 1}  # the short ticket: notes did not render, so urgent never ran
+    assert report.scored == 1

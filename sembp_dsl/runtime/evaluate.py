@@ -121,7 +121,7 @@ class Evaluation:
             if r.metric_error is not None
             else r.trace.final.failure.cause
             if r.trace.final.failure
-            else (r.trace.final.error or "").split(":")[0]
+            else r.trace.final.cause or ""  # a lost node always has an error, so a cause
             for r in self.lost
         )
         return dict(causes.most_common())
