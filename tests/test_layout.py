@@ -55,3 +55,12 @@ def test_the_layers_are_the_tree():
     for stage in ("language", "models", "runtime", "records", "learning", "cli"):
         assert (PACKAGE / stage / "__init__.py").is_file()
     assert not [p.name for p in PACKAGE.glob("*.py") if p.stem not in ("__init__", "api", "compare", "serve", "errors")]
+
+
+def test_the_readme_map_names_every_module():
+    """README's Layout section is where a newcomer reads the tree: a module it does not name is a room nobody
+    was shown."""
+    readme = (PACKAGE.parent / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout") :].split("\n## ")[0]
+    modules = {p.name for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")}
+    assert not sorted(name for name in modules if name not in layout)
