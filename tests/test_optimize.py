@@ -241,13 +241,35 @@ def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, sc
     assert code == 0 and "rejected" in out and "accepted" not in out
     assert path.read_text() == before  # byte for byte
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
-    fates = [c["fate"] for it in record["iterations"] for c in it["candidates"]]
-    assert fates and all(f.startswith("rejected by the gate") for f in fates)
+    first, second = ([c["fate"] for c in it["candidates"]] for it in record["iterations"])
+    assert first and all(f.startswith("rejected by the gate") for f in first)
+    assert second == ["rejected: the step the gate rejected in iteration 1, proposed again from the same prompts"] * 3
     # the end says so in words: what each step tried, its wins and losses, and what the gate asks
     story = out[out.index("no prompt changed") :]
     assert story.startswith("no prompt changed: no step passed the gate.\n")
     assert "  iteration 1: 3 new prompts tried together (look, check, verdict_task): 0 wins, 0 losses" in story
+    assert "  iteration 2: the step the gate rejected in iteration 1, proposed again from the same prompts\n" in story
     assert "on the 3 validation samples" in story and "at least 4 wins and no loss" in story
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_a_step_the_gate_rejected_is_not_gated_again_from_the_same_prompts(tmp_path, fake_llm, script, capsys, same):
+    """Its decision is known; gating it again would pay for it twice and give chance a second try. A different
+    step is gated as any other."""
+    if not same:
+        script.improve = lambda param, prompt: f"Improved instruction for {param}, take {len(script.prompts)}."
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ("--train-size", "3", "--val-size", "6", "--no-cache", "--errors-per-gradient", "1")
+    code, _ = optimize(path, "--data", data(tmp_path, 9), *flags, "--iters", "2", capsys=capsys)
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    first, second = record["iterations"]
+    gated = [p for p in script.prompts if script.kind(p) == "forward" and "Improved instruction for" in p]
+    assert code == 0 and first["gate"]["samples"] > 0 and not first["accepted"]  # all ties: no win, no step
+    if same:  # iteration 1's gate alone asked: its samples, on each of the 3 nodes
+        assert second["gate"] is None and len(gated) == 3 * first["gate"]["samples"]
+        assert second["note"] == "the step the gate rejected in iteration 1, proposed again from the same prompts"
+    else:
+        assert len(gated) == 3 * (first["gate"]["samples"] + second["gate"]["samples"])
 
 
 def test_only_and_frozen(tmp_path, fake_llm, script, capsys):

@@ -21,6 +21,7 @@ from .flags import (
     COUNT,
     POSITIVE_COUNT,
     PROBABILITY,
+    Phases,
     UsageError,
     add_allow_module,
     add_data_flags,
@@ -324,17 +325,10 @@ def cmd_optimize(args) -> int:
         print(json_text(_plan_json(the_plan)) if args.json else the_plan.render())
         return 0
 
-    bars = []
-
-    def progress(what: str, total: int):
-        bar = progress_bar(total, what, args.json, leave=False)
-        bars.append(bar)
-        return lambda _result: bar.update()
+    progress = Phases(args.json)
 
     def log(line: str) -> None:
-        for bar in bars:
-            bar.close()
-        bars.clear()
+        progress.close()
         if not args.json:
             print(line, flush=True)
 

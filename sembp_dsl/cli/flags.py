@@ -38,7 +38,8 @@ class LineProgress:
 
     def _line(self) -> None:
         postfix = f" ({self.postfix})" if self.postfix else ""
-        print(f"{self.desc}: {self.n}/{self.total} {self.unit}s{postfix}", file=sys.stderr, flush=True)
+        unit = f" {self.unit}s" if self.unit else ""
+        print(f"{self.desc}: {self.n}/{self.total}{unit}{postfix}", file=sys.stderr, flush=True)
         self.last, self.printed = time.monotonic(), self.n
 
     def __enter__(self) -> LineProgress:
@@ -57,6 +58,34 @@ def progress_bar(total: int, desc: str, quiet: bool, unit: str = "sample", leave
     if sys.stderr.isatty():
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
     return LineProgress(total, desc, unit)
+
+
+class Phases:
+    """The `progress` an optimize run is given: a bar (or lines) per phase, closed the moment the phase is done, so
+    that its last line comes before the next phase's first. A phase counts samples, or prompts for the optimizer,
+    so no unit is named; its label says what it counts."""
+
+    def __init__(self, quiet: bool, indent: str = ""):
+        self.quiet, self.indent = quiet, indent
+        self.open: list = []  # the bars of the phases not done yet
+
+    def __call__(self, what: str, total: int):
+        bar = progress_bar(total, self.indent + what, self.quiet, unit="", leave=False)
+        self.open.append(bar)
+
+        def tick(_done: object) -> None:
+            bar.update()
+            if bar.n >= total:
+                self.open.remove(bar)
+                bar.close()
+
+        return tick
+
+    def close(self) -> None:
+        """Close the phases left open: those a budget or a failure cut short."""
+        for bar in self.open:
+            bar.close()
+        self.open.clear()
 
 
 class UsageError(Exception):

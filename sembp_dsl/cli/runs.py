@@ -12,6 +12,7 @@ from .flags import (
     COUNT,
     POSITIVE_COUNT,
     PROBABILITY,
+    Phases,
     UsageError,
     add_data_flags,
     add_model_flags,
@@ -141,10 +142,7 @@ def cmd_compare(args) -> int:
             first = args.seed if args.seed is not None else pipeline.graph.optimize.seed
             seeds = [first + i for i in range(args.seeds)]
 
-            def phase(what: str, total: int):  # a bar under the compare bar for each phase of each optimize
-                inner = progress_bar(total, f"  {what}", args.json, leave=False)
-                return lambda _done: inner.update() if inner.n + 1 < total else inner.close()
-
+            phase = Phases(args.json, indent="  ")  # under the compare bar, each phase of each optimize
             with progress_bar(len(rows) * len(seeds), "compare", args.json, unit="run") as bar:
 
                 def finished(what: str) -> None:

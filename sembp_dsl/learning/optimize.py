@@ -71,6 +71,7 @@ class Outcome:
 
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
+SAME_STEP = "the step the gate rejected in iteration {}, proposed again from the same prompts"
 
 
 def scored(evaluation: Evaluation, what: str) -> Evaluation:
@@ -80,6 +81,17 @@ def scored(evaluation: Evaluation, what: str) -> Evaluation:
         causes = ", ".join(f"{cause} x{n}" for cause, n in evaluation.lost_causes().items())
         raise LLMError(f"every sample was lost, none scored ({what}): {causes}")
     return evaluation
+
+
+def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str], step: Mapping[str, str]) -> int | None:
+    """The earlier iteration whose gate rejected exactly this step from exactly these prompts, if one did. Its
+    decision is known: gating the step again would pay for an answer already given, and when replies are
+    sampled it would give chance a second try at passing what failed once."""
+    for it in iterations:
+        if it.gate is not None and not it.accepted and it.prompts == prompts:
+            if {c.param: c.new for c in it.candidates if c.fate.startswith("rejected by the gate")} == step:
+                return it.index
+    return None
 
 
 def outcomes(evaluation: Evaluation) -> tuple[set[str], set[str], dict[str, float]]:
@@ -284,7 +296,15 @@ class Optimizer:
         if not taken:
             iteration.note = "no valid candidate"
             return self.finish(iteration, before)
-        proposed = current.with_prompts({c.param: c.new for c in taken if c.new is not None})
+        step = {c.param: c.new for c in taken if c.new is not None}
+        rejected = rejected_before(outcome.iterations, iteration.prompts, step)
+        if rejected is not None:
+            for c in iteration.candidates:
+                if c.fate == "taken":
+                    c.fate = f"rejected: {SAME_STEP.format(rejected)}"
+            iteration.note = SAME_STEP.format(rejected)
+            return self.finish(iteration, before)
+        proposed = current.with_prompts(step)
         accept = s.gate == "none" or await self.passes_gate(current, proposed, iteration)
         if accept:
             outcome.graph = proposed
@@ -346,6 +366,9 @@ class Optimizer:
                     f"  iteration {it.index}: {len(tried)} new prompt{'s' * (len(tried) != 1)} tried together "
                     f"({', '.join(tried)}): {gate_tally(it.gate)} on the gate{gate_settled(it.gate)}"
                 )
+                continue
+            if it.note.startswith(SAME_STEP.partition("{")[0]):  # it tried a step whose gate had already said no
+                lines.append(f"  iteration {it.index}: {it.note}")
                 continue
             reasons: dict[str, int] = {}
             for c in it.candidates:
@@ -563,7 +586,14 @@ def plan(
         "an iteration without training errors or valid candidates (no backward, optimizer or gate calls)",
         "errors found before the end of the training split (its forward pass stops there)",
         "results of the current prompts the run already has (from the gate that accepted them, earlier iterations)",
-        *(["a gate settled before the end of its split (it stops there)"] if s.gate != "none" else []),
+        *(
+            [
+                "a gate settled before the end of its split (it stops there)",
+                "a step the gate rejected before, proposed again from the same prompts (not gated again)",
+            ]
+            if s.gate != "none"
+            else []
+        ),
         *(["a prompt no feedback reaches (no optimizer call)"] if s.gradient != "none" else []),
         "answers from the response cache",
     ]
