@@ -185,6 +185,8 @@ def test_only_a_closed_prompt_block_is_a_candidate():
     new, reason = extract("<prompt>first</prompt> and a second try: <prompt>Analyze how the", "length")
     assert new is None and "cut off" in reason  # the fragment after the last closed block was the real answer
     assert extract("<prompt>done</prompt> and some chatter that ran", "length") == ("done", None)
+    new, reason = extract("<prompt>closed by a grammar at its bound, mid-sent</prompt>", "length")
+    assert new is None and "cut off" in reason  # the limit came at the block's end: nothing says the model ended it
     new, reason = extract("<prompt>never closed")
     assert new is None and "no closed <prompt>" in reason
 

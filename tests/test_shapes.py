@@ -185,6 +185,40 @@ def test_an_optimizer_reply_is_one_closed_prompt_block(max_chars, max_tokens, da
     assert extract(text) == (values["prompt"].strip(), None)
 
 
+UNAMBIGUOUS = [  # shapes whose fields a reply's text splits into one way only
+    hints_shape(3),
+    prompt_shape(None),
+    prompt_shape(30),
+    node_shape(output_type("choice", ("Yes", "No"))),
+    node_shape(output_type("text"), "tag"),
+]
+
+
+@SETTINGS
+@given(st.sampled_from(UNAMBIGUOUS), st.none() | st.integers(1, 60), st.data())
+def test_a_reply_that_fills_a_field_to_its_bound_ran_out(shape, max_tokens, data):
+    """The grammar closes a field at its bound, so a reply whose field reached it was cut there by the grammar,
+    not ended by the model; one whose every field stayed short ended by itself."""
+    text, values = data.draw(reply_of(shape, max_tokens))
+    limits = shape.limits(max_tokens)
+    assert {f: shape.values(text)[f] for f in limits} == {f: values[f] for f in limits}
+    full = any(n is not None and len(values[f]) >= n for f, n in limits.items())
+    assert shape.ran_out(text, max_tokens) == full
+
+
+def test_an_optimizer_reply_the_grammar_closed_at_its_bound_is_cut_off():
+    shape = prompt_shape(None)
+    [limit] = shape.limits(60).values()
+    assert limit is not None
+    for length, cut in ((limit, True), (limit - 1, False)):
+        text = "<prompt>" + "Analyze the statement and the speaker. " * 20
+        text = text[: len("<prompt>") + length] + "</prompt>"
+        assert shape.ran_out(text, 60) is cut and constraints.cut_at_bound(shape, constraints.GRAMMAR, 60, text) is cut
+        assert not constraints.cut_at_bound(shape, constraints.NONE, 60, text)  # no grammar, no bound it closed at
+        new, reason = extract(text, "length" if cut else "stop")
+        assert (new is None and "cut off" in reason) if cut else (reason is None and new)
+
+
 # -- GBNF: rejects replies out of shape -------------------------------------------------------------------
 
 

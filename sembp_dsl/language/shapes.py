@@ -11,7 +11,8 @@ fields. From that one statement it gives
 
 A constraint must never make a reply impossible: a grammar's free fields share CHARS_PER_TOKEN x
 max_tokens characters, and the call may take a token per character (models/constraints.py), so a
-constrained reply always ends by itself, closed, however dense its tokens.
+constrained reply always ends closed, however dense its tokens. A field the grammar closed at its bound was
+cut there (`Shape.ran_out`).
 A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
 reasoning, where the parser looks for it. A record (`{verdict: choice(Yes, No), reason: text}`) is one JSON
 object, its fields in order; a model held to no constraint is told its fields in words (`describe`), and
@@ -96,6 +97,17 @@ class Shape:
         )
         share = max(1, (CHARS_PER_TOKEN * max_tokens - fixed) // max(1, len(free)))
         return {f.name: share if f.cap is None else min(f.cap, share) for f in free}
+
+    def values(self, text: str) -> dict[str, str]:
+        """Each field's text in a reply written in this shape ({} when the reply is not in it)."""
+        found = _pattern(self.parts).fullmatch(text)
+        return {} if found is None else dict(zip((f.name for f in self.fields), found.groups()))
+
+    def ran_out(self, text: str, max_tokens: int | None) -> bool:
+        """Whether a reply decoded under `grammar(max_tokens)` filled a free field to its limit. The grammar
+        closes the field there, so the reply is cut off, however closed it looks."""
+        values = self.values(text)
+        return any(n is not None and len(values.get(name, "")) >= n for name, n in self.limits(max_tokens).items())
 
     def grammar(self, max_tokens: int | None) -> str:
         """The GBNF grammar of the reply's text (llama.cpp), bounded to fit in max_tokens."""
@@ -224,6 +236,19 @@ class RecordShape(Shape):
 
     def text(self, reply: str) -> str:
         return reply
+
+    def values(self, text: str) -> dict[str, str]:
+        try:
+            value = json.loads(text)
+        except ValueError:
+            return {}
+        return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
+
+
+@lru_cache(maxsize=256)
+def _pattern(parts: tuple[Part, ...]) -> re.Pattern:
+    """A reply in these parts: the fixed text as it is, each field the fewest characters that fit."""
+    return re.compile("".join(re.escape(p) if isinstance(p, str) else "(.*?)" for p in parts), re.DOTALL)
 
 
 def record_shape(type_: ir.OutputType) -> RecordShape:

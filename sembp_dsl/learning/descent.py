@@ -59,12 +59,13 @@ def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
 def extract(reply: str, finish_reason: str | None = None) -> tuple[str | None, str | None]:
     """The last closed <prompt>...</prompt> block (models often echo the current one first), or why there is none.
 
-    An unclosed block is never a candidate: when the token limit cut the reply, it is a fragment.
+    An unclosed block is never a candidate: when the token limit cut the reply, it is a fragment. Nor is a block
+    the reply ends with when the limit cut it: a grammar closes a block at its bound, mid-sentence.
     """
     blocks = list(BLOCK.finditer(reply))
     tail = reply[blocks[-1].end() :] if blocks else reply
-    if finish_reason == "length" and (OPEN_TAG.search(tail) or not blocks):
-        return None, "cut off by the token limit before </prompt> (raise max_tokens of the optimizer model)"
+    if finish_reason == "length" and (OPEN_TAG.search(tail) or not blocks or not tail.strip()):
+        return None, "cut off by the token limit before the prompt ended (raise max_tokens of the optimizer model)"
     if not blocks:
         return None, "no closed <prompt>...</prompt> in the reply"
     return OPEN_TAG.split(blocks[-1].group(1))[-1].strip(), None

@@ -4,7 +4,8 @@ A reply's shape (language/shapes.py) reaches the model in the form its provider 
 
 - `grammar`: the embedded model (llama.cpp) decodes within the reply's GBNF grammar; the reply is the text
   itself. max_tokens sizes it in characters (CHARS_PER_TOKEN a token), and the call may take a token per
-  character, so a reply always ends by itself, closed.
+  character, so a reply always ends closed. A field that reaches its bound is closed by the grammar, not
+  by the model: such a reply is cut off (`cut_at_bound`), and says so as a reply cut by max_tokens does.
 - `schema`: a model that litellm says takes a JSON Schema (`litellm.supports_response_schema`: its model
   table, and every model of the providers it names) gets the reply's JSON Schema in `response_format`;
   the JSON it answers is written back into the text the parsers read (`Shape.text`).
@@ -72,13 +73,19 @@ def request(shape: Shape | None, kind: str, max_tokens: int | None) -> dict:
 def reply_tokens(kind: str, max_tokens: int | None) -> int | None:
     """The most tokens one call may take. Under a grammar, max_tokens sizes the reply in characters
     (CHARS_PER_TOKEN a token, as English runs) and the call may take a token per character, so a reply
-    dense in tokens (digits are a token each) still closes instead of being cut off."""
+    dense in tokens (digits are a token each) still closes in shape instead of being cut mid-part."""
     return max_tokens and CHARS_PER_TOKEN * max_tokens if kind == GRAMMAR else max_tokens
 
 
 def read(shape: Shape | None, sent: dict, text: str) -> str:
     """A reply as the parsers read it: the JSON answered to a schema, written out in the shape's text form."""
     return shape.text(text) if shape is not None and "response_format" in sent else text
+
+
+def cut_at_bound(shape: Shape | None, kind: str | None, max_tokens: int | None, text: str) -> bool:
+    """Whether the grammar ended a reply because a field reached its share of max_tokens: closed by the
+    grammar, not by the model, so cut off as surely as by the token limit."""
+    return kind == GRAMMAR and shape is not None and shape.ran_out(text, max_tokens)
 
 
 @dataclass(frozen=True)

@@ -151,6 +151,8 @@ class LLM:
             self.ledger.count(f"constrained replies ({request.constraint})")
         result = await self._complete(role, spec, request)
         text = constraints.read(shape, request.settings, result.text)
+        if constraints.cut_at_bound(shape, request.constraint, constraints.max_tokens(spec.settings), text):
+            return replace(result, text=text, finish_reason="length")
         return result if text == result.text else replace(result, text=text)
 
     async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:

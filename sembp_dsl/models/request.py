@@ -115,7 +115,7 @@ class Completion:
     cost: float
     cached: bool
     latency: float
-    finish_reason: str | None = None  # "length": the reply was cut off by max_tokens
+    finish_reason: str | None = None  # "length": the reply was cut off by max_tokens (or at its grammar's bound)
 
     @classmethod
     def answered(cls, reply: Reply, cost: float, latency: float) -> Completion:
