@@ -362,9 +362,10 @@ class Optimizer:
         for it in iterations:
             if it.gate:
                 tried = [c.param for c in it.candidates if c.fate.startswith("rejected by the gate")]
+                what = "1 new prompt tried" if len(tried) == 1 else f"{len(tried)} new prompts tried together"
                 lines.append(
-                    f"  iteration {it.index}: {len(tried)} new prompt{'s' * (len(tried) != 1)} tried together "
-                    f"({', '.join(tried)}): {gate_tally(it.gate)} on the gate{gate_settled(it.gate)}"
+                    f"  iteration {it.index}: {what} ({', '.join(tried)}): {gate_tally(it.gate)} on the gate"
+                    + gate_settled(it.gate)
                 )
                 continue
             if it.note.startswith(SAME_STEP.partition("{")[0]):  # it tried a step whose gate had already said no
