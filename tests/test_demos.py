@@ -296,6 +296,39 @@ def test_a_rejected_set_leaves_the_file_as_it_was(tmp_path):
     assert not script.of_kind("optimizer") and not script.of_kind("backward")  # only demos were asked for
 
 
+class Talker(Adder):
+    """Answers right on even numbers, then talks on: a small max_tokens cuts the answer's text short."""
+
+    def __call__(self, messages) -> str:
+        answer = super().__call__(messages)
+        if self.kind(messages[-1]["content"]) != "forward":
+            return answer
+        return f"The sum is {answer}. Adding a number to itself doubles it, as counting shows."
+
+
+@pytest.mark.parametrize("max_tokens, taken", [(64, True), (5, False)])
+def test_an_answer_a_length_limit_cut_off_is_no_example(tmp_path, max_tokens, taken):
+    """'The sum is 4. Adding' scores right by the number in it, but as an example it would be written into the
+    file as it was cut: no set is made of such answers."""
+    from fake_server import FakeServer
+
+    with FakeServer(delay=0.0, reply=Talker()) as server:
+        path = pipeline_file(tmp_path, server)
+        path.write_text(path.read_text().replace('api_base = "', f'max_tokens = {max_tokens}  api_base = "'))
+        before = path.read_bytes()
+        says = lambda prediction, example: f"is {example['answer']}." in (prediction.text or "")  # noqa: E731
+        optimized = optimize(path, train=(2, 4), only=("shots",), gate="none", metric=says)
+    assert optimized.outcome.stopped is None, optimized.outcome.stopped
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert iteration.train_score == 1.0  # both answered right, whole or cut
+    if taken:
+        assert shots.fate == "taken" and "doubles it, as counting shows." in path.read_text()
+    else:
+        assert shots.fate == "rejected: no sample answered right gave a whole example (unreadable, or cut off)"
+        assert path.read_bytes() == before
+
+
 def test_a_frozen_demos_param_never_changes(tmp_path):
     from fake_server import FakeServer
 

@@ -76,6 +76,11 @@ class OutputType:
     def field(self, name: str) -> Field | None:
         return next((f for f in self.fields if f.name == name), None)
 
+    @property
+    def free_text(self) -> bool:
+        """Whether a value of it holds text of the model's own length, which a reply cut short cuts too."""
+        return self.kind == "text" or any(f.type.free_text for f in self.fields)
+
 
 @dataclass(frozen=True)
 class Field:

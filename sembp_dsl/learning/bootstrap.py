@@ -28,13 +28,14 @@ class DemosCandidate:
 
 
 def pool(graph: Graph, param: str, results: Sequence[Result]) -> list[tuple[str, dict[str, str]]]:
-    """(sample id, example) for every training sample the pipeline got right whose node answered in its type,
-    in the split's order; a sample that repeats another's example is left out."""
+    """(sample id, example) for every training sample the pipeline got right whose node answered in its type, in
+    full, in the split's order; a sample that repeats another's example is left out. An answer whose text a length
+    limit cut off is no example: it would be written into the user's file as it was cut."""
     node = graph.nodes[graph.demos[param].node]
     seen, out = set(), []
     for result in results:
         trace = result.trace.nodes.get(node.name)
-        if not result.correct or trace is None or trace.output is None:
+        if not result.correct or trace is None or trace.output is None or (trace.cut_off and node.type.free_text):
             continue
         values = result.trace.values
         example = {**{name: str(values[name]) for name in node.inputs}, node.name: trace.output}
@@ -48,6 +49,8 @@ def pool(graph: Graph, param: str, results: Sequence[Result]) -> list[tuple[str,
 def propose_demos(graph: Graph, param: str, results: Sequence[Result], rng: random.Random) -> DemosCandidate:
     """A new set for a demos param: up to its max examples from the training samples answered right."""
     found = pool(graph, param, results)
+    if not found and any(result.correct for result in results):
+        return DemosCandidate(param, None, "no sample answered right gave a whole example (unreadable, or cut off)")
     if not found:
         return DemosCandidate(param, None, "no training sample was answered right, so no example to take")
     chosen = rng.sample(found, min(graph.demos[param].max, len(found)))

@@ -60,6 +60,7 @@ class NodeTrace:
     failure: Failure | None = None  # why the call failed (status, endpoint, the provider's words), if it did
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
     system: str | None = None  # the system message sent before the prompt, if any
+    cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
@@ -222,6 +223,7 @@ async def run_node(graph: Graph, llm: LLM, node: GraphNode, values: Mapping[str,
         completion.cached,
         cost=completion.cost,
         system=system,
+        cut_off=completion.finish_reason == "length",
     )
 
 
