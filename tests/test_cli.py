@@ -181,6 +181,12 @@ def test_run_trace_labels_a_reply_not_read_as_its_type_a_parse_error_and_a_faile
     code = cli.main(["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace"])
     out = capsys.readouterr().out
     assert code == 1 and "--- output ---\nPARSE ERROR: no number in the reply\n" in out, out
+    assert "--- reply ---\n" in out and "cut off" not in out
+
+    path.write_text(with_fake_model(ECHO, fake_llm.url).replace('api_base = "', 'max_tokens = 1  api_base = "'))
+    code = cli.main(["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace"])
+    out = capsys.readouterr().out
+    assert code == 0 and "--- reply (cut off by its length limit) ---\nAn\n" in out, out
 
     from fake_server import FakeServer
 

@@ -249,7 +249,7 @@ def cmd_run(args) -> int:
                     system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
                         f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-                        f"\n--- reply ---\n{t.reply}"
+                        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
                         f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
                     )
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
