@@ -43,3 +43,14 @@ def test_every_python_block_in_the_docs_runs_or_is_marked_a_sketch():
             if line.strip() == "```python" and (number == 0 or not lines[number - 1].startswith("<!-- sketch: ")):
                 unmarked.append(f"{path.name}:{number + 1}")
     assert not unmarked, f"```python blocks that neither run nor say they are sketches: {unmarked}"
+
+
+def test_every_field_of_a_trace_as_json_is_documented():
+    """`run --json` and `sbpc serve` give traces to scripts: a key runtime.md's table does not explain is a guess."""
+    import dataclasses
+
+    from sembp_dsl.runtime.forward import NodeTrace
+
+    text = (Path(__file__).parent.parent / "docs" / "runtime.md").read_text()
+    table = text[text.index("| `NodeTrace` | |") :].split("\n\n")[0]
+    assert not [f.name for f in dataclasses.fields(NodeTrace) if f"`{f.name}`" not in table]
