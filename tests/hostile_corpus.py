@@ -511,7 +511,7 @@ DEMOS_SBP = {  # name -> (what replaces HELPER, or a pair (old, new)); a name wi
     "demos_max_no_number": "demos s max = []\n" + HELPER,
     "demos_max_string": 'frozen demos s max "3" = []\n' + HELPER,
     "demos_nested": 'demos s = [[{q: "x"}]]\n' + HELPER,
-    "demos_many": "demos s max 1 = [" + '{q: "x", ctx: "y", helper: "z"},' * 5000 + "]\n"
+    "demos_many": "demos s max 1 = [" + '{q: "x", ctx: "y", helper: "z"},' * 1000 + "]\n"
     "node helper: text { prompt = ask  demos = s }",
 }
 DEMOS_YAML = {
