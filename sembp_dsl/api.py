@@ -34,7 +34,7 @@ from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome, Plan, plan
 from .models.cache import ResponseCache
-from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, resolve_model
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
 from .records.record import RunRecord, RunSettings
 from .runtime import datasets
 from .runtime.code import bind, load_callable
@@ -499,6 +499,8 @@ class Pipeline:
                 raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
+        for name in self._models(learning=False).values():  # before any call
+            check_callable(name)
         llm = self._llm()
         scorer = self._metric(chosen, llm)
         unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
@@ -516,7 +518,7 @@ class Pipeline:
             self.path,
             data.name if data else "examples",
             self.method(None, **sizes),  # the sizes and seed that drew the split
-            self.models,
+            self._models(learning=False),
             data.test_data if data else None,
         )
         scored = {
@@ -583,9 +585,18 @@ class Pipeline:
 
     @property
     def models(self) -> Mapping[str, str]:
-        """The model of each role and named model, as a run records it; LLMError when one has none (nor the
-        embedded one)."""
-        return {key: str(resolve_model(spec).name) for key, spec in self._session.models.items()}
+        """The model of each role and named model an optimize run calls, as its record keeps them; LLMError when one
+        has none (nor the embedded one)."""
+        return self._models(learning=True)
+
+    def _models(self, learning: bool) -> dict[str, str]:
+        """The models a run calls: the nodes' and the judges', and with `learning` the backward and optimizer
+        roles. A role no call takes (the forward role, when every node names its model) needs no model: asking
+        for one would fail a run that never uses it wherever the embedded model is not installed."""
+        used = {node.model for node in self.graph.model_nodes}
+        used |= {spec.model for spec in self.graph.metrics.values() if spec.kind == "judge"}
+        used |= {"backward", "optimizer"} if learning else set()
+        return {key: str(resolve_model(spec).name) for key, spec in self._session.models.items() if key in used}
 
     def method(self, method: Method | None = None, **settings: Any) -> Method:
         """The method a run would take: `method` (default: the pipeline's `optimize` block) with `settings`
@@ -688,6 +699,8 @@ class Pipeline:
         """`optimize` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
+        for name in run.settings.models.values():  # before a run record is made
+            check_callable(name)
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
         llm = self._llm()

