@@ -37,6 +37,8 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
+from sembp_dsl.models import embedded
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SHELL = {"", "sh", "bash", "shell", "console", "text", "indented"}
 COMMAND = re.compile(r"(^(\$ )?|&&\s*)(\w+=\S*\s+)*(\S*/)?sbpc\s")
@@ -236,6 +238,8 @@ def test_the_block_runs_and_shows_what_runs(block, folder):
     for command, expected in steps:
         done = run(command, folder, merged=True)
         assert "Traceback" not in done.stdout, done.stdout
+        if "the embedded model is not installed" in done.stdout and not embedded.available():
+            pytest.skip("the block's pipeline takes the embedded model for a role, and it is not installed here")
         assert shows(expected, done.stdout), f"{block.where}: `{command}` prints\n{done.stdout}"
 
 
