@@ -72,3 +72,22 @@ def test_optimize_bootstraps_demos_through_the_embedded_model(tmp_path):
         assert path.read_text() == FRUIT
     checked = sbpc("check", str(path))
     assert checked.returncode == 0, checked.stderr
+
+
+def test_the_gate_decides_a_set_on_the_embedded_model(tmp_path):
+    """The gate's calls through the real model: the set is run on the training split beside what the current
+    prompts answered there, and what reaches the file is what the gate accepted (`gate_alpha = 1`: any net win)."""
+    path, data = tmp_path / "fruit.sbp", tmp_path / "fruit.jsonl"
+    path.write_text(FRUIT)
+    rows = [("apple", "Yes"), ("pear", "Yes"), ("brick", "No")]
+    data.write_text("".join(json.dumps({"thing": t, "answer": a}) + "\n" for t, a in rows))
+    flags = ["--data", str(data), "--train-size", "3", "--val-size", "0", "--iters", "1", "--only", "shots"]
+    result = sbpc("optimize", str(path), *flags, "--gate", "train", "--gate-alpha", "1", "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    [iteration] = json.loads(result.stdout)["iterations"]
+    [shots] = iteration["candidates"]
+    if shots["new"] is not None:  # a sample was answered right, so a set was proposed and gated
+        assert iteration["gate"]["samples"] >= 1 and iteration["gate"]["alpha"] == 1
+        assert (path.read_text() != FRUIT) == iteration["accepted"]
+    else:
+        assert iteration["gate"] is None and path.read_text() == FRUIT

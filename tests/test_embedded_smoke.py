@@ -39,7 +39,7 @@ def test_optimize_liar_through_the_embedded_model(tmp_path):
         "2",
         "--val-size",
         "0",
-        "--no-gate",  # the gate runs on the embedded model in test_embedded_support.py
+        "--no-gate",  # the gate runs on the embedded model in test_embedded_demos.py
         "--iters",
         "1",
         "--errors-per-gradient",
