@@ -499,7 +499,8 @@ class Pipeline:
                 raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
             samples, default_metric = from_records(examples, "example")[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
-        for name in self._models(learning=False).values():  # before any call
+        models = self._models(learning=False)
+        for name in models.values():  # before any call
             check_callable(name)
         llm = self._llm()
         scorer = self._metric(chosen, llm)
@@ -518,7 +519,7 @@ class Pipeline:
             self.path,
             data.name if data else "examples",
             self.method(None, **sizes),  # the sizes and seed that drew the split
-            self._models(learning=False),
+            models,
             data.test_data if data else None,
         )
         scored = {

@@ -197,9 +197,10 @@ def test_a_role_no_node_calls_needs_no_model(desk, capsys, monkeypatch):
     assert code == 0, err
     assert set(json.loads(out)["ledger"]["models"]) == {"fast", "strong"}
     optimize = ["optimize", str(path), "--data", data, "--iters", "1", "--train-size", "2", "--val-size", "4"]
-    code, _, err = sbpc(capsys, *optimize, "--test-size", "0")
+    optimize += ["--test-size", "0"]
+    code, _, err = sbpc(capsys, *optimize)
     assert code == 0, err
     path.write_text(re.sub(r"model optimizer \{[^}]*\}\n", "", path.read_text()))
     calls = server.requests
-    code, _, err = sbpc(capsys, *optimize, "--test-size", "0")
+    code, _, err = sbpc(capsys, *optimize)
     assert code == 1 and "no model is configured for optimizer calls" in err and server.requests == calls

@@ -72,6 +72,7 @@ class Outcome:
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
 SAME_STEP = "the step the gate rejected in iteration {}, proposed again from the same prompts"
+GATE_REJECTED = "rejected by the gate"  # a gated candidate's fate begins so, its tally after it
 
 
 def scored(evaluation: Evaluation, what: str) -> Evaluation:
@@ -89,7 +90,7 @@ def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str],
     sampled it would give chance a second try at passing what failed once."""
     for it in iterations:
         if it.gate is not None and not it.accepted and it.prompts == prompts:
-            if {c.param: c.new for c in it.candidates if c.fate.startswith("rejected by the gate")} == step:
+            if {c.param: c.new for c in it.candidates if c.fate.startswith(GATE_REJECTED)} == step:
                 return it.index
     return None
 
@@ -299,10 +300,10 @@ class Optimizer:
         step = {c.param: c.new for c in taken if c.new is not None}
         rejected = rejected_before(outcome.iterations, iteration.prompts, step)
         if rejected is not None:
+            iteration.note = SAME_STEP.format(rejected)
             for c in iteration.candidates:
                 if c.fate == "taken":
-                    c.fate = f"rejected: {SAME_STEP.format(rejected)}"
-            iteration.note = SAME_STEP.format(rejected)
+                    c.fate = f"rejected: {iteration.note}"
             return self.finish(iteration, before)
         proposed = current.with_prompts(step)
         accept = s.gate == "none" or await self.passes_gate(current, proposed, iteration)
@@ -361,7 +362,7 @@ class Optimizer:
         lines = [f"no prompt changed: {'no step passed the gate' if gated else 'no candidate reached the gate'}."]
         for it in iterations:
             if it.gate:
-                tried = [c.param for c in it.candidates if c.fate.startswith("rejected by the gate")]
+                tried = [c.param for c in it.candidates if c.fate.startswith(GATE_REJECTED)]
                 what = "1 new prompt tried" if len(tried) == 1 else f"{len(tried)} new prompts tried together"
                 lines.append(
                     f"  iteration {it.index}: {what} ({', '.join(tried)}): {gate_tally(it.gate)} on the gate"
@@ -434,7 +435,7 @@ class Optimizer:
         else:
             for c in iteration.candidates:
                 if c.fate == "taken":
-                    c.fate = f"rejected by the gate: {gate_tally(tally)}{gate_settled(tally)}"
+                    c.fate = f"{GATE_REJECTED}: {gate_tally(tally)}{gate_settled(tally)}"
         return accept
 
     async def each(self, what: str, items: Sequence, work: Callable) -> list:
@@ -461,7 +462,7 @@ class Optimizer:
         elif it.note:
             verdict = f"kept old ({it.note})"
         else:
-            verdict = "rejected by the gate"
+            verdict = GATE_REJECTED
         lines = [
             f"iteration {it.index}/{self.method.iterations}: {train_words(it, len(self.train))}, {verdict}; "
             f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
