@@ -206,6 +206,13 @@ def test_a_reply_that_fills_a_field_to_its_bound_ran_out(shape, max_tokens, data
     assert shape.ran_out(text, max_tokens) == full
 
 
+def test_a_record_reply_out_of_shape_has_no_values_and_did_not_run_out():
+    shape = node_shape(ir.OutputType("record", fields=(ir.Field("reason", output_type("text"), span=None),), span=None))
+    assert shape.values('{"reason": "because"}') == {"reason": "because"}
+    for text in ("not json", '["a list"]', "[" * 100_000 + "]" * 100_000):  # the last nests past Python's stack
+        assert shape.values(text) == {} and not shape.ran_out(text, 10)
+
+
 def test_an_optimizer_reply_the_grammar_closed_at_its_bound_is_cut_off():
     shape = prompt_shape(None)
     [limit] = shape.limits(60).values()

@@ -240,7 +240,7 @@ class RecordShape(Shape):
     def values(self, text: str) -> dict[str, str]:
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past Python's stack: not in this shape
             return {}
         return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
 
