@@ -99,9 +99,21 @@ class Shape:
         return {f.name: share if f.cap is None else min(f.cap, share) for f in free}
 
     def values(self, text: str) -> dict[str, str]:
-        """Each field's text in a reply written in this shape ({} when the reply is not in it)."""
-        found = _pattern(self.parts).fullmatch(text)
-        return {} if found is None else dict(zip((f.name for f in self.fields), found.groups()))
+        """Each field's text in a reply written in this shape ({} when the reply is not in it): a field runs to the
+        first occurrence of the fixed text after it, or to the end. One pass, so a long reply costs linear time."""
+        found: dict[str, str] = {}
+        at = 0
+        for part, after in zip(self.parts, (*self.parts[1:], None)):
+            if isinstance(part, str):
+                if not text.startswith(part, at):
+                    return {}
+                at += len(part)
+                continue
+            end = text.find(after, at) if isinstance(after, str) else len(text)
+            if end < 0:
+                return {}
+            found[part.name], at = text[at:end], end
+        return found if at == len(text) else {}
 
     def ran_out(self, text: str, max_tokens: int | None) -> bool:
         """Whether a reply decoded under `grammar(max_tokens)` filled a free field to its limit. The grammar
@@ -243,12 +255,6 @@ class RecordShape(Shape):
         except (ValueError, RecursionError):  # not JSON, or nested past Python's stack: not in this shape
             return {}
         return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
-
-
-@lru_cache(maxsize=256)
-def _pattern(parts: tuple[Part, ...]) -> re.Pattern:
-    """A reply in these parts: the fixed text as it is, each field the fewest characters that fit."""
-    return re.compile("".join(re.escape(p) if isinstance(p, str) else "(.*?)" for p in parts), re.DOTALL)
 
 
 def record_shape(type_: ir.OutputType) -> RecordShape:
