@@ -6,7 +6,7 @@
 
 The names below are the public API (see docs/python.md); they load on first use, so
 `sbpc check` and other commands that call no model never import the model layer.
-Every error sbpc raises for its user derives from `SbpcError`.
+Every error sbpc raises derives from `SbpcError`; errors.py shows the whole tree.
 """
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ from __future__ import annotations
 from importlib import import_module
 from typing import TYPE_CHECKING
 
-from .errors import SbpcError
+from .errors import OptionError, SbpcError
 
 __version__ = "0.1.0"
 
-# each public name and the module that defines it
+# each public name and the module that defines it (errors: errors.py's tree says when each is raised)
 _HOMES = {
     "load": "api",
     "Pipeline": "api",
@@ -29,57 +29,104 @@ _HOMES = {
     "Optimized": "api",
     "Evaluation": "runtime.evaluate",
     "PipelineError": "language.diagnostics",
-    "InputError": "api",
-    "PipelineClosed": "api",
+    "BlockStringError": "language.parser",
+    "BadScalar": "language.yaml_form",
+    "DemosError": "language.demos",
+    "FormatError": "language.fmt",
+    "RenameError": "language.editor",
+    "RenderError": "language.templates",
+    "TemplateProblem": "language.templates",
+    "SettingError": "language.method",
+    "SettingTypeError": "language.method",
+    "WriteBackError": "files",
     "LLMError": "models.llm",
     "CallFailed": "models.llm",
     "BudgetExceeded": "models.llm",
+    "CallError": "models.faults",
+    "NoConnection": "models.faults",
+    "PlainHttp": "models.faults",
+    "BadReply": "models.faults",
     "CacheError": "models.cache",
+    "RouterConfigError": "models.routing",
+    "CodeError": "runtime.code",
     "DataError": "runtime.datasets",
+    "MetricFailed": "runtime.evaluate",
     "RecordError": "records.record",
     "ResumeError": "records.record",
-    "WriteBackError": "language.writeback",
-    "DemosError": "language.demos",
-    "SettingError": "language.method",
-    "SettingTypeError": "language.method",
+    "RunsError": "records.runs",
+    "InputError": "api",
+    "PipelineClosed": "api",
+    "CompareError": "compare",
+    "ServeError": "serve",
+    "UsageError": "cli.flags",
 }
 __all__ = [
+    "BadReply",
+    "BadScalar",
+    "BlockStringError",
     "BudgetExceeded",
     "CacheError",
+    "CallError",
     "CallFailed",
+    "CodeError",
+    "CompareError",
     "Data",
     "DataError",
     "DemosError",
     "Evaluation",
+    "FormatError",
     "InputError",
     "LLMError",
     "Method",
+    "MetricFailed",
+    "NoConnection",
     "Optimized",
+    "OptionError",
     "Pipeline",
     "PipelineClosed",
     "PipelineError",
+    "PlainHttp",
     "Prediction",
     "RecordError",
+    "RenameError",
+    "RenderError",
     "ResumeError",
+    "RouterConfigError",
+    "RunsError",
     "SbpcError",
+    "ServeError",
     "SettingError",
     "SettingTypeError",
+    "TemplateProblem",
     "Usage",
+    "UsageError",
     "WriteBackError",
     "load",
 ]
 
 if TYPE_CHECKING:
     from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
+    from .cli.flags import UsageError
+    from .compare import CompareError
+    from .files import WriteBackError
     from .language.demos import DemosError
     from .language.diagnostics import PipelineError
+    from .language.editor import RenameError
+    from .language.fmt import FormatError
     from .language.method import Method, SettingError, SettingTypeError
-    from .language.writeback import WriteBackError
+    from .language.parser import BlockStringError
+    from .language.templates import RenderError, TemplateProblem
+    from .language.yaml_form import BadScalar
     from .models.cache import CacheError
+    from .models.faults import BadReply, CallError, NoConnection, PlainHttp
     from .models.llm import BudgetExceeded, CallFailed, LLMError
+    from .models.routing import RouterConfigError
     from .records.record import RecordError, ResumeError
+    from .records.runs import RunsError
+    from .runtime.code import CodeError
     from .runtime.datasets import DataError
-    from .runtime.evaluate import Evaluation
+    from .runtime.evaluate import Evaluation, MetricFailed
+    from .serve import ServeError
 
 
 def __getattr__(name: str):

@@ -22,10 +22,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import SbpcError
+from .errors import Option, SbpcError
 from .language.demos import DemosError, checked, from_text
 from .language.demos import as_text as demos_text
-from .language.diagnostics import Option, PipelineError, did_you_mean, url_problem
+from .language.diagnostics import PipelineError, did_you_mean, url_problem
 from .language.graph import MODEL_ROLES, Graph, MetricSpec, ModelSpec
 from .language.method import SIZES, Method, SettingError
 from .language.metrics import METRICS

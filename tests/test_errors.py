@@ -5,33 +5,23 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
 import subprocess
 import sys
+from typing import NamedTuple
 
 import pytest
 from conftest import ROOT
 from jinja2 import TemplateError
 
 import sembp_dsl as sbp
-from sembp_dsl import cli
+from sembp_dsl import cli, errors
 from sembp_dsl.cli import commands
 from sembp_dsl.errors import SbpcError
 
-# raised and caught inside sbpc, never met by a user: each says what it becomes
-INTERNAL = {
-    "sembp_dsl.cli.flags.UsageError": "argparse's usage message, exit 2",
-    "sembp_dsl.models.faults.BadReply": "a failed attempt: CallFailed or LLMError",
-    "sembp_dsl.models.faults.CallError": "a failed attempt: CallFailed or LLMError",
-    "sembp_dsl.models.faults.NoConnection": "a failed attempt: LLMError (no answer yet) or CallFailed",
-    "sembp_dsl.models.faults.PlainHttp": "a failed attempt: LLMError",
-    "sembp_dsl.language.parser.BlockStringError": "a diagnostic of a PipelineError",
-    "sembp_dsl.language.yaml_form.BadScalar": "a diagnostic of a PipelineError",
-    "sembp_dsl.runtime.evaluate.MetricFailed": "that sample's metric_error: it is not scored, the run goes on",
-}
-
 
 def error_classes() -> dict[str, type[BaseException]]:
-    """Every exception class sbpc defines, by its dotted name."""
+    """Every exception class sbpc defines, by its dotted name: each module imported, as a user's code may."""
     found = {}
     for info in pkgutil.walk_packages(sbp.__path__, "sembp_dsl."):
         if info.name.endswith("__main__"):
@@ -43,12 +33,65 @@ def error_classes() -> dict[str, type[BaseException]]:
     return found
 
 
-def test_every_error_a_user_can_meet_derives_from_sbpc_error():
+def public_classes() -> dict[str, type[BaseException]]:
+    """The exception classes whose names are no module's private ones (`_Lost`), by their names."""
+    named = [cls for cls in error_classes().values() if not cls.__name__.startswith("_")]
+    assert len({cls.__name__ for cls in named}) == len(named), "two error classes share a name"
+    return {cls.__name__: cls for cls in named}
+
+
+# `  * Name (module) [OtherBase] - when it is raised`, indented under its base
+TREE_LINE = re.compile(r"^(?P<indent> *)\* (?P<name>\w+)(?: \((?P<module>[\w.]+)\))?(?: \[(?P<also>[\w, ]+)\])? - ")
+
+
+class Place(NamedTuple):
+    parent: str | None  # the class it is indented under
+    module: str
+    also: frozenset[str]  # the bases from outside sbpc it names, [ValueError]
+
+
+def documented_tree() -> dict[str, Place]:
+    """errors.py's docstring tree, each class by its name."""
+    tree: dict[str, Place] = {}
+    above: list[tuple[int, str]] = []
+    for line in (errors.__doc__ or "").splitlines():
+        found = TREE_LINE.match(line)
+        if not found:
+            continue
+        depth = len(found["indent"])
+        while above and above[-1][0] >= depth:
+            above.pop()
+        also = frozenset(found["also"].split(", ")) if found["also"] else frozenset()
+        tree[found["name"]] = Place(above[-1][1] if above else None, found["module"] or "errors", also)
+        above.append((depth, found["name"]))
+    return tree
+
+
+def test_every_exception_class_derives_from_sbpc_error():
+    """A `class X(Exception)` anywhere in the package fails here: even an error sbpc catches itself is one of
+    the tree's, so `except SbpcError` and the command line's message-or-traceback never guess."""
     classes = error_classes()
-    assert set(INTERNAL) <= set(classes), set(INTERNAL) - set(classes)
-    strays = [name for name, cls in classes.items() if name not in INTERNAL and not issubclass(cls, SbpcError)]
+    strays = [name for name, cls in classes.items() if not issubclass(cls, SbpcError)]
     assert not strays, strays
-    assert len(classes) - len(INTERNAL) >= 18  # the walk found the package's errors, not nothing
+    assert len(classes) >= 30  # the walk found the package's errors, not nothing
+
+
+def test_the_tree_in_errors_py_shows_every_class_under_its_base():
+    tree, classes = documented_tree(), public_classes()
+    assert sorted(tree) == sorted(classes)  # none missing, none stale
+    for name, cls in classes.items():
+        place = tree[name]
+        assert f"sembp_dsl.{place.module}" == cls.__module__, name
+        ours = [base.__name__ for base in cls.__bases__ if base.__module__.startswith("sembp_dsl")]
+        assert place.parent in ours if place.parent else cls is SbpcError, name  # only the root has no parent
+        theirs = {base.__name__ for base in cls.__bases__ if not base.__module__.startswith("sembp_dsl")}
+        assert place.also == theirs - {"Exception"}, name
+
+
+def test_every_error_class_is_exported():
+    for name, cls in public_classes().items():
+        assert name in sbp.__all__, name
+        assert getattr(sbp, name) is cls, name
 
 
 def test_errors_keep_the_bases_callers_rely_on():
@@ -114,7 +157,7 @@ def test_the_cli_reports_a_bug_as_one_with_its_traceback(schema_raises, capsys):
 
 
 def test_an_option_error_names_flags_on_the_command_line(schema_raises, capsys):
-    from sembp_dsl.language.diagnostics import option
+    from sembp_dsl.errors import option
 
     schema_raises(sbp.BudgetExceeded(option("max_calls", 3), " reached"))
     assert cli.main(["schema"]) == 1

@@ -133,7 +133,7 @@ def test_out_and_the_beside_file_keep_the_source_mode(tmp_path):
 
 
 def test_a_new_file_with_no_source_to_copy_takes_the_umask_not_0600(tmp_path):
-    from sembp_dsl.language.writeback import atomic_write
+    from sembp_dsl.files import atomic_write
 
     old = os.umask(0o022)
     try:
@@ -253,17 +253,18 @@ def _built_in_loss_run(tmp_path, fake_llm, script) -> list[str]:
 KILLED_WRITE = """
 import os, signal, sys
 from pathlib import Path
+from sembp_dsl import files
 from sembp_dsl.language import writeback
 from sembp_dsl.language.source import load
 
-real = writeback._write_synced
-def dying(path, data, *, create):
+real = files._write_synced
+def dying(path, data, *, create=None):
     if path.name == sys.argv[2]:  # the write that dies: half the bytes, then kill -9
-        with open(path, "wb" if create else "r+b") as f:
+        with open(path, "wb" if create is not None else "r+b") as f:
             f.write(data[: len(data) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
     real(path, data, create=create)
-writeback._write_synced = dying
+files._write_synced = dying
 writeback.WriteBack(load(sys.argv[1]))({"look": "New text " * 40})
 """
 
@@ -299,7 +300,7 @@ def test_a_write_killed_before_its_rename_leaves_the_file_whole_and_the_stray_is
 
 
 def test_a_fifo_or_a_folder_is_never_replaced_by_a_write(tmp_path, capsys):
-    from sembp_dsl.language.writeback import WriteBackError, atomic_write
+    from sembp_dsl.files import WriteBackError, atomic_write
 
     fifo = tmp_path / "pipe.html"
     os.mkfifo(fifo)

@@ -122,9 +122,10 @@ def cmd_fmt(args) -> int:
     """Each .sbp file in the canonical layout: rewritten in place, or (--check, --diff) only reported."""
     from pathlib import Path
 
+    from ..files import atomic_write, read_current
     from ..language.fmt import format_text
     from ..language.source import parse_text, read
-    from ..language.writeback import atomic_write, read_current, unified_diff
+    from ..language.writeback import unified_diff
 
     dry = args.check or args.diff
     changed, failed = [], False

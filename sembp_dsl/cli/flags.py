@@ -8,6 +8,7 @@ import gc
 import sys
 import time
 
+from ..errors import SbpcError
 from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
@@ -88,7 +89,7 @@ class Phases:
         self.open.clear()
 
 
-class UsageError(Exception):
+class UsageError(SbpcError):
     """Bad flags: reported like argparse's own errors, with exit code 2."""
 
 

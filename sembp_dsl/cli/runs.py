@@ -87,7 +87,7 @@ def _check_page(path: str, flag: str) -> None:
 def _write_page(path: str, html: str) -> None:
     from pathlib import Path
 
-    from ..language.writeback import atomic_write
+    from ..files import atomic_write
     from ..records.runs import RunsError
 
     try:

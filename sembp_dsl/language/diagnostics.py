@@ -91,45 +91,6 @@ class PipelineError(SbpcError):
         return "\n".join(d.render(self.text) for d in self.diagnostics)
 
 
-class Option(str):
-    """Text that names options, as each front end spells them: itself (a str) in the Python API's words,
-    `runs_dir='runs'`, and `.cli` in the command line's, `--runs-dir runs`. Being text, it travels where text
-    does (an evaluation's `stopped`, a failure's hint), and a front end still finds its own words in it."""
-
-    cli: str
-
-    def __new__(cls, python: str, cli: str) -> Option:
-        text = super().__new__(cls, python)
-        text.cli = cli
-        return text
-
-    # copy and pickle (dataclasses.asdict copies) keep both spellings; str's own takes one argument
-    def __getnewargs__(self) -> tuple[str, str]:  # type: ignore[override]
-        return str(self), self.cli
-
-
-def option(name: str, value: object) -> Option:
-    """A keyword argument and the flag it comes from: `option("runs_dir", "x")` is runs_dir='x' / --runs-dir x."""
-    shown = value if isinstance(value, (int, float)) else str(value)  # a Path as the text it holds
-    return Option(f"{name}={shown!r}", f"--{name.replace('_', '-')} {value}")
-
-
-def worded(*parts: str) -> Option:
-    """Text and Options joined into one Option, each spelling made of the same parts."""
-    return Option("".join(parts), "".join(p.cli if isinstance(p, Option) else p for p in parts))
-
-
-class OptionError(SbpcError):
-    """An error that may name the caller's options: its message is text and Options, which str() spells as the
-    Python API takes them and `.cli` as the command line does, so each reader sees the names they typed.
-    `.text` is the message as one Option, for a reason that travels on as text (a run's `stopped`)."""
-
-    def __init__(self, *parts: str):
-        self.text = worded(*parts)
-        super().__init__(str(self.text))
-        self.cli = self.text.cli
-
-
 def visible(text: str) -> str:
     """Text safe to print: escape sequences, bidi overrides and other invisible characters written out."""
     return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)

@@ -12,6 +12,7 @@ from importlib import resources
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
+from ..errors import SbpcError
 from . import ir
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point, string_problem, suggestion
 
@@ -24,7 +25,7 @@ def span_of(file: str, tok: Token) -> ir.Span:
     return ir.Span(file, tok.line, tok.column, tok.end_line, tok.end_column, tok.start_pos, tok.end_pos)  # type: ignore[arg-type]
 
 
-class BlockStringError(ValueError):
+class BlockStringError(SbpcError, ValueError):
     def __init__(self, code: str, message: str, line: int):
         super().__init__(message)
         self.code = code

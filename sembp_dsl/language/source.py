@@ -5,9 +5,9 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from pathlib import Path
 from typing import NamedTuple
 
+from ..files import interrupted_write
 from . import ir
 from .callables import allowed_by, beside, parse_target
 from .checker import check
@@ -17,24 +17,6 @@ from .parser import parse
 
 SUFFIXES = (".sbp", ".yaml", ".yml")
 MAX_FILE_BYTES = 64 * 2**20  # far beyond any real pipeline; its prompts could not be sent anyway
-
-
-def temporary(path: Path) -> Path:
-    """The one temporary name a write to `path` uses (writeback.atomic_write): a write killed midway leaves
-    it, and reading the file finds it by name (a random name would leave strays nobody knows to look for)."""
-    return path.with_name(f".{path.name}.sbpc-tmp")
-
-
-def interrupted_write(path: str) -> Path | None:
-    """The whole copy that an in-place write (a file with other hard links) left when it was killed: the
-    file itself may then be torn. A copy beside a file with one link is a rename that never happened:
-    the file is whole, and the next write reuses the name."""
-    real = Path(os.path.realpath(path))
-    copy = temporary(real)
-    try:
-        return copy if copy.is_file() and real.is_file() and real.stat().st_nlink > 1 else None
-    except OSError:  # a name too long for a copy beside it, say: reading the file will say what is wrong
-        return None
 
 
 def read(path: str) -> str:

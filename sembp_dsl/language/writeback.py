@@ -18,18 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from ..errors import Option
+from ..files import WriteBackError, atomic_write, read_current
 from . import ir
 from .demos import DemosError, as_text, examples, from_text, layout
-from .diagnostics import Option, OptionError, PipelineError
+from .diagnostics import PipelineError
 from .parser import decode_block_string
-from .source import parse_text, temporary
+from .source import parse_text
 
-
-class WriteBackError(OptionError, ValueError):
-    """The optimized pipeline cannot be written where it should go; the message says why and what to do."""
-
-
-_BOM = "\ufeff"
 _YAML_KINDS = (".yaml", ".yml")
 
 
@@ -196,69 +192,6 @@ def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
 
 def unified_diff(old: str, new: str, path: str) -> str:
     return "".join(difflib.unified_diff(old.splitlines(True), new.splitlines(True), f"a/{path}", f"b/{path}"))
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | None = None) -> None:
-    """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one.
-
-    Only a regular file (or a new name) is written: a FIFO, a device or a folder at the path is refused,
-    never replaced. A symbolic link is written through to its target (the link stays a link). A file with
-    other hard links is rewritten in place, so every name keeps seeing it; the complete new text is
-    written to the temporary file first and removed only once the file holds it, so a write killed
-    midway leaves that copy behind, and reading the file reports it. The file keeps its mode; a new one
-    takes the mode of `mode_from` (the source of a pipeline written elsewhere), else the umask's.
-    """
-    path = Path(os.path.realpath(path))
-    if path.exists() and not path.is_file():
-        raise WriteBackError(f"{path} is not a regular file (a folder, FIFO or device): give a file to write")
-    data = ((_BOM if bom else "") + text).encode("utf-8", "surrogatepass")
-    tmp = temporary(path)
-    _write_synced(tmp, data, create=True)
-    try:
-        if path.is_file() and path.stat().st_nlink > 1:
-            _write_synced(path, data, create=False)
-            tmp.unlink()
-            return
-        like = path if path.exists() else mode_from
-        if like is not None and like.exists():
-            os.chmod(tmp, like.stat().st_mode & 0o7777)
-        else:  # what open() would give a new file, not 0600 (a report is for sharing)
-            os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        if not (path.is_file() and path.stat().st_nlink > 1):  # in place, the copy may be all that is whole
-            tmp.unlink(missing_ok=True)
-        raise
-
-
-def _write_synced(path: Path, data: bytes, *, create: bool) -> None:
-    """`data` into `path` and onto the disk; `create` makes (or empties) it, never through a symbolic link."""
-    flags = os.O_WRONLY | (os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) if create else 0)
-    with os.fdopen(os.open(path, flags, 0o600), "wb") as f:
-        f.write(data)
-        f.truncate()
-        f.flush()
-        os.fsync(f.fileno())
-
-
-def read_current(path: Path) -> tuple[str | None, bool]:
-    """The file's text as the compiler reads it (byte order mark stripped, line endings kept), and whether
-    it had a byte order mark; (None, False) when it cannot be read."""
-    try:
-        raw = path.read_bytes()
-    except OSError:
-        return None, False
-    bom = raw.startswith(_BOM.encode())
-    try:
-        return raw.decode("utf-8-sig" if bom else "utf-8"), bom
-    except UnicodeDecodeError:
-        return None, bom
 
 
 def beside(path: Path) -> Path:

@@ -15,6 +15,7 @@ from importlib import resources
 
 import yaml
 
+from ..errors import SbpcError
 from . import ir
 from .diagnostics import (
     Diagnostic,
@@ -147,7 +148,7 @@ def _matches_type(branch: dict, value) -> bool:
     return isinstance(value, kinds[target]) if target in kinds else False
 
 
-class BadScalar(ValueError):
+class BadScalar(SbpcError, ValueError):
     def __init__(self, message: str, code: str = "E064"):
         super().__init__(message)
         self.code = code

@@ -28,9 +28,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from ..errors import BUG_IN_SBPC, SbpcError
+from ..errors import BUG_IN_SBPC, Option, SbpcError, worded
 from ..language.demos import as_text
-from ..language.diagnostics import Option, worded
 from ..language.graph import Graph, MetricSpec
 from ..language.method import SETTINGS, Method
 from ..language.shapes import node_shape

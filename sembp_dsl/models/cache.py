@@ -14,7 +14,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from ..language.diagnostics import Option, OptionError, worded
+from ..errors import Option, OptionError, worded
 
 CACHE_ENV = "SBPC_CACHE_DIR"
 

@@ -21,8 +21,7 @@ from socket import gaierror
 from time import time
 from urllib.parse import urlsplit
 
-from ..errors import SbpcError
-from ..language.diagnostics import Option, OptionError, worded
+from ..errors import Option, OptionError, SbpcError, worded
 
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
 MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
@@ -71,13 +70,13 @@ LITELLM_NAMES = {
 NO_REPLY = ("Timeout", "APIConnectionError")  # failures where no HTTP reply came back
 
 
-class BadReply(Exception):
+class BadReply(SbpcError):
     """A 2xx reply that is not a chat completion (not JSON, no choices, null content): worth another try."""
 
     status_code = 200
 
 
-class CallError(Exception):
+class CallError(SbpcError):
     """A failed call on the fast path, named as litellm would name it."""
 
     def __init__(

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
-from ..language.diagnostics import Option
+from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
 from . import constraints, embedded, prices

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..language.diagnostics import Option, OptionError, option, worded
+from ..errors import Option, OptionError, option, worded
 from ..language.graph import ModelSpec
 from .faults import Failure, LLMError
 from .ledger import Ledger

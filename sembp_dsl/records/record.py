@@ -21,9 +21,9 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..language.diagnostics import Option, OptionError, option
+from ..errors import Option, OptionError, option
+from ..files import atomic_write
 from ..language.method import Method, SettingError
-from ..language.writeback import atomic_write
 from ..runtime.evaluate import Evaluation
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;

@@ -497,8 +497,9 @@ def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str,
     """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice).
 
     By default the run's last iteration (the prompts it ended with) and the file it optimized."""
+    from ..files import WriteBackError
     from ..language.source import load
-    from ..language.writeback import WriteBack, WriteBackError, rewrite, unified_diff
+    from ..language.writeback import WriteBack, rewrite, unified_diff
 
     file = file or run.settings.file
     prompts = run.prompts_at(len(run.iterations) if k is None else k)
@@ -518,9 +519,10 @@ def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str,
 
 def final_diff(run: Run) -> str | None:
     """The source file's diff from the run's initial to its final prompts, if the file is still there to render it."""
+    from ..files import WriteBackError
     from ..language.diagnostics import PipelineError
     from ..language.source import load
-    from ..language.writeback import WriteBackError, rewrite, unified_diff
+    from ..language.writeback import rewrite, unified_diff
 
     file = run.settings.file
     try:

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from ..language.diagnostics import Option, OptionError, did_you_mean
+from ..errors import Option, OptionError
+from ..language.diagnostics import did_you_mean
 
 __all__ = [
     "DATA_DIR_ENV",

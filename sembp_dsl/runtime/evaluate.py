@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
 
-from ..language.diagnostics import Option, did_you_mean
+from ..errors import Option, SbpcError
+from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph, GraphNode
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
@@ -31,7 +32,7 @@ class Verdict:
     judged: NodeTrace | None = None  # a judge's call: its prompt, reply, tokens and cost
 
 
-class MetricFailed(Exception):
+class MetricFailed(SbpcError):
     """A metric could not score one answer (it raised, returned something out of range, or its judge's call
     failed): that sample is not scored, the run goes on. `judged`: the judge's call, when one was answered."""
 
