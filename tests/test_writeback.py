@@ -143,6 +143,30 @@ def test_a_new_file_with_no_source_to_copy_takes_the_umask_not_0600(tmp_path):
     assert stat.S_IMODE((tmp_path / "report.html").stat().st_mode) == 0o644
 
 
+def test_a_write_never_touches_the_process_umask(tmp_path, monkeypatch):
+    """The umask is the whole process's: setting it to read it back would change it under other threads' feet
+    (a file another thread creates meanwhile would take the wrong mode). The kernel applies it instead, also
+    when a killed write left its temporary copy, with that copy's own mode, behind."""
+    from sembp_dsl.files import atomic_write, temporary
+
+    old = os.umask(0o027)
+    try:
+        monkeypatch.setattr(os, "umask", lambda mask: pytest.fail("os.umask called"))
+        stale = temporary(tmp_path / "new.html")
+        stale.write_text("half")
+        stale.chmod(0o600)
+        atomic_write(tmp_path / "new.html", "<p>new</p>")
+        kept = tmp_path / "kept.html"
+        kept.write_text("old")
+        kept.chmod(0o604)
+        atomic_write(kept, "<p>rewritten</p>")
+    finally:
+        monkeypatch.undo()
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.html").stat().st_mode) == 0o640 and not stale.exists()
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o604 and kept.read_text() == "<p>rewritten</p>"
+
+
 def test_a_symlinked_pipeline_is_written_through_to_its_target(tmp_path):
     target = toy(tmp_path, "http://127.0.0.1:9", "real.sbp")
     link = tmp_path / "link.sbp"
