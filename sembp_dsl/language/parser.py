@@ -6,7 +6,6 @@ import json
 import re
 import threading
 from dataclasses import replace
-from functools import cache
 from importlib import resources
 
 from lark import Lark, Token, Transformer
@@ -259,21 +258,27 @@ class Builder(Transformer):
         )
 
 
-# Lark's inline transformer is fixed when the parser is built, so one Builder serves every
-# parse; `parse` points it at the file at hand, holding _PARSING so that threads parse (and build
-# the parser) one at a time. Parsing is pure Python: under the GIL, threads would take turns anyway.
-_BUILDER = Builder()
-_PARSING = threading.Lock()
-
-
 def grammar() -> str:
     """The grammar of .sbp (grammar/sbp.lark), which syntax.py also parses with."""
     return resources.files("sembp_dsl.language").joinpath("grammar/sbp.lark").read_text(encoding="utf-8")
 
 
-@cache
-def _lark() -> Lark:
-    return Lark(grammar(), parser="lalr", lexer="contextual", transformer=_BUILDER, cache=True)
+# Lark fixes its inline transformer when the parser is built, and the Builder holds the parse at hand (file,
+# text, errors found): each thread builds its own pair on its first parse (ms, from Lark's cache), so threads
+# parse at once with no lock, and never into each other's Builder.
+_THREAD = threading.local()
+
+
+def _parser() -> tuple[Builder, Lark]:
+    """This thread's Builder and the Lark parser that calls it."""
+    pair = getattr(_THREAD, "pair", None)
+    if pair is None:
+        builder = Builder()
+        pair = _THREAD.pair = (
+            builder,
+            Lark(grammar(), parser="lalr", lexer="contextual", transformer=builder, cache=True),
+        )
+    return pair
 
 
 def _describe(terminal: str) -> str:
@@ -286,7 +291,7 @@ def _describe(terminal: str) -> str:
     }
     if terminal in names:
         return names[terminal]
-    for term in _lark().terminals:
+    for term in _parser()[1].terminals:
         if term.name == terminal:
             return repr(term.pattern.value)
     return terminal
@@ -386,20 +391,16 @@ def parse(text: str, file: str = "<string>") -> ir.Pipeline:
     After a syntax error the broken statement is blanked out and parsing starts
     again, so one run reports every broken statement, not the first alone.
     """
-    with _PARSING:
-        return _parse(text, file)
-
-
-def _parse(text: str, file: str) -> ir.Pipeline:
     text = LONE_CR.sub("\n", text)  # old Mac line ends: one character for another, so offsets hold
     syntax: list[Diagnostic] = []
     attempt: str | None = text
     while attempt is not None and len(syntax) < MAX_SYNTAX_ERRORS:
-        _BUILDER.file, _BUILDER.text, _BUILDER.errors = file, text, []
+        builder, lark = _parser()
+        builder.file, builder.text, builder.errors = file, text, []
         try:
             with ir.gc_paused():
                 # The inline transformer makes parse return what Builder.start builds, not lark's Tree.
-                pipeline: ir.Pipeline = _lark().parse(attempt)  # type: ignore[assignment]
+                pipeline: ir.Pipeline = lark.parse(attempt)  # type: ignore[assignment]
         except UnexpectedInput as exc:
             offset = exc.pos_in_stream if exc.pos_in_stream is not None else len(text)
             unclosed = _unclosed_brace(attempt, offset) if isinstance(exc, UnexpectedToken) else None
@@ -419,7 +420,7 @@ def _parse(text: str, file: str) -> ir.Pipeline:
             attempt = _mask_statement(attempt, offset) if offset < len(text) and not headerless else None
             continue
         pipeline = replace(pipeline, path=file, text=text)
-        if syntax or _BUILDER.errors:
-            raise PipelineError(syntax or _BUILDER.errors, text, partial=pipeline)
+        if syntax or builder.errors:
+            raise PipelineError(syntax or builder.errors, text, partial=pipeline)
         return pipeline
     raise PipelineError(syntax, text)
