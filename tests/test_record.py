@@ -110,6 +110,15 @@ def test_a_wrongly_typed_record_is_one_line_for_every_reader(tmp_path, capsys, b
         assert list(VALIDATOR.iter_errors(bad))
 
 
+def test_a_whole_number_is_one_as_json_writes_it():
+    """JSON Schema takes 2.0 for an integer; the readers would get a float where they count, so the record's
+    check does not."""
+    assert check(record(iterations=[{**GOOD_ITERATION, "index": 2.0}])) == (
+        "iterations[0].index is a number, not a whole number"
+    )
+    assert check(record(iterations=[{**GOOD_ITERATION, "index": 2}])) is None
+
+
 def test_a_kept_step_knows_its_prompts_scores_only_where_its_gate_evaluated_them():
     """What --resume gates against: an accepted gate's outcomes, unknown (not wrong) elsewhere; the initial gate
     score and a version 3 record's gate cover the whole split."""

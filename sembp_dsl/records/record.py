@@ -16,8 +16,9 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -423,53 +424,52 @@ def _read(path: Path) -> Any:
         raise RecordError(f"{path}: not a run record (it nests too deeply)") from None
 
 
-KINDS: dict[str, tuple[type | tuple[type, ...], str]] = {  # JSON Schema's kinds: the Python types, and in words
-    "object": (dict, "an object"),
-    "array": (list, "a list"),
-    "string": (str, "text"),
-    "boolean": (bool, "true/false"),
-    "integer": (int, "a whole number"),
-    "number": ((int, float), "a number"),
-    "null": (type(None), "null"),
+KINDS = {  # JSON Schema's kinds in words
+    "object": "an object",
+    "array": "a list",
+    "string": "text",
+    "boolean": "true/false",
+    "integer": "a whole number",
+    "number": "a number",
+    "null": "null",
 }
 
 
-def check(value: Any, schema: Mapping | None = None, where: str = "") -> str | None:
-    """The first place where `value` breaks run.schema.json (the parts of JSON Schema it uses: type,
-    required, properties, additionalProperties, items, enum, $ref), e.g. "iterations[2] has no 'prompts'";
-    None when it holds."""
-    schema = SCHEMA if schema is None else schema
-    if "$ref" in schema:
-        schema = SCHEMA["$defs"][schema["$ref"].rsplit("/", 1)[1]]
-    kinds = schema.get("type")
-    if kinds is not None:
-        kinds = [kinds] if isinstance(kinds, str) else kinds
-        if not any(_is(value, kind) for kind in kinds):
-            wanted = " or ".join(KINDS[kind][1] for kind in kinds)
-            return f"{where or 'the record'} is {_kind(value)}, not {wanted}"
-    if "enum" in schema and value not in schema["enum"]:
-        return f"{where} is {value!r}, not one of {', '.join(map(str, schema['enum']))}"
-    if isinstance(value, dict):
-        missing = [key for key in schema.get("required", ()) if key not in value]
-        if missing:
-            return f"{where or 'the record'} has no '{missing[0]}'"
-        properties, others = schema.get("properties", {}), schema.get("additionalProperties")
-        for key, item in value.items():
-            inner = properties.get(key, others)
-            problem = check(item, inner, f"{where}.{key}" if where else key) if isinstance(inner, dict) else None
-            if problem:
-                return problem
-    if isinstance(value, list) and "items" in schema:
-        for i, item in enumerate(value):
-            problem = check(item, schema["items"], f"{where}[{i}]")
-            if problem:
-                return problem
-    return None
+@cache
+def _validator() -> Any:
+    """run.schema.json's validator, for which an integer is one as JSON writes it: 2.0 is none (as to Python)."""
+    from jsonschema import Draft202012Validator, validators  # 70 ms to import, paid by a command reading records
+
+    whole = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool)
+    )
+    return validators.extend(Draft202012Validator, type_checker=whole)(SCHEMA)
 
 
-def _is(value: Any, kind: str) -> bool:
-    """JSON Schema's kinds over parsed JSON: true is no number, and 2.0 no integer."""
-    return isinstance(value, KINDS[kind][0]) and not (isinstance(value, bool) and kind in ("integer", "number"))
+def check(value: Any) -> str | None:
+    """The first place where `value` breaks run.schema.json, in words: "iterations[2] has no 'prompts'",
+    "ledger is text, not an object or null"; None when it holds."""
+    error = next(iter(_validator().iter_errors(value)), None)
+    if error is None:
+        return None
+    where = _place(error.absolute_path)
+    if error.validator == "required":
+        missing = next(key for key in error.validator_value if key not in error.instance)
+        return f"{where or 'the record'} has no '{missing}'"
+    if error.validator == "enum":
+        return f"{where} is {error.instance!r}, not one of {', '.join(map(str, error.validator_value))}"
+    if error.validator == "type":
+        kinds = [error.validator_value] if isinstance(error.validator_value, str) else error.validator_value
+        return f"{where or 'the record'} is {_kind(error.instance)}, not {' or '.join(KINDS[k] for k in kinds)}"
+    return f"{where or 'the record'}: {error.message}"  # a keyword the schema may use one day
+
+
+def _place(path: Iterable[str | int]) -> str:
+    """A path into the record as a reader writes it: `iterations[2].gate.p`."""
+    where = ""
+    for step in path:
+        where += f"[{step}]" if isinstance(step, int) else f".{step}" if where else step
+    return where
 
 
 def _kind(value: Any) -> str:
