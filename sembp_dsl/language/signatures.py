@@ -180,7 +180,7 @@ def generic(name: str, argument: ast.expr) -> dict | str:
 
 
 def union(items: list[ast.expr]) -> dict | str:
-    schemas = []
+    schemas: list[dict] = []
     for item in items:
         schema = json_type(item)
         if isinstance(schema, str):
