@@ -1,0 +1,230 @@
+"""A tool's JSON Schema, read from its Python source without importing it.
+
+A tool-calling node offers the model its tools: each one's name, description and the JSON Schema of its
+arguments. They come from the function's signature (type hints, defaults) and docstring, read with `ast`
+from the module's file, so `check`, `compile`, `fmt` and the language server still run no code of the
+pipeline's. A signature that has no JSON form (`*args`, `**kwargs`, a parameter only by position, a type
+such as `socket`) is a problem to report, never a guess.
+
+    spec = read_tool(source_text, "lookup")   # ToolSpec, or a str saying why there is none
+    spec.schema()                              # {"type": "object", "properties": {...}, "required": [...]}
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+
+#: Python type names and the JSON Schema each becomes.
+SCALARS = {
+    "str": {"type": "string"},
+    "int": {"type": "integer"},
+    "float": {"type": "number"},
+    "bool": {"type": "boolean"},
+    "Any": {},
+    "object": {},
+}
+LISTS = ("list", "List", "Sequence", "tuple", "Tuple", "Iterable", "set", "frozenset")
+MAPS = ("dict", "Dict", "Mapping")
+# `Args:` (Google style) or `Parameters` (numpy style), then one `name: what` or `name (type): what` per line
+ARGS_HEADER = re.compile(r"^\s*(?:Args|Arguments|Parameters|Params)\s*:?\s*$")
+ARG_LINE = re.compile(r"^\s*\**([A-Za-z_]\w*)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+SECTION = re.compile(r"^\s*(?:Returns?|Raises|Yields|Examples?|Notes?)\s*:?\s*$")
+
+
+@dataclass(frozen=True)
+class ToolParam:
+    name: str
+    schema: dict = field(hash=False)  # this argument's JSON Schema
+    required: bool
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What a model is told of one tool: its name, what it does, and its arguments."""
+
+    name: str
+    description: str
+    params: tuple[ToolParam, ...]
+
+    def schema(self) -> dict:
+        """The JSON Schema of its arguments: an object, no property but its own."""
+        properties = {}
+        for p in self.params:
+            properties[p.name] = {**p.schema, **({"description": p.description} if p.description else {})}
+        return {
+            "type": "object",
+            "properties": properties,
+            "required": [p.name for p in self.params if p.required],
+            "additionalProperties": False,
+        }
+
+    def to_openai(self, description: str | None = None) -> dict:
+        """The tool as OpenAI's `tools=` takes it (litellm passes it on to every provider that calls tools)."""
+        text = self.description if description is None else description
+        return {"type": "function", "function": {"name": self.name, "description": text, "parameters": self.schema()}}
+
+
+def read_tool(source: str, name: str, shown_as: str | None = None) -> ToolSpec | str:
+    """The tool `name` of a module's source, or (a str) why it cannot be one. `shown_as`: the name the model
+    sees (the pipeline's declared name), by default the function's own."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return f"the module does not parse: {exc.msg} (line {exc.lineno})"
+    function = next(
+        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None
+    )
+    if function is None:
+        return f"the module defines no function '{name}' (a tool must be a function defined in it)"
+    params = parameters(function)
+    if isinstance(params, str):
+        return params
+    doc = ast.get_docstring(function) or ""
+    described = argument_descriptions(doc)
+    return ToolSpec(
+        shown_as or name,
+        summary(doc),
+        tuple(ToolParam(p.name, p.schema, p.required, described.get(p.name, "")) for p in params),
+    )
+
+
+def parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ToolParam, ...] | str:
+    """Each parameter a model may pass by name, with its schema; or why the signature has no JSON form."""
+    args = function.args
+    if args.vararg is not None:
+        return f"*{args.vararg.arg} takes any number of arguments by position: a tool's arguments are named"
+    if args.kwarg is not None:
+        return f"**{args.kwarg.arg} takes any keyword: a tool's schema must name every argument"
+    if args.posonlyargs:
+        return f"'{args.posonlyargs[0].arg}' is positional-only: a tool's arguments are passed by name"
+    named = [*args.args, *args.kwonlyargs]
+    defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults) + list(args.kw_defaults)
+    params = []
+    for arg, default in zip(named, defaults):
+        schema = json_type(arg.annotation)
+        if isinstance(schema, str):
+            return f"parameter '{arg.arg}': {schema}"
+        if default is not None:
+            value = literal(default)
+            if value is not NO_VALUE:
+                schema = {**schema, "default": value}
+        params.append(ToolParam(arg.arg, schema, default is None))
+    return tuple(params)
+
+
+NO_VALUE = object()
+
+
+def literal(node: ast.expr) -> object:
+    """A default's value when it is a plain literal (shown to the model), else NO_VALUE."""
+    try:
+        return ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return NO_VALUE
+
+
+def json_type(annotation: ast.expr | None) -> dict | str:
+    """The JSON Schema of a type hint as written (`int`, `list[str]`, `str | None`, `Literal["a", "b"]`), or why
+    it has none. No hint: any JSON value."""
+    if annotation is None:
+        return {}
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):  # a hint in quotes
+        try:
+            return json_type(ast.parse(annotation.value, mode="eval").body)
+        except SyntaxError:
+            return f"the type hint {annotation.value!r} does not parse"
+    if isinstance(annotation, ast.Constant) and annotation.value is None:
+        return {"type": "null"}
+    if isinstance(annotation, ast.BinOp) and isinstance(annotation.op, ast.BitOr):
+        return union([annotation.left, annotation.right])
+    name = type_name(annotation)
+    if isinstance(annotation, ast.Subscript):
+        return generic(type_name(annotation.value), annotation.slice)
+    if name in SCALARS:
+        return dict(SCALARS[name])
+    if name in LISTS:
+        return {"type": "array"}
+    if name in MAPS:
+        return {"type": "object"}
+    return f"the type '{ast.unparse(annotation)}' has no JSON form (use str, int, float, bool, list, dict or Literal)"
+
+
+def generic(name: str, argument: ast.expr) -> dict | str:
+    """`list[T]`, `dict[str, T]`, `Optional[T]`, `Union[A, B]`, `Literal[...]`."""
+    items = list(argument.elts) if isinstance(argument, ast.Tuple) else [argument]
+    if name == "Literal":
+        values = [literal(item) for item in items]
+        if any(v is NO_VALUE or not isinstance(v, (str, int, float, bool)) for v in values):
+            return "a Literal of values other than strings, numbers and booleans has no JSON form"
+        return {"enum": values}
+    if name == "Optional":
+        return union([items[0], ast.Constant(None)])
+    if name == "Union":
+        return union(items)
+    if name in LISTS:
+        item = json_type(items[0]) if items and not (name in ("tuple", "Tuple") and len(items) != 2) else {}
+        if isinstance(item, str):
+            return item
+        if name in ("tuple", "Tuple") and len(items) == 2 and not is_ellipsis(items[1]):
+            item = {}
+        return {"type": "array", **({"items": item} if item else {})}
+    if name in MAPS:
+        value = json_type(items[-1]) if len(items) == 2 else {}
+        if isinstance(value, str):
+            return value
+        return {"type": "object", **({"additionalProperties": value} if value else {})}
+    return f"the type '{name}[...]' has no JSON form (use list, dict, Optional, Union or Literal)"
+
+
+def union(items: list[ast.expr]) -> dict | str:
+    schemas: list[dict] = []
+    for item in items:
+        schema = json_type(item)
+        if isinstance(schema, str):
+            return schema
+        schemas.extend(schema["anyOf"] if set(schema) == {"anyOf"} else [schema])
+    return {"anyOf": schemas}
+
+
+def is_ellipsis(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is Ellipsis
+
+
+def type_name(node: ast.expr) -> str:
+    """`typing.List` and `List` alike: the last part of a dotted name."""
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return node.id if isinstance(node, ast.Name) else ""
+
+
+def summary(doc: str) -> str:
+    """What a tool does: its docstring up to the argument list, paragraphs joined."""
+    lines = []
+    for line in doc.splitlines():
+        if ARGS_HEADER.match(line) or SECTION.match(line):
+            break
+        lines.append(line.strip())
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def argument_descriptions(doc: str) -> dict[str, str]:
+    """`name: what it is` lines of an `Args:` section, by name (an indented line goes on the one before)."""
+    found: dict[str, str] = {}
+    lines = iter(doc.splitlines())
+    for line in lines:
+        if ARGS_HEADER.match(line):
+            break
+    last = None
+    for line in lines:
+        if SECTION.match(line):
+            break
+        match = ARG_LINE.match(line)
+        if match:
+            last = match.group(1)
+            found[last] = match.group(2).strip()
+        elif last is not None and line.strip():
+            found[last] = f"{found[last]} {line.strip()}".strip()
+    return found

@@ -1,0 +1,149 @@
+"""What a tool-calling node and its model say to each other: calls, results, and the trajectory they make.
+
+A model that calls tools natively (litellm's `tools=`) answers with tool calls beside its text. Every other
+model, the embedded one included, is held to a text form: each reply is ONE JSON object, either
+`{"tool": NAME, "arguments": {...}}` or `{"answer": ...}`, whose JSON Schema (`reply_schema`) is built from
+the tools' schemas, so a decoder that takes a schema or a grammar makes only well-formed calls. Whatever
+arrives is read back here (`read_reply`), and whatever is wrong with it (an unknown tool, arguments that do
+not fit, no JSON at all) is said to the model as that call's result, never raised.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import jsonschema
+
+from .shapes import first_object
+from .signatures import ToolSpec
+
+#: The most characters of one tool result the model is shown (and the trajectory keeps): megabytes of text
+#: from a tool would fill the context and the run record.
+RESULT_CHARS = 4000
+ANSWER = "answer"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: Mapping = field(hash=False)
+
+    def to_json(self) -> dict:
+        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    call: ToolCall
+    content: str  # what the model is shown: the value as text, or what went wrong
+    error: bool = False  # the tool raised, timed out, returned what has no text form, or was not called
+    seconds: float = 0.0
+
+    def to_json(self) -> dict:
+        return {"call": self.call.to_json(), "content": self.content, "error": self.error, "seconds": self.seconds}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One turn of the loop: the model's reply, the calls it made and what they returned."""
+
+    reply: str
+    calls: tuple[ToolCall, ...] = ()
+    results: tuple[ToolResult, ...] = ()
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def to_json(self) -> dict:
+        return {
+            "reply": self.reply,
+            "calls": [c.to_json() for c in self.calls],
+            "results": [r.to_json() for r in self.results],
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+        }
+
+
+def bounded(text: str, limit: int = RESULT_CHARS) -> str:
+    """Text cut to `limit` characters, saying how much was left out."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}\n[... {len(text) - limit} more characters not shown]"
+
+
+def reply_schema(tools: Sequence[ToolSpec], answer: dict | None = None) -> dict:
+    """The JSON Schema of one reply in the text form: a call of one of `tools` with arguments that fit its
+    schema, or the answer (`answer`: the answer's own schema; a string by default)."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"tool": {"const": tool.name}, "arguments": tool.schema()},
+            "required": ["tool", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    final = {
+        "type": "object",
+        "properties": {ANSWER: answer or {"type": "string"}},
+        "required": [ANSWER],
+        "additionalProperties": False,
+    }
+    return {"anyOf": [*calls, final]}
+
+
+def describe_tools(tools: Sequence[ToolSpec], descriptions: Mapping[str, str]) -> str:
+    """The tools and the reply form, in words, for a model held to the text form (it sees no `tools=`)."""
+    lines = ["You can call these tools. Reply with ONE JSON object and nothing else:"]
+    lines.append('  to call a tool: {"tool": "<name>", "arguments": {...}}')
+    lines.append('  to give your final answer: {"answer": "<your answer>"}')
+    lines.append("Tools:")
+    for tool in tools:
+        text = descriptions.get(tool.name, tool.description)
+        lines.append(f"- {tool.name}: {text}".rstrip(": "))
+        lines.append(f"  arguments: {json.dumps(tool.schema()['properties'], ensure_ascii=False)}")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A reply in the text form that is neither a call nor an answer; `why` is said back to the model."""
+
+    why: str
+
+
+def read_reply(text: str, tools: Mapping[str, ToolSpec], step: int) -> ToolCall | Answer | Unreadable:
+    """One reply in the text form. A call of an unknown tool is still a call (its result says so)."""
+    value = first_object(text)
+    if value is None:
+        return Unreadable('no JSON object in the reply: reply {"tool": ..., "arguments": {...}} or {"answer": ...}')
+    if ANSWER in value and "tool" not in value:
+        answer = value[ANSWER]
+        return Answer(answer if isinstance(answer, str) else json.dumps(answer, ensure_ascii=False))
+    name = value.get("tool")
+    if not isinstance(name, str):
+        return Unreadable('the JSON object has neither "tool" nor "answer"')
+    arguments = value.get("arguments", {})
+    return ToolCall(f"call_{step}", name, arguments if isinstance(arguments, dict) else {"": arguments})
+
+
+def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | None:
+    """Why a call cannot be made (an unknown tool, arguments that do not fit its schema), or None."""
+    tool = tools.get(call.name)
+    if tool is None:
+        return f"there is no tool '{call.name}'; the tools are {', '.join(tools) or 'none'}"
+    try:
+        jsonschema.validate(dict(call.arguments), tool.schema())
+    except jsonschema.ValidationError as exc:
+        where = "/".join(str(p) for p in exc.absolute_path)
+        return (
+            f"the arguments do not fit {call.name}'s schema" + (f" at '{where}'" if where else "") + f": {exc.message}"
+        )
+    return None
