@@ -1,4 +1,5 @@
-"""The optimization loop: forward, backward, descent, gate, write-back, record; repeat.
+"""The optimization loop: forward, ask every strategy for candidates (strategies.py: semantic gradients, demos),
+gate them as one step, write back, record; repeat.
 
 The gate compares the proposed pipeline with the current one sample by sample on
 the same split: a step is kept only when its wins (now right, was wrong) beat its
