@@ -32,7 +32,8 @@ from .language.metrics import METRICS
 from .language.shapes import python_value
 from .language.source import compile_file
 from .language.writeback import WriteBack, rewrite, unified_diff
-from .learning.optimize import Optimizer, Outcome, Plan, plan
+from .learning.optimize import Optimizer, Outcome
+from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
 from .records.record import RunRecord, RunSettings

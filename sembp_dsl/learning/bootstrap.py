@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from ..language.demos import as_text, from_text
 from ..language.graph import Graph
+from ..records.record import Proposal
 from ..runtime.evaluate import Result
 
 
@@ -25,6 +26,10 @@ class DemosCandidate:
     new: str | None  # the set, as the graph holds it (demos.as_text); None when there is none to try
     reason: str | None  # why there is none
     samples: tuple[str, ...] = ()  # the training samples its examples come from, in its order
+
+    def proposal(self, fate: str) -> Proposal:
+        """As the run record keeps it, with its fate."""
+        return Proposal(self.param, fate, self.new, None, list(self.samples))
 
 
 def pool(graph: Graph, param: str, results: Sequence[Result]) -> list[tuple[str, dict[str, str]]]:

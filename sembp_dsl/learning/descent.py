@@ -21,6 +21,7 @@ from ..language.graph import Graph, describe, max_chars
 from ..language.shapes import prompt_shape
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
 from ..models.llm import LLM, CallFailed
+from ..records.record import Proposal
 from ..runtime.forward import Trace, shown
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
@@ -35,6 +36,10 @@ class Candidate:
     new: str | None  # None when rejected
     reason: str | None  # why rejected
     reply: str
+
+    def proposal(self, fate: str) -> Proposal:
+        """As the run record keeps it, with its fate."""
+        return Proposal(self.param, fate, self.new, self.reply)
 
 
 Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient of each of its nodes

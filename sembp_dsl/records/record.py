@@ -16,7 +16,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
@@ -127,6 +127,20 @@ class Iteration:
     calls: int = 0
     tokens: int = 0
     cost: float = 0.0
+
+    def reject_taken(self, fate: str) -> None:
+        """The candidates the step took share its fate when the step is not kept."""
+        for candidate in self.candidates:
+            if candidate.fate == "taken":
+                candidate.fate = fate
+
+    def accept(self, prompts: Mapping[str, str]) -> None:
+        """The step was kept: these are the run's prompts from now on."""
+        self.accepted, self.prompts = True, dict(prompts)
+
+    def spent(self, calls: int, tokens: int, cost: float) -> None:
+        """What the iteration's calls cost, counted by the caller's ledger."""
+        self.calls, self.tokens, self.cost = calls, tokens, cost
 
 
 @dataclass
@@ -377,6 +391,37 @@ class RunRecord:
             return record
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
+
+    def begin(self, score: float | None, right: Collection[str], partial: Mapping[str, float]) -> None:
+        """The initial prompts' score on the gate split, the samples they got right and their partial scores: the
+        baseline the first step must beat, kept so a resumed run need not pay for it again."""
+        self.data.initial_score, self.data.initial_right, self.data.initial_partial = (
+            score,
+            sorted(right),
+            dict(partial),
+        )
+        self.save()
+
+    def add_iteration(self, iteration: Iteration, ledger: dict) -> None:
+        """An iteration done, with the run's calls so far: a run killed after it resumes from it."""
+        self.data.iterations.append(iteration)
+        self.data.ledger = ledger
+        self.save()
+
+    def abort(self, ledger: dict, bug: str | None = None) -> None:
+        """The run so far, kept as an error ends it; `bug`: why, when the error is sbpc's own."""
+        if bug is not None:
+            self.data.stopped = bug
+        self.data.ledger = ledger
+        self.save()
+
+    def finish(self, ledger: dict, stopped: Option | str | None = None, test: TestScores | None = None) -> None:
+        """The run's end: finished unless `stopped` (a budget, or calls that cannot work) says why not, in the
+        command line's words for `sbpc runs`, `show` and `report`; the test split's scores when both were taken."""
+        self.data.finished, self.data.stopped, self.data.ledger = stopped is None, getattr(stopped, "cli", None), ledger
+        if test is not None:
+            self.data.test = test
+        self.save()
 
     def expect_source(self, *texts: str) -> None:
         """The source file now holds one of these texts (the old one until a write is done, then the new one)."""

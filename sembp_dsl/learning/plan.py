@@ -1,0 +1,212 @@
+"""The most a run can spend, before it spends anything: the loop's forward passes plus what its strategies declare.
+
+The forward and gate evaluations are counted by the loop's own formula (`optimize.forward_passes`), and every
+other call by the strategies the loop asks (`strategies.py`), so the plan cannot drift from the step it bounds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..errors import Option, worded
+from ..language.demos import as_text
+from ..language.graph import Graph, MetricSpec
+from ..language.method import Method
+from ..language.shapes import node_shape
+from ..models.llm import LLM
+from ..runtime.datasets import Sample
+from ..runtime.evaluate import sample_inputs
+from .optimize import forward_passes, savings
+from .stats import wins_needed
+from .strategies import Scale, strategies
+
+#: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
+#: cannot be known before they are given, so each is counted as long as max_tokens lets it be.
+PROMPT_BOUND = (
+    "prompt tokens are an upper bound: every earlier node's reply is counted as long as its max_tokens allows "
+    "(replies are usually far shorter, so a run often sends a tenth of it)"
+)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a plan allows one role, or one model: calls, completion tokens (None: no max_tokens, no bound), and
+    prompt tokens (a bound: 4 characters a token, every reply in a prompt at its max_tokens)."""
+
+    calls: int = 0
+    completion_tokens: int | None = 0
+    prompt_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        completion = (
+            None
+            if self.completion_tokens is None or other.completion_tokens is None
+            else self.completion_tokens + other.completion_tokens
+        )
+        return Usage(self.calls + other.calls, completion, self.prompt_tokens + other.prompt_tokens)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The most a run can spend, before it spends anything (the formula of docs/optimize.md; retries not counted),
+    by role and, where nodes name models of their own, by model."""
+
+    calls: dict[str, int]
+    completion_tokens: dict[str, int | None]  # None: a model of the role has no max_tokens, so no bound
+    prompt_tokens: dict[str, int]  # a bound: 4 characters a token, every reply in a prompt at its max_tokens
+    cost: float | None  # None: litellm cannot price a model, or a model has no max_tokens
+    warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
+    unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
+    models: dict[str, dict] = field(default_factory=dict)  # the same by model: calls, completion and prompt tokens
+
+    def render(self) -> str:
+        lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
+
+        def line(name: str, calls: int, completion: int | None, prompt: int) -> str:
+            bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"
+            return f"  {name:<9} {calls:>6} calls, at most about {prompt} prompt tokens, {bound}"
+
+        for role, calls in self.calls.items():
+            lines.append(line(role, calls, self.completion_tokens[role], self.prompt_tokens[role]))
+        if set(self.models) - set(self.calls):  # nodes with models of their own: the same by model
+            lines.append("  by model:")
+            lines += [
+                "  " + line(model, u["calls"], u["completion_tokens"], u["prompt_tokens"])
+                for model, u in self.models.items()
+                if u["calls"]
+            ]
+        lines.append(
+            "  cost: "
+            + (
+                "cannot be bounded (a model without a price or without max_tokens)"
+                if self.cost is None
+                else f"at most about ${self.cost:.4f}"
+            )
+        )
+        lines.append(f"  {PROMPT_BOUND}")
+        if self.unforeseen:
+            lines.append("  fewer calls when: " + "; ".join(self.unforeseen))
+        return "\n".join(lines)
+
+
+def plan(
+    graph: Graph,
+    llm: LLM,
+    method: Method,
+    train: Sequence[Sample],
+    val: Sequence[Sample],
+    test: Sequence[Sample],
+    mapping: Mapping[str, str],
+    judge: MetricSpec | None = None,
+) -> Plan:
+    """Calls per role: each model node's forward calls (`forward_passes`, to its own model), a `judge` metric's as
+    many (it asks its model once per answer scored), and what each strategy declares a step costs, times the
+    iterations. What the run may save beyond that depends on its answers, and is named in `unforeseen`."""
+    gate = {"val": len(val), "train": len(train), "none": 0}[method.gate]
+    passes = forward_passes(method, len(train), gate, len(test))
+    models = {node.model for node in graph.model_nodes} | ({judge.model} if judge is not None else set())
+    limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
+    longest = longest_prompts(graph, train, mapping, limits)
+    widest = max(longest.values(), default=0)
+    steps = strategies(method)
+
+    def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
+        """A model's calls: a reply held to a grammar may take more than max_tokens (constraints.reply_tokens),
+        a text node's may not."""
+        if not count:
+            return Usage()
+        bound = llm.reply_tokens(model, shaped)
+        return Usage(count, None if bound is None else count * int(bound), count * prompt_chars // 4)
+
+    uses = [
+        (
+            "forward",
+            node.model,
+            usage(node.model, passes, longest[node.name], node_shape(node.type, node.parse) is not None),
+        )
+        for node in graph.model_nodes
+    ]
+    roles = ["forward"]
+    for demand in (d for step in steps for d in step.cost(Scale(graph, len(train), widest))):
+        # a role's calls go to the model of that name
+        uses.append(
+            (demand.role, demand.role, usage(demand.role, method.iterations * demand.calls, demand.prompt_chars))
+        )
+        roles.append(demand.role)
+    if judge is not None:
+        rubric = len(graph.prompts.get(judge.rubric or "", ""))
+        output = longest.get(graph.output, widest)  # a function node's output: as long as the longest prompt
+        uses.append(("judge", judge.model, usage(judge.model, passes, output + rubric + 800)))
+        roles.append("judge")
+    unforeseen = (
+        *savings(method),
+        *(s for step in steps for s in step.unforeseen()),
+        "answers from the response cache",
+    )
+    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen)
+
+
+def longest_prompts(
+    graph: Graph, train: Sequence[Sample], mapping: Mapping[str, str], limits: Mapping[str, Any]
+) -> dict[str, int]:
+    """Each node's longest forward prompt over a few training samples (characters): node outputs as long as their
+    max_tokens allow (`limits`, by model), and a trainable demos param as full as it may come to be, each example
+    the sample's own."""
+    longest = {node.name: 0 for node in graph.model_nodes}
+    for sample in train[:5]:
+        values = sample_inputs(graph, sample, mapping)
+        values.update({name: "word " * int(limits.get(node.model) or 256) for name, node in graph.nodes.items()})
+        prompts = {**graph.prompts}
+        for name in graph.trainable_demos:
+            spec = graph.demos[name]
+            example = {key: values[key] for key in (*graph.nodes[spec.node].inputs, spec.node)}
+            prompts[name] = as_text([example] * spec.max)
+        for node in graph.model_nodes:
+            longest[node.name] = max(longest[node.name], len(node.render(values, prompts)))
+    return longest
+
+
+def totals(
+    llm: LLM,
+    uses: Sequence[tuple[str, str, Usage]],
+    roles: Sequence[str],
+    warning: Option | None,
+    unforeseen: Sequence[str],
+) -> Plan:
+    """The plan of these uses (role, model, usage), summed by role and by model, priced by litellm's table."""
+    by_role: dict[str, Usage] = {role: Usage() for role in roles}
+    by_model: dict[str, Usage] = {}
+    for role, model, used in uses:
+        by_role[role] += used
+        by_model[model] = by_model.get(model, Usage()) + used
+    cost: float | None = 0.0
+    for model, used in by_model.items():
+        price = llm.price(model, used.prompt_tokens, used.completion_tokens or 0) if used.calls else 0.0
+        cost = None if cost is None or price is None or used.completion_tokens is None else cost + price
+    return Plan(
+        {role: u.calls for role, u in by_role.items()},
+        {role: u.completion_tokens for role, u in by_role.items()},
+        {role: u.prompt_tokens for role, u in by_role.items()},
+        cost,
+        warning,
+        tuple(unforeseen),
+        {model: asdict(u) for model, u in by_model.items()},
+    )
+
+
+def gate_warning(method: Method, samples: int) -> Option | None:
+    """Why no step can pass the gate on this many samples, with what would let one, or None."""
+    needed = wins_needed(method.gate_alpha)
+    if method.gate == "none" or samples >= needed:
+        return None
+    size = Option("val_size", "--val-size") if method.gate == "val" else Option("train_size", "--train-size")
+    return worded(
+        f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
+        f"gate_alpha {method.gate_alpha:g}: no step can be accepted. Use a larger ",
+        size,
+        " (50 or more with a capable model), or a larger ",
+        Option("gate_alpha", "--gate-alpha"),
+        ".",
+    )

@@ -1,0 +1,190 @@
+"""What a step may change, one strategy for each kind of change: what it proposes, and what that may cost.
+
+The loop (optimize.py) gives every strategy what an iteration learnt, takes their candidates together through the
+gate, and keeps or rejects them as one step; the plan (plan.py) bounds a run by what the same strategies declare
+they cost a step. Both ask the same objects, so a bound is derived from the code it bounds.
+
+A strategy says which params it may change (`params`), whether it needs the current prompts' results on the whole
+training split (`whole_split`; else the loop evaluates them only up to the errors it learns from), whether an
+iteration gave it anything to learn from (`learns_from`), its candidates (`propose`), the calls one step may make of
+each role it calls, with how long each prompt may be (`cost`), and the savings no bound can count on
+(`unforeseen`). To add one: a class here, and a line in `strategies`.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..language.graph import Graph
+from ..language.method import Method
+from ..models.llm import LLM
+from ..records.record import Feedback, Proposal
+from ..runtime.evaluate import Evaluation, Result, Verdict
+from .backward import backward, backward_calls, feedback_wanted
+from .bootstrap import propose_demos
+from .descent import propose
+
+NO_FEEDBACK = "no feedback reached it, so no optimizer call"
+
+#: `work` on every item at once, under a progress bar named by the text: the loop's, so every phase shows one.
+Each = Callable[[str, Sequence[Any], Callable[[Any], Awaitable[Any]]], Awaitable[list]]
+
+
+@dataclass(frozen=True)
+class Learnt:
+    """What an iteration knows when its strategies propose: the current prompts' results on the training samples
+    it evaluated (`train`; every sample, when a strategy asked for the whole split), and the errors it learns from,
+    the first failures in a seeded order of the split."""
+
+    index: int
+    graph: Graph
+    train: Evaluation
+    failures: Sequence[Result]
+    reused: bool  # nothing was evaluated: the results the run had held them all
+
+
+class Candidate(Protocol):
+    """A new value for one param: `new` None when there is none to try, and `reason` says why."""
+
+    @property
+    def param(self) -> str: ...
+    @property
+    def new(self) -> str | None: ...
+    @property
+    def reason(self) -> str | None: ...
+    def proposal(self, fate: str) -> Proposal: ...
+
+
+@dataclass(frozen=True)
+class Proposed:
+    """A strategy's answer: its candidates, the params it asked no candidate for (already with their fate), and
+    the feedback it learnt them from."""
+
+    candidates: Sequence[Candidate] = ()
+    skipped: Sequence[Proposal] = ()
+    gradients: Sequence[Feedback] = ()
+
+
+@dataclass(frozen=True)
+class Scale:
+    """What a step's cost depends on, known before a run: the graph, the training split's size, and the longest
+    prompt a node may be sent (characters, every earlier node's reply as long as its max_tokens allows)."""
+
+    graph: Graph
+    train: int
+    widest: int
+
+
+@dataclass(frozen=True)
+class Demand:
+    """What one step may ask of a role: at most `calls` calls, each prompt at most `prompt_chars` characters."""
+
+    role: str
+    calls: int
+    prompt_chars: int
+
+
+class Strategy(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    def params(self, graph: Graph) -> list[str]: ...
+    def whole_split(self, graph: Graph) -> bool: ...
+    def learns_from(self, learnt: Learnt) -> bool: ...
+    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed: ...
+    def cost(self, scale: Scale) -> tuple[Demand, ...]: ...
+    def unforeseen(self) -> tuple[str, ...]: ...
+
+
+@dataclass(frozen=True)
+class SemanticGradients:
+    """The paper's step: the backward pass turns each error into feedback for every node (backward.py), and the
+    optimizer model rewrites each prompt from the feedback its nodes received (descent.py)."""
+
+    method: Method
+    name: str = "gradients"
+
+    def params(self, graph: Graph) -> list[str]:
+        return [p for p in self.method.only or graph.trainable if p not in graph.demos]
+
+    def whole_split(self, graph: Graph) -> bool:
+        return False
+
+    def learns_from(self, learnt: Learnt) -> bool:
+        return bool(learnt.failures)
+
+    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
+        graph, failures, mode, params = learnt.graph, learnt.failures, self.method.gradient, self.params(learnt.graph)
+        if not failures or not params:
+            return Proposed()
+        wanted = feedback_wanted(graph, params)
+        gradients = await each(
+            f"iteration {learnt.index}: backward",
+            failures,
+            lambda r: backward(graph, llm, r.trace, r.expected, mode, wanted, Verdict(r.score, r.reason)),
+        )
+        samples = [(r.trace, g) for r, g in zip(failures, gradients)]
+        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
+        fed = [p for p in params if mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p))]
+        if len(fed) < len(params):
+            llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
+        candidates = await each(f"iteration {learnt.index}: optimizer", fed, lambda p: propose(graph, llm, p, samples))
+        return Proposed(
+            candidates,
+            [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed],
+            [
+                Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
+                for r, grads in zip(failures, gradients)
+            ],
+        )
+
+    def cost(self, scale: Scale) -> tuple[Demand, ...]:
+        """Per error: a backward question per node whose hints reach an optimized prompt (each showing a node's
+        prompt and its feedback); per optimized prompt: one optimizer call showing every error's example."""
+        errors = min(self.method.errors_per_gradient, scale.train)
+        params = self.params(scale.graph)
+        return (
+            Demand("backward", errors * backward_calls(scale.graph, self.method.gradient, params), scale.widest + 800),
+            Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200),
+        )
+
+    def unforeseen(self) -> tuple[str, ...]:
+        return ("a prompt no feedback reaches (no optimizer call)",) if self.method.gradient != "none" else ()
+
+
+@dataclass(frozen=True)
+class Demos:
+    """Demonstrations, as DSPy's BootstrapFewShot draws them: for every trainable demos param, a set drawn from the
+    training samples the pipeline got right (bootstrap.py). No call: the examples are the forward pass's."""
+
+    method: Method
+    name: str = "demos"
+
+    def params(self, graph: Graph) -> list[str]:
+        return [d for d in graph.trainable_demos if not self.method.only or d in self.method.only]
+
+    def whole_split(self, graph: Graph) -> bool:
+        """A set is drawn from every right answer."""
+        return bool(self.params(graph))
+
+    def learns_from(self, learnt: Learnt) -> bool:
+        return bool(self.params(learnt.graph))
+
+    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
+        draw = random.Random(f"{self.method.seed}:{learnt.index}:demos")  # its own stream: prompts draw alike
+        graph, results = learnt.graph, learnt.train.results
+        return Proposed([propose_demos(graph, d, results, draw) for d in self.params(graph)])
+
+    def cost(self, scale: Scale) -> tuple[Demand, ...]:
+        return ()
+
+    def unforeseen(self) -> tuple[str, ...]:
+        return ()
+
+
+def strategies(method: Method) -> tuple[Strategy, ...]:
+    """The strategies a run's steps use, in the order their candidates are listed and drawn."""
+    return (SemanticGradients(method), Demos(method))
