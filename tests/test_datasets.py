@@ -495,7 +495,13 @@ def test_eval_of_a_small_file_on_the_command_line(tmp_path: Path, fake_llm, caps
         and fake_llm.requests == 0
     )
     few = _write(tmp_path / "few.jsonl", _rows(3))
-    assert cli.main(["eval", pipeline, "--data", few, "--test-data", ten, "--test-size", "5", "--json"]) == 0
+    runs = str(tmp_path / "runs")  # not the working directory's .sbpc/runs
+    assert (
+        cli.main(
+            ["eval", pipeline, "--data", few, "--test-data", ten, "--test-size", "5", "--json", "--runs-dir", runs]
+        )
+        == 0
+    )
     assert json.loads(capsys.readouterr().out)["scored"] == 5
 
 

@@ -387,6 +387,19 @@ def test_rename_refuses_what_would_break_the_file():
     assert "node **verdict**" in Document(yaml, "liar.yaml").hover(yaml.index("verdict:") + 1)
 
 
+def test_hover_survives_a_checker_failure_and_logs_it(monkeypatch, caplog):
+    from sembp_dsl.language import editor
+
+    def broken(pipeline):
+        raise KeyError("a checker bug")
+
+    monkeypatch.setattr(editor, "check", broken)
+    text = (ROOT / "pipelines/liar.sbp").read_text()
+    hover = editor.Document(text, "liar.sbp").hover(text.index("node verdict") + 5)
+    assert hover is not None and "- inputs: none" in hover and "- prompt: verdict_task" in hover
+    assert [r.exc_info[0] for r in caplog.records if "checker failed" in r.getMessage()] == [KeyError]
+
+
 def test_string_offsets_map_every_character_back_to_the_file():
     from hypothesis import given
     from hypothesis import strategies as st

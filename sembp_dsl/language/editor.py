@@ -11,10 +11,13 @@ are character offsets into the text.
 
 from __future__ import annotations
 
+import logging
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from jinja2 import TemplateSyntaxError
 from lark.exceptions import LarkError
 
 from ..errors import SbpcError
@@ -91,6 +94,8 @@ BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
     "metric": JUDGE_SETTINGS,
     **BLOCKS,
 }
+log = logging.getLogger(__name__)
+Named = tuple[str, str, ir.Span | None, bool]  # namespace, name, where (None: nowhere in the text), declaration
 CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
 
 
@@ -153,46 +158,55 @@ class Document:
         p = self.pipeline
         if p is None:
             return []
-        found: list[Occurrence] = []
-
-        def add(namespace: str, name: str, span: ir.Span | None, declaration: bool = False) -> None:
-            if span is not None and span.end > span.start:
-                found.append(Occurrence(namespace, name, span.start, span.end, declaration))
-
-        for item in p.inputs:
-            add("node", item.name, item.span, True)
-        for node in p.nodes:
-            add("node", node.name, node.span, True)
-        for param in p.params:
-            add("param", param.name, param.span, True)
-            for example in param.demos or ():  # an example's fields are its node's inputs and the node itself
-                for shown in example.fields:
-                    add("node", shown.key, shown.span)
-        for template in p.templates:
-            add("template", template.name, template.span, True)
-        for function in p.functions:
-            add("function", function.name, function.span, True)
-        for block in p.blocks:
-            if block.kind == "model":
-                add("model", block.name or "model", self.block_name(block), True)
-        for edge in p.edges:
-            for ref in (*edge.sources, *edge.targets):
-                add("node", ref.name, ref.span)
-        for output in p.outputs:
-            add("node", output.node.name, output.node.span)
-        with_settings: list[ir.Node | ir.MetricDef] = [*p.nodes, *p.metric_defs]  # a judge names a param, a model
-        for holder in with_settings:
-            for setting in holder.settings:
-                spaces = REFERENCES.get(setting.key, ())
-                if spaces and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
-                    # `system` names a param when there is one of that name, else a template
-                    namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
-                    add(namespace, setting.value, self.unquoted(setting.value_span, setting.value))
+        named = [*self.declared_names(p), *self.used_names(p), *self.setting_names(p)]
+        found = [
+            Occurrence(namespace, name, span.start, span.end, declaration)
+            for namespace, name, span, declaration in named
+            if span is not None and span.end > span.start
+        ]
         if self.sbp:
             for text, literal in self.jinja_sources():
                 for namespace, name, start, end in self.template_names(text, literal):
                     found.append(Occurrence(namespace, name, start, end, False))
         return sorted(found, key=lambda o: o.start)
+
+    def declared_names(self, p: ir.Pipeline) -> Iterator[Named]:
+        """Every declaration, with the fields of a demos param's examples (its node's inputs and the node)."""
+        for item in p.inputs:
+            yield "node", item.name, item.span, True
+        for node in p.nodes:
+            yield "node", node.name, node.span, True
+        for param in p.params:
+            yield "param", param.name, param.span, True
+            for example in param.demos or ():
+                for shown in example.fields:
+                    yield "node", shown.key, shown.span, False
+        for template in p.templates:
+            yield "template", template.name, template.span, True
+        for function in p.functions:
+            yield "function", function.name, function.span, True
+        for block in p.blocks:
+            if block.kind == "model":
+                yield "model", block.name or "model", self.block_name(block), True
+
+    def used_names(self, p: ir.Pipeline) -> Iterator[Named]:
+        """The inputs and nodes edges and outputs name."""
+        for edge in p.edges:
+            for ref in (*edge.sources, *edge.targets):
+                yield "node", ref.name, ref.span, False
+        for output in p.outputs:
+            yield "node", output.node.name, output.node.span, False
+
+    def setting_names(self, p: ir.Pipeline) -> Iterator[Named]:
+        """The names settings hold: a node's prompt, template, model..., and a judge's param and model."""
+        holders: list[ir.Node | ir.MetricDef] = [*p.nodes, *p.metric_defs]
+        for holder in holders:
+            for setting in holder.settings:
+                spaces = REFERENCES.get(setting.key, ())
+                if spaces and isinstance(setting.value, str) and IDENTIFIER.match(setting.value):
+                    # `system` names a param when there is one of that name, else a template
+                    namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
+                    yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
 
     def block_name(self, block: ir.Block) -> ir.Span:
         """The role's name in `model forward {`, or the word `model` of an unnamed block."""
@@ -253,7 +267,7 @@ class Document:
                     found.append(("param" if value in params else "node", value, start, start + len(value)))
                 if kind != "whitespace":
                     previous = value
-        except Exception:  # a template the lexer refuses has been reported as a diagnostic already
+        except TemplateSyntaxError:  # `variables` lexed this text already; had it refused, it is a diagnostic
             return found
         return found
 
@@ -326,102 +340,137 @@ class Document:
         return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
 
     def describe(self, namespace: str, name: str) -> str | None:
+        """What hover shows for a name, in Markdown (None: nothing declared by that name)."""
+        describers = {
+            "param": self.describe_param,
+            "template": self.describe_template,
+            "function": self.describe_function,
+            "node": self.describe_node,
+            "model": self.describe_model,
+        }
+        describer = describers.get(namespace)
+        return describer(name) if describer else None
+
+    def users(self, key: str, name: str) -> str:
+        """The nodes whose setting `key` names `name`, as hover lists them."""
         p = self.pipeline
         assert p is not None
-        if namespace == "param":
-            param = p.param(name)
-            if param is None:
-                return None
-            analysis = self.analysis
-            if param.is_demos:
-                users = [n.name for n in p.nodes if (s := n.setting("demos")) and s.value == name]
-                head = f"{'frozen ' if param.frozen else ''}demos **{name}**" + (
-                    " (never changed by the optimizer)"
-                    if param.frozen
-                    else f" (the optimizer may pick up to {limit(param) or '?'} examples)"
-                )
-                return f"{head}: {len(param.demos or ())} examples\n\nused by: {', '.join(users) or 'no node'}"
-            users = [
-                node
-                for node, uses in (analysis.params.items() if analysis else ())
-                if name in uses.instruction or name in uses.system
-            ] or [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
-            head = f"{'frozen ' if param.frozen else ''}param **{name}**" + (
-                " (never rewritten by the optimizer)" if param.frozen else " (the optimizer may rewrite it)"
-            )
-            return f"{head}\n\n```text\n{param.text}\n```\n\nused by: {', '.join(users) or 'no node'}"
-        if namespace == "template":
-            template = next((t for t in p.templates if t.name == name), None)
-            if template is None:
-                return None
-            try:
-                names = ", ".join(sorted(variables(template.text))) or "none"
-            except TemplateProblem as exc:
-                names = f"(does not compile: {exc.message})"
-            users = [
-                n.name for n in p.nodes for key in ("template", "system") if (s := n.setting(key)) and s.value == name
-            ]
-            override = (
-                f"\n\noverrides the built-in `{name}` template; it may use {', '.join(sorted(BUILTIN[name]))}"
-                if name in BUILTIN
-                else f"\n\nused by: {', '.join(users) or 'no node'}"
-            )
-            return f"template **{name}**\n\nvariables: {names}{override}"
-        if namespace == "function":
-            function = next((f for f in p.functions if f.name == name), None)
-            if function is None:
-                return None
-            users = [n.name for n in p.nodes if (s := n.setting("function")) and s.value == name]
-            return (
-                f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
-                f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
-            )
-        if namespace == "node":
-            return self.describe_node(name)
-        if namespace == "model":
-            spec = model_specs(p)
-            shown = [name] if name in spec else list(MODEL_ROLES)  # the unnamed block: every role
-            lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in shown]
-            users = [n.name for n in p.nodes if (s := n.setting("model")) and s.value == name]
-            if name not in MODEL_ROLES:
-                lines.append(f"- used by: {', '.join(users) or 'no node'}")
-            return f"model **{name}**\n\n" + "\n".join(lines)
-        return None
+        return ", ".join(n.name for n in p.nodes if (s := n.setting(key)) and s.value == name) or "no node"
+
+    def describe_param(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        param = p.param(name)
+        if param is None:
+            return None
+        if param.is_demos:
+            return self.describe_demos(param)
+        analysis = self.analysis
+        users = [
+            node
+            for node, uses in (analysis.params.items() if analysis else ())
+            if name in uses.instruction or name in uses.system
+        ] or [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
+        head = f"{'frozen ' if param.frozen else ''}param **{name}**" + (
+            " (never rewritten by the optimizer)" if param.frozen else " (the optimizer may rewrite it)"
+        )
+        return f"{head}\n\n```text\n{param.text}\n```\n\nused by: {', '.join(users) or 'no node'}"
+
+    def describe_demos(self, param: ir.Param) -> str:
+        head = f"{'frozen ' if param.frozen else ''}demos **{param.name}**" + (
+            " (never changed by the optimizer)"
+            if param.frozen
+            else f" (the optimizer may pick up to {limit(param) or '?'} examples)"
+        )
+        return f"{head}: {len(param.demos or ())} examples\n\nused by: {self.users('demos', param.name)}"
+
+    def describe_template(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        template = next((t for t in p.templates if t.name == name), None)
+        if template is None:
+            return None
+        try:
+            names = ", ".join(sorted(variables(template.text))) or "none"
+        except TemplateProblem as exc:
+            names = f"(does not compile: {exc.message})"
+        users = [n.name for n in p.nodes for key in ("template", "system") if (s := n.setting(key)) and s.value == name]
+        override = (
+            f"\n\noverrides the built-in `{name}` template; it may use {', '.join(sorted(BUILTIN[name]))}"
+            if name in BUILTIN
+            else f"\n\nused by: {', '.join(users) or 'no node'}"
+        )
+        return f"template **{name}**\n\nvariables: {names}{override}"
+
+    def describe_function(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        function = next((f for f in p.functions if f.name == name), None)
+        if function is None:
+            return None
+        return (
+            f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
+            f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {self.users('function', name)}"
+        )
+
+    def describe_model(self, name: str) -> str:
+        p = self.pipeline
+        assert p is not None
+        spec = model_specs(p)
+        shown = [name] if name in spec else list(MODEL_ROLES)  # the unnamed block: every role
+        lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in shown]
+        if name not in MODEL_ROLES:
+            lines.append(f"- used by: {self.users('model', name)}")
+        return f"model **{name}**\n\n" + "\n".join(lines)
 
     def describe_node(self, name: str) -> str | None:
+        """An input (its type, what it feeds) or a node (what it calls, its inputs, what it feeds)."""
         p = self.pipeline
         assert p is not None
         item = next((i for i in p.inputs if i.name == name), None)
-        analysis = self.analysis
-        feeds = ", ".join(analysis.successors.get(name, ())) if analysis else ""
         if item is not None:
             field_ = f", reads the field `{item.field}`" if item.field else ""
-            return f"input **{name}**: {item.type}{field_}\n\nfeeds: {feeds or 'no node'}"
+            return f"input **{name}**: {item.type}{field_}\n\nfeeds: {self.neighbours(name)[1] or 'no node'}"
         node = next((n for n in p.nodes if n.name == name), None)
         if node is None:
             return None
-        inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
+        inputs, feeds = self.neighbours(name)
         function = node.setting("function")
         if function is not None:
-            lines = [f"node **{name}**: {node.type}", "", f"calls the function {function.value}, no model"]
-            lines += [f"inputs (its keyword arguments): {inputs or 'none'}"] + ([f"feeds: {feeds}"] if feeds else [])
-            return "\n".join(lines[:2] + ["\n".join(f"- {line}" for line in lines[2:])])
+            facts = [
+                f"calls the function {function.value}, no model",
+                f"inputs (its keyword arguments): {inputs or 'none'}",
+            ]
+        else:
+            facts = self.model_node_facts(node, inputs)
+        if feeds:
+            facts.append(f"feeds: {feeds}")
+        if function is None and p.outputs and p.outputs[0].node.name == name:
+            facts.append("the pipeline's output")
+        return f"node **{name}**: {node.type}\n\n" + "\n".join(f"- {fact}" for fact in facts)
+
+    def neighbours(self, name: str) -> tuple[str, str]:
+        """The inputs and nodes a name reads from, and the nodes it feeds, as hover lists them ("": unknown)."""
+        analysis = self.analysis
+        if analysis is None:
+            return "", ""
+        return ", ".join(analysis.predecessors.get(name, ())), ", ".join(analysis.successors.get(name, ()))
+
+    def model_node_facts(self, node: ir.Node, inputs: str) -> list[str]:
+        """A model node's model, inputs, and the settings that shape its prompt and reply."""
+        p = self.pipeline
+        assert p is not None
         own = node.setting("model")
-        key_ = str(own.value) if own is not None else "forward"
-        spec = model_specs(p).get(key_)
+        role = str(own.value) if own is not None else "forward"
+        spec = model_specs(p).get(role)
         model = (spec.name if spec else None) or "chosen at run time (--model, or the embedded model)"
-        label = model if key_ == "forward" else f"{key_} ({model})"
-        lines = [f"node **{name}**: {node.type}", "", f"model: {label}", f"inputs: {inputs or 'none'}"]
+        facts = [f"model: {model if role == 'forward' else f'{role} ({model})'}", f"inputs: {inputs or 'none'}"]
         for key in ("prompt", "template", "system", "parse"):
             setting = node.setting(key)
             if setting is not None:
                 value = str(setting.value)
-                lines.append(f"{key}: {value if IDENTIFIER.match(value) else 'inline'}")
-        if feeds:
-            lines.append(f"feeds: {feeds}")
-        if p.outputs and p.outputs[0].node.name == name:
-            lines.append("the pipeline's output")
-        return "\n".join(lines[:2] + ["\n".join(f"- {line}" for line in lines[2:])])
+                facts.append(f"{key}: {value if IDENTIFIER.match(value) else 'inline'}")
+        return facts
 
     @cached_property
     def analysis(self) -> Analysis | None:
@@ -430,7 +479,8 @@ class Document:
             return None
         try:
             return check(self.pipeline)[0]
-        except Exception:  # a partial pipeline the checker cannot walk: hover goes without the edges
+        except Exception:  # any checker bug: logged, and hover goes without the edges rather than failing
+            log.exception("the checker failed on what parsed of %s", self.path)
             return None
 
     # -- outline
@@ -501,27 +551,37 @@ class Document:
         line = self.source[line_start:offset]  # what completion needs of a line is its end
         names = self.names_by_namespace()
         if context.in_string:
-            if context.in_jinja:
-                nodes = [Completion(n, k) for n, k in names["node"]]
-                params = [Completion(n, k) for n, k in names["param"]]
-                return nodes + params + [Completion("prompt", "variable", "the node's prompt param")]
-            return []
+            return self.jinja_completions(names) if context.in_jinja else []
         if context.block == "record":  # `node judge: {verdict: |`: a field's type
             return [Completion(t, "type", insert=t) for t in TYPES] if re.search(r":\s*\w*$", line) else []
         if context.block is not None:
-            settings = BLOCK_SETTINGS.get(context.block, {})
-            value = re.search(r"(\w+)\s*=\s*\w*$", line)
-            if value:
-                key = value.group(1)
-                if context.block in ("node", "metric") and key in REFERENCES:
-                    return [Completion(n, kind) for space in REFERENCES[key] for n, kind in names[space]]
-                accepted = settings.get(key, ())
-                if accepted and isinstance(accepted[0], str):
-                    return [Completion(word, "value") for word in accepted]
-                return []
-            if re.search(r"(^|[\s{;])\w*$", line):
-                return [Completion(key, "setting", SETTING_HELP.get(key, ""), f"{key} = ") for key in settings]
+            return self.setting_completions(context.block, line, names)
+        return self.statement_completions(line, names)
+
+    def jinja_completions(self, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
+        """Inside `{{` of a string: the variables a node's template may read."""
+        nodes = [Completion(n, k) for n, k in names["node"]]
+        params = [Completion(n, k) for n, k in names["param"]]
+        return nodes + params + [Completion("prompt", "variable", "the node's prompt param")]
+
+    def setting_completions(self, block: str, line: str, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
+        """In a settings block: a setting's name, or after `key =` the names or words it accepts."""
+        settings = BLOCK_SETTINGS.get(block, {})
+        value = re.search(r"(\w+)\s*=\s*\w*$", line)
+        if value:
+            key = value.group(1)
+            if block in ("node", "metric") and key in REFERENCES:
+                return [Completion(n, kind) for space in REFERENCES[key] for n, kind in names[space]]
+            accepted = settings.get(key, ())
+            if accepted and isinstance(accepted[0], str):
+                return [Completion(word, "value") for word in accepted]
             return []
+        if re.search(r"(^|[\s{;])\w*$", line):
+            return [Completion(key, "setting", SETTING_HELP.get(key, ""), f"{key} = ") for key in settings]
+        return []
+
+    def statement_completions(self, line: str, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
+        """Outside any block: a keyword, a node an edge names, what `output`, `metric` or `model` names, a type."""
         if re.fullmatch(r"\s*\w*", line):  # a statement starts: a keyword, or the name an edge starts with
             return [Completion(k, "keyword") for k in KEYWORDS] + [Completion(n, kind) for n, kind in names["node"]]
         declaration = re.match(r"\s*(node|input|param|demos|frozen|template|function|pipeline)\b", line)

@@ -233,7 +233,7 @@ class Lowering:
             return node.value
 
     def validate(self, data, where: dict) -> None:
-        from jsonschema import Draft202012Validator
+        from jsonschema import Draft202012Validator  # ~60 ms to import (measured): only a YAML file pays it
 
         found = []
         for err in Draft202012Validator(schema()).iter_errors(data):
@@ -334,67 +334,24 @@ class Lowering:
         return ir.Output(ref, field, record_field, span=ref.span)
 
     def lower(self, root: yaml.MappingNode) -> ir.Pipeline:
+        """The validated document as IR, section by section in the order of the file's meaning (each section's
+        errors after the ones before it)."""
         section = {k.value: v for k, v in root.value}
-
-        def items(key):
-            node = section.get(key)
-            return node.value if isinstance(node, yaml.MappingNode) else []
-
-        inputs = []
-        for key, value in items("inputs"):
-            if isinstance(value, yaml.MappingNode):
-                fields = {k.value: v for k, v in value.value}
-                field = fields["from"].value if "from" in fields else None
-                inputs.append(ir.Input(key.value, self.output_type(fields["type"]), field, span=self.span(key)))
-            else:
-                inputs.append(ir.Input(key.value, self.output_type(value), None, span=self.span(key)))
-        params = []
-        for key, value in items("params"):
-            fields = {k.value: v for k, v in value.value} if isinstance(value, yaml.MappingNode) else {"text": value}
-            frozen = "frozen" in fields and self.scalar(fields["frozen"]) is True
-            if "demos" in fields:
-                params.append(self.demos(key, value, fields, frozen))
-                continue
-            text = fields["text"]
-            params.append(ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text)))
+        inputs = [self.input(key, value) for key, value in _entries(section, "inputs")]
+        params = [self.param(key, value) for key, value in _entries(section, "params")]
         templates = [
-            ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("templates")
+            ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v))
+            for k, v in _entries(section, "templates")
         ]
         functions = [
-            ir.Function(k.value, v.value, span=self.span(k), literal=self.span(v)) for k, v in items("functions")
+            ir.Function(k.value, v.value, span=self.span(k), literal=self.span(v))
+            for k, v in _entries(section, "functions")
         ]
-        nodes = []
-        for key, value in items("nodes"):
-            fields = {k.value: v for k, v in value.value}
-            nodes.append(
-                ir.Node(
-                    key.value,
-                    self.output_type(fields["type"]),
-                    self.settings(value, skip=("type",)),
-                    span=self.span(key),
-                )
-            )
+        nodes = [self.node(key, value) for key, value in _entries(section, "nodes")]
         edges = [e for node in (section["edges"].value if "edges" in section else []) for e in self.edges(node)]
-        outputs = []
-        if "output" in section:
-            node = section["output"]
-            fields = {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {"node": node}
-            field = fields["from"].value if "from" in fields else None
-            outputs.append(self.output(fields["node"], field))
+        outputs = [self.output_section(section["output"])] if "output" in section else []
         metrics = [ir.Ref(section["metric"].value, span=self.span(section["metric"]))] if "metric" in section else []
-        metric_defs = [
-            ir.MetricDef(key.value, value.value, (), span=self.span(key), value_span=self.span(value))
-            if isinstance(value, yaml.ScalarNode)
-            else ir.MetricDef(key.value, None, self.settings(value), span=self.span(key))
-            for key, value in items("metrics")
-        ]
-        blocks = [
-            ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))
-            for k, v in items("models")
-        ]
-        if "optimize" in section:
-            key = next(k for k, _ in root.value if k.value == "optimize")
-            blocks.append(ir.Block("optimize", None, self.settings(section["optimize"]), span=self.span(key)))
+        metric_defs = [self.metric_def(key, value) for key, value in _entries(section, "metrics")]
         name = section["pipeline"]
         return ir.Pipeline(
             name=name.value,
@@ -406,13 +363,67 @@ class Lowering:
             edges=tuple(edges),
             outputs=tuple(outputs),
             metrics=tuple(metrics),
-            blocks=tuple(blocks),
+            blocks=self.blocks(root, section),
             metric_defs=tuple(metric_defs),
             functions=tuple(functions),
             span=self.span(name),
             path=self.file,
             text=self.text,
         )
+
+    def input(self, key: yaml.Node, value: yaml.Node) -> ir.Input:
+        """`claim: text`, or `claim: {type: text, from: statement}`."""
+        if isinstance(value, yaml.MappingNode):
+            fields = {k.value: v for k, v in value.value}
+            field = fields["from"].value if "from" in fields else None
+            return ir.Input(key.value, self.output_type(fields["type"]), field, span=self.span(key))
+        return ir.Input(key.value, self.output_type(value), None, span=self.span(key))
+
+    def param(self, key: yaml.Node, value: yaml.Node) -> ir.Param:
+        """`ask: text`, `ask: {text: ..., frozen: true}`, or a demos param."""
+        if not isinstance(value, yaml.MappingNode):
+            return ir.Param(key.value, value.value, False, span=self.span(key), literal=self.span(value))
+        fields = {k.value: v for k, v in value.value}
+        frozen = "frozen" in fields and self.scalar(fields["frozen"]) is True
+        if "demos" in fields:
+            return self.demos(key, value, fields, frozen)
+        text = fields["text"]
+        return ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text))
+
+    def node(self, key: yaml.Node, value: yaml.MappingNode) -> ir.Node:
+        fields = {k.value: v for k, v in value.value}
+        return ir.Node(
+            key.value, self.output_type(fields["type"]), self.settings(value, skip=("type",)), span=self.span(key)
+        )
+
+    def output_section(self, node: yaml.Node) -> ir.Output:
+        """`output: judge`, or `output: {node: judge, from: label}`."""
+        fields = {k.value: v for k, v in node.value} if isinstance(node, yaml.MappingNode) else {"node": node}
+        field = fields["from"].value if "from" in fields else None
+        return self.output(fields["node"], field)
+
+    def metric_def(self, key: yaml.Node, value: yaml.Node) -> ir.MetricDef:
+        """A metric a function computes (`name: module:function`), or a judge (a mapping of its settings)."""
+        if isinstance(value, yaml.ScalarNode):
+            return ir.MetricDef(key.value, value.value, (), span=self.span(key), value_span=self.span(value))
+        return ir.MetricDef(key.value, None, self.settings(value), span=self.span(key))
+
+    def blocks(self, root: yaml.MappingNode, section: dict[str, yaml.Node]) -> tuple[ir.Block, ...]:
+        """The model blocks (`default` is the unnamed one), then the optimize block."""
+        blocks = [
+            ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))
+            for k, v in _entries(section, "models")
+        ]
+        if "optimize" in section:
+            key = next(k for k, _ in root.value if k.value == "optimize")
+            blocks.append(ir.Block("optimize", None, self.settings(section["optimize"]), span=self.span(key)))
+        return tuple(blocks)
+
+
+def _entries(section: dict[str, yaml.Node], key: str) -> list[tuple[yaml.Node, yaml.Node]]:
+    """The (key, value) pairs of a top-level mapping, none when the file lacks it."""
+    node = section.get(key)
+    return node.value if isinstance(node, yaml.MappingNode) else []
 
 
 def in_words(exc: yaml.MarkedYAMLError, text: str) -> tuple[int, str]:

@@ -80,7 +80,7 @@ def page(title: str, body: str) -> str:
 
 def figure(draw: Callable, size: tuple[float, float] = (9, 3.6), alt: str = "plot") -> str:
     """An <img> holding the SVG matplotlib draws: `draw(fig)` fills a fresh figure (no pyplot, no GUI)."""
-    try:
+    try:  # an optional extra, and ~0.4 s to import (measured): only a report with plots pays it
         from matplotlib import rc_context
         from matplotlib.figure import Figure
     except ImportError:

@@ -18,9 +18,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from ..errors import SbpcError
+from ..files import WriteBackError
 from ..language.demos import DemosError, shown
-from ..language.diagnostics import visible
+from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
+from ..language.source import load
+from ..language.writeback import WriteBack, rewrite, unified_diff
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -194,26 +197,40 @@ def resolve(spec: str, runs_dir: str | Path = DEFAULT_RUNS_DIR) -> Run:
     if path.name == "run.json" and _exists(path):
         return _load(path.parent)
     runs, _ = find_runs(runs_dir)
-    if re.fullmatch(r"-?\d+", spec):
-        index = int(spec)
-        if 1 <= index <= len(runs):
-            return runs[index - 1]
-        if -len(runs) <= index <= -1:
-            return runs[index]
+    numbered = _numbered(spec, runs)
+    if numbered is not None:
+        return numbered
     matches = [r for r in runs if r.name.startswith(spec)]  # digits beyond the run count: the start of a date
     if len(matches) == 1:
         return matches[0]
     if matches:
         raise RunsError(f"'{spec}' names {len(matches)} runs in {runs_dir}: {', '.join(r.name for r in matches)}")
+    raise _no_run(spec, runs, runs_dir)
+
+
+def _numbered(spec: str, runs: list[Run]) -> Run | None:
+    """The run `sbpc runs` shows as number `spec`, counted from the end when negative (None: no such number)."""
+    if not re.fullmatch(r"-?\d+", spec):
+        return None
+    index = int(spec)
+    if 1 <= index <= len(runs):
+        return runs[index - 1]
+    if -len(runs) <= index <= -1:
+        return runs[index]
+    return None
+
+
+def _no_run(spec: str, runs: list[Run], runs_dir: str | Path) -> RunsError:
+    """Why no run is `spec`; a record `sbpc runs` lists as unreadable that it names raises why it is unreadable."""
     named = spec and os.sep not in spec and spec not in (".", "..")  # a name to look for, not a path
     unreadable = [f for f in Path(runs_dir).glob(glob.escape(spec) + "*") if f.is_dir()] if named else []
     if len(unreadable) == 1:
-        _load(unreadable[0])  # a record `sbpc runs` lists as unreadable: say why
+        _load(unreadable[0])
     if re.fullmatch(r"-?\d+", spec):
-        raise RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
+        return RunsError(f"no run number {spec} in {runs_dir} ({len(runs)} run(s); `sbpc runs` lists them)")
     close = difflib.get_close_matches(spec, [r.name for r in runs], n=1)
     hint = f"; did you mean '{close[0]}'?" if close else " (`sbpc runs` lists them)"
-    raise RunsError(f"no run '{spec}' in {runs_dir}{hint}")
+    return RunsError(f"no run '{spec}' in {runs_dir}{hint}")
 
 
 def _exists(path: Path) -> bool:
@@ -497,10 +514,6 @@ def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str,
     """Iteration k's prompts written into FILE by optimize's own write-back: (where written, diff, notice).
 
     By default the run's last iteration (the prompts it ended with) and the file it optimized."""
-    from ..files import WriteBackError
-    from ..language.source import load
-    from ..language.writeback import WriteBack, rewrite, unified_diff
-
     file = file or run.settings.file
     prompts = run.prompts_at(len(run.iterations) if k is None else k)
     pipeline = load(file)
@@ -519,11 +532,6 @@ def apply(run: Run, k: int | None = None, file: str | None = None) -> tuple[str,
 
 def final_diff(run: Run) -> str | None:
     """The source file's diff from the run's initial to its final prompts, if the file is still there to render it."""
-    from ..files import WriteBackError
-    from ..language.diagnostics import PipelineError
-    from ..language.source import load
-    from ..language.writeback import rewrite, unified_diff
-
     file = run.settings.file
     try:
         pipeline = load(file)

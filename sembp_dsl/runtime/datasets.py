@@ -241,36 +241,53 @@ def eval_splits(
     for no rows it neither scores nor must skip."""
     if split not in _CARVE_ORDER:
         raise ValueError(f"split must be train, val or test, got {split!r}{did_you_mean(split, _CARVE_ORDER)}")
-    if dataset.user and split == "test" and train is None and val is None and test is None:
+    given = dict(zip(_CARVE_ORDER, (train, val, test)))
+    if dataset.user and split == "test" and all(size is None for size in given.values()):
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
     before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
-    given = dict(zip(_CARVE_ORDER, (train, val, test)))
-    sizes = {
-        name: size if (size := given[name]) is not None else default if name in (*before, split) else 0
-        for name, default in zip(_CARVE_ORDER, defaults)
-    }
+    sizes = _eval_sizes(given, defaults, placing=(*before, split))
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
-        why: list[str | Option] = []
         skipped = [name for name in before if given[name] is None and sizes[name]]
-        if skipped:  # the rows the scored split sits behind, which optimize trains or gates on
-            counts = " and ".join(f"{sizes[name]} {name}" for name in skipped)
-            zeros = Option(
-                ", ".join(f"{name}_size=0" for name in skipped), " ".join(f"--{name}-size 0" for name in skipped)
-            )
-            why = [
-                f"; the {split} split comes after the {counts} samples `optimize` draws by default, so it never "
-                "overlaps them: pass the sizes you optimize with, or ",
-                zeros,
-                " if you do not optimize on this data",
-            ]
-        if dataset.user:  # the way out only evaluating has
-            why += ["; ", Option("evaluate() with no size", "`eval` with no size"), " scores the whole file"]
+        why = _too_few_to_evaluate(dataset, split, skipped, sizes)
         if not why:
             raise
         raise DataError(Option(str(exc), exc.cli), *why) from None
+
+
+def _eval_sizes(
+    given: Mapping[str, int | None], defaults: tuple[int, int, int], placing: tuple[str, ...]
+) -> dict[str, int]:
+    """Each split's size: as given, else its default when it places the scored split (those carved before it, and
+    itself), else 0."""
+    return {
+        name: size if (size := given[name]) is not None else default if name in placing else 0
+        for name, default in zip(_CARVE_ORDER, defaults)
+    }
+
+
+def _too_few_to_evaluate(
+    dataset: Dataset, split: str, skipped: list[str], sizes: Mapping[str, int]
+) -> list[str | Option]:
+    """The ways out when the data set holds fewer rows than `eval` asks for: the `skipped` splits it draws only to
+    place the scored one may be sized 0, and a user's file may be scored whole."""
+    why: list[str | Option] = []
+    if skipped:  # the rows the scored split sits behind, which optimize trains or gates on
+        counts = " and ".join(f"{sizes[name]} {name}" for name in skipped)
+        zeros = Option(
+            ", ".join(f"{name}_size=0" for name in skipped), " ".join(f"--{name}-size 0" for name in skipped)
+        )
+        why = [
+            f"; the {split} split comes after the {counts} samples `optimize` draws by default, so it never "
+            "overlaps them: pass the sizes you optimize with, or ",
+            zeros,
+            " if you do not optimize on this data",
+        ]
+    if dataset.user:  # the way out only evaluating has
+        why += ["; ", Option("evaluate() with no size", "`eval` with no size"), " scores the whole file"]
+    return why
 
 
 def _shuffled(samples: tuple[Sample, ...] | list[Sample], rng: random.Random) -> list[Sample]:
