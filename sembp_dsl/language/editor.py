@@ -21,7 +21,6 @@ from ..errors import SbpcError
 from . import ir
 from .checker import (
     BLOCKS,
-    FUNCTION_NODE_SETTINGS,
     IDENTIFIER,
     MODEL_ROLES,
     NODE_SETTINGS,
@@ -33,6 +32,7 @@ from .demos import limit
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
+from .kinds import kind_of
 from .method import SETTINGS as METHOD
 from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
@@ -87,7 +87,7 @@ SETTING_HELP = {
     **{name: setting.help for name, setting in METHOD.items()},
 }
 BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
-    "node": {**NODE_SETTINGS, **FUNCTION_NODE_SETTINGS},
+    "node": NODE_SETTINGS,
     "metric": JUDGE_SETTINGS,
     **BLOCKS,
 }
@@ -371,7 +371,7 @@ class Document:
             function = next((f for f in p.functions if f.name == name), None)
             if function is None:
                 return None
-            users = [n.name for n in p.nodes if (s := n.setting("function")) and s.value == name]
+            users = [n.name for n in p.nodes if name in kind_of(n).functions(n)]
             return (
                 f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
                 f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
@@ -401,9 +401,9 @@ class Document:
         if node is None:
             return None
         inputs = ", ".join(analysis.predecessors.get(name, ())) if analysis else ""
-        function = node.setting("function")
-        if function is not None:
-            lines = [f"node **{name}**: {node.type}", "", f"calls the function {function.value}, no model"]
+        called = kind_of(node).functions(node)
+        if called:
+            lines = [f"node **{name}**: {node.type}", "", f"calls the function {called[0]}, no model"]
             lines += [f"inputs (its keyword arguments): {inputs or 'none'}"] + ([f"feeds: {feeds}"] if feeds else [])
             return "\n".join(lines[:2] + ["\n".join(f"- {line}" for line in lines[2:])])
         own = node.setting("model")
