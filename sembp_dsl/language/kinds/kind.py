@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from functools import cached_property
 from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
@@ -86,7 +87,7 @@ class NodeKind(ABC):
     settings: ClassVar[Mapping[str, tuple]] = MappingProxyType({})  # its own settings, each with what it accepts
     prompted: ClassVar[bool] = True  # it renders a prompt: takes PROMPT_SETTINGS, its templates are checked
 
-    @property
+    @cached_property
     def accepts(self) -> Mapping[str, tuple]:
         """Every setting a node of this kind takes, and what each accepts (the checker's E030-E034)."""
         return {**PROMPT_SETTINGS, **self.settings} if self.prompted else self.settings
