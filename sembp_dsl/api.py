@@ -31,6 +31,7 @@ from .language.method import SIZES, Method, SettingError
 from .language.metrics import METRICS
 from .language.shapes import python_value
 from .language.source import compile_file
+from .language.trace import Trace
 from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome
 from .learning.plan import Plan, plan
@@ -51,7 +52,7 @@ from .runtime.evaluate import (
     metric_for,
     split_to_score,
 )
-from .runtime.forward import Trace, run
+from .runtime.forward import run
 from .runtime.judge import judge
 from .runtime.tasks import together
 
@@ -404,7 +405,7 @@ class Pipeline:
         return self._prediction(trace, llm)
 
     def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
-        models = [t for t in trace.nodes.values() if self.graph.nodes[t.node].function is None]  # no code
+        models = [trace.nodes[node.name] for node in self.graph.model_nodes]  # no code
         calls = [t for t in models if t.reply and not t.cached]
         prompt_tokens = sum(t.prompt_tokens for t in calls)
         completion_tokens = sum(t.completion_tokens for t in calls)

@@ -265,7 +265,7 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
                 assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
                 assert defs[name]["properties"][key]["maximum"] == high
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
-    assert set(node) == {"type", *checker.NODE_SETTINGS, *checker.FUNCTION_NODE_SETTINGS}
+    assert set(node) == {"type", *checker.NODE_SETTINGS}
     assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
     assert schema()["properties"]["metric"]["$ref"] == "#/$defs/name"  # a built-in, or a metric the file defines
     assert set(schema()["$defs"]["judge"]["properties"]) == set(JUDGE_SETTINGS)

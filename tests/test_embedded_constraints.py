@@ -12,13 +12,14 @@ from types import MappingProxyType
 import pytest
 
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import GraphNode, ModelSpec
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.kinds.model import parse_reply
+from sembp_dsl.language.node import GraphNode
 from sembp_dsl.language.shapes import hints_shape, node_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
 from sembp_dsl.models import embedded
 from sembp_dsl.models.llm import LLM
-from sembp_dsl.runtime.forward import parse_reply
 
 pytestmark = [
     pytest.mark.slow,  # the real model

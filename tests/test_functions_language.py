@@ -55,7 +55,11 @@ def test_the_declaration_and_the_node_parse_into_the_ir_and_the_yaml_twin_is_equ
 def test_the_graph_knows_its_function_node_and_what_it_may_take():
     graph = build(parse(SBP, "rag.sbp"))
     passages = graph.nodes["passages"]
-    assert (passages.function, passages.timeout, passages.params) == ("search", 2.5, ())
+    assert (passages.kind, passages.settings, passages.params) == (
+        "function",
+        {"function": "search", "timeout": 2.5},
+        (),
+    )
     assert graph.trainable == ("write_query",)  # a function node is never trained
     assert [n.name for n in graph.model_nodes] == ["query", "answer"]
     assert graph.functions == {}  # compiling binds no code

@@ -359,7 +359,7 @@ def test_builtin_prompts_can_be_overridden_per_pipeline(tmp_path):
 
 
 def test_json_output_type_and_its_default_metric(tmp_path):
-    from sembp_dsl.runtime.forward import parse_reply
+    from sembp_dsl.language.kinds.model import parse_reply
 
     path = tmp_path / "j.sbp"
     path.write_text(HEADER + "node facts: json { parse = tag }\nq -> facts\noutput facts\n")

@@ -839,11 +839,11 @@ def test_a_bug_in_sbpc_is_reported_as_one_with_the_run_kept(tmp_path, fake_llm, 
     """A broad `except` turned our own bugs into rejected candidates ("does not render on a training
     sample") or lost samples. A bug now surfaces: the run record so far is saved and says so, the
     command prints the traceback and "this is a bug in sbpc", and exits non-zero."""
-    from sembp_dsl.language import graph as graph_module
+    from sembp_dsl.language import node as node_module
 
     script.verdict = lambda prompt: "No"
 
-    render = graph_module.GraphNode.render
+    render = node_module.GraphNode.render
 
     def broken(node, values, prompts):  # a bug that shows on the optimizer's candidates only
         if any("Improved" in text for text in prompts.values()):
@@ -851,7 +851,7 @@ def test_a_bug_in_sbpc_is_reported_as_one_with_the_run_kept(tmp_path, fake_llm, 
         return render(node, values, prompts)
 
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
-    monkeypatch.setattr(graph_module.GraphNode, "render", broken)
+    monkeypatch.setattr(node_module.GraphNode, "render", broken)
     flags = ["--train-size", "4", "--val-size", "0", "--test-size", "0", "--iters", "1", "--no-gate"]
     code, _ = optimize(path, "--data", data(tmp_path), *flags)
     error = capsys.readouterr().err

@@ -18,13 +18,14 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import GraphNode, ModelSpec
-from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, hints_shape, node_shape, prompt_shape
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.kinds.model import parse_reply
+from sembp_dsl.language.node import GraphNode
+from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, first_json, hints_shape, node_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
 from sembp_dsl.models import constraints, embedded
 from sembp_dsl.models.llm import LLM
-from sembp_dsl.runtime.forward import first_json, parse_reply
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEWER = settings(SETTINGS, max_examples=20)  # JSON replies: the matcher is slow on nested values

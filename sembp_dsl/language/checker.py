@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable, Set
+from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -18,6 +18,7 @@ from . import ir
 from .callables import parse_target
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
+from .kinds import KINDS, kind_of, taken
 from .method import SETTINGS, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
 from .templates import (
@@ -50,15 +51,7 @@ MODEL_ROLES = ("forward", "backward", "optimizer")
 
 # Allowed settings: key -> accepted Python types, or the tuple of allowed names.
 NUMBER = (int, float)
-NODE_SETTINGS = {
-    "prompt": (str,),
-    "template": (str,),
-    "parse": ("reply", "tag"),
-    "model": (str,),
-    "system": (str,),
-    "demos": (str,),
-}
-FUNCTION_NODE_SETTINGS = {"function": (str,), "timeout": NUMBER}  # a function node sends no prompt
+NODE_SETTINGS = {key: accepted for kind in KINDS.values() for key, accepted in kind.accepts.items()}  # any kind's
 MODEL_SETTINGS = {
     "name": (str,),
     "temperature": NUMBER,
@@ -216,7 +209,7 @@ def check_reserved(cx: Context) -> None:
             cx.report("E021", item.span, f"'{item.name}' is a reserved word and cannot name an input or node")
 
 
-def check_settings(cx: Context, where: str, settings, allowed: dict) -> None:
+def check_settings(cx: Context, where: str, settings, allowed: Mapping[str, tuple]) -> None:
     seen: dict[str, ir.Setting] = {}
     for s in settings:
         if s.key in seen:
@@ -249,19 +242,26 @@ def check_bounds(cx: Context, s: ir.Setting) -> None:
 
 
 def check_node(cx: Context, node: ir.Node) -> None:
-    if node.setting("function") is not None:
-        check_function_node(cx, node)
-        return
-    timeout = node.setting("timeout")
-    if timeout is not None:
-        cx.report(
-            "E030",
-            timeout.span,
-            f"unknown setting 'timeout' in node '{node.name}'",
-            help="only a function node has a timeout; a model's goes in its model block",
-        )
-    others = [s for s in node.settings if s.key != "timeout"]
-    check_settings(cx, f"node '{node.name}'", others, NODE_SETTINGS)
+    """A node's settings, as its kind takes them (one another kind takes is refused, its kind saying why), the
+    rules of a prompt when its kind renders one, its kind's own rules, and its type."""
+    kind = kind_of(node)
+    accepts = kind.accepts
+    for s in node.settings:
+        if s.key not in accepts and taken(s.key):
+            kind.refuse(cx, node, s)
+    own = [s for s in node.settings if s.key in accepts or not taken(s.key)]
+    check_settings(cx, f"node '{node.name}'", own, accepts)
+    if kind.prompted:
+        check_prompt(cx, node)
+    else:
+        cx.node_params[node.name] = NodeParams((), ())  # it uses no param, and no template is rendered
+    kind.check(cx, node)
+    check_type(cx, node.type)
+
+
+def check_prompt(cx: Context, node: ir.Node) -> None:
+    """What a node that renders a prompt names: its prompt param, its demos, its template, its model and its
+    system message, each defined."""
     prompt = node.setting("prompt")
     if prompt is not None and isinstance(prompt.value, str) and prompt.value not in cx.params:
         cx.report(
@@ -281,54 +281,31 @@ def check_node(cx: Context, node: ir.Node) -> None:
     model = node.setting("model")
     if model is not None and isinstance(model.value, str) and model.value not in cx.models:
         cx.report("E071", model.value_span, f"undefined model '{model.value}'", help=suggestion(model.value, cx.models))
+    check_system(cx, node)
+
+
+def check_system(cx: Context, node: ir.Node) -> None:
+    """`system = NAME` names a param or a template, not both."""
     system = node.setting("system")
-    if system is not None and isinstance(system.value, str) and IDENTIFIER.match(system.value):
-        if system.value in cx.params and system.value in cx.templates:
-            notes = [
-                Note(cx.params[system.value].span, "the param"),
-                Note(cx.templates[system.value].span, "the template"),
-            ]
-            cx.report("E073", system.value_span, f"'{system.value}' names both a param and a template", notes=notes)
-            cx.tainted.add(node.name)
-        elif system.value not in cx.params and system.value not in cx.templates:
-            hint = suggestion(system.value, [*cx.params, *cx.templates])
-            cx.report("E072", system.value_span, f"undefined param or template '{system.value}'", help=hint)
-            cx.tainted.add(node.name)
-    check_type(cx, node.type)
-
-
-def check_function_node(cx: Context, node: ir.Node) -> None:
-    """A node that calls Python: it names a declared function and takes none of a model node's settings."""
-    for s in node.settings:
-        if s.key == "demos":
-            cx.report(
-                "E092",
-                s.span,
-                f"node '{node.name}' calls a function, not a model: no prompt shows its demos",
-                help="give the demos to the node that reads the function's output",
-            )
-        elif s.key in NODE_SETTINGS:
-            cx.report(
-                "E082",
-                s.span,
-                f"function node '{node.name}' makes no model call: it takes no '{s.key}'",
-                help="a function node takes `function` and `timeout`; its predecessors are its arguments",
-            )
-    check_settings(
-        cx, f"node '{node.name}'", [s for s in node.settings if s.key not in NODE_SETTINGS], FUNCTION_NODE_SETTINGS
-    )
-    function = node.setting("function")
-    if function is not None and isinstance(function.value, str) and function.value not in cx.functions:
-        hint = suggestion(function.value, cx.functions)
-        cx.report("E081", function.value_span, f"undefined function '{function.value}'", help=hint)
-    check_type(cx, node.type)
-    cx.node_params[node.name] = NodeParams((), ())  # it uses no param, and no template is rendered
+    if system is None or not isinstance(system.value, str) or not IDENTIFIER.match(system.value):
+        return
+    if system.value in cx.params and system.value in cx.templates:
+        notes = [
+            Note(cx.params[system.value].span, "the param"),
+            Note(cx.templates[system.value].span, "the template"),
+        ]
+        cx.report("E073", system.value_span, f"'{system.value}' names both a param and a template", notes=notes)
+        cx.tainted.add(node.name)
+    elif system.value not in cx.params and system.value not in cx.templates:
+        hint = suggestion(system.value, [*cx.params, *cx.templates])
+        cx.report("E072", system.value_span, f"undefined param or template '{system.value}'", help=hint)
+        cx.tainted.add(node.name)
 
 
 def check_functions(cx: Context) -> None:
     """Each function's `"module:name"`, read without importing anything (where the module may come from is
     source.diagnose's to say: it looks at the files beside the pipeline)."""
-    used = {str(s.value) for n in cx.p.nodes if (s := n.setting("function"))}
+    used = {name for node in cx.p.nodes for name in kind_of(node).functions(node)}
     for function in cx.functions.values():
         if function.name not in used:
             cx.report("W010", function.span, f"function '{function.name}' is not used by any node")
@@ -338,8 +315,8 @@ def check_functions(cx: Context) -> None:
 
 
 def check_node_demos(cx: Context, node: ir.Node) -> None:
-    """`demos = NAME` names a demos param (a function node's is E092, in check_function_node); a demos param is
-    no prompt."""
+    """`demos = NAME` names a demos param (a node that renders no prompt refuses it); a demos param is no
+    prompt."""
     for key in ("prompt", "system"):
         setting = node.setting(key)
         param = cx.params.get(setting.value) if setting is not None and isinstance(setting.value, str) else None
@@ -814,17 +791,63 @@ def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[st
     return fine
 
 
+class TemplateSource(NamedTuple):
+    """A template a node renders (its forward template or its system message), and how messages name it."""
+
+    text: str
+    literal: ir.Span
+    label: str
+    explicit: bool  # the file gives it (not the default template)
+
+
 def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ...]) -> None:
     """What the node's template and system message read: its inputs, `prompt`, and params (which the node then
     uses); each param it uses must in turn read only the node's inputs."""
-    setting, prompt, system = node.setting("template"), node.setting("prompt"), node.setting("system")
+    setting = node.setting("template")
     key = (id(received), setting is None)
     if key not in cx.received_sets:  # nodes fed by one statement share `received`: one set for all
         cx.received_sets[key] = frozenset(received) | {"prompt"} | ({"inputs"} if setting is None else set())
     allowed = cx.received_sets[key]
+    sources = template_sources(cx, node)
+    own = cx.demos.get(node.name)
+    shapes = frozenset({(own, (*received, node.name))} if own else ())
+    found: list[frozenset[str]] = []
+    shown = False
+    for source in sources:
+
+        def misuse(name: str, label: str = source.label) -> str:
+            return (
+                f"{label} uses '{name}', which node '{node.name}' does not receive"
+                f" (it receives: {', '.join(received) or 'nothing'})"
+            )
+
+        used = template_variables(
+            cx, source.text, source.literal, allowed, ("E053", misuse), params=cx.params.keys(), demos=shapes
+        )
+        if used is None:
+            return
+        shown = check_demos_shown(cx, node, source, used - allowed) or shown
+        check_names_read(cx, node, source, used, allowed)
+        found.append(frozenset(n for n in used - allowed if n in cx.params and not cx.params[n].is_demos))
+    if own is not None and not shown:
+        cx.report(
+            "E091",
+            setting.value_span if setting is not None else node.span,
+            f"node '{node.name}' has the demos '{own}', but its template never shows them",
+            help=f"put {{{{ {own} }}}} in the template where the examples belong",
+        )
+    uses = params_named(cx, node, sources, found)
+    cx.node_params[node.name] = uses
+    for name in dict.fromkeys(uses.instruction + uses.system):
+        check_param(cx, cx.params[name], node, allowed)
+
+
+def template_sources(cx: Context, node: ir.Node) -> list[TemplateSource]:
+    """The node's forward template, then its system message when that is a template (not a param)."""
+    setting, system = node.setting("template"), node.setting("system")
     named = cx.templates.get(str(setting.value)) if setting else None
     sources = [
-        (
+        TemplateSource(
             template_source(cx.p, node),
             named.literal if named else (setting.value_span if setting else node.span),
             f"template '{named.name}'" if named else ("the template" if setting else "its template"),
@@ -834,60 +857,49 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
     if system is not None and str(system.value) not in cx.params:
         of_system = cx.templates.get(str(system.value))
         label = f"template '{of_system.name}'" if of_system else "the system message"
-        source = system_source(cx.p, node) or ""
-        sources.append((source, of_system.literal if of_system else system.value_span, label, True))
+        literal = of_system.literal if of_system else system.value_span
+        sources.append(TemplateSource(system_source(cx.p, node) or "", literal, label, True))
+    return sources
+
+
+def check_demos_shown(cx: Context, node: ir.Node, source: TemplateSource, outside: Set[str]) -> bool:
+    """Whether a template shows the node's own demos; demos of another node it shows are reported (E093)."""
     own = cx.demos.get(node.name)
-    shapes = frozenset({(own, (*received, node.name))} if own else ())
-    found: list[frozenset[str]] = []
     shown = False
-    for text, literal, label, explicit in sources:
-
-        def misuse(name: str, label: str = label) -> str:
-            return (
-                f"{label} uses '{name}', which node '{node.name}' does not receive"
-                f" (it receives: {', '.join(received) or 'nothing'})"
-            )
-
-        used = template_variables(cx, text, literal, allowed, ("E053", misuse), params=cx.params.keys(), demos=shapes)
-        if used is None:
-            return
-        for name in sorted(n for n in used - allowed if n in cx.params and cx.params[n].is_demos):
-            if name == own:
-                shown = True
-                continue
-            cx.report(
-                "E093",
-                cx.locate(literal, name),
-                f"{label} shows the demos '{name}', but node '{node.name}' does not have them",
-                help=f"add `demos = {name}` to node '{node.name}'",
-            )
-        for name in sorted(n for n in used & allowed if n in cx.params and n not in ("prompt", "inputs")):
-            where = cx.locate(literal, name)
-            cx.report("E078", where, f"'{name}' is both a param and an input of node '{node.name}'", help="rename one")
-        if explicit and "prompt" in used and prompt is None:
-            cx.report("E054", node.span, f"node '{node.name}' has no prompt, but {label} uses '{{{{ prompt }}}}'")
-        found.append(frozenset(n for n in used - allowed if n in cx.params and not cx.params[n].is_demos))
-    if own is not None and not shown:
-        where = setting.value_span if setting is not None else node.span
+    for name in sorted(n for n in outside if n in cx.params and cx.params[n].is_demos):
+        if name == own:
+            shown = True
+            continue
         cx.report(
-            "E091",
-            where,
-            f"node '{node.name}' has the demos '{own}', but its template never shows them",
-            help=f"put {{{{ {own} }}}} in the template where the examples belong",
+            "E093",
+            cx.locate(source.literal, name),
+            f"{source.label} shows the demos '{name}', but node '{node.name}' does not have them",
+            help=f"add `demos = {name}` to node '{node.name}'",
         )
-    named_params = [  # params each source names, in the order it names them
-        tuple(name for name in reads(text).order if name in params) if params else ()
-        for (text, *_), params in zip(sources, found)
+    return shown
+
+
+def check_names_read(cx: Context, node: ir.Node, source: TemplateSource, used: Set[str], allowed: Set[str]) -> None:
+    """A name a template reads that is both a param and an input (E078); `{{ prompt }}` without a prompt (E054)."""
+    for name in sorted(n for n in used & allowed if n in cx.params and n not in ("prompt", "inputs")):
+        where = cx.locate(source.literal, name)
+        cx.report("E078", where, f"'{name}' is both a param and an input of node '{node.name}'", help="rename one")
+    if source.explicit and "prompt" in used and node.setting("prompt") is None:
+        cx.report("E054", node.span, f"node '{node.name}' has no prompt, but {source.label} uses '{{{{ prompt }}}}'")
+
+
+def params_named(cx: Context, node: ir.Node, sources: list[TemplateSource], found: list[frozenset[str]]) -> NodeParams:
+    """The params a node uses, in the order it names them: its prompt, those its template names, and those of its
+    system message (a param itself, or those its template names)."""
+    named = [  # params each source names, in the order it names them
+        tuple(name for name in reads(source.text).order if name in params) if params else ()
+        for source, params in zip(sources, found)
     ]
+    prompt, system = node.setting("prompt"), node.setting("system")
     prompt_param = (str(prompt.value),) if prompt is not None and str(prompt.value) in cx.params else ()
     if system is not None and str(system.value) in cx.params:
-        named_params.append((str(system.value),))
-    uses = NodeParams(
-        tuple(dict.fromkeys(prompt_param + named_params[0])), named_params[1] if len(named_params) > 1 else ()
-    )
-    cx.node_params[node.name] = uses
-    for name in dict.fromkeys(uses.instruction + uses.system):
-        check_param(cx, cx.params[name], node, allowed)
+        named.append((str(system.value),))
+    return NodeParams(tuple(dict.fromkeys(prompt_param + named[0])), named[1] if len(named) > 1 else ())
 
 
 def check_param(cx: Context, param: ir.Param, node: ir.Node, allowed: frozenset[str]) -> None:
@@ -1050,15 +1062,8 @@ def names_read(text: str) -> frozenset[str]:
 
 
 def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -> None:
-    used_params = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system", "demos") if (s := n.setting(key))}
-    used_params.update(str(s.value) for m in cx.p.metric_defs if (s := m.setting("prompt")))  # rubrics
-    used_params.update(name for uses in cx.node_params.values() for name in uses.instruction + uses.system)
-    for node in cx.p.nodes:  # a node left unchecked may still name params: no warning that would only guess
-        if node.name not in cx.node_params:
-            used_params.update(names_read(template_source(cx.p, node)) | names_read(system_source(cx.p, node) or ""))
-    for param in cx.p.params:
-        if param.name not in used_params:
-            cx.report("W001", param.span, f"param '{param.name}' is not used by any node")
+    """Params, templates and inputs no node uses, and nodes that cannot reach the output."""
+    warn_unused_params(cx)
     used_templates = {str(s.value) for n in cx.p.nodes for key in ("template", "system") if (s := n.setting(key))}
     for template in cx.p.templates:
         if template.name not in used_templates and template.name not in BUILTIN:
@@ -1066,9 +1071,28 @@ def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -
     for item in cx.p.inputs:
         if not successors.get(item.name):
             cx.report("W003", item.span, f"input '{item.name}' is not used by any node")
-    if output is None:
-        return
-    reaches, stack, walked = {output.name}, [output.name], set()
+    if output is not None:
+        reaches = reaching(output.name, predecessors)
+        for node in cx.p.nodes:
+            if node.name not in reaches:
+                cx.report("W004", node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
+
+
+def warn_unused_params(cx: Context) -> None:
+    used = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system", "demos") if (s := n.setting(key))}
+    used.update(str(s.value) for m in cx.p.metric_defs if (s := m.setting("prompt")))  # rubrics
+    used.update(name for uses in cx.node_params.values() for name in uses.instruction + uses.system)
+    for node in cx.p.nodes:  # a node left unchecked may still name params: no warning that would only guess
+        if node.name not in cx.node_params:
+            used.update(names_read(template_source(cx.p, node)) | names_read(system_source(cx.p, node) or ""))
+    for param in cx.p.params:
+        if param.name not in used:
+            cx.report("W001", param.span, f"param '{param.name}' is not used by any node")
+
+
+def reaching(output: str, predecessors) -> set[str]:
+    """The output and every node and input it is reached from."""
+    reaches, stack, walked = {output}, [output], set()
     while stack:
         preds = predecessors.get(stack.pop(), ())
         if id(preds) in walked:  # a tuple shared by the targets of one statement: walk it once
@@ -1078,9 +1102,7 @@ def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -
             if pred not in reaches:
                 reaches.add(pred)
                 stack.append(pred)
-    for node in cx.p.nodes:
-        if node.name not in reaches:
-            cx.report("W004", node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
+    return reaches
 
 
 def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
@@ -1099,7 +1121,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     for metric_def in pipeline.metric_defs:
         check_metric_def(cx, metric_def)
     for node in pipeline.nodes:
-        if node.name not in cx.tainted and node.setting("function") is None:  # a function node renders nothing
+        if node.name not in cx.tainted and kind_of(node).prompted:  # a node that renders no prompt reads nothing
             check_template_variables(cx, node, predecessors.get(node.name, ()))
     check_demos(cx, predecessors)
     check_builtin_overrides(cx)

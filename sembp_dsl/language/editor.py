@@ -24,7 +24,6 @@ from ..errors import SbpcError
 from . import ir
 from .checker import (
     BLOCKS,
-    FUNCTION_NODE_SETTINGS,
     IDENTIFIER,
     MODEL_ROLES,
     NODE_SETTINGS,
@@ -36,6 +35,7 @@ from .demos import limit
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
+from .kinds import kind_of
 from .method import SETTINGS as METHOD
 from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
@@ -90,7 +90,7 @@ SETTING_HELP = {
     **{name: setting.help for name, setting in METHOD.items()},
 }
 BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
-    "node": {**NODE_SETTINGS, **FUNCTION_NODE_SETTINGS},
+    "node": NODE_SETTINGS,
     "metric": JUDGE_SETTINGS,
     **BLOCKS,
 }
@@ -408,9 +408,10 @@ class Document:
         function = next((f for f in p.functions if f.name == name), None)
         if function is None:
             return None
+        users = [n.name for n in p.nodes if name in kind_of(n).functions(n)]
         return (
             f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
-            f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {self.users('function', name)}"
+            f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
         )
 
     def describe_model(self, name: str) -> str:
@@ -435,17 +436,17 @@ class Document:
         if node is None:
             return None
         inputs, feeds = self.neighbours(name)
-        function = node.setting("function")
-        if function is not None:
+        called = kind_of(node).functions(node)
+        if called:
             facts = [
-                f"calls the function {function.value}, no model",
+                f"calls the function {called[0]}, no model",
                 f"inputs (its keyword arguments): {inputs or 'none'}",
             ]
         else:
             facts = self.model_node_facts(node, inputs)
         if feeds:
             facts.append(f"feeds: {feeds}")
-        if function is None and p.outputs and p.outputs[0].node.name == name:
+        if not called and p.outputs and p.outputs[0].node.name == name:
             facts.append("the pipeline's output")
         return f"node **{name}**: {node.type}\n\n" + "\n".join(f"- {fact}" for fact in facts)
 

@@ -8,8 +8,8 @@ import re
 from collections.abc import Iterator
 
 from . import ir
-from .graph import Graph, GraphNode, describe, max_chars
-from .shapes import describe as describe_shape
+from .graph import Graph, describe, max_chars
+from .kinds import kind_of
 from .templates import Record
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
@@ -38,13 +38,10 @@ def emit_ir(graph: Graph) -> str:
 
 
 def _node_label(graph: Graph, name: str) -> str:
-    """`name: type`, and the model when the node names one: `judge: {verdict: choice(Yes, No)}, model strong`."""
+    """`name: type`, and what it calls when not the forward model (its kind says): `judge: {verdict: ...}, model
+    strong`, `passages: json, function search`."""
     node = graph.nodes.get(name)
-    if node is None:
-        return name
-    if node.function is not None:
-        return f"{name}: {node.type}, function {node.function}"
-    return f"{name}: {node.type}" + (f", model {node.model}" if node.model != "forward" else "")
+    return kind_of(node).label(node) if node is not None else name
 
 
 def emit_dot(graph: Graph) -> str:
@@ -95,11 +92,7 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
         if node.type.kind == "record":
             values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
     for node in graph.nodes.values():
-        if node.function is not None:
-            arguments = ", ".join(f"{name}=<{name}>" for name in node.inputs)
-            yield f"=== {node.name}: calls the function {node.function}({arguments}), no model ==="
-        else:
-            yield from forward_sections(graph, node, values)
+        yield from kind_of(node).sections(node, graph, values)
         if not node.hints:
             continue
         placeholders = (f"<output of {node.name}>", f"<feedback on {node.name}>")
@@ -133,21 +126,6 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
             f"=== {name}: demos of {spec.node} ===\nno prompt: the optimizer picks up to {spec.max} examples from the "
             f"training samples the pipeline answers right ({spec.node}'s inputs and answer on each)"
         )
-
-
-def forward_sections(graph: Graph, node: GraphNode, values: dict) -> Iterator[str]:
-    """A model node's system message (if any) and forward prompt."""
-    system = node.system_message(values, graph.prompts)
-    if system is not None:
-        yield f"=== {node.name}: system message ===\n{system}"
-    forward = node.render(values, graph.prompts)
-    if node.type.kind == "record":
-        yield (
-            f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
-            f"{forward}\n\n{describe_shape(node.type)}"
-        )
-    else:
-        yield f"=== {node.name}: forward ===\n{forward}"
 
 
 EMITTERS = {"ir": emit_ir, "dot": emit_dot, "mermaid": emit_mermaid, "prompts": emit_prompts}

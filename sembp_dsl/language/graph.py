@@ -7,20 +7,20 @@ nodes costs one compilation.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
 
 from . import ir
-from .checker import MODEL_ROLES, check, system_source, template_source
-from .demos import as_text, examples, limit, shown
+from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
+from .kinds import kind_of
 from .method import Method
 from .metrics import parse_scale
-from .shapes import as_record
-from .templates import BUILTIN, Record, builtin_source, compile_template, label, variables
+from .node import NO_RECORDS, GraphNode
+from .templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
 def max_chars(old: str) -> int:
@@ -50,9 +50,7 @@ class ModelSpec:
     settings: Mapping[str, ir.Value]
 
 
-NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})
 NO_FUNCTIONS: Mapping[str, Callable] = MappingProxyType({})
-DEFAULT_FUNCTION_TIMEOUT = 60.0  # seconds a function node's call may take, unless it says `timeout`
 
 
 @dataclass(frozen=True)
@@ -84,69 +82,6 @@ class MetricSpec:
             model=str(model.value) if model else "forward",
             scale=(parse_scale(str(scale.value)) if scale else None) or (0.0, 1.0),
         )
-
-
-@dataclass(frozen=True)
-class GraphNode:
-    name: str
-    type: ir.OutputType
-    param: str | None  # prompt parameter rendered as {{ prompt }}
-    template: str  # Jinja2 source
-    parse: str  # "reply" | "tag"
-    inputs: tuple[str, ...]  # every predecessor, in edge order
-    hints: tuple[str, ...]  # predecessors that are nodes: they receive gradients, "Hint k" is hints[k-1]
-    context: tuple[str, ...]  # predecessors that are pipeline inputs
-    successors: tuple[str, ...]
-    instructions: tuple[str, ...] = ()  # params its instruction is made of: its prompt, those its template names
-    system: str | None = None  # Jinja2 source of its system message (`{{ style }}` for a param); None: none
-    system_params: tuple[str, ...] = ()  # params its system message names
-    model: str = "forward"  # where its calls go: the forward role, or a named model
-    # predecessors with a record output, and their types (templates read those as records)
-    records: Mapping[str, ir.OutputType] = field(default_factory=lambda: NO_RECORDS)
-    function: str | None = None  # the function a function node calls (`function = search`); None: a model node
-    timeout: float = DEFAULT_FUNCTION_TIMEOUT  # of a function node's call
-    demos: str | None = None  # its demos param (`demos = shots`): examples of its inputs and output
-
-    @property
-    def params(self) -> tuple[str, ...]:
-        """Every param this node uses: the optimizer gives each one this node's feedback."""
-        return tuple(dict.fromkeys(self.instructions + self.system_params))
-
-    def variables(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> dict:
-        """What its template and system message read: each input's value (a record output as a record), each
-        param it uses, rendered (a param may read the node's inputs: "Judge {{ party }}'s claim"), and `prompt`."""
-        variables: dict = {name: values[name] for name in self.inputs}
-        for name, type_ in self.records.items():
-            value = values[name]
-            variables[name] = value if isinstance(value, Record) else as_record(type_, value)
-        inputs = dict(variables)
-        for name in self.params:
-            text = prompts.get(name, "")
-            variables[name] = compile_template(text).render(inputs) if "{" in text else text
-        if self.demos is not None:
-            variables[self.demos] = shown(prompts.get(self.demos, "[]"))
-        variables["prompt"] = variables[self.param] if self.param else ""
-        return variables
-
-    def render(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
-        """The forward prompt, given the values of this node's inputs (a record output's as its JSON text, or as
-        a Record)."""
-        variables = self.variables(values, prompts)
-        variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
-        return compile_template(self.template).render(variables).strip()
-
-    def system_message(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str | None:
-        """The system message sent with the forward prompt; None when the node has none (or it renders empty)."""
-        if self.system is None:
-            return None
-        return compile_template(self.system).render(self.variables(values, prompts)).strip() or None
-
-    def instruction(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str:
-        """What this node is told to do, as the backward model is shown it: its instruction params, rendered."""
-        if not self.instructions:
-            return ""
-        variables = self.variables(values, prompts)
-        return "\n\n".join(variables[name] for name in self.instructions)
 
 
 @dataclass(frozen=True)
@@ -203,24 +138,13 @@ class Graph:
 
     @property
     def model_nodes(self) -> tuple[GraphNode, ...]:
-        """The nodes that call a model (every node but the function nodes), in topological order."""
-        return tuple(node for node in self.nodes.values() if node.function is None)
+        """The nodes that call a model (their kind says so), in topological order."""
+        return tuple(node for node in self.nodes.values() if kind_of(node).model_calls(node))
 
     def type_of(self, name: str) -> ir.OutputType:
         """The type of a node's output or of a pipeline input."""
         node = self.nodes.get(name)
         return node.type if node is not None else next(i.type for i in self.inputs if i.name == name)
-
-    def function_instruction(self, node: GraphNode) -> str:
-        """What a function node does, as the backward model is shown it in place of an instruction: the
-        function's name, what it calls, and its docstring."""
-        target = next((f.target for f in self.pipeline.functions if f.name == node.function), "")
-        function = self.functions.get(node.function or "")
-        doc = (inspect.getdoc(function) or "") if function is not None else ""
-        return (
-            f"A Python function, {node.function} ({target}), called with the inputs below as keyword arguments. "
-            "It is code: it cannot change, but what it is given can." + (f"\n\n{doc}" if doc else "")
-        )
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
@@ -240,7 +164,7 @@ class Graph:
         hints = [{"name": h, "value": values[h]} for h in node.hints]
         question = dict(
             node=node.name,
-            prompt=self.function_instruction(node) if node.function else node.instruction(values, self.prompts),
+            prompt=kind_of(node).instruction(node, self, values),
             system=node.system_message(values, self.prompts),
             context=describe(node.context, values),
             output=output,
@@ -308,52 +232,12 @@ def _build(pipeline: ir.Pipeline) -> Graph:
     analysis, diagnostics = check(pipeline)
     if any(d.severity == "error" for d in diagnostics):
         raise PipelineError(diagnostics, pipeline.text)
-    declared = {n.name: n for n in pipeline.nodes}
-    input_names = {i.name for i in pipeline.inputs}
-    nodes = {}
-    split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
-    records = {n.name: n.type for n in pipeline.nodes if n.type.kind == "record"}
-    for name in analysis.order:
-        node = declared[name]
-        preds = analysis.predecessors[name]
-        prompt, parse, model = node.setting("prompt"), node.setting("parse"), node.setting("model")
-        function, timeout = node.setting("function"), node.setting("timeout")
-        source, system = template_source(pipeline, node), system_source(pipeline, node)
-        compile_template(source)
-        if system is not None:
-            compile_template(system)
-        uses = analysis.params[name]
-        if id(preds) not in split:
-            split[id(preds)] = (
-                tuple(p for p in preds if p not in input_names),
-                tuple(p for p in preds if p in input_names),
-            )
-        hints, context = split[id(preds)]
-        nodes[name] = GraphNode(
-            name=name,
-            type=node.type,
-            param=str(prompt.value) if prompt else None,
-            template=source,
-            parse=str(parse.value) if parse else "reply",
-            inputs=preds,
-            hints=hints,
-            context=context,
-            successors=analysis.successors[name],
-            instructions=uses.instruction,
-            system=system,
-            system_params=uses.system,
-            model=str(model.value) if model else "forward",
-            records=MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS,
-            function=str(function.value) if function else None,
-            timeout=float(timeout.value) if timeout else DEFAULT_FUNCTION_TIMEOUT,
-            demos=analysis.demos.get(name),
-        )
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
     output = pipeline.outputs[0]
     return Graph(
         pipeline=pipeline,
-        nodes=MappingProxyType(nodes),
+        nodes=MappingProxyType(graph_nodes(pipeline, analysis)),
         output=output.node.name,
         inputs=pipeline.inputs,
         prompts=MappingProxyType({p.name: as_text(examples(p)) if p.is_demos else p.text for p in pipeline.params}),
@@ -371,6 +255,63 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         output_field=output.record_field.name if output.record_field else None,
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
         metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
+    )
+
+
+def graph_nodes(pipeline: ir.Pipeline, analysis: Analysis) -> dict[str, GraphNode]:
+    """Every node, compiled, in topological order."""
+    declared = {n.name: n for n in pipeline.nodes}
+    input_names = {i.name for i in pipeline.inputs}
+    split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
+    records = {n.name: n.type for n in pipeline.nodes if n.type.kind == "record"}
+    nodes = {}
+    for name in analysis.order:
+        preds = analysis.predecessors[name]
+        if id(preds) not in split:
+            split[id(preds)] = (
+                tuple(p for p in preds if p not in input_names),
+                tuple(p for p in preds if p in input_names),
+            )
+        hints, context = split[id(preds)]
+        own_records = MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS
+        nodes[name] = graph_node(pipeline, analysis, declared[name], hints, context, own_records)
+    return nodes
+
+
+def graph_node(
+    pipeline: ir.Pipeline,
+    analysis: Analysis,
+    node: ir.Node,
+    hints: tuple[str, ...],
+    context: tuple[str, ...],
+    records: Mapping[str, ir.OutputType],
+) -> GraphNode:
+    """One node, compiled: its templates, its inputs split into hints and context, and its kind's own settings."""
+    prompt, parse, model = node.setting("prompt"), node.setting("parse"), node.setting("model")
+    source, system = template_source(pipeline, node), system_source(pipeline, node)
+    compile_template(source)
+    if system is not None:
+        compile_template(system)
+    uses = analysis.params[node.name]
+    kind = kind_of(node)
+    return GraphNode(
+        name=node.name,
+        type=node.type,
+        param=str(prompt.value) if prompt else None,
+        template=source,
+        parse=str(parse.value) if parse else "reply",
+        inputs=analysis.predecessors[node.name],
+        hints=hints,
+        context=context,
+        successors=analysis.successors[node.name],
+        instructions=uses.instruction,
+        system=system,
+        system_params=uses.system,
+        model=str(model.value) if model else "forward",
+        records=records,
+        demos=analysis.demos.get(node.name),
+        kind=kind.name,
+        settings=kind.own(node),
     )
 
 

@@ -13,6 +13,7 @@ from .callables import allowed_by, beside, parse_target
 from .checker import check
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point
 from .graph import Graph, build
+from .kinds import kind_of
 from .parser import parse
 
 SUFFIXES = (".sbp", ".yaml", ".yml")
@@ -149,7 +150,7 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
     of its folder is an error, a module neither beside it nor `allowed` a warning (a run refuses both). A function
     no node calls is never imported, so not looked for."""
     folder = os.path.dirname(os.path.abspath(path))
-    called = {str(s.value) for node in pipeline.nodes if (s := node.setting("function"))}
+    called = {name for node in pipeline.nodes for name in kind_of(node).functions(node)}
     found = []
     for function in pipeline.functions:
         target = parse_target(function.target)

@@ -19,11 +19,13 @@ import asyncio
 import re
 from collections.abc import Collection
 
-from ..language.graph import Graph, GraphNode
+from ..language.graph import Graph
+from ..language.node import GraphNode
 from ..language.shapes import hints_shape
+from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..runtime.evaluate import Verdict
-from ..runtime.forward import Trace, shown
+from ..runtime.forward import shown
 from ..runtime.tasks import together
 
 HINT_LABEL = re.compile(

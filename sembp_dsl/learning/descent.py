@@ -20,9 +20,10 @@ from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
 from ..language.shapes import prompt_shape
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
+from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..records.record import Proposal
-from ..runtime.forward import Trace, shown
+from ..runtime.forward import shown
 
 OPEN_TAG = re.compile(r"<prompt>", re.I)
 BLOCK = re.compile(r"<prompt>(.*?)</prompt>", re.I | re.S)

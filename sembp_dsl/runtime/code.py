@@ -37,6 +37,7 @@ from ..language.callables import Target, allowed_by, beside, parse_target
 from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
 from ..language.graph import Graph
 from ..language.ir import Span
+from ..language.kinds import kind_of
 
 REFUSED, UNLOADABLE = "E083", "E084"  # the module may not be imported; it may, but gives no callable
 _IMPORTING = threading.Lock()  # imports change sys.path and sys.modules: one at a time
@@ -137,7 +138,7 @@ def bind(graph: Graph, given: Mapping[str, Callable[..., Any]] | None = None, al
             )
         if not callable(function):
             raise TypeError(f"functions[{name!r}] must be callable, got {type(function).__name__}")
-    called = {node.function for node in graph.nodes.values() if node.function is not None}
+    called = {name for node in graph.pipeline.nodes for name in kind_of(node).functions(node)}
     wanted = {name: (f.target, f.literal) for name, f in declared.items() if name in called and name not in given}
     folder = os.path.dirname(os.path.abspath(graph.pipeline.path))
     found = load_callables(wanted, folder, allowed, graph.pipeline.text) if wanted else {}

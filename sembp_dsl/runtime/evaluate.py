@@ -12,12 +12,14 @@ from types import MappingProxyType
 
 from ..errors import Option, SbpcError
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph, GraphNode
+from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
+from ..language.node import GraphNode
+from ..language.trace import NodeTrace, Trace
 from ..models.llm import LLM, BudgetExceeded
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
-from .forward import NodeTrace, Trace, run
+from .forward import run
 from .tasks import together
 
 METRIC_FAILED = "metric failed"

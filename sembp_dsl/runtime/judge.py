@@ -17,10 +17,10 @@ from ..language import ir
 from ..language.graph import Graph, MetricSpec
 from ..language.shapes import describe as describe_fields
 from ..language.shapes import node_shape, read_record
+from ..language.trace import NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample
 from .evaluate import MetricFailed, Scorer, Verdict
-from .forward import NodeTrace, Trace
 
 JUDGE_ROLE = "judge"
 _BUILT_IN = ir.Span("<judge>", 1, 1, 1, 1, 0, 0)

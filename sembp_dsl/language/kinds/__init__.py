@@ -1,0 +1,36 @@
+"""The kinds of node, one module each, and the registry that says which kind a node is.
+
+A kind (kind.py's NodeKind) answers everything the compiler asks of a node: its settings and checks, how it
+runs forward, what backward is shown of it, what it costs in the plan, how it is emitted. The checker, the
+graph, the runtime and the optimizer ask `kind_of(node)`, never which kind it is. Adding a kind is a module
+here and one line in KINDS (and its syntax: a setting that marks it is syntax enough).
+"""
+
+from __future__ import annotations
+
+from .. import ir
+from ..node import GraphNode
+from .function import FunctionCall
+from .kind import NodeKind
+from .model import ModelCall
+
+DEFAULT = ModelCall.name  # the kind of a node that has no kind's marker setting
+KINDS: dict[str, NodeKind] = {  # one line per kind, by name; a node is of the first whose marker it has
+    ModelCall.name: ModelCall(),
+    FunctionCall.name: FunctionCall(),
+}
+
+
+def kind_of(node: ir.Node | GraphNode) -> NodeKind:
+    """The kind of a node of the IR (by the marker setting it has) or of the graph (by name)."""
+    if isinstance(node, GraphNode):
+        return KINDS[node.kind]
+    for kind in KINDS.values():
+        if kind.marker is not None and node.setting(kind.marker) is not None:
+            return kind
+    return KINDS[DEFAULT]
+
+
+def taken(key: str) -> bool:
+    """Whether some kind of node takes the setting `key` (a node of another kind refuses it, saying why)."""
+    return any(key in kind.accepts for kind in KINDS.values())

@@ -1,0 +1,122 @@
+"""A kind of node is one module: the checker, the graph, the runtime, the backward pass and the emitters ask a
+node's kind (language/kinds), so a new kind is a class and one line in KINDS, and nothing outside kinds/ asks
+whether a node calls a function."""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+from collections.abc import Iterator, Mapping
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+import sembp_dsl
+from sembp_dsl.language import ir
+from sembp_dsl.language.checker import check
+from sembp_dsl.language.diagnostics import PipelineError
+from sembp_dsl.language.emit import emit_dot, emit_prompts
+from sembp_dsl.language.graph import build
+from sembp_dsl.language.kinds import KINDS, kind_of
+from sembp_dsl.language.kinds.kind import Checking, Compiled, Model, NodeKind
+from sembp_dsl.language.node import GraphNode
+from sembp_dsl.language.parser import parse
+from sembp_dsl.language.trace import NodeTrace
+from sembp_dsl.learning.backward import backward_calls
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import run
+
+PACKAGE = Path(sembp_dsl.__file__).parent
+KINDS_FOLDER = PACKAGE / "language" / "kinds"
+# What may be read as `.function` outside kinds/: a metric's `module:function` (ir.MetricDef, MetricSpec).
+METRIC_RECEIVERS = {"metric", "spec", "defined", "self"}
+
+
+def test_nothing_outside_the_kinds_asks_whether_a_node_calls_a_function():
+    asked = []
+    for path in PACKAGE.rglob("*.py"):
+        if KINDS_FOLDER in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            where = f"{path.relative_to(PACKAGE)}:{getattr(node, 'lineno', 0)}"
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "setting":
+                if any(isinstance(a, ast.Constant) and a.value in ("function", "timeout") for a in node.args):
+                    asked.append(f"{where}: {ast.unparse(node)}")
+            if isinstance(node, ast.Attribute) and node.attr in ("function", "timeout"):
+                receiver = node.value.id if isinstance(node.value, ast.Name) else ast.unparse(node.value)
+                if node.attr == "function" and receiver not in METRIC_RECEIVERS:
+                    asked.append(f"{where}: {ast.unparse(node)}")
+    assert not asked, asked
+    assert not {"function", "timeout"} & {f.name for f in fields(GraphNode)}  # a kind's own settings: `settings`
+
+
+class Echo(NodeKind):
+    """A throwaway kind: the node answers with the value of the input its `echo` setting names, no model call."""
+
+    name = "echo"
+    marker = "echo"
+    settings = {"echo": (str,)}
+    prompted = False
+
+    def check(self, cx: Checking, node: ir.Node) -> None:
+        source = node.setting("echo")
+        if source is not None and source.value == node.name:
+            cx.report("E040", source.value_span, f"node '{node.name}' echoes itself")
+
+    def model_calls(self, node: GraphNode) -> int:
+        return 0
+
+    async def forward(self, node: GraphNode, graph: Compiled, model: Model, values: Mapping[str, str]) -> NodeTrace:
+        value = values[str(node.settings["echo"])]
+        return NodeTrace(node.name, f"echo {node.settings['echo']}", value, value, None, 0, 0, 0.0, False)
+
+    def instruction(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> str:
+        return "It repeats its input."
+
+    def label(self, node: GraphNode) -> str:
+        return f"{node.name}: {node.type}, echo"
+
+    def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
+        yield f"=== {node.name}: echoes {node.settings['echo']}, no model ==="
+
+
+ECHO = """\
+pipeline echoing
+input question: text
+node copy: text { echo = question }
+question -> copy
+output copy
+"""
+
+
+@pytest.fixture
+def echo(monkeypatch):
+    monkeypatch.setitem(KINDS, Echo.name, Echo())  # the one line a new kind adds to the registry
+
+
+def test_a_new_kind_is_a_class_and_one_registration_line(echo):
+    pipeline = parse(ECHO, "echo.sbp")
+    _, diagnostics = check(pipeline)
+    assert not [d for d in diagnostics if d.severity == "error"], diagnostics
+    graph = build(pipeline)
+    copy = graph.nodes["copy"]
+    assert isinstance(kind_of(copy), Echo) and kind_of(pipeline.nodes[0]) is kind_of(copy)
+    assert (copy.kind, dict(copy.settings)) == ("echo", {"echo": "question"})
+    assert graph.model_nodes == ()  # the plan counts no call for it
+    assert '"copy: text, echo"' in emit_dot(graph)
+    assert "=== copy: echoes question, no model ===" in emit_prompts(graph)
+    assert "It repeats its input." in graph.backward_questions(copy, {"question": "q"}, "q", "fine", True)[0][1]
+    assert backward_calls(graph, "sibling", params=()) == 0
+
+    llm = LLM(graph.models)  # names no model: a call would fail
+    trace = asyncio.run(run(graph, llm, {"question": "What is the capital of France?"}))
+    assert trace.output == "What is the capital of France?" and trace.final.prompt == "echo question"
+
+
+def test_its_own_checks_are_asked_and_the_registry_is_what_makes_it_a_kind(echo, monkeypatch):
+    with pytest.raises(PipelineError, match="node 'copy' echoes itself"):
+        build(parse(ECHO.replace("echo = question", "echo = copy"), "echo.sbp"))
+    monkeypatch.delitem(KINDS, Echo.name)
+    with pytest.raises(PipelineError, match="unknown setting 'echo' in node 'copy'"):
+        build(parse(ECHO, "echo.sbp"))
