@@ -165,18 +165,22 @@ def generic(name: str, argument: ast.expr) -> dict | str:
     if name == "Union":
         return union(items)
     if name in LISTS:
-        item = json_type(items[0]) if items and not (name in ("tuple", "Tuple") and len(items) != 2) else {}
-        if isinstance(item, str):
-            return item
-        if name in ("tuple", "Tuple") and len(items) == 2 and not is_ellipsis(items[1]):
-            item = {}
-        return {"type": "array", **({"items": item} if item else {})}
+        return array(name, items)
     if name in MAPS:
         value = json_type(items[-1]) if len(items) == 2 else {}
         if isinstance(value, str):
             return value
         return {"type": "object", **({"additionalProperties": value} if value else {})}
     return f"the type '{name}[...]' has no JSON form (use list, dict, Optional, Union or Literal)"
+
+
+def array(name: str, items: list[ast.expr]) -> dict | str:
+    """`list[T]` and its kin: an array of T; a tuple other than `tuple[T, ...]`: an array of anything."""
+    homogeneous = name not in ("tuple", "Tuple") or (len(items) == 2 and is_ellipsis(items[1]))
+    item = json_type(items[0]) if items and homogeneous else {}
+    if isinstance(item, str):
+        return item
+    return {"type": "array", **({"items": item} if item else {})}
 
 
 def union(items: list[ast.expr]) -> dict | str:
