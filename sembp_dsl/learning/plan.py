@@ -13,6 +13,7 @@ from typing import Any
 from ..errors import Option, worded
 from ..language.demos import as_text
 from ..language.graph import Graph, MetricSpec
+from ..language.kinds import kind_of
 from ..language.method import Method
 from ..language.shapes import node_shape
 from ..models.llm import LLM
@@ -124,7 +125,12 @@ def plan(
         (
             "forward",
             node.model,
-            usage(node.model, passes, longest[node.name], node_shape(node.type, node.parse) is not None),
+            usage(
+                node.model,
+                passes * kind_of(node).model_calls(node),
+                longest[node.name],
+                node_shape(node.type, node.parse) is not None,
+            ),
         )
         for node in graph.model_nodes
     ]
