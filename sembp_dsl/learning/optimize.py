@@ -47,7 +47,8 @@ from .strategies import Candidate, Learnt, strategies
 class Known:
     """What the run knows of the current prompts, each a partial map filled by whatever evaluated them: `train`,
     their results on training samples (the traces a forward pass would give); `gate`, their scores on gate samples
-    (the baseline a step must beat; a sample lost to failed calls scores 0). A sample not in a map is unknown."""
+    (the baseline a step must beat). A sample not in a map is unknown, as is one they lost (to failed calls or the
+    metric): counting it wrong would hand a step a free win."""
 
     prompts: dict[str, str]
     train: dict[str, Result] = field(default_factory=dict)
@@ -186,7 +187,10 @@ class Optimizer:
             if samples is self.train:
                 self.known.train[result.sample.id] = result
             if samples is self.gate_split():
-                self.known.gate[result.sample.id] = 0.0 if result.lost else result.score
+                if result.lost:
+                    self.known.gate.pop(result.sample.id, None)
+                else:
+                    self.known.gate[result.sample.id] = result.score
 
     def least(self, graph: Graph) -> int:
         """The fewest samples worth evaluating at once: a batch runs at once, so fewer saves no time."""
@@ -238,12 +242,13 @@ class Optimizer:
         data = self.record.data
         if data.initial_score is None:
             first = await self.score(self.graph, self.gate_split(), "gate, initial")
-            right, _, partial = outcomes(first)
-            self.record.begin(first.accuracy, right, partial)
+            right, lost, partial = outcomes(first)
+            self.record.begin(first.accuracy, right, partial, lost)
             self.learn(self.graph, self.gate_split(), first)
         else:
-            right, partial, known = data.scores_kept()
-            ids = [sample.id for sample in self.gate_split() if known is None or sample.id in known]
+            right, partial, known, lost = data.scores_kept()
+            split = self.gate_split()
+            ids = [x.id for x in split if (known is None or x.id in known) and x.id not in lost]
             self.known.gate = {i: 1.0 if i in right else partial.get(i, 0.0) for i in ids}
 
     async def step(self, index: int, outcome: Outcome) -> Iteration:
