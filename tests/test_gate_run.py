@@ -4,6 +4,7 @@ decision reads."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,35 @@ def test_samples_the_current_prompts_lost_give_the_proposal_no_free_wins(triage,
     assert iteration.gate.wins == [] and iteration.gate.losses == []
     record = json.loads((Path(outcome.record) / "run.json").read_text())
     assert len(record["initial_lost"]) == 5
+
+
+def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(triage, script, fake_llm, tmp_path):
+    """From the optimizer call on, the server answers 429 to any request past 1 in flight: the gate loses most of
+    its samples. It decides nothing: the run stops with the cause, resumable, no step accepted; once the server
+    is well again, --resume finishes it."""
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+
+    def improve(param, prompt):
+        fake_llm.configure(limit=1, delay=0.05)
+        return f"Improved {param}: Answer Yes or No."
+
+    script.improve = improve
+    lines: list[str] = []
+    outcome = triage.optimize(
+        rows(4, "Yes"), rows(12, "Yes", start=20), iterations=1, runs_dir=tmp_path / "runs", log=lines.append
+    )
+    assert outcome.outcome.failed and not any(it.accepted for it in outcome.outcome.iterations)
+    found = re.fullmatch(
+        r"the gate lost (\d+) of the (\d+) samples it evaluated \(iteration 1\), so it decides nothing: "
+        r"429 Too Many Requests x(\d+)",
+        outcome.outcome.stopped,
+    )
+    assert found and int(found[1]) == int(found[3]) and int(found[1]) * 2 > int(found[2])
+    assert outcome.pipeline.prompts == triage.prompts
+    record = json.loads((Path(outcome.record) / "run.json").read_text())
+    assert record["iterations"] == [] and not record["finished"]
+    fake_llm.configure(limit=0, delay=0.0)
+    again = triage.optimize(
+        rows(4, "Yes"), rows(12, "Yes", start=20), iterations=1, runs_dir=tmp_path / "runs", resume=True
+    )
+    assert again.outcome.iterations[0].accepted and not again.outcome.failed

@@ -84,6 +84,18 @@ def scored(evaluation: Evaluation, what: str) -> Evaluation:
     return evaluation
 
 
+def decided_on_too_little(gate: Gate, lost: Sequence[Result], what: str) -> None:
+    """Stop the run when the gate lost most of the samples it evaluated (a rate limit, a failing metric): what is
+    left is too little to judge a step on, and counting the lost ones as ties would let a handful decide. The
+    run stops with the cause, resumable once the calls work again."""
+    if len(gate.lost) * 2 > len(gate.evaluated):
+        causes = Evaluation(tuple(lost), len(lost), None).lost_causes()
+        raise LLMError(
+            f"the gate lost {len(gate.lost)} of the {len(gate.evaluated)} samples it evaluated ({what}), so it "
+            f"decides nothing: {', '.join(f'{cause} x{n}' for cause, n in causes.items())}"
+        )
+
+
 def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str], step: Mapping[str, str]) -> int | None:
     """The earlier iteration whose gate rejected exactly this step from exactly these prompts, if one did. Its
     decision is known: gating the step again would pay for an answer already given, and when replies are
@@ -409,6 +421,7 @@ class Optimizer:
             known=set(known),
         )
         results: list[Result] = []
+        lost_current: list[Result] = []
 
         async def play(graph: Graph, ids: list[str], what: str) -> Evaluation | None:
             return await self.evaluate(graph, [by_id[i] for i in ids], what) if ids else None
@@ -424,6 +437,8 @@ class Optimizer:
             if old is not None:
                 gate.add_current(batch.current, *outcomes(old))
                 self.learn(current, split, old)
+                lost_current.extend(old.lost)
+        decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
         tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable)
