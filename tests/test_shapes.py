@@ -447,7 +447,9 @@ def test_takes_schema_agrees_with_litellm():
         "groq/llama-3.1-8b-instant",
         "mistral/mistral-small-latest",
     ]
-    assert {n: prices.supports_response_schema(n) for n in names} == {n: litellm.supports_response_schema(n) for n in names}
+    assert {n: prices.supports_response_schema(n) for n in names} == {
+        n: litellm.supports_response_schema(n) for n in names
+    }
 
 
 def replies_by_body(body: dict) -> str:
