@@ -108,7 +108,7 @@ def serving(model: str) -> type[Transport]:
     embedded model, and the fast path's models, from the rest."""
     if embedded.serves(model):
         return Embedded
-    if _openai_base(model, None) is not None and not REWRITTEN.match(model.split("/", 1)[1]):
+    if model.startswith("openai/") and not REWRITTEN.match(model.split("/", 1)[1]):
         return FastPath
     return Litellm
 
@@ -313,9 +313,6 @@ class Embedded(Transport):
             name, message = embedded.failure(exc) or ("APIError", f"{embedded.MODEL}: {type(exc).__name__}: {exc}")
             raise CallError(message, name=name) from exc
         return _reply(reply, embedded.MODEL)._replace(cost=0.0)
-
-    def takes_schema(self, model: str) -> bool:
-        return False  # a grammar holds it closer
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         return 0.0
