@@ -11,6 +11,9 @@ import pytest
 from conftest import TRIAGE
 
 import sembp_dsl as sbp
+from sembp_dsl.learning.optimize import summary
+from sembp_dsl.learning.stats import sign_test as p
+from sembp_dsl.records.record import GateDecision, Iteration
 
 
 @pytest.fixture
@@ -79,3 +82,26 @@ def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(
         rows(4, "Yes"), rows(12, "Yes", start=20), iterations=1, runs_dir=tmp_path / "runs", resume=True
     )
     assert again.outcome.iterations[0].accepted and not again.outcome.failed
+
+
+def gate_line(alpha: float, wins: int, losses: int, accepted: bool, before=0.5, after=None, **gate) -> str:
+    it = Iteration(1, 0.5, before, after, accepted=accepted)
+    it.gate = GateDecision([f"w{i}" for i in range(wins)], [f"l{i}" for i in range(losses)], p(wins, losses), alpha, **gate)
+    return summary(it, iterations=2, train_size=4).splitlines()[1]
+
+
+def test_the_gate_line_reads_right_at_every_alpha():
+    assert gate_line(0.05, 1, 2, False).endswith("1 win, 2 losses, p = 0.875 > 0.05: does not pass")
+    falls = gate_line(0.2, 5, 1, False, gain=-0.5)
+    assert falls.endswith("p = 0.109 <= 0.2, but the mean must rise (the scores fall by 0.500 in all): does not pass")
+    assert gate_line(0.2, 5, 1, True).endswith("5 wins, 1 loss, p = 0.109 <= 0.2: passes")
+    assert gate_line(1.0, 1, 1, False).endswith("1 win, 1 loss; at gate_alpha 1 wins must beat losses: does not pass")
+    assert gate_line(1.0, 2, 1, True).endswith("2 wins, 1 loss; at gate_alpha 1 wins must beat losses: passes")
+    partial = gate_line(1.0, 2, 1, False, gain=-0.6)
+    assert partial.endswith("wins must beat losses, and the mean rise (the scores fall by 0.600 in all): does not pass")
+
+
+def test_a_gate_line_with_a_score_unknown_on_either_side_does_not_crash():
+    """An accepted step whose gate settled early leaves the next iteration's score before it unknown."""
+    assert "gate: - -> 0.500; 1 win, 0 losses" in gate_line(0.5, 1, 0, True, before=None, after=0.5)
+    assert gate_line(0.5, 1, 0, True, before=0.5, after=None).startswith("  gate: 1 win, 0 losses")

@@ -34,12 +34,12 @@ from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores
-from ..records.runs import gate_settled, gate_tally, gate_unreadable, train_words
+from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
-from .stats import wins_needed
+from .stats import NO_GAIN, wins_needed
 from .strategies import Candidate, Learnt, strategies
 
 
@@ -229,7 +229,7 @@ class Optimizer:
             for index in range(done + 1, self.method.iterations + 1):
                 iteration = await self.step(index, outcome)
                 self.record.add_iteration(iteration, spent())
-                self.log(self.describe(iteration))
+                self.log(summary(iteration, self.method.iterations, len(self.train)))
             if self.test:
                 outcome.test_before = await self.score(self.graph, self.test, "test, initial")
                 outcome.test_after = await self.score(outcome.graph, self.test, "test, final")
@@ -396,11 +396,16 @@ class Optimizer:
         if gated:
             size, alpha = len(self.gate_split()), self.method.gate_alpha
             split = "training" if self.method.gate == "train" else "validation"
+            rule = (
+                "when its wins beat its losses (gate_alpha 1: by any number)"
+                if alpha >= 1
+                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
+                f"at least {wins_needed(alpha)} wins and no loss"
+            )
             lines.append(
                 f"  The gate runs the new prompts on the {size} {split} samples beside the current ones. A win is a "
-                "sample only the new prompts get right, a loss one only the current prompts get right. A step is "
-                f"kept when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
-                f"at least {wins_needed(alpha)} wins and no loss. `sbpc show` has every candidate and its reply."
+                "sample the new prompts score higher on, a loss one the current prompts score higher on. A step is "
+                f"kept {rule}. `sbpc show` has every candidate and its reply."
             )
         return "\n".join(lines)
 
@@ -465,31 +470,41 @@ class Optimizer:
 
         return await together(one(item) for item in items)
 
-    def describe(self, it: Iteration) -> str:
-        """What an iteration tried, what it kept and why, in words."""
-        if it.accepted:
-            verdict = "accepted"
-        elif it.note:
-            verdict = f"kept old ({it.note})"
-        else:
-            verdict = GATE_REJECTED
-        lines = [
-            f"iteration {it.index}/{self.method.iterations}: {train_words(it, len(self.train))}, {verdict}; "
-            f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
-        ]
-        if it.lost:
-            lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
-        if it.gate:
-            g = it.gate
-            passed = "passes" if it.accepted else "does not pass"
-            scores = "" if it.gate_after is None else f"{it.gate_before:.3f} -> {it.gate_after:.3f}; "
-            lines.append(
-                f"  gate: {scores}{gate_tally(g)} {'<=' if g.p <= g.alpha else '>'} {g.alpha:g}: {passed}"
-                + gate_settled(g)
-                + gate_unreadable(g)
-            )
-        for c in it.candidates:
-            lines.append(
-                f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
-            )
-        return "\n".join(lines)
+
+def gate_rule(gate: GateDecision, passed: bool) -> str:
+    """The gate's tally against its rule, in words that read right at every alpha: the sign test's p against
+    alpha, or at alpha 1 (no test) that wins must beat losses; with partial credit, that the mean must rise."""
+    if gate.alpha >= 1:
+        rule, mean = "; at gate_alpha 1 wins must beat losses", ", and the mean rise"
+    else:
+        rule, mean = f" {'<=' if gate.p <= gate.alpha else '>'} {gate.alpha:g}", ", but the mean must rise"
+    if gate.gain is not None and gate.gain <= NO_GAIN:
+        change = f"fall by {-gate.gain:.3f}" if gate.gain < 0 else "do not change"
+        rule += f"{mean} (the scores {change} in all)"
+    return f"{gate_tally(gate)}{rule}: {'passes' if passed else 'does not pass'}"
+
+
+def summary(it: Iteration, iterations: int, train_size: int) -> str:
+    """What an iteration tried, what it kept and why, in words."""
+    if it.accepted:
+        verdict = "accepted"
+    elif it.note:
+        verdict = f"kept old ({it.note})"
+    else:
+        verdict = GATE_REJECTED
+    lines = [
+        f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
+        f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+    ]
+    if it.lost:
+        lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
+    if it.gate:
+        scores = "" if it.gate_after is None else f"{fmt(it.gate_before)} -> {fmt(it.gate_after)}; "
+        lines.append(
+            f"  gate: {scores}{gate_rule(it.gate, it.accepted)}" + gate_settled(it.gate) + gate_unreadable(it.gate)
+        )
+    for c in it.candidates:
+        lines.append(
+            f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+        )
+    return "\n".join(lines)

@@ -417,10 +417,16 @@ def train_words(it: Iteration, size: int) -> str:
     return f"train {fmt(it.train_score)}{part}"
 
 
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def gate_tally(gate: GateDecision) -> str:
-    """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split)."""
+    """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split); no p at
+    gate_alpha 1, where the rule is wins beating losses and p plays no part."""
     so_far = " so far" if gate.stopped_early else ""
-    return f"{len(gate.wins)} wins, {len(gate.losses)} losses{so_far}, p = {fmt(gate.p)}"
+    p = "" if gate.alpha >= 1 else f", p = {fmt(gate.p)}"
+    return f"{counted(len(gate.wins), 'win', 'wins')}, {counted(len(gate.losses), 'loss', 'losses')}{so_far}{p}"
 
 
 def gate_settled(gate: GateDecision) -> str:
