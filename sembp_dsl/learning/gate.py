@@ -1,7 +1,11 @@
 """The gate, decided in rounds: evaluate the proposal on the gate split only until its decision is settled.
 
 Samples are compared by score: a win scores higher than the current pipeline did, a loss lower, a tie the same
-(a sample lost to failed calls, or that its metric could not score, ties). A sample the current pipeline gets
+(a sample lost to failed calls, or that its metric could not score, ties; on the current pipeline's side such a
+sample is unknown, asked again where it matters, and ties if lost again). With partial credit the rule also asks
+the sum of the score changes to be above 0 (few small wins must not outvote a large loss); each sample left has a
+lowest and a highest change it can still bring, and the rule passes more as any change grows, so the two sums
+settle it as the two counts do. A sample the current pipeline gets
 right (score 1) can only tie or be a loss; one it gets wrong (score 0) can only tie or be a win; one it got
 partial credit on (a judge's 0.6) can be either. The rule (`gate_passes`) passes more with every win and fewer with
 every loss, so when it gives the same answer with every sample left going the proposal's way and with every
