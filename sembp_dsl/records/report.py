@@ -111,6 +111,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
 
 
+def score_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
+    """The samples whose score moved from A to B, by how much, largest first: with partial credit most moves are
+    no flip between right and wrong, and only this shows them."""
+    moved = sorted(
+        ((x, y) for x, y in pairs if abs(y["score"] - x["score"]) > 1e-12),
+        key=lambda pair: (-abs(pair[1]["score"] - pair[0]["score"]), pair[0]["id"]),
+    )
+    rows = [[x["id"], fmt(x["score"]), fmt(y["score"]), f"{y['score'] - x['score']:+.3f}"] for x, y in moved]
+    header = f"<h2>scores changed ({len(moved)})</h2>"
+    return header + table(["sample", "A's score", "B's score", "B - A"], rows) if moved else header
+
+
 def diff_html(old: str, new: str) -> str:
     """A word diff as <del>/<ins>, escaped."""
     tags = {"=": "{}", "-": "<del>{}</del>", "+": "<ins>{}</ins>"}
