@@ -409,12 +409,21 @@ class Optimizer:
             )
         return "\n".join(lines)
 
+    def held_out(self, iteration: Iteration) -> set[str]:
+        """With the gate on the training split, the samples the step's examples were taken from: each was answered
+        right already, so in its own gate it could only tie or lose, and says nothing of whether the examples help
+        elsewhere."""
+        if self.method.gate != "train":
+            return set()
+        return {sample for c in iteration.candidates if c.fate == "taken" for sample in c.samples}
+
     async def passes_gate(self, current: Graph, proposed: Graph, iteration: Iteration) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
         losses, and not by chance (sign test). The current prompts are evaluated only where their unknown score
         could change the decision. What an accepted step's gate evaluated is what the run knows of its prompts."""
         s, split = self.method, self.gate_split()
-        by_id = {sample.id: sample for sample in split}
+        held_out = self.held_out(iteration)
+        by_id = {sample.id: sample for sample in split if sample.id not in held_out}
         known = self.known.gate
         gate = Gate(
             list(by_id),
@@ -446,7 +455,7 @@ class Optimizer:
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
-        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable)
+        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable, held_out=sorted(held_out))
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
@@ -503,6 +512,8 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
         lines.append(
             f"  gate: {scores}{gate_rule(it.gate, it.accepted)}" + gate_settled(it.gate) + gate_unreadable(it.gate)
         )
+        if it.gate.held_out:
+            lines.append(f"  left out of the gate: {', '.join(it.gate.held_out)} (the step's examples came from them)")
     for c in it.candidates:
         lines.append(
             f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")

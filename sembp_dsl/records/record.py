@@ -103,6 +103,7 @@ class GateDecision:
     unreadable: list[str] = field(default_factory=list)  # samples whose answers could not be read
     evaluated: list[str] | None = None  # the samples the proposal was evaluated on (None: an older record's)
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
+    held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
 
     @property
     def stopped_early(self) -> bool:
