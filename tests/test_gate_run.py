@@ -105,3 +105,28 @@ def test_a_gate_line_with_a_score_unknown_on_either_side_does_not_crash():
     """An accepted step whose gate settled early leaves the next iteration's score before it unknown."""
     assert "gate: - -> 0.500; 1 win, 0 losses" in gate_line(0.5, 1, 0, True, before=None, after=0.5)
     assert gate_line(0.5, 1, 0, True, before=0.5, after=None).startswith("  gate: 1 win, 0 losses")
+
+
+def test_the_plan_names_every_roles_model_and_warns_when_remote_nodes_learn_from_the_embedded_one(
+    tmp_path, fake_llm, capsys
+):
+    """Nodes on a remote model, no model for backward and optimizer: those roles fall to the embedded model. The
+    plan (printed at the start of every run) names each role's model and says so."""
+    from sembp_dsl import cli
+
+    source = TRIAGE.replace("prompt = look }", "prompt = look  model = fast }").replace(
+        "prompt = decide }", "prompt = decide  model = fast }"
+    ) + f'\nmodel fast {{ name = "openai/fake"  api_base = "{fake_llm.url}" }}\n'
+    path = tmp_path / "triage.sbp"
+    path.write_text(source)
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(12, "Yes")))
+    flags = ["--train-size", "6", "--val-size", "6", "--test-size", "0", "--plan"]
+    code = cli.main(["optimize", str(path), "--data", str(tmp_path / "rows.jsonl"), *flags])
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    text = out.out + out.err
+    assert "models: fast openai/fake, backward embedded/smollm2-135m, optimizer embedded/smollm2-135m" in text
+    assert (
+        "warning: backward and optimizer run on the embedded model embedded/smollm2-135m while the nodes call "
+        "openai/fake" in text
+    )
