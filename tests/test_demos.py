@@ -430,3 +430,15 @@ def test_with_the_gate_on_the_training_split_a_sets_own_samples_are_left_out_of_
     assert not set(shots.samples) & set(gate.evaluated or ())
     assert iteration.accepted and sorted(gate.wins) == ["train:2", "train:4", "train:5"]
     assert "left out of the gate: train:1, train:3" in summary(iteration, 1, 5)
+
+
+def test_at_low_accuracy_the_demos_still_see_every_right_answer_of_the_split(tmp_path, adder):
+    """One right answer in 8 (the pipeline gets only even numbers right), one error to learn from: the error
+    draw alone would stop at its first failure, but a trainable demos param keeps the forward pass going to the
+    end of the split, so the one right answer becomes the example. The plan counts that whole pass."""
+    server, script = adder
+    path = pipeline_file(tmp_path, server)
+    optimized = optimize(path, train=(1, 3, 5, 7, 9, 11, 13, 4), errors_per_gradient=1, only=("shots",))
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert shots.samples == ["train:8"] and iteration.train_samples == 8
