@@ -229,4 +229,8 @@ def test_report_of_two_evaluations_with_partial_credit_shows_every_score_that_mo
     assert "0 wrong -> right, 0 right -> wrong" in text
     moved = text[text.index("scores changed (3)") :]
     rows = re.findall(r"rows\.jsonl:(\d)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)", moved)
-    assert rows == [("4", "0.900", "0.300", "-0.600"), ("1", "0.400", "0.700", "+0.300"), ("3", "0.500", "0.450", "-0.050")]
+    assert rows == [
+        ("4", "0.900", "0.300", "-0.600"),
+        ("1", "0.400", "0.700", "+0.300"),
+        ("3", "0.500", "0.450", "-0.050"),
+    ]

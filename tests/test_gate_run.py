@@ -86,7 +86,9 @@ def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(
 
 def gate_line(alpha: float, wins: int, losses: int, accepted: bool, before=0.5, after=None, **gate) -> str:
     it = Iteration(1, 0.5, before, after, accepted=accepted)
-    it.gate = GateDecision([f"w{i}" for i in range(wins)], [f"l{i}" for i in range(losses)], p(wins, losses), alpha, **gate)
+    it.gate = GateDecision(
+        [f"w{i}" for i in range(wins)], [f"l{i}" for i in range(losses)], p(wins, losses), alpha, **gate
+    )
     return summary(it, iterations=2, train_size=4).splitlines()[1]
 
 
@@ -114,9 +116,12 @@ def test_the_plan_names_every_roles_model_and_warns_when_remote_nodes_learn_from
     plan (printed at the start of every run) names each role's model and says so."""
     from sembp_dsl import cli
 
-    source = TRIAGE.replace("prompt = look }", "prompt = look  model = fast }").replace(
-        "prompt = decide }", "prompt = decide  model = fast }"
-    ) + f'\nmodel fast {{ name = "openai/fake"  api_base = "{fake_llm.url}" }}\n'
+    source = (
+        TRIAGE.replace("prompt = look }", "prompt = look  model = fast }").replace(
+            "prompt = decide }", "prompt = decide  model = fast }"
+        )
+        + f'\nmodel fast {{ name = "openai/fake"  api_base = "{fake_llm.url}" }}\n'
+    )
     path = tmp_path / "triage.sbp"
     path.write_text(source)
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows(12, "Yes")))

@@ -229,7 +229,7 @@ def embedded_learners(names: Mapping[str, str]) -> str | None:
     return (
         f"{' and '.join(learners)} run{'s' if len(learners) == 1 else ''} on the embedded model "
         f"{names[learners[0]]} while the nodes call {', '.join(remote)}: a 135M model cannot do their work well. "
-        f"Name a model for {' and '.join(learners)} (`model {learners[0]} {{ name = \"...\" }}` in the pipeline, "
+        f'Name a model for {" and ".join(learners)} (`model {learners[0]} {{ name = "..." }}` in the pipeline, '
         "or --model for every role)."
     )
 
