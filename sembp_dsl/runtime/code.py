@@ -38,6 +38,7 @@ from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
 from ..language.graph import Graph
 from ..language.ir import Span
 from ..language.kinds import kind_of
+from ..usercode import user_output
 
 REFUSED, UNLOADABLE = "E083", "E084"  # the module may not be imported; it may, but gives no callable
 _IMPORTING = threading.Lock()  # imports change sys.path and sys.modules: one at a time
@@ -149,7 +150,8 @@ def _import(name: str) -> ModuleType:
     """An allowed module, by Python's rules; what its import raises is the user's to see, not a traceback."""
     with _IMPORTING:
         try:
-            return importlib.import_module(name)
+            with user_output():
+                return importlib.import_module(name)
         except ModuleNotFoundError as exc:
             raise CodeError(UNLOADABLE, f"no module named '{exc.name or name}' can be imported") from None
         except (Exception, SystemExit) as exc:
@@ -175,7 +177,8 @@ def _from_file(path: str, folder: str) -> ModuleType:
         home = os.path.realpath(folder or ".")
         sys.path.insert(0, home)
         try:
-            spec.loader.exec_module(module)
+            with user_output():  # what it prints on import goes to stderr, like what its functions print
+                spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:
             del sys.modules[name]
             raise CodeError(UNLOADABLE, f"importing {path} failed: {type(exc).__name__}: {exc}") from None
