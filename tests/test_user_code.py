@@ -39,6 +39,10 @@ async def blocking(s):
     return s
 
 
+def surrogate(s):
+    return s + "\\ud800"
+
+
 def chatty(s):
     print("hello from the function")
     return s.upper()
@@ -119,3 +123,36 @@ def test_run_json_stays_json_when_a_function_prints(tmp_path):
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["trace"]["output"] == "ABC"
     assert "hello from the function" in done.stderr
+
+
+SURROGATE_PIPELINE = """\
+pipeline p "Answer"
+input question: text
+function f = "tools:{name}"
+param task = "Answer the question."
+node mid: text {{ function = f }}
+node out: text {{ prompt = task }}
+question -> mid -> out
+output out
+model {{ name = "openai/fake"  api_base = "http://127.0.0.1:9/v1" }}
+"""
+
+
+def test_a_lone_surrogate_in_a_row_or_a_return_value_is_that_samples_error(tmp_path):
+    done = sbpc("run", str(folder_with(tmp_path, "surrogate")), "--input", "s=a")
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "function failed: what f returned holds a lone surrogate ('\\ud800')" in done.stdout, done.stdout
+    (tmp_path / "tools.py").write_text(TOOLS + "\n\ndef broken(question):\n    return 'x\\ud800'\n")
+    (tmp_path / "broken.sbp").write_text(SURROGATE_PIPELINE.format(name="broken"))
+    direct = SURROGATE_PIPELINE.format(name="same").replace("node mid: text { function = f }\n", "")
+    (tmp_path / "same.sbp").write_text(direct.replace("question -> mid -> out", "question -> out"))
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"question": "a\\ud800b", "answer": "x"}\n')
+    for argv in (
+        ["eval", str(tmp_path / "same.sbp"), "--data", str(rows), "--errors", "1"],
+        ["run", str(tmp_path / "broken.sbp"), "--input", "question=a"],
+    ):
+        done = sbpc(*argv, "--json")
+        assert "Traceback" not in done.stderr and "bug in sbpc" not in done.stderr, done.stderr
+        assert "lone surrogate" in done.stdout, done.stdout
+        json.loads(done.stdout)

@@ -18,6 +18,7 @@ from .. import ir
 from ..diagnostics import suggestion
 from ..node import GraphNode
 from ..shapes import output_text, python_value
+from ..templates import unsendable
 from ..trace import FUNCTION_FAILED, NodeTrace
 from .kind import PROMPT_SETTINGS, Checking, Compiled, Model, NodeKind
 
@@ -83,8 +84,9 @@ class FunctionCall(NodeKind):
             error = f"{FUNCTION_FAILED}: {name} raised {type(raised).__name__}: {raised}"
         else:
             output, problem = output_text(node.type, result)
+            problem = problem or (unsendable(output) if output is not None else None)
             if problem is not None:
-                error = f"{FUNCTION_FAILED}: what {name} returned {problem}"
+                output, error = None, f"{FUNCTION_FAILED}: what {name} returned {problem}"
         if error is not None:
             model.count("function failures")
         return NodeTrace(node.name, call, output or "", output, error, 0, 0, time.monotonic() - started, False)
