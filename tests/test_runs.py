@@ -529,3 +529,12 @@ def test_a_run_folder_named_like_an_impossible_date_is_listed_and_shown(tmp_path
         assert code == 0 and "Traceback" not in err, err
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
     assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", json.loads(out)[0]["started"])  # the record's time
+
+
+def test_sbpcs_own_folder_tells_git_to_ignore_it(tmp_path):
+    from sembp_dsl.records.record import _new_folder
+
+    _new_folder(tmp_path / ".sbpc" / "runs", "x.sbp")
+    assert (tmp_path / ".sbpc" / ".gitignore").read_text().endswith("\n*\n")
+    _new_folder(tmp_path / "elsewhere", "x.sbp")
+    assert not (tmp_path / "elsewhere" / ".gitignore").exists()
