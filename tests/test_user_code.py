@@ -156,3 +156,12 @@ def test_a_lone_surrogate_in_a_row_or_a_return_value_is_that_samples_error(tmp_p
         assert "Traceback" not in done.stderr and "bug in sbpc" not in done.stderr, done.stderr
         assert "lone surrogate" in done.stdout, done.stdout
         json.loads(done.stdout)
+
+
+def test_evals_summary_counts_function_failures_by_cause(tmp_path):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"s": "a", "answer": "A"}\n{"s": "b", "answer": "B"}\n')
+    done = sbpc("eval", str(folder_with(tmp_path, "surrogate")), "--data", str(rows))
+    assert "2 of 2 samples scored wrong after a failure: function failed x2" in done.stdout, done.stdout + done.stderr
+    done = sbpc("eval", str(folder_with(tmp_path, "surrogate")), "--data", str(rows), "--json")
+    assert json.loads(done.stdout)["failure_causes"] == {"function failed": 2}

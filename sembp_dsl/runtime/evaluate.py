@@ -18,7 +18,7 @@ from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
-from ..language.trace import NodeTrace, Trace
+from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
@@ -179,6 +179,16 @@ class Evaluation:
         )
         return dict(causes.most_common())
 
+    def failure_causes(self) -> dict[str, int]:
+        """Samples scored wrong because something failed on the way (a function, a reply that did not parse), by
+        cause, most frequent first: a function failure is seen in the summary, not only in the ledger."""
+        causes = Counter(
+            FUNCTION_FAILED if r.trace.final.blocked else r.trace.final.cause or ""
+            for r in self.results
+            if not r.lost and r.trace.final.error
+        )
+        return dict(causes.most_common())
+
     def report(self, label: str, metric: str, errors: int = 0) -> str:
         """The text summary: accuracy (or n/a), losses with their causes, a budget stop, the first wrong samples."""
         if self.accuracy is None:
@@ -192,6 +202,12 @@ class Evaluation:
         if self.lost:
             causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
             lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
+        failed = self.failure_causes()
+        if failed:
+            causes = ", ".join(f"{cause} x{n}" for cause, n in failed.items())
+            lines.append(
+                f"{sum(failed.values())} of {len(self.results)} samples scored wrong after a failure: {causes}"
+            )
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
         for r in self.wrong[:errors]:
@@ -213,6 +229,7 @@ class Evaluation:
             "scored": self.scored,
             "lost": len(self.lost),
             "lost_causes": self.lost_causes(),
+            "failure_causes": self.failure_causes(),
             "requested": self.requested,
             "stopped": self.stopped,
             "errors": [
