@@ -447,9 +447,18 @@ def _new_folder(runs_dir: Path, file: str) -> Path:
         folder = runs_dir / f"{stamp}-{Path(file).stem}-{n}"
     try:
         folder.mkdir(parents=True)
+        _ignored_by_git(runs_dir)
     except OSError as exc:
         raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
     return folder
+
+
+def _ignored_by_git(runs_dir: Path) -> None:
+    """sbpc's own folder (.sbpc, where runs go by default) lands in the user's repository: it says so to git, as
+    pytest's cache does."""
+    own = next((p for p in (runs_dir, *runs_dir.parents) if p.name == ".sbpc"), None)
+    if own is not None and not (own / ".gitignore").exists():
+        atomic_write(own / ".gitignore", "# Written by sbpc: its run records and cache are not sources.\n*\n")
 
 
 def _check_folder(runs_dir: Path) -> None:

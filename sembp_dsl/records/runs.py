@@ -8,6 +8,7 @@ as a result it did not reach.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import os
@@ -80,8 +81,9 @@ class Run:
     def started(self) -> str:
         """When the run began, from its folder name (YYYYmmdd-HHMMSS-...), else the record's time."""
         match = re.match(r"(\d{8}-\d{6})", self.name)
-        if match:
-            return time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
+        with contextlib.suppress(ValueError):  # a name like a date that is none (month 13): the record's time
+            if match:
+                return time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((self.folder / "run.json").stat().st_mtime))
 
     @property
