@@ -107,14 +107,14 @@ def check_conditions(cx: Checking) -> dict[tuple[str, str | None], tuple[str, ..
         condition = edge.condition
         if condition is None:
             continue
-        options = fed_by_subject(cx, edge, condition) and condition_options(cx, condition)
-        if options is False or (options and condition.option not in options):
+        options = condition_options(cx, condition) if fed_by_subject(cx, edge, condition) else None
+        if options is None:
             refused = True
-        if options is False:
             continue
         key = (condition.subject.name, condition.field.name if condition.field else None)
         deciding[key] = options
         if options and condition.option not in options:
+            refused = True
             cx.report(
                 "E122",
                 condition.span,
@@ -136,8 +136,8 @@ def fed_by_subject(cx: Checking, edge: ir.Edge, condition: ir.Condition) -> bool
     return False
 
 
-def condition_options(cx: Checking, condition: ir.Condition) -> tuple[str, ...] | bool:
-    """A choice's options, a record field's (a field that is not a choice: empty, any value), or False after
+def condition_options(cx: Checking, condition: ir.Condition) -> tuple[str, ...] | None:
+    """A choice's options, a record field's (a field that is not a choice: empty, any value), or None after
     reporting a value a condition cannot read (E120, E076)."""
     name = condition.subject.name
     type_ = cx.nodes[name].type
@@ -146,16 +146,16 @@ def condition_options(cx: Checking, condition: ir.Condition) -> tuple[str, ...] 
             return type_.choices
         help = "branch on a choice (`choice(Yes, No)`) or a record's field (`when review.decision == send`)"
         cx.report("E120", condition.subject.span, f"'{name}' is {type_}: a condition reads a choice or a field", help)
-        return False
+        return None
     if type_.kind != "record":
         cx.report("E120", condition.field.span, f"'{name}' is {type_}, not a record: it has no field to branch on")
-        return False
+        return None
     found = type_.field(condition.field.name)
     if found is None:
         fields = [f.name for f in type_.fields]
         help = suggestion(condition.field.name, fields) or f"its fields are {', '.join(fields)}"
         cx.report("E076", condition.field.span, f"node '{name}' has no field '{condition.field.name}'", help=help)
-        return False
+        return None
     return found.type.choices if found.type.kind == "choice" else ()
 
 

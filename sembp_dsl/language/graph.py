@@ -154,7 +154,7 @@ class Graph:
         node = self.nodes.get(name)
         if node is None:
             return next(i.type for i in self.inputs if i.name == name)
-        return ir.OutputType("list", item=node.type) if node.each is not None else node.type
+        return ir.OutputType("list", item=node.type, span=node.type.span) if node.each is not None else node.type
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()

@@ -37,7 +37,7 @@ def each_of(node: ir.Node) -> Each | None:
 
 def value_type(node: ir.Node) -> ir.OutputType:
     """What a node's value is: its type, or the list of it when the node is mapped."""
-    return ir.OutputType("list", item=node.type) if node.each is not None else node.type
+    return ir.OutputType("list", item=node.type, span=node.type.span) if node.each is not None else node.type
 
 
 def items(value: str) -> list[str] | None:
