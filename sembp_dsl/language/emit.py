@@ -103,6 +103,8 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
     every trainable param, and how each trainable demos param is filled."""
     values: dict = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
     for name, node in graph.nodes.items():
+        if node.each is not None:
+            values[node.each.item] = f"<{node.each.item}>"
         if node.type.kind == "record":
             values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
     for node in graph.nodes.values():

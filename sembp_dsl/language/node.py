@@ -58,8 +58,9 @@ class GraphNode:
         """What its template and system message read: each input's value (a record output as a record), each
         param it uses, rendered (a param may read the node's inputs: "Judge {{ party }}'s claim"), and `prompt`."""
         variables: dict = {name: values[name] for name in self.inputs}
-        if self.each is not None:  # a mapped node's run: the item it runs on
-            variables[self.each.item] = values[self.each.item]
+        if self.each is not None:  # a mapped node's run: the item it runs on (asked backward: all of them)
+            item, over = self.each.item, self.each.over
+            variables[item] = values[item] if item in values else values[over]
         for name, type_ in self.records.items():
             value = values[name]
             variables[name] = value if isinstance(value, Record) else as_record(type_, value)
