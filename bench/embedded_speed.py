@@ -5,7 +5,7 @@ What it measures: completion tokens per second (completion_tokens / wall-clock s
 call, prompt evaluation included) for the same chat prompt, greedy (temperature 0), same max_tokens,
 same GGUF file and the same Llama settings (n_ctx, threads), along two paths:
 
-* ours   -- ``await FastPath().acompletion("embedded/smollm2-135m", ...)``, the transport every sbpc call
+* ours   -- ``await Embedded().send("embedded/smollm2-135m", ...)``, the transport every sbpc call
             takes: the lock, ``llm.reset()``, the hop to a worker thread, the reply read;
 * litellm -- ``await litellm.acompletion(model="embedded/smollm2-135m", ...)``, the path of litellm's Router:
             litellm's routing and logging and our custom provider on top of the same;
@@ -37,7 +37,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sembp_dsl.models import embedded  # noqa: E402
-from sembp_dsl.models.transport import FastPath  # noqa: E402
+from sembp_dsl.models.transport import Embedded  # noqa: E402
 
 PROMPT = [
     {"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."},
@@ -76,12 +76,12 @@ def main() -> int:
 
     loop = asyncio.new_event_loop()
 
-    transport = FastPath()
+    transport = Embedded()
 
     def run_ours() -> tuple[float, int, str]:
         t = time.perf_counter()
         r = loop.run_until_complete(
-            transport.acompletion(embedded.MODEL, PROMPT, temperature=0, max_tokens=args.max_tokens)
+            transport.send(embedded.MODEL, PROMPT, timeout=600.0, temperature=0, max_tokens=args.max_tokens)
         )
         dt = time.perf_counter() - t
         return dt, r.completion_tokens, r.text

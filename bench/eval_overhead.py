@@ -40,7 +40,7 @@ from sembp_dsl.language.graph import build  # noqa: E402
 from sembp_dsl.language.source import parse_text  # noqa: E402
 from sembp_dsl.models.cache import ResponseCache  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
-from sembp_dsl.models.transport import from_litellm  # noqa: E402
+from sembp_dsl.models.transport import Litellm  # noqa: E402
 from sembp_dsl.runtime import datasets  # noqa: E402
 from sembp_dsl.runtime.evaluate import evaluate  # noqa: E402
 
@@ -87,15 +87,8 @@ def bare_litellm(url: str, prompts: list[str], concurrency: int) -> None:
 
 
 def sbpc_eval(graph, samples, concurrency: int, *, through_litellm: bool = False, cache: ResponseCache | None = None):
-    llm = LLM(graph.models, concurrency=concurrency, cache=cache)
-    if through_litellm:  # our whole layer, but sending through bare litellm.acompletion
-
-        async def send(model, messages, **settings):
-            return from_litellm(
-                await litellm.acompletion(model=model, messages=messages, max_retries=0, **settings), model
-            )
-
-        llm.transport.acompletion = send
+    # through_litellm: our whole layer, but sending through litellm.acompletion
+    llm = LLM(graph.models, concurrency=concurrency, cache=cache, transport=Litellm() if through_litellm else None)
     evaluation = llm.run(evaluate(graph, llm, samples, "exact"))
     assert len(evaluation.results) == len(samples)
     return evaluation

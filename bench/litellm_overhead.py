@@ -214,7 +214,7 @@ async def v_fast(url: str, conc: int) -> Call:
     fast = FastPath()
 
     async def call(i: int):
-        reply = await fast.acompletion(MODEL, messages_for(i), api_base=url, api_key=API_KEY)
+        reply = await fast.send(MODEL, messages_for(i), timeout=600.0, api_base=url, api_key=API_KEY)
         assert reply.text, "empty reply"
         return reply.cost
 

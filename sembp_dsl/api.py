@@ -812,7 +812,7 @@ class Pipeline:
         """Close the connections this event loop's calls opened."""
         llm = self._session.llms.pop(asyncio.get_running_loop(), None)
         if llm is not None:
-            await llm.transport.aclose()
+            await llm.aclose()
 
     def __enter__(self) -> Pipeline:
         return self
@@ -915,7 +915,7 @@ def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
     _cancel_pending(loop)
     llm = llms.pop(loop, None)
     if llm is not None:
-        loop.run_until_complete(llm.transport.aclose())
+        loop.run_until_complete(llm.aclose())
     loop.close()
 
 

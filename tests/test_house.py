@@ -25,8 +25,6 @@ NOT_YET = {  # module:function
     "sembp_dsl.cli.lsp:build_server",
     "sembp_dsl.cli.runs:add_run_commands",
     "sembp_dsl.compare:compare_evals",
-    "sembp_dsl.models.faults:classify",
-    "sembp_dsl.models.routing:_shape_problem",
 }
 NOT_YET_IMPORTS = {  # modules
     "sembp_dsl.cli.commands",
@@ -34,8 +32,6 @@ NOT_YET_IMPORTS = {  # modules
     "sembp_dsl.cli.lsp",
     "sembp_dsl.cli.runs",
     "sembp_dsl.compare",
-    "sembp_dsl.models.embedded",
-    "sembp_dsl.models.routing",
 }
 
 

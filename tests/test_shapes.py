@@ -24,8 +24,9 @@ from sembp_dsl.language.node import GraphNode
 from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, first_json, hints_shape, node_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
-from sembp_dsl.models import constraints, embedded
+from sembp_dsl.models import constraints, embedded, prices
 from sembp_dsl.models.llm import LLM
+from sembp_dsl.models.transport import serving
 
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FEWER = settings(SETTINGS, max_examples=20)  # JSON replies: the matcher is slow on nested values
@@ -429,7 +430,7 @@ def test_a_reply_that_is_not_the_asked_json_is_left_for_the_parser():
     ],
 )
 def test_each_model_gets_the_constraint_its_provider_takes(name, settings_, kind):
-    assert constraints.form(name, settings_) == kind
+    assert constraints.form(name, settings_, serving(name)()) == kind
 
 
 @pytest.mark.slow  # imports litellm
@@ -447,7 +448,9 @@ def test_takes_schema_agrees_with_litellm():
         "groq/llama-3.1-8b-instant",
         "mistral/mistral-small-latest",
     ]
-    assert {n: constraints.takes_schema(n) for n in names} == {n: litellm.supports_response_schema(n) for n in names}
+    assert {n: prices.supports_response_schema(n) for n in names} == {
+        n: litellm.supports_response_schema(n) for n in names
+    }
 
 
 def replies_by_body(body: dict) -> str:

@@ -2,6 +2,8 @@
 
 A reply's shape (language/shapes.py) reaches the model in the form its provider takes:
 
+Which form a model takes is its transport's to say (transport.py: `Transport.grammar`, `takes_schema`):
+
 - `grammar`: the embedded model (llama.cpp) decodes within the reply's GBNF grammar; the reply is the text
   itself. max_tokens sizes it in characters (CHARS_PER_TOKEN a token), and the call may take a token per
   character, so a reply always ends closed. A field that reaches its bound is closed by the grammar, not
@@ -26,31 +28,24 @@ from dataclasses import dataclass
 
 from ..language.graph import Graph, max_chars
 from ..language.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape, prompt_shape
-from . import embedded, prices
+from .transport import Transport, serving
 
 GRAMMAR, SCHEMA, NONE = "grammar", "schema", "none"
-#: providers whose every model takes a JSON Schema, as litellm.supports_response_schema lists them
-SCHEMA_PROVIDERS = ("predibase", "fireworks_ai", "lm_studio", "nebius", "databricks")
 
 
-def form(name: str, settings: Mapping) -> str:
-    """The constraint a model gets: GRAMMAR, SCHEMA or NONE."""
+def form(name: str, settings: Mapping, transport: Transport) -> str:
+    """The constraint the model `name` gets, with these settings, from the transport that sends its calls:
+    GRAMMAR, SCHEMA or NONE."""
     asked = settings.get("constrain", "auto")
     if asked == "off":
         return NONE
-    if embedded.serves(name):
+    if transport.grammar:
         return GRAMMAR
     if asked == "schema":  # the user knows their server takes one (vLLM, llama-server, Ollama's /v1)
         return SCHEMA
     if settings.get("router"):
         return NONE
-    return SCHEMA if takes_schema(name) else NONE
-
-
-def takes_schema(name: str) -> bool:
-    """Whether litellm says the model takes a JSON Schema in `response_format`."""
-    provider = name.split("/", 1)[0] if "/" in name else ""
-    return provider in SCHEMA_PROVIDERS or prices.supports_response_schema(name)
+    return SCHEMA if transport.takes_schema(name) else NONE
 
 
 def request(shape: Shape | None, kind: str, max_tokens: int | None) -> dict:
@@ -121,7 +116,7 @@ def emit(graph: Graph, names: Mapping[str, str | None]) -> str:
     sections = []
     for reply in replies(graph):
         name, settings = names[reply.model], graph.models[reply.model].settings
-        kind = NONE if name is None else form(name, settings)
+        kind = NONE if name is None else form(name, settings, serving(name)())
         head = f"=== {reply.what}: {reply.shape.name}; {reply.model} model {name or '(none)'}: {kind} ==="
         sent = request(reply.shape, kind, max_tokens(settings))
         if "grammar" in sent:
@@ -129,7 +124,7 @@ def emit(graph: Graph, names: Mapping[str, str | None]) -> str:
         elif "response_format" in sent:
             body = "response_format = " + json.dumps(sent["response_format"], indent=2, ensure_ascii=False)
         else:
-            body = f"(no constraint: {why_none(name, settings, reply.shape)})"
+            body = f"(no constraint: {why_none(name, settings, kind)})"
         sections.append(f"{head}\n{body}")
     return "\n\n".join(sections) or "(no reply sbpc parses has a shape: every node is text and nothing is trained)"
 
@@ -140,13 +135,14 @@ def max_tokens(settings: Mapping) -> int | None:
     return None if value is None else int(value)
 
 
-def why_none(name: str | None, settings: Mapping, shape: Shape) -> str:
+def why_none(name: str | None, settings: Mapping, kind: str) -> str:
+    """Why a shaped reply goes unconstrained to a model that gets the constraint `kind`."""
     if name is None:
         return "no model is configured for this role"
     if settings.get("constrain") == "off":
         return "constrain = off"
     if settings.get("router"):
         return "a Router's deployments may take different forms"
-    if form(name, settings) == SCHEMA:
+    if kind == SCHEMA:
         return "a JSON Schema cannot state this shape"
     return f"litellm does not list {name} as taking a JSON Schema"

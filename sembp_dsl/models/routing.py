@@ -23,9 +23,8 @@ from typing import Any
 
 from ..errors import SbpcError
 from ..language.diagnostics import one_of, url_problem
-from . import embedded, prices
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
-from .transport import FastPath, Reply, from_litellm, import_litellm
+from .transport import FastPath, Reply, from_litellm, import_litellm, serving
 
 
 class Routers:
@@ -77,10 +76,10 @@ class Routers:
                 )
             else:
                 model = params["model"]
-                costs.append(0.0 if embedded.serves(model) else prices.cost(model, prompt_tokens, completion_tokens))
+                costs.append(serving(model)().price(model, prompt_tokens, completion_tokens))
         return None if None in costs else max(costs)
 
-    async def acompletion(
+    async def send(
         self,
         model: str,
         messages: list,
@@ -225,10 +224,10 @@ def load_router(path: str, config: dict, fast: FastPath, count: Callable[[str], 
     OpenAI-compatible deployment is sent by `fast` (litellm's own call costs 6 ms of CPU, ours 0.4)."""
     settings = config.get("router_settings") or {}
     import_litellm()
-    if any(embedded.serves(d["litellm_params"]["model"]) for d in config["model_list"]):
-        embedded.register()  # the Router checks every deployment's provider as it is built
-    from litellm.router import Router, router_arguments
-    from litellm.router_config import build_router_config
+    for kind in {serving(d["litellm_params"]["model"]) for d in config["model_list"]}:
+        kind().register_with_litellm()  # the Router checks every deployment's provider as it is built
+    from litellm.router import Router, router_arguments  # litellm's (seconds to import): only with a router file
+    from litellm.router_config import build_router_config  # litellm's, as above
 
     try:
         arguments = router_arguments(model_list=config["model_list"], **{"num_retries": 0, **settings})
@@ -260,7 +259,7 @@ MAX_ROUTER_VALUES = 100_000
 def router_config(path: str) -> dict:
     """A router config file read as data (litellm is not needed for it); RouterConfigError when it
     cannot be read, is not a regular file (a FIFO would block), is too large, or has no deployments."""
-    import yaml
+    import yaml  # PyYAML: about 20 ms of startup, which only a router file needs
 
     if os.path.exists(path) and not os.path.isfile(path):
         raise RouterConfigError(f"router config {path}: not a regular file (a folder, FIFO or device?)")
@@ -312,34 +311,54 @@ def _shape_problem(config: dict) -> str | None:
     """What makes a config litellm's Router would take and then fail on (a traceback on the first call,
     or a fallback that never happens), in the words of the file; None when it has the right shape."""
     for index, deployment in enumerate(config["model_list"]):
-        where = f"model_list entry {index + 1}"
-        if not isinstance(deployment, dict):
-            return f"{where} must be a mapping with `model_name` and `litellm_params`, not {deployment!r:.60}"
-        name, params = deployment.get("model_name"), deployment.get("litellm_params")
-        if not isinstance(name, str) or not name:
-            return f"{where}: `model_name` (the model group it serves) must be a non-empty string"
-        where = f"deployment {index + 1} of model group '{name}'"
-        if not isinstance(params, dict) or not isinstance(params.get("model"), str) or not params["model"]:
-            return f"{where}: `litellm_params` must be a mapping with a `model` string (e.g. openai/gpt-4o-mini)"
-        for key in ("api_base", "api_key"):
-            if key in params and not isinstance(params[key], (str, type(None))):
-                return f"{where}: `{key}` must be a string"  # never quoted: it may be a key
-        base = params.get("api_base")
-        if isinstance(base, str) and not base.startswith("os.environ/") and url_problem(base):
-            return f"{where}: `api_base` {url_problem(base)}"
-        for key in DEPLOYMENT_NUMBERS:
-            if key in params and not _is_number(params[key]):
-                return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
-            if key in DEPLOYMENT_LIMITS and params.get(key) == 0:
-                return f"{where}: `{key}` must be more than 0"
+        problem = _deployment_problem(index + 1, deployment)
+        if problem:
+            return problem
     settings = config.get("router_settings") or {}
     if not isinstance(settings, dict):
         return "`router_settings` must be a mapping"
+    groups = {d["model_name"] for d in config["model_list"]}
+    aliases = settings.get("model_group_alias") or {}
+    problem = _settings_numbers_problem(settings) or _alias_problem(aliases, groups)
+    if problem:
+        return problem
+    return _fallback_problem(settings, groups | set(map(str, aliases)))
+
+
+def _deployment_problem(number: int, deployment: Any) -> str | None:
+    """What is wrong with the `number`th entry of `model_list`; None: nothing."""
+    where = f"model_list entry {number}"
+    if not isinstance(deployment, dict):
+        return f"{where} must be a mapping with `model_name` and `litellm_params`, not {deployment!r:.60}"
+    name, params = deployment.get("model_name"), deployment.get("litellm_params")
+    if not isinstance(name, str) or not name:
+        return f"{where}: `model_name` (the model group it serves) must be a non-empty string"
+    where = f"deployment {number} of model group '{name}'"
+    if not isinstance(params, dict) or not isinstance(params.get("model"), str) or not params["model"]:
+        return f"{where}: `litellm_params` must be a mapping with a `model` string (e.g. openai/gpt-4o-mini)"
+    for key in ("api_base", "api_key"):
+        if key in params and not isinstance(params[key], (str, type(None))):
+            return f"{where}: `{key}` must be a string"  # never quoted: it may be a key
+    base = params.get("api_base")
+    if isinstance(base, str) and not base.startswith("os.environ/") and url_problem(base):
+        return f"{where}: `api_base` {url_problem(base)}"
+    for key in DEPLOYMENT_NUMBERS:
+        if key in params and not _is_number(params[key]):
+            return f"{where}: `{key}` must be a number of at least 0, not {params[key]!r:.40}"
+        if key in DEPLOYMENT_LIMITS and params.get(key) == 0:
+            return f"{where}: `{key}` must be more than 0"
+    return None
+
+
+def _settings_numbers_problem(settings: dict) -> str | None:
     for key in SETTING_NUMBERS:
         if key in settings and not _is_number(settings[key]):
             return f"router_settings: `{key}` must be a number of at least 0, not {settings[key]!r:.40}"
-    groups = {d["model_name"] for d in config["model_list"]}
-    aliases = settings.get("model_group_alias") or {}
+    return None
+
+
+def _alias_problem(aliases: Any, groups: set[str]) -> str | None:
+    """What is wrong with `model_group_alias`: each alias names a model group, plainly or as {model, hidden}."""
     if not isinstance(aliases, dict):
         return "router_settings: `model_group_alias` must map a name to a model group"
     for alias, target in aliases.items():
@@ -350,7 +369,11 @@ def _shape_problem(config: dict) -> str | None:
                 if isinstance(group, str)
                 else "must name a model group, or be {model: GROUP, hidden: BOOL}"
             )
-    known = groups | set(map(str, aliases))
+    return None
+
+
+def _fallback_problem(settings: dict, known: set[str]) -> str | None:
+    """What is wrong with the fallback settings: each names the `known` groups and aliases only ("*": any)."""
     for key in FALLBACK_SETTINGS:
         fallbacks = settings.get(key)
         if fallbacks is None:
@@ -438,7 +461,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
     """litellm's own `PythonHost` for a Router (what the Router reaches outside itself), except that
     its chat call goes out on `fast` whenever the fast path would send it. Each call is counted by
     where it went and how it ended (`count`), so the ledger shows how the Router spread the load."""
-    from litellm.router_python_host import PythonHost
+    from litellm.router_python_host import PythonHost  # litellm's (seconds to import): only with a router file
 
     class SendingHost(PythonHost):
         __slots__ = ()
@@ -471,7 +494,7 @@ def _sending_host(fast: FastPath, count: Callable[[str], None]):
                         response = await endpoint(**kwargs)
                     else:
                         try:
-                            reply = await fast.send(route, messages, timeout, extra_headers, request)
+                            reply = await fast.post(route, messages, timeout, extra_headers, request)
                         except (CallError, BadReply) as exc:
                             raise _as_litellm_error(exc, route.model) from exc
                         if price != [None, None]:
@@ -497,7 +520,7 @@ def _as_call_error(exc: Exception, group: str) -> Exception:
     not an API error) as a 429 to wait out for the cooldown."""
     if isinstance(exc.__cause__, BadReply):
         return exc.__cause__
-    from litellm.types.router import RouterRateLimitError, RouterRateLimitErrorBasic
+    from litellm.types.router import RouterRateLimitError, RouterRateLimitErrorBasic  # litellm's: see load_router
 
     return _refusal(exc, group) if isinstance(exc, (RouterRateLimitError, RouterRateLimitErrorBasic)) else exc
 
@@ -528,7 +551,7 @@ def _as_litellm_error(exc: CallError | BadReply, model: str) -> Exception:
         return litellm.InternalServerError(message=str(exc), llm_provider="openai", model=model)
     if exc.status_code is None:  # no reply came back: a timeout, no connection, no key to send
         return getattr(litellm, exc.name)(message=exc.message, llm_provider="openai", model=model)
-    from litellm.litellm_core_utils.exception_mapping_utils import exception_type
+    from litellm.litellm_core_utils.exception_mapping_utils import exception_type  # litellm's: see load_router
 
     try:
         exception_type(model=model, custom_llm_provider="openai", original_exception=exc)

