@@ -147,6 +147,22 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'frozen demos s max 2 = [{q: "x", a: "y"}]\nnode a: text { demos = s }\nq -> a\noutput a\n',
     ),
     "W012": ("p.sbp", HEADER + "frozen demos s = []\nnode a: text { demos = s }\nq -> a\noutput a\n"),
+    "E120": ("p.sbp", HEADER + "node a: text {}\nnode b: text {}\nq -> a\na -> b when a == x\noutput b\n"),
+    "E121": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nq -> b when t == x\noutput b\n"),
+    "E122": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nt -> b when t == z\noutput b\n"),
+    "E123": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nt -> b when t == x\noutput b\n"),
+    "E124": ("p.sbp", HEADER + "node a: text {}\nnode b: number {}\nq -> a, b\noutput a | b\n"),
+    "E125": ("p.sbp", HEADER + "node a: text for each x in q { max_items = 2 }\nq -> a\noutput a\n"),
+    "E126": ("p.sbp", "pipeline t\ninput q: list[text]\nnode a: text for each x in q {}\nq -> a\noutput a\n"),
+    "E127": (
+        "p.sbp",
+        "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
+    ),
+    "W020": (
+        "p.sbp",
+        HEADER + "node t: choice(x, y) {}\nnode a: text {}\nnode b: text {}\nnode c: text {}\nq -> t\n"
+        "t -> a when t == x\nt -> c when t == y\na, t -> b when t == y\nb -> c\noutput a | c\n",
+    ),
 }
 FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
 AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call

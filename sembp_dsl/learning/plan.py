@@ -134,7 +134,7 @@ def plan(
             node.model,
             usage(
                 node.model,
-                passes * kind_of(node).model_calls(node),
+                passes * kind_of(node).model_calls(node) * node.most_runs,
                 longest[node.name],
                 node_shape(node.type, node.parse) is not None,
             ),

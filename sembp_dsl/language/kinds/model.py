@@ -98,10 +98,10 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         return text, None
     if node.type.kind == "record":
         return read_record(node.type, text)
-    if node.type.kind == "json":
+    if node.type.kind in ("json", "list"):
         value = first_json(text)
-        if value is None:
-            return None, "no JSON value in the reply"
+        if value is None or (node.type.kind == "list" and not isinstance(value, list)):
+            return None, f"no JSON {'array' if node.type.kind == 'list' else 'value'} in the reply"
         return json.dumps(value, ensure_ascii=False, sort_keys=True), None
     if node.type.kind == "number":
         number = parse_number(text)
