@@ -7,7 +7,7 @@
 - A string's text never changes. A block string that starts on a new line is re-indented two spaces under
   the line it starts on (which leaves its text as it was); every other literal is kept as written.
 - Tokens are spaced one way: `a, b -> c`, `node a: choice(Yes, No)`, `node j: {verdict: text, why: text}`
-  (no trailing comma), `output j.verdict`, `key = value`, `{ a = 1  b = 2 }`.
+  (no trailing comma), `output j.verdict`, `key = value`, `{ a = 1  b = 2 }`, `tools = [lookup, calc]`.
 - Statements of one kind written one after another line up their `=` or `{`; the settings of one-line
   blocks in such a run line up in columns. A block stays on one line when it was written so and fits in
   WIDTH; one that does not becomes one setting per line, keys lined up. A statement longer than WIDTH
@@ -31,8 +31,8 @@ from .syntax import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, r
 
 WIDTH = 100
 INDENT = "  "
-NO_SPACE_BEFORE = (",", ":", ")", ";", "(", "}", ".")
-NO_SPACE_AFTER = ("(", "{", ".")  # a `{` joined into a line opens a record type; a block's braces are set apart
+NO_SPACE_BEFORE = (",", ":", ")", ";", "(", "}", ".", "]")
+NO_SPACE_AFTER = ("(", "{", ".", "[")  # a `{` joined into a line opens a record type; a block's braces are set apart
 
 
 class FormatError(SbpcError, ValueError):

@@ -66,6 +66,48 @@ class Step:
         }
 
 
+@dataclass(frozen=True)
+class Turn:
+    """One reply of the model in a conversation with tools: its text, the calls it makes (natively: beside the
+    text; in the text form: none, the text is read), and what it cost."""
+
+    text: str
+    calls: tuple[ToolCall, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    latency: float
+    cost: float
+    cached: bool
+    finish_reason: str | None = None
+
+
+#: What the compact trajectory keeps of one argument value and of one result (the backward question shows it).
+SHOWN_ARGUMENT, SHOWN_RESULT = 80, 200
+
+
+def compact(steps: Sequence[Step], limit: int = 12) -> str:
+    """A trajectory in a few lines, each value and result cut short: `1. lookup(place="Kesh") -> population of
+    Kesh: 18400`, then the answer. At most `limit` calls are shown, and how many were left out."""
+    lines: list[str] = []
+    for step in steps:
+        for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls)))):
+            shown = ", ".join(
+                f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}"
+                for key, value in call.arguments.items()
+            )
+            outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
+            lines.append(f"{len(lines) + 1}. {call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}")
+    left = len(lines) - limit
+    lines = lines[:limit] + ([f"... {left} more calls"] if left > 0 else [])
+    if steps and not steps[-1].calls:
+        lines.append(f"then answered: {clip(' '.join(steps[-1].reply.split()), SHOWN_RESULT)}")
+    return "\n".join(lines)
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def bounded(text: str, limit: int = RESULT_CHARS) -> str:
     """Text cut to `limit` characters, saying how much was left out."""
     if len(text) <= limit:

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .toolcalls import Step
+
 if TYPE_CHECKING:  # a type only: why a model call failed is the models stage's to say (models/faults.py)
     from ..models.faults import Failure
 
@@ -35,13 +37,17 @@ class NodeTrace:
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
     system: str | None = None  # the system message sent before the prompt, if any
     cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
+    steps: tuple[Step, ...] = ()  # a tool loop's trajectory: each reply, its tool calls and their results
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
         return cls(node, prompt, "", None, reason, 0, 0, 0.0, False, failure)
 
     def to_json(self) -> dict:
-        return {**vars(self), "failure": self.failure.to_json() if self.failure else None}
+        """Its fields as JSON; a trajectory only where there is one (other nodes' JSON is as it always was)."""
+        found = {**vars(self), "failure": self.failure.to_json() if self.failure else None}
+        steps = found.pop("steps")
+        return {**found, "steps": [step.to_json() for step in steps]} if steps else found
 
     @property
     def lost(self) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
@@ -126,7 +127,35 @@ async def call_function(function: Callable, arguments: Mapping[str, object]) -> 
     try:
         if inspect.iscoroutinefunction(function):  # others that return an awaitable are awaited below
             return await function(**arguments), None
-        result = await asyncio.to_thread(function, **arguments)
+        result = await in_thread(function, arguments)
         return (await result if inspect.isawaitable(result) else result), None
     except (Exception, SystemExit) as exc:
         return None, exc
+
+
+def in_thread(function: Callable, arguments: Mapping[str, object]) -> asyncio.Future:
+    """A sync callable's outcome, from a daemon thread of its own: one still running after its timeout holds up
+    neither the end of the event loop (asyncio.to_thread's pool is joined there) nor the process's exit."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def settle(result: object, raised: BaseException | None) -> None:
+        if future.done():  # its caller stopped waiting (a timeout)
+            return
+        if raised is not None:
+            future.set_exception(raised)
+        else:
+            future.set_result(result)
+
+    def run() -> None:
+        try:
+            outcome: tuple[object, BaseException | None] = (function(**arguments), None)
+        except BaseException as exc:  # noqa: BLE001 - whatever it raises is its caller's to report
+            outcome = (None, exc)
+        try:
+            loop.call_soon_threadsafe(settle, *outcome)
+        except RuntimeError:  # the loop has closed: nobody is waiting for it any more
+            pass
+
+    threading.Thread(target=run, name=f"sbpc-call-{getattr(function, '__name__', 'function')}", daemon=True).start()
+    return future
