@@ -322,7 +322,7 @@ def check_functions(cx: Context) -> None:
                 "E113",
                 description.value_span,
                 f"function '{function.name}': its description names no param '{description.value}'",
-                help=suggestion(description.value, cx.params) or "declare it: param NAME = \"what the tool does\"",
+                help=suggestion(description.value, cx.params) or 'declare it: param NAME = "what the tool does"',
             )
 
 

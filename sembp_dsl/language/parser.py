@@ -189,7 +189,9 @@ class Builder(Transformer):
 
     def function_decl(self, children):
         name, literal, *settings = children
-        function = ir.Function(str(name), str(literal), tuple(settings), span=self.span(name), literal=self.span(literal))
+        function = ir.Function(
+            str(name), str(literal), tuple(settings), span=self.span(name), literal=self.span(literal)
+        )
         return [("function", function)]
 
     def node_decl(self, children):

@@ -131,7 +131,14 @@ class Completion:
         # a JSON "\ud800" from the server is no character: no later request (or terminal) could carry it
         text = LONE_SURROGATE.sub("\ufffd", reply.text)
         return cls(
-            text, reply.prompt_tokens, reply.completion_tokens, cost, False, latency, reply.finish_reason, reply.tool_calls
+            text,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            cost,
+            False,
+            latency,
+            reply.finish_reason,
+            reply.tool_calls,
         )
 
     @classmethod

@@ -88,7 +88,11 @@ def tool_call(sent: Mapping) -> ToolCall:
         arguments = json.loads(sent["arguments"] or "{}")
     except ValueError:
         arguments = None
-    return ToolCall(sent["id"], sent["name"], arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]})
+    return ToolCall(
+        sent["id"],
+        sent["name"],
+        arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]},
+    )
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:

@@ -72,7 +72,9 @@ class ToolLoop(NodeKind):
             function = cx.functions.get(name)
             if function is None:
                 hint = suggestion(name, cx.functions) or f'declare it: function {name} = "module:{name}"'
-                cx.report("E110", tools.value_span, f"node '{node.name}': tool '{name}' is not a declared function", help=hint)
+                cx.report(
+                    "E110", tools.value_span, f"node '{node.name}': tool '{name}' is not a declared function", help=hint
+                )
                 continue
             spec = tool_spec(cx.p, function, None)
             if isinstance(spec, str):
@@ -91,7 +93,8 @@ class ToolLoop(NodeKind):
         self, node: ir.Node, functions: Mapping[str, ir.Function], params: Mapping[str, ir.Param]
     ) -> tuple[str, ...]:
         """Its tools' descriptions that are params."""
-        return tuple(name for tool in self.functions(node) if (name := description_param(functions.get(tool))) in params)
+        named = (description_param(functions.get(tool)) for tool in self.functions(node))
+        return tuple(name for name in named if name is not None and name in params)
 
     def model_calls(self, node: GraphNode) -> int:
         return max_steps(node)
@@ -139,7 +142,8 @@ def tools_of(node: GraphNode) -> tuple[str, ...]:
 
 
 def max_steps(node: GraphNode) -> int:
-    return int(node.settings.get("max_steps", DEFAULT_MAX_STEPS))
+    value = node.settings.get("max_steps", DEFAULT_MAX_STEPS)
+    return value if isinstance(value, int) else DEFAULT_MAX_STEPS  # the checker holds it a whole number
 
 
 def description_param(function: ir.Function | None) -> str | None:
@@ -225,7 +229,9 @@ class Toolbox:
             return ToolResult(call, bounded(f"{call.name} raised {type(raised).__name__}: {raised}"), True, seconds)
         text = as_text(result)
         if text is None:
-            return ToolResult(call, f"{call.name} returned a {type(result).__name__}, which has no text form", True, seconds)
+            return ToolResult(
+                call, f"{call.name} returned a {type(result).__name__}, which has no text form", True, seconds
+            )
         return ToolResult(call, bounded(text), False, seconds)
 
 
@@ -261,7 +267,9 @@ class Loop:
 
     def __post_init__(self) -> None:
         if not self.native:
-            self.prompt = f"{self.prompt}\n\n{describe_tools(list(self.toolbox.specs.values()), self.toolbox.descriptions)}"
+            self.prompt = (
+                f"{self.prompt}\n\n{describe_tools(list(self.toolbox.specs.values()), self.toolbox.descriptions)}"
+            )
         self.messages = [*([{"role": "system", "content": self.system}] if self.system else [])]
         self.messages.append({"role": "user", "content": self.prompt})
 
