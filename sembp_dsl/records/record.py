@@ -314,7 +314,13 @@ class RunRecord:
                 "error": r.metric_error or r.trace.final.error,
                 "reason": r.reason,
                 "nodes": {
-                    name: {"prompt": n.prompt, "reply": n.reply, "output": n.output, "error": n.error}
+                    name: {
+                        "prompt": n.prompt,
+                        "reply": n.reply,
+                        "output": n.output,
+                        "error": n.error,
+                        **({"steps": [step.to_json() for step in n.steps]} if n.steps else {}),
+                    }
                     for name, n in r.trace.nodes.items()
                 },
                 **({"judge": {"prompt": r.judged.prompt, "reply": r.judged.reply}} if r.judged else {}),

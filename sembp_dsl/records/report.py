@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ..language.diagnostics import visible
+from ..language.toolcalls import Step, compact
 from .record import Iteration
 from .runs import (
     Run,
@@ -383,6 +384,9 @@ def sample_html(sample: dict, label: str = "") -> str:
             f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',
             f'<p class="muted">reply</p><pre>{escape(str(trace.get("reply", "")))}</pre>',
         ]
+        if trace.get("steps"):
+            steps = compact([Step.from_json(step) for step in trace["steps"]])
+            parts.append(f'<p class="muted">tool calls</p><pre>{escape(steps)}</pre>')
     return "\n".join([*parts, "</details>"])
 
 

@@ -24,6 +24,7 @@ from ..language.demos import DemosError, shown
 from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
+from ..language.toolcalls import Step, compact
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
@@ -374,10 +375,10 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
             lines.append(_indent(f"why: {sample['reason']}", "    "))
         if sample.get("judge"):
             lines.append(_indent(f"the judge replied: {_excerpt(sample['judge'].get('reply', ''))}", "    "))
-        lines += [
-            _indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    ")
-            for node, trace in sample.get("nodes", {}).items()
-        ]
+        for node, trace in sample.get("nodes", {}).items():
+            lines.append(_indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    "))
+            if trace.get("steps"):
+                lines.append(_indent(compact([Step.from_json(s) for s in trace["steps"]]), "      "))
     return visible("\n".join(lines))
 
 
