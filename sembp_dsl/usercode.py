@@ -29,10 +29,12 @@ from collections import deque
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from .errors import SbpcError
+
 WORKERS = 32  # calls of user code running at once; the others wait for a worker
 
 
-class Overran(TimeoutError):
+class Overran(SbpcError, TimeoutError):
     """The call took longer than its timeout (not a TimeoutError the code itself raised)."""
 
 
@@ -83,7 +85,7 @@ class _Job:
     """One call: what to call, and where to tell its caller that it started and how it ended."""
 
     def __init__(self, function: Callable[..., Any], arguments: Mapping[str, object], loop: asyncio.AbstractEventLoop):
-        self.function, self.arguments, self.loop = function, dict(arguments), loop
+        self.callable, self.arguments, self.loop = function, dict(arguments), loop
         self.started, self.ended = loop.create_future(), loop.create_future()
         self.running = self.finished = self.dropped = False  # dropped: its caller gave up on it
         self.stop: Callable[[], object] | None = None  # cancels an async call's task on its own loop
@@ -158,7 +160,7 @@ class _Pool:
 
 def _outcome(job: _Job) -> tuple[object, BaseException | None]:
     try:
-        result = job.function(**job.arguments)
+        result = job.callable(**job.arguments)
         if inspect.isawaitable(result):
             result = _await_here(job, result)
         return result, None

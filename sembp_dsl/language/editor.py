@@ -436,7 +436,7 @@ class Document:
         if node is None:
             return None
         inputs, feeds = self.neighbours(name)
-        called = kind_of(node).functions(node)
+        called = () if kind_of(node).prompted else kind_of(node).functions(node)
         if called:
             facts = [
                 f"calls the function {called[0]}, no model",
