@@ -444,7 +444,9 @@ class Document:
                 f"inputs (its keyword arguments): {inputs or 'none'}",
             ]
         else:
-            facts = self.model_node_facts(node, inputs) + ([f"may call the tools {', '.join(called)}"] if called else [])
+            facts = self.model_node_facts(node, inputs) + (
+                [f"may call the tools {', '.join(called)}"] if called else []
+            )
         if feeds:
             facts.append(f"feeds: {feeds}")
         if kind.prompted and p.outputs and p.outputs[0].node.name == name:
