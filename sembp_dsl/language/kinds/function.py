@@ -117,4 +117,5 @@ def called(node: GraphNode) -> str:
 
 def time_allowed(node: GraphNode) -> float:
     """Seconds its call may take."""
-    return float(node.settings.get("timeout", DEFAULT_TIMEOUT))
+    value = node.settings.get("timeout", DEFAULT_TIMEOUT)
+    return float(value) if isinstance(value, (int, float)) else DEFAULT_TIMEOUT  # the checker holds it a number
