@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from ...usercode import call_function, overran
+from ...usercode import Overran, call_function
 from .. import ir
 from ..callables import beside, parse_target
 from ..diagnostics import suggestion
@@ -222,7 +222,7 @@ class Toolbox:
             return ToolResult(call, f"{call.name} is not loaded (run the pipeline through sembp_dsl.load)", error=True)
         started, limit = time.monotonic(), self.timeouts[call.name]
         result, raised = await call_function(function, call.arguments, limit)
-        if overran(raised):
+        if isinstance(raised, Overran):
             return ToolResult(call, f"{call.name} took longer than its timeout of {limit:g}s", True, limit)
         seconds = time.monotonic() - started
         if raised is not None:
