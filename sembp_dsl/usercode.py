@@ -4,7 +4,7 @@ stays that call's failure: it raises, calls sys.exit, blocks, never returns, or 
     result, raised = await call_function(search, {"query": "q"}, timeout=10)  # raised: an exception, or None
 
 - Each call runs in a worker thread, at most WORKERS at once (more wait their turn; a call's timeout counts from
-  when it starts). A call that overruns its timeout is abandoned: its caller hears so at once, and its
+  when it starts). A call that overruns its timeout is abandoned: its caller hears Overran at once, and its
   thread, which Python cannot stop, runs on uncounted while a new one takes its place, so stuck calls never
   starve later ones (`serve`). Workers are daemon threads, never joined, so the process exits whatever they are
   doing; asyncio.to_thread's threads are joined at exit, which kept `sbpc run` alive behind a stuck function.
@@ -34,13 +34,8 @@ from .errors import SbpcError
 WORKERS = 32  # calls of user code running at once; the others wait for a worker
 
 
-class _Overran(SbpcError, TimeoutError):
-    """The call took longer than its timeout (not a TimeoutError the code itself raised); returned, never raised."""
-
-
-def overran(raised: BaseException | None) -> bool:
-    """Whether a call's failure is that it took longer than its timeout (its message says how long that was)."""
-    return isinstance(raised, _Overran)
+class Overran(SbpcError, TimeoutError):
+    """The call took longer than its timeout (not a TimeoutError the code itself raised)."""
 
 
 _USER = threading.local()  # .active: this thread is running user code, and prints to stderr
@@ -90,7 +85,7 @@ class _Job:
     """One call: what to call, and where to tell its caller that it started and how it ended."""
 
     def __init__(self, function: Callable[..., Any], arguments: Mapping[str, object], loop: asyncio.AbstractEventLoop):
-        self.code, self.arguments, self.loop = function, dict(arguments), loop
+        self.callable, self.arguments, self.loop = function, dict(arguments), loop
         self.started, self.ended = loop.create_future(), loop.create_future()
         self.running = self.finished = self.dropped = False  # dropped: its caller gave up on it
         self.stop: Callable[[], object] | None = None  # cancels an async call's task on its own loop
@@ -165,7 +160,7 @@ class _Pool:
 
 def _outcome(job: _Job) -> tuple[object, BaseException | None]:
     try:
-        result = job.code(**job.arguments)
+        result = job.callable(**job.arguments)
         if inspect.isawaitable(result):
             result = _await_here(job, result)
         return result, None
@@ -196,7 +191,7 @@ _POOL = _Pool(WORKERS)
 async def call_function(
     function: Callable[..., Any], arguments: Mapping[str, object], timeout: float
 ) -> tuple[object, BaseException | None]:
-    """What `function(**arguments)` returned, or what it raised (sys.exit included); a failure `overran` tells apart when it ran longer
+    """What `function(**arguments)` returned, or what it raised (sys.exit included); Overran when it ran longer
     than `timeout` seconds, counted from when it started."""
     job = _Job(function, arguments, asyncio.get_running_loop())
     _POOL.submit(job)
@@ -205,7 +200,7 @@ async def call_function(
         outcome: tuple[object, BaseException | None] = await asyncio.wait_for(job.ended, timeout)
     except asyncio.TimeoutError:
         _POOL.abandon(job)
-        return None, _Overran(f"took longer than its timeout of {timeout:g}s")
+        return None, Overran(f"took longer than its timeout of {timeout:g}s")
     except asyncio.CancelledError:
         _POOL.abandon(job)
         raise

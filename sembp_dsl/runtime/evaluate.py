@@ -20,7 +20,7 @@ from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
 from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
 from ..models.llm import LLM, BudgetExceeded
-from ..usercode import call_function, overran
+from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
 from .forward import run
 from .tasks import together
@@ -54,7 +54,7 @@ async def python_verdict(metric: Callable[[Any, Any], object], name: str, predic
     with a reason, `(score, reason)`. Called as a pipeline's functions are (usercode.py), so what it raises,
     sys.exit, a hang past METRIC_TIMEOUT or anything else returned fails that sample (MetricFailed), not the run."""
     value, raised = await call_function(functools.partial(metric, prediction, example), {}, METRIC_TIMEOUT)
-    if overran(raised):
+    if isinstance(raised, Overran):
         raise MetricFailed(f"the metric {name!r} {raised}")
     if raised is not None:
         raise MetricFailed(f"the metric {name!r} raised {type(raised).__name__}: {_shown(raised, str, 2000)}")

@@ -13,7 +13,7 @@ import json
 import time
 from collections.abc import Iterator, Mapping
 
-from ...usercode import call_function, overran
+from ...usercode import Overran, call_function
 from .. import ir
 from ..diagnostics import suggestion
 from ..node import GraphNode
@@ -78,7 +78,7 @@ class FunctionCall(NodeKind):
         output: str | None = None
         error: str | None = None
         result, raised = await call_function(function, arguments, timeout)
-        if overran(raised):
+        if isinstance(raised, Overran):
             error = f"{FUNCTION_FAILED}: {name} {raised}"
         elif raised is not None:
             error = f"{FUNCTION_FAILED}: {name} raised {type(raised).__name__}: {raised}"
