@@ -485,10 +485,13 @@ async def _answer(
 
     messages = request.get("messages") or []
     reply = state.reply
+    message: dict = {}  # a reply function may answer a whole message: {"content": None, "tool_calls": [...]}
     if reply is None:
         text = default_reply(messages)
     elif callable(reply):
-        text = str(reply(messages))
+        answered = reply(messages)
+        message = answered if isinstance(answered, dict) else {}
+        text = str(message.get("content") or "") if message else str(answered)
     else:
         text = str(reply)
     prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
@@ -517,9 +520,9 @@ async def _answer(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": text, **message},
                     "logprobs": None,
-                    "finish_reason": finish,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else finish,
                 }
             ],
             "usage": usage,
@@ -561,7 +564,8 @@ class FakeServer:
     Args:
         delay: seconds every request waits before answering (asyncio.sleep).
         reply: ``None`` (echo the last message), a fixed string, or a callable
-            ``(messages) -> str`` called in the server thread.
+            ``(messages) -> str`` called in the server thread (or ``-> dict``: the whole assistant message,
+            such as ``{"content": None, "tool_calls": [...]}``).
         failures: HTTP status codes answered to the first ``len(failures)``
             requests, in order (e.g. ``[429, 500, 503]`` then success).  An
             entry of ``200``/``None`` means "answer normally", ``HANG`` means

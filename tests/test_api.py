@@ -61,6 +61,7 @@ def test_public_names_are_listed_and_typed():
         "NoConnection",
         "Optimized",
         "OptionError",
+        "Overran",
         "Pipeline",
         "PipelineClosed",
         "PipelineError",

@@ -10,6 +10,7 @@ not fit, no JSON at all) is said to the model as that call's result, never raise
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -208,10 +209,17 @@ def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | Non
     if tool is None:
         return f"there is no tool '{call.name}'; the tools are {', '.join(tools) or 'none'}"
     try:
-        jsonschema.validate(dict(call.arguments), tool.schema())
+        validator(tool).validate(dict(call.arguments))
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
         return (
             f"the arguments do not fit {call.name}'s schema" + (f" at '{where}'" if where else "") + f": {exc.message}"
         )
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def validator(tool: ToolSpec) -> jsonschema.Draft202012Validator:
+    """A tool's arguments' validator, made once: `jsonschema.validate` checks the schema itself on every call,
+    which took most of a tool step's CPU (bench/agent_overhead.py)."""
+    return jsonschema.Draft202012Validator(tool.schema())

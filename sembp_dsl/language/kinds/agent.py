@@ -278,7 +278,7 @@ class Loop:
         tools = self.toolbox.offered() if self.native else ()
         schema = None if self.native else reply_schema(list(self.toolbox.specs.values()))
         for left in reversed(range(max_steps(self.node))):
-            turn = await self.model.converse(self.node.name, self.messages, tools, schema, self.node.model)
+            turn = await self.model.converse(self.node.name, list(self.messages), tools, schema, self.node.model)
             if isinstance(turn, NodeTrace):  # the call failed for good: the sample is lost
                 return replace(turn, prompt=self.prompt, system=self.system, steps=tuple(self.steps))
             self.turns.append(turn)
