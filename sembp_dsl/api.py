@@ -102,7 +102,7 @@ def load(
     model: str | None = None,
     roles: Mapping[str, str | Mapping[str, Any]] | None = None,
     api_base: str | None = None,
-    concurrency: int = 16,
+    concurrency: int | None = None,
     timeout: float = 120.0,
     cache: bool | str | Path = True,
     max_calls: int | None = None,
@@ -260,7 +260,7 @@ class Pipeline:
         graph: Graph,
         *,
         models: Mapping[str, ModelSpec],
-        concurrency: int = 16,
+        concurrency: int | None = None,
         timeout: float = 120.0,
         cache: bool | str | Path | ResponseCache = True,
         max_calls: int | None = None,
@@ -911,7 +911,9 @@ def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
 
 
 def _check_concurrency(concurrency: Any) -> None:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+    if concurrency is not None and (
+        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
+    ):
         raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
 
 

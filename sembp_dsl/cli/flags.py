@@ -175,7 +175,7 @@ def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
         help="OpenAI-compatible server for every role, e.g. http://localhost:8000/v1 "
         "(with --model openai/NAME; overrides api_base and OPENAI_BASE_URL)",
     )
-    g.add_argument("--concurrency", type=POSITIVE_COUNT, default=16, help="LLM calls in flight at most (default 16)")
+    g.add_argument("--concurrency", type=POSITIVE_COUNT, help="LLM calls in flight at most, fixed (default: adaptive)")
     g.add_argument("--timeout", type=SECONDS, default=120.0, help="seconds per call before it is retried (default 120)")
     g.add_argument(
         "--no-cache",

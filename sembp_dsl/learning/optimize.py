@@ -71,6 +71,7 @@ class Outcome:
         return self.record.iterations
 
 
+BATCH = 16  # model calls the loop starts at once where fewer could do: a gate round, an error draw
 SAME_STEP = "the step the gate rejected in iteration {}, proposed again from the same prompts"
 GATE_REJECTED = "rejected by the gate"  # a gated candidate's fate begins so, its tally after it
 
@@ -205,8 +206,9 @@ class Optimizer:
                     self.known.gate[result.sample.id] = result.score
 
     def least(self, graph: Graph) -> int:
-        """The fewest samples worth evaluating at once: a batch runs at once, so fewer saves no time."""
-        return self.llm.concurrency // max(1, len(graph.nodes))
+        """The fewest samples worth evaluating at once (a batch runs at once, so fewer saves little time): fixed,
+        never the concurrency, so what the loop spends does not grow with it."""
+        return BATCH // max(1, len(graph.nodes))
 
     def gate_split(self) -> Sequence[Sample]:
         return self.train if self.method.gate == "train" else self.val

@@ -3,6 +3,7 @@ named counters other stages keep. Several LLM layers (one per event loop) may sh
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 
 from ..language.graph import MODEL_ROLES
@@ -31,6 +32,9 @@ class Ledger:
     faults: dict[str, int] = field(default_factory=dict)  # failed attempts (retried or not) by cause
     models: dict[str, RoleUsage] = field(default_factory=dict)  # by the pipeline's name for the model
     names: dict[str, str] = field(default_factory=dict)  # the pipeline's name for a model -> its model string
+    # per deployment (adaptive.py), its window's size at each change: (seconds since the first window opened, size)
+    concurrency: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    began: float | None = None  # time.monotonic() when the first window opened
 
     def add(self, role: str, model: str, **amounts: float) -> None:
         """Count a call's calls, hits, retries or failures for its role (a judge's is counted once it calls) and
@@ -53,6 +57,15 @@ class Ledger:
 
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
+
+    def window(self, deployment: str, size: int) -> None:
+        """A deployment's adaptive window is now `size` calls wide."""
+        now = time.monotonic()
+        if self.began is None:
+            self.began = now
+        sizes = self.concurrency.setdefault(deployment, [])
+        if not sizes or sizes[-1][1] != size:
+            sizes.append((round(now - self.began, 3), size))
 
     def fault(self, failure: Failure) -> None:
         self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1

@@ -63,14 +63,15 @@ class RateLimits:
 
 
 class Slots:
-    """Calls in flight at once: at most `concurrency` in all, and at most a model block's own `concurrency`
-    for its model (a role's, or a named one). Semaphores belong to one event loop, so each loop gets its own."""
+    """Calls in flight at once: at most `concurrency` in all (None: no fixed bound, adaptive.py's windows bound
+    them), and at most a model block's own `concurrency` for its model (a role's, or a named one). Semaphores
+    belong to one event loop, so each loop gets its own."""
 
-    def __init__(self, concurrency: int):
+    def __init__(self, concurrency: int | None):
         self.concurrency = concurrency
         self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {model or "": semaphore}
 
     def of(self, model: str, limit: int | None) -> tuple[asyncio.Semaphore, asyncio.Semaphore]:
         """This loop's slots of `model` (bounded by the first `limit` given here) and of all calls: hold both."""
-        slots = self._loops.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency)})
+        slots = self._loops.setdefault(asyncio.get_running_loop(), {"": asyncio.Semaphore(self.concurrency or 1 << 30)})
         return slots.setdefault(model, asyncio.Semaphore(int(limit or 1 << 30))), slots[""]

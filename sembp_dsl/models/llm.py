@@ -9,6 +9,7 @@ takes and costs, and composes the layers around it, each in its own module:
 - request.py: the request as sent, its cache key, and the secrets its errors must not show;
 - cache.py: answers already paid for; inflight.py: identical calls in flight, made once;
 - limits.py: calls in flight at once (per event loop) and rate limits (per model and endpoint);
+- adaptive.py: without a fixed concurrency, how many calls each deployment takes at once, learnt from its replies;
 - retry.py: which failures are tried again, and when (faults.py says which failure is which);
 - stops.py: budgets, and a session that turned out unable to work;
 - ledger.py: calls, tokens, cost, retries and failures per role and per model.
@@ -26,11 +27,12 @@ from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
 from . import constraints
+from .adaptive import Ticket, Window, Windows, overloaded
 from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
 from .inflight import InFlight
 from .ledger import Ledger
-from .limits import RateLimits, Slots
+from .limits import RateLimit, RateLimits, Slots
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
 from .retry import BACKOFF, Retries
 from .routing import RouterConfigError, Routers
@@ -72,7 +74,7 @@ class LLM:
         self,
         models: Mapping[str, ModelSpec],
         *,
-        concurrency: int = 16,
+        concurrency: int | None = None,
         timeout: float = 120.0,
         retries: int = 4,
         backoff: float | None = None,
@@ -85,6 +87,7 @@ class LLM:
     ):
         """`whole_session`: these calls are one command, which stops early when it cannot work (stops.py);
         False for a long-lived layer (a Pipeline's), where only `stops.command()` blocks stop early.
+        `concurrency`: calls in flight at most, fixed; None: each deployment's adaptive window (adaptive.py).
         `transport`: what sends every call that is not routed (a MockTransport in tests); None: each model's own
         (`transport.serving`)."""
         self.models = dict(models)
@@ -99,12 +102,13 @@ class LLM:
         self.inflight: InFlight[Completion] = InFlight()
         self.slots = Slots(concurrency)
         self.rates = RateLimits()
+        self.windows = Windows(self.ledger.window)
         self.retries = Retries(retries, BACKOFF if backoff is None else backoff)
         self.stops = Stops(self.ledger, max_calls, max_cost, whole_session)
 
     @property
-    def concurrency(self) -> int:
-        """Calls in flight at most, all roles together."""
+    def concurrency(self) -> int | None:
+        """Calls in flight at most, all roles together; None: as many as the deployments' windows take."""
         return self.slots.concurrency
 
     def run(self, work: Awaitable[T]) -> T:
@@ -235,24 +239,27 @@ class LLM:
     async def _call(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         """The call, tried again as retry.py says, within the slots, rate limits and budgets."""
         rate = self.rates.get(request.model, request.endpoint, request.limits)
+        window = None if self.concurrency else self.windows.of(request.model, request.endpoint)
         attempt = 0
         while True:
             self.stops.check_budget()
             model_slots, all_slots = self.slots.of(spec.role, request.limits.get("concurrency"))
             async with model_slots, all_slots:
-                if rate is not None:
-                    await rate.acquire()
-                self.stops.check_budget()
-                self.stops.check_working()
-                self.ledger.add(role, spec.role, calls=1)
-                start = time.perf_counter()
-                reply = await self._send(spec, request)
+                ticket = await window.acquire() if window is not None else None
+                try:
+                    reply, seconds = await self._attempt(role, spec, request, rate)
+                except BaseException:  # a budget, a session unable to work, or a caller that left
+                    if window is not None:
+                        window.released()
+                    raise
+                if window is not None and ticket is not None:
+                    self._tell(window, ticket, reply, seconds)
                 if isinstance(reply, Reply):
                     self.stops.answered()
                     if rate is not None:
                         rate.spent(reply.prompt_tokens + reply.completion_tokens)
                     cost = self.ledger.charge(role, spec.role, reply)
-                    return Completion.answered(reply, cost, time.perf_counter() - start)
+                    return Completion.answered(reply, cost, seconds)
             failure = reply
             if failure.kind == CONFIG:
                 self.ledger.add(role, spec.role, failures=1)
@@ -265,6 +272,29 @@ class LLM:
             self.ledger.add(role, spec.role, retries=1)
             await asyncio.sleep(wait)
             attempt += 1
+
+    async def _attempt(
+        self, role: str, spec: ResolvedModel, request: Request, rate: RateLimit | None
+    ) -> tuple[Reply | Failure, float]:
+        """One attempt within the rate limit and the budgets, and how long the reply took."""
+        if rate is not None:
+            await rate.acquire()
+        self.stops.check_budget()
+        self.stops.check_working()
+        self.ledger.add(role, spec.role, calls=1)
+        start = time.perf_counter()
+        reply = await self._send(spec, request)
+        return reply, time.perf_counter() - start
+
+    def _tell(self, window: Window, ticket: Ticket, reply: Reply | Failure, seconds: float) -> None:
+        """What an attempt says of its deployment's load, told to its window."""
+        if isinstance(reply, Reply):
+            window.succeeded(ticket, seconds)
+        elif overloaded(reply):
+            self.ledger.count("refused for load (429, 503, 529)")
+            window.refused(ticket, reply.retry_after)
+        else:
+            window.released()
 
     async def _send(self, spec: ResolvedModel, request: Request) -> Reply | Failure:
         """One attempt: the reply, or why it failed (counted in the ledger)."""

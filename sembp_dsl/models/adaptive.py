@@ -1,0 +1,145 @@
+"""Adaptive concurrency: how many calls one deployment (a model at an endpoint) takes at once, learnt from its
+replies, so a command runs as fast as the provider allows without a flag and without a storm of 429s.
+
+Each deployment has a `Window`, additive increase and multiplicative decrease (AIMD) with a slow start, as TCP
+finds a link's capacity:
+- it opens at `START` calls in flight; a reply that came back while the window was full widens it by one (the
+  window doubles each round trip) until the first sign of overload, then by one per round trip;
+- a refusal for load (429, 503, 529) halves it, at most once per round trip (the replies to calls sent before
+  the cut tell nothing new), and a Retry-After holds every call of the deployment back that long;
+- latency more than `SLOWER` times the quickest recent reply means the server queues the calls: the window
+  narrows by a tenth, at most once per round trip, never below `START` (replies of different lengths take
+  different times, so latency alone must not throttle a command below where it began).
+A window never passes `CEILING`, and declared rpm/tpm (limits.py) and a fixed `--concurrency` still bound the
+calls; a fixed `--concurrency` turns the windows off. The ledger keeps each window's size over time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import weakref
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .faults import Failure
+
+START = 8  # calls in flight a deployment is first trusted with
+CEILING = 256  # calls in flight one deployment is ever given
+SLOWER = 2.0  # smoothed latency over the quickest recent reply that means the server queues our calls
+OVERLOAD = frozenset({429, 503, 529})  # statuses that mean "too many at once", not "this request is wrong"
+RECENT = 64  # replies the quickest latency is taken over (a server that slows for good is learnt again)
+
+
+def overloaded(failure: Failure) -> bool:
+    """Whether a failed attempt says the deployment has too much to do (rather than that the call is wrong)."""
+    return failure.status in OVERLOAD or failure.error == "RateLimitError"
+
+
+@dataclass(frozen=True)
+class Ticket:
+    """A call's place in its window: when it was let in (`number`, counted per window) and whether the window was
+    full then (only such a call's reply shows the window could be wider)."""
+
+    number: int
+    full: bool
+
+
+class Window:
+    """One deployment's calls in flight: at most `size`, the others wait in order."""
+
+    def __init__(self, record: Callable[[int], None], start: int = START, ceiling: int = CEILING):
+        self.limit = float(min(start, ceiling))  # fractional while it grows by one per round trip
+        self.start, self.ceiling = self.limit, ceiling
+        self.threshold = float(ceiling)  # slow start until the first sign of overload
+        self.in_flight = 0
+        self.let_in = 0  # calls let in so far
+        self.narrowed_at = 0  # calls let in when the window last narrowed
+        self.paused_until = 0.0  # time.monotonic() before which no call is let in (Retry-After)
+        self.latencies: deque[float] = deque(maxlen=RECENT)
+        self.smoothed: float | None = None
+        self.waiting: deque[asyncio.Future[None]] = deque()
+        self.record = record  # told each new whole size
+        record(self.size)
+
+    @property
+    def size(self) -> int:
+        return max(1, int(self.limit))
+
+    async def acquire(self) -> Ticket:
+        """Wait for room, then hold a place: release it with `succeeded`, `refused` or `released`."""
+        if self.waiting or self.in_flight >= self.size or time.monotonic() < self.paused_until:
+            turn = asyncio.get_running_loop().create_future()
+            self.waiting.append(turn)
+            try:
+                await turn  # `_wake` counts the call in before it wakes it
+            except asyncio.CancelledError:
+                if turn.done() and not turn.cancelled():  # woken, then cancelled: its place goes to the next
+                    self.in_flight -= 1
+                    self._wake()
+                elif turn in self.waiting:
+                    self.waiting.remove(turn)
+                raise
+        else:
+            self.in_flight += 1
+        self.let_in += 1
+        return Ticket(self.let_in, self.in_flight >= self.size)
+
+    def succeeded(self, ticket: Ticket, latency: float) -> None:
+        """A reply came back after `latency` seconds: widen while it is quick, narrow when the server queues."""
+        self.latencies.append(latency)
+        self.smoothed = latency if self.smoothed is None else 0.8 * self.smoothed + 0.2 * latency
+        if self.smoothed > SLOWER * min(self.latencies) and self.limit > self.start:
+            self._narrow(ticket, 0.9, self.start)
+        elif ticket.full and self.limit < self.ceiling:
+            before = self.size
+            self.limit = min(self.limit + (1.0 if self.limit < self.threshold else 1.0 / self.limit), self.ceiling)
+            if self.size != before:
+                self.record(self.size)
+        self.released()
+
+    def refused(self, ticket: Ticket, retry_after: float | None) -> None:
+        """The deployment refused the call for load: halve the window, and wait as long as it asked."""
+        self._narrow(ticket, 0.5, 1.0)
+        if retry_after:
+            self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
+            asyncio.get_running_loop().call_later(retry_after, self._wake)
+        self.released()
+
+    def released(self) -> None:
+        """A call is done (or failed otherwise): its place goes to the next waiting one."""
+        self.in_flight -= 1
+        self._wake()
+
+    def _narrow(self, ticket: Ticket, factor: float, floor: float) -> None:
+        if ticket.number <= self.narrowed_at:  # sent before the last cut: it says nothing the cut did not hear
+            return
+        self.limit = self.threshold = max(floor, self.limit * factor)
+        self.narrowed_at = self.let_in
+        self.record(self.size)
+
+    def _wake(self) -> None:
+        if time.monotonic() < self.paused_until:
+            return
+        while self.waiting and self.in_flight < self.size:
+            turn = self.waiting.popleft()
+            if not turn.done():
+                self.in_flight += 1
+                turn.set_result(None)
+
+
+class Windows:
+    """The window of each deployment, per event loop (a waiting call's future belongs to one loop); `record(name,
+    size)` is told each window's every new size (the ledger keeps them)."""
+
+    def __init__(self, record: Callable[[str, int], None]) -> None:
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {deployment: Window}
+        self.record = record
+
+    def of(self, model: str, endpoint: str | None) -> Window:
+        windows = self._loops.setdefault(asyncio.get_running_loop(), {})
+        name = f"{model} at {endpoint}" if endpoint else model
+        if name not in windows:
+            windows[name] = Window(lambda size: self.record(name, size))
+        return windows[name]

@@ -1,0 +1,83 @@
+"""Adaptive concurrency (models/adaptive.py) against the loopback fake server: no flag finds what a server takes."""
+
+import asyncio
+import time
+from types import MappingProxyType
+
+import pytest
+from fake_server import FakeServer
+
+from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.models.llm import LLM
+
+REFUSED = "refused for load (429, 503, 529)"
+
+
+@pytest.fixture(autouse=True)
+def _key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+
+
+def llm_for(url: str, **limits) -> LLM:
+    return LLM({"forward": ModelSpec("forward", "openai/fake", MappingProxyType({"api_base": url}))}, **limits)
+
+
+def call_all(llm: LLM, n: int) -> float:
+    async def go():
+        await asyncio.gather(*(llm.complete("forward", f"prompt {i}") for i in range(n)))
+
+    start = time.perf_counter()
+    llm.run(go())
+    return time.perf_counter() - start
+
+
+def sizes(llm: LLM) -> list[int]:
+    [history] = llm.ledger.concurrency.values()
+    return [size for _, size in history]
+
+
+def test_a_server_that_takes_8_at_once_sees_few_refusals_and_is_kept_busy():
+    with FakeServer(reply="ok", delay=0.05, limit=8) as server:
+        llm = llm_for(server.url, backoff=0.05)
+        wall = call_all(llm, 240)
+        assert server.rate_limited <= 0.05 * server.requests
+        assert llm.ledger.counters[REFUSED] == server.rate_limited > 0  # it found the limit, and counted it
+        assert 4 <= sizes(llm)[-1] <= 12
+        assert wall < 2 * 240 / 8 * 0.05  # near the server's throughput (ideal 1.5 s)
+
+
+def test_an_unlimited_server_gets_many_more_calls_at_once_than_the_start():
+    with FakeServer(reply="ok", delay=0.2) as server:
+        llm = llm_for(server.url)
+        call_all(llm, 300)
+        assert sizes(llm)[0] == 8 and max(sizes(llm)) >= 64
+        assert server.max_in_flight >= 64
+
+
+def test_a_server_that_queues_calls_does_not_get_a_wide_window():
+    with FakeServer(reply="ok", delay=0.05, slots=4) as server:  # past 4 at once, calls wait: latency rises
+        llm = llm_for(server.url)
+        call_all(llm, 300)
+        assert max(sizes(llm)) <= 32
+
+
+def test_retry_after_holds_back_every_call_of_the_deployment():
+    with FakeServer(reply="ok", failures=[429], retry_after=0.5) as server:
+        llm = llm_for(server.url)
+
+        async def go():
+            first = asyncio.ensure_future(llm.complete("forward", "refused first"))
+            await asyncio.sleep(0.1)  # the refusal has come back: the deployment waits
+            start = time.perf_counter()
+            await llm.complete("forward", "sent after")
+            await first
+            return time.perf_counter() - start
+
+        assert llm.run(go()) >= 0.35
+
+
+def test_a_fixed_concurrency_keeps_no_window():
+    with FakeServer(reply="ok", delay=0.05) as server:
+        llm = llm_for(server.url, concurrency=8)
+        call_all(llm, 40)
+        assert server.max_in_flight == 8 and not llm.ledger.concurrency
