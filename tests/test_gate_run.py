@@ -24,6 +24,15 @@ def triage(tmp_path, fake_llm, script):
         yield pipeline
 
 
+@pytest.fixture
+def fixed_triage(tmp_path, fake_llm, script):
+    """At a fixed concurrency: no window learns from the server's 429s (an adaptive one would make them rare)."""
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE)
+    with sbp.load(path, model="openai/fake", api_base=fake_llm.url, concurrency=16) as pipeline:
+        yield pipeline
+
+
 def rows(n: int, answer: str, start: int = 0) -> list[dict]:
     return [{"ticket": f"ticket {i}", "answer": answer} for i in range(start, start + n)]
 
@@ -52,7 +61,9 @@ def test_samples_the_current_prompts_lost_give_the_proposal_no_free_wins(triage,
     assert len(record["initial_lost"]) == 5
 
 
-def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(triage, script, fake_llm, tmp_path):
+def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(
+    fixed_triage, script, fake_llm, tmp_path
+):
     """From the optimizer call on, the server answers 429 to any request past 1 in flight: the gate loses most of
     its samples. It decides nothing: the run stops with the cause, resumable, no step accepted; once the server
     is well again, --resume finishes it."""
@@ -64,7 +75,7 @@ def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(
 
     script.improve = improve
     lines: list[str] = []
-    outcome = triage.optimize(
+    outcome = fixed_triage.optimize(
         rows(4, "Yes"), rows(12, "Yes", start=20), iterations=1, runs_dir=tmp_path / "runs", log=lines.append
     )
     assert outcome.outcome.failed and not any(it.accepted for it in outcome.outcome.iterations)
@@ -74,11 +85,11 @@ def test_a_gate_that_lost_most_of_its_samples_stops_the_run_and_accepts_nothing(
         outcome.outcome.stopped,
     )
     assert found and int(found[1]) == int(found[3]) and int(found[1]) * 2 > int(found[2])
-    assert outcome.pipeline.prompts == triage.prompts
+    assert outcome.pipeline.prompts == fixed_triage.prompts
     record = json.loads((Path(outcome.record) / "run.json").read_text())
     assert record["iterations"] == [] and not record["finished"]
     fake_llm.configure(limit=0, delay=0.0)
-    again = triage.optimize(
+    again = fixed_triage.optimize(
         rows(4, "Yes"), rows(12, "Yes", start=20), iterations=1, runs_dir=tmp_path / "runs", resume=True
     )
     assert again.outcome.iterations[0].accepted and not again.outcome.failed

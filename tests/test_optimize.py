@@ -872,3 +872,27 @@ def test_a_templates_own_error_is_the_samples_and_an_sbpc_bug_is_not(monkeypatch
     monkeypatch.setattr(templates, "_check_format", broken)
     with pytest.raises(AssertionError, match="a bug in the format check"):
         templates.compile_template("{{ '%s' % q }}").render(q="x")
+
+
+def test_the_loop_spends_no_more_at_concurrency_64_than_at_16_and_decides_the_same(tmp_path, fake_llm, script):
+    """The gate's rounds and the error draw's batches are sized by what can settle them, never by the concurrency:
+    more calls in flight at once buy time, not more calls."""
+
+    def verdict(prompt):
+        claim = int(re.search(r"Claim: claim (\d+)", prompt).group(1))
+        return "Yes" if "Improved" in prompt and claim % 3 else "No"
+
+    script.verdict = verdict
+    spent, decisions = {}, {}
+    for concurrency in (16, 64):
+        folder = tmp_path / str(concurrency)
+        folder.mkdir()
+        path = write(folder, "toy.sbp", TOY, fake_llm.url)
+        before = fake_llm.requests
+        flags = ["--data", data(folder, n=60), "--train-size", "20", "--val-size", "40", "--iters", "2"]
+        assert optimize(path, *flags, "--no-cache", "--concurrency", str(concurrency)) == (0, "")
+        spent[concurrency] = fake_llm.requests - before
+        iterations = _iterations(folder)
+        decisions[concurrency] = [(it["accepted"], it["gate"] and it["gate"]["decided_after"]) for it in iterations]
+    assert spent[64] <= spent[16] and decisions[64] == decisions[16]
+    assert any(accepted for accepted, _ in decisions[16])

@@ -206,9 +206,9 @@ class Optimizer:
                     self.known.gate[result.sample.id] = result.score
 
     def least(self, graph: Graph) -> int:
-        """The fewest samples worth evaluating at once (a batch runs at once, so fewer saves little time): fixed,
-        never the concurrency, so what the loop spends does not grow with it."""
-        return BATCH // max(1, len(graph.nodes))
+        """The fewest samples worth evaluating at once (a batch runs at once, so fewer saves little time): at most
+        `BATCH` calls, fewer under a lower fixed concurrency, so what the loop spends never grows with it."""
+        return min(self.llm.concurrency or BATCH, BATCH) // max(1, len(graph.nodes))
 
     def gate_split(self) -> Sequence[Sample]:
         return self.train if self.method.gate == "train" else self.val
