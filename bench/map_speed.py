@@ -45,7 +45,7 @@ async def one_sample(items: int, url: str, concurrency: int) -> float:
         trace = await run(graph, llm, {"passages": passages})
         took = time.perf_counter() - started
     finally:
-        await llm.transport.aclose()
+        await llm.aclose()
     assert len(json.loads(trace.final.output or "[]")) == items and llm.ledger.calls == items
     return took
 

@@ -102,7 +102,7 @@ def sample(graph, question: str, passages: list[str]):
         try:
             return await run(graph, llm, {"question": question, "passages": json.dumps(passages)}), llm
         finally:
-            await llm.transport.aclose()
+            await llm.aclose()
 
     return asyncio.run(go())
 
@@ -144,7 +144,7 @@ def test_backward_skips_the_nodes_not_taken(flow):
         try:
             return await backward(graph, llm, trace, "expected answer")
         finally:
-            await llm.transport.aclose()
+            await llm.aclose()
 
     feedback = asyncio.run(go())
     asked = [p for p in script.prompts if "# Feedback on the output" in p]
@@ -237,7 +237,7 @@ def test_the_shipped_triage_runs_one_side_and_a_note_per_article(row, calls, mon
                 inputs = {"ticket": ROWS[row]["ticket"], "articles": json.dumps(ROWS[row]["articles"])}
                 return await run(graph, llm, inputs)
             finally:
-                await llm.transport.aclose()
+                await llm.aclose()
 
         trace = asyncio.run(go())
     assert len(desk.prompts) == calls and trace.output == ROWS[row]["answer"]
