@@ -133,7 +133,7 @@ def test_yaml_type_errors_are_in_words(tmp_path):
         in err
     )
     assert (
-        "p.yaml:6:13: error[E063]: nodes.c.type: 'texts' is not a type: text, number, json, \"choice(A, B)\" or \"list[text]\"\n"
+        'p.yaml:6:13: error[E063]: nodes.c.type: \'texts\' is not a type: text, number, json, "choice(A, B)" or "list[text]"\n'
         in err
     )
     assert "      = help: did you mean 'text'?\n" in err
