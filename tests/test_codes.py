@@ -129,6 +129,16 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E103": ("p.sbp", HEADER + OK + 'param r = "Kind?"\nmetric helpful { prompt = r }\n'),
     "E104": ("p.sbp", HEADER + OK + 'frozen param r = "Is {{ reply }} kind?"\nmetric helpful { prompt = r }\n'),
     "E105": ("p.sbp", HEADER + OK + 'metric overlap = "metrics.overlap"\n'),
+    "E110": ("p.sbp", HEADER + "node a: text { tools = [lokup] }\nq -> a\noutput a\n"),
+    "E111": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f"\nnode a: text { tools = [f]  max_steps = 0 }\nq -> a\noutput a\n',
+    ),
+    "E112": ("p.sbp", "<tool *args>"),
+    "E113": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f" { description = nope }\nnode a: text { tools = [f] }\nq -> a\noutput a\n',
+    ),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -213,6 +223,9 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<run: no such function>":
         (tmp_path / "tools.py").write_text("def find(q):\n    return []\n")
         path.write_text(FUNCTION)
+    elif content == "<tool *args>":  # read beside the pipeline, never imported
+        (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
+        path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
     elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content is not None:

@@ -70,6 +70,9 @@ MODEL_SETTINGS = {
     "constrain": ("auto", "off", "schema"),
 }
 OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
+# What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
+# of it may take.
+FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
 BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
@@ -230,7 +233,7 @@ def check_settings(cx: Context, where: str, settings, allowed: Mapping[str, tupl
                     help=suggestion(str(s.value), listed),
                 )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
-            kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
+            kind = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}[accepted[-1]]
             cx.report("E033", s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
         elif s.key in BOUNDS:
             check_bounds(cx, s)
@@ -314,6 +317,15 @@ def check_functions(cx: Context) -> None:
         target = parse_target(function.target)
         if isinstance(target, str):
             cx.report("E080", function.literal, target)
+        check_settings(cx, f"function '{function.name}'", function.settings, FUNCTION_SETTINGS)
+        description = function.setting("description")
+        if description is not None and isinstance(description.value, str) and description.value not in cx.params:
+            cx.report(
+                "E113",
+                description.value_span,
+                f"function '{function.name}': its description names no param '{description.value}'",
+                help=suggestion(description.value, cx.params) or 'declare it: param NAME = "what the tool does"',
+            )
 
 
 def check_node_demos(cx: Context, node: ir.Node) -> None:
@@ -839,6 +851,8 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
             help=f"put {{{{ {own} }}}} in the template where the examples belong",
         )
     uses = params_named(cx, node, sources, found)
+    bound = kind_of(node).bound_params(node, cx.functions, cx.params)  # e.g. its tools' descriptions
+    uses = uses._replace(instruction=tuple(dict.fromkeys(uses.instruction + bound)))
     cx.node_params[node.name] = uses
     for name in dict.fromkeys(uses.instruction + uses.system):
         check_param(cx, cx.params[name], node, allowed)

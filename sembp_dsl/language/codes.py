@@ -5,7 +5,8 @@ A new check takes a new code; a check that goes away leaves its code unused. The
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
-metrics the file defines (a judge, a function), E12x branches and maps; W0xx warnings.
+metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps; W0xx
+warnings.
 """
 
 from __future__ import annotations
@@ -752,6 +753,44 @@ _CODES = [
         "file (metrics.py for `metrics`). It is imported only when a run scores with it, never by `check`.",
         'metric overlap = "metrics.overlap"',
         'metric overlap = "metrics:overlap"',
+    ),
+    # E11x: nodes that call tools (a tool loop)
+    Code(
+        "E110",
+        "a tool that is not a declared function",
+        "`tools = [...]` names the functions the node's model may call. Each must be declared in the file with\n"
+        '`function NAME = "module:function"`, where the checker reads its signature (without importing it).',
+        "node solve: text { prompt = task  tools = [lokup] }",
+        'function lookup = "tools:lookup"\nnode solve: text { prompt = task  tools = [lookup] }',
+    ),
+    Code(
+        "E111",
+        "max_steps below 1",
+        "`max_steps` is how many replies the model may give at a tool loop, the last of which answers: at\n"
+        "least 1 (one reply, which must answer at once).",
+        "node solve: text { prompt = task  tools = [lookup]  max_steps = 0 }",
+        "node solve: text { prompt = task  tools = [lookup]  max_steps = 4 }",
+    ),
+    Code(
+        "E112",
+        "a signature that cannot become a tool's schema",
+        "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
+        "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
+        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
+        "the pipeline is read, never imported.",
+        "def lookup(*places): ...",
+        'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
+        '    """Look up one fact about a place."""',
+    ),
+    Code(
+        "E113",
+        "a tool's description names no param",
+        "A function's `description` names the param that tells the model what the tool does (so the optimizer\n"
+        "can improve it like a prompt, and write-back changes the .sbp, never the Python file). It must be a\n"
+        "param the file declares.",
+        'function lookup = "tools:lookup" { description = lookup_dc }',
+        'param lookup_doc = "Look up one fact about a place."\n'
+        'function lookup = "tools:lookup" { description = lookup_doc }',
     ),
     # E12x: branches (conditional edges, the output's alternatives) and maps (`for each`)
     Code(

@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-Value = str | int | float | bool
+Value = str | int | float | bool | tuple[str, ...]  # a tuple: a list of names, `tools = [lookup, calc]`
 
 
 @contextmanager
@@ -145,8 +145,12 @@ class Function:
 
     name: str
     target: str  # "module:name"
+    settings: tuple[Setting, ...] = optional(())  # `{ description = lookup_doc  timeout = 5 }`: as a tool
     span: Span = _span()
     literal: Span = _span()
+
+    def setting(self, key: str) -> Setting | None:
+        return next((s for s in self.settings if s.key == key), None)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,11 @@ def each_of(node: ir.Node) -> Each | None:
     if node.each is None:
         return None
     most = node.setting("max_items")
-    return Each(node.each.item.name, node.each.over.name, int(most.value) if most is not None else MAX_ITEMS)
+    return Each(
+        node.each.item.name,
+        node.each.over.name,
+        int(most.value) if most is not None and isinstance(most.value, (int, float)) else MAX_ITEMS,
+    )
 
 
 def value_type(node: ir.Node) -> ir.OutputType:

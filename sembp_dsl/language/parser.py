@@ -128,7 +128,16 @@ class Builder(Transformer):
 
     def setting(self, children):
         key, value = children
+        if isinstance(value, ir.Setting):  # a list of names, spanned from `[` to `]`
+            return ir.Setting(str(key), value.value, span=self.span(key), value_span=value.value_span)
         return ir.Setting(str(key), self.value(value), span=self.span(key), value_span=self.span(value))
+
+    def name_list(self, children):
+        """`[a, b]`: its names, and the span of the whole list (a Setting without its key, which `setting` takes)."""
+        opened, *names, closed = children
+        start, end = self.span(opened), self.span(closed)
+        span = ir.Span(self.file, start.line, start.column, end.end_line, end.end_column, start.start, end.end)
+        return ir.Setting("", tuple(str(name) for name in names), span=span, value_span=span)
 
     @staticmethod
     def value(tok: Token) -> ir.Value:
@@ -181,8 +190,11 @@ class Builder(Transformer):
         return [("template", ir.Template(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
 
     def function_decl(self, children):
-        name, literal = children
-        return [("function", ir.Function(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
+        name, literal, *settings = children
+        function = ir.Function(
+            str(name), str(literal), tuple(settings), span=self.span(name), literal=self.span(literal)
+        )
+        return [("function", function)]
 
     def node_decl(self, children):
         name, type_, *settings = children

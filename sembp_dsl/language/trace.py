@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .toolcalls import Step
+
 if TYPE_CHECKING:  # a type only: why a model call failed is the models stage's to say (models/faults.py)
     from ..models.faults import Failure
 
@@ -37,6 +39,7 @@ class NodeTrace:
     cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
     taken: bool = True  # False: a branch not taken (language/branches), so no call; neither an error nor lost
     items: tuple[NodeTrace, ...] = ()  # a mapped node's runs, one per item (language/maps)
+    steps: tuple[Step, ...] = ()  # a tool loop's trajectory: each reply, its tool calls and their results
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
@@ -48,13 +51,16 @@ class NodeTrace:
         return cls(node, "", "", None, None, 0, 0, 0.0, False, taken=False)
 
     def to_json(self) -> dict:
-        """Its fields as JSON; `taken` and `items` only where a branch or a map gives them a say."""
+        """Its fields as JSON; `taken`, `items` and `steps` only where a branch, a map or a tool loop gives them a
+        say (other nodes' JSON is as it always was)."""
         out = {**vars(self), "failure": self.failure.to_json() if self.failure else None}
-        del out["taken"], out["items"]
+        del out["taken"], out["items"], out["steps"]
         if not self.taken:
             out["taken"] = False
         if self.items:
             out["items"] = [item.to_json() for item in self.items]
+        if self.steps:
+            out["steps"] = [step.to_json() for step in self.steps]
         return out
 
     @property

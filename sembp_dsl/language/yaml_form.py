@@ -168,8 +168,10 @@ class Lowering:
         return _span(self.file, node)
 
     def scalar(self, node: yaml.Node):
-        """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
-        value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
+        """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean), a list of names as a
+        tuple; BadScalar for a value its tag cannot hold (`!!int abc`), a date, or a number that is not finite."""
+        if isinstance(node, yaml.SequenceNode):  # a list of names, `tools: [lookup, calc]`
+            return tuple(str(item.value) for item in node.value if isinstance(item, yaml.ScalarNode))
         if not isinstance(node, yaml.ScalarNode):
             return None
         if node.tag == "tag:yaml.org,2002:str":
@@ -377,10 +379,7 @@ class Lowering:
             ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v))
             for k, v in _entries(section, "templates")
         ]
-        functions = [
-            ir.Function(k.value, v.value, span=self.span(k), literal=self.span(v))
-            for k, v in _entries(section, "functions")
-        ]
+        functions = [self.function(k, v) for k, v in _entries(section, "functions")]
         nodes = [self.node(key, value) for key, value in _entries(section, "nodes")]
         edges = [e for node in (section["edges"].value if "edges" in section else []) for e in self.edges(node)]
         outputs = [self.output_section(section["output"])] if "output" in section else []
@@ -423,6 +422,14 @@ class Lowering:
             return self.demos(key, value, fields, frozen)
         text = fields["text"]
         return ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text))
+
+    def function(self, key: yaml.Node, value: yaml.Node) -> ir.Function:
+        """`search: tools:search`, or `lookup: {target: tools:lookup, description: lookup_doc, timeout: 5}`."""
+        if not isinstance(value, yaml.MappingNode):
+            return ir.Function(key.value, value.value, span=self.span(key), literal=self.span(value))
+        target = next(v for k, v in value.value if k.value == "target")
+        settings = self.settings(value, skip=("target",))
+        return ir.Function(key.value, target.value, settings, span=self.span(key), literal=self.span(target))
 
     def node(self, key: yaml.Node, value: yaml.MappingNode) -> ir.Node:
         fields = {k.value: v for k, v in value.value}

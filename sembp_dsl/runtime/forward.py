@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from ..language.branches import record_value, runs
 from ..language.graph import Graph
@@ -22,6 +22,7 @@ from ..language.kinds import kind_of
 from ..language.maps import items
 from ..language.node import GraphNode
 from ..language.shapes import Shape, python_value
+from ..language.toolcalls import ToolCall, Turn, compact
 from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -54,11 +55,46 @@ class Calls:
             cut_off=completion.finish_reason == "length",
         )
 
+    async def converse(
+        self, node: str, messages: list[dict], tools: Sequence[dict], schema: dict | None, model: str
+    ) -> Turn | NodeTrace:
+        try:
+            completion = await self.llm.converse("forward", messages, tools=tools, schema=schema, model=model)
+        except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
+            return NodeTrace.without_reply(node, "", f"{CALL_FAILED}: {exc}", exc.failure)
+        return Turn(
+            completion.text,
+            tuple(tool_call(call) for call in completion.tool_calls),
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.latency,
+            completion.cost,
+            completion.cached,
+            completion.finish_reason,
+        )
+
     def takes_schema(self, model: str, shape: Shape) -> bool:
         return self.llm.takes_schema(model, shape)
 
-    def count(self, event: str) -> None:
-        self.llm.ledger.count(event)
+    def takes_tools(self, model: str) -> bool:
+        return self.llm.takes_tools(model)
+
+    def count(self, event: str, n: int = 1) -> None:
+        self.llm.ledger.count(event, n)
+
+
+def tool_call(sent: Mapping) -> ToolCall:
+    """A native tool call as the loop reads it; arguments that are not a JSON object are kept under a key no
+    schema takes, so the model is told they do not fit."""
+    try:
+        arguments = json.loads(sent["arguments"] or "{}")
+    except ValueError:
+        arguments = None
+    return ToolCall(
+        sent["id"],
+        sent["name"],
+        arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]},
+    )
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:
@@ -68,6 +104,8 @@ def shown(node: GraphNode, trace: NodeTrace) -> str:
         return trace.output
     if trace.blocked:
         return f"(no output: {trace.error})"
+    if trace.steps:  # a tool loop: how it got there, so a gradient can name the call that went wrong
+        return f"{trace.reply.strip()}\n\nIts tool calls, in order:\n{compact(trace.steps)}"
     return trace.reply.strip()
 
 
