@@ -34,6 +34,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
+from .routers import router_problem
 from .runs import add_run_commands
 
 LANGUAGE_BY_EXAMPLE = '''\
@@ -88,14 +89,6 @@ def _report(diagnostics, text) -> None:
             f"... and {len(diagnostics) - MOST_DIAGNOSTICS_SHOWN} more (`sbpc check --json` lists them all)",
             file=sys.stderr,
         )
-
-
-def router_problem(path: str) -> str | None:
-    """What makes a router file unusable, for check and the language server (routing is imported only for
-    a pipeline that names a router file; it reads the file without litellm)."""
-    from ..models import routing
-
-    return routing.router_problem(path)
 
 
 def cmd_check(args) -> int:

@@ -19,7 +19,7 @@ from typing import TypeVar
 from .. import __version__
 from ..language.diagnostics import Diagnostic
 from ..language.editor import Document, Occurrence, RenameError, Symbol
-from .commands import router_problem
+from .routers import router_problem
 
 T = TypeVar("T")
 log = logging.getLogger("sbpc.lsp")
