@@ -21,11 +21,8 @@ MAX_LINES = 80
 # (and an entry that no longer offends fails the test, so the lists only shrink).
 NOT_YET = {  # module:function
     "sembp_dsl.api:_models",
-    "sembp_dsl.compare:compare_evals",
 }
-NOT_YET_IMPORTS = {  # modules
-    "sembp_dsl.compare",
-}
+NOT_YET_IMPORTS: set[str] = set()  # modules
 
 
 def modules() -> Iterator[tuple[str, str]]:
