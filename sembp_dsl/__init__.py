@@ -54,8 +54,8 @@ _HOMES = {
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "RunsError": "records.runs",
-    "InputError": "api",
-    "PipelineClosed": "api",
+    "InputError": "runtime.inputs",
+    "PipelineClosed": "runtime.session",
     "CompareError": "compare",
     "ServeError": "serve",
     "UsageError": "cli.flags",
@@ -105,7 +105,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
+    from .api import Data, Optimized, Pipeline, Prediction, Usage, load
     from .cli.flags import UsageError
     from .compare import CompareError
     from .files import WriteBackError
@@ -125,6 +125,8 @@ if TYPE_CHECKING:
     from .records.runs import RunsError
     from .runtime.code import CodeError
     from .runtime.datasets import DataError
+    from .runtime.inputs import InputError
+    from .runtime.session import PipelineClosed
     from .runtime.evaluate import Evaluation, MetricFailed
     from .serve import ServeError
 

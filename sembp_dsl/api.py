@@ -12,23 +12,18 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import os
-import threading
-import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .errors import Option, SbpcError
-from .language.demos import DemosError, checked, from_text
-from .language.demos import as_text as demos_text
+from .errors import Option
+from .language.demos import from_text
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
-from .language.graph import MODEL_ROLES, Graph, MetricSpec, ModelSpec
-from .language.method import SIZES, Method, SettingError
-from .language.metrics import METRICS
+from .language.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.method import Method, SettingError
 from .language.shapes import python_value
 from .language.source import compile_file
 from .language.trace import Trace
@@ -38,22 +33,22 @@ from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
 from .records.record import RunRecord, RunSettings
-from .runtime import datasets
-from .runtime.code import bind, load_callable
-from .runtime.datasets import DataError, Sample, as_text, from_records
+from .runtime import datasets, splits
+from .runtime.code import bind
+from .runtime.datasets import DataError, Sample, from_records
 from .runtime.evaluate import (
     Evaluation,
-    MetricFailed,
     Result,
     Scorer,
-    Verdict,
     check_answers,
     evaluate,
     metric_for,
     split_to_score,
 )
 from .runtime.forward import run
-from .runtime.judge import judge
+from .runtime.inputs import input_texts, prompt_texts
+from .runtime.scoring import scorer_for
+from .runtime.session import Session, check_concurrency
 from .runtime.tasks import together
 
 __all__ = [
@@ -71,14 +66,6 @@ __all__ = [
     "Usage",
     "load",
 ]
-
-
-class InputError(SbpcError, ValueError):
-    """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
-
-
-class PipelineClosed(SbpcError, RuntimeError):
-    """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
 
 
 T = TypeVar("T")
@@ -268,14 +255,14 @@ class Pipeline:
         allow_modules: Iterable[str] = (),
     ):
         """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder."""
-        _check_concurrency(concurrency)
+        check_concurrency(concurrency)
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:
             cache = ResponseCache()
         self.graph = graph
         self._allowed = tuple(allow_modules)
-        self._session = _Session(
+        self._session = Session(
             dict(models),
             cache or None,
             dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost),
@@ -310,34 +297,7 @@ class Pipeline:
         """The same pipeline (models, cache, ledger) with other prompt texts; a demos param takes a list of
         examples (each a dict of its node's inputs and output) or that list as JSON text. DemosError (a
         ValueError) for examples that are not its node's."""
-        texts = {}
-        for name, text in prompts.items():
-            if name not in self.graph.prompts:
-                raise ValueError(
-                    f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
-                    f"(params: {', '.join(self.graph.prompts)})"
-                )
-            if name in self.graph.demos:
-                texts[name] = self._demos_text(name, text)
-            elif not isinstance(text, str):
-                raise TypeError(f"param '{name}' must be text, got {type(text).__name__}")
-            else:
-                texts[name] = text
-        return self._sibling(self.graph.with_prompts(texts))
-
-    def _demos_text(self, name: str, value: str | Sequence[Mapping[str, str]]) -> str:
-        """A demos param's new value as the graph holds it, once its examples are checked against its node."""
-        spec = self.graph.demos[name]
-        examples = from_text(value) if isinstance(value, str) else checked(value)
-        if len(examples) > spec.max:
-            raise DemosError(f"demos '{name}' may hold at most {spec.max} examples, not {len(examples)}")
-        keys = [*self.graph.nodes[spec.node].inputs, spec.node]
-        for index, example in enumerate(examples, start=1):
-            if sorted(example) != sorted(keys):
-                raise DemosError(
-                    f"example {index} of demos '{name}' must give {', '.join(keys)}, not {', '.join(example) or 'nothing'}"
-                )
-        return demos_text(examples)
+        return self._sibling(self.graph.with_prompts(prompt_texts(self.graph, prompts)))
 
     def _sibling(self, graph: Graph) -> Pipeline:
         twin = Pipeline.__new__(Pipeline)
@@ -386,8 +346,8 @@ class Pipeline:
     ) -> list[Prediction]:
         self._session.check_open()
         if concurrency is not None:
-            _check_concurrency(concurrency)
-        rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
+            check_concurrency(concurrency)
+        rows = [input_texts(self.graph, row) for row in rows]  # every row is checked before the first call
         bound = asyncio.Semaphore(concurrency or len(rows) or 1)
 
         async def one(row: Mapping[str, Any]) -> Prediction:
@@ -401,7 +361,7 @@ class Pipeline:
 
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
         llm = self._llm()
-        trace = await run(self.graph, llm, inputs if checked else self._inputs(inputs))
+        trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
         return self._prediction(trace, llm)
 
     def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
@@ -418,36 +378,6 @@ class Pipeline:
         )
         final = trace.final
         return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
-
-    def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
-        """The pipeline's inputs as text: strings as given, other values as JSON. A row of data is taken as it
-        is, as `evaluate` takes it: an input may be named by the data field it reads (`from "field"`), and the
-        expected answer's field is left out. Unknown and missing names are one error naming them all, before
-        any call."""
-        names = self.inputs
-        fields = {i.field: i.name for i in self.graph.inputs if i.field and i.field not in names}
-        answers = {*datasets.ANSWER_COLUMNS, self.graph.answer_field}  # what a row holds besides its inputs
-        values: dict[str, Any] = {}
-        problems = []
-        for key, value in given.items():
-            name = key if key in names else fields.get(key)
-            if name is None:
-                if key not in answers:
-                    problems.append(f"no input '{key}'{did_you_mean(key, [*names, *fields])}")
-            elif name in values:
-                problems.append(f"input '{name}' is given twice, by its name and by its data field")
-            else:
-                values[name] = value
-        missing = [name for name in names if name not in values]
-        if missing:
-            problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
-        if problems:
-            takes = [
-                f"{i.name} (or its data field '{i.field}')" if i.name in fields.values() else i.name
-                for i in self.graph.inputs
-            ]
-            raise InputError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(takes)})")
-        return {name: _input_text(name, value) for name, value in values.items()}
 
     # --- scoring it ----------------------------------------------------------------
 
@@ -505,7 +435,7 @@ class Pipeline:
         for name in models.values():  # before any call
             check_callable(name)
         llm = self._llm()
-        scorer = self._metric(chosen, llm)
+        scorer = self._scorer(chosen, llm)
         unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
         if data is None and unanswered and isinstance(scorer, str):
             raise DataError(
@@ -532,58 +462,6 @@ class Pipeline:
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
 
-    def _metric(self, metric: str | Metric, llm: LLM) -> str | Scorer:
-        """What scores: a built-in's name passes through; a metric the file defines (a judge asks `llm`, a function
-        is imported now, from beside the pipeline) and a callable given in Python become a Scorer."""
-        if callable(metric):
-            return self._scorer(metric, str(getattr(metric, "__name__", metric)))
-        if metric in METRICS:
-            return metric
-        spec = self.graph.metrics.get(metric)
-        if spec is None:
-            defined = f"; {self.path} defines {', '.join(self.graph.metrics)}" if self.graph.metrics else ""
-            raise SettingError(
-                Option("metric", "--metric"),
-                f": no metric {metric!r}{did_you_mean(metric, [*METRICS, *self.graph.metrics])} (built in: "
-                f"{', '.join(METRICS)}{defined})",
-            )
-        if spec.kind == "judge":
-            return judge(self.graph, llm, spec)
-        return self._scorer(self._function(spec), spec.name)
-
-    def _scorer(self, metric: Callable, name: str) -> Scorer:
-        """A metric written in Python, asked with a Prediction and the example as given: a bool or a number from 0
-        to 1, or with a reason, `(score, reason)`. One that raises or returns anything else fails for that sample
-        (MetricFailed), not for the run."""
-        if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
-            raise TypeError(
-                f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score"
-            )
-        no_usage = Usage(0, 0, 0, 0, 0.0)
-
-        async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
-            prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
-            try:
-                value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
-            except Exception as exc:
-                raise MetricFailed(f"the metric {name!r} raised {type(exc).__name__}: {exc}") from None
-            verdict = _verdict(value)
-            if verdict is None:
-                getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
-                raise MetricFailed(
-                    f"the metric {name!r} returned {_shown(value)}; a metric returns a bool or a number from 0 to 1, "
-                    "or (score, reason)"
-                )
-            return verdict
-
-        return score
-
-    def _function(self, spec: MetricSpec) -> Callable:
-        """A function metric's function, imported only now that a run scores with it (never by check, compile or
-        load), and only from where a function node's may be: the pipeline's folder, or a module the caller allowed
-        (runtime/code.py; CodeError otherwise)."""
-        return load_callable(str(spec.function), os.path.dirname(os.path.abspath(self.path)), self._allowed)
-
     # --- improving it --------------------------------------------------------------
 
     @property
@@ -591,6 +469,15 @@ class Pipeline:
         """The model of each role and named model an optimize run calls, as its record keeps them; LLMError when one
         has none (nor the embedded one)."""
         return self._models(learning=True)
+
+    def _scorer(self, metric: str | Metric, llm: LLM) -> str | Scorer:
+        return scorer_for(self.graph, metric, llm, self._allowed, self._view)
+
+    def _view(self, trace: Trace) -> Prediction:
+        """A trace as a Python metric sees it: a Prediction of no usage (scoring costs nothing to the answer)."""
+        return Prediction(
+            _typed(self.graph, trace.output), trace.output, trace.final.error, trace, Usage(0, 0, 0, 0, 0.0)
+        )
 
     def _models(self, learning: bool) -> dict[str, str]:
         """The models a run calls: the nodes' and the judges', and with `learning` the backward and optimizer
@@ -707,7 +594,7 @@ class Pipeline:
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
         llm = self._llm()
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric), llm)
+        scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
         out = None if isinstance(write, bool) else str(write)
@@ -753,47 +640,12 @@ class Pipeline:
             data = Data(train) if isinstance(train, str) else train
             if val or test:
                 raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
-            dataset = datasets.load(data.name, data.data_dir, data.test_data)
-            # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
-            val_size = resolved.val_size if resolved.gate == "val" or "val_size" in settings else 0
-            splits = datasets.make_splits(dataset, resolved.train_size, val_size, resolved.test_size, resolved.seed)
-            resolved = replace(resolved, val_size=val_size)
-            run = _Run(
-                RunSettings(self.path, data.name, resolved, self.models, data.test_data),
-                (list(splits.train), list(splits.val), list(splits.test)),
-                dataset.metric,
+            cut = splits.from_dataset(datasets.load(data.name, data.data_dir, data.test_data), resolved, settings)
+            return _Run(
+                RunSettings(self.path, data.name, cut.method, self.models, data.test_data), cut.splits, cut.metric
             )
-            empty = {
-                "train": ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
-                "gate": (
-                    "the gate split is empty: give ",
-                    Option(*(("val_size", "--val-size") if resolved.gate == "val" else ("train_size", "--train-size"))),
-                    " of at least 1, or ",
-                    Option("gate='none'", "--no-gate"),
-                ),
-            }
-        else:
-            sizes = [size for size in SIZES if size in settings]
-            if sizes:
-                raise TypeError(f"{sizes[0]} cuts a data set; examples given as lists are their own sizes")
-            samples = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
-            resolved = replace(
-                resolved, train_size=len(samples[0]), val_size=len(samples[1]), test_size=len(samples[2])
-            )
-            run = _Run(RunSettings(self.path, "examples", resolved, self.models), samples, "exact")
-            empty = {
-                "train": ("train is empty: optimizing learns from the training examples' errors",),
-                "gate": (
-                    f"the gate split ({'train' if resolved.gate == 'train' else 'val'}) is empty: "
-                    "give examples for it, or gate='none'",
-                ),
-            }
-        train_, val_, _ = run.splits
-        if resolved.iterations and not train_:
-            raise SettingError(*empty["train"])
-        if resolved.gate != "none" and not (train_ if resolved.gate == "train" else val_):
-            raise SettingError(*empty["gate"])
-        return run
+        cut = splits.from_examples(train, val, test, resolved, settings)
+        return _Run(RunSettings(self.path, "examples", cut.method, self.models), cut.splits, cut.metric)
 
     # --- the event loops -----------------------------------------------------------
 
@@ -837,130 +689,11 @@ class _Lost(CallFailed):
         self.prediction = prediction
 
 
-class _Session:
-    """What a pipeline and its `with_prompts` twins share: models, limits, cache, ledger, and one LLM layer
-    per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop,
-    one per thread (a loop runs in one thread at a time)."""
-
-    def __init__(self, models: dict[str, ModelSpec], cache: ResponseCache | None, limits: dict):
-        self.models, self.cache, self.limits = models, cache, limits
-        self.ledger = Ledger()
-        self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
-        self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
-        self._finalizers: list[weakref.finalize] = []
-        self._lock = threading.Lock()  # threads add and drop loops' LLM layers
-        self.closed = False
-
-    def check_open(self) -> None:
-        if self.closed:
-            raise PipelineClosed(
-                "this pipeline is closed (close() was called, or its `with` block ended); "
-                "load it again to make more calls"
-            )
-
-    def llm(self) -> LLM:
-        self.check_open()
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if loop not in self.llms:
-                for gone in [old for old in self.llms if old.is_closed()]:  # asyncio.run's loops, ended
-                    del self.llms[gone]
-                # long-lived: a call fails alone; each evaluate or optimize is a command that may stop early
-                self.llms[loop] = LLM(
-                    self.models, cache=self.cache, ledger=self.ledger, whole_session=False, **self.limits
-                )
-            return self.llms[loop]
-
-    def sync(self, work: Awaitable[T]) -> T:
-        try:
-            asyncio.get_running_loop()
-            inside_a_loop = True
-        except RuntimeError:
-            inside_a_loop = False
-        if self.closed or inside_a_loop:
-            getattr(work, "close", lambda: None)()  # never started: no "never awaited" warning
-            self.check_open()
-            raise RuntimeError(
-                "a Pipeline's sync methods cannot run inside an event loop: "
-                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`"
-            )
-        loop = self.loops.get(threading.get_ident())
-        if loop is None or loop.is_closed():
-            loop = self.loops[threading.get_ident()] = asyncio.new_event_loop()
-            self._finalizers.append(weakref.finalize(self, _shut, loop, self.llms))
-        try:
-            return loop.run_until_complete(work)
-        except BaseException:  # Ctrl-C: the rows still in flight must not go on calling at the next use
-            _cancel_pending(loop)
-            raise
-
-    def close(self) -> None:
-        self.closed = True
-        for finalizer in self._finalizers:
-            finalizer()
-
-
-def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
-    pending = asyncio.all_tasks(loop)
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-
-
-def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
-    """Close a private loop's connections, then the loop (not one another thread is running a call on)."""
-    if loop.is_closed() or loop.is_running():
-        return
-    _cancel_pending(loop)
-    llm = llms.pop(loop, None)
-    if llm is not None:
-        loop.run_until_complete(llm.aclose())
-    loop.close()
-
-
-def _check_concurrency(concurrency: Any) -> None:
-    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-        raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
-
-
 @dataclass(frozen=True)
 class _Run:
     settings: RunSettings
     splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
     metric: str  # the data set's, for a pipeline that names none
-
-
-def _input_text(name: str, value: Any) -> str:
-    """One input as text; a value JSON cannot hold (bytes, a set, a tuple key, nesting past Python's limit) or
-    UTF-8 cannot carry (a lone surrogate) is named."""
-    try:
-        text = as_text(value)
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(
-            f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model request can carry"
-        ) from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
-        raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
-    return text
-
-
-def _verdict(value: object) -> Verdict | None:
-    """A Python metric's answer as a Verdict: a bool or a number from 0 to 1, alone or with a reason (None for
-    anything else)."""
-    reason = None
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (str, type(None))):
-        value, reason = value
-    if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:  # NaN is not within
-        return None
-    return Verdict(float(value), (reason or "").strip() or None)
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _typed(graph: Graph, text: str | None) -> Any:

@@ -228,7 +228,7 @@ def failure_text(node) -> str:
 
 def cmd_run(args) -> int:
     # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
-    from ..api import InputError
+    from ..runtime.inputs import InputError
 
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
