@@ -12,12 +12,13 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from .errors import Option
 from .language.demos import from_text
@@ -69,6 +70,7 @@ __all__ = [
 
 
 T = TypeVar("T")
+P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
 
@@ -239,6 +241,24 @@ class Optimized:
         return unified_diff(before, after, self.pipeline.path)
 
 
+def _blocking(
+    coroutine: Callable[Concatenate[Pipeline, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Pipeline, P], T]:
+    """The sync form of an async method of Pipeline, its one definition: the same signature and doc, run on the
+    pipeline's private event loop."""
+
+    @functools.wraps(coroutine)
+    def method(self: Pipeline, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._session.sync(coroutine(self, *args, **kwargs))
+
+    method.__name__ = coroutine.__name__.removeprefix("a")
+    method.__qualname__ = f"Pipeline.{method.__name__}"
+    method.__doc__ = (
+        f"{coroutine.__doc__}\n\nRuns on the pipeline's own event loop; `{coroutine.__name__}` runs on the caller's."
+    )
+    return method
+
+
 class Pipeline:
     """A compiled pipeline, callable like a function. Build one with `load`."""
 
@@ -326,7 +346,7 @@ class Pipeline:
             raise _Lost(prediction)
         return prediction
 
-    def batch(
+    async def abatch(
         self,
         rows: Iterable[Mapping[str, Any]],
         *,
@@ -335,15 +355,6 @@ class Pipeline:
     ) -> list[Prediction]:
         """Many inputs, at most `concurrency` rows in flight, predictions in input order.
         A row whose call failed gets a Prediction with `.failed` and the cause in `.error`; the others go on."""
-        return self._sync(self.abatch(rows, concurrency=concurrency, on_done=on_done))
-
-    async def abatch(
-        self,
-        rows: Iterable[Mapping[str, Any]],
-        *,
-        concurrency: int | None = None,
-        on_done: Callable[[Prediction], None] | None = None,
-    ) -> list[Prediction]:
         self._session.check_open()
         if concurrency is not None:
             check_concurrency(concurrency)
@@ -358,6 +369,8 @@ class Pipeline:
             return prediction
 
         return await together(one(row) for row in rows)
+
+    batch = _blocking(abatch)
 
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
         llm = self._llm()
@@ -381,7 +394,7 @@ class Pipeline:
 
     # --- scoring it ----------------------------------------------------------------
 
-    def evaluate(
+    async def aevaluate(
         self,
         examples: Examples | str | Data,
         metric: str | Metric | None = None,
@@ -399,25 +412,6 @@ class Pipeline:
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
         run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
-        return self._sync(
-            self.aevaluate(
-                examples, metric, split=split, limit=limit, mapping=mapping, on_done=on_done, runs_dir=runs_dir, **sizes
-            )
-        )
-
-    async def aevaluate(
-        self,
-        examples: Examples | str | Data,
-        metric: str | Metric | None = None,
-        *,
-        split: str = "test",
-        limit: int | None = None,
-        mapping: Mapping[str, str] | None = None,
-        on_done: Callable[[Result], None] | None = None,
-        runs_dir: str | Path | None = None,
-        **sizes: int,
-    ) -> Evaluation:
-        """`evaluate` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -461,6 +455,8 @@ class Pipeline:
         }
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
+
+    evaluate = _blocking(aevaluate)
 
     # --- improving it --------------------------------------------------------------
 
@@ -529,7 +525,7 @@ class Pipeline:
             spec if spec is not None and spec.kind == "judge" else None,
         )
 
-    def optimize(
+    async def aoptimize(
         self,
         train: Examples | str | Data,
         val: Examples = (),
@@ -553,40 +549,6 @@ class Pipeline:
         True writes every accepted step into the source file at once (so an interrupted run keeps it), a path
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
-        return self._sync(
-            self.aoptimize(
-                train,
-                val,
-                test,
-                method=method,
-                metric=metric,
-                mapping=mapping,
-                runs_dir=runs_dir,
-                resume=resume,
-                write=write,
-                log=log,
-                progress=progress,
-                **settings,
-            )
-        )
-
-    async def aoptimize(
-        self,
-        train: Examples | str | Data,
-        val: Examples = (),
-        test: Examples = (),
-        *,
-        method: Method | None = None,
-        metric: str | Metric | None = None,
-        mapping: Mapping[str, str] | None = None,
-        runs_dir: str | Path = ".sbpc/runs",
-        resume: bool = False,
-        write: bool | str | Path = False,
-        log: Callable[[str], None] | None = None,
-        progress: Callable[[str, int], Callable[[object], None]] | None = None,
-        **settings: Any,
-    ) -> Optimized:
-        """`optimize` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
         for name in run.settings.models.values():  # before a run record is made
@@ -630,6 +592,8 @@ class Pipeline:
             ).run()
         written = writer.target if write is not False else None
         return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, written)
+
+    optimize = _blocking(aoptimize)
 
     def _run(
         self, train: Examples | str | Data, val: Examples, test: Examples, method: Method | None, settings: Mapping

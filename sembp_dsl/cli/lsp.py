@@ -99,7 +99,7 @@ def refusals_unlogged(record: logging.LogRecord) -> bool:
 class OpenFiles:
     """The files the editor has open, each version read once into a Document, and where things are in them."""
 
-    def __init__(self, server):
+    def __init__(self, server) -> None:
         self.server = server
         self.documents: dict[str, tuple[Document, Lines]] = {}
 
