@@ -125,9 +125,9 @@ if TYPE_CHECKING:
     from .records.runs import RunsError
     from .runtime.code import CodeError
     from .runtime.datasets import DataError
+    from .runtime.evaluate import Evaluation, MetricFailed
     from .runtime.inputs import InputError
     from .runtime.session import PipelineClosed
-    from .runtime.evaluate import Evaluation, MetricFailed
     from .serve import ServeError
 
 

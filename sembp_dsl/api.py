@@ -34,9 +34,10 @@ from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
 from .records.record import RunRecord, RunSettings
+from .records.step_writer import StepWriter
 from .runtime import datasets, splits
 from .runtime.code import bind
-from .runtime.datasets import DataError, Sample, from_records
+from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
     Evaluation,
     Result,
@@ -196,6 +197,22 @@ class Usage:
     completion_tokens: int
     cost: float
 
+    @classmethod
+    def of(cls, graph: Graph, trace: Trace) -> Usage:
+        """What the calls of a trace cost: its model nodes' (a function node costs nothing); a cache hit is free."""
+        models = [trace.nodes[node.name] for node in graph.model_nodes]
+        calls = [t for t in models if t.reply and not t.cached]
+        return cls(
+            len(calls),
+            sum(t.cached for t in models),
+            sum(t.prompt_tokens for t in calls),
+            sum(t.completion_tokens for t in calls),
+            sum(t.cost for t in calls),
+        )
+
+
+NO_USAGE = Usage(0, 0, 0, 0, 0.0)  # a prediction a metric is shown: scoring it costs the answer nothing
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -207,6 +224,12 @@ class Prediction:
     error: str | None  # why there is no output: an unparsable reply, or a call that failed
     trace: Trace
     usage: Usage
+
+    @classmethod
+    def of(cls, graph: Graph, trace: Trace, usage: Usage = NO_USAGE) -> Prediction:
+        """A trace's answer, typed as Python: a number as int or float, a JSON value or a record as read from JSON."""
+        typed = None if trace.output is None else python_value(graph.output_type, trace.output)
+        return cls(typed, trace.output, trace.final.error, trace, usage)
 
     @property
     def failed(self) -> bool:
@@ -276,17 +299,9 @@ class Pipeline:
     ):
         """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder."""
         check_concurrency(concurrency)
-        if isinstance(cache, (str, Path)):
-            cache = ResponseCache(cache)
-        elif cache is True:
-            cache = ResponseCache()
-        self.graph = graph
-        self._allowed = tuple(allow_modules)
-        self._session = Session(
-            dict(models),
-            cache or None,
-            dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost),
-        )
+        self.graph, self._allowed = graph, tuple(allow_modules)
+        limits = dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost)
+        self._session = Session(dict(models), cache, limits)
 
     @property
     def ledger(self) -> Ledger:
@@ -375,22 +390,7 @@ class Pipeline:
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
         llm = self._llm()
         trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
-        return self._prediction(trace, llm)
-
-    def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
-        models = [trace.nodes[node.name] for node in self.graph.model_nodes]  # no code
-        calls = [t for t in models if t.reply and not t.cached]
-        prompt_tokens = sum(t.prompt_tokens for t in calls)
-        completion_tokens = sum(t.completion_tokens for t in calls)
-        usage = Usage(
-            len(calls),
-            sum(t.cached for t in models),
-            prompt_tokens,
-            completion_tokens,
-            sum(t.cost for t in calls),
-        )
-        final = trace.final
-        return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
+        return Prediction.of(self.graph, trace, Usage.of(self.graph, trace))
 
     # --- scoring it ----------------------------------------------------------------
 
@@ -415,44 +415,29 @@ class Pipeline:
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        if isinstance(examples, (str, Data)):
-            given = Data(examples) if isinstance(examples, str) else examples
-            dataset, data = datasets.load(given.name, given.data_dir, given.test_data), given
+        data = (
+            (Data(examples) if isinstance(examples, str) else examples) if isinstance(examples, (str, Data)) else None
+        )
+        if data is not None:
+            dataset = datasets.load(data.name, data.data_dir, data.test_data)
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
-            data = None  # examples given in Python
-            if sizes:
-                raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
-            samples, default_metric = from_records(examples, "example")[:limit], "exact"
+            samples, default_metric = splits.examples_to_score(examples, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._models(learning=False)
         for name in models.values():  # before any call
             check_callable(name)
         llm = self._llm()
         scorer = self._scorer(chosen, llm)
-        unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
-        if data is None and unanswered and isinstance(scorer, str):
-            raise DataError(
-                f"{unanswered[0]} has no expected output: give each example an "
-                f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
-                "or score with a metric of your own"
-            )
+        if data is None and isinstance(scorer, str):  # a built-in metric needs the answers examples in Python lack
+            splits.require_answers(self.graph, samples)
         with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
-        settings = RunSettings(
-            self.path,
-            data.name if data else "examples",
-            self.method(None, **sizes),  # the sizes and seed that drew the split
-            models,
-            data.test_data if data else None,
-        )
-        scored = {
-            "split": split,
-            "metric": chosen if isinstance(chosen, str) else str(getattr(chosen, "__name__", chosen)),
-            "limit": limit,
-        }
+        name, test_data = (data.name, data.test_data) if data else ("examples", None)
+        settings = RunSettings(self.path, name, self.method(None, **sizes), models, test_data)  # sizes: the split's
+        scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
 
@@ -467,13 +452,7 @@ class Pipeline:
         return self._models(learning=True)
 
     def _scorer(self, metric: str | Metric, llm: LLM) -> str | Scorer:
-        return scorer_for(self.graph, metric, llm, self._allowed, self._view)
-
-    def _view(self, trace: Trace) -> Prediction:
-        """A trace as a Python metric sees it: a Prediction of no usage (scoring costs nothing to the answer)."""
-        return Prediction(
-            _typed(self.graph, trace.output), trace.output, trace.final.error, trace, Usage(0, 0, 0, 0, 0.0)
-        )
+        return scorer_for(self.graph, metric, llm, self._allowed, functools.partial(Prediction.of, self.graph))
 
     def _models(self, learning: bool) -> dict[str, str]:
         """The models a run calls: the nodes' and the judges', and with `learning` the backward and optimizer
@@ -559,8 +538,7 @@ class Pipeline:
         scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
-        out = None if isinstance(write, bool) else str(write)
-        writer = WriteBack(self.graph.pipeline, out, write is False)
+        writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
         source = self.graph.pipeline.text
         if resume:
             record = RunRecord.resume(Path(runs_dir), run.settings, source)
@@ -568,13 +546,6 @@ class Pipeline:
         else:
             record = RunRecord.create(Path(runs_dir), run.settings, self.prompts, source)
         initial = self.with_prompts(record.data.initial_prompts)
-        writer.report_to(record)
-
-        def accept(graph: Graph) -> None:
-            notice = writer(graph.prompts)
-            if notice:
-                log(notice)
-
         with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
             outcome = await Optimizer(
                 initial.graph,
@@ -586,7 +557,7 @@ class Pipeline:
                 val_,
                 test_,
                 record,
-                accept,
+                StepWriter(writer, record, log),
                 log,
                 progress,
             ).run()
@@ -626,9 +597,7 @@ class Pipeline:
 
     async def aclose(self) -> None:
         """Close the connections this event loop's calls opened."""
-        llm = self._session.llms.pop(asyncio.get_running_loop(), None)
-        if llm is not None:
-            await llm.aclose()
+        await self._session.aclose()
 
     def __enter__(self) -> Pipeline:
         return self
@@ -660,6 +629,5 @@ class _Run:
     metric: str  # the data set's, for a pipeline that names none
 
 
-def _typed(graph: Graph, text: str | None) -> Any:
-    """The answer as Python: a number as int or float, a JSON value or a record (a dict) as read from JSON."""
-    return None if text is None else python_value(graph.output_type, text)
+def _name(metric: Callable) -> str:
+    return str(getattr(metric, "__name__", metric))

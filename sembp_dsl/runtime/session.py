@@ -7,6 +7,7 @@ import asyncio
 import threading
 import weakref
 from collections.abc import Awaitable
+from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import SbpcError
@@ -26,8 +27,13 @@ class Session:
     per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop,
     one per thread (a loop runs in one thread at a time)."""
 
-    def __init__(self, models: dict[str, ModelSpec], cache: ResponseCache | None, limits: dict):
-        self.models, self.cache, self.limits = models, cache, limits
+    def __init__(self, models: dict[str, ModelSpec], cache: bool | str | Path | ResponseCache, limits: dict):
+        """`cache`: True for the shared response cache, a path for another one, False for none."""
+        if isinstance(cache, (str, Path)):
+            cache = ResponseCache(cache)
+        elif cache is True:
+            cache = ResponseCache()
+        self.models, self.cache, self.limits = models, cache or None, limits
         self.ledger = Ledger()
         self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
@@ -77,6 +83,12 @@ class Session:
         except BaseException:  # Ctrl-C: the rows still in flight must not go on calling at the next use
             _cancel_pending(loop)
             raise
+
+    async def aclose(self) -> None:
+        """Close the connections the running event loop's calls opened."""
+        llm = self.llms.pop(asyncio.get_running_loop(), None)
+        if llm is not None:
+            await llm.aclose()
 
     def close(self) -> None:
         self.closed = True

@@ -8,8 +8,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Option
+from ..language.graph import Graph
 from ..language.method import SIZES, Method, SettingError
-from .datasets import Dataset, Sample, from_records, make_splits
+from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, from_records, make_splits
 
 Examples = Sequence[Mapping[str, Any] | Sample]
 
@@ -60,3 +61,20 @@ def _checked(cut: Cut, empty_train: tuple, empty_gate: tuple) -> Cut:
     if cut.method.gate != "none" and not (train if cut.method.gate == "train" else val):
         raise SettingError(*empty_gate)
     return cut
+
+
+def examples_to_score(examples: Examples, sizes: Mapping[str, Any]) -> list[Sample]:
+    """Examples given in Python, scored whole: no size cuts them."""
+    if sizes:
+        raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
+    return from_records(examples, "example")
+
+
+def require_answers(graph: Graph, samples: list[Sample]) -> None:
+    """DataError for an example with no expected output, when the metric compares with one."""
+    unanswered = [s.id for s in samples if not s.answer and not graph.answer_field]
+    if unanswered:
+        raise DataError(
+            f"{unanswered[0]} has no expected output: give each example an "
+            f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}, or score with a metric of your own"
+        )
