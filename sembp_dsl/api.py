@@ -15,7 +15,7 @@ import asyncio
 import functools
 import json
 import os
-from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -32,7 +32,7 @@ from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome
 from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
-from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .records.record import RunRecord, RunSettings
 from .records.step_writer import StepWriter
 from .runtime import datasets, splits
@@ -140,6 +140,12 @@ def _models(
     current folder).
 
     Overriding the forward role when every node names a model of its own would change no call: refused."""
+    _check_roles(graph, roles, api_base)
+    return {role: _model(spec, roles.get(role, {}), model, api_base, folder) for role, spec in graph.models.items()}
+
+
+def _check_roles(graph: Graph, roles: Mapping[str, str | Mapping[str, Any]], api_base: str | None) -> None:
+    """Roles that name no role or model of the pipeline, a forward role no call takes, and a bad --api-base."""
     if not isinstance(roles, Mapping):
         raise TypeError(
             f"roles must map a role ({', '.join(MODEL_ROLES)}) or a named model to a model, got {type(roles).__name__}"
@@ -160,22 +166,25 @@ def _models(
     problem = url_problem(api_base) if api_base else None
     if problem:
         raise SettingError(Option("api_base", "--api-base"), f" {problem}")
-    models = {}
-    for role, spec in graph.models.items():
-        own = roles.get(role, {})
-        if not isinstance(own, (str, Mapping)):
-            raise TypeError(f"roles[{role!r}] must be a model name or a mapping of settings, got {own!r}")
-        own = {"name": own} if isinstance(own, str) else dict(own)
-        name = own.pop("name", None) or model or spec.name
-        settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
-        if spec.name and name and provider(name) != provider(spec.name) and not api_base:
-            for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
-                if key not in own:
-                    settings.pop(key, None)
-        if "router" in spec.settings and "router" not in own:
-            settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
-        models[role] = ModelSpec(role, name, settings)
-    return models
+
+
+def _model(
+    spec: ModelSpec, own: str | Mapping[str, Any], model: str | None, api_base: str | None, folder: Path
+) -> ModelSpec:
+    """One role's model: the caller's settings (`own`, or `model` for every role) over the file's."""
+    role = spec.role
+    if not isinstance(own, (str, Mapping)):
+        raise TypeError(f"roles[{role!r}] must be a model name or a mapping of settings, got {own!r}")
+    own = {"name": own} if isinstance(own, str) else dict(own)
+    name = own.pop("name", None) or model or spec.name
+    settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
+    if spec.name and name and provider(name) != provider(spec.name) and not api_base:
+        for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
+            if key not in own:
+                settings.pop(key, None)
+    if "router" in spec.settings and "router" not in own:
+        settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
+    return ModelSpec(role, name, settings)
 
 
 #: A model block's settings that say which server answers and with which key: they belong to its provider.
@@ -352,7 +361,7 @@ class Pipeline:
 
     def __call__(self, **inputs: Any) -> Prediction:
         """Run the pipeline on one input; raises CallFailed when a call failed for good."""
-        return self._sync(self.acall(**inputs))
+        return self._session.sync(self.acall(**inputs))
 
     async def acall(self, **inputs: Any) -> Prediction:
         """`pipeline(...)` for async code: runs on the caller's event loop."""
@@ -388,7 +397,7 @@ class Pipeline:
     batch = _blocking(abatch)
 
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
-        llm = self._llm()
+        llm = self._session.llm()
         trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
         return Prediction.of(self.graph, trace, Usage.of(self.graph, trace))
 
@@ -415,19 +424,18 @@ class Pipeline:
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        data = (
-            (Data(examples) if isinstance(examples, str) else examples) if isinstance(examples, (str, Data)) else None
-        )
-        if data is not None:
+        data: Data | None = None  # examples given in Python
+        if isinstance(examples, (str, Data)):
+            data = Data(examples) if isinstance(examples, str) else examples
             dataset = datasets.load(data.name, data.data_dir, data.test_data)
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
             samples, default_metric = splits.examples_to_score(examples, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
-        models = self._models(learning=False)
+        models = self._session.model_names(self.graph, learning=False)
         for name in models.values():  # before any call
             check_callable(name)
-        llm = self._llm()
+        llm = self._session.llm()
         scorer = self._scorer(chosen, llm)
         if data is None and isinstance(scorer, str):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
@@ -449,35 +457,16 @@ class Pipeline:
     def models(self) -> Mapping[str, str]:
         """The model of each role and named model an optimize run calls, as its record keeps them; LLMError when one
         has none (nor the embedded one)."""
-        return self._models(learning=True)
+        return self._session.model_names(self.graph, learning=True)
 
     def _scorer(self, metric: str | Metric, llm: LLM) -> str | Scorer:
         return scorer_for(self.graph, metric, llm, self._allowed, functools.partial(Prediction.of, self.graph))
-
-    def _models(self, learning: bool) -> dict[str, str]:
-        """The models a run calls: the nodes' and the judges', and with `learning` the backward and optimizer
-        roles. A role no call takes (the forward role, when every node names its model) needs no model: asking
-        for one would fail a run that never uses it wherever the embedded model is not installed."""
-        used = {node.model for node in self.graph.model_nodes}
-        used |= {spec.model for spec in self.graph.metrics.values() if spec.kind == "judge"}
-        used |= {"backward", "optimizer"} if learning else set()
-        return {key: str(resolve_model(spec).name) for key, spec in self._session.models.items() if key in used}
 
     def method(self, method: Method | None = None, **settings: Any) -> Method:
         """The method a run would take: `method` (default: the pipeline's `optimize` block) with `settings`
         (Method's fields as keyword arguments) changed. Raises ValueError for a setting out of its range and
         for a param `only` cannot optimize, TypeError for a setting that is not one."""
-        method = (method or self.graph.optimize).changed(settings)
-        for name in method.only:
-            if name not in self.graph.prompts:
-                raise SettingError(
-                    Option("only", "--only"),
-                    f": no param '{name}'{did_you_mean(name, self.graph.prompts)} "
-                    f"(params: {', '.join(self.graph.prompts)})",
-                )
-            if name not in self.graph.trainable and name not in self.graph.trainable_demos:
-                raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
-        return method
+        return splits.method_for(self.graph, method or self.graph.optimize, settings)
 
     def plan(
         self,
@@ -495,14 +484,8 @@ class Pipeline:
         run = self._run(train, val, test, method, settings)
         chosen = metric if metric is not None else metric_for(self.graph, run.metric)
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
-        return plan(
-            self.graph,
-            LLM(self._session.models),
-            run.settings.method,
-            *run.splits,
-            mapping or {},
-            spec if spec is not None and spec.kind == "judge" else None,
-        )
+        judged = spec if spec is not None and spec.kind == "judge" else None
+        return plan(self.graph, LLM(self._session.models), run.settings.method, *run.splits, mapping or {}, judged)
 
     async def aoptimize(
         self,
@@ -534,7 +517,7 @@ class Pipeline:
             check_callable(name)
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
-        llm = self._llm()
+        llm = self._session.llm()
         scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
@@ -583,12 +566,6 @@ class Pipeline:
         return _Run(RunSettings(self.path, "examples", cut.method, self.models), cut.splits, cut.metric)
 
     # --- the event loops -----------------------------------------------------------
-
-    def _llm(self) -> LLM:
-        return self._session.llm()
-
-    def _sync(self, work: Awaitable[T]) -> T:
-        return self._session.sync(work)
 
     def close(self) -> None:
         """Close the connections that sync calls opened (they also close when the pipeline is collected).

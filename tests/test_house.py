@@ -19,9 +19,7 @@ MAX_LINES = 80
 
 # Offenders known when these rules were written, in modules being reworked: each entry is removed with its fix
 # (and an entry that no longer offends fails the test, so the lists only shrink).
-NOT_YET = {  # module:function
-    "sembp_dsl.api:_models",
-}
+NOT_YET: set[str] = set()  # module:function
 NOT_YET_IMPORTS: set[str] = set()  # modules
 
 

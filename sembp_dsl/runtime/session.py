@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from ..errors import SbpcError
-from ..language.graph import ModelSpec
+from ..language.graph import Graph, ModelSpec
 from ..models.cache import ResponseCache
-from ..models.llm import LLM, Ledger
+from ..models.llm import LLM, Ledger, resolve_model
 
 T = TypeVar("T")
 
@@ -40,6 +40,15 @@ class Session:
         self._finalizers: list[weakref.finalize] = []
         self._lock = threading.Lock()  # threads add and drop loops' LLM layers
         self.closed = False
+
+    def model_names(self, graph: Graph, learning: bool) -> dict[str, str]:
+        """The models a run of `graph` calls: the nodes' and the judges', and with `learning` the backward and
+        optimizer roles. A role no call takes (the forward role, when every node names its model) needs no model:
+        asking for one would fail a run that never uses it wherever the embedded model is not installed."""
+        used = {node.model for node in graph.model_nodes}
+        used |= {spec.model for spec in graph.metrics.values() if spec.kind == "judge"}
+        used |= {"backward", "optimizer"} if learning else set()
+        return {key: str(resolve_model(spec).name) for key, spec in self.models.items() if key in used}
 
     def check_open(self) -> None:
         if self.closed:

@@ -1,5 +1,6 @@
-"""The data-split rules of a run: a data set cut into train, val and test by the method's sizes and seed, or the
-caller's own lists of examples taken as they are; either way a run that could not learn or gate is refused now."""
+"""What a run is asked, checked before it starts: its method, fit to the pipeline, and the data-split rules: a data
+set cut into train, val and test by the method's sizes and seed, or the caller's own lists of examples taken as they
+are; either way a run that could not learn or gate is refused now."""
 
 from __future__ import annotations
 
@@ -8,11 +9,27 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Option
+from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, Method, SettingError
 from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, from_records, make_splits
 
 Examples = Sequence[Mapping[str, Any] | Sample]
+
+
+def method_for(graph: Graph, method: Method, settings: Mapping[str, Any]) -> Method:
+    """`method` with `settings` changed, each in its range (ValueError) and a setting (TypeError), and every param
+    `only` names one the run can optimize (SettingError)."""
+    method = method.changed(settings)
+    for name in method.only:
+        if name not in graph.prompts:
+            raise SettingError(
+                Option("only", "--only"),
+                f": no param '{name}'{did_you_mean(name, graph.prompts)} (params: {', '.join(graph.prompts)})",
+            )
+        if name not in graph.trainable and name not in graph.trainable_demos:
+            raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
+    return method
 
 
 @dataclass(frozen=True)
