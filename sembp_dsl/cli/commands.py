@@ -593,6 +593,9 @@ def _add_optimize(sub) -> None:
     add_setting(g, "gate", None, None, choices=SETTINGS["gate"].words)
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
     add_setting(g, "gate_alpha", PROBABILITY, None, metavar="P")
+    add_setting(g, "objective", None, None, choices=SETTINGS["objective"].words)
+    add_setting(g, "margin", PROBABILITY, None, metavar="M")
+    g.add_argument("--models", metavar="MODEL[,MODEL]", help="the named models a node may be moved to")
     w = op.add_argument_group("output")
     w.add_argument(
         "--dry-run",

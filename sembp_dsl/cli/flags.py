@@ -249,4 +249,6 @@ def method_settings(args) -> dict:
         given["gate"] = "none"
     if getattr(args, "only", None):
         given["only"] = tuple(p.strip() for p in args.only.split(","))
+    if getattr(args, "models", None):
+        given["models"] = tuple(m.strip() for m in args.models.split(","))
     return given

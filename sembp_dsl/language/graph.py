@@ -21,7 +21,7 @@ from .kinds import kind_of
 from .maps import each_of
 from .method import Method
 from .metrics import parse_scale
-from .node import NO_RECORDS, GraphNode
+from .node import NO_RECORDS, GraphNode, model_param
 from .templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
@@ -134,7 +134,10 @@ class Graph:
         return tuple(name for name, d in self.demos.items() if not d.frozen)
 
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
-        return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
+        """The graph with these params' values; a node's model param (`model_param`) moves the node's calls."""
+        moved = {name: prompts[model_param(name)] for name in self.nodes if model_param(name) in prompts}
+        nodes = {name: replace(node, model=moved[name]) if name in moved else node for name, node in self.nodes.items()}
+        return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}), nodes=MappingProxyType(nodes))
 
     def with_functions(self, functions: Mapping[str, Callable]) -> Graph:
         return replace(self, functions=MappingProxyType(dict(functions)))

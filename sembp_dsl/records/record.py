@@ -70,6 +70,7 @@ class Proposal:
     new: str | None = None  # None: the optimizer's reply held no usable prompt; of demos, the examples' JSON
     reply: str | None = None
     samples: list[str] = field(default_factory=list)  # of demos: the training samples its examples come from
+    strategy: str | None = None  # the strategy that proposed it (learning/strategies.py)
 
 
 @dataclass
@@ -92,6 +93,7 @@ class GateDecision:
     losses: list[str]
     p: float
     alpha: float
+    margin: float | None = None  # a non-inferiority gate's margin (None: the step had to score higher)
     lost: list[str] = field(default_factory=list)
     right: list[str] = field(default_factory=list)
     partial: dict[str, float] = field(default_factory=dict)  # the proposal's scores between 0 and 1, by sample

@@ -1,0 +1,115 @@
+"""The model of each node as a param (learning/strategies.py `Models`): tried from outside, through `sbpc optimize`,
+on OpenAI-compatible fake servers that answer every model alike except one, whose answers are always wrong. With
+`--objective cost` each node moves to the cheapest model whose answers are as good, never to the bad one, each move
+passing the non-inferiority gate, and the file's `model =` lines are all that change."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+
+import pytest
+from fake_server import FakeServer
+
+from sembp_dsl import cli
+from sembp_dsl.learning.stats import NonInferiority, noninferiority_p
+from sembp_dsl.records.runs import resolve
+
+# litellm's prices: gpt-4o-mini < gpt-3.5-turbo < gpt-4o. The cheapest is the bad one.
+PIPELINE = """\
+pipeline relay "Pass the answer along"
+
+input q: text
+
+param a_task = "Read the claim."
+param b_task = "Restate it."
+param c_task = "Answer Yes or No."
+
+# each node names its model on its own line
+node a: text { prompt = a_task  model = strong }
+node b: text {
+  prompt = b_task
+  model  = strong   # reviewed by hand
+}
+node c: text { prompt = c_task  model = strong }
+
+q -> a -> b -> c
+output c
+metric exact
+
+model bad       { name = "openai/gpt-4o-mini"     api_base = "BAD" }
+model fast      { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
+model strong    { name = "openai/gpt-4o"          api_base = "GOOD" }
+model backward  { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
+model optimizer { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
+
+optimize { iterations = 8  models = [bad, fast, strong]  margin = 0.05  objective = accuracy }
+"""
+
+
+def good(messages: list) -> str:
+    """Right unless an earlier node's answer in the prompt was wrong: a wrong answer carries down the chain."""
+    return "Wrong" if any("Wrong" in str(m.get("content")) for m in messages) else "Yes"
+
+
+@pytest.fixture
+def relay(tmp_path):
+    with FakeServer(reply=good) as right, FakeServer(reply="Wrong") as wrong:
+        path = tmp_path / "relay.sbp"
+        path.write_text(PIPELINE.replace('"GOOD"', f'"{right.url}"').replace('"BAD"', f'"{wrong.url}"'))
+        rows = [{"q": f"claim {i}", "answer": "Yes"} for i in range(104)]
+        (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        yield path, tmp_path
+
+
+def test_cost_objective_moves_each_node_to_the_cheapest_model_as_good(relay, capsys, monkeypatch):
+    path, folder = relay
+    monkeypatch.chdir(folder)
+    before = path.read_text()
+    code = cli.main(
+        [
+            "optimize", str(path), "--data", "data.jsonl", "--train-size", "4", "--val-size", "100",
+            "--objective", "cost", "--gate-alpha", "0.1",
+        ]
+    )  # fmt: skip
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    after = path.read_text()
+    changed = [line for line in difflib.ndiff(before.splitlines(), after.splitlines()) if line[:1] in "+-"]
+    assert changed == [
+        "- node a: text { prompt = a_task  model = strong }",
+        "+ node a: text { prompt = a_task  model = fast }",
+        "-   model  = strong   # reviewed by hand",
+        "+   model  = fast   # reviewed by hand",
+        "- node c: text { prompt = c_task  model = strong }",
+        "+ node c: text { prompt = c_task  model = fast }",
+    ]
+    record = resolve("-1", folder / ".sbpc/runs")
+    gated = [it for it in record.iterations if it.gate]
+    accepted = [it for it in gated if it.accepted]
+    assert len(accepted) == 3
+    for it in gated:
+        (move,) = [c for c in it.candidates if c.fate == "taken" or c.fate.startswith("rejected by the gate")]
+        assert move.strategy == "models" and move.param.endswith(".model")
+        assert it.gate.margin == 0.05
+        assert it.accepted == (move.new == "fast")  # never the bad one, always the good cheaper one
+        if it.accepted:  # 100 identical answers of 100: no loss, and the exact test rejects a 5% drop
+            assert it.gate.losses == [] and it.gate.samples == 100 and it.gate.p <= 0.1
+
+
+def test_accuracy_objective_keeps_the_models(relay, capsys, monkeypatch):
+    """Today's behaviour by default: a cheaper model is never proposed, and every node already scores all."""
+    path, folder = relay
+    monkeypatch.chdir(folder)
+    before = path.read_text()
+    code = cli.main(["optimize", str(path), "--data", "data.jsonl", "--train-size", "4", "--val-size", "100"])
+    assert code == 0, capsys.readouterr().err
+    assert path.read_text() == before
+
+
+def test_the_non_inferiority_test_accepts_identical_answers_and_rejects_a_real_drop():
+    rule = NonInferiority(alpha=0.1, margin=0.05, samples=100)
+    assert rule.passes(0, 0) and math.isclose(noninferiority_p(0, 100, 0.05), 0.95**100)
+    assert not rule.passes(0, 5)  # 5 losses of 100 are a drop of 5%: not shown to be less
+    assert not NonInferiority(alpha=0.1, margin=0.05, samples=20).passes(0, 0)  # too few samples to tell
