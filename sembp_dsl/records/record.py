@@ -32,6 +32,10 @@ VERSION = 4  # 1: records without a version (their gate "validation" is the val 
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
+LISTS = ("only", "models")  # the method's settings that are lists
+MOVES = "node_models"  # the method's `models` (the models a node may move to), as run.json names it
+
+
 @dataclass(frozen=True)
 class RunSettings:
     """What a run was asked to do; a resumed run must be asked the same."""
@@ -44,7 +48,8 @@ class RunSettings:
 
     def recorded(self) -> dict:
         """As written in run.json, one flat object: plain JSON, credentials inside URLs masked."""
-        method = {name: list(value) if name == "only" else value for name, value in asdict(self.method).items()}
+        method = {name: list(value) if name in LISTS else value for name, value in asdict(self.method).items()}
+        method[MOVES] = method.pop("models")  # `models` holds the run's model of each role
         flat = {
             "file": self.file,
             "data": self.data,
@@ -57,7 +62,8 @@ class RunSettings:
     @classmethod
     def read(cls, flat: Mapping[str, Any]) -> RunSettings:
         """The settings of a checked record; a method setting it lacks is sbpc's default."""
-        method = Method(**{f.name: flat[f.name] for f in fields(Method) if f.name in flat})
+        given = {**flat, "models": flat.get(MOVES, ())}
+        method = Method(**{f.name: given[f.name] for f in fields(Method) if f.name in given})
         return cls(flat["file"], flat.get("data"), method, dict(flat.get("models", {})), flat.get("test_data"))
 
 
