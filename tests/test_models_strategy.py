@@ -13,6 +13,9 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl import cli
+from sembp_dsl.language.node import model_param
+from sembp_dsl.language.source import compile_file, parse_text
+from sembp_dsl.language.writeback import rewrite
 from sembp_dsl.learning.stats import NonInferiority, noninferiority_p
 from sembp_dsl.records.runs import resolve
 
@@ -38,11 +41,11 @@ q -> a -> b -> c
 output c
 metric exact
 
-model bad       { name = "openai/gpt-4o-mini"     api_base = "BAD" }
-model fast      { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
-model strong    { name = "openai/gpt-4o"          api_base = "GOOD" }
-model backward  { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
-model optimizer { name = "openai/gpt-3.5-turbo"   api_base = "GOOD" }
+model bad       { name = "openai/gpt-4o-mini"     api_base = "http://BAD" }
+model fast      { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
+model strong    { name = "openai/gpt-4o"          api_base = "http://GOOD" }
+model backward  { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
+model optimizer { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
 
 optimize { iterations = 8  models = [bad, fast, strong]  margin = 0.05  objective = accuracy }
 """
@@ -57,7 +60,7 @@ def good(messages: list) -> str:
 def relay(tmp_path):
     with FakeServer(reply=good) as right, FakeServer(reply="Wrong") as wrong:
         path = tmp_path / "relay.sbp"
-        path.write_text(PIPELINE.replace('"GOOD"', f'"{right.url}"').replace('"BAD"', f'"{wrong.url}"'))
+        path.write_text(PIPELINE.replace("http://GOOD", right.url).replace("http://BAD", wrong.url))
         rows = [{"q": f"claim {i}", "answer": "Yes"} for i in range(104)]
         (tmp_path / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
         yield path, tmp_path
@@ -113,3 +116,38 @@ def test_the_non_inferiority_test_accepts_identical_answers_and_rejects_a_real_d
     assert rule.passes(0, 0) and math.isclose(noninferiority_p(0, 100, 0.05), 0.95**100)
     assert not rule.passes(0, 5)  # 5 losses of 100 are a drop of 5%: not shown to be less
     assert not NonInferiority(alpha=0.1, margin=0.05, samples=20).passes(0, 0)  # too few samples to tell
+
+
+YAML = """\
+pipeline: relay
+inputs:
+  q: text
+params:
+  a_task: Read the claim.
+nodes:
+  a: {type: text, prompt: a_task, model: strong}   # the strong one, for now
+  b:
+    type: text
+    prompt: a_task
+    model: "strong"
+edges:
+  - q -> a -> b
+output: b
+metric: exact
+models:
+  fast: {name: openai/gpt-3.5-turbo}
+  strong: {name: openai/gpt-4o}
+"""
+
+
+@pytest.mark.parametrize(("name", "text"), [("relay.sbp", PIPELINE), ("relay.yaml", YAML)])
+def test_write_back_changes_the_model_lines_only(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    pipeline = parse_text(text, str(path))
+    new = rewrite(pipeline, {model_param("a"): "fast", model_param("b"): "fast", "a_task": "Read it."})
+    old_lines, new_lines = text.splitlines(), new.splitlines()
+    changed = [(old, line) for old, line in zip(old_lines, new_lines) if old != line]
+    assert len(old_lines) == len(new_lines) and len(changed) == 3
+    assert all(old.replace("strong", "fast") == line for old, line in changed if "model" in old)
+    assert {n.name: n.model for n in compile_file(str(path)).with_prompts({"a.model": "fast"}).nodes.values()}["a"] == "fast"

@@ -177,6 +177,12 @@ def with_model(node: ir.Node, model: str | None) -> ir.Node:
     return replace(node, settings=tuple(replace(s, value=model) if s.key == "model" else s for s in node.settings))
 
 
+def quoted(name: str, old: str) -> str:
+    """A model's name written as the old one was: in the same quotes, or bare."""
+    quote = old[0] if old[:1] in ('"', "'") else ""
+    return f"{quote}{name}{quote}"
+
+
 def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
     """The pipeline's source with the given prompts (and demos) replaced, and nodes' `model` lines moved to the
     models their model params name (`draft.model`), and nothing else changed."""
@@ -192,9 +198,9 @@ def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
         )
     except DemosError as exc:
         raise WriteBackError(f"could not write the new demos: {exc}") from None
-    models = [(setting.value_span, model) for n in pipeline.nodes if (model := moved(n, prompts)) and (setting := n.setting("model"))]
+    models = [(s.value_span, model) for n in pipeline.nodes if (model := moved(n, prompts)) and (s := n.setting("model"))]
     for plain in (False, True):  # pretty literals first; quoted one-liners if those do not survive a re-parse
-        edits = [(span.start, span.end, model) for span, model in models]
+        edits = [(span.start, span.end, quoted(model, source[span.start : span.end])) for span, model in models]
         for param in changed:
             start, literal = _literal(param, prompts[param.name], source, is_yaml, plain)
             region = source[start : param.literal.end]
