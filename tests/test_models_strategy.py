@@ -125,7 +125,7 @@ inputs:
 params:
   a_task: Read the claim.
 nodes:
-  a: {type: text, prompt: a_task, model: strong}   # the strong one, for now
+  a: {type: text, prompt: a_task, model: strong}   # reviewed by hand
   b:
     type: text
     prompt: a_task
