@@ -151,3 +151,15 @@ def test_write_back_changes_the_model_lines_only(tmp_path, name, text):
     assert len(old_lines) == len(new_lines) and len(changed) == 3
     assert all(old.replace("strong", "fast") == line for old, line in changed if "model" in old)
     assert {n.name: n.model for n in compile_file(str(path)).with_prompts({"a.model": "fast"}).nodes.values()}["a"] == "fast"
+
+
+def test_show_says_which_strategy_proposed_each_step_and_its_gate(relay, capsys, monkeypatch):
+    path, folder = relay
+    monkeypatch.chdir(folder)
+    argv = ["optimize", str(path), "--data", "data.jsonl", "--train-size", "4", "--val-size", "100"]
+    assert cli.main([*argv, "--objective", "cost", "--iters", "2"]) == 0
+    capsys.readouterr()
+    assert cli.main(["show", "-1"]) == 0
+    out = capsys.readouterr().out
+    assert "candidate for a.model: rejected by the gate" in out and "[models]" in out
+    assert "non-inferiority margin 0.05" in out and "reply: strong -> bad" in out

@@ -458,7 +458,8 @@ def gate_words(it: Iteration) -> str | None:
     scores = f"gate {fmt(it.gate_before)} -> {fmt(it.gate_after)}"
     if it.gate_after is None and gate.stopped_early:
         scores = f"gate {fmt(it.gate_before)} -> not scored (stopped once settled)"
-    return f"{scores}: {gate_tally(gate)} (alpha {gate.alpha}){gate_settled(gate)}{gate_unreadable(gate)}"
+    rule = f"alpha {gate.alpha}" + (f", non-inferiority margin {gate.margin}" if gate.margin is not None else "")
+    return f"{scores}: {gate_tally(gate)} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
 def render_iteration(run: Run, it: Iteration) -> list[str]:
@@ -471,10 +472,11 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls")
     before = run.prompts_at(it.index - 1)
     for c in it.candidates:
-        lines.append(f"  candidate for {c.param}: {c.fate}")
+        by = f"  [{c.strategy}]" if c.strategy else ""  # the strategy that proposed it
+        lines.append(f"  candidate for {c.param}: {c.fate}{by}")
         if is_demos(c):
             lines += [_indent(text, "      ") for text in demos_words(c)]
-        elif c.new is not None:
+        elif c.new is not None and c.param in before:
             lines.append(_indent(plain_word_diff(before.get(c.param, ""), c.new), "      "))
         else:
             lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
