@@ -39,6 +39,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
+from .pricing import per_thousand
 from .stats import NO_GAIN, wins_needed
 from .strategies import Candidate, Learnt, strategies
 
@@ -255,7 +256,7 @@ class Optimizer:
         if data.initial_score is None:
             first = await self.score(self.graph, self.gate_split(), "gate, initial")
             right, lost, partial = outcomes(first)
-            self.record.begin(first.accuracy, right, partial, lost)
+            self.record.begin(first.accuracy, right, partial, lost, per_thousand(self.graph, self.llm, first))
             self.learn(self.graph, self.gate_split(), first)
         else:
             right, partial, known, lost = data.scores_kept()
@@ -474,6 +475,7 @@ class Optimizer:
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
+        iteration.per_1000 = per_thousand(proposed, self.llm, evaluation)
         if gate.used == gate.size:
             iteration.gate_after = evaluation.accuracy
         if accept:
@@ -519,6 +521,7 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
     lines = [
         f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
         f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+        + (f"; the step's pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else "")
     ]
     if it.lost:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")

@@ -137,6 +137,7 @@ class Iteration:
     calls: int = 0
     tokens: int = 0
     cost: float = 0.0
+    per_1000: float | None = None  # dollars 1,000 samples cost the pipeline its gate evaluated (learning/pricing)
 
     def reject_taken(self, fate: str) -> None:
         """The candidates the step took share its fate when the step is not kept."""
@@ -170,6 +171,7 @@ class Record:
     initial_right: list[str] = field(default_factory=list)  # the gate samples the initial prompts got right
     initial_partial: dict[str, float] = field(default_factory=dict)  # and their scores between 0 and 1
     initial_lost: list[str] = field(default_factory=list)  # and those they lost (unknown, not wrong)
+    initial_per_1000: float | None = None  # dollars 1,000 samples cost the initial pipeline (learning/pricing)
     iterations: list[Iteration] = field(default_factory=list)
     finished: bool = False
     stopped: str | None = None  # why the run ended early, in the command line's words
@@ -410,14 +412,19 @@ class RunRecord:
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
 
     def begin(
-        self, score: float | None, right: Collection[str], partial: Mapping[str, float], lost: Collection[str]
+        self,
+        score: float | None,
+        right: Collection[str],
+        partial: Mapping[str, float],
+        lost: Collection[str],
+        per_1000: float | None = None,
     ) -> None:
         """The initial prompts' score on the gate split, the samples they got right, their partial scores and the
         samples they lost: the baseline the first step must beat, kept so a resumed run need not pay for it
         again."""
         data = self.data
         data.initial_score, data.initial_right, data.initial_partial = score, sorted(right), dict(partial)
-        data.initial_lost = sorted(lost)
+        data.initial_lost, data.initial_per_1000 = sorted(lost), per_1000
         self.save()
 
     def add_iteration(self, iteration: Iteration, ledger: dict) -> None:

@@ -135,6 +135,14 @@ class Run:
         tested = f"{fmt(test.initial)} -> {fmt(test.final)}" if test else "-"
         return f"{fmt(self.record.initial_score)} -> {fmt(self.record.best_score)}", tested
 
+    def per_1000_words(self) -> str | None:
+        """What 1,000 samples cost the pipeline, initial -> kept (by its gate's tokens), or None when unknown."""
+        initial, kept = self.record.initial_per_1000, self.record.kept()[-1][1]
+        if initial is None:
+            return None
+        after = initial if kept is None else kept.per_1000
+        return f"${initial:.4f} -> " + ("unknown" if after is None else f"${after:.4f}")
+
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
         record = self.record
@@ -397,6 +405,8 @@ def render_show(run: Run, wrong_only: bool = False) -> str:
     if record.test:
         lines.append(f"  test ({record.test.samples} samples): " + run.scores_words()[1])
     lines.append(f"  {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}")
+    if per_1000 := run.per_1000_words():
+        lines.append(f"  the pipeline per 1,000 samples: {per_1000}")
     for it in run.iterations:
         lines.append("")
         lines.extend(render_iteration(run, it))
@@ -411,7 +421,9 @@ def verdict(it: Iteration) -> str:
 
 
 def spend(it: Iteration) -> str:
-    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+    """What the iteration's calls cost, and what 1,000 samples cost the pipeline its gate evaluated."""
+    pipeline = f"; that pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else ""
+    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{pipeline}"
 
 
 def train_words(it: Iteration, size: int) -> str:
