@@ -16,6 +16,10 @@ from sembp_dsl import cli
 from sembp_dsl.language.node import model_param
 from sembp_dsl.language.source import compile_file, parse_text
 from sembp_dsl.language.writeback import rewrite
+from sembp_dsl.language.method import Method
+from sembp_dsl.learning.plan import plan
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.datasets import Sample
 from sembp_dsl.learning.stats import NonInferiority, noninferiority_p
 from sembp_dsl.records.runs import resolve
 
@@ -41,11 +45,11 @@ q -> a -> b -> c
 output c
 metric exact
 
-model bad       { name = "openai/gpt-4o-mini"     api_base = "http://BAD" }
-model fast      { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
-model strong    { name = "openai/gpt-4o"          api_base = "http://GOOD" }
-model backward  { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
-model optimizer { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD" }
+model bad       { name = "openai/gpt-4o-mini"     api_base = "http://BAD"   max_tokens = 16 }
+model fast      { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD"  max_tokens = 16 }
+model strong    { name = "openai/gpt-4o"          api_base = "http://GOOD"  max_tokens = 16 }
+model backward  { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD"  max_tokens = 16 }
+model optimizer { name = "openai/gpt-3.5-turbo"   api_base = "http://GOOD"  max_tokens = 16 }
 
 optimize { iterations = 8  models = [bad, fast, strong]  margin = 0.05  objective = accuracy }
 """
@@ -167,3 +171,16 @@ def test_show_says_which_strategy_proposed_each_step_and_its_gate(relay, capsys,
     out = capsys.readouterr().out
     assert "candidate for a.model: rejected by the gate" in out and "[models]" in out
     assert "non-inferiority margin 0.05" in out and "reply: strong -> bad" in out
+
+
+def test_the_plan_prices_a_node_at_the_dearest_model_it_may_move_to(relay):
+    """With objective accuracy a node may move up in price: its calls are bounded at the dearest model allowed;
+    with objective cost it only moves down, so its own model bounds it."""
+    path, _ = relay
+    graph = compile_file(str(path)).with_prompts({"a.model": "bad", "b.model": "bad", "c.model": "bad"})
+    llm = LLM(graph.models)
+    train = [Sample(f"s{i}", {"q": "claim"}, "Yes") for i in range(4)]
+    up = plan(graph, llm, Method(iterations=1, models=("bad", "strong"), train_size=4, val_size=0), train, [], [], {})
+    down = plan(graph, llm, Method(iterations=1, models=("bad", "strong"), objective="cost", train_size=4, val_size=0), train, [], [], {})
+    assert up.cost is not None and down.cost is not None and up.cost > down.cost
+    assert set(up.models) >= {"strong"} and "strong" not in {m for m, u in down.models.items() if u["calls"]}

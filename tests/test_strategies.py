@@ -150,6 +150,9 @@ class Rewrite:
     def margin(self) -> float | None:
         return None
 
+    def dearer(self, graph: Graph) -> dict:
+        return {}
+
 
 def test_the_plan_and_the_loop_ask_the_same_strategies(tmp_path, monkeypatch):
     """A strategy added in one place changes what the loop does and what the plan bounds alike: the plan is

@@ -22,7 +22,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .optimize import forward_passes, savings
 from .stats import wins_needed
-from .strategies import Scale, strategies
+from .strategies import PRICED_CALL, Scale, strategies
 
 #: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
 #: cannot be known before they are given, so each is counted as long as max_tokens lets it be.
@@ -119,6 +119,8 @@ def plan(
     longest = longest_prompts(graph, train, mapping, limits)
     widest = max(longest.values(), default=0)
     steps = strategies(method)
+    runs_on = {node.name: dearest(llm, node.model, [m for s in steps for m in s.dearer(graph).get(node.name, ())])
+               for node in graph.model_nodes}
 
     def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
         """A model's calls: a reply held to a grammar may take more than max_tokens (constraints.reply_tokens),
@@ -131,9 +133,9 @@ def plan(
     uses = [
         (
             "forward",
-            node.model,
+            runs_on[node.name],
             usage(
-                node.model,
+                runs_on[node.name],
                 passes * kind_of(node).model_calls(node) * node.most_runs,
                 longest[node.name],
                 node_shape(node.type, node.parse) is not None,
@@ -159,6 +161,16 @@ def plan(
         "answers from the response cache",
     )
     return totals(llm, uses, roles, gate_warning(method, gate), unforeseen)
+
+
+def dearest(llm: LLM, model: str, others: Sequence[str]) -> str:
+    """The dearest of a node's model and those a strategy may move it to (a model without a price first: no bound)."""
+
+    def dearness(name: str) -> tuple[bool, float]:
+        price = llm.price(name, *PRICED_CALL)
+        return price is None, price or 0.0
+
+    return max((model, *others), key=dearness)
 
 
 def longest_prompts(

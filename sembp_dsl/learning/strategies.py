@@ -8,8 +8,9 @@ A strategy says which params it may change (`params`), whether it needs the curr
 training split (`whole_split`; else the loop evaluates them only up to the errors it learns from), whether an
 iteration gave it anything to learn from (`learns_from`), its candidates (`propose`), the calls one step may make of
 each role it calls, with how long each prompt may be (`cost`), the savings no bound can count on
-(`unforeseen`), and the margin its steps are gated at (`margin`: None, they must score higher; a number, a
-cheaper step need only not score lower by more than that, a non-inferiority test). To add one: a class here, and
+(`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
+cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
+move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, and
 a line in `strategies`.
 """
 
@@ -103,6 +104,7 @@ class Strategy(Protocol):
     def cost(self, scale: Scale) -> tuple[Demand, ...]: ...
     def unforeseen(self) -> tuple[str, ...]: ...
     def margin(self) -> float | None: ...
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -163,6 +165,9 @@ class SemanticGradients:
     def margin(self) -> float | None:
         return None
 
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        return {}
+
 
 @dataclass(frozen=True)
 class Demos:
@@ -195,6 +200,9 @@ class Demos:
 
     def margin(self) -> float | None:
         return None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        return {}
 
 
 #: The call a model's price is compared by: tokens in and out of a typical node call.
@@ -271,6 +279,12 @@ class Models:
 
     def margin(self) -> float | None:
         return self.method.margin if self.method.objective == "cost" else None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        """With objective accuracy, every node that may move may move to any of the models (moves go up in price)."""
+        if self.method.objective == "cost":
+            return {}
+        return {param.removesuffix(".model"): self.method.models for param in self.params(graph)}
 
 
 def strategies(method: Method) -> tuple[Strategy, ...]:
