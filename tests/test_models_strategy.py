@@ -13,15 +13,15 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl import cli
+from sembp_dsl.language.method import Method
 from sembp_dsl.language.node import model_param
 from sembp_dsl.language.source import compile_file, parse_text
 from sembp_dsl.language.writeback import rewrite
-from sembp_dsl.language.method import Method
 from sembp_dsl.learning.plan import plan
-from sembp_dsl.models.llm import LLM
-from sembp_dsl.runtime.datasets import Sample
 from sembp_dsl.learning.stats import NonInferiority, noninferiority_p
+from sembp_dsl.models.llm import LLM
 from sembp_dsl.records.runs import resolve
+from sembp_dsl.runtime.datasets import Sample
 
 # litellm's prices: gpt-4o-mini < gpt-3.5-turbo < gpt-4o. The cheapest is the bad one.
 PIPELINE = """\
@@ -158,7 +158,7 @@ def test_write_back_changes_the_model_lines_only(tmp_path, name, text):
     changed = [(old, line) for old, line in zip(old_lines, new_lines) if old != line]
     assert len(old_lines) == len(new_lines) and len(changed) == 3
     assert all(old.replace("strong", "fast") == line for old, line in changed if "model" in old)
-    assert {n.name: n.model for n in compile_file(str(path)).with_prompts({"a.model": "fast"}).nodes.values()}["a"] == "fast"
+    assert compile_file(str(path)).with_prompts({"a.model": "fast"}).nodes["a"].model == "fast"
 
 
 def test_show_says_which_strategy_proposed_each_step_and_its_gate(relay, capsys, monkeypatch):
@@ -180,7 +180,8 @@ def test_the_plan_prices_a_node_at_the_dearest_model_it_may_move_to(relay):
     graph = compile_file(str(path)).with_prompts({"a.model": "bad", "b.model": "bad", "c.model": "bad"})
     llm = LLM(graph.models)
     train = [Sample(f"s{i}", {"q": "claim"}, "Yes") for i in range(4)]
-    up = plan(graph, llm, Method(iterations=1, models=("bad", "strong"), train_size=4, val_size=0), train, [], [], {})
-    down = plan(graph, llm, Method(iterations=1, models=("bad", "strong"), objective="cost", train_size=4, val_size=0), train, [], [], {})
+    method = Method(iterations=1, models=("bad", "strong"), train_size=4, val_size=0)
+    up = plan(graph, llm, method, train, [], [], {})
+    down = plan(graph, llm, method.changed({"objective": "cost"}), train, [], [], {})
     assert up.cost is not None and down.cost is not None and up.cost > down.cost
     assert set(up.models) >= {"strong"} and "strong" not in {m for m, u in down.models.items() if u["calls"]}

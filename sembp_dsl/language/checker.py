@@ -69,7 +69,9 @@ MODEL_SETTINGS = {
     "tpm": (int,),
     "constrain": ("auto", "off", "schema"),
 }
-OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
+OPTIMIZE_SETTINGS: dict[str, tuple] = {
+    name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()
+}
 OPTIMIZE_SETTINGS["models"] = (tuple,)  # the named models nodes may move to: `models = [fast, strong]`
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.

@@ -104,8 +104,7 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
             Setting(
                 "margin",
                 0.05,
-                "with objective cost, the most accuracy a cheaper step may lose (a non-inferiority test at "
-                "gate_alpha)",
+                "with objective cost, the most accuracy a cheaper step may lose (a non-inferiority test at gate_alpha)",
                 kind=float,
                 high=1,
                 low_excluded=True,

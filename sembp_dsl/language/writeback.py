@@ -198,7 +198,9 @@ def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
         )
     except DemosError as exc:
         raise WriteBackError(f"could not write the new demos: {exc}") from None
-    models = [(s.value_span, model) for n in pipeline.nodes if (model := moved(n, prompts)) and (s := n.setting("model"))]
+    models = [
+        (s.value_span, model) for n in pipeline.nodes if (model := moved(n, prompts)) and (s := n.setting("model"))
+    ]
     for plain in (False, True):  # pretty literals first; quoted one-liners if those do not survive a re-parse
         edits = [(span.start, span.end, quoted(model, source[span.start : span.end])) for span, model in models]
         for param in changed:

@@ -119,8 +119,10 @@ def plan(
     longest = longest_prompts(graph, train, mapping, limits)
     widest = max(longest.values(), default=0)
     steps = strategies(method)
-    runs_on = {node.name: dearest(llm, node.model, [m for s in steps for m in s.dearer(graph).get(node.name, ())])
-               for node in graph.model_nodes}
+    runs_on = {
+        node.name: dearest(llm, node.model, [m for s in steps for m in s.dearer(graph).get(node.name, ())])
+        for node in graph.model_nodes
+    }
 
     def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
         """A model's calls: a reply held to a grammar may take more than max_tokens (constraints.reply_tokens),

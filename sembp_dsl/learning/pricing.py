@@ -21,9 +21,7 @@ def per_thousand(graph: Graph, llm: LLM, evaluation: Evaluation) -> float | None
     total = 0.0
     for node in graph.model_nodes:
         calls = [call for r in results if (trace := r.trace.nodes.get(node.name)) for call in (trace, *trace.items)]
-        price = llm.price(
-            node.model, sum(c.prompt_tokens for c in calls), sum(c.completion_tokens for c in calls)
-        )
+        price = llm.price(node.model, sum(c.prompt_tokens for c in calls), sum(c.completion_tokens for c in calls))
         if price is None:
             return None
         total += price

@@ -220,8 +220,13 @@ class Move:
     prices: tuple[float, float]  # the old model's and the new one's, per PRICED_CALL
 
     def proposal(self, fate: str) -> Proposal:
-        return Proposal(self.param, fate, self.new, f"{self.old} -> {self.new} (${self.prices[0]:.6f} -> "
-                        f"${self.prices[1]:.6f} a call of {PRICED_CALL[0]} + {PRICED_CALL[1]} tokens)")
+        return Proposal(
+            self.param,
+            fate,
+            self.new,
+            f"{self.old} -> {self.new} (${self.prices[0]:.6f} -> "
+            f"${self.prices[1]:.6f} a call of {PRICED_CALL[0]} + {PRICED_CALL[1]} tokens)",
+        )
 
 
 @dataclass(frozen=True)
@@ -250,20 +255,22 @@ class Models:
 
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
         graph, cheaper = learnt.graph, self.method.objective == "cost"
-        price = {m: llm.price(m, *PRICED_CALL) for m in {*self.method.models, *(n.model for n in graph.nodes.values())}
-                 if m in graph.models}
+        price = {
+            m: llm.price(m, *PRICED_CALL)
+            for m in {*self.method.models, *(n.model for n in graph.nodes.values())}
+            if m in graph.models
+        }
         tried = {(param, model) for step in learnt.rejected for param, model in step.items()}
         moves = []
         for param in self.params(graph):
             old = graph.nodes[param.removesuffix(".model")].model
-            if price.get(old) is None:
-                continue
+            old_price = price.get(old)
             for new in self.method.models:
                 new_price = price.get(new)
-                if new_price is None or (param, new) in tried or new == old:
+                if old_price is None or new_price is None or (param, new) in tried:
                     continue
-                if (new_price < price[old]) if cheaper else (new_price > price[old]):
-                    moves.append(Move(param, new, None, old, (price[old], new_price)))
+                if (new_price < old_price) if cheaper else (new_price > old_price):
+                    moves.append(Move(param, new, None, old, (old_price, new_price)))
         if not moves:
             return Proposed()
         # cheapest first (a dearer one, the least dear first); on a tie, the node that saves most
@@ -275,7 +282,9 @@ class Models:
         return ()
 
     def unforeseen(self) -> tuple[str, ...]:
-        return ("a step that moves a node to a cheaper model (its forward calls cost less)",) if self.method.models else ()
+        return (
+            ("a step that moves a node to a cheaper model (its forward calls cost less)",) if self.method.models else ()
+        )
 
     def margin(self) -> float | None:
         return self.method.margin if self.method.objective == "cost" else None
