@@ -90,12 +90,12 @@ def _report(diagnostics, text) -> None:
         )
 
 
-def router_problem(path: str) -> str | None:
-    """What makes a router file unusable, for check and the language server (routing is imported only for
+def router_problem(path: str, groups: tuple[str, ...]) -> str | None:
+    """What makes a router file unusable for its model groups, for check and the language server (routing is imported only for
     a pipeline that names a router file; it reads the file without litellm)."""
     from ..models import routing
 
-    return routing.router_problem(path)
+    return routing.router_problem(path, groups)
 
 
 def cmd_check(args) -> int:
