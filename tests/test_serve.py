@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import ECHO
+from conftest import ECHO, wait_until
 from fake_server import FakeServer
 
 DELAY = 3.0  # seconds the fake model takes per call: far longer than it may take to see a client leave
@@ -84,15 +84,6 @@ def answer(client: socket.socket) -> tuple[int, dict]:
         return 0, {}
     head, body = reply.split(b"\r\n\r\n", 1)
     return int(head.split()[1]), json.loads(body)
-
-
-def wait_until(condition, within: float) -> float:
-    """Seconds until `condition()` held; fails past `within`."""
-    start = time.monotonic()
-    while not condition():
-        assert time.monotonic() - start < within, "timed out"
-        time.sleep(0.01)
-    return time.monotonic() - start
 
 
 def answer_in_background(client: socket.socket):
