@@ -9,6 +9,7 @@ order (which fixes hint numbering), successors and a topological order.
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
     MAX_OUTPUT_CHARS,
+    MAX_SECONDS,
     TemplateProblem,
     reads,
     trial_render,
@@ -163,6 +165,9 @@ class Context:
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
+        # the whole check's time for trial renders: each render's own limit, once, not once per template
+        self.renders_until = time.monotonic() + MAX_SECONDS
+        self.untried = False  # a template was left untried once that time was spent (said once)
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -770,7 +775,10 @@ def template_variables(
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
         shown = frozenset((name, keys) for name, keys in demos if name in used)
-        failure, certain = trial_render(text, used, builtin, records, shown)
+        if time.monotonic() >= cx.renders_until:
+            untried(cx, literal, what)
+            return used
+        failure, certain = trial_render(text, used, builtin, records, shown, cx.renders_until)
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -778,6 +786,18 @@ def template_variables(
                 f"template{what} {'cannot' if certain else 'may not'} render: {failure.message}",
             )
     return used
+
+
+def untried(cx: Context, literal: ir.Span, what: str) -> None:
+    """The first template left untried once the check's time for renders was spent, said once."""
+    if not cx.untried:
+        cx.untried = True
+        cx.report(
+            "W006",
+            cx.locate(literal, None, None),
+            f"template{what} not tried: this check's {MAX_SECONDS:g} s for rendering templates were spent, "
+            "so it and the templates after it may not render",
+        )
 
 
 def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[str]) -> bool:
