@@ -51,6 +51,7 @@ _HOMES = {
     "CodeError": "runtime.code",
     "DataError": "runtime.datasets",
     "MetricFailed": "runtime.evaluate",
+    "Overran": "usercode",
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "RunsError": "records.runs",
@@ -82,6 +83,7 @@ __all__ = [
     "NoConnection",
     "Optimized",
     "OptionError",
+    "Overran",
     "Pipeline",
     "PipelineClosed",
     "PipelineError",
@@ -127,6 +129,7 @@ if TYPE_CHECKING:
     from .runtime.datasets import DataError
     from .runtime.evaluate import Evaluation, MetricFailed
     from .serve import ServeError
+    from .usercode import Overran
 
 
 def __getattr__(name: str):

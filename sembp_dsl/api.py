@@ -43,13 +43,13 @@ from .runtime.code import bind, load_callable
 from .runtime.datasets import DataError, Sample, as_text, from_records
 from .runtime.evaluate import (
     Evaluation,
-    MetricFailed,
     Result,
     Scorer,
     Verdict,
     check_answers,
     evaluate,
     metric_for,
+    python_verdict,
     split_to_score,
 )
 from .runtime.forward import run
@@ -563,18 +563,9 @@ class Pipeline:
 
         async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
             prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
-            try:
-                value = metric(prediction, sample.given or {**sample.fields, "answer": sample.answer})
-            except Exception as exc:
-                raise MetricFailed(f"the metric {name!r} raised {type(exc).__name__}: {exc}") from None
-            verdict = _verdict(value)
-            if verdict is None:
-                getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
-                raise MetricFailed(
-                    f"the metric {name!r} returned {_shown(value)}; a metric returns a bool or a number from 0 to 1, "
-                    "or (score, reason)"
-                )
-            return verdict
+            return await python_verdict(
+                metric, name, prediction, sample.given or {**sample.fields, "answer": sample.answer}
+            )
 
         return score
 
@@ -945,22 +936,6 @@ def _input_text(name: str, value: Any) -> str:
         reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
         raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
     return text
-
-
-def _verdict(value: object) -> Verdict | None:
-    """A Python metric's answer as a Verdict: a bool or a number from 0 to 1, alone or with a reason (None for
-    anything else)."""
-    reason = None
-    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (str, type(None))):
-        value, reason = value
-    if not isinstance(value, (bool, int, float)) or not 0 <= value <= 1:  # NaN is not within
-        return None
-    return Verdict(float(value), (reason or "").strip() or None)
-
-
-def _shown(value: object) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _typed(graph: Graph, text: str | None) -> Any:

@@ -368,7 +368,7 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
 def compare_evals(a: Run, b: Run) -> str:
     """Two evaluations of the same data as one page: the samples both scored, paired by id; which flipped
     (wrong -> right, right -> wrong), and the paired difference of scores (B - A) with its 95% t interval."""
-    from .records.report import diff_html, escape, eval_facts, page, sample_html, table
+    from .records.report import diff_html, escape, eval_facts, page, sample_html, score_changes_html, table
     from .records.runs import RunsError, is_right
 
     ours = a.evaluation.get("samples", [])
@@ -401,6 +401,7 @@ def compare_evals(a: Run, b: Run) -> str:
             )
         )
         body += [sample_html(x, "A: ") + sample_html(y, "B: ") for x, y in flips]
+    body.append(score_changes_html(pairs))
     prompts_a, prompts_b = a.prompts_at(0), b.prompts_at(0)
     changed = sorted(name for name in {*prompts_a, *prompts_b} if prompts_a.get(name) != prompts_b.get(name))
     body.append(f"<h2>prompts changed from A to B ({len(changed)})</h2>")

@@ -36,6 +36,8 @@ where it is raised and turned into what the line says, never met by a user):
   * BadReply (models.faults) - inside sbpc: a 2xx reply that is no chat completion, retried like a failed attempt
   * RouterConfigError (models.routing) - a router config file that cannot be read or is no litellm Router config
   * CodeError (runtime.code) - a pipeline's Python callable that may not or could not be imported
+  * Overran (usercode) [TimeoutError] - inside sbpc: a call of the pipeline's code ran past its timeout; that
+    call fails
   * MetricFailed (runtime.evaluate) - inside sbpc: a metric could not score one answer; that sample is unscored
   * RunsError (records.runs) - no such run or iteration, or a file the run's prompts do not fit
   * InputError (api) [ValueError] - inputs a pipeline cannot take: unknown, missing or not sendable

@@ -169,7 +169,9 @@ class _State:
         seed: int = 0,
         slots: int = 0,
         rpm: int = 0,
+        limit: int = 0,
     ) -> None:
+        self.limit = limit  # requests in flight at most (0: any number); one past it gets 429 at once
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.delay = delay
@@ -449,6 +451,15 @@ async def _answer(
         state.faults += 1
         state.fault_counts[failure] = state.fault_counts.get(failure, 0) + 1
         state.fault_times.append(time.monotonic())
+    if state.limit and state.in_flight > state.limit:
+        state.rate_limited += 1
+        wait = 0 if state.retry_after is None else state.retry_after
+        return _response(
+            429,
+            _error_body(429, f"rate limit: {state.limit} requests in flight"),
+            keep_alive=keep_alive,
+            extra_headers=[("Retry-After", f"{wait:g}")],
+        ), False
     if state.rpm:
         now = time.monotonic()
         state.admitted = [t for t in state.admitted if t > now - 60]
@@ -474,10 +485,13 @@ async def _answer(
 
     messages = request.get("messages") or []
     reply = state.reply
+    message: dict = {}  # a reply function may answer a whole message: {"content": None, "tool_calls": [...]}
     if reply is None:
         text = default_reply(messages)
     elif callable(reply):
-        text = str(reply(messages))
+        answered = reply(messages)
+        message = answered if isinstance(answered, dict) else {}
+        text = str(message.get("content") or "") if message else str(answered)
     else:
         text = str(reply)
     prompt_tokens = sum(_count_tokens(_message_text(m)) for m in messages)
@@ -506,9 +520,9 @@ async def _answer(
             "choices": [
                 {
                     "index": 0,
-                    "message": {"role": "assistant", "content": text},
+                    "message": {"role": "assistant", "content": text, **message},
                     "logprobs": None,
-                    "finish_reason": finish,
+                    "finish_reason": "tool_calls" if message.get("tool_calls") else finish,
                 }
             ],
             "usage": usage,
@@ -550,7 +564,8 @@ class FakeServer:
     Args:
         delay: seconds every request waits before answering (asyncio.sleep).
         reply: ``None`` (echo the last message), a fixed string, or a callable
-            ``(messages) -> str`` called in the server thread.
+            ``(messages) -> str`` called in the server thread (or ``-> dict``: the whole assistant message,
+            such as ``{"content": None, "tool_calls": [...]}``).
         failures: HTTP status codes answered to the first ``len(failures)``
             requests, in order (e.g. ``[429, 500, 503]`` then success).  An
             entry of ``200``/``None`` means "answer normally", ``HANG`` means
@@ -566,6 +581,8 @@ class FakeServer:
         slots: requests served at once (0: no limit); the rest queue.
         rpm: requests admitted in any 60 s (0: no limit); the rest get 429
             (counted in ``rate_limited``).
+        limit: requests in flight at most (0: no limit); one past it gets 429
+            at once, with ``Retry-After`` (0 unless ``retry_after``).
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
@@ -588,6 +605,7 @@ class FakeServer:
         seed: int = 0,
         slots: int = 0,
         rpm: int = 0,
+        limit: int = 0,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -603,6 +621,7 @@ class FakeServer:
             seed=seed,
             slots=slots,
             rpm=rpm,
+            limit=limit,
         )
         self.host = host
         self.port = port
@@ -669,7 +688,7 @@ class FakeServer:
 
     def configure(self, **options: Any) -> None:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
-        ``hang_seconds`` or ``retry_after`` while running."""
+        ``hang_seconds``, ``retry_after`` or ``limit`` while running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -680,6 +699,7 @@ class FakeServer:
                 "retry_after",
                 "fault_rate",
                 "fault_kinds",
+                "limit",
             ):
                 raise TypeError(f"unknown option {key!r}")
             setattr(self._state, key, list(value) if key in ("failures", "fault_kinds") else value)

@@ -63,6 +63,7 @@ def test_public_names_are_listed_and_typed():
         "NoConnection",
         "Optimized",
         "OptionError",
+        "Overran",
         "Pipeline",
         "PipelineClosed",
         "PipelineError",

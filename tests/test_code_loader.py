@@ -219,3 +219,57 @@ def test_the_command_line_allows_a_module_by_name_and_runs_it_without_a_model(tm
     status, out, err = run_cli("run", str(path), "--allow-module", "string", "--input", "s=hello world", capsys=capsys)
     assert (status, out) == (0, "Hello World\n")
     assert re.search(r"^total\s+0\s", err, re.M)  # the ledger: no model call
+
+
+def _linked_neighbour(tmp_path: Path, tools: str) -> tuple[Path, Path]:
+    """A pipeline folder whose tools.py imports helpers, a symbolic link to a file outside the folder."""
+    outside, folder = tmp_path / "outside", tmp_path / "pipelines"
+    outside.mkdir()
+    folder.mkdir()
+    marker = marker_module(outside, "helpers")
+    (folder / "helpers.py").symlink_to(outside / "helpers.py")
+    (folder / "tools.py").write_text(tools)
+    return folder, marker
+
+
+@pytest.mark.parametrize(
+    "tools",
+    [
+        "from helpers import search as found\n\ndef search(question):\n    return found(question)\n",
+        "import helpers\n\ndef search(question):\n    return helpers.search(question)\n",
+    ],
+)
+def test_a_neighbour_that_links_out_of_the_folder_is_refused_by_check_and_run(tmp_path, tools, capsys):
+    folder, marker = _linked_neighbour(tmp_path, tools)
+    with pytest.raises(CodeError, match="helpers.py is a symbolic link to .* outside the pipeline's folder") as caught:
+        load_callable("tools:search", str(folder))
+    assert caught.value.code == REFUSED and not marker.exists()
+    status, out, err = run_cli("check", str(pipeline(folder, "tools:search")), capsys=capsys)
+    assert status == 1 and "error[E083]" in out + err and "helpers.py is a symbolic link" in out + err
+
+
+def test_a_neighbour_imported_by_name_at_load_time_is_held_to_the_folder_too(tmp_path):
+    tools = (
+        "import importlib\nhelpers = importlib.import_module('help' + 'ers')\n\ndef search(question):\n    return []\n"
+    )
+    folder, marker = _linked_neighbour(tmp_path, tools)
+    with pytest.raises(CodeError, match="helpers.py is a symbolic link to .* outside the pipeline's folder") as caught:
+        load_callable("tools:search", str(folder))
+    assert caught.value.code == REFUSED and not marker.exists()
+
+
+def test_a_refused_reexport_suggests_what_a_user_can_write(tmp_path):
+    package = tmp_path / "tools"
+    package.mkdir()
+    (package / "__init__.py").write_text("from .impl import search\n")
+    (package / "impl.py").write_text("def search(question):\n    return [question]\n")
+    (tmp_path / "helpers_r34.py").write_text("def lookup(question):\n    return [question]\n")
+    (tmp_path / "more.py").write_text("from helpers_r34 import lookup\n")
+    with pytest.raises(CodeError) as inside_package:
+        load_callable("tools:search", str(tmp_path))
+    with pytest.raises(CodeError) as from_neighbour:
+        load_callable("more:lookup", str(tmp_path))
+    for caught in (inside_package, from_neighbour):
+        assert "_sbpc_code_" not in str(caught.value), caught.value
+    assert "define a function in" in inside_package.value.help and "tools.impl" in inside_package.value.message
+    assert 'name the module that defines it: "helpers_r34:lookup"' in from_neighbour.value.help

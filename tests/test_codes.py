@@ -129,6 +129,16 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E103": ("p.sbp", HEADER + OK + 'param r = "Kind?"\nmetric helpful { prompt = r }\n'),
     "E104": ("p.sbp", HEADER + OK + 'frozen param r = "Is {{ reply }} kind?"\nmetric helpful { prompt = r }\n'),
     "E105": ("p.sbp", HEADER + OK + 'metric overlap = "metrics.overlap"\n'),
+    "E110": ("p.sbp", HEADER + "node a: text { tools = [lokup] }\nq -> a\noutput a\n"),
+    "E111": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f"\nnode a: text { tools = [f]  max_steps = 0 }\nq -> a\noutput a\n',
+    ),
+    "E112": ("p.sbp", "<tool *args>"),
+    "E113": (
+        "p.sbp",
+        HEADER + 'function f = "tools:f" { description = nope }\nnode a: text { tools = [f] }\nq -> a\noutput a\n',
+    ),
     "W001": ("p.sbp", HEADER + 'param unused = "x"\n' + OK),
     "W002": ("p.sbp", HEADER + 'template orphan = "{{ q }}"\n' + OK),
     "W003": ("p.sbp", HEADER + "input r: text\n" + OK),
@@ -147,6 +157,22 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'frozen demos s max 2 = [{q: "x", a: "y"}]\nnode a: text { demos = s }\nq -> a\noutput a\n',
     ),
     "W012": ("p.sbp", HEADER + "frozen demos s = []\nnode a: text { demos = s }\nq -> a\noutput a\n"),
+    "E120": ("p.sbp", HEADER + "node a: text {}\nnode b: text {}\nq -> a\na -> b when a == x\noutput b\n"),
+    "E121": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nq -> b when t == x\noutput b\n"),
+    "E122": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nt -> b when t == z\noutput b\n"),
+    "E123": ("p.sbp", HEADER + "node t: choice(x, y) {}\nnode b: text {}\nq -> t\nt -> b when t == x\noutput b\n"),
+    "E124": ("p.sbp", HEADER + "node a: text {}\nnode b: number {}\nq -> a, b\noutput a | b\n"),
+    "E125": ("p.sbp", HEADER + "node a: text for each x in q { max_items = 2 }\nq -> a\noutput a\n"),
+    "E126": ("p.sbp", "pipeline t\ninput q: list[text]\nnode a: text for each x in q {}\nq -> a\noutput a\n"),
+    "E127": (
+        "p.sbp",
+        "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
+    ),
+    "W020": (
+        "p.sbp",
+        HEADER + "node t: choice(x, y) {}\nnode a: text {}\nnode b: text {}\nnode c: text {}\nq -> t\n"
+        "t -> a when t == x\nt -> c when t == y\na, t -> b when t == y\nb -> c\noutput a | c\n",
+    ),
 }
 FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
 AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call
@@ -197,6 +223,9 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<run: no such function>":
         (tmp_path / "tools.py").write_text("def find(q):\n    return []\n")
         path.write_text(FUNCTION)
+    elif content == "<tool *args>":  # read beside the pipeline, never imported
+        (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
+        path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
     elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content is not None:

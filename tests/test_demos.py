@@ -22,6 +22,7 @@ from sembp_dsl.language.parser import parse
 from sembp_dsl.language.source import load
 from sembp_dsl.language.writeback import rewrite, updated
 from sembp_dsl.language.yaml_form import parse_yaml
+from sembp_dsl.learning.optimize import summary
 from sembp_dsl.records.record import SCHEMA, check
 from sembp_dsl.records.report import render as render_report
 from sembp_dsl.records.runs import render_show, resolve
@@ -413,3 +414,39 @@ def test_the_plan_counts_a_trainable_demos_param_as_full(tmp_path, adder):
         full, empty = (p.plan(rows([2, 3]), rows([5, 7])) for p in (pipeline, without))
     # two examples, each a question and a reply at max_tokens, on top of the prompt without them
     assert full.prompt_tokens["forward"] > empty.prompt_tokens["forward"] + 2 * 256
+
+
+def test_with_the_gate_on_the_training_split_a_sets_own_samples_are_left_out_of_its_gate(tmp_path, adder):
+    """An example's own sample was answered right already: in its gate it can only tie or lose, and it says
+    nothing of whether the examples help elsewhere. It is left out of the gate, and the record says so."""
+    server, script = adder
+    path = pipeline_file(tmp_path, server)
+    optimized = optimize(path, gate="train", gate_alpha=1, only=("shots",))
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert sorted(shots.samples) == ["train:1", "train:3"]
+    gate = iteration.gate
+    assert gate.of == 3 and gate.held_out == ["train:1", "train:3"]
+    assert not set(shots.samples) & set(gate.evaluated or ())
+    assert iteration.accepted and sorted(gate.wins) == ["train:2", "train:4", "train:5"]
+    assert "left out of the gate: train:1, train:3" in summary(iteration, 1, 5)
+
+
+def test_at_low_accuracy_the_demos_still_see_every_right_answer_of_the_split(tmp_path, adder):
+    """One right answer in 8 (the pipeline gets only even numbers right), one error to learn from: the error
+    draw alone would stop at its first failure, but a trainable demos param keeps the forward pass going to the
+    end of the split, so the one right answer becomes the example. The plan counts that whole pass."""
+    server, script = adder
+    path = pipeline_file(tmp_path, server)
+    with sbp.load(path, concurrency=1) as pipeline:  # one sample at a time: the draw would stop at its error
+        optimized = pipeline.optimize(
+            rows((1, 3, 5, 7, 9, 11, 13, 4)),
+            rows((11, 13, 15, 17, 19, 20)),
+            iterations=1,
+            errors_per_gradient=1,
+            only=("shots",),
+            runs_dir=tmp_path / "runs",
+        )
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert shots.samples == ["train:8"] and iteration.train_samples == 8

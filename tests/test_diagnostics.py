@@ -134,7 +134,10 @@ def test_an_error_in_the_header_names_statements_and_hides_nothing(tmp_path):
         "p.sbp:1:19: error[E001]: unexpected '\"y\"'; expected one of 'demos', 'frozen', 'function', 'input', 'metric'"
     )
     assert "')'" not in first
-    assert second == "p.sbp:2:10: error[E001]: unexpected 'txet'; expected one of 'choice', 'json', 'number', 'text'"
+    assert (
+        second
+        == "p.sbp:2:10: error[E001]: unexpected 'txet'; expected one of 'choice', 'json', 'list', 'number', 'text'"
+    )
     assert "      = help: did you mean 'text'?" in err
 
 

@@ -213,3 +213,24 @@ def test_a_sample_its_metric_could_not_score_shows_no_score(tmp_path, fake_llm, 
     page = (tmp_path / "one.html").read_text()
     assert "<summary>rows.jsonl:1: lost</summary>" in page and "<td>lost</td><td>-</td>" in page
     assert "<summary>rows.jsonl:2: wrong, score 0.000</summary>" in page
+
+
+def test_report_of_two_evaluations_with_partial_credit_shows_every_score_that_moved(two_evals, capsys):
+    """No sample flips between right and wrong, yet scores move (0.4 -> 0.7, 0.5 -> 0.45): the page lists the
+    samples whose score changed, by how much, largest first; the unchanged one is not among them."""
+    first, second = sorted((two_evals / ".sbpc/runs").glob("*/run.json"))
+    for path, scores in ((first, (0.4, 0.2, 0.5, 0.9)), (second, (0.7, 0.2, 0.45, 0.3))):
+        record = json.loads(path.read_text())
+        for sample, score in zip(record["evaluation"]["samples"], scores):
+            sample["score"] = score
+        path.write_text(json.dumps(record))
+    assert cli.main(["report", "1", "2", "--out", "cmp.html"]) == 0
+    text = re.sub(r"<[^>]+>", " ", (two_evals / "cmp.html").read_text())
+    assert "0 wrong -> right, 0 right -> wrong" in text
+    moved = text[text.index("scores changed (3)") :]
+    rows = re.findall(r"rows\.jsonl:(\d)\s+([\d.]+)\s+([\d.]+)\s+([+-][\d.]+)", moved)
+    assert rows == [
+        ("4", "0.900", "0.300", "-0.600"),
+        ("1", "0.400", "0.700", "+0.300"),
+        ("3", "0.500", "0.450", "-0.050"),
+    ]

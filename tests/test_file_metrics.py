@@ -9,7 +9,9 @@ import io
 import json
 import random
 import re
+import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -263,6 +265,37 @@ def test_a_python_metric_that_raises_or_returns_out_of_range_fails_that_sample_o
     )
     assert evaluation.scored == len(ROWS) - 2 and evaluation.accuracy == 0.5
     assert {r.reason for r in evaluation.results if not r.lost} == {"half of it"}
+
+
+def test_a_python_metric_that_exits_hangs_or_returns_an_unprintable_value_leaves_that_sample_unscored(
+    support, monkeypatch
+):
+    from sembp_dsl.runtime import evaluate
+
+    path, _, _ = support
+    monkeypatch.setattr(evaluate, "METRIC_TIMEOUT", 0.3)
+
+    class Unprintable:
+        def __repr__(self) -> str:
+            raise RuntimeError("no repr")
+
+    def unruly(prediction, example):
+        last = example["message"][-1]
+        if last == "0":
+            sys.exit(3)
+        if last == "1":
+            time.sleep(5)
+        return Unprintable() if last == "2" else True
+
+    started = time.monotonic()
+    with sbp.load(path) as pipeline:
+        evaluation = pipeline.evaluate("rows.jsonl", metric=unruly)
+    assert time.monotonic() - started < 4  # not behind the sleeping metric
+    by_id = {r.sample.where.rsplit(":", 1)[-1]: r for r in evaluation.results}
+    assert by_id["1"].metric_error == "metric failed: the metric 'unruly' raised SystemExit: 3"
+    assert by_id["2"].metric_error == "metric failed: the metric 'unruly' took longer than its timeout of 0.3s"
+    assert by_id["3"].metric_error.startswith("metric failed: the metric 'unruly' returned an Unprintable")
+    assert evaluation.scored == len(ROWS) - 3 and evaluation.accuracy == 1.0
 
 
 # --- scores between 0 and 1 at the gate ----------------------------------------------------------------------

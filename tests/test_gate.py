@@ -159,3 +159,73 @@ def test_a_round_takes_the_fewest_samples_that_could_settle_it():
     assert 21 <= len(gate.next_round().proposal) <= 30  # 30 wrong ones all tying settle a failure
     assert not Gate(ids, set(ids), 0.1, random.Random(1)).next_round()
     assert len(Gate(ids, set(ids[:20]), 1.0, random.Random(1), least=40).next_round().proposal) == 40
+
+
+def whole_split(before: dict[str, float], after: dict[str, float | None], alpha: float) -> bool:
+    """The rule on the whole split, lost samples (None) tying: wins beat losses (sign test) and the mean rises."""
+    scored = [(before[i], a) for i, a in after.items() if a is not None]
+    wins, losses = sum(a > b for b, a in scored), sum(a < b for b, a in scored)
+    return gate_passes(wins, losses, alpha, sum(a - b for b, a in scored))
+
+
+def test_partial_credit_never_lowers_the_mean_through_the_gate():
+    """{0.4, 0.4, 1} -> {0.6, 0.6, 0}: two wins and a loss, but the mean falls from 0.6 to 0.4; at alpha 1 and
+    0.5 (where 2 wins, 1 loss give p = 0.5) it does not pass. Raised to {0.6, 0.6, 0.9} it does."""
+    for alpha in (1.0, 0.5):
+        for last, passes in ((0.0, False), (0.9, True)):
+            gate = Gate(["a", "b", "c"], {"c"}, alpha, random.Random(0), least=3, partial={"a": 0.4, "b": 0.4})
+            gate.add(gate.next_round().proposal, set(), set(), {"a": 0.6, "b": 0.6, **({"c": last} if last else {})})
+            assert (len(gate.wins), len(gate.losses), gate.decision) == (2, 1, passes), (alpha, last)
+
+
+def test_partial_credit_cases_decide_as_the_whole_split_does():
+    """Random splits with scores in tenths, some current scores held back, some samples lost: the gate, settling
+    early, decides as the whole split does (mean and sign test together)."""
+    rng = random.Random(34)
+    early = 0
+    for n in range(300):
+        size, alpha = rng.randint(0, 14), ALPHAS[n % len(ALPHAS)]
+        ids = [f"s{i}" for i in range(size)]
+        before = {i: rng.choice((0.0, 1.0, rng.randint(0, 10) / 10)) for i in ids}
+        after: dict[str, float | None] = {
+            i: None if rng.random() < 0.1 else min(1.0, max(0.0, before[i] + rng.choice((-1, 0, 1)) * rng.random()))
+            for i in ids
+        }
+        unknown = {i for i in ids if rng.random() < 0.3}
+        known = {i: s for i, s in before.items() if i not in unknown}
+        gate = Gate(
+            ids,
+            {i for i, s in known.items() if s >= 1.0},
+            alpha,
+            random.Random(n),
+            rng.choice((1, 2, 5)),
+            partial={i: s for i, s in known.items() if 0 < s < 1},
+            known=set(known),
+        )
+        while batch := gate.next_round():
+            scores = {i: after[i] for i in batch.proposal}
+            gate.add(
+                batch.proposal,
+                {i for i, s in scores.items() if s == 1.0},
+                {i for i, s in scores.items() if s is None},
+                {i: s for i, s in scores.items() if s is not None and 0 < s < 1},
+            )
+            gate.add_current(
+                batch.current,
+                {i for i in batch.current if before[i] == 1.0},
+                set(),
+                {i: before[i] for i in batch.current if 0 < before[i] < 1},
+            )
+        assert gate.decision == whole_split(before, after, alpha), (n, before, after, unknown)
+        early += gate.used < size
+    assert early > 50
+
+
+def test_a_sample_the_current_prompts_lost_when_asked_again_ties():
+    """The current prompts' score on d is unknown (lost before); asked again, it is lost again: a tie, not a win."""
+    gate = Gate(["a", "d"], set(), 1.0, random.Random(0), least=2, known={"a"})
+    gate.add(gate.next_round().proposal, {"d"}, set())
+    batch = gate.next_round()
+    assert batch.current == ["d"]
+    gate.add_current(["d"], set(), {"d"})
+    assert gate.wins == [] and gate.decision is False and "d" in gate.lost

@@ -148,7 +148,8 @@ def test_yaml_type_errors_are_in_words(tmp_path):
         in err
     )
     assert (
-        "p.yaml:6:13: error[E063]: nodes.c.type: 'texts' is not a type: text, number, json or \"choice(A, B)\"\n" in err
+        'p.yaml:6:13: error[E063]: nodes.c.type: \'texts\' is not a type: text, number, json, "choice(A, B)" or "list[text]"\n'
+        in err
     )
     assert "      = help: did you mean 'text'?\n" in err
     assert "does not match" not in err and "^" + "\\s" not in err

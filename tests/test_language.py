@@ -80,7 +80,7 @@ def test_syntax_error_golden(tmp_path):
     code, err = check(tmp_path, HEADER + "node a: txt { }\noutput a\n")
     assert code == 1
     assert err == textwrap.dedent("""\
-        p.sbp:3:9: error[E001]: unexpected 'txt'; expected one of 'choice', 'json', 'number', 'text', '{'
+        p.sbp:3:9: error[E001]: unexpected 'txt'; expected one of 'choice', 'json', 'list', 'number', 'text', '{'
             3 | node a: txt { }
               |         ^~~
               = help: did you mean 'text'?

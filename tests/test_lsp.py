@@ -345,7 +345,9 @@ def test_completion_knows_where_the_cursor_is():
         "demos",
         "function",
         "timeout",
-    }  # a function node's too
+        "tools",
+        "max_steps",
+    }  # a function node's and a tool loop's too
     assert labels(base + "node b: text { |}") == node_settings
     assert labels(base + "node b: text { template = | }") == {"t"}
     assert labels(base + "node b: text { parse = | }") == {"reply", "tag"}

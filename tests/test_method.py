@@ -321,7 +321,11 @@ def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_ll
     assert all(g["nodes"]["verdict"].startswith("The answer should be Yes") for g in it["gradients"])
     assert not [p for p in script.prompts if "Improved" in p and "VERDICT" in p]  # the proposal never ran
     code, out = optimize(path, *flags, "--gate-alpha", "1", capsys=capsys)
-    assert code == 0 and "2 wins, 0 losses, p = 0.250 <= 1: passes" in out and path.read_text() != before
+    assert (
+        code == 0
+        and "2 wins, 0 losses; at gate_alpha 1 wins must beat losses: passes" in out
+        and path.read_text() != before
+    )
 
 
 def test_a_baseline_that_leaves_too_few_possible_wins_is_announced(tmp_path, fake_llm, script, capsys):

@@ -632,7 +632,7 @@ def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path,
     capsys.readouterr()
     assert cli.main(["show", "-1", "--runs-dir", str(tmp_path / "runs")]) == 0
     shown = capsys.readouterr().out
-    assert "gate 0.000 -> not scored (stopped once settled): 1 wins, 0 losses so far" in shown
+    assert "gate 0.000 -> not scored (stopped once settled): 1 win, 0 losses so far" in shown
     assert "(settled after 1 of 12 samples)" in shown
 
 

@@ -127,16 +127,19 @@ def test_a_kept_step_knows_its_prompts_scores_only_where_its_gate_evaluated_them
         **GOOD_ITERATION,
         "index": 1,
         "accepted": True,
-        "gate": {**gate, "evaluated": ["b", "c", "e"], "current": 1},
+        "gate": {**gate, "evaluated": ["b", "c", "e", "f"], "lost": ["f"], "current": 1},
     }
     assert Record.read(record(initial_score=0.5, initial_right=["a"], iterations=[step])).scores_kept() == (
         {"b"},
         {"c": 0.5},
-        {"b", "c", "e"},
+        {"b", "c", "e", "f"},
+        {"f"},
     )
     older = {**step, "gate": gate}
     assert Record.read(record(initial_score=0.5, initial_right=["a"], iterations=[older])).scores_kept()[2] is None
-    assert Record.read(record(initial_score=0.5, initial_right=["a"])).scores_kept() == ({"a"}, {}, None)
+    assert Record.read(record(initial_score=0.5, initial_right=["a"])).scores_kept() == ({"a"}, {}, None, set())
+    lost = record(initial_score=0.5, initial_right=["a"], initial_lost=["z"])
+    assert Record.read(lost).scores_kept() == ({"a"}, {}, None, {"z"})  # lost: unknown, not wrong
 
 
 def test_a_training_score_over_part_of_the_split_says_so_and_is_no_point_of_the_plot(tmp_path):

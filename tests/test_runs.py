@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from test_optimize import TOY, data, write
@@ -515,3 +516,25 @@ def test_a_hostile_run_id_is_one_error_line(tmp_path, spec, capsys):
         assert err.count("\n") == 1 and err.startswith("sbpc: error: ")
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
     assert code == 0 and out.count("unreadable") == 2
+
+
+def test_a_run_folder_named_like_an_impossible_date_is_listed_and_shown(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    (runs / "20261399-256199-x").mkdir(parents=True)
+    (runs / "20261399-256199-x" / "run.json").write_text(
+        json.dumps({"settings": {"file": "x.sbp"}, "initial_prompts": {}, "iterations": [], "finished": True})
+    )
+    for argv in (["runs"], ["show", "-1"]):
+        code, out, err = sbpc(capsys, *argv, "--runs-dir", str(runs))
+        assert code == 0 and "Traceback" not in err, err
+    code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs), "--json")
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d", json.loads(out)[0]["started"])  # the record's time
+
+
+def test_sbpcs_own_folder_tells_git_to_ignore_it(tmp_path):
+    from sembp_dsl.records.record import _new_folder
+
+    _new_folder(tmp_path / ".sbpc" / "runs", "x.sbp")
+    assert (tmp_path / ".sbpc" / ".gitignore").read_text().endswith("\n*\n")
+    _new_folder(tmp_path / "elsewhere", "x.sbp")
+    assert not (tmp_path / "elsewhere" / ".gitignore").exists()

@@ -17,6 +17,7 @@ import traceback
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
 from ..language.method import SETTINGS, SettingError
+from ..language.toolcalls import compact
 from .flags import (
     COUNT,
     POSITIVE_COUNT,
@@ -251,7 +252,8 @@ def cmd_run(args) -> int:
                     print(
                         f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
                         f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-                        f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
+                        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
                     )
             print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
         print_ledger(pipeline, args)

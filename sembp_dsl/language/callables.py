@@ -4,6 +4,7 @@ importing, at run time, from the places this module finds (or those the user all
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from typing import NamedTuple
@@ -43,19 +44,74 @@ class Place(NamedTuple):
 
 def beside(folder: str, module: str) -> Place:
     """The file of `module` in a pipeline's folder: `tools` is tools.py, or the package tools/. Only a
-    top-level name is looked up there (a dotted one runs only when the user allows it), and a file whose real
-    place is outside the folder (a symbolic link out of it) is named with a problem, never a path."""
+    top-level name is looked up there (a dotted one runs only when the user allows it). A file whose real place
+    is outside the folder (a symbolic link out of it) is named with a problem, never a path, and so is a module
+    whose imports, read (not run), reach such a file beside it: every module loaded from the folder is held to
+    the folder (runtime/code.py holds imports that reading cannot see to it as they run)."""
     if "." in module:
         return Place(None)
     home = os.path.realpath(folder)
+    place = _module_file(folder, module, home)
+    if place.path is None:
+        return place
+    problem = _linked_out(place.path, folder, home)
+    return Place(None, problem) if problem else place
+
+
+def outside(home: str, path: str) -> str | None:
+    """Where `path` really is, when that is outside the folder `home` (a real path): a symbolic link out of it."""
+    real = os.path.realpath(path)
+    return real if os.path.commonpath([home, real]) != home else None
+
+
+def _module_file(folder: str, module: str, home: str) -> Place:
     for candidate in (os.path.join(folder, module + ".py"), os.path.join(folder, module, "__init__.py")):
         if not os.path.isfile(candidate):
             continue
-        real = os.path.realpath(candidate)
-        if os.path.commonpath([home, real]) != home:
+        real = outside(home, candidate)
+        if real is not None:
             return Place(None, f"{candidate} is a symbolic link to {real}, outside the pipeline's folder")
         return Place(candidate)
     return Place(None)
+
+
+def _linked_out(path: str, folder: str, home: str) -> str | None:
+    """Why a module file beside the pipeline may not run: a module it imports (or they import), in the folder or
+    in its own package, is a symbolic link out of the folder. None when none is."""
+    seen, todo = {path}, [path]
+    while todo:
+        current = todo.pop()
+        for where, name in _imports(current, folder):
+            place = _module_file(where, name, home)
+            if place.problem:
+                return f"{os.path.basename(current)} imports {name}, and {place.problem}"
+            if place.path is not None and place.path not in seen:
+                seen.add(place.path)
+                todo.append(place.path)
+    return None
+
+
+def _imports(path: str, folder: str) -> set[tuple[str, str]]:
+    """The (folder, top-level name) of each module a Python file imports, read without running it: absolute
+    imports are looked for in the pipeline's folder, relative ones in the file's package."""
+    try:
+        with open(path, encoding="utf-8") as file:
+            tree = ast.parse(file.read())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):  # the import itself will say what is wrong
+        return set()
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {(folder, alias.name.split(".")[0]) for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.add((folder, node.module.split(".")[0]))
+        elif isinstance(node, ast.ImportFrom):
+            package = os.path.dirname(path)
+            for _ in range(node.level - 1):
+                package = os.path.dirname(package)
+            names = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
+            found |= {(package, name) for name in names}
+    return found
 
 
 def allowed_by(module: str, allowed: tuple[str, ...] | list[str] | frozenset[str]) -> str | None:

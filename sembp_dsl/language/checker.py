@@ -15,7 +15,8 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import ir
+from . import ir, maps
+from .branches import check_conditions, check_output_alternatives, check_paths
 from .callables import parse_target
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
@@ -72,6 +73,9 @@ MODEL_SETTINGS = {
     "constrain": ("auto", "off", "schema"),
 }
 OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
+# What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
+# of it may take.
+FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
 BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
@@ -83,6 +87,7 @@ BOUNDS = {
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    "max_items": (1, maps.MAX_ITEMS, False),
     **{name: (s.low, s.high, s.low_excluded) for name, s in SETTINGS.items() if not s.choices},
 }
 SPELLINGS = {word for s in SETTINGS.values() for word in s.spellings}  # taken, but not listed as choices
@@ -235,7 +240,7 @@ def check_settings(cx: Context, where: str, settings, allowed: Mapping[str, tupl
                     help=suggestion(str(s.value), listed),
                 )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
-            kind = {str: "a string", int: "an integer", float: "a number"}[accepted[-1]]
+            kind = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}[accepted[-1]]
             cx.report("E033", s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
         elif s.key in BOUNDS:
             check_bounds(cx, s)
@@ -252,7 +257,7 @@ def check_node(cx: Context, node: ir.Node) -> None:
     """A node's settings, as its kind takes them (one another kind takes is refused, its kind saying why), the
     rules of a prompt when its kind renders one, its kind's own rules, and its type."""
     kind = kind_of(node)
-    accepts = kind.accepts
+    accepts = {**kind.accepts, **maps.SETTINGS} if node.each is not None else kind.accepts
     for s in node.settings:
         if s.key not in accepts and taken(s.key):
             kind.refuse(cx, node, s)
@@ -319,6 +324,15 @@ def check_functions(cx: Context) -> None:
         target = parse_target(function.target)
         if isinstance(target, str):
             cx.report("E080", function.literal, target)
+        check_settings(cx, f"function '{function.name}'", function.settings, FUNCTION_SETTINGS)
+        description = function.setting("description")
+        if description is not None and isinstance(description.value, str) and description.value not in cx.params:
+            cx.report(
+                "E113",
+                description.value_span,
+                f"function '{function.name}': its description names no param '{description.value}'",
+                help=suggestion(description.value, cx.params) or 'declare it: param NAME = "what the tool does"',
+            )
 
 
 def check_node_demos(cx: Context, node: ir.Node) -> None:
@@ -870,6 +884,8 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
             help=f"put {{{{ {own} }}}} in the template where the examples belong",
         )
     uses = params_named(cx, node, sources, found)
+    bound = kind_of(node).bound_params(node, cx.functions, cx.params)  # e.g. its tools' descriptions
+    uses = uses._replace(instruction=tuple(dict.fromkeys(uses.instruction + bound)))
     cx.node_params[node.name] = uses
     for name in dict.fromkeys(uses.instruction + uses.system):
         check_param(cx, cx.params[name], node, allowed)
@@ -1105,7 +1121,7 @@ def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -
         if not successors.get(item.name):
             cx.report("W003", item.span, f"input '{item.name}' is not used by any node")
     if output is not None:
-        reaches = reaching(output.name, predecessors)
+        reaches = set().union(*(reaching(ref.name, predecessors) for ref in cx.p.outputs[0].candidates))
         for node in cx.p.nodes:
             if node.name not in reaches:
                 cx.report("W004", node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
@@ -1150,12 +1166,19 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)
     output, label = check_output(cx)
+    if output is not None:
+        check_output_alternatives(cx, pipeline.outputs[0])
+    check_paths(cx, order, predecessors, check_conditions(cx))
     metric = check_metric(cx, output, label)
     for metric_def in pipeline.metric_defs:
         check_metric_def(cx, metric_def)
     for node in pipeline.nodes:
+        received = predecessors.get(node.name, ())
+        maps.check_map(cx, node, received)
+        if node.each is not None:  # its templates see the item too
+            received = (*received, node.each.item.name)
         if node.name not in cx.tainted and kind_of(node).prompted:  # a node that renders no prompt reads nothing
-            check_template_variables(cx, node, predecessors.get(node.name, ()))
+            check_template_variables(cx, node, received)
     check_demos(cx, predecessors)
     check_builtin_overrides(cx)
     check_models(cx)

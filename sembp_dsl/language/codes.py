@@ -5,7 +5,8 @@ A new check takes a new code; a check that goes away leaves its code unused. The
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
-metrics the file defines (a judge, a function); W0xx warnings.
+metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps; W0xx
+warnings.
 """
 
 from __future__ import annotations
@@ -753,6 +754,107 @@ _CODES = [
         'metric overlap = "metrics.overlap"',
         'metric overlap = "metrics:overlap"',
     ),
+    # E11x: nodes that call tools (a tool loop)
+    Code(
+        "E110",
+        "a tool that is not a declared function",
+        "`tools = [...]` names the functions the node's model may call. Each must be declared in the file with\n"
+        '`function NAME = "module:function"`, where the checker reads its signature (without importing it).',
+        "node solve: text { prompt = task  tools = [lokup] }",
+        'function lookup = "tools:lookup"\nnode solve: text { prompt = task  tools = [lookup] }',
+    ),
+    Code(
+        "E111",
+        "max_steps below 1",
+        "`max_steps` is how many replies the model may give at a tool loop, the last of which answers: at\n"
+        "least 1 (one reply, which must answer at once).",
+        "node solve: text { prompt = task  tools = [lookup]  max_steps = 0 }",
+        "node solve: text { prompt = task  tools = [lookup]  max_steps = 4 }",
+    ),
+    Code(
+        "E112",
+        "a signature that cannot become a tool's schema",
+        "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
+        "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
+        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
+        "the pipeline is read, never imported.",
+        "def lookup(*places): ...",
+        'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
+        '    """Look up one fact about a place."""',
+    ),
+    Code(
+        "E113",
+        "a tool's description names no param",
+        "A function's `description` names the param that tells the model what the tool does (so the optimizer\n"
+        "can improve it like a prompt, and write-back changes the .sbp, never the Python file). It must be a\n"
+        "param the file declares.",
+        'function lookup = "tools:lookup" { description = lookup_dc }',
+        'param lookup_doc = "Look up one fact about a place."\n'
+        'function lookup = "tools:lookup" { description = lookup_doc }',
+    ),
+    # E12x: branches (conditional edges, the output's alternatives) and maps (`for each`)
+    Code(
+        "E120",
+        "a condition on a value that is not a choice or a record's field",
+        "A branch is decided by a value with known options: a choice output or input, or a field of a\n"
+        "record output. Free text has no options to branch on.",
+        "node answer: text { prompt = p }\nanswer -> review when answer == Yes",
+        "node triage: choice(Yes, No) { prompt = p }\ntriage -> review when triage == Yes",
+    ),
+    Code(
+        "E121",
+        "a condition on a value that does not feed its edge",
+        "A condition reads a value of the edge statement it ends: one of its sources. Otherwise the value may\n"
+        "not be there when the edge is decided.",
+        'question -> hard when triage == "Yes"',
+        'triage, question -> hard when triage == "Yes"',
+    ),
+    Code(
+        "E122",
+        "a condition on an option that does not exist",
+        "The option a condition compares with must be one of its value's options, or the branch never (or\n"
+        "always) runs.",
+        "node triage: choice(Yes, No) { prompt = p }\ntriage -> hard when triage == yes",
+        "triage -> hard when triage == Yes",
+    ),
+    Code(
+        "E123",
+        "the output may be missing",
+        "For some values of the conditions no node the output may come from runs, so that sample would\n"
+        "have no answer. The message lists those values.",
+        "triage -> hard when triage == Yes\ntriage -> easy when triage == Yes\noutput easy | hard",
+        "triage -> easy when triage == No     # a branch for every option\noutput easy | hard",
+    ),
+    Code(
+        "E124",
+        "output alternatives of different types",
+        "`output easy | hard` scores whichever ran, so every alternative has the output's type.",
+        "node easy: text { prompt = p }\nnode hard: number { prompt = q }\noutput easy | hard",
+        "node hard: text { prompt = q }",
+    ),
+    Code(
+        "E125",
+        "a map over a value that is not a list",
+        "`for each item in NAME` runs the node once per item of a list: NAME is a `list[...]` input or node, or\n"
+        "a node mapped itself (its value is the list of its runs).",
+        "input question: text\nnode note: text for each q in question { prompt = p  max_items = 8 }",
+        "input passages: list[text]\nnode note: text for each passage in passages { prompt = p  max_items = 8 }",
+    ),
+    Code(
+        "E126",
+        "a map without max_items",
+        "A map runs once per item; `max_items` bounds the runs of one sample, which the plan counts (items past\n"
+        "it are not run, and counted on the ledger).",
+        "node note: text for each passage in passages { prompt = p }",
+        "node note: text for each passage in passages { prompt = p  max_items = 8 }",
+    ),
+    Code(
+        "E127",
+        "a map over a value that does not feed its node",
+        "The list a node maps over is one of its inputs: an edge from it to the node.",
+        "node note: text for each passage in passages { prompt = p  max_items = 8 }",
+        "passages -> note",
+    ),
     # W00x: warnings
     Code(
         "W001",
@@ -844,6 +946,14 @@ _CODES = [
         "A frozen demos param with no examples shows its node nothing, and the optimizer may not fill it.",
         "frozen demos shots = []",
         'frozen demos shots = [{question: "1+1?", answer: "2"}]     # or drop `frozen`',
+    ),
+    Code(
+        "W020",
+        "a branch that never runs",
+        "No values of the conditions let this node run: its conditions contradict each other along every path\n"
+        "to it, so it is never called and never learns.",
+        "triage -> a when triage == Yes\na, triage -> b when triage == No",
+        "triage -> b when triage == No",
     ),
 ]
 

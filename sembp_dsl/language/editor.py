@@ -436,17 +436,20 @@ class Document:
         if node is None:
             return None
         inputs, feeds = self.neighbours(name)
-        called = kind_of(node).functions(node)
-        if called:
+        kind = kind_of(node)
+        called = kind.functions(node)
+        if not kind.prompted:
             facts = [
-                f"calls the function {called[0]}, no model",
+                f"calls the function {called[0] if called else '?'}, no model",
                 f"inputs (its keyword arguments): {inputs or 'none'}",
             ]
         else:
-            facts = self.model_node_facts(node, inputs)
+            facts = self.model_node_facts(node, inputs) + (
+                [f"may call the tools {', '.join(called)}"] if called else []
+            )
         if feeds:
             facts.append(f"feeds: {feeds}")
-        if not called and p.outputs and p.outputs[0].node.name == name:
+        if kind.prompted and p.outputs and p.outputs[0].node.name == name:
             facts.append("the pipeline's output")
         return f"node **{name}**: {node.type}\n\n" + "\n".join(f"- {fact}" for fact in facts)
 

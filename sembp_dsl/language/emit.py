@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from . import ir
 from .graph import Graph, describe, max_chars
 from .kinds import kind_of
+from .node import GraphNode
 from .templates import Record
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
@@ -41,7 +42,16 @@ def _node_label(graph: Graph, name: str) -> str:
     """`name: type`, and what it calls when not the forward model (its kind says): `judge: {verdict: ...}, model
     strong`, `passages: json, function search`."""
     node = graph.nodes.get(name)
-    return kind_of(node).label(node) if node is not None else name
+    if node is None:
+        return name
+    label = kind_of(node).label(node)
+    return label if node.each is None else f"{label}, for each {node.each.item} in {node.each.over}"
+
+
+def _condition(node: GraphNode, pred: str) -> str | None:
+    """`when triage == Yes` on an edge a condition gates (its conditions joined by `or`), else None."""
+    conditions = [str(gate) for gate in node.gates if pred in gate.sources]
+    return "when " + " or ".join(conditions) if conditions else None
 
 
 def emit_dot(graph: Graph) -> str:
@@ -49,11 +59,13 @@ def emit_dot(graph: Graph) -> str:
     for item in graph.inputs:
         lines.append(f"  {json.dumps(item.name)} [shape=ellipse];")
     for name in graph.nodes:
-        extra = ", peripheries=2" if name == graph.output else ""
+        extra = ", peripheries=2" if name in graph.outputs else ""
         lines.append(f"  {json.dumps(name)} [label={json.dumps(_node_label(graph, name))}{extra}];")
     for node in graph.nodes.values():
         for pred in node.inputs:
-            lines.append(f"  {json.dumps(pred)} -> {json.dumps(node.name)};")
+            condition = _condition(node, pred)
+            label = f" [label={json.dumps(condition)}]" if condition else ""
+            lines.append(f"  {json.dumps(pred)} -> {json.dumps(node.name)}{label};")
     lines.append("}")
     return "\n".join(lines)
 
@@ -70,11 +82,13 @@ def emit_mermaid(graph: Graph) -> str:
     for item in graph.inputs:
         lines.append(f"  {ids[item.name]}([{quote(item.name)}])")
     for name in graph.nodes:
-        shape = ("[[", "]]") if name == graph.output else ("[", "]")
+        shape = ("[[", "]]") if name in graph.outputs else ("[", "]")
         lines.append(f"  {ids[name]}{shape[0]}{quote(_node_label(graph, name))}{shape[1]}")
     for node in graph.nodes.values():
         for pred in node.inputs:
-            lines.append(f"  {ids[pred]} --> {ids[node.name]}")
+            condition = _condition(node, pred)
+            arrow = f"-->|{quote(condition)}|" if condition else "-->"
+            lines.append(f"  {ids[pred]} {arrow} {ids[node.name]}")
     return "\n".join(lines)
 
 
@@ -108,6 +122,8 @@ def _sections(graph: Graph) -> Iterator[str]:
     every trainable param, and how each trainable demos param is filled."""
     values: dict = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
     for name, node in graph.nodes.items():
+        if node.each is not None:
+            values[node.each.item] = f"<{node.each.item}>"
         if node.type.kind == "record":
             values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
     for node in graph.nodes.values():

@@ -7,7 +7,8 @@
 - A string's text never changes. A block string that starts on a new line is re-indented two spaces under
   the line it starts on (which leaves its text as it was); every other literal is kept as written.
 - Tokens are spaced one way: `a, b -> c`, `node a: choice(Yes, No)`, `node j: {verdict: text, why: text}`
-  (no trailing comma), `output j.verdict`, `key = value`, `{ a = 1  b = 2 }`.
+  (no trailing comma), `output j.verdict`, `key = value`, `{ a = 1  b = 2 }`, `list[text]`,
+  `a -> b when a == "Yes"`, `output easy | hard`, `node n: text for each x in xs { ... }`, `tools = [lookup, calc]`.
 - Statements of one kind written one after another line up their `=` or `{`; the settings of one-line
   blocks in such a run line up in columns. A block stays on one line when it was written so and fits in
   WIDTH; one that does not becomes one setting per line, keys lined up. A statement longer than WIDTH
@@ -32,8 +33,13 @@ from .syntax import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, r
 
 WIDTH = 100
 INDENT = "  "
-NO_SPACE_BEFORE = (",", ":", ")", ";", "(", "}", ".")
-NO_SPACE_AFTER = ("(", "{", ".")  # a `{` joined into a line opens a record type; a block's braces are set apart
+NO_SPACE_BEFORE = (",", ":", ")", ";", "(", "}", ".", "]")
+NO_SPACE_AFTER = ("(", "{", ".", "[")  # a `{` joined into a line opens a record type; a block's braces are set apart
+
+
+def in_list_type(previous: Tok, token: Tok) -> bool:
+    """Inside `list[text]`, written without spaces: after `list`, around what its brackets hold."""
+    return (previous.value == "list" and is_punct(token, "[")) or is_punct(token, "]") or is_punct(previous, "[")
 
 
 class FormatError(SbpcError, ValueError):
@@ -206,7 +212,11 @@ class Printer:
         for index, token in enumerate(tokens):
             if is_punct(token, ",") and index + 1 < len(tokens) and is_punct(tokens[index + 1], "}"):
                 continue  # a record's trailing comma, on one line
-            if previous is not None and not (is_punct(token, *NO_SPACE_BEFORE) or is_punct(previous, *NO_SPACE_AFTER)):
+            if previous is not None and not (
+                is_punct(token, *NO_SPACE_BEFORE)
+                or is_punct(previous, *NO_SPACE_AFTER)
+                or in_list_type(previous, token)
+            ):
                 out += " "
             out += block_string(token.value, indent + INDENT) if token.type == "BLOCK_STRING" else token.value
             previous = token

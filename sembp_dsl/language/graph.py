@@ -13,10 +13,12 @@ from functools import cached_property
 from types import MappingProxyType
 
 from . import ir
+from .branches import gates_of
 from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
 from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
+from .maps import each_of
 from .method import Method
 from .metrics import parse_scale
 from .node import NO_RECORDS, GraphNode
@@ -114,6 +116,7 @@ class Graph:
     # the demos params nodes use; their values in `prompts` are their examples as JSON text (demos.as_text)
     demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
     metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: MappingProxyType({}))  # the file's own
+    alternatives: tuple[str, ...] = ()  # `output easy | hard`: nodes the output comes from when `output` did not run
 
     @property
     def task(self) -> str:
@@ -141,10 +144,17 @@ class Graph:
         """The nodes that call a model (their kind says so), in topological order."""
         return tuple(node for node in self.nodes.values() if kind_of(node).model_calls(node))
 
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        """The nodes the output may come from, the first that ran giving it."""
+        return (self.output, *self.alternatives)
+
     def type_of(self, name: str) -> ir.OutputType:
-        """The type of a node's output or of a pipeline input."""
+        """The type of a node's value (a mapped node's: the list of its runs') or of a pipeline input."""
         node = self.nodes.get(name)
-        return node.type if node is not None else next(i.type for i in self.inputs if i.name == name)
+        if node is None:
+            return next(i.type for i in self.inputs if i.name == name)
+        return ir.OutputType("list", item=node.type, span=node.type.span) if node.each is not None else node.type
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
@@ -255,6 +265,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         output_field=output.record_field.name if output.record_field else None,
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
         metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
+        alternatives=tuple(ref.name for ref in output.alternatives),
     )
 
 
@@ -264,6 +275,7 @@ def graph_nodes(pipeline: ir.Pipeline, analysis: Analysis) -> dict[str, GraphNod
     input_names = {i.name for i in pipeline.inputs}
     split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
     records = {n.name: n.type for n in pipeline.nodes if n.type.kind == "record"}
+    gates = gates_of(pipeline)
     nodes = {}
     for name in analysis.order:
         preds = analysis.predecessors[name]
@@ -274,7 +286,8 @@ def graph_nodes(pipeline: ir.Pipeline, analysis: Analysis) -> dict[str, GraphNod
             )
         hints, context = split[id(preds)]
         own_records = MappingProxyType({p: records[p] for p in hints if p in records}) if records else NO_RECORDS
-        nodes[name] = graph_node(pipeline, analysis, declared[name], hints, context, own_records)
+        node = graph_node(pipeline, analysis, declared[name], hints, context, own_records)
+        nodes[name] = replace(node, gates=gates[name]) if name in gates else node
     return nodes
 
 
@@ -312,6 +325,7 @@ def graph_node(
         demos=analysis.demos.get(node.name),
         kind=kind.name,
         settings=kind.own(node),
+        each=each_of(node),
     )
 
 

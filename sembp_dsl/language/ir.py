@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-Value = str | int | float | bool
+Value = str | int | float | bool | tuple[str, ...]  # a tuple: a list of names, `tools = [lookup, calc]`
 
 
 @contextmanager
@@ -63,12 +63,15 @@ class Ref:
 
 @dataclass(frozen=True)
 class OutputType:
-    kind: str  # "text" | "number" | "json" | "choice" | "record"
+    kind: str  # "text" | "number" | "json" | "choice" | "record" | "list"
     choices: tuple[str, ...] = ()
     fields: tuple[Field, ...] = optional(())  # of a record: `{verdict: choice(Yes, No), reason: text}`
+    item: OutputType | None = optional(None)  # of a list: `list[text]`, a JSON array of them
     span: Span = _span()
 
     def __str__(self) -> str:
+        if self.kind == "list":
+            return f"list[{self.item}]"
         if self.kind == "record":
             return "{" + ", ".join(f"{f.name}: {f.type}" for f in self.fields) + "}"
         return f"choice({', '.join(self.choices)})" if self.kind == "choice" else self.kind
@@ -142,8 +145,12 @@ class Function:
 
     name: str
     target: str  # "module:name"
+    settings: tuple[Setting, ...] = optional(())  # `{ description = lookup_doc  timeout = 5 }`: as a tool
     span: Span = _span()
     literal: Span = _span()
+
+    def setting(self, key: str) -> Setting | None:
+        return next((s for s in self.settings if s.key == key), None)
 
 
 @dataclass(frozen=True)
@@ -155,10 +162,20 @@ class Setting:
 
 
 @dataclass(frozen=True)
+class Each:
+    """A map: `for each passage in passages` runs the node once per item of the list `over`, its templates
+    seeing the item as `item`."""
+
+    item: Ref
+    over: Ref
+
+
+@dataclass(frozen=True)
 class Node:
     name: str
-    type: OutputType
+    type: OutputType  # of one run: a mapped node's value is a list of them
     settings: tuple[Setting, ...]
+    each: Each | None = optional(None)
     span: Span = _span()
 
     def setting(self, key: str) -> Setting | None:
@@ -166,6 +183,23 @@ class Node:
             if s.key == key:
                 return s
         return None
+
+
+@dataclass(frozen=True)
+class Condition:
+    """When a conditional edge feeds its targets: `when triage == "Yes"`, `when review.decision != send`.
+
+    `subject` names a choice (a node's or an input's) or a record node, `field` the record's field."""
+
+    subject: Ref
+    field: Ref | None
+    negated: bool  # `!=`
+    option: str
+    span: Span = _span()  # the option, as written
+
+    def __str__(self) -> str:
+        name = self.subject.name + (f".{self.field.name}" if self.field else "")
+        return f"{name} {'!=' if self.negated else '=='} {self.option}"
 
 
 @dataclass(frozen=True)
@@ -178,6 +212,7 @@ class Edge:
 
     sources: tuple[Ref, ...]
     targets: tuple[Ref, ...]
+    condition: Condition | None = optional(None)  # a branch: the targets are fed only when it holds
 
 
 @dataclass(frozen=True)
@@ -185,7 +220,13 @@ class Output:
     node: Ref
     field: str | None  # data field holding the expected answer
     record_field: Ref | None = optional(None)  # the field scored, of a record output: `output judge.verdict`
+    alternatives: tuple[Ref, ...] = optional(())  # `output easy | hard`: the first of node and these that ran
     span: Span = _span()
+
+    @property
+    def candidates(self) -> tuple[Ref, ...]:
+        """Every node that may give the output, in the order they are preferred."""
+        return (self.node, *self.alternatives)
 
 
 @dataclass(frozen=True)

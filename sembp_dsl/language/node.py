@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 
 from . import ir
+from .branches import Gate
 from .demos import shown
+from .maps import Each
 from .shapes import as_record
 from .templates import Record, compile_template, label
 
@@ -39,6 +41,13 @@ class GraphNode:
     demos: str | None = None  # its demos param (`demos = shots`): examples of its inputs and output
     kind: str = "model"  # its kind's name in language/kinds' KINDS, which runs it
     settings: Mapping[str, ir.Value] = field(default_factory=lambda: NO_SETTINGS)  # its kind's own (`function`)
+    gates: tuple[Gate, ...] = ()  # its conditional in-edges (language/branches): it runs when one is live
+    each: Each | None = None  # its map (language/maps): it runs once per item of a list
+
+    @property
+    def most_runs(self) -> int:
+        """How many times one sample may run it: once, or a map's `max_items` (what the plan counts)."""
+        return self.each.max_items if self.each is not None else 1
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -49,6 +58,9 @@ class GraphNode:
         """What its template and system message read: each input's value (a record output as a record), each
         param it uses, rendered (a param may read the node's inputs: "Judge {{ party }}'s claim"), and `prompt`."""
         variables: dict = {name: values[name] for name in self.inputs}
+        if self.each is not None:  # a mapped node's run: the item it runs on (asked backward: all of them)
+            item, over = self.each.item, self.each.over
+            variables[item] = values[item] if item in values else values[over]
         for name, type_ in self.records.items():
             value = values[name]
             variables[name] = value if isinstance(value, Record) else as_record(type_, value)
@@ -65,8 +77,14 @@ class GraphNode:
         """The forward prompt, given the values of this node's inputs (a record output's as its JSON text, or as
         a Record)."""
         variables = self.variables(values, prompts)
-        variables["inputs"] = [(label(name), values[name]) for name in self.inputs]
+        variables["inputs"] = [self.shown_input(name, values) for name in self.inputs]
         return compile_template(self.template).render(variables).strip()
+
+    def shown_input(self, name: str, values: Mapping[str, str]) -> tuple[str, str]:
+        """An input as the default template lists it: a mapped node's run shows its item in place of the list."""
+        if self.each is not None and name == self.each.over:
+            return label(self.each.item), values[self.each.item]
+        return label(name), values[name]
 
     def system_message(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str | None:
         """The system message sent with the forward prompt; None when the node has none (or it renders empty)."""

@@ -108,6 +108,8 @@ class Builder(Transformer):
 
     def type(self, children):
         kind = children[0]
+        if kind.type == "LIST_TYPE":  # `list[text]`
+            return ir.OutputType("list", item=children[2], span=self.span(kind))
         choices = tuple(str(c) for c in children[1:])
         return ir.OutputType(
             {"TEXT": "text", "NUMBER_TYPE": "number", "JSON_TYPE": "json", "CHOICE": "choice"}[kind.type],
@@ -126,7 +128,16 @@ class Builder(Transformer):
 
     def setting(self, children):
         key, value = children
+        if isinstance(value, ir.Setting):  # a list of names, spanned from `[` to `]`
+            return ir.Setting(str(key), value.value, span=self.span(key), value_span=value.value_span)
         return ir.Setting(str(key), self.value(value), span=self.span(key), value_span=self.span(value))
+
+    def name_list(self, children):
+        """`[a, b]`: its names, and the span of the whole list (a Setting without its key, which `setting` takes)."""
+        opened, *names, closed = children
+        start, end = self.span(opened), self.span(closed)
+        span = ir.Span(self.file, start.line, start.column, end.end_line, end.end_column, start.start, end.end)
+        return ir.Setting("", tuple(str(name) for name in names), span=span, value_span=span)
 
     @staticmethod
     def value(tok: Token) -> ir.Value:
@@ -179,28 +190,50 @@ class Builder(Transformer):
         return [("template", ir.Template(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
 
     def function_decl(self, children):
-        name, literal = children
-        return [("function", ir.Function(str(name), str(literal), span=self.span(name), literal=self.span(literal)))]
+        name, literal, *settings = children
+        function = ir.Function(
+            str(name), str(literal), tuple(settings), span=self.span(name), literal=self.span(literal)
+        )
+        return [("function", function)]
 
     def node_decl(self, children):
         name, type_, *settings = children
-        return [("node", ir.Node(str(name), type_, tuple(settings), span=self.span(name)))]
+        each = settings.pop(0) if settings and isinstance(settings[0], ir.Each) else None
+        return [("node", ir.Node(str(name), type_, tuple(settings), each, span=self.span(name)))]
+
+    def each(self, children):
+        item, over = children
+        return ir.Each(ir.Ref(str(item), span=self.span(item)), ir.Ref(str(over), span=self.span(over)))
 
     def edge_chain(self, groups):
+        condition = groups.pop() if isinstance(groups[-1], ir.Condition) else None
         refs = [tuple(ir.Ref(str(name), span=self.span(name)) for name in group) for group in groups]
-        return [("edge", ir.Edge(sources, targets)) for sources, targets in zip(refs, refs[1:])]
+        edges = [ir.Edge(sources, targets) for sources, targets in zip(refs, refs[1:])]
+        if condition is not None:  # `a -> b -> c when ...`: the condition is on the step it ends
+            edges[-1] = ir.Edge(edges[-1].sources, edges[-1].targets, condition)
+        return [("edge", edge) for edge in edges]
+
+    def condition(self, children):
+        subject, *part, compare, option = children
+        field = ir.Ref(str(part[0]), span=self.span(part[0])) if part else None
+        return ir.Condition(
+            ir.Ref(str(subject), span=self.span(subject)), field, compare == "!=", str(option), span=self.span(option)
+        )
 
     def output_decl(self, children):
         name, *rest = children
+        alternatives = tuple(r for r in rest if isinstance(r, ir.Ref))  # `output easy | hard`
+        rest = [r for r in rest if not isinstance(r, ir.Ref)]
         part = rest.pop(0) if rest and rest[0].type == "NAME" else None  # `output judge.verdict`
         field = str(rest[0]) if rest else None
         record_field = ir.Ref(str(part), span=self.span(part)) if part is not None else None
-        return [
-            (
-                "output",
-                ir.Output(ir.Ref(str(name), span=self.span(name)), field, record_field, span=self.span(name)),
-            )
-        ]
+        output = ir.Output(
+            ir.Ref(str(name), span=self.span(name)), field, record_field, alternatives, span=self.span(name)
+        )
+        return [("output", output)]
+
+    def alternative(self, children):
+        return ir.Ref(str(children[0]), span=self.span(children[0]))
 
     def metric_decl(self, children):
         return [("metric", ir.Ref(str(children[0]), span=self.span(children[0])))]

@@ -198,7 +198,9 @@ def first_object(text: str) -> dict | None:
 
 def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
     """The field that holds a value of an output type (text as one line, or as free text)."""
-    kind = {"choice": "option", "number": "number", "json": "json"}.get(type_.kind, "line" if line else "text")
+    kind = {"choice": "option", "number": "number", "json": "json", "list": "json"}.get(
+        type_.kind, "line" if line else "text"
+    )
     return Field(name, kind, type_.choices)
 
 
@@ -227,7 +229,7 @@ def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
         return Shape(str(type_), (value_field("answer", type_), "\n", Field("reason", "line")))
     if type_.kind == "number":
         return Shape("number", (Field("reasoning", "text"), "\nAnswer: ", value_field("answer", type_)))
-    if type_.kind == "json":
+    if type_.kind in ("json", "list"):
         return Shape("json", (value_field("value", type_),))
     return None
 
@@ -405,7 +407,7 @@ def python_value(type_: ir.OutputType, text: str):
         if type_.kind == "number":
             number = float(text)
             return int(number) if number.is_integer() else number
-        if type_.kind in ("json", "record"):
+        if type_.kind in ("json", "record", "list"):
             return json.loads(text)
     except (ValueError, RecursionError):
         return text
@@ -421,6 +423,8 @@ def output_text(type_: ir.OutputType, value) -> tuple[str | None, str | None]:
         return None, f"is a {type(value).__name__}, which is not JSON ({exc})"
     if type_.kind == "json":
         return as_json, None
+    if type_.kind == "list":
+        return (as_json, None) if isinstance(value, list) else (None, f"is a {type(value).__name__}, not a list")
     if type_.kind == "record":
         if not isinstance(value, dict):
             fields = ", ".join(f.name for f in type_.fields)

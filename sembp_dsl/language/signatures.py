@@ -13,6 +13,7 @@ such as `socket`) is a problem to report, never a guess.
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from dataclasses import dataclass, field
 
@@ -79,7 +80,7 @@ def read_tool(source: str, name: str, shown_as: str | None = None) -> ToolSpec |
     )
     if function is None:
         return f"the module defines no function '{name}' (a tool must be a function defined in it)"
-    params = parameters(function)
+    params = parameters(function, aliases(tree))
     if isinstance(params, str):
         return params
     doc = ast.get_docstring(function) or ""
@@ -91,8 +92,42 @@ def read_tool(source: str, name: str, shown_as: str | None = None) -> ToolSpec |
     )
 
 
-def parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ToolParam, ...] | str:
-    """Each parameter a model may pass by name, with its schema; or why the signature has no JSON form."""
+def aliases(tree: ast.Module) -> dict[str, ast.expr]:
+    """The module's type aliases, `Fact = Literal["kind", "area"]` (or `type Fact = ...`), by name: a hint that
+    names one means what it stands for."""
+    found: dict[str, ast.expr] = {}
+    for statement in tree.body:
+        if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+            target, value = statement.targets[0], statement.value
+        elif isinstance(statement, ast.AnnAssign) and statement.value is not None:
+            target, value = statement.target, statement.value
+        elif type(statement).__name__ == "TypeAlias":  # `type X = ...` (Python 3.12)
+            target, value = statement.name, statement.value  # type: ignore[attr-defined]
+        else:
+            continue
+        if isinstance(target, ast.Name) and isinstance(value, (ast.Subscript, ast.Name, ast.Attribute, ast.BinOp)):
+            found[target.id] = value
+    return found
+
+
+class Unaliased(ast.NodeTransformer):
+    """A hint with each alias it names replaced by what it stands for (an alias of an alias too, a few deep)."""
+
+    def __init__(self, aliases: dict[str, ast.expr], depth: int = 0):
+        self.aliases, self.depth = aliases, depth
+
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        value = self.aliases.get(node.id)
+        if value is None or self.depth > 8:
+            return node
+        return Unaliased(self.aliases, self.depth + 1).visit(copy.deepcopy(value))
+
+
+def parameters(
+    function: ast.FunctionDef | ast.AsyncFunctionDef, aliases: dict[str, ast.expr] | None = None
+) -> tuple[ToolParam, ...] | str:
+    """Each parameter a model may pass by name, with its schema; or why the signature has no JSON form.
+    `aliases`: the module's type aliases, by name."""
     args = function.args
     if args.vararg is not None:
         return f"*{args.vararg.arg} takes any number of arguments by position: a tool's arguments are named"
@@ -104,7 +139,10 @@ def parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[ToolPa
     defaults = [None] * (len(args.args) - len(args.defaults)) + list(args.defaults) + list(args.kw_defaults)
     params = []
     for arg, default in zip(named, defaults):
-        schema = json_type(arg.annotation)
+        hint = arg.annotation
+        if hint is not None and aliases:
+            hint = Unaliased(aliases).visit(copy.deepcopy(hint))
+        schema = json_type(hint)
         if isinstance(schema, str):
             return f"parameter '{arg.arg}': {schema}"
         if default is not None:

@@ -141,7 +141,7 @@ class BoundedTemplate(Template):
     def render(self, *args, **kwargs) -> str:
         token = _BUDGET.set(Budget())
         try:
-            return super().render(*args, **kwargs)
+            text = super().render(*args, **kwargs)
         except RenderError as exc:
             raise RenderError(str(exc), exc.lineno or _template_line(exc), exc.limit) from None
         except TemplateSyntaxError:
@@ -156,6 +156,19 @@ class BoundedTemplate(Template):
             raise RenderError(f"{type(exc).__name__}: {exc}", _template_line(exc), limit=False) from None
         finally:
             _BUDGET.reset(token)
+        problem = unsendable(text)
+        if problem is not None:  # from a data row, a function's output, a reply: no request could carry the prompt
+            raise RenderError(f"the prompt {problem}", limit=False)
+        return text
+
+
+def unsendable(text: str) -> str | None:
+    """Why `text` cannot be sent to a model or written as UTF-8 (it holds a lone surrogate), or None."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"holds a lone surrogate ({exc.object[exc.start]!r}), half a UTF-16 pair that UTF-8 cannot carry"
+    return None
 
 
 def _template_line(exc: BaseException) -> int | None:

@@ -10,6 +10,7 @@ not fit, no JSON at all) is said to the model as that call's result, never raise
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,10 @@ class ToolCall:
     def to_json(self) -> dict:
         return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
 
+    @classmethod
+    def from_json(cls, data: Mapping) -> ToolCall:
+        return cls(str(data.get("id", "")), str(data.get("name", "")), dict(data.get("arguments") or {}))
+
 
 @dataclass(frozen=True)
 class ToolResult:
@@ -44,6 +49,11 @@ class ToolResult:
 
     def to_json(self) -> dict:
         return {"call": self.call.to_json(), "content": self.content, "error": self.error, "seconds": self.seconds}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> ToolResult:
+        call = ToolCall.from_json(data.get("call") or {})
+        return cls(call, str(data.get("content", "")), bool(data.get("error")), float(data.get("seconds") or 0.0))
 
 
 @dataclass(frozen=True)
@@ -64,6 +74,65 @@ class Step:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
         }
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Step:
+        """A step as a run record keeps it (`sbpc show` and the report read it back)."""
+        return cls(
+            str(data.get("reply", "")),
+            tuple(ToolCall.from_json(c) for c in data.get("calls") or ()),
+            tuple(ToolResult.from_json(r) for r in data.get("results") or ()),
+            int(data.get("prompt_tokens") or 0),
+            int(data.get("completion_tokens") or 0),
+        )
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One reply of the model in a conversation with tools: its text, the calls it makes (natively: beside the
+    text; in the text form: none, the text is read), and what it cost."""
+
+    text: str
+    calls: tuple[ToolCall, ...]
+    prompt_tokens: int
+    completion_tokens: int
+    latency: float
+    cost: float
+    cached: bool
+    finish_reason: str | None = None
+
+
+#: What the compact trajectory keeps of one argument value and of one result (the backward question shows it).
+SHOWN_ARGUMENT, SHOWN_RESULT = 80, 200
+
+
+def compact(steps: Sequence[Step], limit: int = 12) -> str:
+    """A trajectory in a few lines, each value and result cut short: `1. lookup(place="Kesh") -> population of
+    Kesh: 18400`, then the answer. At most `limit` calls are shown, and how many were left out."""
+    lines: list[str] = []
+    for index, step in enumerate(steps):
+        if not step.calls and index < len(steps) - 1:  # neither a call nor the answer (the text form)
+            lines.append(
+                f"{len(lines) + 1}. (a reply that neither calls a tool nor answers: {clip(step.reply, SHOWN_ARGUMENT)})"
+            )
+        for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls)))):
+            shown = ", ".join(
+                f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}"
+                for key, value in call.arguments.items()
+            )
+            outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
+            lines.append(
+                f"{len(lines) + 1}. {call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}"
+            )
+    left = len(lines) - limit
+    lines = lines[:limit] + ([f"... {left} more calls"] if left > 0 else [])
+    if steps and not steps[-1].calls:
+        lines.append(f"then answered: {clip(' '.join(steps[-1].reply.split()), SHOWN_RESULT)}")
+    return "\n".join(lines)
+
+
+def clip(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def bounded(text: str, limit: int = RESULT_CHARS) -> str:
@@ -140,10 +209,17 @@ def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | Non
     if tool is None:
         return f"there is no tool '{call.name}'; the tools are {', '.join(tools) or 'none'}"
     try:
-        jsonschema.validate(dict(call.arguments), tool.schema())
+        validator(tool).validate(dict(call.arguments))
     except jsonschema.ValidationError as exc:
         where = "/".join(str(p) for p in exc.absolute_path)
         return (
             f"the arguments do not fit {call.name}'s schema" + (f" at '{where}'" if where else "") + f": {exc.message}"
         )
     return None
+
+
+@functools.lru_cache(maxsize=256)
+def validator(tool: ToolSpec) -> jsonschema.Draft202012Validator:
+    """A tool's arguments' validator, made once: `jsonschema.validate` checks the schema itself on every call,
+    which took most of a tool step's CPU (bench/agent_overhead.py)."""
+    return jsonschema.Draft202012Validator(tool.schema())

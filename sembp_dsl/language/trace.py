@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .toolcalls import Step
+
 if TYPE_CHECKING:  # a type only: why a model call failed is the models stage's to say (models/faults.py)
     from ..models.faults import Failure
 
@@ -35,13 +37,31 @@ class NodeTrace:
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
     system: str | None = None  # the system message sent before the prompt, if any
     cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
+    taken: bool = True  # False: a branch not taken (language/branches), so no call; neither an error nor lost
+    items: tuple[NodeTrace, ...] = ()  # a mapped node's runs, one per item (language/maps)
+    steps: tuple[Step, ...] = ()  # a tool loop's trajectory: each reply, its tool calls and their results
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
         return cls(node, prompt, "", None, reason, 0, 0, 0.0, False, failure)
 
+    @classmethod
+    def not_taken(cls, node: str) -> NodeTrace:
+        """A node on a branch the sample did not take: it did not run, and successors only it feeds do not."""
+        return cls(node, "", "", None, None, 0, 0, 0.0, False, taken=False)
+
     def to_json(self) -> dict:
-        return {**vars(self), "failure": self.failure.to_json() if self.failure else None}
+        """Its fields as JSON; `taken`, `items` and `steps` only where a branch, a map or a tool loop gives them a
+        say (other nodes' JSON is as it always was)."""
+        out = {**vars(self), "failure": self.failure.to_json() if self.failure else None}
+        del out["taken"], out["items"], out["steps"]
+        if not self.taken:
+            out["taken"] = False
+        if self.items:
+            out["items"] = [item.to_json() for item in self.items]
+        if self.steps:
+            out["steps"] = [step.to_json() for step in self.steps]
+        return out
 
     @property
     def lost(self) -> bool:

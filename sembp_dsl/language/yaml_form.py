@@ -29,6 +29,9 @@ from .diagnostics import (
 )
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
+LIST = re.compile(r"\s*list\s*\[(.*)\]\s*\Z", re.S)
+CONDITION = re.compile(r"\s*(\w+)(?:\.(\w+))?\s*(==|!=)\s*(.*?)\s*\Z", re.S)  # `triage == "Yes"`
+EACH = re.compile(r"\s*(\w+)\s+in\s+(\w+)\s*\Z")  # `passage in passages`
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -165,8 +168,10 @@ class Lowering:
         return _span(self.file, node)
 
     def scalar(self, node: yaml.Node):
-        """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean); BadScalar for a
-        value its tag cannot hold (`!!int abc`), a date, or a number that is not finite (`.nan`)."""
+        """A scalar's value with YAML's safe typing (so `0` is a number and `true` a boolean), a list of names as a
+        tuple; BadScalar for a value its tag cannot hold (`!!int abc`), a date, or a number that is not finite."""
+        if isinstance(node, yaml.SequenceNode):  # a list of names, `tools: [lookup, calc]`
+            return tuple(str(item.value) for item in node.value if isinstance(item, yaml.ScalarNode))
         if not isinstance(node, yaml.ScalarNode):
             return None
         if node.tag == "tag:yaml.org,2002:str":
@@ -276,8 +281,17 @@ class Lowering:
                 ir.Field(key.value, self.output_type(value), span=self.span(key)) for key, value in node.value
             )
             return ir.OutputType("record", (), fields, span=self.span(node))
-        match = TYPE.match(node.value)
-        assert match is not None, "the schema admits only the types TYPE matches"
+        return self.type_text(node.value, node)
+
+    def type_text(self, text: str, node: yaml.Node) -> ir.OutputType:
+        """A type written as a string: `choice(Yes, No)`, `list[text]`."""
+        listed = LIST.match(text)
+        if listed is not None:
+            return ir.OutputType("list", item=self.type_text(listed.group(1), node), span=self.span(node))
+        match = TYPE.match(text)
+        if match is None:
+            self.errors.append(diagnostic("E048", self.span(node), f"'{text}' is not a type"))
+            return ir.OutputType("text", span=self.span(node))
         choices = tuple(c.strip().strip("\"'") for c in match.group(2).split(",")) if match.group(2) is not None else ()
         if match.group(1) == "choice" and (not choices or not all(choices)):
             self.errors.append(
@@ -303,7 +317,7 @@ class Lowering:
 
     def edges(self, node: yaml.ScalarNode) -> list[ir.Edge]:
         """`a, b -> c` in a YAML string, each name located inside the scalar when it is plain."""
-        text = node.value
+        text, _, condition = node.value.partition(" when ")
         base = node.start_mark.index + (1 if node.style in ("'", '"') else 0)
         exact = node.style in (None, "'", '"') and "\n" not in text and text == self.text[base : base + len(text)]
         groups, offset = [], 0
@@ -319,19 +333,41 @@ class Lowering:
                 self.errors.append(diagnostic("E068", self.span(node), "an edge needs names on both sides of '->'"))
             groups.append(names)
             offset += len(part) + 2
-        return [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
+        edges = [ir.Edge(tuple(a), tuple(b)) for a, b in zip(groups, groups[1:])]
+        if condition and edges:  # the condition is on the step it ends, as in .sbp
+            edges[-1] = ir.Edge(edges[-1].sources, edges[-1].targets, self.condition(condition, node))
+        return edges
+
+    def condition(self, text: str, node: yaml.ScalarNode) -> ir.Condition | None:
+        """`triage == "Yes"`, `review.decision != send`, located at its edge string."""
+        match = CONDITION.match(text)
+        if match is None:
+            self.errors.append(diagnostic("E068", self.span(node), f"'{text}' is not a condition such as `t == Yes`"))
+            return None
+        subject, field, compare, option = match.groups()
+        span = self.span(node)
+        return ir.Condition(
+            ir.Ref(subject, span=span),
+            ir.Ref(field, span=span) if field else None,
+            compare == "!=",
+            option.strip("\"'"),
+            span=span,
+        )
 
     def output(self, node: yaml.ScalarNode, field: str | None) -> ir.Output:
-        """`output: judge` or `output: judge.verdict`, each name located inside the scalar when it is plain."""
-        name, _, part = node.value.partition(".")
+        """`output: judge`, `output: judge.verdict` or `output: easy | hard`, each name located inside the scalar
+        when it is plain (the alternatives at the scalar)."""
+        first, *others = node.value.split("|")
+        alternatives = tuple(ir.Ref(other.strip(), span=self.span(node)) for other in others)
+        name, _, part = first.strip().partition(".")
         if not part:
-            return ir.Output(ir.Ref(name, span=self.span(node)), field, span=self.span(node))
+            return ir.Output(ir.Ref(name, span=self.span(node)), field, None, alternatives, span=self.span(node))
         base = node.start_mark.index + (1 if node.style in ("'", '"') else 0)
         exact = node.style in (None, "'", '"') and self.text[base : base + len(node.value)] == node.value
         ref = ir.Ref(name, span=point(self.file, self.text, base, len(name)) if exact else self.span(node))
         at = base + len(name) + 1
         record_field = ir.Ref(part, span=point(self.file, self.text, at, len(part)) if exact else self.span(node))
-        return ir.Output(ref, field, record_field, span=ref.span)
+        return ir.Output(ref, field, record_field, alternatives, span=ref.span)
 
     def lower(self, root: yaml.MappingNode) -> ir.Pipeline:
         """The validated document as IR, section by section in the order of the file's meaning (each section's
@@ -343,10 +379,7 @@ class Lowering:
             ir.Template(k.value, v.value, span=self.span(k), literal=self.span(v))
             for k, v in _entries(section, "templates")
         ]
-        functions = [
-            ir.Function(k.value, v.value, span=self.span(k), literal=self.span(v))
-            for k, v in _entries(section, "functions")
-        ]
+        functions = [self.function(k, v) for k, v in _entries(section, "functions")]
         nodes = [self.node(key, value) for key, value in _entries(section, "nodes")]
         edges = [e for node in (section["edges"].value if "edges" in section else []) for e in self.edges(node)]
         outputs = [self.output_section(section["output"])] if "output" in section else []
@@ -390,11 +423,23 @@ class Lowering:
         text = fields["text"]
         return ir.Param(key.value, text.value, frozen, span=self.span(key), literal=self.span(text))
 
+    def function(self, key: yaml.Node, value: yaml.Node) -> ir.Function:
+        """`search: tools:search`, or `lookup: {target: tools:lookup, description: lookup_doc, timeout: 5}`."""
+        if not isinstance(value, yaml.MappingNode):
+            return ir.Function(key.value, value.value, span=self.span(key), literal=self.span(value))
+        target = next(v for k, v in value.value if k.value == "target")
+        settings = self.settings(value, skip=("target",))
+        return ir.Function(key.value, target.value, settings, span=self.span(key), literal=self.span(target))
+
     def node(self, key: yaml.Node, value: yaml.MappingNode) -> ir.Node:
         fields = {k.value: v for k, v in value.value}
-        return ir.Node(
-            key.value, self.output_type(fields["type"]), self.settings(value, skip=("type",)), span=self.span(key)
-        )
+        each = None
+        if "each" in fields:  # `each: passage in passages`, as the schema admits it
+            item, over = EACH.match(fields["each"].value).groups()  # type: ignore[union-attr]
+            span = self.span(fields["each"])
+            each = ir.Each(ir.Ref(item, span=span), ir.Ref(over, span=span))
+        settings = self.settings(value, skip=("type", "each"))
+        return ir.Node(key.value, self.output_type(fields["type"]), settings, each, span=self.span(key))
 
     def output_section(self, node: yaml.Node) -> ir.Output:
         """`output: judge`, or `output: {node: judge, from: label}`."""

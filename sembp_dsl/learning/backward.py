@@ -8,6 +8,10 @@ k-th predecessor: each gradient is conditioned on its siblings. `no_sibling` ask
 once per in-edge with that hint alone (the TextGrad-like ablation); `none` sends
 no feedback at all, not even the loss (the paper's "no gradient" ablation).
 
+Feedback flows only through the nodes that ran: a node on a branch the sample did not take gets none and asks
+nothing, and the loss goes to the output node that ran. A mapped node is asked once, about all its items: its
+output is the list of its runs' values, so one gradient speaks of every item (docs/paper.md).
+
 A node's feedback is joined in a fixed order, its successors' order and then the
 loss, and numbered, whatever order the replies arrive in: the same sample always
 gives the same prompts, the same cache keys and the same result.
@@ -22,6 +26,7 @@ from collections.abc import Collection
 from ..language.graph import Graph
 from ..language.node import GraphNode
 from ..language.shapes import hints_shape
+from ..language.toolcalls import compact
 from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..runtime.evaluate import Verdict
@@ -46,6 +51,7 @@ def loss_feedback(graph: Graph, trace: Trace, expected: str, verdict: Verdict | 
         parse_error=final.error,
         reason=verdict.reason if verdict else None,
         grade=f"{verdict.score:.2f}" if verdict else None,
+        trajectory=compact(final.steps) if final.steps else None,  # a tool loop's: which call went wrong
     )
 
 
@@ -109,14 +115,14 @@ async def backward(
 
     def feedback(node: GraphNode) -> str:
         lines = [received[node.name][s] for s in node.successors if s in received[node.name]]
-        if node.name == graph.output:
+        if node.name == trace.output_node:  # of `output easy | hard`, the one that ran
             lines.append(loss)
         return numbered(lines) if len(lines) > 1 else "".join(lines)
 
     async def send(node: GraphNode) -> None:
         await asyncio.gather(*(tasks[s] for s in node.successors))  # every successor has spoken
         mine = feedback(node)
-        if not node.hints or not mine:
+        if not node.hints or not mine or not trace.nodes[node.name].taken:  # a branch not taken passes nothing on
             return
         asks = [
             (receivers, prompt)

@@ -1,7 +1,11 @@
 """The gate, decided in rounds: evaluate the proposal on the gate split only until its decision is settled.
 
 Samples are compared by score: a win scores higher than the current pipeline did, a loss lower, a tie the same
-(a sample lost to failed calls, or that its metric could not score, ties). A sample the current pipeline gets
+(a sample lost to failed calls, or that its metric could not score, ties; on the current pipeline's side such a
+sample is unknown, asked again where it matters, and ties if lost again). With partial credit the rule also asks
+the sum of the score changes to be above 0 (few small wins must not outvote a large loss); each sample left has a
+lowest and a highest change it can still bring, and the rule passes more as any change grows, so the two sums
+settle it as the two counts do. A sample the current pipeline gets
 right (score 1) can only tie or be a loss; one it gets wrong (score 0) can only tie or be a win; one it got
 partial credit on (a judge's 0.6) can be either. The rule (`gate_passes`) passes more with every win and fewer with
 every loss, so when it gives the same answer with every sample left going the proposal's way and with every
@@ -25,13 +29,22 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .stats import gate_passes, sign_test
+from .stats import NO_GAIN, gate_passes, sign_test
 
 
-def settled(wins: int, losses: int, possible_wins: int, possible_losses: int, alpha: float) -> bool | None:
-    """The gate's decision once no outcome of the samples left can change it, else None."""
-    best = gate_passes(wins + possible_wins, losses, alpha)
-    worst = gate_passes(wins, losses + possible_losses, alpha)
+def settled(
+    wins: int,
+    losses: int,
+    possible_wins: int,
+    possible_losses: int,
+    alpha: float,
+    gains: tuple[float, float] | None = None,
+) -> bool | None:
+    """The gate's decision once no outcome of the samples left can change it, else None. `gains`: the lowest and
+    the highest sum of score changes the whole split can still reach (None: scores of 0 or 1)."""
+    low, high = gains if gains is not None else (None, None)
+    best = gate_passes(wins + possible_wins, losses, alpha, high)
+    worst = gate_passes(wins, losses + possible_losses, alpha, low)
     return best if best == worst else None
 
 
@@ -74,7 +87,8 @@ class Gate:
         self.losses: list[str] = []
         self.right: list[str] = []
         self.partial: dict[str, float] = {}  # the proposal's scores between 0 and 1
-        self.lost: list[str] = []
+        self.gain = 0.0  # the sum of the score changes on the samples tallied
+        self.lost: list[str] = []  # lost on either side (failed calls, a metric that could not score): ties
         self.evaluated: list[str] = []  # samples the proposal was evaluated on
         self.current = 0  # evaluations of the current pipeline the decision needed
         self.seen = {True: 0, False: 0}  # samples evaluated that could be a loss (True), that could be a win
@@ -108,9 +122,24 @@ class Gate:
         pending = self.pending
         return sum(map(self.could_win, pending)), sum(map(self.could_lose, pending))
 
+    def change(self, sample: str) -> tuple[float, float]:
+        """The lowest and the highest score change a pending sample can still bring."""
+        before, after = self.before[sample], self.open.get(sample)
+        if before is not None:
+            return -before, 1.0 - before
+        return (-1.0, 1.0) if after is None else (after - 1.0, after)
+
+    @property
+    def gains(self) -> tuple[float, float]:
+        """The lowest and the highest sum of score changes the whole split can still reach: each sample left at
+        its worst, or at its best. The rule passes more as any sample's change grows (a larger change is a win
+        rather than a tie, a tie rather than a loss, and a larger sum), so these two ends settle it."""
+        changes = [self.change(sample) for sample in self.pending]
+        return self.gain + sum(low for low, _ in changes), self.gain + sum(high for _, high in changes)
+
     @property
     def decision(self) -> bool | None:
-        return settled(len(self.wins), len(self.losses), *self.possible, self.alpha)
+        return settled(len(self.wins), len(self.losses), *self.possible, self.alpha, self.gains)
 
     @property
     def p(self) -> float:
@@ -192,9 +221,13 @@ class Gate:
         lost: Collection[str],
         partial: Mapping[str, float] = MappingProxyType({}),
     ) -> None:
-        """The current pipeline's outcome on open samples (one lost to failed calls scores 0, as in its baseline)."""
+        """The current pipeline's outcome on open samples (one lost again, to failed calls or its metric, ties)."""
         for sample in ids:
-            before = 1.0 if sample in right and sample not in lost else partial.get(sample, 0.0)
+            if sample in lost:
+                self.open.pop(sample)
+                self.lost.append(sample)
+                continue
+            before = 1.0 if sample in right else partial.get(sample, 0.0)
             self.before[sample] = before
             if before >= 1.0:
                 self.baseline.add(sample)
@@ -203,6 +236,7 @@ class Gate:
     def _tally(self, sample: str, after: float) -> None:
         before = self.before[sample]
         assert before is not None
+        self.gain += after - before
         if after > before:
             self.wins.append(sample)
         elif after < before:
@@ -255,6 +289,8 @@ class Gate:
             "lost": sorted(self.lost),
             "right": sorted(self.right),
             **({"partial": dict(sorted(self.partial.items()))} if self.partial else {}),
+            # with partial credit, the sum of the score changes (with 0 or 1, wins - losses: not kept)
+            **({"gain": round(self.gain, 9)} if abs(self.gain - len(self.wins) + len(self.losses)) > NO_GAIN else {}),
             "samples": self.used,
             "decided_after": self.used if self.decided_after is None else self.decided_after,
             "of": self.size,

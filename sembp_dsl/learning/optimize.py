@@ -34,12 +34,12 @@ from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores
-from ..records.runs import gate_settled, gate_tally, gate_unreadable, train_words
+from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
-from .stats import wins_needed
+from .stats import NO_GAIN, wins_needed
 from .strategies import Candidate, Learnt, strategies
 
 
@@ -47,7 +47,8 @@ from .strategies import Candidate, Learnt, strategies
 class Known:
     """What the run knows of the current prompts, each a partial map filled by whatever evaluated them: `train`,
     their results on training samples (the traces a forward pass would give); `gate`, their scores on gate samples
-    (the baseline a step must beat; a sample lost to failed calls scores 0). A sample not in a map is unknown."""
+    (the baseline a step must beat). A sample not in a map is unknown, as is one they lost (to failed calls or the
+    metric): counting it wrong would hand a step a free win."""
 
     prompts: dict[str, str]
     train: dict[str, Result] = field(default_factory=dict)
@@ -81,6 +82,18 @@ def scored(evaluation: Evaluation, what: str) -> Evaluation:
         causes = ", ".join(f"{cause} x{n}" for cause, n in evaluation.lost_causes().items())
         raise LLMError(f"every sample was lost, none scored ({what}): {causes}")
     return evaluation
+
+
+def decided_on_too_little(gate: Gate, lost: Sequence[Result], what: str) -> None:
+    """Stop the run when the gate lost most of the samples it evaluated (a rate limit, a failing metric): what is
+    left is too little to judge a step on, and counting the lost ones as ties would let a handful decide. The
+    run stops with the cause, resumable once the calls work again."""
+    if len(gate.lost) * 2 > len(gate.evaluated):
+        causes = Evaluation(tuple(lost), len(lost), None).lost_causes()
+        raise LLMError(
+            f"the gate lost {len(gate.lost)} of the {len(gate.evaluated)} samples it evaluated ({what}), so it "
+            f"decides nothing: {', '.join(f'{cause} x{n}' for cause, n in causes.items())}"
+        )
 
 
 def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str], step: Mapping[str, str]) -> int | None:
@@ -186,7 +199,10 @@ class Optimizer:
             if samples is self.train:
                 self.known.train[result.sample.id] = result
             if samples is self.gate_split():
-                self.known.gate[result.sample.id] = 0.0 if result.lost else result.score
+                if result.lost:
+                    self.known.gate.pop(result.sample.id, None)
+                else:
+                    self.known.gate[result.sample.id] = result.score
 
     def least(self, graph: Graph) -> int:
         """The fewest samples worth evaluating at once: a batch runs at once, so fewer saves no time."""
@@ -213,7 +229,7 @@ class Optimizer:
             for index in range(done + 1, self.method.iterations + 1):
                 iteration = await self.step(index, outcome)
                 self.record.add_iteration(iteration, spent())
-                self.log(self.describe(iteration))
+                self.log(summary(iteration, self.method.iterations, len(self.train)))
             if self.test:
                 outcome.test_before = await self.score(self.graph, self.test, "test, initial")
                 outcome.test_after = await self.score(outcome.graph, self.test, "test, final")
@@ -238,12 +254,13 @@ class Optimizer:
         data = self.record.data
         if data.initial_score is None:
             first = await self.score(self.graph, self.gate_split(), "gate, initial")
-            right, _, partial = outcomes(first)
-            self.record.begin(first.accuracy, right, partial)
+            right, lost, partial = outcomes(first)
+            self.record.begin(first.accuracy, right, partial, lost)
             self.learn(self.graph, self.gate_split(), first)
         else:
-            right, partial, known = data.scores_kept()
-            ids = [sample.id for sample in self.gate_split() if known is None or sample.id in known]
+            right, partial, known, lost = data.scores_kept()
+            split = self.gate_split()
+            ids = [x.id for x in split if (known is None or x.id in known) and x.id not in lost]
             self.known.gate = {i: 1.0 if i in right else partial.get(i, 0.0) for i in ids}
 
     async def step(self, index: int, outcome: Outcome) -> Iteration:
@@ -379,20 +396,34 @@ class Optimizer:
         if gated:
             size, alpha = len(self.gate_split()), self.method.gate_alpha
             split = "training" if self.method.gate == "train" else "validation"
+            rule = (
+                "when its wins beat its losses (gate_alpha 1: by any number)"
+                if alpha >= 1
+                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
+                f"at least {wins_needed(alpha)} wins and no loss"
+            )
             lines.append(
                 f"  The gate runs the new prompts on the {size} {split} samples beside the current ones. A win is a "
-                "sample only the new prompts get right, a loss one only the current prompts get right. A step is "
-                f"kept when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
-                f"at least {wins_needed(alpha)} wins and no loss. `sbpc show` has every candidate and its reply."
+                "sample the new prompts score higher on, a loss one the current prompts score higher on. A step is "
+                f"kept {rule}. `sbpc show` has every candidate and its reply."
             )
         return "\n".join(lines)
+
+    def held_out(self, iteration: Iteration) -> set[str]:
+        """With the gate on the training split, the samples the step's examples were taken from: each was answered
+        right already, so in its own gate it could only tie or lose, and says nothing of whether the examples help
+        elsewhere."""
+        if self.method.gate != "train":
+            return set()
+        return {sample for c in iteration.candidates if c.fate == "taken" for sample in c.samples}
 
     async def passes_gate(self, current: Graph, proposed: Graph, iteration: Iteration) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
         losses, and not by chance (sign test). The current prompts are evaluated only where their unknown score
         could change the decision. What an accepted step's gate evaluated is what the run knows of its prompts."""
         s, split = self.method, self.gate_split()
-        by_id = {sample.id: sample for sample in split}
+        held_out = self.held_out(iteration)
+        by_id = {sample.id: sample for sample in split if sample.id not in held_out}
         known = self.known.gate
         gate = Gate(
             list(by_id),
@@ -404,6 +435,7 @@ class Optimizer:
             known=set(known),
         )
         results: list[Result] = []
+        lost_current: list[Result] = []
 
         async def play(graph: Graph, ids: list[str], what: str) -> Evaluation | None:
             return await self.evaluate(graph, [by_id[i] for i in ids], what) if ids else None
@@ -419,9 +451,11 @@ class Optimizer:
             if old is not None:
                 gate.add_current(batch.current, *outcomes(old))
                 self.learn(current, split, old)
+                lost_current.extend(old.lost)
+        decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
-        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable)
+        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable, held_out=sorted(held_out))
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
@@ -445,31 +479,43 @@ class Optimizer:
 
         return await together(one(item) for item in items)
 
-    def describe(self, it: Iteration) -> str:
-        """What an iteration tried, what it kept and why, in words."""
-        if it.accepted:
-            verdict = "accepted"
-        elif it.note:
-            verdict = f"kept old ({it.note})"
-        else:
-            verdict = GATE_REJECTED
-        lines = [
-            f"iteration {it.index}/{self.method.iterations}: {train_words(it, len(self.train))}, {verdict}; "
-            f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
-        ]
-        if it.lost:
-            lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
-        if it.gate:
-            g = it.gate
-            passed = "passes" if it.accepted else "does not pass"
-            scores = "" if it.gate_after is None else f"{it.gate_before:.3f} -> {it.gate_after:.3f}; "
-            lines.append(
-                f"  gate: {scores}{gate_tally(g)} {'<=' if g.p <= g.alpha else '>'} {g.alpha:g}: {passed}"
-                + gate_settled(g)
-                + gate_unreadable(g)
-            )
-        for c in it.candidates:
-            lines.append(
-                f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
-            )
-        return "\n".join(lines)
+
+def gate_rule(gate: GateDecision, passed: bool) -> str:
+    """The gate's tally against its rule, in words that read right at every alpha: the sign test's p against
+    alpha, or at alpha 1 (no test) that wins must beat losses; with partial credit, that the mean must rise."""
+    if gate.alpha >= 1:
+        rule, mean = "; at gate_alpha 1 wins must beat losses", ", and the mean rise"
+    else:
+        rule, mean = f" {'<=' if gate.p <= gate.alpha else '>'} {gate.alpha:g}", ", but the mean must rise"
+    if gate.gain is not None and gate.gain <= NO_GAIN:
+        change = f"fall by {-gate.gain:.3f}" if gate.gain < 0 else "do not change"
+        rule += f"{mean} (the scores {change} in all)"
+    return f"{gate_tally(gate)}{rule}: {'passes' if passed else 'does not pass'}"
+
+
+def summary(it: Iteration, iterations: int, train_size: int) -> str:
+    """What an iteration tried, what it kept and why, in words."""
+    if it.accepted:
+        verdict = "accepted"
+    elif it.note:
+        verdict = f"kept old ({it.note})"
+    else:
+        verdict = GATE_REJECTED
+    lines = [
+        f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
+        f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+    ]
+    if it.lost:
+        lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
+    if it.gate:
+        scores = "" if it.gate_after is None else f"{fmt(it.gate_before)} -> {fmt(it.gate_after)}; "
+        lines.append(
+            f"  gate: {scores}{gate_rule(it.gate, it.accepted)}" + gate_settled(it.gate) + gate_unreadable(it.gate)
+        )
+        if it.gate.held_out:
+            lines.append(f"  left out of the gate: {', '.join(it.gate.held_out)} (the step's examples came from them)")
+    for c in it.candidates:
+        lines.append(
+            f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+        )
+    return "\n".join(lines)

@@ -16,6 +16,7 @@ from ..language.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
 from ..language.method import Method
 from ..language.shapes import node_shape
+from ..models import embedded
 from ..models.llm import LLM
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
@@ -61,6 +62,7 @@ class Plan:
     warning: str | None = None  # why the run cannot accept a step (an Option: the sizes as the caller gives them)
     unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
     models: dict[str, dict] = field(default_factory=dict)  # the same by model: calls, completion and prompt tokens
+    names: dict[str, str] = field(default_factory=dict)  # the model each role or named model that is called calls
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
@@ -89,6 +91,11 @@ class Plan:
         lines.append(f"  {PROMPT_BOUND}")
         if self.unforeseen:
             lines.append("  fewer calls when: " + "; ".join(self.unforeseen))
+        if self.names:
+            lines.append("  models: " + ", ".join(f"{key} {name}" for key, name in self.names.items()))
+        learner = embedded_learners(self.names)
+        if learner:
+            lines.append(f"  warning: {learner}")
         return "\n".join(lines)
 
 
@@ -127,7 +134,7 @@ def plan(
             node.model,
             usage(
                 node.model,
-                passes * kind_of(node).model_calls(node),
+                passes * kind_of(node).model_calls(node) * node.most_runs,
                 longest[node.name],
                 node_shape(node.type, node.parse) is not None,
             ),
@@ -191,6 +198,7 @@ def totals(
     for model, used in by_model.items():
         price = llm.price(model, used.prompt_tokens, used.completion_tokens or 0) if used.calls else 0.0
         cost = None if cost is None or price is None or used.completion_tokens is None else cost + price
+    names = {model: llm.model(model).name for model, used in by_model.items() if used.calls}
     return Plan(
         {role: u.calls for role, u in by_role.items()},
         {role: u.completion_tokens for role, u in by_role.items()},
@@ -199,6 +207,30 @@ def totals(
         warning,
         tuple(unforeseen),
         {model: asdict(u) for model, u in by_model.items()},
+        names,
+    )
+
+
+LEARNING_ROLES = ("backward", "optimizer")
+
+
+def is_embedded(name: str) -> bool:
+    return name.startswith(f"{embedded.PROVIDER}/")
+
+
+def embedded_learners(names: Mapping[str, str]) -> str | None:
+    """Why a run may learn little: its nodes call a remote model while backward or optimizer, named nowhere, fall
+    to the embedded one, far too small to critique or rewrite that model's prompts. We warn rather than pick
+    another model for them: sbpc cannot rank models, and choosing a paid one for the user would spend unasked."""
+    learners = [role for role in LEARNING_ROLES if is_embedded(names.get(role, ""))]
+    remote = sorted({name for key, name in names.items() if key not in LEARNING_ROLES and not is_embedded(name)})
+    if not learners or not remote:
+        return None
+    return (
+        f"{' and '.join(learners)} run{'s' if len(learners) == 1 else ''} on the embedded model "
+        f"{names[learners[0]]} while the nodes call {', '.join(remote)}: a 135M model cannot do their work well. "
+        f'Name a model for {" and ".join(learners)} (`model {learners[0]} {{ name = "..." }}` in the pipeline, '
+        "or --model for every role)."
     )
 
 

@@ -15,9 +15,15 @@ def sign_test(wins: int, losses: int) -> float:
     return sum(math.comb(n, k) for k in range(wins, n + 1)) / 2**n
 
 
-def gate_passes(wins: int, losses: int, alpha: float) -> bool:
-    """The gate's rule: more wins than losses, and not by chance (at alpha = 1: any net gain, the paper's rule)."""
-    return wins > losses and sign_test(wins, losses) <= alpha
+# a sum of score changes this close to 0 is 0: tenths added as floats miss it by far less
+NO_GAIN = 1e-9
+
+
+def gate_passes(wins: int, losses: int, alpha: float, gain: float | None = None) -> bool:
+    """The gate's rule: more wins than losses, and not by chance (at alpha = 1: any net gain, the paper's rule);
+    and the mean score rises: `gain`, the sum of the score changes, above 0. With scores of 0 or 1 (gain None)
+    that is wins beating losses; with partial credit a few small wins could otherwise outvote a large loss."""
+    return wins > losses and (gain is None or gain > NO_GAIN) and sign_test(wins, losses) <= alpha
 
 
 def wins_needed(alpha: float) -> int:

@@ -60,9 +60,12 @@ def request(shape: Shape | None, kind: str, max_tokens: int | None) -> dict:
     schema = shape.schema()
     if schema is None:
         return {}
-    return {
-        "response_format": {"type": "json_schema", "json_schema": {"name": "reply", "strict": True, "schema": schema}}
-    }
+    return {"response_format": response_format(schema)}
+
+
+def response_format(schema: dict) -> dict:
+    """A reply's JSON Schema as `response_format` carries it."""
+    return {"type": "json_schema", "json_schema": {"name": "reply", "strict": True, "schema": schema}}
 
 
 def reply_tokens(kind: str, max_tokens: int | None) -> int | None:

@@ -259,6 +259,14 @@ def _grammar(text: str) -> Any:
     return LlamaGrammar.from_string(text, verbose=False)
 
 
+@functools.lru_cache(maxsize=64)
+def schema_grammar(schema: str) -> str:
+    """A JSON Schema (as JSON text) as GBNF, by llama.cpp's own converter: the model can then write nothing else."""
+    from llama_cpp.llama_grammar import json_schema_to_gbnf  # deferred: importing llama_cpp loads the shared library
+
+    return json_schema_to_gbnf(schema, prop_order=["tool", "arguments"])  # the tool's name first, as a call reads
+
+
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
     """One chat completion, blocking; returns llama-cpp-python's OpenAI-shaped dict.
 

@@ -1,6 +1,7 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
-`LLM.complete(role, prompt, shape, model=..., system=...)` sends one chat completion through the transport that
+`LLM.complete(role, prompt, shape, model=..., system=...)` (and `LLM.converse`, one turn of a tool loop's
+conversation) sends one chat completion through the transport that
 serves its model (transport.py: litellm, a fast lane for OpenAI-compatible servers, the embedded model; a
 MockTransport in tests; routing.py: litellm's Router over several deployments), asking the transport what it
 takes and costs, and composes the layers around it, each in its own module:
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
@@ -30,8 +31,13 @@ from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_err
 from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimits, Slots
+<<<<<<< HEAD
 from .request import Completion, Request, ResolvedModel, prepare
 from .retry import BACKOFF, NO_RETRIES, Retries
+=======
+from .request import Completion, Request, ResolvedModel, messages_of, prepare
+from .retry import BACKOFF, Retries
+>>>>>>> main
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
 from .transport import FastPath, Reply, Transport, default_model, serving
@@ -176,7 +182,7 @@ class LLM:
         spec = self.model(model or role)
         transport = self.transport(spec.name)
         check_callable(spec.name, transport)
-        request = prepare(spec, prompt, self.timeout, transport, self.routers, shape, system)
+        request = prepare(spec, messages_of(prompt, system), self.timeout, transport, self.routers, shape)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
         result = await self._complete(role, spec, request)
@@ -184,6 +190,32 @@ class LLM:
         if constraints.cut_at_bound(shape, request.constraint, constraints.max_tokens(spec.settings), text):
             return replace(result, text=text, finish_reason="length")
         return result if text == result.text else replace(result, text=text)
+
+    def takes_tools(self, model: str) -> bool:
+        """Whether this model (a role's or a named one) calls tools natively; else a tool loop holds it to the
+        text form (a Router's model group is held to it too: its deployments may differ)."""
+        spec = self.model(model)
+        return not spec.settings.get("router") and self.transport(spec.name).takes_tools(spec.name)
+
+    async def converse(
+        self,
+        role: str,
+        messages: list[dict],
+        *,
+        tools: Sequence[dict] = (),
+        schema: dict | None = None,
+        model: str | None = None,
+    ) -> Completion:
+        """One turn of a conversation with tools (a tool loop's): `messages` so far, `tools` offered natively, or
+        (the text form) each reply held to the JSON `schema` where the model takes one. The cache key holds the
+        messages and the tools; the reply keeps its native tool calls."""
+        spec = self.model(model or role)
+        transport = self.transport(spec.name)
+        check_callable(spec.name, transport)
+        request = prepare(spec, messages, self.timeout, transport, self.routers, None, list(tools), schema)
+        if request.settings.get("response_format"):
+            self.ledger.count(f"constrained replies ({constraints.form(spec.name, spec.settings, transport)})")
+        return await self._complete(role, spec, request)
 
     async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         self.ledger.names[spec.role] = spec.name

@@ -37,7 +37,8 @@ class Sent:
 class MockTransport(Transport):
     """Answers each request with `replies(request)`, or with the next of a list of replies. `grammar`, `schema`:
     whether its models take a reply's shape as a GBNF grammar or as a JSON Schema (the replies must keep to it,
-    as such a model's would)."""
+    as such a model's would); `tools`: whether they call tools natively (a reply is then a `Reply` with
+    `tool_calls`)."""
 
     def __init__(
         self,
@@ -45,9 +46,10 @@ class MockTransport(Transport):
         *,
         grammar: bool = False,
         schema: bool = False,
+        tools: bool = False,
     ) -> None:
         self.requests: list[Sent] = []
-        self.grammar, self._schema = grammar, schema
+        self.grammar, self._schema, self._tools = grammar, schema, tools
         self._replies = replies
 
     async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
@@ -61,11 +63,14 @@ class MockTransport(Transport):
             raise LookupError(f"MockTransport was given {len(self._replies)} replies and asked for another")
         if isinstance(answer, Reply):
             return answer
-        prompt_tokens = sum(len(str(message["content"]).split()) for message in messages)
+        prompt_tokens = sum(len(str(message.get("content") or "").split()) for message in messages)
         return Reply(answer, prompt_tokens, len(answer.split()), 0.0, "stop")
 
     def takes_schema(self, model: str) -> bool:
         return self._schema
+
+    def takes_tools(self, model: str) -> bool:
+        return self._tools
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         return 0.0

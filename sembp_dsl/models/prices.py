@@ -56,3 +56,8 @@ def supports_response_schema(model: str) -> bool:
     return (
         provider in SCHEMA_PROVIDERS or entry(model, "supports_response_schema").get("supports_response_schema") is True
     )
+
+
+def supports_function_calling(model: str) -> bool:
+    """Whether the model calls tools natively (`tools=`), as litellm's table says (`supports_function_calling`)."""
+    return entry(model, "supports_function_calling").get("supports_function_calling") is True

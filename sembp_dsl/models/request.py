@@ -60,25 +60,33 @@ class Request:
         return tuple(s for s in found if s)
 
 
+def messages_of(prompt: str, system: str | None = None) -> list[dict]:
+    """One prompt as chat messages, after its `system` message if it has one."""
+    return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
+
+
 def prepare(
     spec: ResolvedModel,
-    prompt: str,
+    messages: list[dict],
     timeout: float,
     transport: Transport,
     routers: Routers,
     shape: Shape | None = None,
-    system: str | None = None,
+    tools: list[dict] | None = None,
+    schema: dict | None = None,
 ) -> Request:
-    """The request for one prompt to the model `spec`, sent by `transport`, after its `system` message if it has
-    one, held to the reply's `shape` where the model takes it."""
-    messages = [{"role": "user", "content": prompt}]
-    if system:
-        messages.insert(0, {"role": "system", "content": system})
+    """The request of `messages` to the model `spec`, sent by `transport`, held to the reply's `shape` where the
+    model takes it. A turn of a tool loop: `tools` offered natively, or each reply held to the JSON `schema` of
+    the text form, where the model takes a schema (or a grammar: the embedded transport makes one of it)."""
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
     kind = constraints.form(spec.name, settings, transport)
     settings.pop("constrain", None)  # sbpc's to apply, never sent
     sent = constraints.request(shape, kind, constraints.max_tokens(settings))
-    settings.update(sent)  # a grammar or a response_format: part of the cache key, as it decides the answer
+    if tools:
+        sent = {**sent, "tools": tools}
+    if schema is not None and kind != constraints.NONE:
+        sent = {**sent, "response_format": constraints.response_format(schema)}
+    settings.update(sent)  # a grammar, a response_format or tools: part of the cache key, as they decide the answer
     timeout = float(settings.pop("timeout", timeout))  # how long to wait is not part of the answer
     own_key = api_key(spec, settings.pop("api_key_env", None))
     if own_key:
@@ -116,12 +124,22 @@ class Completion:
     cached: bool
     latency: float
     finish_reason: str | None = None  # "length": the reply was cut off by max_tokens (or at its grammar's bound)
+    tool_calls: tuple[dict, ...] = ()  # native tool calls: {"id", "name", "arguments" (JSON text)} each
 
     @classmethod
     def answered(cls, reply: Reply, cost: float, latency: float) -> Completion:
         # a JSON "\ud800" from the server is no character: no later request (or terminal) could carry it
         text = LONE_SURROGATE.sub("\ufffd", reply.text)
-        return cls(text, reply.prompt_tokens, reply.completion_tokens, cost, False, latency, reply.finish_reason)
+        return cls(
+            text,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            cost,
+            False,
+            latency,
+            reply.finish_reason,
+            reply.tool_calls,
+        )
 
     @classmethod
     def from_cache(cls, entry: dict) -> Completion:
@@ -133,6 +151,7 @@ class Completion:
             True,
             0.0,
             entry.get("finish_reason"),
+            tuple(entry.get("tool_calls", ())),
         )
 
     def cache_entry(self) -> dict:
@@ -141,4 +160,5 @@ class Completion:
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
+            **({"tool_calls": list(self.tool_calls)} if self.tool_calls else {}),
         }

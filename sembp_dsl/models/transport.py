@@ -60,6 +60,7 @@ class Reply(NamedTuple):
     completion_tokens: int
     cost: float | None  # dollars; None when litellm's price table does not know the model
     finish_reason: str | None  # "length": cut off by max_tokens
+    tool_calls: tuple[dict, ...] = ()  # a native tool call each: {"id", "name", "arguments" (JSON text)}
 
 
 class Transport(ABC):
@@ -79,6 +80,10 @@ class Transport(ABC):
     def takes_schema(self, model: str) -> bool:
         """Whether `model` keeps to a JSON Schema sent in `response_format`."""
         return prices.supports_response_schema(model)
+
+    def takes_tools(self, model: str) -> bool:
+        """Whether `model` calls tools natively (OpenAI's `tools=`), as litellm's model table says."""
+        return prices.supports_function_calling(model)
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """Dollars for these tokens on `model`; None when unpriced."""
@@ -200,6 +205,10 @@ class FastPath(Litellm):
     def __init__(self) -> None:
         self._sessions: dict = {}
 
+    def takes_tools(self, model: str) -> bool:
+        """An OpenAI-compatible server takes `tools=` (vLLM, llama-server, Ollama's /v1 and OpenAI's own do)."""
+        return True
+
     async def send(
         self,
         model: str,
@@ -308,6 +317,9 @@ class Embedded(Transport):
     WAIT = 24 * 3600.0  # seconds
 
     async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+        schema = (params.pop("response_format", None) or {}).get("json_schema", {}).get("schema")
+        if schema is not None and not params.get("grammar"):  # the text form of a tool loop: its schema as GBNF
+            params["grammar"] = embedded.schema_grammar(json.dumps(schema, sort_keys=True))
         try:
             reply = await asyncio.to_thread(embedded.generate, messages, **params)
         except Exception as exc:  # noqa: BLE001 - every failure of the call is named, as litellm would name it
@@ -415,7 +427,11 @@ def _reply(body: dict, model: str) -> Reply:
     if not isinstance(choices, list) or not choices:
         raise BadReply("no choices in the reply" if choices is None else "empty choices in the reply")
     choice = choices[0] if isinstance(choices[0], dict) else {}
-    text = (choice.get("message") or {}).get("content")
+    message = choice.get("message") or {}
+    calls = tool_calls(message.get("tool_calls"))
+    text = message.get("content")
+    if text is None and calls:  # a reply that only calls tools
+        text = ""
     if not isinstance(text, str):
         raise BadReply("the reply's content is null")
     usage = body.get("usage") or {}
@@ -427,7 +443,25 @@ def _reply(body: dict, model: str) -> Reply:
         completion_tokens,
         prices.cost(model, prompt_tokens, completion_tokens),
         choice.get("finish_reason"),
+        calls,
     )
+
+
+def tool_calls(listed: Any) -> tuple[dict, ...]:
+    """A reply's native tool calls, each as {"id", "name", "arguments"} (the arguments' JSON text as sent)."""
+    calls = []
+    for index, call in enumerate(listed if isinstance(listed, list) else []):
+        function = (call.get("function") if isinstance(call, dict) else None) or {}
+        if isinstance(function.get("name"), str):
+            arguments = function.get("arguments")
+            calls.append(
+                {
+                    "id": str(call.get("id") or f"call_{index}"),
+                    "name": function["name"],
+                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
+                }
+            )
+    return tuple(calls)
 
 
 #: litellm's loggers, which log nothing unless the user sets LITELLM_LOG (sbpc reports every failure itself).

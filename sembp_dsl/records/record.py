@@ -95,6 +95,7 @@ class GateDecision:
     lost: list[str] = field(default_factory=list)
     right: list[str] = field(default_factory=list)
     partial: dict[str, float] = field(default_factory=dict)  # the proposal's scores between 0 and 1, by sample
+    gain: float | None = None  # with partial credit, the sum of the score changes (None: wins - losses)
     samples: int | None = None  # None: a record from before the gate stopped once settled (it scored them all)
     decided_after: int | None = None
     of: int | None = None
@@ -102,6 +103,7 @@ class GateDecision:
     unreadable: list[str] = field(default_factory=list)  # samples whose answers could not be read
     evaluated: list[str] | None = None  # the samples the proposal was evaluated on (None: an older record's)
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
+    held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
 
     @property
     def stopped_early(self) -> bool:
@@ -159,6 +161,7 @@ class Record:
     initial_score: float | None = None  # on the gate split; None before it is known, or without a gate
     initial_right: list[str] = field(default_factory=list)  # the gate samples the initial prompts got right
     initial_partial: dict[str, float] = field(default_factory=dict)  # and their scores between 0 and 1
+    initial_lost: list[str] = field(default_factory=list)  # and those they lost (unknown, not wrong)
     iterations: list[Iteration] = field(default_factory=list)
     finished: bool = False
     stopped: str | None = None  # why the run ended early, in the command line's words
@@ -197,16 +200,16 @@ class Record:
         """The gate samples the kept prompts get right: the baseline a next step must beat."""
         return self.scores_kept()[0]
 
-    def scores_kept(self) -> tuple[set[str], dict[str, float], set[str] | None]:
+    def scores_kept(self) -> tuple[set[str], dict[str, float], set[str] | None, set[str]]:
         """The baseline a next step must beat: the gate samples the kept prompts get right, their scores between 0
-        and 1 on others, and the samples those scores are known on (None: the whole split; elsewhere unknown, not
-        wrong)."""
+        and 1 on others, the samples those scores are known on (None: the whole split) and those they lost
+        (to failed calls or the metric); elsewhere unknown, not wrong."""
         step = self.kept()[-1][1]
         if step is None or step.gate is None:
-            return set(self.initial_right), dict(self.initial_partial), None
+            return set(self.initial_right), dict(self.initial_partial), None, set(self.initial_lost)
         gate = step.gate
         known = None if gate.evaluated is None else set(gate.evaluated)
-        return set(gate.right), dict(gate.partial), known
+        return set(gate.right), dict(gate.partial), known, set(gate.lost)
 
     @property
     def calls(self) -> int:
@@ -311,7 +314,13 @@ class RunRecord:
                 "error": r.metric_error or r.trace.final.error,
                 "reason": r.reason,
                 "nodes": {
-                    name: {"prompt": n.prompt, "reply": n.reply, "output": n.output, "error": n.error}
+                    name: {
+                        "prompt": n.prompt,
+                        "reply": n.reply,
+                        "output": n.output,
+                        "error": n.error,
+                        **({"steps": [step.to_json() for step in n.steps]} if n.steps else {}),
+                    }
                     for name, n in r.trace.nodes.items()
                 },
                 **({"judge": {"prompt": r.judged.prompt, "reply": r.judged.reply}} if r.judged else {}),
@@ -392,14 +401,15 @@ class RunRecord:
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
 
-    def begin(self, score: float | None, right: Collection[str], partial: Mapping[str, float]) -> None:
-        """The initial prompts' score on the gate split, the samples they got right and their partial scores: the
-        baseline the first step must beat, kept so a resumed run need not pay for it again."""
-        self.data.initial_score, self.data.initial_right, self.data.initial_partial = (
-            score,
-            sorted(right),
-            dict(partial),
-        )
+    def begin(
+        self, score: float | None, right: Collection[str], partial: Mapping[str, float], lost: Collection[str]
+    ) -> None:
+        """The initial prompts' score on the gate split, the samples they got right, their partial scores and the
+        samples they lost: the baseline the first step must beat, kept so a resumed run need not pay for it
+        again."""
+        data = self.data
+        data.initial_score, data.initial_right, data.initial_partial = score, sorted(right), dict(partial)
+        data.initial_lost = sorted(lost)
         self.save()
 
     def add_iteration(self, iteration: Iteration, ledger: dict) -> None:
@@ -443,9 +453,18 @@ def _new_folder(runs_dir: Path, file: str) -> Path:
         folder = runs_dir / f"{stamp}-{Path(file).stem}-{n}"
     try:
         folder.mkdir(parents=True)
+        _ignored_by_git(runs_dir)
     except OSError as exc:
         raise RecordError(f"cannot create the run record folder {folder}: {exc.strerror or exc}") from None
     return folder
+
+
+def _ignored_by_git(runs_dir: Path) -> None:
+    """sbpc's own folder (.sbpc, where runs go by default) lands in the user's repository: it says so to git, as
+    pytest's cache does."""
+    own = next((p for p in (runs_dir, *runs_dir.parents) if p.name == ".sbpc"), None)
+    if own is not None and not (own / ".gitignore").exists():
+        atomic_write(own / ".gitignore", "# Written by sbpc: its run records and cache are not sources.\n*\n")
 
 
 def _check_folder(runs_dir: Path) -> None:

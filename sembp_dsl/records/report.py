@@ -18,6 +18,7 @@ import json
 from collections.abc import Callable, Sequence
 
 from ..language.diagnostics import visible
+from ..language.toolcalls import Step, compact
 from .record import Iteration
 from .runs import (
     Run,
@@ -109,6 +110,18 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     head = "".join(f"<th>{escape(h)}</th>" for h in header)
     body = "\n".join("<tr>" + "".join(cell(v) for v in row) + "</tr>" for row in rows)
     return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
+
+
+def score_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
+    """The samples whose score moved from A to B, by how much, largest first: with partial credit most moves are
+    no flip between right and wrong, and only this shows them."""
+    moved = sorted(
+        ((x, y) for x, y in pairs if abs(y["score"] - x["score"]) > 1e-12),
+        key=lambda pair: (-abs(pair[1]["score"] - pair[0]["score"]), pair[0]["id"]),
+    )
+    rows = [[x["id"], fmt(x["score"]), fmt(y["score"]), f"{y['score'] - x['score']:+.3f}"] for x, y in moved]
+    header = f"<h2>scores changed ({len(moved)})</h2>"
+    return header + table(["sample", "A's score", "B's score", "B - A"], rows) if moved else header
 
 
 def diff_html(old: str, new: str) -> str:
@@ -371,6 +384,9 @@ def sample_html(sample: dict, label: str = "") -> str:
             f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',
             f'<p class="muted">reply</p><pre>{escape(str(trace.get("reply", "")))}</pre>',
         ]
+        if trace.get("steps"):
+            steps = compact([Step.from_json(step) for step in trace["steps"]])
+            parts.append(f'<p class="muted">tool calls</p><pre>{escape(steps)}</pre>')
     return "\n".join([*parts, "</details>"])
 
 

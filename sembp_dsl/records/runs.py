@@ -8,6 +8,7 @@ as a result it did not reach.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import glob
 import os
@@ -23,6 +24,7 @@ from ..language.demos import DemosError, shown
 from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
+from ..language.toolcalls import Step, compact
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
@@ -80,8 +82,9 @@ class Run:
     def started(self) -> str:
         """When the run began, from its folder name (YYYYmmdd-HHMMSS-...), else the record's time."""
         match = re.match(r"(\d{8}-\d{6})", self.name)
-        if match:
-            return time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
+        with contextlib.suppress(ValueError):  # a name like a date that is none (month 13): the record's time
+            if match:
+                return time.strftime("%Y-%m-%d %H:%M:%S", time.strptime(match.group(1), "%Y%m%d-%H%M%S"))
         return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime((self.folder / "run.json").stat().st_mtime))
 
     @property
@@ -372,10 +375,10 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
             lines.append(_indent(f"why: {sample['reason']}", "    "))
         if sample.get("judge"):
             lines.append(_indent(f"the judge replied: {_excerpt(sample['judge'].get('reply', ''))}", "    "))
-        lines += [
-            _indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    ")
-            for node, trace in sample.get("nodes", {}).items()
-        ]
+        for node, trace in sample.get("nodes", {}).items():
+            lines.append(_indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    "))
+            if trace.get("steps"):
+                lines.append(_indent(compact([Step.from_json(s) for s in trace["steps"]]), "      "))
     return visible("\n".join(lines))
 
 
@@ -417,10 +420,16 @@ def train_words(it: Iteration, size: int) -> str:
     return f"train {fmt(it.train_score)}{part}"
 
 
+def counted(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
 def gate_tally(gate: GateDecision) -> str:
-    """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split)."""
+    """Wins, losses and p as the gate counted them ("so far" when it stopped before the end of its split); no p at
+    gate_alpha 1, where the rule is wins beating losses and p plays no part."""
     so_far = " so far" if gate.stopped_early else ""
-    return f"{len(gate.wins)} wins, {len(gate.losses)} losses{so_far}, p = {fmt(gate.p)}"
+    p = "" if gate.alpha >= 1 else f", p = {fmt(gate.p)}"
+    return f"{counted(len(gate.wins), 'win', 'wins')}, {counted(len(gate.losses), 'loss', 'losses')}{so_far}{p}"
 
 
 def gate_settled(gate: GateDecision) -> str:

@@ -24,20 +24,23 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.abc
+import importlib.machinery
 import importlib.util
 import os
 import sys
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from types import ModuleType
 from typing import Any, NamedTuple
 
 from ..errors import SbpcError
-from ..language.callables import Target, allowed_by, beside, parse_target
+from ..language.callables import Target, allowed_by, beside, outside, parse_target
 from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
 from ..language.graph import Graph
 from ..language.ir import Span
 from ..language.kinds import kind_of
+from ..usercode import user_output
 
 REFUSED, UNLOADABLE = "E083", "E084"  # the module may not be imported; it may, but gives no callable
 _IMPORTING = threading.Lock()  # imports change sys.path and sys.modules: one at a time
@@ -93,12 +96,26 @@ def _load(source: Source, folder: str) -> Callable[..., Any]:
         raise CodeError(UNLOADABLE, f"'{target}' is a {type(value).__name__}, not something that can be called")
     origin = getattr(value, "__module__", None)
     if source.path is not None and origin != module.__name__:
-        raise CodeError(
-            REFUSED,
-            f"'{target.attr}' is not defined in {source.path} but imported into it (from {origin or 'elsewhere'})",
-            f"define a function there that calls it, or allow its module: --allow-module {origin or 'NAME'}",
-        )
+        raise _reexported(source, str(origin or ""), module.__name__, folder)
     return value
+
+
+def _reexported(source: Source, origin: str, private: str, folder: str) -> CodeError:
+    """The refusal of a callable a module beside the pipeline imports from elsewhere, with a fix a user can write:
+    name the neighbour that defines it, or define one in the module, or allow the module it comes from."""
+    target = source.target
+    if origin.startswith(private + "."):  # a module of the package beside the pipeline, under its private name
+        origin = target.module + origin[len(private) :]
+    if origin and "." not in origin and beside(folder, origin).path is not None:
+        fix = f'name the module that defines it: "{origin}:{target.attr}"'
+    elif origin.startswith(target.module + "."):
+        fix = f"define a function in {source.path} that calls it"
+    else:
+        fix = f"define a function there that calls it, or allow its module: --allow-module {origin or 'NAME'}"
+    where = origin or "elsewhere"
+    return CodeError(
+        REFUSED, f"'{target.attr}' is not defined in {source.path} but imported into it (from {where})", fix
+    )
 
 
 def load_callables(
@@ -149,7 +166,8 @@ def _import(name: str) -> ModuleType:
     """An allowed module, by Python's rules; what its import raises is the user's to see, not a traceback."""
     with _IMPORTING:
         try:
-            return importlib.import_module(name)
+            with user_output():
+                return importlib.import_module(name)
         except ModuleNotFoundError as exc:
             raise CodeError(UNLOADABLE, f"no module named '{exc.name or name}' can be imported") from None
         except (Exception, SystemExit) as exc:
@@ -174,11 +192,37 @@ def _from_file(path: str, folder: str) -> ModuleType:
         sys.modules[name] = module
         home = os.path.realpath(folder or ".")
         sys.path.insert(0, home)
+        held = _HeldToFolder(home)
+        sys.meta_path.insert(0, held)
         try:
-            spec.loader.exec_module(module)
+            with user_output():  # what it prints on import goes to stderr, like what its functions print
+                spec.loader.exec_module(module)
         except (Exception, SystemExit) as exc:
             del sys.modules[name]
+            if held.refused:
+                raise CodeError(REFUSED, held.refused, "copy the module into the pipeline's folder") from None
             raise CodeError(UNLOADABLE, f"importing {path} failed: {type(exc).__name__}: {exc}") from None
         finally:
             sys.path.remove(home)
+            sys.meta_path.remove(held)
         return module
+
+
+class _HeldToFolder(importlib.abc.MetaPathFinder):
+    """While a pipeline's module loads, every module found in its folder is held to the rule the named one is: a
+    file that is a symbolic link out of the folder does not run (an import reading could not see: importlib,
+    __import__ with a computed name). Other modules are left to the usual finders."""
+
+    def __init__(self, home: str):
+        self.home = home
+        self.refused: str | None = None  # why an import was refused (the module may have caught the ImportError)
+
+    def find_spec(self, name: str, path: Sequence[str] | None, target: ModuleType | None = None) -> None:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        origin = spec.origin if spec is not None else None
+        if origin and os.path.commonpath([self.home, os.path.abspath(origin)]) == self.home:
+            real = outside(self.home, origin)
+            if real is not None:
+                self.refused = f"{origin} is a symbolic link to {real}, outside the pipeline's folder"
+                raise ImportError(self.refused, name=name)
+        return None

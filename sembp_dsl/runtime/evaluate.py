@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from ..errors import Option, SbpcError
 from ..language.diagnostics import did_you_mean
@@ -16,8 +18,9 @@ from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
-from ..language.trace import NodeTrace, Trace
+from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
 from ..models.llm import LLM, BudgetExceeded
+from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
 from .forward import run
 from .tasks import together
@@ -41,6 +44,53 @@ class MetricFailed(SbpcError):
     def __init__(self, message: str, judged: NodeTrace | None = None):
         super().__init__(message)
         self.judged = judged
+
+
+METRIC_TIMEOUT = 60.0  # seconds a Python metric may take on one answer
+
+
+async def python_verdict(metric: Callable[[Any, Any], object], name: str, prediction: Any, example: Any) -> Verdict:
+    """A Python metric's word on one answer (`metric(prediction, example)`): a bool or a number from 0 to 1, or
+    with a reason, `(score, reason)`. Called as a pipeline's functions are (usercode.py), so what it raises,
+    sys.exit, a hang past METRIC_TIMEOUT or anything else returned fails that sample (MetricFailed), not the run."""
+    value, raised = await call_function(functools.partial(metric, prediction, example), {}, METRIC_TIMEOUT)
+    if isinstance(raised, Overran):
+        raise MetricFailed(f"the metric {name!r} {raised}")
+    if raised is not None:
+        raise MetricFailed(f"the metric {name!r} raised {type(raised).__name__}: {_shown(raised, str, 2000)}")
+    verdict = _verdict(value)
+    if verdict is None:
+        getattr(value, "close", lambda: None)()  # an awaitable from a wrapped async function
+        raise MetricFailed(
+            f"the metric {name!r} returned {_shown(value)}; a metric returns a bool or a number from 0 to 1, "
+            "or (score, reason)"
+        )
+    return verdict
+
+
+def _verdict(value: object) -> Verdict | None:
+    """A Python metric's answer as a Verdict: a bool or a number from 0 to 1, alone or with a reason (None for
+    anything else)."""
+    reason = None
+    if isinstance(value, tuple) and len(value) == 2 and isinstance(value[1], (str, type(None))):
+        value, reason = value
+    if not isinstance(value, (bool, int, float)):
+        return None
+    try:
+        number = float(value)  # a subclass's own comparisons are not asked
+    except Exception:  # noqa: BLE001 (a subclass's __float__ may raise anything: no number)
+        return None
+    return Verdict(number, str.strip(reason or "") or None) if 0 <= number <= 1 else None  # NaN is not within
+
+
+def _shown(value: object, how: Callable[[object], str] = repr, most: int = 80) -> str:
+    """The user's value as text, shortened to `most` characters; one whose str or repr raises is named by its
+    type."""
+    try:
+        text = how(value)
+    except Exception:  # noqa: BLE001 (the user's __repr__ may raise anything; the type names it)
+        return f"an {type(value).__name__} that cannot be shown"
+    return text if len(text) <= most else text[: most - 3] + "..."
 
 
 # A metric that is more than a built-in's name: a judge or a function of the file's, or a callable given in Python.
@@ -129,6 +179,16 @@ class Evaluation:
         )
         return dict(causes.most_common())
 
+    def failure_causes(self) -> dict[str, int]:
+        """Samples scored wrong because something failed on the way (a function, a reply that did not parse), by
+        cause, most frequent first: a function failure is seen in the summary, not only in the ledger."""
+        causes = Counter(
+            FUNCTION_FAILED if r.trace.final.blocked else r.trace.final.cause or ""
+            for r in self.results
+            if not r.lost and r.trace.final.error
+        )
+        return dict(causes.most_common())
+
     def report(self, label: str, metric: str, errors: int = 0) -> str:
         """The text summary: accuracy (or n/a), losses with their causes, a budget stop, the first wrong samples."""
         if self.accuracy is None:
@@ -142,6 +202,12 @@ class Evaluation:
         if self.lost:
             causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
             lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
+        failed = self.failure_causes()
+        if failed:
+            causes = ", ".join(f"{cause} x{n}" for cause, n in failed.items())
+            lines.append(
+                f"{sum(failed.values())} of {len(self.results)} samples scored wrong after a failure: {causes}"
+            )
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
         for r in self.wrong[:errors]:
@@ -163,6 +229,7 @@ class Evaluation:
             "scored": self.scored,
             "lost": len(self.lost),
             "lost_causes": self.lost_causes(),
+            "failure_causes": self.failure_causes(),
             "requested": self.requested,
             "stopped": self.stopped,
             "errors": [

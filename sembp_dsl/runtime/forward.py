@@ -13,12 +13,16 @@ and the sample is scored wrong.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+from collections.abc import Mapping, Sequence
 
+from ..language.branches import record_value, runs
 from ..language.graph import Graph
 from ..language.kinds import kind_of
+from ..language.maps import items
 from ..language.node import GraphNode
-from ..language.shapes import Shape
+from ..language.shapes import Shape, python_value
+from ..language.toolcalls import ToolCall, Turn, compact
 from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -51,11 +55,46 @@ class Calls:
             cut_off=completion.finish_reason == "length",
         )
 
+    async def converse(
+        self, node: str, messages: list[dict], tools: Sequence[dict], schema: dict | None, model: str
+    ) -> Turn | NodeTrace:
+        try:
+            completion = await self.llm.converse("forward", messages, tools=tools, schema=schema, model=model)
+        except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
+            return NodeTrace.without_reply(node, "", f"{CALL_FAILED}: {exc}", exc.failure)
+        return Turn(
+            completion.text,
+            tuple(tool_call(call) for call in completion.tool_calls),
+            completion.prompt_tokens,
+            completion.completion_tokens,
+            completion.latency,
+            completion.cost,
+            completion.cached,
+            completion.finish_reason,
+        )
+
     def takes_schema(self, model: str, shape: Shape) -> bool:
         return self.llm.takes_schema(model, shape)
 
-    def count(self, event: str) -> None:
-        self.llm.ledger.count(event)
+    def takes_tools(self, model: str) -> bool:
+        return self.llm.takes_tools(model)
+
+    def count(self, event: str, n: int = 1) -> None:
+        self.llm.ledger.count(event, n)
+
+
+def tool_call(sent: Mapping) -> ToolCall:
+    """A native tool call as the loop reads it; arguments that are not a JSON object are kept under a key no
+    schema takes, so the model is told they do not fit."""
+    try:
+        arguments = json.loads(sent["arguments"] or "{}")
+    except ValueError:
+        arguments = None
+    return ToolCall(
+        sent["id"],
+        sent["name"],
+        arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]},
+    )
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:
@@ -65,6 +104,8 @@ def shown(node: GraphNode, trace: NodeTrace) -> str:
         return trace.output
     if trace.blocked:
         return f"(no output: {trace.error})"
+    if trace.steps:  # a tool loop: how it got there, so a gradient can name the call that went wrong
+        return f"{trace.reply.strip()}\n\nIts tool calls, in order:\n{compact(trace.steps)}"
     return trace.reply.strip()
 
 
@@ -89,10 +130,74 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
             return NodeTrace.without_reply(
                 node.name, "", cause if cause.startswith(NOT_REACHED) else f"{NOT_REACHED}: {cause}"
             )
+        if not taken(node, inputs, {t.node: t for t in done}):
+            return NodeTrace.not_taken(node.name)
         values = {**inputs, **{t.node: t.value for t in done}}
+        if node.each is not None:
+            return await each_item(node, graph, calls, values)
         return await kind_of(node).forward(node, graph, calls, values)
 
     for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
         tasks[node.name] = asyncio.ensure_future(start(node))
-    traces = await together(tasks.values())
-    return Trace(dict(inputs), {t.node: t for t in traces}, graph.output, graph.output_field)
+    traces = {t.node: t for t in await together(tasks.values())}
+    output = next((name for name in graph.outputs if traces[name].taken), graph.output)
+    return Trace(dict(inputs), traces, output, graph.output_field)
+
+
+def taken(node: GraphNode, inputs: Mapping[str, str], done: Mapping[str, NodeTrace]) -> bool:
+    """Whether a node runs on this sample: the branches' one rule (language/branches.runs) over what ran."""
+    if not node.gates and all(t.taken for t in done.values()):
+        return True
+
+    def ran(name: str) -> bool:
+        return name in inputs or done[name].taken
+
+    def value(subject: str, field: str | None) -> str | None:
+        return inputs[subject] if subject in inputs else record_value(done[subject].output, field)
+
+    return runs(node.gates, node.hints, ran, value)
+
+
+async def each_item(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, str]) -> NodeTrace:
+    """A mapped node: its kind's run once per item of its list, all at once (the LLM layer bounds the calls in
+    flight), gathered into one trace whose value is the JSON array of the runs' values."""
+    each = node.each
+    assert each is not None
+    listed = items(values[each.over])
+    if listed is None:
+        return NodeTrace.without_reply(node.name, "", f"{NOT_REACHED}: '{each.over}' is not a JSON array")
+    if len(listed) > each.max_items:
+        calls.count("map items past max_items, not run")
+    kind = kind_of(node)
+    runs_ = await asyncio.gather(
+        *(kind.forward(node, graph, calls, {**values, each.item: item}) for item in listed[: each.max_items])
+    )
+    return gathered(node, list(runs_))
+
+
+def gathered(node: GraphNode, runs_: list[NodeTrace]) -> NodeTrace:
+    """One trace for a mapped node's runs: lost if one was, else its items' values as a JSON array (the first
+    item's error, when one could not be read), tokens and cost summed, the slowest run's latency."""
+    lost = next((t for t in runs_ if t.lost), None)
+    failed = next(((k, t) for k, t in enumerate(runs_, start=1) if t.error is not None), None)
+    error = None if failed is None else f"item {failed[0]}: {failed[1].error}"
+    if lost is not None:
+        error = lost.error
+    elif failed is not None and failed[1].blocked:
+        error = failed[1].error
+    values = [python_value(node.type, t.value) for t in runs_]
+    text = json.dumps(values, ensure_ascii=False)
+    return NodeTrace(
+        node.name,
+        "\n\n".join(t.prompt for t in runs_[:1]),
+        text,
+        text if failed is None else None,
+        error,
+        sum(t.prompt_tokens for t in runs_),
+        sum(t.completion_tokens for t in runs_),
+        max((t.latency for t in runs_), default=0.0),
+        all(t.cached for t in runs_),
+        failure=lost.failure if lost is not None else None,
+        cost=sum(t.cost for t in runs_),
+        items=tuple(runs_),
+    )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .. import ir
 from ..node import GraphNode
+from .agent import ToolLoop
 from .function import FunctionCall
 from .kind import NodeKind
 from .model import ModelCall
@@ -18,6 +19,7 @@ DEFAULT = ModelCall.name  # the kind of a node that has no kind's marker setting
 KINDS: dict[str, NodeKind] = {  # one line per kind, by name; a node is of the first whose marker it has
     ModelCall.name: ModelCall(),
     FunctionCall.name: FunctionCall(),
+    ToolLoop.name: ToolLoop(),
 }
 
 

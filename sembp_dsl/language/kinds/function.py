@@ -8,16 +8,17 @@ count against that step). Checking and compiling never import the callable; runt
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 
+from ...usercode import Overran, call_function
 from .. import ir
 from ..diagnostics import suggestion
 from ..node import GraphNode
 from ..shapes import output_text, python_value
+from ..templates import unsendable
 from ..trace import FUNCTION_FAILED, NodeTrace
 from .kind import PROMPT_SETTINGS, Checking, Compiled, Model, NodeKind
 
@@ -76,17 +77,16 @@ class FunctionCall(NodeKind):
         started = time.monotonic()
         output: str | None = None
         error: str | None = None
-        try:
-            result, raised = await asyncio.wait_for(call_function(function, arguments), timeout)
-        except asyncio.TimeoutError:  # an async function is cancelled; a sync one runs on in its thread, unheard
-            error = f"{FUNCTION_FAILED}: {name} took longer than its timeout of {timeout:g}s"
+        result, raised = await call_function(function, arguments, timeout)
+        if isinstance(raised, Overran):
+            error = f"{FUNCTION_FAILED}: {name} {raised}"
+        elif raised is not None:
+            error = f"{FUNCTION_FAILED}: {name} raised {type(raised).__name__}: {raised}"
         else:
-            if raised is not None:
-                error = f"{FUNCTION_FAILED}: {name} raised {type(raised).__name__}: {raised}"
-            else:
-                output, problem = output_text(node.type, result)
-                if problem is not None:
-                    error = f"{FUNCTION_FAILED}: what {name} returned {problem}"
+            output, problem = output_text(node.type, result)
+            problem = problem or (unsendable(output) if output is not None else None)
+            if problem is not None:
+                output, error = None, f"{FUNCTION_FAILED}: what {name} returned {problem}"
         if error is not None:
             model.count("function failures")
         return NodeTrace(node.name, call, output or "", output, error, 0, 0, time.monotonic() - started, False)
@@ -117,16 +117,5 @@ def called(node: GraphNode) -> str:
 
 def time_allowed(node: GraphNode) -> float:
     """Seconds its call may take."""
-    return float(node.settings.get("timeout", DEFAULT_TIMEOUT))
-
-
-async def call_function(function: Callable, arguments: Mapping[str, object]) -> tuple[object, BaseException | None]:
-    """What a callable returned, or what it raised: an async one is awaited on the loop, a sync one runs in a
-    thread, so a slow one holds up no other sample. sys.exit() in it is that call's failure, not the run's end."""
-    try:
-        if inspect.iscoroutinefunction(function):  # others that return an awaitable are awaited below
-            return await function(**arguments), None
-        result = await asyncio.to_thread(function, **arguments)
-        return (await result if inspect.isawaitable(result) else result), None
-    except (Exception, SystemExit) as exc:
-        return None, exc
+    value = node.settings.get("timeout", DEFAULT_TIMEOUT)
+    return float(value) if isinstance(value, (int, float)) else DEFAULT_TIMEOUT  # the checker holds it a number

@@ -17,6 +17,7 @@ from .. import ir
 from ..diagnostics import Note
 from ..node import NO_SETTINGS, GraphNode
 from ..shapes import Shape
+from ..toolcalls import Turn
 from ..trace import NodeTrace
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
@@ -33,6 +34,8 @@ PROMPT_SETTINGS: Mapping[str, tuple] = {
 
 class Checking(Protocol):
     """What a kind's own checks read and report through: the checker's Context."""
+
+    p: ir.Pipeline  # the file checked (its path says where the modules beside it are)
 
     @property
     def functions(self) -> Mapping[str, ir.Function]: ...  # the file's `function` declarations, by name
@@ -71,8 +74,19 @@ class Model(Protocol):
         """Whether `model` is held to a reply's JSON Schema (else a record's fields are told in words)."""
         ...
 
-    def count(self, event: str) -> None:
-        """Count an event on the run's ledger ("forward parse failures", "function failures")."""
+    async def converse(
+        self, node: str, messages: list[dict], tools: Sequence[dict], schema: dict | None, model: str
+    ) -> Turn | NodeTrace:
+        """One turn of a conversation with tools: `messages` so far, the tools offered natively (OpenAI's `tools=`)
+        or, for a model that takes none, the JSON Schema each reply is held to (where the model takes one)."""
+        ...
+
+    def takes_tools(self, model: str) -> bool:
+        """Whether `model` calls tools natively (else a tool loop holds it to the text form, toolcalls.py)."""
+        ...
+
+    def count(self, event: str, n: int = 1) -> None:
+        """Count an event on the run's ledger ("forward parse failures", "function failures", "tool steps")."""
         ...
 
 
@@ -102,6 +116,13 @@ class NodeKind(ABC):
     def functions(self, node: ir.Node) -> tuple[str, ...]:
         """The declared functions a node of this kind calls: they count as used (W010), and only they are
         imported at run time (runtime/code.py)."""
+        return ()
+
+    def bound_params(
+        self, node: ir.Node, functions: Mapping[str, ir.Function], params: Mapping[str, ir.Param]
+    ) -> tuple[str, ...]:
+        """Params a node of this kind uses beyond those its templates name (a tool's description): they are part
+        of its instruction, and the optimizer gives them its feedback."""
         return ()
 
     def own(self, node: ir.Node) -> Mapping[str, ir.Value]:

