@@ -31,13 +31,8 @@ from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_err
 from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimits, Slots
-<<<<<<< HEAD
-from .request import Completion, Request, ResolvedModel, prepare
-from .retry import BACKOFF, NO_RETRIES, Retries
-=======
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
-from .retry import BACKOFF, Retries
->>>>>>> main
+from .retry import BACKOFF, NO_RETRIES, Retries
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
 from .transport import FastPath, Reply, Transport, default_model, serving
