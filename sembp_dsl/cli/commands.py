@@ -107,7 +107,7 @@ def cmd_check(args) -> int:
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()))
+        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()), datasets.fields_of)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from . import ir
 from .branches import gates_of
 from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from .data import DataSpec, data_spec
 from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
@@ -117,6 +118,7 @@ class Graph:
     demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
     metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: MappingProxyType({}))  # the file's own
     alternatives: tuple[str, ...] = ()  # `output easy | hard`: nodes the output comes from when `output` did not run
+    data: DataSpec | None = None  # the data block's file, which a run reads when not given another
 
     @property
     def task(self) -> str:
@@ -244,7 +246,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         raise PipelineError(diagnostics, pipeline.text)
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
-    output = pipeline.outputs[0]
+    output, data = pipeline.outputs[0], data_spec(pipeline)
     return Graph(
         pipeline=pipeline,
         nodes=MappingProxyType(graph_nodes(pipeline, analysis)),
@@ -257,6 +259,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         models=MappingProxyType(model_specs(pipeline)),
         optimize=Method().changed(
             {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
+            | dict(data.method if data else {})
         ),
         builtins=MappingProxyType(
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
@@ -266,6 +269,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
         metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
         alternatives=tuple(ref.name for ref in output.alternatives),
+        data=data,
     )
 
 
