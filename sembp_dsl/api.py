@@ -446,7 +446,9 @@ class Pipeline:
             return evaluation
         name, test_data = (data.name, data.test_data) if data else ("examples", None)
         sha = datasets.fingerprint(name, test_data) if data else None
-        settings = RunSettings(self.path, name, self.method(None, **sizes), models, test_data, sha)  # sizes: the split's
+        settings = RunSettings(
+            self.path, name, self.method(None, **sizes), models, test_data, sha
+        )  # sizes: the split's
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
@@ -560,7 +562,12 @@ class Pipeline:
         return Data(self.graph.data.path)
 
     def _run(
-        self, given: Examples | str | Data | None, val: Examples, test: Examples, method: Method | None, settings: Mapping
+        self,
+        given: Examples | str | Data | None,
+        val: Examples,
+        test: Examples,
+        method: Method | None,
+        settings: Mapping,
     ) -> _Run:
         """What a run on these examples is asked, its splits, and the metric their data set scores with."""
         resolved, train = self.method(method, **settings), self._named(given)

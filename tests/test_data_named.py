@@ -29,7 +29,9 @@ NAMED = textwrap.dedent("""\
 
 def folder_with(tmp_path: Path, source: str = NAMED, rows: int = 8) -> Path:
     """A pipeline in a folder of its own, beside its data."""
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "answer": "ok"}) + "\n" for i in range(rows)))
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"q": f"q{i}", "answer": "ok"}) + "\n" for i in range(rows))
+    )
     path = tmp_path / "echo.sbp"
     path.write_text(source)
     return path

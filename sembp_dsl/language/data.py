@@ -16,9 +16,17 @@ from types import MappingProxyType
 from . import ir
 from .diagnostics import Diagnostic, diagnostic, suggestion
 
-DATA_SETTINGS: dict[str, tuple] = {"file": (str,), "train": (int,), "validation": (int,), "test": (int,), "seed": (int,)}
+DATA_SETTINGS: dict[str, tuple] = {
+    "file": (str,),
+    "train": (int,),
+    "validation": (int,),
+    "test": (int,),
+    "seed": (int,),
+}
 # A data block's size or seed -> the method setting it is.
-METHOD_SETTINGS = MappingProxyType({"train": "train_size", "validation": "val_size", "test": "test_size", "seed": "seed"})
+METHOD_SETTINGS = MappingProxyType(
+    {"train": "train_size", "validation": "val_size", "test": "test_size", "seed": "seed"}
+)
 
 #: The fields of the data file at a path, or why it cannot be used (the runtime reads it; the language cannot).
 FieldsOf = Callable[[str], "Sequence[str] | str"]

@@ -234,6 +234,12 @@ def model_specs(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
     return models
 
 
+def method_of(pipeline: ir.Pipeline, data: DataSpec | None) -> Method:
+    """The `optimize` block's method, with the sizes and seed the data block gives; sbpc's defaults for the rest."""
+    settings = {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
+    return Method().changed(settings | dict(data.method if data else {}))
+
+
 def build(pipeline: ir.Pipeline) -> Graph:
     """Check and compile; raise PipelineError carrying every diagnostic when there are errors."""
     with ir.gc_paused():
@@ -257,10 +263,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(model_specs(pipeline)),
-        optimize=Method().changed(
-            {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
-            | dict(data.method if data else {})
-        ),
+        optimize=method_of(pipeline, data),
         builtins=MappingProxyType(
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
         ),

@@ -177,7 +177,10 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
 
 
 def diagnose_file(
-    path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = (), fields_of: FieldsOf | None = None
+    path: str,
+    router_problem: RouterCheck | None = None,
+    allowed: tuple[str, ...] = (),
+    fields_of: FieldsOf | None = None,
 ) -> Diagnosis:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
