@@ -43,6 +43,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
+from .init import add_init
 from .routers import router_problem
 from .runs import add_run_commands
 
@@ -655,6 +656,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
+    add_init(sub)
     _add_file_commands(sub)
     _add_reading_commands(sub)
     _add_run_and_eval(sub)

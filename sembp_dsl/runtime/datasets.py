@@ -35,6 +35,7 @@ __all__ = [
     "eval_splits",
     "fields_of",
     "fingerprint",
+    "rows_of",
     "from_records",
     "load",
     "make_splits",
@@ -69,7 +70,7 @@ _LIAR_REQUIRED = ("statement", "job_title", "state", "party", "context")
 _LIAR_ANSWER = {"false": "Yes", "true": "No"}
 
 ANSWER_COLUMNS = ("answer", "label", "target")
-_USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
+USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
 class DataError(OptionError):
@@ -183,7 +184,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _load_gsm8k(_find_folder("gsm8k", data_dir))
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
-    if name.lower().endswith(_USER_SUFFIXES):
+    if name.lower().endswith(USER_SUFFIXES):
         return _load_user_file(Path(name).expanduser())
     raise DataError(
         f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task> or a path to a .jsonl, .csv or .tsv file"
@@ -512,6 +513,15 @@ def _user_dataset(path: Path, records: Sequence[tuple[int, Mapping[str, object]]
     return Dataset(path.name, {"all": samples}, "exact", user=True)
 
 
+def rows_of(path: str) -> list[Mapping[str, object]]:
+    """The rows of a user's data file as they are, before a column is taken for the answer."""
+    file = Path(path).expanduser()
+    if file.suffix.lower() not in USER_SUFFIXES:
+        raise DataError(f"{path}: a data file is .jsonl, .csv or .tsv")
+    found = list(_json_lines(file)) if file.suffix.lower() == ".jsonl" else _table_records(file, file.suffix.lower())
+    return [record for _, record in found]
+
+
 def _user_records(path: Path) -> tuple[Sequence[tuple[int, Mapping[str, object]]], object]:
     """A user file's rows, with its answer column."""
     records: Sequence[tuple[int, Mapping[str, object]]] = (
@@ -531,7 +541,7 @@ def _user_records(path: Path) -> tuple[Sequence[tuple[int, Mapping[str, object]]
 
 def fields_of(path: str) -> tuple[str, ...] | str:
     """The fields of a user's data file (its answer column among them), or why a run could not use it."""
-    if not path.lower().endswith(_USER_SUFFIXES):
+    if not path.lower().endswith(USER_SUFFIXES):
         return f"{path}: a data file is .jsonl, .csv or .tsv"
     try:
         records, answer = _user_records(Path(path))
@@ -545,7 +555,7 @@ def fingerprint(*paths: str | None) -> str | None:
     """The sha256 of the data files a run reads (None for a built-in data set, or a file that is gone), so a record
     says whether its data changed since."""
     digest = hashlib.sha256()
-    files = [Path(p).expanduser() for p in paths if p and p.lower().endswith(_USER_SUFFIXES)]
+    files = [Path(p).expanduser() for p in paths if p and p.lower().endswith(USER_SUFFIXES)]
     if not files:
         return None
     try:
