@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..language.checker import RESERVED
-from ..language.metrics import parse_number
 from ..language.source import diagnose_file
 from ..runtime.datasets import ANSWER_COLUMNS, USER_SUFFIXES, DataError, as_text, fields_of, rows_of
 from .flags import UsageError
@@ -40,11 +39,11 @@ class Answer:
         return {"labels": "exact", "numbers": "numeric", "text": "judge"}[self.kind]
 
     @classmethod
-    def of(cls, rows: list, fields: list[str], named: str | None) -> Answer:
-        field, why = _answer_field(fields, named)
+    def of(cls, rows: list, fields: list[str]) -> Answer:
+        field, why = _answer_field(fields)
         values = [as_text(row[field]).strip() for row in rows if field in row]
         labels = tuple(dict.fromkeys(values))
-        if values and all(parse_number(v) is not None for v in values):
+        if values and all(_number(v) for v in values):
             return cls(field, why, "numbers", ())
         short = all(len(v) <= MAX_LABEL_CHARS and "\n" not in v for v in labels)
         if labels and short and len(labels) <= MAX_LABELS and len(labels) < len(values):
@@ -52,18 +51,24 @@ class Answer:
         return cls(field, why, "text", ())
 
 
-def _answer_field(fields: list[str], named: str | None) -> tuple[str, str]:
-    if named is not None:
-        if named not in fields:
-            raise UsageError(f"--answer {named}: the data has no such field (its fields: {', '.join(fields)})")
-        return named, "as --answer named it"
+def _number(value: str) -> bool:
+    """Whether an answer is a number and nothing else ("1,000", "-2.5"), which `numeric` compares as one."""
+    try:
+        float(value.replace(",", ""))
+    except ValueError:
+        return False
+    return True
+
+
+def _answer_field(fields: list[str]) -> tuple[str, str]:
+    """The column sbpc reads the expected output from, as a run reads it (runtime/datasets.py)."""
     for wanted in ANSWER_COLUMNS:
         found = next((f for f in fields if f.casefold() == wanted), None)
         if found is not None:
             return found, f"the column named {wanted!r}, which sbpc reads as the expected output"
     raise UsageError(
         f"no answer column: sbpc reads the expected output from one named {', '.join(ANSWER_COLUMNS)}; rename "
-        f"the column that holds it (fields: {', '.join(fields)}), or name it with --answer"
+        f"the column that holds it (fields: {', '.join(fields)})"
     )
 
 
@@ -119,7 +124,7 @@ def starter(task: str, name: str, data: str, fields: list[str], answer: Answer, 
     return "\n".join(lines) + "\n"
 
 
-TEMPLATE = '''\
+TEMPLATE = """\
 # A starter pipeline written by `sbpc init`: edit it, then `sbpc check {file}`.
 # docs/language.md has every statement; `sbpc init --data FILE "task"` writes one from your data.
 pipeline {name} "Say in one line what the pipeline does"
@@ -142,7 +147,7 @@ metric exact
 # data {{ file = "examples.jsonl"  train = 20  validation = 20 }}
 
 model {{ name = "{model}" }}
-'''
+"""
 
 
 def ask_task(given: str | None, data: Path) -> str:
@@ -185,7 +190,7 @@ def write(args, model: str) -> Written:
         except DataError as exc:
             raise UsageError(str(exc)) from None
         fields = list(dict.fromkeys(str(key) for row in rows for key in row))
-        answer = Answer.of(rows, fields, args.answer)
+        answer = Answer.of(rows, fields)
         data = os.path.relpath(source.absolute(), out.absolute().parent)
         task = ask_task(args.task, source)
         text = starter(task, name_of(out.stem), data, fields, answer, len(rows), model)
@@ -244,7 +249,7 @@ def add_init(sub) -> None:
         help="write a starter pipeline from a data file and a one-line task",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Write a starter pipeline from your data: an input per field, the answer field guessed\n"
-        "(answer, label or target; --answer names another) and said, one instruction (the task), the\n"
+        "(answer, label or target, as runs read it) and said, one instruction (the task), the\n"
         "metric that fits the answers (exact for labels, numeric for numbers, a judge to edit for free\n"
         "text), a data block naming the file, and a model block (--model, else the embedded model).\n"
         "It checks what it wrote and prints the next three commands. It never overwrites a file.\n"
@@ -258,7 +263,6 @@ def add_init(sub) -> None:
     init.add_argument("task", nargs="?", metavar="TASK", help="what the pipeline should do, in one line")
     init.add_argument("--data", metavar="PATH", help="a .jsonl, .csv or .tsv file, or a folder holding one")
     init.add_argument("--model", metavar="MODEL", help="the model to call (default: the embedded model)")
-    init.add_argument("--answer", metavar="FIELD", help="the field holding the expected output (default: guessed)")
     init.add_argument("--out", metavar="FILE", help="the file to write (default: named after the data)")
     init.add_argument("--json", action="store_true", help="say what was written as JSON, for scripts")
     init.set_defaults(run=cmd_init)
