@@ -179,9 +179,10 @@ class Written:
 
 def write(args, model: str) -> Written:
     """The pipeline written, from the data when given, else the template; never over an existing file."""
+    inputs: tuple[str, ...] = ()
     if not args.data:
         out = Path(args.out or "pipeline.sbp")
-        text, data, answer, inputs = TEMPLATE.format(file=out, name=name_of(out.stem), model=model), None, None, ()
+        text, data, answer = TEMPLATE.format(file=out, name=name_of(out.stem), model=model), None, None
     else:
         source = data_file(args.data)
         out = Path(args.out or f"{source.stem}.sbp")
