@@ -9,6 +9,7 @@ order (which fixes hint numbering), successors and a topological order.
 from __future__ import annotations
 
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
@@ -27,6 +28,8 @@ from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
     MAX_OUTPUT_CHARS,
+    MAX_SECONDS,
+    RenderError,
     TemplateProblem,
     reads,
     trial_render,
@@ -172,6 +175,10 @@ class Context:
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
+        # the seconds left for trial renders: one render's limit for the whole check, not one per template
+        self.render_seconds = MAX_SECONDS
+        self.untried = False  # a template was left untried once they were spent (said once)
+        self.rendered: dict[tuple, tuple] = {}  # what a trial render found, by what it was given
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -788,7 +795,7 @@ def template_variables(
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
         shown = frozenset((name, keys) for name, keys in demos if name in used)
-        failure, certain = trial_render(text, used, builtin, records, shown)
+        failure, certain = timed_trial(cx, literal, what, (text, used, builtin, records, shown))
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -796,6 +803,32 @@ def template_variables(
                 f"template{what} {'cannot' if certain else 'may not'} render: {failure.message}",
             )
     return used
+
+
+def timed_trial(cx: Context, literal: ir.Span, what: str, given: tuple) -> tuple[RenderError | None, bool]:
+    """trial_render within the seconds the check has left for renders (a template many nodes share is
+    rendered once); once they are spent, the template is not tried, and that is said once."""
+    if given in cx.rendered:
+        return cx.rendered[given]
+    if cx.render_seconds <= 0:
+        untried(cx, literal, what)
+        return None, False
+    start = time.monotonic()
+    found = cx.rendered[given] = trial_render(*given, until=start + cx.render_seconds)
+    cx.render_seconds -= time.monotonic() - start
+    return found
+
+
+def untried(cx: Context, literal: ir.Span, what: str) -> None:
+    """The first template left untried once the check's time for renders was spent, said once."""
+    if not cx.untried:
+        cx.untried = True
+        cx.report(
+            "W006",
+            cx.locate(literal, None, None),
+            f"template{what} not tried: this check's {MAX_SECONDS:g} s for rendering templates were spent, "
+            "so it and the templates after it may not render",
+        )
 
 
 def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[str]) -> bool:
