@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..language.checker import RESERVED
-from ..language.source import diagnose_file
 from ..runtime.datasets import ANSWER_COLUMNS, USER_SUFFIXES, DataError, as_text, fields_of, rows_of
 from .flags import UsageError
 from .routers import router_problem
@@ -54,10 +53,9 @@ class Answer:
 def _number(value: str) -> bool:
     """Whether an answer is a number and nothing else ("1,000", "-2.5"), which `numeric` compares as one."""
     try:
-        float(value.replace(",", ""))
+        return math.isfinite(float(value.replace(",", "")))
     except ValueError:
         return False
-    return True
 
 
 def _answer_field(fields: list[str]) -> tuple[str, str]:
@@ -87,6 +85,8 @@ def data_file(given: str) -> Path:
 
 def name_of(field: str) -> str:
     """A field's name as a pipeline name: letters, digits and _, never a reserved word."""
+    from ..language.checker import RESERVED  # ~50 ms to import (measured): only init pays it, not every command
+
     name = re.sub(r"\W", "_", field, flags=re.ASCII) or "field"
     name = f"f_{name}" if name[0].isdigit() else name
     return f"{name}_" if name in RESERVED else name
@@ -201,6 +201,9 @@ def write(args, model: str) -> Written:
             file.write(text)
     except FileExistsError:
         raise UsageError(f"{out} exists, and init never overwrites a file: give another with --out") from None
+    # the parser (lark) costs about 0.6 s to import: --help and the other commands never pay it for init's sake
+    from ..language.source import diagnose_file
+
     diagnostics = diagnose_file(str(out), router_problem, (), fields_of).diagnostics
     return Written(out, data, answer, inputs, diagnostics)
 
