@@ -48,6 +48,7 @@ def test_labels_make_a_choice_scored_exact_from_the_data_named_in_the_file(folde
     assert [(i.name, i.field) for i in graph.inputs] == [("message", None), ("my_subject", "my subject")]
     assert graph.data is not None and graph.data.file == "tickets.jsonl" and graph.models["forward"].name == "openai/x"
     assert graph.task == "Decide whether a ticket is urgent"
+    assert cli.main(["fmt", "--check", "tickets.sbp"]) == 0  # laid out as sbpc fmt would
 
 
 def test_numbers_are_scored_numeric_and_free_text_by_a_judge(folder, capsys):
@@ -86,7 +87,7 @@ def test_without_data_it_asks_nothing_and_writes_a_template_that_checks(folder, 
     assert code == 0 and "a template" in out and "sbpc eval pipeline.sbp" in out
     text = (folder / "pipeline.sbp").read_text()
     assert text.startswith("# ") and "# data {" in text
-    assert cli.main(["check", "pipeline.sbp"]) == 0
+    assert cli.main(["check", "pipeline.sbp"]) == 0 and cli.main(["fmt", "--check", "pipeline.sbp"]) == 0
 
 
 def test_without_a_task_off_a_terminal_it_writes_one_to_edit(folder, capsys):

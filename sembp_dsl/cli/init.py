@@ -196,14 +196,15 @@ def write(args, model: str) -> Written:
         task = ask_task(args.task, source)
         text = starter(task, name_of(out.stem), data, fields, answer, len(rows), model)
         inputs = tuple(f for f in fields if f != answer.field)
-    try:
-        with open(out, "x", encoding="utf-8") as file:  # "x": an existing file is never overwritten
-            file.write(text)
-    except FileExistsError:
-        raise UsageError(f"{out} exists, and init never overwrites a file: give another with --out") from None
-    # the parser (lark) costs about 0.6 s to import: --help and the other commands never pay it for init's sake
+    # the formatter and the parser (lark) cost about 0.6 s to import: --help and the other commands never pay it
+    from ..language.fmt import format_text
     from ..language.source import diagnose_file
 
+    try:
+        with open(out, "x", encoding="utf-8") as file:  # "x": an existing file is never overwritten
+            file.write(format_text(text, str(out)))  # as `sbpc fmt` would lay it out
+    except FileExistsError:
+        raise UsageError(f"{out} exists, and init never overwrites a file: give another with --out") from None
     diagnostics = diagnose_file(str(out), router_problem, (), fields_of).diagnostics
     return Written(out, data, answer, inputs, diagnostics)
 
