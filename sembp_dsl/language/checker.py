@@ -18,6 +18,7 @@ from typing import NamedTuple
 from . import ir, maps
 from .branches import check_conditions, check_output_alternatives, check_paths
 from .callables import parse_target
+from .data import DATA_SETTINGS, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
@@ -79,7 +80,7 @@ OPTIMIZE_SETTINGS["models"] = (tuple,)  # the named models nodes may move to: `m
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.
 FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
-BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS, "data": DATA_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
     "temperature": (0, 2, False),
@@ -90,6 +91,9 @@ BOUNDS = {
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    "train": (0, 10_000_000, False),  # a data block's sizes
+    "validation": (0, 10_000_000, False),
+    "test": (0, 10_000_000, False),
     "max_items": (1, maps.MAX_ITEMS, False),
     **{name: (s.low, s.high, s.low_excluded) for name, s in SETTINGS.items() if not s.choices},
 }
@@ -1165,6 +1169,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_node(cx, node)
     for block in pipeline.blocks:
         check_block(cx, block)
+    check_data_blocks(pipeline, cx.report)
     check_functions(cx)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)

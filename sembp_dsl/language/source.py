@@ -11,6 +11,7 @@ from ..files import interrupted_write
 from . import ir
 from .callables import allowed_by, beside, parse_target
 from .checker import check
+from .data import FieldsOf, check_data_fields
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point
 from .graph import Graph, build, model_specs
 from .kinds import kind_of
@@ -124,10 +125,15 @@ class Diagnosis(NamedTuple):
 
 
 def diagnose(
-    text: str, path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()
+    text: str,
+    path: str,
+    router_problem: RouterCheck | None = None,
+    allowed: tuple[str, ...] = (),
+    fields_of: FieldsOf | None = None,
 ) -> Diagnosis:
     """What `sbpc check` reports on this text, in the syntax its file name says. With `router_problem`, the
-    router files the model blocks name (beside the pipeline) are checked too. The modules of its functions are
+    router files the model blocks name (beside the pipeline) are checked too; with `fields_of`, the data file its
+    data block names. The modules of its functions are
     looked for beside it (never imported): one a run would refuse, being neither there nor `allowed`, is named."""
     try:
         pipeline = parse_text(text, path)
@@ -137,6 +143,8 @@ def diagnose(
     if router_problem is not None:
         diagnostics.extend(router_places(pipeline, path, router_problem))
     diagnostics.extend(module_places(pipeline, path, allowed))
+    if fields_of is not None:
+        diagnostics.extend(check_data_fields(pipeline, fields_of))
     return Diagnosis(diagnostics, pipeline.text, pipeline)
 
 
@@ -178,13 +186,18 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
     return found
 
 
-def diagnose_file(path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()) -> Diagnosis:
+def diagnose_file(
+    path: str,
+    router_problem: RouterCheck | None = None,
+    allowed: tuple[str, ...] = (),
+    fields_of: FieldsOf | None = None,
+) -> Diagnosis:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
         text = read(path)
     except PipelineError as exc:
         return Diagnosis(exc.diagnostics, exc.text, None)
-    return diagnose(text, path, router_problem, allowed)
+    return diagnose(text, path, router_problem, allowed, fields_of)
 
 
 def compile_file(path: str) -> Graph:
