@@ -22,6 +22,7 @@ from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, sugges
 from .kinds import KINDS, kind_of, taken
 from .method import SETTINGS, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from .providers import PROVIDERS, provider_of
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -397,6 +398,24 @@ def check_block(cx: Context, block: ir.Block) -> None:
     problem = url_problem(str(base.value)) if base is not None else None
     if base is not None and problem:
         cx.report("E069", base.value_span, f"api_base {problem}")
+    if block.kind == "model":
+        check_provider(cx, block)
+
+
+def check_provider(cx: Context, block: ir.Block) -> None:
+    """A model name's provider is one litellm knows: a misspelt one (`opneai/...`) would fail only at the first
+    call, blamed on the server. A Router's model group is its own name, whatever it looks like."""
+    keys = {s.key for s in block.settings}
+    name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
+    provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and provider is not None and provider not in PROVIDERS:
+        cx.report(
+            "E128",
+            name.value_span,
+            f"unknown provider '{provider}' in model name '{name.value}'",
+            help=suggestion(provider, sorted(PROVIDERS))
+            or "a model name is `provider/model`, e.g. openai/gpt-4o-mini (`openai/...` for any OpenAI-compatible server)",
+        )
 
 
 def check_edges(cx: Context):

@@ -855,6 +855,15 @@ _CODES = [
         "node note: text for each passage in passages { prompt = p  max_items = 8 }",
         "passages -> note",
     ),
+    Code(
+        "E128",
+        "a model name with an unknown provider",
+        "A model name is `provider/model`, and the provider is one litellm knows (`openai`, `anthropic`,\n"
+        "`ollama`, ... and sbpc's `embedded`); `openai/...` with `api_base` reaches any OpenAI-compatible server.\n"
+        "A misspelt provider would fail only at the first call.",
+        'model forward { name = "opneai/gpt-4o-mini" }',
+        'model forward { name = "openai/gpt-4o-mini" }',
+    ),
     # W00x: warnings
     Code(
         "W001",
