@@ -559,7 +559,8 @@ _CODES = [
     Code(
         "E077",
         "field of a node that returns no record",
-        "`output node.field` scores one field of a record output; a node of another type has no fields.",
+        "`output node.field` scores one field of a record output, and `{{ node.field }}` reads one; a node or\n"
+        "input of another type (text, a choice, a number) is one value, with no fields.",
         "node a: text { prompt = p }\noutput a.verdict",
         "node a: {verdict: choice(Yes, No)} { prompt = p }\noutput a.verdict",
     ),
