@@ -31,9 +31,10 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline, Prediction
+from .api import BudgetExceeded, CallFailed, LLMError, Pipeline, Prediction
 from .errors import SbpcError
 from .language.diagnostics import json_text
+from .runtime.inputs import InputError
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever

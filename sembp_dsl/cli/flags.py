@@ -52,6 +52,7 @@ class LineProgress:
 
 def progress_bar(total: int, desc: str, quiet: bool, unit: str = "sample", leave: bool = True):
     """A bar on a terminal, progress lines elsewhere, nothing with --json."""
+    # tqdm costs about 35 ms to import: the commands that show no progress (check, fmt, explain) never pay it
     from tqdm import tqdm
 
     if quiet:
@@ -106,6 +107,7 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
 
 def load_pipeline(args):
     """The pipeline of a command, with the models and limits its flags ask for."""
+    # the api and the model runtime cost about 1.5 s to import: only the commands that load a pipeline pay it
     from ..api import load
 
     roles = {

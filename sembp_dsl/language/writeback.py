@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -264,16 +264,16 @@ class WriteBack:
         self.guarded = out is None  # only the source file can have been edited by someone else
         self.loaded = pipeline.text
         self.bom = read_current(Path(pipeline.path))[1]  # kept in whatever file the result goes to
-        self.record = None
+        self.expect_source: Callable[..., None] | None = None
 
-    def report_to(self, record) -> None:
-        """Tell this run record (its `expect_source`) which texts the source file may hold, before and after
+    def report_to(self, expect_source: Callable[..., None]) -> None:
+        """Call `expect_source(*texts)` (a run record's) with the texts the source file may hold, before and after
         each write into it, so a resumed run can tell its own writes from a user's edit."""
-        self.record = record
+        self.expect_source = expect_source
 
     def _expect(self, *texts: str) -> None:
-        if self.record is not None:
-            self.record.expect_source(*texts)
+        if self.expect_source is not None:
+            self.expect_source(*texts)
 
     def __call__(self, prompts: Mapping[str, str]) -> str | None:
         """Write; returns a notice for the user when the file had to go elsewhere."""
