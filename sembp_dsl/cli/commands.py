@@ -321,7 +321,7 @@ def cmd_optimize(args) -> int:
     from ..api import Data
     from ..records.record import ResumeError, resume_command
 
-    pipeline = load_pipeline(args)
+    pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
     mapping = parse_pairs(args.map, "--map")
