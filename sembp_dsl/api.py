@@ -243,6 +243,10 @@ class Prediction:
         typed = None if trace.output is None else python_value(graph.output_type, trace.output)
         return cls(typed, trace.output, trace.final.error, trace, usage)
 
+    def __repr__(self) -> str:  # the trace holds every prompt and reply: too long to read
+        said = f"error {self.error!r}" if self.output is None else f"output {self.output!r}"
+        return f"<Prediction {said}; {self.usage.calls} calls, ${self.usage.cost:.4f}>"
+
     @property
     def failed(self) -> bool:
         """No answer because a call failed or a prompt did not render, not because the model answered badly."""
@@ -267,6 +271,11 @@ class Optimized:
     outcome: Outcome
     record: Path  # the run folder; run.json inside
     written: Path | None  # where accepted steps were written (optimize(write=True)), else None
+
+    def __repr__(self) -> str:  # the pipelines and the outcome run long
+        changed = [name for name, text in self.pipeline.prompts.items() if self.initial.prompts.get(name) != text]
+        what = f"{len(changed)} prompt(s) changed ({', '.join(changed)})" if changed else "no prompt changed"
+        return f"<Optimized {self.pipeline.graph.pipeline.name}: {what}; run record {self.record}>"
 
     @property
     def diff(self) -> str:

@@ -105,6 +105,13 @@ class GateDecision:
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
 
+    def __repr__(self) -> str:  # the sample ids it lists run long
+        settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""
+        return (
+            f"<GateDecision: {len(self.wins)} win{'s' * (len(self.wins) != 1)}, {len(self.losses)} "
+            f"loss{'es' * (len(self.losses) != 1)}, p = {self.p:.3f} (gate_alpha {self.alpha:g}){settled}>"
+        )
+
     @property
     def stopped_early(self) -> bool:
         """It stopped once its decision was settled, before the end of its split."""
@@ -129,6 +136,13 @@ class Iteration:
     calls: int = 0
     tokens: int = 0
     cost: float = 0.0
+
+    def __repr__(self) -> str:  # its prompts, candidates and gradients run long
+        gate = "" if self.gate is None else f", gate {self.gate!r}"
+        return (
+            f"<Iteration {self.index}: {'accepted' if self.accepted else 'kept old'}, "
+            f"{len(self.candidates)} candidate{'s' * (len(self.candidates) != 1)}{gate}>"
+        )
 
     def reject_taken(self, fate: str) -> None:
         """The candidates the step took share its fate when the step is not kept."""
