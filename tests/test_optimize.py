@@ -525,6 +525,16 @@ def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
     assert path.read_text() == before and "Improved instruction" in out.read_text()
 
 
+def test_out_with_no_step_kept_says_it_wrote_nothing_and_why(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "No"  # the improved prompt changes no answer: the gate keeps nothing
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    out = tmp_path / "mine.sbp"
+    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out)]
+    code, printed = optimize(path, *flags, capsys=capsys)
+    assert code == 0 and not out.exists()
+    assert f"{out}: not written, as no prompt changed" in printed
+
+
 def _fates(tmp_path, name: str) -> list[str]:
     record = json.loads(next((tmp_path / name).glob("*/run.json")).read_text())
     return [c["fate"] for it in record["iterations"] for c in it["candidates"]]

@@ -382,6 +382,8 @@ def cmd_optimize(args) -> int:
     print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
     if diff:
         print(where)
+    elif args.out:
+        print(f"{args.out}: not written, as no prompt changed (it would be a copy of {args.file})")
     print(f"run record: {found.record}/run.json")
     print_ledger(pipeline, args)
     return code
