@@ -70,6 +70,7 @@ class Proposal:
     new: str | None = None  # None: the optimizer's reply held no usable prompt; of demos, the examples' JSON
     reply: str | None = None
     samples: list[str] = field(default_factory=list)  # of demos: the training samples its examples come from
+    left_out: list[str] = field(default_factory=list)  # of demos: "sample: why" for each example the file cannot hold
 
 
 @dataclass
