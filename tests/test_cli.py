@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from conftest import ROOT, with_fake_model
@@ -557,3 +558,20 @@ def test_a_plan_needs_no_model_for_backward_calls_and_imports_no_function_module
     assert code == 0, err
     assert "optimizer (no model configured: a run stops before its first call)" in out
     assert not (tmp_path / "tools.py.imported").exists()
+
+
+def test_run_escapes_terminal_codes_and_bidi_in_replies_on_a_terminal_only(tmp_path, fake_llm, script, capsys):
+    """A model reply is a stranger's text: on a terminal its escape sequences and bidi overrides are written out, as
+    `check` writes out source lines; piped, the output stays exact for the script that reads it."""
+    script.verdict = lambda prompt: "\x1b[2J\x1b]0;owned\x07 fine \u202etxt.exe"
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO.replace('"Answer."', '"VERDICT"'), fake_llm.url))
+    command = ["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace"]
+    assert cli.main(command) == 0
+    piped = capsys.readouterr().out
+    assert "\x1b[2J" in piped and "\u202e" in piped
+    with mock.patch.object(sys.stdout, "isatty", lambda: True):
+        assert cli.main(command) == 0
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "\\x1b[2J\\x1b]0;owned\\x07 fine \\u202etxt.exe" in shown

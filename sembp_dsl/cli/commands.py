@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language.codes import CODES, lookup
-from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
+from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text, visible
 from ..language.method import SETTINGS, SettingError
 from ..language.toolcalls import compact
 from ..learning.stats import t_interval
@@ -249,16 +249,23 @@ def cmd_run(args) -> int:
                 json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()})
             )  # replies: strangers' text
         else:
+            # replies and function outputs are strangers' text: on a terminal, their escape codes are written out
+            shown = visible if sys.stdout.isatty() else str
             if args.trace:
                 for t in trace.nodes.values():
                     system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
-                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-                        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-                        + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
-                        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        shown(
+                            f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
+                            f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
+                            + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
+                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        )
                     )
-            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+            answer = (
+                trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}"
+            )
+            print(shown(answer))
         print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 

@@ -55,7 +55,10 @@ def pool(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
             continue
         values = result.trace.values
         example = {**{name: str(values[name]) for name in node.inputs}, node.name: trace.output}
-        why = next((f"{result.sample.id}: {name}: {bad}" for name, text in example.items() if (bad := bad_characters(text))), None)
+        why = next(
+            (f"{result.sample.id}: {name}: {bad}" for name, text in example.items() if (bad := bad_characters(text))),
+            None,
+        )
         key = json.dumps(example, sort_keys=True)
         if why is not None:
             left_out.append(why)
