@@ -575,3 +575,42 @@ def test_run_escapes_terminal_codes_and_bidi_in_replies_on_a_terminal_only(tmp_p
     shown = capsys.readouterr().out
     assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
     assert "\\x1b[2J\\x1b]0;owned\\x07 fine \\u202etxt.exe" in shown
+
+
+KILLED_IN_PLACE = """
+import os, signal, sys
+from sembp_dsl import files
+from sembp_dsl.cli import main
+
+real = files._write_synced
+def dying(path, data, *, create=None):
+    if path.name == "toy.sbp":  # the in-place write into the hard-linked source: half of it, then kill -9
+        with open(path, "r+b") as f:
+            f.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, data, create=create)
+files._write_synced = dying
+main(sys.argv[1:])
+"""
+
+
+def test_resume_finishes_the_in_place_write_a_kill_cut_and_every_link_sees_it(tmp_path, fake_llm, script, capsys):
+    """A kill inside the in-place write of a hard-linked source leaves the file torn and the whole new text beside
+    it; that text is the one the run recorded it was writing, so --resume finishes the write and goes on."""
+    from test_optimize import TOY, data, write
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    other = tmp_path / "other-name.sbp"
+    os.link(path, other)
+    flags = ["--data", data(tmp_path, n=4), "--train-size", "2", "--val-size", "2", "--iters", "1"]
+    flags += ["--gate-alpha", "1", "--runs-dir", str(tmp_path / "runs")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_PLACE, "optimize", str(path), *flags], capture_output=True)
+    assert killed.returncode == -9, killed.stderr
+    copy = tmp_path / ".toy.sbp.sbpc-tmp"
+    whole = copy.read_text()
+    assert "Improved instruction" in whole and path.read_text() != whole  # torn, with the whole text beside it
+    assert cli.main(["optimize", str(path), *flags, "--resume"]) == 0
+    assert "finished the write to" in capsys.readouterr().err
+    assert not copy.exists() and "Improved instruction" in path.read_text()
+    assert other.read_text() == path.read_text() and os.stat(path).st_nlink == 2  # every name sees it whole

@@ -326,8 +326,12 @@ def cmd_eval(args) -> int:
 def cmd_optimize(args) -> int:
     # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
     from ..api import Data
-    from ..records.record import ResumeError, resume_command
+    from ..records.record import ResumeError, RunRecord, resume_command
 
+    if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
+        notice = RunRecord.finish_interrupted_write(Path(args.runs_dir), args.file)
+        if notice:
+            print(notice, file=sys.stderr)
     pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)

@@ -164,7 +164,8 @@ _CODES = [
         "interrupted write",
         "sbpc rewrites a file with other hard links in place, after saving the whole new text beside it as\n"
         "`.NAME.sbpc-tmp`. That copy is still there, so the last such write was killed midway and the file\n"
-        "may hold part new and part old text. The message names the copy.",
+        "may hold part new and part old text. The message names the copy. When the write was an optimize\n"
+        "run's, `sbpc optimize ... --resume` finishes it (the copy is the text the run recorded it was writing).",
         "sbpc check liar.sbp        # .liar.sbp.sbpc-tmp is beside it",
         "cp .liar.sbp.sbpc-tmp liar.sbp && rm .liar.sbp.sbpc-tmp    # or rm it to keep the file as it is",
     ),

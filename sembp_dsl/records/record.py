@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Option, OptionError, option
-from ..files import atomic_write
+from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
 from ..runtime.evaluate import Evaluation
 
@@ -415,6 +416,31 @@ class RunRecord:
             return record
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
+
+    @classmethod
+    def finish_interrupted_write(cls, runs_dir: Path, file: str) -> str | None:
+        """Finish the in-place write to `file` that its newest unfinished run was making when it was killed, when
+        the whole copy beside the file is the text that run recorded it was writing; a resume then finds the
+        file as the run meant to leave it. A notice when it did, else None (the copy is someone else's, or no
+        write was cut: reading the file still reports it)."""
+        copy = interrupted_write(file)
+        if copy is None or not runs_dir.is_dir():
+            return None
+        text = read_current(copy)[0]
+        for folder in sorted(runs_dir.glob("*"), reverse=True):
+            try:
+                record = cls.load(folder, resumable=True) if folder.is_dir() else None
+            except RecordError:
+                continue
+            if record is None or record.data.kind == "eval" or record.data.finished:
+                continue
+            if os.path.realpath(record.data.settings.file) != os.path.realpath(file):
+                continue
+            if text is None or _sha256(text) not in (record.data.source_sha256 or []):
+                return None
+            finish_write(file)
+            return f"finished the write to {file} that the run in {folder} was making when it was stopped"
+        return None
 
     def begin(
         self, score: float | None, right: Collection[str], partial: Mapping[str, float], lost: Collection[str]
