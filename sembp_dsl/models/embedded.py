@@ -261,7 +261,9 @@ def schema_grammar(schema: str) -> str:
     """A JSON Schema (as JSON text) as GBNF, by llama.cpp's own converter: the model can then write nothing else."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf  # deferred: importing llama_cpp loads the shared library
 
-    return json_schema_to_gbnf(schema, prop_order=["tool", "arguments"])  # the tool's name first, as a call reads
+    grammar = json_schema_to_gbnf(schema, prop_order=["tool", "arguments"])  # the tool's name first, as a call reads
+    # its string characters admit raw control characters, which JSON does not: a newline must come escaped
+    return grammar.replace('char ::= [^"\\\\]', 'char ::= [^"\\\\\\x7F\\x00-\\x1F]')
 
 
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
