@@ -382,22 +382,24 @@ def cmd_optimize(args) -> int:
         record = json.loads((found.record / "run.json").read_text())
         print(json_text({"run": str(found.record), "plan": _plan_json(the_plan), **record, "diff": diff}))
         return code
+    _print_optimized(args, found, resume_command(args.argv))
+    print_ledger(pipeline, args)
+    return code
+
+
+def _print_optimized(args, found, resume: str) -> None:
+    """What an optimize run ended with: why it stopped early, the held-out change, the diff and where it went."""
+    outcome, diff = found.outcome, found.diff
     if outcome.stopped:
-        print(
-            f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
-            f"{resume_command(args.argv)}"
-        )
+        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: {resume}")
     if outcome.test_after is not None:
         print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
     print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
     if diff:
-        print(where)
+        print("nothing written (--dry-run)" if args.dry_run else f"written to {found.written}")
     elif args.out:
         print(f"{args.out}: not written, as no prompt changed (it would be a copy of {args.file})")
     print(f"run record: {found.record}/run.json")
-    print_ledger(pipeline, args)
-    return code
 
 
 def _plan_json(plan) -> dict:
