@@ -417,7 +417,7 @@ class Pipeline:
 
     async def aevaluate(
         self,
-        examples: Examples | str | Data,
+        examples: Examples | str | Data | None = None,
         metric: str | Metric | None = None,
         *,
         split: str = "test",
@@ -428,7 +428,7 @@ class Pipeline:
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
-        data set (its name or path, or a Data), of which `split` is scored: the split `optimize` would draw with
+        data set (its name or path, or a Data; default: the file's data block), of which `split` is scored: the split `optimize` would draw with
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
@@ -437,6 +437,7 @@ class Pipeline:
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         data: Data | None = None  # examples given in Python
+        examples = self._named(examples)
         if isinstance(examples, (str, Data)):
             data = Data(examples) if isinstance(examples, str) else examples
             dataset = datasets.load(data.name, data.data_dir, data.test_data)
@@ -456,7 +457,10 @@ class Pipeline:
         if runs_dir is None:
             return evaluation
         name, test_data = (data.name, data.test_data) if data else ("examples", None)
-        settings = RunSettings(self.path, name, self.method(None, **sizes), models, test_data)  # sizes: the split's
+        sha = datasets.fingerprint(name, test_data) if data else None
+        settings = RunSettings(
+            self.path, name, self.method(None, **sizes), models, test_data, sha
+        )  # sizes: the split's
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
@@ -482,7 +486,7 @@ class Pipeline:
 
     def plan(
         self,
-        train: Examples | str | Data,
+        train: Examples | str | Data | None = None,
         val: Examples = (),
         test: Examples = (),
         *,
@@ -501,7 +505,7 @@ class Pipeline:
 
     async def aoptimize(
         self,
-        train: Examples | str | Data,
+        train: Examples | str | Data | None = None,
         val: Examples = (),
         test: Examples = (),
         *,
@@ -517,15 +521,16 @@ class Pipeline:
     ) -> Optimized:
         """Semantic backpropagation, as `sbpc optimize` runs it, with a run record in `runs_dir`.
 
-        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name or path, or a Data), cut
-        into the three splits by the method's sizes and seed. `method` (default: the pipeline's `optimize`
+        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name or path, or a Data;
+        default: the file's data block), cut into the three splits by the method's sizes and seed. `method` (default: the pipeline's `optimize`
         block) with `settings` (Method's fields as keyword arguments) changed: see `Pipeline.method`. `write`:
         True writes every accepted step into the source file at once (so an interrupted run keeps it), a path
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
-        asked = RunSettings(self.path, run.data, run.method, self.models, run.test_data)  # a model for every role
+        # a model for every role, which a plan does not need
+        asked = RunSettings(self.path, run.data, run.method, self.models, run.test_data, run.data_sha256)
         for name in asked.models.values():  # before a run record is made
             check_callable(name)
         train_, val_, test_ = run.splits
@@ -562,17 +567,31 @@ class Pipeline:
 
     optimize = _blocking(aoptimize)
 
+    def _named(self, examples: Examples | str | Data | None) -> Examples | str | Data:
+        """The examples given, else the data the file's data block names."""
+        if examples is not None:
+            return examples
+        if self.graph.data is None:
+            raise TypeError("give examples or a data set: this pipeline names no data (data { file = ... })")
+        return Data(self.graph.data.path)
+
     def _run(
-        self, train: Examples | str | Data, val: Examples, test: Examples, method: Method | None, settings: Mapping
+        self,
+        given: Examples | str | Data | None,
+        val: Examples,
+        test: Examples,
+        method: Method | None,
+        settings: Mapping,
     ) -> _Run:
         """What a run on these examples is asked, its splits, and the metric their data set scores with."""
-        resolved = self.method(method, **settings)
+        resolved, train = self.method(method, **settings), self._named(given)
         if isinstance(train, (str, Data)):
             data = Data(train) if isinstance(train, str) else train
             if val or test:
                 raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
             cut = splits.from_dataset(datasets.load(data.name, data.data_dir, data.test_data), resolved, settings)
-            return _Run(cut.method, cut.splits, cut.metric, data.name, data.test_data)
+            sha = datasets.fingerprint(data.name, data.test_data)
+            return _Run(cut.method, cut.splits, cut.metric, data.name, data.test_data, sha)
         cut = splits.from_examples(train, val, test, resolved, settings)
         return _Run(cut.method, cut.splits, cut.metric, "examples")
 
@@ -617,6 +636,7 @@ class _Run:
     metric: str  # the data set's, for a pipeline that names none
     data: str  # a data set's name or path, or "examples"
     test_data: str | None = None
+    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint)
 
 
 def _name(metric: Callable) -> str:

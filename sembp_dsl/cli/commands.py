@@ -43,6 +43,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
+from .init import add_init
 from .routers import router_problem
 from .runs import add_run_commands
 
@@ -107,7 +108,7 @@ def cmd_check(args) -> int:
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()))
+        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()), datasets.fields_of)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -670,6 +671,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
 
+    add_init(sub)
     _add_file_commands(sub)
     _add_reading_commands(sub)
     _add_run_and_eval(sub)

@@ -9,6 +9,7 @@ import sys
 import time
 
 from ..errors import SbpcError
+from ..language.data import DataSpec
 from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
@@ -129,7 +130,18 @@ def load_pipeline(args, code: bool = True):
     )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
+    if "data" in vars(args):
+        args.data = named_data(args.data, pipeline.graph.data)
     return pipeline
+
+
+def named_data(flag: str | None, named: DataSpec | None) -> str:
+    """--data, else the file the pipeline's data block names; a usage error with neither."""
+    if flag:
+        return flag
+    if named is None:
+        raise UsageError('the following arguments are required: --data (or name it in the file: data { file = "..." })')
+    return named.path
 
 
 def print_ledger(pipeline, args) -> None:
@@ -206,9 +218,8 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
     g = p.add_argument_group("data")
     g.add_argument(
         "--data",
-        required=True,
         help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
-        "JSON values that are not strings reach prompts as JSON text",
+        "JSON values that are not strings reach prompts as JSON text (default: the file's data block)",
     )
     g.add_argument(
         "--test-data",

@@ -10,6 +10,7 @@ The protocol library, pygls, is an extra: `pip install 'sbpc[lsp]'`.
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import re
 import sys
@@ -20,6 +21,7 @@ from typing import TypeVar
 from .. import __version__
 from ..language.diagnostics import Diagnostic
 from ..language.editor import Document, Occurrence, RenameError, Symbol
+from .reading import Reader
 from .routers import router_problem
 
 T = TypeVar("T")
@@ -71,16 +73,30 @@ class Lines:
 def quietly(default: Callable[[], T]):
     """A handler that logs what goes wrong and answers `default()`: no file may take the server down."""
 
+    def failed(handler, exc: Exception) -> T:
+        if type(exc).__name__.startswith("JsonRpc"):
+            raise exc  # an answer for the client, such as a rename refused
+        log.exception("sbpc lsp: %s failed", handler.__name__)
+        return default()
+
     def wrap(handler):
+        if inspect.iscoroutinefunction(handler):
+
+            @wraps(handler)
+            async def guarded_async(*args, **kwargs):
+                try:
+                    return await handler(*args, **kwargs)
+                except Exception as exc:
+                    return failed(handler, exc)
+
+            return guarded_async
+
         @wraps(handler)
         def guarded(*args, **kwargs):
             try:
                 return handler(*args, **kwargs)
             except Exception as exc:
-                if type(exc).__name__.startswith("JsonRpc"):
-                    raise  # an answer for the client, such as a rename refused
-                log.exception("sbpc lsp: %s failed", handler.__name__)
-                return default()
+                return failed(handler, exc)
 
         return guarded
 
@@ -101,7 +117,8 @@ class OpenFiles:
 
     def __init__(self, server) -> None:
         self.server = server
-        self.documents: dict[str, tuple[Document, Lines]] = {}
+        self.documents: dict[str, tuple[Document, Lines]] = {}  # the last reading of each: requests ask it
+        self.reader: Reader[Document] = Reader(read_document)  # off the request loop, a stale one dropped
 
     def path_of(self, uri: str, language: str | None = None) -> str:
         from pygls.uris import to_fs_path  # the lsp extra: only `sbpc lsp` has it for sure
@@ -111,12 +128,16 @@ class OpenFiles:
             path += ".sbp"  # an unsaved buffer, or a file named otherwise that the editor calls sbp
         return path
 
-    def analyse(self, uri: str, text: str, version: int | None, language: str | None = None) -> None:
+    async def analyse(self, uri: str, text: str, version: int | None, language: str | None = None) -> None:
+        """Read this version in the worker thread, then publish its diagnostics; nothing when a newer version
+        came meanwhile (its own reading publishes)."""
         from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
         previous = self.documents.get(uri)
         path = previous[0].path if previous and language is None else self.path_of(uri, language)
-        document = Document(text, path, router_problem)
+        document = await self.reader(uri, text, path)
+        if document is None:
+            return
         lines = Lines(text, str(self.server.workspace.position_encoding or "utf-16"))
         self.documents[uri] = (document, lines)
         diagnostics = [lsp_diagnostic(uri, d, lines) for d in document.diagnostics]
@@ -154,6 +175,11 @@ def lsp_diagnostic(uri: str, d: Diagnostic, lines: Lines):
     )
 
 
+def read_document(text: str, path: str) -> Document:
+    """One version of a file read, with every answer a request may ask for (in the worker thread)."""
+    return Document(text, path, router_problem).answered()
+
+
 def build_server():
     """The server, its features registered (pygls is imported here, by `sbpc lsp` alone)."""
     from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
@@ -173,20 +199,22 @@ def register_sync(server, open_files: OpenFiles) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @quietly(lambda: None)
-    def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
+    async def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
-        open_files.analyse(item.uri, item.text, item.version, item.language_id)
+        await open_files.analyse(item.uri, item.text, item.version, item.language_id)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @quietly(lambda: None)
-    def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
-        for change in params.content_changes:  # full sync: each change is the whole text
-            open_files.analyse(params.text_document.uri, change.text, params.text_document.version)
+    async def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
+        if params.content_changes:  # full sync: each change is the whole text, so the last is the file
+            text = params.content_changes[-1].text
+            await open_files.analyse(params.text_document.uri, text, params.text_document.version)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     @quietly(lambda: None)
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
         open_files.documents.pop(params.text_document.uri, None)
+        open_files.reader.forget(params.text_document.uri)
         server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(params.text_document.uri, []))
 
 

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 
-def router_problem(path: str) -> str | None:
-    """The problem with the router file at `path`, or None when it is usable."""
+def router_problem(path: str, groups: tuple[str, ...]) -> str | None:
+    """The problem with the router file at `path` for the model `groups` named through it, or None when it is
+    usable."""
     # models.routing costs about 0.8 s to import: only a pipeline that names a router file pays it
     from ..models import routing
 
-    return routing.router_problem(path)
+    return routing.router_problem(path, groups)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import NamedTuple
 from . import ir, maps
 from .branches import check_conditions, check_output_alternatives, check_paths
 from .callables import parse_target
+from .data import DATA_SETTINGS, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
@@ -28,6 +30,8 @@ from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
     MAX_OUTPUT_CHARS,
+    MAX_SECONDS,
+    RenderError,
     TemplateProblem,
     reads,
     trial_render,
@@ -75,7 +79,7 @@ OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.
 FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
-BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS, "data": DATA_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
     "temperature": (0, 2, False),
@@ -86,6 +90,9 @@ BOUNDS = {
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    "train": (0, 10_000_000, False),  # a data block's sizes
+    "validation": (0, 10_000_000, False),
+    "test": (0, 10_000_000, False),
     "max_items": (1, maps.MAX_ITEMS, False),
     **{name: (s.low, s.high, s.low_excluded) for name, s in SETTINGS.items() if not s.choices},
 }
@@ -171,6 +178,10 @@ class Context:
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
+        # the seconds left for trial renders: one render's limit for the whole check, not one per template
+        self.render_seconds = MAX_SECONDS
+        self.untried = False  # a template was left untried once they were spent (said once)
+        self.rendered: dict[tuple, tuple] = {}  # what a trial render found, by what it was given
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -805,7 +816,7 @@ def template_variables(
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
         shown = frozenset((name, keys) for name, keys in demos if name in used)
-        failure, certain = trial_render(text, used, builtin, records, shown)
+        failure, certain = timed_trial(cx, literal, what, (text, used, builtin, records, shown))
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -813,6 +824,32 @@ def template_variables(
                 f"template{what} {'cannot' if certain else 'may not'} render: {failure.message}",
             )
     return used
+
+
+def timed_trial(cx: Context, literal: ir.Span, what: str, given: tuple) -> tuple[RenderError | None, bool]:
+    """trial_render within the seconds the check has left for renders (a template many nodes share is
+    rendered once); once they are spent, the template is not tried, and that is said once."""
+    if given in cx.rendered:
+        return cx.rendered[given]
+    if cx.render_seconds <= 0:
+        untried(cx, literal, what)
+        return None, False
+    start = time.monotonic()
+    found = cx.rendered[given] = trial_render(*given, until=start + cx.render_seconds)
+    cx.render_seconds -= time.monotonic() - start
+    return found
+
+
+def untried(cx: Context, literal: ir.Span, what: str) -> None:
+    """The first template left untried once the check's time for renders was spent, said once."""
+    if not cx.untried:
+        cx.untried = True
+        cx.report(
+            "W006",
+            cx.locate(literal, None, None),
+            f"template{what} not tried: this check's {MAX_SECONDS:g} s for rendering templates were spent, "
+            "so it and the templates after it may not render",
+        )
 
 
 def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[str]) -> bool:
@@ -1169,6 +1206,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_node(cx, node)
     for block in pipeline.blocks:
         check_block(cx, block)
+    check_data_blocks(pipeline, cx.report)
     check_functions(cx)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)

@@ -15,6 +15,7 @@ from types import MappingProxyType
 from . import ir
 from .branches import gates_of
 from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from .data import DataSpec, data_spec
 from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
@@ -123,6 +124,7 @@ class Graph:
     demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
     metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: MappingProxyType({}))  # the file's own
     alternatives: tuple[str, ...] = ()  # `output easy | hard`: nodes the output comes from when `output` did not run
+    data: DataSpec | None = None  # the data block's file, which a run reads when not given another
 
     @property
     def task(self) -> str:
@@ -261,6 +263,12 @@ def model_specs(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
     return models
 
 
+def method_of(pipeline: ir.Pipeline, data: DataSpec | None) -> Method:
+    """The `optimize` block's method, with the sizes and seed the data block gives; sbpc's defaults for the rest."""
+    settings = {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
+    return Method().changed(settings | dict(data.method if data else {}))
+
+
 def build(pipeline: ir.Pipeline) -> Graph:
     """Check and compile; raise PipelineError carrying every diagnostic when there are errors."""
     with ir.gc_paused():
@@ -273,7 +281,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         raise PipelineError(diagnostics, pipeline.text)
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
-    output = pipeline.outputs[0]
+    output, data = pipeline.outputs[0], data_spec(pipeline)
     return Graph(
         pipeline=pipeline,
         nodes=MappingProxyType(graph_nodes(pipeline, analysis)),
@@ -284,9 +292,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(model_specs(pipeline)),
-        optimize=Method().changed(
-            {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
-        ),
+        optimize=method_of(pipeline, data),
         builtins=MappingProxyType(
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
         ),
@@ -295,6 +301,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
         metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
         alternatives=tuple(ref.name for ref in output.alternatives),
+        data=data,
     )
 
 

@@ -42,6 +42,7 @@ class RunSettings:
     method: Method  # the sizes are those of the splits drawn
     models: Mapping[str, str]  # role -> model name
     test_data: str | None = None  # a separate test file (--test-data)
+    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint), to tell a change
 
     def recorded(self) -> dict:
         """As written in run.json, one flat object: plain JSON, credentials inside URLs masked."""
@@ -52,6 +53,7 @@ class RunSettings:
             **method,
             "models": dict(self.models),
             "test_data": self.test_data,
+            **({"data_sha256": self.data_sha256} if self.data_sha256 else {}),
         }
         return json.loads(json.dumps(_public(flat)))
 
@@ -59,7 +61,14 @@ class RunSettings:
     def read(cls, flat: Mapping[str, Any]) -> RunSettings:
         """The settings of a checked record; a method setting it lacks is sbpc's default."""
         method = Method(**{f.name: flat[f.name] for f in fields(Method) if f.name in flat})
-        return cls(flat["file"], flat.get("data"), method, dict(flat.get("models", {})), flat.get("test_data"))
+        return cls(
+            flat["file"],
+            flat.get("data"),
+            method,
+            dict(flat.get("models", {})),
+            flat.get("test_data"),
+            flat.get("data_sha256"),
+        )
 
 
 @dataclass

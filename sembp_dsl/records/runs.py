@@ -26,6 +26,7 @@ from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
 from ..language.toolcalls import Step, compact
 from ..language.writeback import WriteBack, rewrite, unified_diff
+from ..runtime.datasets import fingerprint
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -62,6 +63,12 @@ class Run:
     @property
     def iterations(self) -> list[Iteration]:
         return self.record.iterations
+
+    @property
+    def data_changed(self) -> bool:
+        """Whether the data files the run read hold other content now (gone, or edited since)."""
+        recorded = self.settings.data_sha256
+        return recorded is not None and fingerprint(self.settings.data, self.settings.test_data) != recorded
 
     @property
     def kind(self) -> str:
@@ -146,6 +153,7 @@ class Run:
                 "started": self.started,
                 "file": self.settings.file,
                 "data": self.settings.data,
+                "data_changed": self.data_changed,
                 "split": self.evaluation.get("split"),
                 "metric": self.evaluation.get("metric"),
                 "settings": self.changed_settings(),
@@ -164,6 +172,7 @@ class Run:
             "started": self.started,
             "file": self.settings.file,
             "data": self.settings.data,
+            "data_changed": self.data_changed,
             "settings": self.changed_settings(),
             "iterations": len(self.iterations),
             "initial_score": record.initial_score,
@@ -318,15 +327,16 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
     lines = [] if runs else [nowhere]
     for number, run in enumerate(runs, 1):
         spent = f"{run.record.calls} calls  ${run.record.cost:.4f}  {run.status}"
+        data = f"{run.settings.data} (changed since)" if run.data_changed else run.settings.data
         if run.kind == "eval":
             lines.append(
-                f"{number:>3}  eval      {run.started}  {run.settings.file}  {run.settings.data}/"
+                f"{number:>3}  eval      {run.started}  {run.settings.file}  {data}/"
                 f"{run.evaluation.get('split')}  [{run.settings_words()}]  score {eval_score(run)}  {spent}"
             )
             continue
         gate, test = run.scores_words()
         lines.append(
-            f"{number:>3}  optimize  {run.started}  {run.settings.file}  {run.settings.data}  "
+            f"{number:>3}  optimize  {run.started}  {run.settings.file}  {data}  "
             f"[{run.settings_words()}]  gate {gate}  test {test}  {spent}"
         )
     lines += [f"unreadable {reason}" for reason in unreadable]
