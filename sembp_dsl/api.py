@@ -99,6 +99,7 @@ def load(
     max_cost: float | None = None,
     functions: Mapping[str, Callable[..., Any]] | None = None,
     allow_modules: Iterable[str] = (),
+    code: bool = True,
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
@@ -109,12 +110,14 @@ def load(
     The callables of function nodes: `functions` maps a declared function's name to one, imported from nowhere;
     the others are imported from the pipeline's folder, or from the modules `allow_modules` names (anything else
     is refused: a pipeline file is data from strangers; see runtime/code.py). A function metric is imported from
-    the same places, once a run scores with it.
+    the same places, once a run scores with it. `code=False` imports nothing, for what runs no code (a plan):
+    its function nodes cannot run.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
-    graph = bind(compile_file(str(path)), functions, allowed)
+    graph = compile_file(str(path))
+    graph = bind(graph, functions, allowed) if code else graph
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
     return Pipeline(
         graph,
@@ -240,6 +243,10 @@ class Prediction:
         typed = None if trace.output is None else python_value(graph.output_type, trace.output)
         return cls(typed, trace.output, trace.final.error, trace, usage)
 
+    def __repr__(self) -> str:  # the trace holds every prompt and reply: too long to read
+        said = f"error {self.error!r}" if self.output is None else f"output {self.output!r}"
+        return f"<Prediction {said}; {self.usage.calls} calls, ${self.usage.cost:.4f}>"
+
     @property
     def failed(self) -> bool:
         """No answer because a call failed or a prompt did not render, not because the model answered badly."""
@@ -264,6 +271,11 @@ class Optimized:
     outcome: Outcome
     record: Path  # the run folder; run.json inside
     written: Path | None  # where accepted steps were written (optimize(write=True)), else None
+
+    def __repr__(self) -> str:  # the pipelines and the outcome run long
+        changed = [name for name, text in self.pipeline.prompts.items() if self.initial.prompts.get(name) != text]
+        what = f"{len(changed)} prompt(s) changed ({', '.join(changed)})" if changed else "no prompt changed"
+        return f"<Optimized {self.pipeline.graph.pipeline.name}: {what}; run record {self.record}>"
 
     @property
     def diff(self) -> str:
@@ -489,7 +501,7 @@ class Pipeline:
         chosen = metric if metric is not None else metric_for(self.graph, run.metric)
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
         judged = spec if spec is not None and spec.kind == "judge" else None
-        return plan(self.graph, LLM(self._session.models), run.settings.method, *run.splits, mapping or {}, judged)
+        return plan(self.graph, LLM(self._session.models), run.method, *run.splits, mapping or {}, judged)
 
     async def aoptimize(
         self,
@@ -517,7 +529,9 @@ class Pipeline:
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
-        for name in run.settings.models.values():  # before a run record is made
+        # a model for every role, which a plan does not need
+        asked = RunSettings(self.path, run.data, run.method, self.models, run.test_data, run.data_sha256)
+        for name in asked.models.values():  # before a run record is made
             check_callable(name)
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
@@ -528,16 +542,16 @@ class Pipeline:
         writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
         source = self.graph.pipeline.text
         if resume:
-            record = RunRecord.resume(Path(runs_dir), run.settings, source)
+            record = RunRecord.resume(Path(runs_dir), asked, source)
             log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
         else:
-            record = RunRecord.create(Path(runs_dir), run.settings, self.prompts, source)
+            record = RunRecord.create(Path(runs_dir), asked, self.prompts, source)
         initial = self.with_prompts(record.data.initial_prompts)
         with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
             outcome = await Optimizer(
                 initial.graph,
                 llm,
-                run.settings.method,
+                run.method,
                 scorer,
                 mapping or {},
                 train_,
@@ -577,11 +591,9 @@ class Pipeline:
                 raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
             cut = splits.from_dataset(datasets.load(data.name, data.data_dir, data.test_data), resolved, settings)
             sha = datasets.fingerprint(data.name, data.test_data)
-            return _Run(
-                RunSettings(self.path, data.name, cut.method, self.models, data.test_data, sha), cut.splits, cut.metric
-            )
+            return _Run(cut.method, cut.splits, cut.metric, data.name, data.test_data, sha)
         cut = splits.from_examples(train, val, test, resolved, settings)
-        return _Run(RunSettings(self.path, "examples", cut.method, self.models), cut.splits, cut.metric)
+        return _Run(cut.method, cut.splits, cut.metric, "examples")
 
     # --- the event loops -----------------------------------------------------------
 
@@ -619,9 +631,12 @@ class _Lost(CallFailed):
 
 @dataclass(frozen=True)
 class _Run:
-    settings: RunSettings
+    method: Method  # the sizes are those of the splits drawn
     splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
     metric: str  # the data set's, for a pipeline that names none
+    data: str  # a data set's name or path, or "examples"
+    test_data: str | None = None
+    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint)
 
 
 def _name(metric: Callable) -> str:

@@ -273,6 +273,15 @@ def test_optimize_then_save_writes_back_like_the_cli(triage, script, tmp_path):
     assert 'param decide = "Improved decide: Answer Yes or No."' in path.read_text()
     record = json.loads((outcome.record / "run.json").read_text())
     assert record["settings"]["data"] == "examples" and record["iterations"][0]["accepted"]
+    # the result objects read as what they say, not as a page of nested dataclasses
+    iteration = outcome.outcome.iterations[0]
+    assert repr(outcome) == f"<Optimized triage: 1 prompt(s) changed (decide); run record {outcome.record}>"
+    assert repr(iteration).startswith("<Iteration 1: accepted, 1 candidate, gate <GateDecision: ")
+    assert re.fullmatch(r"<GateDecision: \d+ wins?, 0 losses, p = [\d.]+ \(gate_alpha 1\)[^<>]*>", repr(iteration.gate))
+    evaluation = triage.evaluate(examples[:2])
+    assert re.fullmatch(r"<Evaluation: accuracy [\d.]+ \(\d/2\) of 2 samples>", repr(evaluation))
+    assert repr(evaluation.results[0]).startswith(f"<Result {evaluation.results[0].sample.id}: score ")
+    assert re.fullmatch(r"<Prediction output '(Yes|No)'; \d calls, \$[\d.]+>", repr(triage(**tickets(1)[0])))
 
 
 def test_optimize_rejects_what_cannot_run(triage):

@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language.codes import CODES, lookup
-from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
+from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text, visible
 from ..language.method import SETTINGS, SettingError
 from ..language.toolcalls import compact
 from ..learning.stats import t_interval
@@ -250,16 +250,23 @@ def cmd_run(args) -> int:
                 json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()})
             )  # replies: strangers' text
         else:
+            # replies and function outputs are strangers' text: on a terminal, their escape codes are written out
+            shown = visible if sys.stdout.isatty() else str
             if args.trace:
                 for t in trace.nodes.values():
                     system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
-                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-                        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-                        + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
-                        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        shown(
+                            f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
+                            f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
+                            + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
+                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        )
                     )
-            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+            answer = (
+                trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}"
+            )
+            print(shown(answer))
         print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
@@ -320,9 +327,13 @@ def cmd_eval(args) -> int:
 def cmd_optimize(args) -> int:
     # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
     from ..api import Data
-    from ..records.record import ResumeError, resume_command
+    from ..records.record import ResumeError, RunRecord, resume_command
 
-    pipeline = load_pipeline(args)
+    if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
+        notice = RunRecord.finish_interrupted_write(Path(args.runs_dir), args.file)
+        if notice:
+            print(notice, file=sys.stderr)
+    pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
     mapping = parse_pairs(args.map, "--map")
@@ -372,20 +383,24 @@ def cmd_optimize(args) -> int:
         record = json.loads((found.record / "run.json").read_text())
         print(json_text({"run": str(found.record), "plan": _plan_json(the_plan), **record, "diff": diff}))
         return code
-    if outcome.stopped:
-        print(
-            f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
-            f"{resume_command(args.argv)}"
-        )
-    if outcome.test_after is not None:
-        print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
-    print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
-    if diff:
-        print(where)
-    print(f"run record: {found.record}/run.json")
+    _print_optimized(args, found, resume_command(args.argv))
     print_ledger(pipeline, args)
     return code
+
+
+def _print_optimized(args, found, resume: str) -> None:
+    """What an optimize run ended with: why it stopped early, the held-out change, the diff and where it went."""
+    outcome, diff = found.outcome, found.diff
+    if outcome.stopped:
+        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: {resume}")
+    if outcome.test_after is not None:
+        print(held_out_change(outcome.test_before, outcome.test_after))
+    print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
+    if diff:
+        print("nothing written (--dry-run)" if args.dry_run else f"written to {found.written}")
+    elif args.out:
+        print(f"{args.out}: not written, as no prompt changed (it would be a copy of {args.file})")
+    print(f"run record: {found.record}/run.json")
 
 
 def _plan_json(plan) -> dict:

@@ -106,8 +106,9 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def load_pipeline(args):
-    """The pipeline of a command, with the models and limits its flags ask for."""
+def load_pipeline(args, code: bool = True):
+    """The pipeline of a command, with the models and limits its flags ask for (`code=False`: importing no
+    function module, for a command that runs none)."""
     # the api and the model runtime cost about 1.5 s to import: only the commands that load a pipeline pay it
     from ..api import load
 
@@ -125,6 +126,7 @@ def load_pipeline(args):
         max_calls=args.max_calls,
         max_cost=args.max_cost,
         allow_modules=args.allow_module or (),
+        code=code,
     )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()

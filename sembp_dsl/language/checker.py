@@ -8,6 +8,7 @@ order (which fixes hint numbering), successors and a topological order.
 
 from __future__ import annotations
 
+import difflib
 import re
 import time
 from collections import deque
@@ -24,6 +25,7 @@ from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, sugges
 from .kinds import KINDS, kind_of, taken
 from .method import SETTINGS, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from .providers import PROVIDERS, provider_of
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -99,6 +101,7 @@ BOUNDS = {
 }
 SPELLINGS = {word for s in SETTINGS.values() for word in s.spellings}  # taken, but not listed as choices
 MAX_CYCLES_REPORTED = 20
+SCALAR_KINDS = ("text", "choice", "number")  # a value a template reads as one string, with no fields
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
 
 
@@ -411,6 +414,24 @@ def check_block(cx: Context, block: ir.Block) -> None:
     problem = url_problem(str(base.value)) if base is not None else None
     if base is not None and problem:
         cx.report("E069", base.value_span, f"api_base {problem}")
+    if block.kind == "model":
+        check_provider(cx, block)
+
+
+def check_provider(cx: Context, block: ir.Block) -> None:
+    """A model name's provider is one litellm knows: a misspelt one (`opneai/...`) would fail only at the first
+    call, blamed on the server. A Router's model group is its own name, whatever it looks like."""
+    keys = {s.key for s in block.settings}
+    name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
+    provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and provider is not None and provider not in PROVIDERS:
+        cx.report(
+            "E128",
+            name.value_span,
+            f"unknown provider '{provider}' in model name '{name.value}'",
+            help=suggestion(provider, sorted(PROVIDERS))
+            or "a model name is `provider/model`, e.g. openai/gpt-4o-mini (`openai/...` for any OpenAI-compatible server)",
+        )
 
 
 def check_edges(cx: Context):
@@ -793,7 +814,7 @@ def template_variables(
     unknown = [name for name in used - allowed if name not in params]
     for name in sorted(unknown):
         cx.report(code, cx.locate(literal, name), message(name))
-    if cx.records and not builtin and not check_fields_read(cx, text, literal, allowed):
+    if not builtin and not check_fields_read(cx, text, literal, allowed):
         return used
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
@@ -839,10 +860,29 @@ def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[st
     is reported."""
     fine = True
     for name, field in sorted(reads(text).fields):
-        if name in received and name in cx.records and field not in cx.records[name]:
+        if name not in received or name not in cx.nodes:
+            continue
+        if name in cx.records and field not in cx.records[name]:
             no_field(cx, cx.locate(literal, field), name, field)
             fine = False
+        type_ = cx.nodes[name].type
+        if type_.kind in SCALAR_KINDS and not hasattr(str, field):  # a str method, such as upper, renders
+            what = "node" if name in cx.node_names else "input"
+            cx.report(
+                "E077",
+                cx.locate(literal, field),
+                f"{what} '{name}' is {type_}, not a record: it has no field '{field}'",
+                help=field_elsewhere(cx, field, received) or f"`{{{{ {name} }}}}` is its whole value",
+            )
+            fine = False
     return fine
+
+
+def field_elsewhere(cx: Context, field: str, received: Set[str]) -> str:
+    """`did you mean 'judge.reason'?` when a record this template receives has a field close to `field`."""
+    read = [f"{node}.{name}" for node, names in cx.records.items() if node in received for name in names]
+    close = difflib.get_close_matches(field, [r.split(".", 1)[1] for r in read], n=1, cutoff=0.6)
+    return next((f"did you mean '{r}'?" for r in read if close and r.endswith("." + close[0])), "")
 
 
 class TemplateSource(NamedTuple):

@@ -164,7 +164,8 @@ _CODES = [
         "interrupted write",
         "sbpc rewrites a file with other hard links in place, after saving the whole new text beside it as\n"
         "`.NAME.sbpc-tmp`. That copy is still there, so the last such write was killed midway and the file\n"
-        "may hold part new and part old text. The message names the copy.",
+        "may hold part new and part old text. The message names the copy. When the write was an optimize\n"
+        "run's, `sbpc optimize ... --resume` finishes it (the copy is the text the run recorded it was writing).",
         "sbpc check liar.sbp        # .liar.sbp.sbpc-tmp is beside it",
         "cp .liar.sbp.sbpc-tmp liar.sbp && rm .liar.sbp.sbpc-tmp    # or rm it to keep the file as it is",
     ),
@@ -559,7 +560,8 @@ _CODES = [
     Code(
         "E077",
         "field of a node that returns no record",
-        "`output node.field` scores one field of a record output; a node of another type has no fields.",
+        "`output node.field` scores one field of a record output, and `{{ node.field }}` reads one; a node or\n"
+        "input of another type (text, a choice, a number) is one value, with no fields.",
         "node a: text { prompt = p }\noutput a.verdict",
         "node a: {verdict: choice(Yes, No)} { prompt = p }\noutput a.verdict",
     ),
@@ -854,6 +856,15 @@ _CODES = [
         "The list a node maps over is one of its inputs: an edge from it to the node.",
         "node note: text for each passage in passages { prompt = p  max_items = 8 }",
         "passages -> note",
+    ),
+    Code(
+        "E128",
+        "a model name with an unknown provider",
+        "A model name is `provider/model`, and the provider is one litellm knows (`openai`, `anthropic`,\n"
+        "`ollama`, ... and sbpc's `embedded`); `openai/...` with `api_base` reaches any OpenAI-compatible server.\n"
+        "A misspelt provider would fail only at the first call.",
+        'model forward { name = "opneai/gpt-4o-mini" }',
+        'model forward { name = "openai/gpt-4o-mini" }',
     ),
     # E13x: data named in the file
     Code(

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from . import ir
-from .graph import Graph, describe, max_chars
+from .graph import Graph, describe
 from .kinds import kind_of
 from .node import GraphNode
 from .templates import Record
@@ -150,10 +150,7 @@ def _sections(graph: Graph) -> Iterator[str]:
             "output": f"<output of {user.name}>",
             "gradient": "<gradient>",
         }
-        prompt = graph.prompts[param]
-        optimizer = graph.render_builtin(
-            "optimizer", node=user.name, param=param, prompt=prompt, examples=[example], max_chars=max_chars(prompt)
-        )
+        optimizer = graph.optimizer_prompt(param, user.name, [example])
         yield f"=== {param}: optimizer ===\n{optimizer}"
     for name in graph.trainable_demos:
         spec = graph.demos[name]

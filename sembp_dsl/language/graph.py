@@ -23,12 +23,18 @@ from .maps import each_of
 from .method import Method
 from .metrics import parse_scale
 from .node import NO_RECORDS, GraphNode, model_param
+from .shapes import SENTENCE, Shape, prompt_shape
 from .templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
 def max_chars(old: str) -> int:
     """The length limit of a candidate prompt: room to grow, but not a runaway reply."""
     return max(800, 3 * len(old))
+
+
+def max_sentences(old: str) -> int:
+    """The most sentences a candidate prompt may have: one to three, or as many as the old one has."""
+    return max(3, len(SENTENCE.findall(old)))
 
 
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
@@ -163,6 +169,29 @@ class Graph:
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
+
+    def optimizer_prompt(self, param: str, node: str, examples: Sequence[Mapping[str, str]]) -> str:
+        """What the optimizer model is asked for a new `param`, from what its node `node` did on `examples`."""
+        old = self.prompts[param]
+        return self.render_builtin(
+            "optimizer",
+            node=node,
+            param=param,
+            prompt=old,
+            examples=examples,
+            max_chars=max_chars(old),
+            max_sentences=max_sentences(old),
+        )
+
+    def candidate_shape(self, param: str) -> Shape:
+        """The shape of the optimizer's reply for `param`, held to the limits its prompt states, and no other:
+        an overriding prompt (the paper's wording) that never names `max_chars` or `max_sentences` is not
+        held to a rule it never stated."""
+        stated, old = variables(self.builtins["optimizer"]), self.prompts[param]
+        return prompt_shape(
+            max_chars(old) if "max_chars" in stated else None,
+            max_sentences(old) if "max_sentences" in stated else None,
+        )
 
     @property
     def limits_length(self) -> bool:

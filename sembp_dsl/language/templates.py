@@ -280,7 +280,7 @@ BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error", "reason", "grade"},
     "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
-    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
+    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences"},
 }
 
 
@@ -403,6 +403,7 @@ BUILTIN_SHAPES = {
     "hints": [{"name": "<hint>", "value": "<value>"}],
     "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
     "max_chars": 400,
+    "max_sentences": 3,
 }
 
 

@@ -536,4 +536,5 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
         lines.append(
             f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
         )
+        lines += [f"    left out, as the file cannot hold it: sample {why}" for why in c.left_out]
     return "\n".join(lines)

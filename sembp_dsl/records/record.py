@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Option, OptionError, option
-from ..files import atomic_write
+from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
 from ..runtime.evaluate import Evaluation
 
@@ -86,6 +87,7 @@ class Proposal:
     reply: str | None = None
     samples: list[str] = field(default_factory=list)  # of demos: the training samples its examples come from
     strategy: str | None = None  # the strategy that proposed it (learning/strategies.py)
+    left_out: list[str] = field(default_factory=list)  # of demos: "sample: why" for each example the file cannot hold
 
 
 @dataclass
@@ -122,6 +124,13 @@ class GateDecision:
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
 
+    def __repr__(self) -> str:  # the sample ids it lists run long
+        settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""
+        return (
+            f"<GateDecision: {len(self.wins)} win{'s' * (len(self.wins) != 1)}, {len(self.losses)} "
+            f"loss{'es' * (len(self.losses) != 1)}, p = {self.p:.3f} (gate_alpha {self.alpha:g}){settled}>"
+        )
+
     @property
     def stopped_early(self) -> bool:
         """It stopped once its decision was settled, before the end of its split."""
@@ -147,6 +156,13 @@ class Iteration:
     tokens: int = 0
     cost: float = 0.0
     per_1000: float | None = None  # dollars 1,000 samples cost the pipeline its gate evaluated (learning/pricing)
+
+    def __repr__(self) -> str:  # its prompts, candidates and gradients run long
+        gate = "" if self.gate is None else f", gate {self.gate!r}"
+        return (
+            f"<Iteration {self.index}: {'accepted' if self.accepted else 'kept old'}, "
+            f"{len(self.candidates)} candidate{'s' * (len(self.candidates) != 1)}{gate}>"
+        )
 
     def reject_taken(self, fate: str) -> None:
         """The candidates the step took share its fate when the step is not kept."""
@@ -419,6 +435,31 @@ class RunRecord:
             return record
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
+
+    @classmethod
+    def finish_interrupted_write(cls, runs_dir: Path, file: str) -> str | None:
+        """Finish the in-place write to `file` that its newest unfinished run was making when it was killed, when
+        the whole copy beside the file is the text that run recorded it was writing; a resume then finds the
+        file as the run meant to leave it. A notice when it did, else None (the copy is someone else's, or no
+        write was cut: reading the file still reports it)."""
+        copy = interrupted_write(file)
+        if copy is None or not runs_dir.is_dir():
+            return None
+        text = read_current(copy)[0]
+        for folder in sorted(runs_dir.glob("*"), reverse=True):
+            try:
+                record = cls.load(folder, resumable=True) if folder.is_dir() else None
+            except RecordError:
+                continue
+            if record is None or record.data.kind == "eval" or record.data.finished:
+                continue
+            if os.path.realpath(record.data.settings.file) != os.path.realpath(file):
+                continue
+            if text is None or _sha256(text) not in (record.data.source_sha256 or []):
+                return None
+            finish_write(file)
+            return f"finished the write to {file} that the run in {folder} was making when it was stopped"
+        return None
 
     def begin(
         self,

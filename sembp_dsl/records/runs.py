@@ -516,8 +516,9 @@ def is_demos(candidate: Proposal) -> bool:
 
 def demos_words(candidate: Proposal) -> list[str]:
     """Where a set of examples came from, and the examples as the prompt shows them."""
+    left_out = [f"left out, as the pipeline file cannot hold it: sample {why}" for why in candidate.left_out]
     if candidate.new is None:
-        return []
+        return left_out
     try:
         examples = str(shown(candidate.new))
     except DemosError:
@@ -525,6 +526,7 @@ def demos_words(candidate: Proposal) -> list[str]:
     return [
         f"{len(candidate.samples)} examples, from the training samples {', '.join(candidate.samples)}: each answered "
         "right by the whole pipeline, the node's inputs and its answer there",
+        *left_out,
         examples,
     ]
 
