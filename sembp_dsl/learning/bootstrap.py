@@ -31,7 +31,7 @@ class DemosCandidate:
 
     def proposal(self, fate: str) -> Proposal:
         """As the run record keeps it, with its fate."""
-        return Proposal(self.param, fate, self.new, None, list(self.samples), list(self.left_out))
+        return Proposal(self.param, fate, self.new, None, list(self.samples), left_out=list(self.left_out))
 
 
 @dataclass(frozen=True)
