@@ -1,6 +1,6 @@
-"""Cost of hostile sizes: one edge statement of n x n names, and one huge string literal.
+"""Cost of hostile sizes: one edge statement of n x n names, one huge string literal, a chain of n nodes.
 
-Each case runs `check` and `compile` in a fresh process (so peak memory is its own) and prints
+Each case runs `check`, `compile` and `fmt` in a fresh process (so peak memory is its own) and prints
 wall time and peak memory above an import-only baseline, and the ratio to the case half its size.
 Linear cost means a ratio near 2 when the input doubles.
 
@@ -23,7 +23,11 @@ base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 from sembp_dsl.language.diagnostics import PipelineError
 try:
-    check(load(sys.argv[1])) if sys.argv[2] == "check" else compile_file(sys.argv[1])
+    if sys.argv[2] == "fmt":
+        from sembp_dsl.language.fmt import format_text
+        format_text(open(sys.argv[1], encoding="utf-8").read(), sys.argv[1])
+    else:
+        check(load(sys.argv[1])) if sys.argv[2] == "check" else compile_file(sys.argv[1])
 except PipelineError as exc:
     sys.exit("limit error: " + exc.diagnostics[0].message)
 print(json.dumps({"s": time.perf_counter() - start,
@@ -49,6 +53,17 @@ def literal(megabytes: int) -> str:
     )
 
 
+def chain(n: int) -> str:
+    """n nodes, each reading the one before: the shape of a long generated pipeline (838 KB at 20,000)."""
+    names = [f"step_{i:05d}" for i in range(n)]
+    return (
+        "pipeline chain\ninput q: text\n"
+        + "".join(f"node {name}: text {{}}\n" for name in names)
+        + "".join(f"{before} -> {after}\n" for before, after in zip(["q", *names], names))
+        + f"output {names[-1]}\n"
+    )
+
+
 def measure(text: str, phase: str, folder: Path) -> dict:
     path = folder / "case.sbp"
     path.write_text(text)
@@ -59,11 +74,15 @@ def measure(text: str, phase: str, folder: Path) -> dict:
 
 
 def main() -> None:
-    cases = [("n x n edge statement", edge_statement, [375, 750, 1500]), ("string literal (MB)", literal, [5, 10, 20])]
+    cases = [
+        ("n x n edge statement", edge_statement, [375, 750, 1500]),
+        ("string literal (MB)", literal, [5, 10, 20]),
+        ("chain of n nodes", chain, [5000, 10000, 20000]),
+    ]
     with tempfile.TemporaryDirectory() as folder:
         print(f"{'case':<24}{'size':>7}{'input KB':>10}{'phase':>9}{'s':>8}{'MB':>8}{'x time':>8}{'x MB':>7}")
         for label, make, sizes in cases:
-            for phase in ("check", "compile"):
+            for phase in ("check", "compile", "fmt"):
                 previous = None
                 for size in sizes:
                     got = measure(make(size), phase, Path(folder))

@@ -55,8 +55,8 @@ _HOMES = {
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "RunsError": "records.runs",
-    "InputError": "api",
-    "PipelineClosed": "api",
+    "InputError": "runtime.inputs",
+    "PipelineClosed": "runtime.session",
     "CompareError": "compare",
     "ServeError": "serve",
     "UsageError": "cli.flags",
@@ -107,7 +107,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .api import Data, InputError, Optimized, Pipeline, PipelineClosed, Prediction, Usage, load
+    from .api import Data, Optimized, Pipeline, Prediction, Usage, load
     from .cli.flags import UsageError
     from .compare import CompareError
     from .files import WriteBackError
@@ -128,6 +128,8 @@ if TYPE_CHECKING:
     from .runtime.code import CodeError
     from .runtime.datasets import DataError
     from .runtime.evaluate import Evaluation, MetricFailed
+    from .runtime.inputs import InputError
+    from .runtime.session import PipelineClosed
     from .serve import ServeError
     from .usercode import Overran
 

@@ -12,23 +12,19 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
-import inspect
+import functools
 import json
 import os
-import threading
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from .errors import Option, SbpcError
-from .language.demos import DemosError, checked, from_text
-from .language.demos import as_text as demos_text
+from .errors import Option
+from .language.demos import from_text
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
-from .language.graph import MODEL_ROLES, Graph, MetricSpec, ModelSpec
-from .language.method import SIZES, Method, SettingError
-from .language.metrics import METRICS
+from .language.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.method import Method, SettingError
 from .language.shapes import python_value
 from .language.source import compile_file
 from .language.trace import Trace
@@ -36,24 +32,25 @@ from .language.writeback import WriteBack, rewrite, unified_diff
 from .learning.optimize import Optimizer, Outcome
 from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
-from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable, resolve_model
+from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .records.record import RunRecord, RunSettings
-from .runtime import datasets
-from .runtime.code import bind, load_callable
-from .runtime.datasets import DataError, Sample, as_text, from_records
+from .records.step_writer import StepWriter
+from .runtime import datasets, splits
+from .runtime.code import bind
+from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
     Evaluation,
     Result,
     Scorer,
-    Verdict,
     check_answers,
     evaluate,
     metric_for,
-    python_verdict,
     split_to_score,
 )
 from .runtime.forward import run
-from .runtime.judge import judge
+from .runtime.inputs import input_texts, prompt_texts
+from .runtime.scoring import scorer_for
+from .runtime.session import Session, check_concurrency
 from .runtime.tasks import together
 
 __all__ = [
@@ -73,15 +70,8 @@ __all__ = [
 ]
 
 
-class InputError(SbpcError, ValueError):
-    """Inputs a pipeline cannot take (unknown, missing, or not sendable): the caller's to fix."""
-
-
-class PipelineClosed(SbpcError, RuntimeError):
-    """A call on a pipeline after `close()`: a closed pipeline does not quietly open new connections."""
-
-
 T = TypeVar("T")
+P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
 
@@ -109,6 +99,7 @@ def load(
     max_cost: float | None = None,
     functions: Mapping[str, Callable[..., Any]] | None = None,
     allow_modules: Iterable[str] = (),
+    code: bool = True,
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
@@ -119,12 +110,14 @@ def load(
     The callables of function nodes: `functions` maps a declared function's name to one, imported from nowhere;
     the others are imported from the pipeline's folder, or from the modules `allow_modules` names (anything else
     is refused: a pipeline file is data from strangers; see runtime/code.py). A function metric is imported from
-    the same places, once a run scores with it.
+    the same places, once a run scores with it. `code=False` imports nothing, for what runs no code (a plan):
+    its function nodes cannot run.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
-    graph = bind(compile_file(str(path)), functions, allowed)
+    graph = compile_file(str(path))
+    graph = bind(graph, functions, allowed) if code else graph
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
     return Pipeline(
         graph,
@@ -150,6 +143,12 @@ def _models(
     current folder).
 
     Overriding the forward role when every node names a model of its own would change no call: refused."""
+    _check_roles(graph, roles, api_base)
+    return {role: _model(spec, roles.get(role, {}), model, api_base, folder) for role, spec in graph.models.items()}
+
+
+def _check_roles(graph: Graph, roles: Mapping[str, str | Mapping[str, Any]], api_base: str | None) -> None:
+    """Roles that name no role or model of the pipeline, a forward role no call takes, and a bad --api-base."""
     if not isinstance(roles, Mapping):
         raise TypeError(
             f"roles must map a role ({', '.join(MODEL_ROLES)}) or a named model to a model, got {type(roles).__name__}"
@@ -170,22 +169,25 @@ def _models(
     problem = url_problem(api_base) if api_base else None
     if problem:
         raise SettingError(Option("api_base", "--api-base"), f" {problem}")
-    models = {}
-    for role, spec in graph.models.items():
-        own = roles.get(role, {})
-        if not isinstance(own, (str, Mapping)):
-            raise TypeError(f"roles[{role!r}] must be a model name or a mapping of settings, got {own!r}")
-        own = {"name": own} if isinstance(own, str) else dict(own)
-        name = own.pop("name", None) or model or spec.name
-        settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
-        if spec.name and name and provider(name) != provider(spec.name) and not api_base:
-            for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
-                if key not in own:
-                    settings.pop(key, None)
-        if "router" in spec.settings and "router" not in own:
-            settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
-        models[role] = ModelSpec(role, name, settings)
-    return models
+
+
+def _model(
+    spec: ModelSpec, own: str | Mapping[str, Any], model: str | None, api_base: str | None, folder: Path
+) -> ModelSpec:
+    """One role's model: the caller's settings (`own`, or `model` for every role) over the file's."""
+    role = spec.role
+    if not isinstance(own, (str, Mapping)):
+        raise TypeError(f"roles[{role!r}] must be a model name or a mapping of settings, got {own!r}")
+    own = {"name": own} if isinstance(own, str) else dict(own)
+    name = own.pop("name", None) or model or spec.name
+    settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
+    if spec.name and name and provider(name) != provider(spec.name) and not api_base:
+        for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
+            if key not in own:
+                settings.pop(key, None)
+    if "router" in spec.settings and "router" not in own:
+        settings["router"] = os.path.abspath(folder / str(spec.settings["router"]))
+    return ModelSpec(role, name, settings)
 
 
 #: A model block's settings that say which server answers and with which key: they belong to its provider.
@@ -207,6 +209,22 @@ class Usage:
     completion_tokens: int
     cost: float
 
+    @classmethod
+    def of(cls, graph: Graph, trace: Trace) -> Usage:
+        """What the calls of a trace cost: its model nodes' (a function node costs nothing); a cache hit is free."""
+        models = [trace.nodes[node.name] for node in graph.model_nodes]
+        calls = [t for t in models if t.reply and not t.cached]
+        return cls(
+            len(calls),
+            sum(t.cached for t in models),
+            sum(t.prompt_tokens for t in calls),
+            sum(t.completion_tokens for t in calls),
+            sum(t.cost for t in calls),
+        )
+
+
+NO_USAGE = Usage(0, 0, 0, 0, 0.0)  # a prediction a metric is shown: scoring it costs the answer nothing
+
 
 @dataclass(frozen=True)
 class Prediction:
@@ -218,6 +236,16 @@ class Prediction:
     error: str | None  # why there is no output: an unparsable reply, or a call that failed
     trace: Trace
     usage: Usage
+
+    @classmethod
+    def of(cls, graph: Graph, trace: Trace, usage: Usage = NO_USAGE) -> Prediction:
+        """A trace's answer, typed as Python: a number as int or float, a JSON value or a record as read from JSON."""
+        typed = None if trace.output is None else python_value(graph.output_type, trace.output)
+        return cls(typed, trace.output, trace.final.error, trace, usage)
+
+    def __repr__(self) -> str:  # the trace holds every prompt and reply: too long to read
+        said = f"error {self.error!r}" if self.output is None else f"output {self.output!r}"
+        return f"<Prediction {said}; {self.usage.calls} calls, ${self.usage.cost:.4f}>"
 
     @property
     def failed(self) -> bool:
@@ -244,12 +272,35 @@ class Optimized:
     record: Path  # the run folder; run.json inside
     written: Path | None  # where accepted steps were written (optimize(write=True)), else None
 
+    def __repr__(self) -> str:  # the pipelines and the outcome run long
+        changed = [name for name, text in self.pipeline.prompts.items() if self.initial.prompts.get(name) != text]
+        what = f"{len(changed)} prompt(s) changed ({', '.join(changed)})" if changed else "no prompt changed"
+        return f"<Optimized {self.pipeline.graph.pipeline.name}: {what}; run record {self.record}>"
+
     @property
     def diff(self) -> str:
         """The change to the source file, as a unified diff ("" when no prompt changed)."""
         before = rewrite(self.initial.graph.pipeline, self.initial.prompts)
         after = rewrite(self.pipeline.graph.pipeline, self.pipeline.prompts)
         return unified_diff(before, after, self.pipeline.path)
+
+
+def _blocking(
+    coroutine: Callable[Concatenate[Pipeline, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Pipeline, P], T]:
+    """The sync form of an async method of Pipeline, its one definition: the same signature and doc, run on the
+    pipeline's private event loop."""
+
+    @functools.wraps(coroutine)
+    def method(self: Pipeline, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._session.sync(coroutine(self, *args, **kwargs))
+
+    method.__name__ = coroutine.__name__.removeprefix("a")
+    method.__qualname__ = f"Pipeline.{method.__name__}"
+    method.__doc__ = (
+        f"{coroutine.__doc__}\n\nRuns on the pipeline's own event loop; `{coroutine.__name__}` runs on the caller's."
+    )
+    return method
 
 
 class Pipeline:
@@ -268,18 +319,10 @@ class Pipeline:
         allow_modules: Iterable[str] = (),
     ):
         """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder."""
-        _check_concurrency(concurrency)
-        if isinstance(cache, (str, Path)):
-            cache = ResponseCache(cache)
-        elif cache is True:
-            cache = ResponseCache()
-        self.graph = graph
-        self._allowed = tuple(allow_modules)
-        self._session = _Session(
-            dict(models),
-            cache or None,
-            dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost),
-        )
+        check_concurrency(concurrency)
+        self.graph, self._allowed = graph, tuple(allow_modules)
+        limits = dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost)
+        self._session = Session(dict(models), cache, limits)
 
     @property
     def ledger(self) -> Ledger:
@@ -310,34 +353,7 @@ class Pipeline:
         """The same pipeline (models, cache, ledger) with other prompt texts; a demos param takes a list of
         examples (each a dict of its node's inputs and output) or that list as JSON text. DemosError (a
         ValueError) for examples that are not its node's."""
-        texts = {}
-        for name, text in prompts.items():
-            if name not in self.graph.prompts:
-                raise ValueError(
-                    f"no param '{name}'{did_you_mean(str(name), self.graph.prompts)} "
-                    f"(params: {', '.join(self.graph.prompts)})"
-                )
-            if name in self.graph.demos:
-                texts[name] = self._demos_text(name, text)
-            elif not isinstance(text, str):
-                raise TypeError(f"param '{name}' must be text, got {type(text).__name__}")
-            else:
-                texts[name] = text
-        return self._sibling(self.graph.with_prompts(texts))
-
-    def _demos_text(self, name: str, value: str | Sequence[Mapping[str, str]]) -> str:
-        """A demos param's new value as the graph holds it, once its examples are checked against its node."""
-        spec = self.graph.demos[name]
-        examples = from_text(value) if isinstance(value, str) else checked(value)
-        if len(examples) > spec.max:
-            raise DemosError(f"demos '{name}' may hold at most {spec.max} examples, not {len(examples)}")
-        keys = [*self.graph.nodes[spec.node].inputs, spec.node]
-        for index, example in enumerate(examples, start=1):
-            if sorted(example) != sorted(keys):
-                raise DemosError(
-                    f"example {index} of demos '{name}' must give {', '.join(keys)}, not {', '.join(example) or 'nothing'}"
-                )
-        return demos_text(examples)
+        return self._sibling(self.graph.with_prompts(prompt_texts(self.graph, prompts)))
 
     def _sibling(self, graph: Graph) -> Pipeline:
         twin = Pipeline.__new__(Pipeline)
@@ -357,7 +373,7 @@ class Pipeline:
 
     def __call__(self, **inputs: Any) -> Prediction:
         """Run the pipeline on one input; raises CallFailed when a call failed for good."""
-        return self._sync(self.acall(**inputs))
+        return self._session.sync(self.acall(**inputs))
 
     async def acall(self, **inputs: Any) -> Prediction:
         """`pipeline(...)` for async code: runs on the caller's event loop."""
@@ -366,7 +382,7 @@ class Pipeline:
             raise _Lost(prediction)
         return prediction
 
-    def batch(
+    async def abatch(
         self,
         rows: Iterable[Mapping[str, Any]],
         *,
@@ -375,19 +391,10 @@ class Pipeline:
     ) -> list[Prediction]:
         """Many inputs, at most `concurrency` rows in flight, predictions in input order.
         A row whose call failed gets a Prediction with `.failed` and the cause in `.error`; the others go on."""
-        return self._sync(self.abatch(rows, concurrency=concurrency, on_done=on_done))
-
-    async def abatch(
-        self,
-        rows: Iterable[Mapping[str, Any]],
-        *,
-        concurrency: int | None = None,
-        on_done: Callable[[Prediction], None] | None = None,
-    ) -> list[Prediction]:
         self._session.check_open()
         if concurrency is not None:
-            _check_concurrency(concurrency)
-        rows = [self._inputs(row) for row in rows]  # every row is checked before the first call
+            check_concurrency(concurrency)
+        rows = [input_texts(self.graph, row) for row in rows]  # every row is checked before the first call
         bound = asyncio.Semaphore(concurrency or len(rows) or 1)
 
         async def one(row: Mapping[str, Any]) -> Prediction:
@@ -399,61 +406,18 @@ class Pipeline:
 
         return await together(one(row) for row in rows)
 
+    batch = _blocking(abatch)
+
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
-        llm = self._llm()
-        trace = await run(self.graph, llm, inputs if checked else self._inputs(inputs))
-        return self._prediction(trace, llm)
-
-    def _prediction(self, trace: Trace, llm: LLM) -> Prediction:
-        models = [trace.nodes[node.name] for node in self.graph.model_nodes]  # no code
-        calls = [t for t in models if t.reply and not t.cached]
-        prompt_tokens = sum(t.prompt_tokens for t in calls)
-        completion_tokens = sum(t.completion_tokens for t in calls)
-        usage = Usage(
-            len(calls),
-            sum(t.cached for t in models),
-            prompt_tokens,
-            completion_tokens,
-            sum(t.cost for t in calls),
-        )
-        final = trace.final
-        return Prediction(_typed(self.graph, trace.output), trace.output, final.error, trace, usage)
-
-    def _inputs(self, given: Mapping[str, Any]) -> dict[str, str]:
-        """The pipeline's inputs as text: strings as given, other values as JSON. A row of data is taken as it
-        is, as `evaluate` takes it: an input may be named by the data field it reads (`from "field"`), and the
-        expected answer's field is left out. Unknown and missing names are one error naming them all, before
-        any call."""
-        names = self.inputs
-        fields = {i.field: i.name for i in self.graph.inputs if i.field and i.field not in names}
-        answers = {*datasets.ANSWER_COLUMNS, self.graph.answer_field}  # what a row holds besides its inputs
-        values: dict[str, Any] = {}
-        problems = []
-        for key, value in given.items():
-            name = key if key in names else fields.get(key)
-            if name is None:
-                if key not in answers:
-                    problems.append(f"no input '{key}'{did_you_mean(key, [*names, *fields])}")
-            elif name in values:
-                problems.append(f"input '{name}' is given twice, by its name and by its data field")
-            else:
-                values[name] = value
-        missing = [name for name in names if name not in values]
-        if missing:
-            problems.append(f"missing input{'s' if len(missing) > 1 else ''}: {', '.join(missing)}")
-        if problems:
-            takes = [
-                f"{i.name} (or its data field '{i.field}')" if i.name in fields.values() else i.name
-                for i in self.graph.inputs
-            ]
-            raise InputError(f"{'; '.join(problems)} ({self.path} takes: {', '.join(takes)})")
-        return {name: _input_text(name, value) for name, value in values.items()}
+        llm = self._session.llm()
+        trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
+        return Prediction.of(self.graph, trace, Usage.of(self.graph, trace))
 
     # --- scoring it ----------------------------------------------------------------
 
-    def evaluate(
+    async def aevaluate(
         self,
-        examples: Examples | str | Data,
+        examples: Examples | str | Data | None = None,
         metric: str | Metric | None = None,
         *,
         split: str = "test",
@@ -464,116 +428,44 @@ class Pipeline:
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
-        data set (its name or path, or a Data), of which `split` is scored: the split `optimize` would draw with
+        data set (its name or path, or a Data; default: the file's data block), of which `split` is scored: the split `optimize` would draw with
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
         run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
-        return self._sync(
-            self.aevaluate(
-                examples, metric, split=split, limit=limit, mapping=mapping, on_done=on_done, runs_dir=runs_dir, **sizes
-            )
-        )
-
-    async def aevaluate(
-        self,
-        examples: Examples | str | Data,
-        metric: str | Metric | None = None,
-        *,
-        split: str = "test",
-        limit: int | None = None,
-        mapping: Mapping[str, str] | None = None,
-        on_done: Callable[[Result], None] | None = None,
-        runs_dir: str | Path | None = None,
-        **sizes: int,
-    ) -> Evaluation:
-        """`evaluate` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
+        data: Data | None = None  # examples given in Python
+        examples = self._named(examples)
         if isinstance(examples, (str, Data)):
-            given = Data(examples) if isinstance(examples, str) else examples
-            dataset, data = datasets.load(given.name, given.data_dir, given.test_data), given
+            data = Data(examples) if isinstance(examples, str) else examples
+            dataset = datasets.load(data.name, data.data_dir, data.test_data)
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
-            data = None  # examples given in Python
-            if sizes:
-                raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
-            samples, default_metric = from_records(examples, "example")[:limit], "exact"
+            samples, default_metric = splits.examples_to_score(examples, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
-        models = self._models(learning=False)
+        models = self._session.model_names(self.graph, learning=False)
         for name in models.values():  # before any call
             check_callable(name)
-        llm = self._llm()
-        scorer = self._metric(chosen, llm)
-        unanswered = [s.id for s in samples if not s.answer and not self.graph.answer_field]
-        if data is None and unanswered and isinstance(scorer, str):
-            raise DataError(
-                f"{unanswered[0]} has no expected output: give each example an "
-                f"{', '.join(datasets.ANSWER_COLUMNS[:-1])} or {datasets.ANSWER_COLUMNS[-1]}, "
-                "or score with a metric of your own"
-            )
+        llm = self._session.llm()
+        scorer = self._scorer(chosen, llm)
+        if data is None and isinstance(scorer, str):  # a built-in metric needs the answers examples in Python lack
+            splits.require_answers(self.graph, samples)
         with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
+        name, test_data = (data.name, data.test_data) if data else ("examples", None)
+        sha = datasets.fingerprint(name, test_data) if data else None
         settings = RunSettings(
-            self.path,
-            data.name if data else "examples",
-            self.method(None, **sizes),  # the sizes and seed that drew the split
-            models,
-            data.test_data if data else None,
-        )
-        scored = {
-            "split": split,
-            "metric": chosen if isinstance(chosen, str) else str(getattr(chosen, "__name__", chosen)),
-            "limit": limit,
-        }
+            self.path, name, self.method(None, **sizes), models, test_data, sha
+        )  # sizes: the split's
+        scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
 
-    def _metric(self, metric: str | Metric, llm: LLM) -> str | Scorer:
-        """What scores: a built-in's name passes through; a metric the file defines (a judge asks `llm`, a function
-        is imported now, from beside the pipeline) and a callable given in Python become a Scorer."""
-        if callable(metric):
-            return self._scorer(metric, str(getattr(metric, "__name__", metric)))
-        if metric in METRICS:
-            return metric
-        spec = self.graph.metrics.get(metric)
-        if spec is None:
-            defined = f"; {self.path} defines {', '.join(self.graph.metrics)}" if self.graph.metrics else ""
-            raise SettingError(
-                Option("metric", "--metric"),
-                f": no metric {metric!r}{did_you_mean(metric, [*METRICS, *self.graph.metrics])} (built in: "
-                f"{', '.join(METRICS)}{defined})",
-            )
-        if spec.kind == "judge":
-            return judge(self.graph, llm, spec)
-        return self._scorer(self._function(spec), spec.name)
-
-    def _scorer(self, metric: Callable, name: str) -> Scorer:
-        """A metric written in Python, asked with a Prediction and the example as given: a bool or a number from 0
-        to 1, or with a reason, `(score, reason)`. One that raises or returns anything else fails for that sample
-        (MetricFailed), not for the run."""
-        if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
-            raise TypeError(
-                f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score"
-            )
-        no_usage = Usage(0, 0, 0, 0, 0.0)
-
-        async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
-            prediction = Prediction(_typed(self.graph, trace.output), trace.output, trace.final.error, trace, no_usage)
-            return await python_verdict(
-                metric, name, prediction, sample.given or {**sample.fields, "answer": sample.answer}
-            )
-
-        return score
-
-    def _function(self, spec: MetricSpec) -> Callable:
-        """A function metric's function, imported only now that a run scores with it (never by check, compile or
-        load), and only from where a function node's may be: the pipeline's folder, or a module the caller allowed
-        (runtime/code.py; CodeError otherwise)."""
-        return load_callable(str(spec.function), os.path.dirname(os.path.abspath(self.path)), self._allowed)
+    evaluate = _blocking(aevaluate)
 
     # --- improving it --------------------------------------------------------------
 
@@ -581,36 +473,20 @@ class Pipeline:
     def models(self) -> Mapping[str, str]:
         """The model of each role and named model an optimize run calls, as its record keeps them; LLMError when one
         has none (nor the embedded one)."""
-        return self._models(learning=True)
+        return self._session.model_names(self.graph, learning=True)
 
-    def _models(self, learning: bool) -> dict[str, str]:
-        """The models a run calls: the nodes' and the judges', and with `learning` the backward and optimizer
-        roles. A role no call takes (the forward role, when every node names its model) needs no model: asking
-        for one would fail a run that never uses it wherever the embedded model is not installed."""
-        used = {node.model for node in self.graph.model_nodes}
-        used |= {spec.model for spec in self.graph.metrics.values() if spec.kind == "judge"}
-        used |= {"backward", "optimizer"} if learning else set()
-        return {key: str(resolve_model(spec).name) for key, spec in self._session.models.items() if key in used}
+    def _scorer(self, metric: str | Metric, llm: LLM) -> str | Scorer:
+        return scorer_for(self.graph, metric, llm, self._allowed, functools.partial(Prediction.of, self.graph))
 
     def method(self, method: Method | None = None, **settings: Any) -> Method:
         """The method a run would take: `method` (default: the pipeline's `optimize` block) with `settings`
         (Method's fields as keyword arguments) changed. Raises ValueError for a setting out of its range and
         for a param `only` cannot optimize, TypeError for a setting that is not one."""
-        method = (method or self.graph.optimize).changed(settings)
-        for name in method.only:
-            if name not in self.graph.prompts:
-                raise SettingError(
-                    Option("only", "--only"),
-                    f": no param '{name}'{did_you_mean(name, self.graph.prompts)} "
-                    f"(params: {', '.join(self.graph.prompts)})",
-                )
-            if name not in self.graph.trainable and name not in self.graph.trainable_demos:
-                raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
-        return method
+        return splits.method_for(self.graph, method or self.graph.optimize, settings)
 
     def plan(
         self,
-        train: Examples | str | Data,
+        train: Examples | str | Data | None = None,
         val: Examples = (),
         test: Examples = (),
         *,
@@ -624,18 +500,12 @@ class Pipeline:
         run = self._run(train, val, test, method, settings)
         chosen = metric if metric is not None else metric_for(self.graph, run.metric)
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
-        return plan(
-            self.graph,
-            LLM(self._session.models),
-            run.settings.method,
-            *run.splits,
-            mapping or {},
-            spec if spec is not None and spec.kind == "judge" else None,
-        )
+        judged = spec if spec is not None and spec.kind == "judge" else None
+        return plan(self.graph, LLM(self._session.models), run.method, *run.splits, mapping or {}, judged)
 
-    def optimize(
+    async def aoptimize(
         self,
-        train: Examples | str | Data,
+        train: Examples | str | Data | None = None,
         val: Examples = (),
         test: Examples = (),
         *,
@@ -651,148 +521,81 @@ class Pipeline:
     ) -> Optimized:
         """Semantic backpropagation, as `sbpc optimize` runs it, with a run record in `runs_dir`.
 
-        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name or path, or a Data), cut
-        into the three splits by the method's sizes and seed. `method` (default: the pipeline's `optimize`
+        `train`, `val`, `test`: lists of examples; or `train` alone a data set (its name or path, or a Data;
+        default: the file's data block), cut into the three splits by the method's sizes and seed. `method` (default: the pipeline's `optimize`
         block) with `settings` (Method's fields as keyword arguments) changed: see `Pipeline.method`. `write`:
         True writes every accepted step into the source file at once (so an interrupted run keeps it), a path
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
-        return self._sync(
-            self.aoptimize(
-                train,
-                val,
-                test,
-                method=method,
-                metric=metric,
-                mapping=mapping,
-                runs_dir=runs_dir,
-                resume=resume,
-                write=write,
-                log=log,
-                progress=progress,
-                **settings,
-            )
-        )
-
-    async def aoptimize(
-        self,
-        train: Examples | str | Data,
-        val: Examples = (),
-        test: Examples = (),
-        *,
-        method: Method | None = None,
-        metric: str | Metric | None = None,
-        mapping: Mapping[str, str] | None = None,
-        runs_dir: str | Path = ".sbpc/runs",
-        resume: bool = False,
-        write: bool | str | Path = False,
-        log: Callable[[str], None] | None = None,
-        progress: Callable[[str, int], Callable[[object], None]] | None = None,
-        **settings: Any,
-    ) -> Optimized:
-        """`optimize` for async code: runs on the caller's event loop."""
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
-        for name in run.settings.models.values():  # before a run record is made
+        # a model for every role, which a plan does not need
+        asked = RunSettings(self.path, run.data, run.method, self.models, run.test_data, run.data_sha256)
+        for name in asked.models.values():  # before a run record is made
             check_callable(name)
         train_, val_, test_ = run.splits
         log = log or (lambda line: None)
-        llm = self._llm()
-        scorer = self._metric(metric if metric is not None else metric_for(self.graph, run.metric), llm)
+        llm = self._session.llm()
+        scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
-        out = None if isinstance(write, bool) else str(write)
-        writer = WriteBack(self.graph.pipeline, out, write is False)
+        writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
         source = self.graph.pipeline.text
         if resume:
-            record = RunRecord.resume(Path(runs_dir), run.settings, source)
+            record = RunRecord.resume(Path(runs_dir), asked, source)
             log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
         else:
-            record = RunRecord.create(Path(runs_dir), run.settings, self.prompts, source)
+            record = RunRecord.create(Path(runs_dir), asked, self.prompts, source)
         initial = self.with_prompts(record.data.initial_prompts)
-        writer.report_to(record)
-
-        def accept(graph: Graph) -> None:
-            notice = writer(graph.prompts)
-            if notice:
-                log(notice)
-
         with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
             outcome = await Optimizer(
                 initial.graph,
                 llm,
-                run.settings.method,
+                run.method,
                 scorer,
                 mapping or {},
                 train_,
                 val_,
                 test_,
                 record,
-                accept,
+                StepWriter(writer, record, log),
                 log,
                 progress,
             ).run()
         written = writer.target if write is not False else None
         return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, written)
 
+    optimize = _blocking(aoptimize)
+
+    def _named(self, examples: Examples | str | Data | None) -> Examples | str | Data:
+        """The examples given, else the data the file's data block names."""
+        if examples is not None:
+            return examples
+        if self.graph.data is None:
+            raise TypeError("give examples or a data set: this pipeline names no data (data { file = ... })")
+        return Data(self.graph.data.path)
+
     def _run(
-        self, train: Examples | str | Data, val: Examples, test: Examples, method: Method | None, settings: Mapping
+        self,
+        given: Examples | str | Data | None,
+        val: Examples,
+        test: Examples,
+        method: Method | None,
+        settings: Mapping,
     ) -> _Run:
         """What a run on these examples is asked, its splits, and the metric their data set scores with."""
-        resolved = self.method(method, **settings)
+        resolved, train = self.method(method, **settings), self._named(given)
         if isinstance(train, (str, Data)):
             data = Data(train) if isinstance(train, str) else train
             if val or test:
                 raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
-            dataset = datasets.load(data.name, data.data_dir, data.test_data)
-            # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
-            val_size = resolved.val_size if resolved.gate == "val" or "val_size" in settings else 0
-            splits = datasets.make_splits(dataset, resolved.train_size, val_size, resolved.test_size, resolved.seed)
-            resolved = replace(resolved, val_size=val_size)
-            run = _Run(
-                RunSettings(self.path, data.name, resolved, self.models, data.test_data),
-                (list(splits.train), list(splits.val), list(splits.test)),
-                dataset.metric,
-            )
-            empty = {
-                "train": ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
-                "gate": (
-                    "the gate split is empty: give ",
-                    Option(*(("val_size", "--val-size") if resolved.gate == "val" else ("train_size", "--train-size"))),
-                    " of at least 1, or ",
-                    Option("gate='none'", "--no-gate"),
-                ),
-            }
-        else:
-            sizes = [size for size in SIZES if size in settings]
-            if sizes:
-                raise TypeError(f"{sizes[0]} cuts a data set; examples given as lists are their own sizes")
-            samples = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
-            resolved = replace(
-                resolved, train_size=len(samples[0]), val_size=len(samples[1]), test_size=len(samples[2])
-            )
-            run = _Run(RunSettings(self.path, "examples", resolved, self.models), samples, "exact")
-            empty = {
-                "train": ("train is empty: optimizing learns from the training examples' errors",),
-                "gate": (
-                    f"the gate split ({'train' if resolved.gate == 'train' else 'val'}) is empty: "
-                    "give examples for it, or gate='none'",
-                ),
-            }
-        train_, val_, _ = run.splits
-        if resolved.iterations and not train_:
-            raise SettingError(*empty["train"])
-        if resolved.gate != "none" and not (train_ if resolved.gate == "train" else val_):
-            raise SettingError(*empty["gate"])
-        return run
+            cut = splits.from_dataset(datasets.load(data.name, data.data_dir, data.test_data), resolved, settings)
+            sha = datasets.fingerprint(data.name, data.test_data)
+            return _Run(cut.method, cut.splits, cut.metric, data.name, data.test_data, sha)
+        cut = splits.from_examples(train, val, test, resolved, settings)
+        return _Run(cut.method, cut.splits, cut.metric, "examples")
 
     # --- the event loops -----------------------------------------------------------
-
-    def _llm(self) -> LLM:
-        return self._session.llm()
-
-    def _sync(self, work: Awaitable[T]) -> T:
-        return self._session.sync(work)
 
     def close(self) -> None:
         """Close the connections that sync calls opened (they also close when the pipeline is collected).
@@ -801,9 +604,7 @@ class Pipeline:
 
     async def aclose(self) -> None:
         """Close the connections this event loop's calls opened."""
-        llm = self._session.llms.pop(asyncio.get_running_loop(), None)
-        if llm is not None:
-            await llm.aclose()
+        await self._session.aclose()
 
     def __enter__(self) -> Pipeline:
         return self
@@ -828,118 +629,15 @@ class _Lost(CallFailed):
         self.prediction = prediction
 
 
-class _Session:
-    """What a pipeline and its `with_prompts` twins share: models, limits, cache, ledger, and one LLM layer
-    per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop,
-    one per thread (a loop runs in one thread at a time)."""
-
-    def __init__(self, models: dict[str, ModelSpec], cache: ResponseCache | None, limits: dict):
-        self.models, self.cache, self.limits = models, cache, limits
-        self.ledger = Ledger()
-        self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
-        self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
-        self._finalizers: list[weakref.finalize] = []
-        self._lock = threading.Lock()  # threads add and drop loops' LLM layers
-        self.closed = False
-
-    def check_open(self) -> None:
-        if self.closed:
-            raise PipelineClosed(
-                "this pipeline is closed (close() was called, or its `with` block ended); "
-                "load it again to make more calls"
-            )
-
-    def llm(self) -> LLM:
-        self.check_open()
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if loop not in self.llms:
-                for gone in [old for old in self.llms if old.is_closed()]:  # asyncio.run's loops, ended
-                    del self.llms[gone]
-                # long-lived: a call fails alone; each evaluate or optimize is a command that may stop early
-                self.llms[loop] = LLM(
-                    self.models, cache=self.cache, ledger=self.ledger, whole_session=False, **self.limits
-                )
-            return self.llms[loop]
-
-    def sync(self, work: Awaitable[T]) -> T:
-        try:
-            asyncio.get_running_loop()
-            inside_a_loop = True
-        except RuntimeError:
-            inside_a_loop = False
-        if self.closed or inside_a_loop:
-            getattr(work, "close", lambda: None)()  # never started: no "never awaited" warning
-            self.check_open()
-            raise RuntimeError(
-                "a Pipeline's sync methods cannot run inside an event loop: "
-                "use `await pipeline.acall(...)`, `abatch` or `aevaluate`"
-            )
-        loop = self.loops.get(threading.get_ident())
-        if loop is None or loop.is_closed():
-            loop = self.loops[threading.get_ident()] = asyncio.new_event_loop()
-            self._finalizers.append(weakref.finalize(self, _shut, loop, self.llms))
-        try:
-            return loop.run_until_complete(work)
-        except BaseException:  # Ctrl-C: the rows still in flight must not go on calling at the next use
-            _cancel_pending(loop)
-            raise
-
-    def close(self) -> None:
-        self.closed = True
-        for finalizer in self._finalizers:
-            finalizer()
-
-
-def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
-    pending = asyncio.all_tasks(loop)
-    for task in pending:
-        task.cancel()
-    if pending:
-        loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
-
-
-def _shut(loop: asyncio.AbstractEventLoop, llms: dict) -> None:
-    """Close a private loop's connections, then the loop (not one another thread is running a call on)."""
-    if loop.is_closed() or loop.is_running():
-        return
-    _cancel_pending(loop)
-    llm = llms.pop(loop, None)
-    if llm is not None:
-        loop.run_until_complete(llm.aclose())
-    loop.close()
-
-
-def _check_concurrency(concurrency: Any) -> None:
-    if concurrency is not None and (
-        isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1
-    ):
-        raise ValueError(f"concurrency must be a whole number of at least 1, got {concurrency!r}")
-
-
 @dataclass(frozen=True)
 class _Run:
-    settings: RunSettings
+    method: Method  # the sizes are those of the splits drawn
     splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
     metric: str  # the data set's, for a pipeline that names none
+    data: str  # a data set's name or path, or "examples"
+    test_data: str | None = None
+    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint)
 
 
-def _input_text(name: str, value: Any) -> str:
-    """One input as text; a value JSON cannot hold (bytes, a set, a tuple key, nesting past Python's limit) or
-    UTF-8 cannot carry (a lone surrogate) is named."""
-    try:
-        text = as_text(value)
-        text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InputError(
-            f"input '{name}' holds a lone surrogate ({exc.object[exc.start]!r}), which no model request can carry"
-        ) from None
-    except (TypeError, ValueError, RecursionError) as exc:
-        reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
-        raise InputError(f"input '{name}' cannot be sent as text or JSON: {reason}") from None
-    return text
-
-
-def _typed(graph: Graph, text: str | None) -> Any:
-    """The answer as Python: a number as int or float, a JSON value or a record (a dict) as read from JSON."""
-    return None if text is None else python_value(graph.output_type, text)
+def _name(metric: Callable) -> str:
+    return str(getattr(metric, "__name__", metric))

@@ -22,10 +22,11 @@ from .errors import SbpcError
 from .language.graph import Graph
 from .language.method import SETTINGS, SIZES, SettingError, check
 from .learning.stats import t_interval
+from .records.report import diff_html, escape, eval_facts, page, plot_intervals, sample_html, score_changes_html, table
+from .records.runs import Run, RunsError, is_right
 
 if TYPE_CHECKING:
     from .api import Data, Pipeline
-    from .records.runs import Run
 
 # what --vary may change
 VARIABLE = (
@@ -330,8 +331,6 @@ def markdown(results: Sequence[RowResult], experiment: Experiment) -> str:
 
 
 def html(results: Sequence[RowResult], experiment: Experiment) -> str:
-    from .records.report import escape, page, plot_intervals, table
-
     labels = [r.row.label for r in results]
     accuracy = [r.accuracy() for r in results]
     difference = [r.difference(results[0]) for r in results]
@@ -368,9 +367,6 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
 def compare_evals(a: Run, b: Run) -> str:
     """Two evaluations of the same data as one page: the samples both scored, paired by id; which flipped
     (wrong -> right, right -> wrong), and the paired difference of scores (B - A) with its 95% t interval."""
-    from .records.report import diff_html, escape, eval_facts, page, sample_html, score_changes_html, table
-    from .records.runs import RunsError, is_right
-
     ours = a.evaluation.get("samples", [])
     theirs = {x["id"]: x for x in b.evaluation.get("samples", [])}
     pairs = [(x, theirs[x["id"]]) for x in ours if x["id"] in theirs]
@@ -390,6 +386,14 @@ def compare_evals(a: Run, b: Run) -> str:
     ]
     if (a.settings.data, a.evaluation.get("split")) != (b.settings.data, b.evaluation.get("split")):
         body.append('<p class="rejected">the two evaluations scored different data; only shared ids are paired</p>')
+    body += _flips_html(fixed, broken) + [score_changes_html(pairs)] + _prompt_changes_html(a, b)
+    body += [f"<h2>A: {escape(a.name)}</h2>", eval_facts(a), f"<h2>B: {escape(b.name)}</h2>", eval_facts(b)]
+    return page(f"sbpc: {a.name} vs {b.name}", "\n".join(body))
+
+
+def _flips_html(fixed: list, broken: list) -> list[str]:
+    """The samples that flipped each way: a table of them, then each one's prompts and replies, A's and B's."""
+    body = []
     for title, flips in (("wrong -> right", fixed), ("right -> wrong", broken)):
         body.append(f"<h2>{title} ({len(flips)})</h2>")
         if not flips:
@@ -401,12 +405,13 @@ def compare_evals(a: Run, b: Run) -> str:
             )
         )
         body += [sample_html(x, "A: ") + sample_html(y, "B: ") for x, y in flips]
-    body.append(score_changes_html(pairs))
+    return body
+
+
+def _prompt_changes_html(a: Run, b: Run) -> list[str]:
+    """Each prompt that differs between the two evaluations, as a word diff from A's to B's."""
     prompts_a, prompts_b = a.prompts_at(0), b.prompts_at(0)
     changed = sorted(name for name in {*prompts_a, *prompts_b} if prompts_a.get(name) != prompts_b.get(name))
-    body.append(f"<h2>prompts changed from A to B ({len(changed)})</h2>")
-    body += [
+    return [f"<h2>prompts changed from A to B ({len(changed)})</h2>"] + [
         f"<p><b>{escape(name)}</b></p>{diff_html(prompts_a.get(name, ''), prompts_b.get(name, ''))}" for name in changed
     ]
-    body += [f"<h2>A: {escape(a.name)}</h2>", eval_facts(a), f"<h2>B: {escape(b.name)}</h2>", eval_facts(b)]
-    return page(f"sbpc: {a.name} vs {b.name}", "\n".join(body))

@@ -40,8 +40,8 @@ where it is raised and turned into what the line says, never met by a user):
     call fails
   * MetricFailed (runtime.evaluate) - inside sbpc: a metric could not score one answer; that sample is unscored
   * RunsError (records.runs) - no such run or iteration, or a file the run's prompts do not fit
-  * InputError (api) [ValueError] - inputs a pipeline cannot take: unknown, missing or not sendable
-  * PipelineClosed (api) [RuntimeError] - a call on a pipeline after close()
+  * InputError (runtime.inputs) [ValueError] - inputs a pipeline cannot take: unknown, missing or not sendable
+  * PipelineClosed (runtime.session) [RuntimeError] - a call on a pipeline after close()
   * CompareError (compare) - a --vary that cannot be run, or a row that could not finish
   * ServeError (serve) - `sbpc serve` could not start: the address is taken, unknown or not this machine's
   * UsageError (cli.flags) - inside sbpc: bad flags, printed as argparse prints its own, with exit code 2

@@ -38,6 +38,15 @@ def interrupted_write(path: str) -> Path | None:
         return None
 
 
+def finish_write(path: str) -> None:
+    """Complete the in-place write `interrupted_write` found: the whole copy's bytes into the file (every hard
+    link sees them), then the copy removed."""
+    real = Path(os.path.realpath(path))
+    copy = temporary(real)
+    _write_synced(real, copy.read_bytes())
+    copy.unlink()
+
+
 def atomic_write(path: Path, text: str, *, bom: bool = False, mode_from: Path | None = None) -> None:
     """Temporary file, fsync, rename: a reader sees the old file or the new one, never half of one.
 

@@ -10,7 +10,8 @@ seconds would cost money), so a model server that is down shows as 502s on POST,
 Bad input is the client's to fix: 400 with the reason (413 past the size limit, 408 for a
 body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
 Hostile clients are bounded: headers must arrive within HEADER_TIMEOUT, and past MAX_CONNECTIONS
-open connections a new one is closed at once, so half-sent requests cannot lock others out.
+open connections a new one is answered 503 with Retry-After (never reset), so half-sent requests cannot
+lock others out for longer than the header timeout.
 Every request is logged on stderr, one line each (address, request line, status, size, seconds).
 Bytes that are not HTTP get aiohttp's plain-text 400 (there is no request to answer in JSON) and a
 log line with the parser's reason.
@@ -31,15 +32,17 @@ from dataclasses import asdict
 
 from aiohttp import web
 
-from .api import BudgetExceeded, CallFailed, InputError, LLMError, Pipeline, Prediction
+from .api import BudgetExceeded, CallFailed, LLMError, Pipeline, Prediction
 from .errors import SbpcError
 from .language.diagnostics import json_text
+from .runtime.inputs import InputError
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
 BODY_TIMEOUT = 30.0  # seconds to send a body: a client trickling bytes does not hold a connection forever
 GRACE = 30.0  # seconds requests in flight get to finish once the server is told to stop
 HEADER_TIMEOUT = 10.0  # seconds a connection may sit without a whole request line and headers (or idle)
 MAX_CONNECTIONS = 256  # open connections at most: well below the process's file descriptors (1,024 here)
+RETRY_AFTER = 1  # seconds a client past MAX_CONNECTIONS is told to wait: half-open ones go by HEADER_TIMEOUT
 ACCESS_FORMAT = '%a "%r" %s %b %Tfs'
 
 
@@ -137,17 +140,49 @@ def _error(status: int, reason: str) -> web.Response:
     return web.json_response({"error": reason}, status=status)
 
 
-def _cap_connections(server: web.Server, most: int) -> None:
-    """Past `most` open connections a new one is closed as soon as it is accepted: a flood of half-open
-    clients cannot use up the file descriptors (which stops accept() for everyone and floods the log)."""
-    admit = server.connection_made
+class _CappedSite(web.TCPSite):
+    """aiohttp's TCPSite, but a connection past `most` open ones gets `_Busy`, not a request handler: a flood
+    of half-open clients cannot use up the file descriptors (which stops accept() for everyone), and a client
+    past the cap learns when to come back instead of being reset."""
 
-    def connection_made(handler, transport) -> None:
-        if len(server.connections) >= most:
-            transport.close()  # aiohttp's connection_lost follows and clears its bookkeeping
-        admit(handler, transport)
+    def __init__(self, runner: web.AppRunner, host: str, port: int, most: int):
+        super().__init__(runner, host, port)
+        self.most = most
 
-    server.connection_made = connection_made  # type: ignore[method-assign]  # aiohttp has no hook for this
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner, which stops it
+        server = self._runner.server
+        assert server is not None  # set by the runner's setup()
+
+        def protocol() -> asyncio.BaseProtocol:
+            return _Busy() if len(server.connections) >= self.most else server()
+
+        self._server = await asyncio.get_running_loop().create_server(
+            protocol, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
+        )
+
+
+class _Busy(asyncio.Protocol):
+    """A connection past the cap: answered 503 with Retry-After at once, closed once the client has read it.
+    What the client sends is read and dropped: closing with it unread would reset the connection, and a
+    reset can destroy the answer before the client reads it."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # a TCP connection
+        body = json.dumps({"error": f"the server is at its limit of {MAX_CONNECTIONS} connections: try again"})
+        transport.write(
+            b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: %d\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (RETRY_AFTER, len(body), body.encode())
+        )
+        transport.write_eof()  # the client reads the answer, then the end, and closes its side
+        asyncio.get_running_loop().call_later(HEADER_TIMEOUT, transport.close)  # one that never closes
+        _log("sbpc.serve").info("refused a connection: %d open, the limit (503)", MAX_CONNECTIONS)
+
+    def data_received(self, data: bytes) -> None:
+        """The request of a connection past the cap: dropped, its answer is already sent."""
+
+    def eof_received(self) -> None:
+        """The client is done: the transport closes (returning None says so)."""
 
 
 class _Stderr(logging.StreamHandler):
@@ -200,10 +235,8 @@ async def start(pipeline: Pipeline, host: str, port: int, allow_trace: bool = Fa
         keepalive_timeout=HEADER_TIMEOUT,
     )
     await runner.setup()
-    assert runner.server is not None  # set by setup()
-    _cap_connections(runner.server, MAX_CONNECTIONS)
     try:
-        await web.TCPSite(runner, host, port).start()
+        await _CappedSite(runner, host, port, MAX_CONNECTIONS).start()
     except OSError as exc:  # in use, not this machine's address, a name that does not resolve
         await runner.cleanup()
         reason = exc.strerror or str(exc)

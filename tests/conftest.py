@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -126,3 +127,12 @@ node said: text { prompt = say }
 topic -> said
 output said
 """
+
+
+def wait_until(condition, within: float) -> float:
+    """Seconds until `condition()` held; fails past `within`. Tests wait on a condition, never a clock."""
+    start = time.monotonic()
+    while not condition():
+        assert time.monotonic() - start < within, "timed out"
+        time.sleep(0.01)
+    return time.monotonic() - start

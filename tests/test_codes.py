@@ -168,6 +168,13 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
     ),
+    "E128": ("p.sbp", HEADER + OK + 'model forward { name = "opneai/gpt-4o-mini" }\n'),
+    "E130": ("p.sbp", HEADER + OK + 'data mine { file = "d.jsonl" }\n'),
+    "E131": ("p.sbp", HEADER + OK + "data { train = 3 }\n"),
+    "E132": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  seed = 1 }\noptimize { seed = 2 }\n'),
+    "E133": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl" }\ndata { file = "e.jsonl" }\n'),
+    "E134": ("p.sbp", HEADER + OK + 'data { file = "missing.jsonl" }\n'),
+    "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
     "W020": (
         "p.sbp",
         HEADER + "node t: choice(x, y) {}\nnode a: text {}\nnode b: text {}\nnode c: text {}\nq -> t\n"

@@ -38,3 +38,18 @@ def test_a_cycle_through_a_product_statement_is_still_reported_where_it_starts()
     cycles = [d for d in caught.value.diagnostics if d.message.startswith("cycle:")]
     assert [d.message for d in cycles] == ["cycle: a5 -> b299 -> a5"]
     assert cycles[0].span.line == 3 + 5  # `node a5` is declared on line 8
+
+
+def test_compile_emit_prompts_is_bounded_and_says_where_it_stopped(tmp_path, capsys, monkeypatch):
+    """On a 1,500 x 1,500-edge graph `--emit prompts` printed 768 MB over 300 s. The prompts end at a bound
+    (here 1 MB, for a 300 x 300 graph that has 63), and the last line says they were cut short."""
+    from sembp_dsl import cli
+    from sembp_dsl.language import emit
+
+    monkeypatch.setattr(emit, "MAX_PROMPT_CHARS", 2**20)
+    path = tmp_path / "wide.sbp"
+    path.write_text(node_product(300))
+    assert cli.main(["compile", str(path), "--emit", "prompts"]) == 0
+    out = capsys.readouterr().out
+    assert len(out) < 2**20 + 100_000  # the bound, and the one section that crossed it
+    assert out.rstrip().endswith("more prompts than anyone reads ===")

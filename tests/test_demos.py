@@ -297,6 +297,28 @@ def test_a_rejected_set_leaves_the_file_as_it_was(tmp_path):
     assert not script.of_kind("optimizer") and not script.of_kind("backward")  # only demos were asked for
 
 
+def test_an_example_the_file_cannot_hold_is_left_out_with_why_and_the_rest_is_written(tmp_path, adder):
+    """A training row holding a NUL, answered right, would make the write-back fail at the end of the run and the
+    whole result be lost: its example is left out, with why, and the set of the others is written."""
+    server, _ = adder
+    path = pipeline_file(tmp_path, server)
+    train = [{**row, "question": row["question"] + "\x00"} if row["answer"] == "4" else row for row in rows((2, 4, 3))]
+    with sbp.load(path) as pipeline:
+        optimized = pipeline.optimize(
+            train, rows((11, 13, 15, 17, 19, 20)), iterations=1, only=("shots",), write=True, runs_dir=tmp_path / "runs"
+        )
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert iteration.accepted and shots.samples == ["train:2"]  # 4 + 4 held the NUL
+    assert shots.left_out == ["train:1: question: control character \\x00 in a string; pipelines hold text"]
+    assert '{question: "What is 4 + 4?", answer: "8"}' in path.read_text() and "\\u0000" not in path.read_text()
+    assert "left out, as the file cannot hold it: sample train:1" in summary(iteration, 1, 3)
+    assert "left out, as the pipeline file cannot hold it: sample train:1" in render_show(
+        resolve("1", tmp_path / "runs")
+    )
+    assert check(json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())) is None
+
+
 class Talker(Adder):
     """Answers right on even numbers, then talks on: a small max_tokens cuts the answer's text short."""
 

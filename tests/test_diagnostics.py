@@ -249,7 +249,7 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     import jsonschema
     import yaml
 
-    from sembp_dsl.language import checker
+    from sembp_dsl.language import checker, maps
     from sembp_dsl.language.metrics import JUDGE_SETTINGS
     from sembp_dsl.language.yaml_form import schema
 
@@ -268,7 +268,7 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
                 assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
                 assert defs[name]["properties"][key]["maximum"] == high
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
-    assert set(node) == {"type", *checker.NODE_SETTINGS}
+    assert set(node) == {"type", "each", *checker.NODE_SETTINGS, *maps.SETTINGS}  # `each`: a map's `for each`
     assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
     assert schema()["properties"]["metric"]["$ref"] == "#/$defs/name"  # a built-in, or a metric the file defines
     assert set(schema()["$defs"]["judge"]["properties"]) == set(JUDGE_SETTINGS)

@@ -118,8 +118,9 @@ def test_every_error_a_public_method_raises_is_exported_and_documented():
 def test_exported_names_are_the_classes_the_package_raises():
     from sembp_dsl import api
     from sembp_dsl.models import llm
+    from sembp_dsl.runtime import inputs, session
 
-    assert sbp.InputError is api.InputError and sbp.PipelineClosed is api.PipelineClosed
+    assert sbp.InputError is inputs.InputError and sbp.PipelineClosed is session.PipelineClosed
     assert sbp.CallFailed is llm.CallFailed and sbp.Pipeline is api.Pipeline
 
 

@@ -321,3 +321,26 @@ def test_the_language_doc_shows_liar_sbp_as_it_is():
     shown = re.search(r"```sbp\n(pipeline liar .*?)```", doc, re.S).group(1)
     whole = (ROOT / "pipelines/liar.sbp").read_text()
     assert whole.endswith(shown) and format_text(shown) == shown
+
+
+def test_formatting_a_long_file_makes_no_full_garbage_collection():
+    """`sbpc fmt` of an 838 KB, 20,000-node chain took over 300 s: its three parses make millions of acyclic
+    objects, and each full collection walks all of them, so time grew faster than the file. A full collection
+    during formatting is what made it superlinear (bench/hostile_sizes.py measures the time itself)."""
+    import gc
+
+    text = "pipeline chain\ninput q: text\n" + "".join(f"node n{i}: text {{}}\n" for i in range(3000))
+    text += "".join(f"{'q' if i == 0 else f'n{i - 1}'} -> n{i}\n" for i in range(3000)) + "output n2999\n"
+    full = []
+
+    def count(phase, info):
+        if phase == "start" and info["generation"] == 2:
+            full.append(info)
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        format_text(text)
+    finally:
+        gc.callbacks.remove(count)
+    assert full == []

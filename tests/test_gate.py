@@ -7,7 +7,7 @@ import random
 from collections.abc import Collection
 
 from sembp_dsl.learning.gate import Gate, settled
-from sembp_dsl.learning.stats import gate_passes
+from sembp_dsl.learning.stats import Superiority, gate_passes
 
 ALPHAS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)
 
@@ -132,7 +132,7 @@ def test_a_settled_decision_holds_for_every_outcome_of_the_samples_left():
     possible loss a loss or a tie), a settled decision is the decision."""
     for alpha in ALPHAS:
         for wins, losses, possible_wins, possible_losses in itertools.product(range(7), repeat=4):
-            decision = settled(wins, losses, possible_wins, possible_losses, alpha)
+            decision = settled(wins, losses, possible_wins, possible_losses, Superiority(alpha))
             outcomes = {
                 gate_passes(wins + a, losses + b, alpha)
                 for a in range(possible_wins + 1)

@@ -66,6 +66,21 @@ def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, mess
     assert re.search(r"p\.sbp:4:1: error\[E05[012]\]: template", err) and "Traceback" not in err
 
 
+def test_the_render_time_limit_holds_for_the_whole_check(tmp_path):
+    """A template that takes its whole 3 s, used by six nodes: `check` spent 3 s on each (a file of them took
+    over 400 s). The 3 s are the whole check's: the first is an error, the others are said to be untried."""
+    slow = "{% for i in range(100000) %}{{ ('x' * 200000).count('y') }}{% endfor %}"
+    path = tmp_path / "p.sbp"
+    nodes = "".join(f"node n{i}: text {{ template = t{i} }}\nq -> n{i}\n" for i in range(6))
+    templates = "".join(f'template t{i} = """\n{slow}{i}\n"""\n' for i in range(6))
+    path.write_text(HEADER + templates + nodes + "output n0\n")
+    start = time.monotonic()
+    code, err = run_cli("check", str(path))
+    assert time.monotonic() - start < 3 + 5  # the limit, and the rest of check on a loaded machine
+    assert code == 1 and err.count("took more than 3 s") == 1, err
+    assert "not tried: this check's 3 s for rendering templates were spent" in err, err
+
+
 def test_a_template_that_fails_on_some_data_is_a_per_sample_render_error(tmp_path):
     # `q|int` of a placeholder is 0, so check cannot know: a warning, and at run time this sample's error
     path = template_file(tmp_path, "{{ 10 / (q|int) }}")

@@ -316,7 +316,7 @@ def test_emitters():
     assert prompts.count(": optimizer ===") == len(graph.trainable) == 6
     section = prompts.split("=== verdict_task: optimizer ===\n")[1]
     assert 'used by the component "verdict"' in section and "How the output should change:\n<gradient>" in section
-    assert "Keep it under 800 characters" in section
+    assert "keep it under 800 characters" in section
 
 
 def test_templates_render_in_a_sandbox(tmp_path):

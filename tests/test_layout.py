@@ -99,3 +99,104 @@ def test_the_readme_map_names_every_module():
     layout = readme[readme.index("## Layout") :].split("\n## ")[0]
     modules = {p.name for p in PACKAGE.rglob("*.py") if p.stem not in ("__init__", "__main__")}
     assert not sorted(name for name in modules if name not in layout)
+
+
+def _module_names() -> set[str]:
+    """Every module of the package as a dotted name below it ("cli.lsp"; "" is the package itself)."""
+    names = set()
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        names.add(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def _edges(module: str, source: str, known: set[str]) -> set[str]:
+    """The package's modules that `module` imports at run time, at module level or in a function (what it names
+    under `if TYPE_CHECKING:` never runs). `from X import y` counts as importing X.y when y is a module."""
+    tree = ast.parse(source)
+    checking = [n for n in ast.walk(tree) if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"]
+    typed = {id(node) for block in checking for statement in block.body for node in ast.walk(statement)}
+    here = module.split(".") if module else []
+    package = here if (PACKAGE / Path(*here) / "__init__.py").is_file() and here else here[:-1]
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in typed:
+            continue
+        if isinstance(node, ast.Import):
+            targets = [
+                a.name.removeprefix("sembp_dsl").lstrip(".") for a in node.names if a.name.split(".")[0] == "sembp_dsl"
+            ]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package[: len(package) - node.level + 1]
+                origin = ".".join([*base, node.module] if node.module else base)
+            elif (node.module or "").split(".")[0] == "sembp_dsl":
+                origin = (node.module or "").removeprefix("sembp_dsl").lstrip(".")
+            else:
+                continue
+            inner = [f"{origin}.{a.name}".lstrip(".") for a in node.names]
+            targets = [name if name in known else origin for name in inner]
+        else:
+            continue
+        found.update(t for t in targets if t in known and t != module)
+    return found
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    groups = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def _import_graph() -> dict[str, set[str]]:
+    known = _module_names()
+    graph = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        graph[module] = _edges(module, path.read_text(encoding="utf-8"), known)
+    return graph
+
+
+def test_no_module_is_part_of_an_import_circle():
+    assert _cycles(_import_graph()) == []
+
+
+def test_an_import_circle_is_found_through_relative_and_function_level_imports():
+    known = {"cli", "cli.commands", "cli.lsp", "cli.routers", "language", "language.source"}
+    commands = "from .lsp import serve\n"
+    lsp = "def f():\n    from . import commands\n    from ..language import source\n"
+    graph = {
+        "cli.commands": _edges("cli.commands", commands, known),
+        "cli.lsp": _edges("cli.lsp", lsp, known),
+        "language.source": _edges("language.source", "from ..cli.routers import x\n", known),
+    }
+    assert graph["cli.lsp"] == {"cli.commands", "language.source"}
+    assert _cycles(graph) == [["cli.commands", "cli.lsp"]]
+    assert _cycles({**graph, "cli.lsp": {"language.source"}}) == []

@@ -434,3 +434,48 @@ def test_lines_count_utf16_units_and_only_lsp_line_breaks():
         if text[at - 1 : at] != "\r" or text[at : at + 1] != "\n":  # the middle of \r\n is no position
             assert lines.offset(lines.position(at)) == at
     assert Lines(text, "utf-8").position(text.index('"', 5)) == types.Position(0, 9)
+
+
+SLOW = (
+    'pipeline slow "A template that takes its whole render limit"\ninput q: text\n'
+    'template heavy = """\n{% for i in range(100000) %}{{ (\'x\' * 200000).count(\'y\') }}{% endfor %}{{ q }}\n"""\n'
+    "node a: text { template = heavy }\nq -> a\noutput a\n"
+)
+
+
+def test_every_request_is_answered_within_a_second_while_a_slow_file_is_analysed(tmp_path):
+    """Opening a file whose template is slow to render left `sbpc lsp` silent for 20 s. Analysis runs off the
+    request loop: while it runs, requests on that file and on others are answered at once (from the last
+    reading), and a result made stale by a newer edit is never published."""
+
+    async def answered(request) -> object:
+        start = asyncio.get_running_loop().time()
+        answer = await request
+        assert asyncio.get_running_loop().time() - start < 1, "no answer within 1 s"
+        return answer
+
+    async def test():
+        async with Session(tmp_path) as lsp:
+            fast = (tmp_path / "liar.sbp").as_uri()
+            assert await lsp.open(fast, LIAR) == []
+            slow = (tmp_path / "slow.sbp").as_uri()
+            lsp.client.text_document_did_open(
+                types.DidOpenTextDocumentParams(types.TextDocumentItem(slow, "sbp", 1, SLOW))
+            )
+            edited = SLOW.replace("output a", "output  a")  # a newer version while the first is analysed
+            lsp.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    types.VersionedTextDocumentIdentifier(version=2, uri=slow),
+                    [types.TextDocumentContentChangeWholeDocument(edited)],
+                )
+            )
+            at = position(LIAR, LIAR.index("verdict_task"))
+            assert (await answered(lsp.hover(fast, at))) is not None
+            await answered(lsp.symbols(slow))
+            await answered(lsp.formatting(slow))
+            await answered(lsp.completion(fast, at))
+            (found,) = [d for d in await lsp.diagnostics(slow, 2) if d.code == "E052"]
+            assert "took more than 3 s" in found.message
+            assert [p.version for p in lsp.published[slow]] == [2]  # version 1's result was stale: dropped
+
+    run(test)

@@ -111,9 +111,7 @@ def test_fan_out_feedback_is_byte_identical_under_shuffled_latencies(tmp_path, f
         results.append(
             (
                 feedback,
-                graph.render_builtin(
-                    "optimizer", node="a", param="p", prompt="Think.", examples=examples, max_chars=800
-                ),
+                graph.optimizer_prompt("p", "a", examples),
             )
         )
     assert all(r == results[0] for r in results)

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 
 from sembp_dsl import cli
+from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.emit import EMITTERS, emit_prompts
 from sembp_dsl.language.graph import build
 from sembp_dsl.language.parser import parse
@@ -127,11 +128,11 @@ def check(tmp_path: Path, text: str, name: str = "p.sbp") -> tuple[int, str]:
 
 @pytest.mark.parametrize("path", sorted(p for p in (ROOT / "pipelines").iterdir() if p.suffix in (".sbp", ".yaml")))
 def test_every_shipped_pipeline_compiles_to_the_ir_it_always_did(path, monkeypatch):
-    """The IR JSON of each file as it was before issue 17 (tests/fixtures/ir, made by the old compiler):
-    a pipeline that uses none of the new features compiles exactly as it did, spans included."""
+    """The IR JSON of each file as it was when it shipped (tests/fixtures/ir): a change to the compiler
+    leaves every shipped pipeline compiling exactly as it did, spans included. A new pipeline ships
+    with its fixture."""
     fixture = FIXTURES / f"{path.name}.json"
-    if not fixture.exists():
-        pytest.skip(f"{path.name} is newer than the fixtures")
+    assert fixture.exists(), f"a shipped pipeline needs its IR in {fixture} (sbpc compile {path.name} --emit ir)"
     monkeypatch.chdir(ROOT)
     graph = compile_file(str(path.relative_to(ROOT)))
     assert EMITTERS["ir"](graph) + "\n" == fixture.read_text()
@@ -365,6 +366,18 @@ def test_the_prompts_show_the_system_message_the_fields_read_and_the_reply_forma
             "p.sbp:38:14: error[E077]: node 'draft' is text, not a record: it has no field 'verdict'",
         ),
         (
+            "Draft: {{ draft }}",
+            "Draft: {{ draft.reasn }}",
+            "p.sbp:26:19: error[E077]: node 'draft' is text, not a record: it has no field 'reasn'; "
+            "`{{ draft }}` is its whole value",
+        ),
+        (
+            "Ticket: {{ ticket }}\n  Draft",
+            "Ticket: {{ ticket.body }}\n  Draft",
+            "p.sbp:25:21: error[E077]: input 'ticket' is text, not a record: it has no field 'body'; "
+            "`{{ ticket }}` is its whole value",
+        ),
+        (
             "output judge.verdict",
             "output judge.reason\nmetric numeric",
             "p.sbp:39:8: error[E046]: metric 'numeric' needs a number output, but 'judge.reason' is text",
@@ -519,3 +532,17 @@ def test_the_editor_follows_params_models_and_system_messages():
     assert "model: strong (openai/gpt-4o-mini)" in document.hover(DESK.index("node judge") + len("node "))
     assert "used by: judge" in document.hover(DESK.index("model = strong") + len("model = "))
     assert "used by: draft, judge" in document.hover(DESK.index("param shared") + len("param "))
+
+
+def test_a_field_of_a_text_node_names_the_record_field_it_probably_meant(tmp_path):
+    """`{{ draft.reasn }}` on a text node: draft is text, not a record, and `rec.reason` is close."""
+    text = (
+        'pipeline t "A test"\ninput q: text\nparam p = "Draft."\nparam r = "Review {{ draft.reasn }}"\n'
+        "node draft: text { prompt = p }\nnode rec: {verdict: choice(Yes, No), reason: text} { prompt = p }\n"
+        "node review: text { prompt = r }\nq -> draft, rec\ndraft, rec -> review\noutput review\n"
+    )
+    with pytest.raises(PipelineError) as caught:
+        build(parse(text, "p.sbp"))
+    [error] = caught.value.diagnostics
+    assert error.code == "E077" and "node 'draft' is text, not a record: it has no field 'reasn'" in error.message
+    assert error.help == "did you mean 'rec.reason'?"

@@ -177,7 +177,7 @@ def test_the_length_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_pa
     """The built-in optimizer prompt says "Keep it under N characters", so a longer candidate is refused; an
     overriding one that never names max_chars (the paper's wording) is not held to a rule it never stated."""
     stated = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
-    assert "Keep it under 800 characters" in render_optimizer_prompt(stated)
+    assert "keep it under 800 characters" in render_optimizer_prompt(stated)
     old, long = stated.prompts["verdict_task"], "Decide carefully. " * 60  # 1,080 characters
     assert "too long" in (validate(stated, "verdict_task", old, long, []) or "")
     silent = TOY + 'template optimizer = """\nImprove: {{ prompt }}\nReply in <prompt>...</prompt>.\n"""\n'
@@ -186,9 +186,7 @@ def test_the_length_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_pa
 
 
 def render_optimizer_prompt(graph):
-    return graph.render_builtin(
-        "optimizer", node="verdict", param="verdict_task", prompt="p", examples=[], max_chars=800
-    )
+    return graph.optimizer_prompt("verdict_task", "verdict", [])
 
 
 # --- the loop, the gate, write-back ------------------------------------------------------------
@@ -525,6 +523,16 @@ def test_out_writes_elsewhere(tmp_path, fake_llm, script, capsys):
         capsys=capsys,
     )
     assert path.read_text() == before and "Improved instruction" in out.read_text()
+
+
+def test_out_with_no_step_kept_says_it_wrote_nothing_and_why(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "No"  # the improved prompt changes no answer: the gate keeps nothing
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    out = tmp_path / "mine.sbp"
+    flags = ["--data", data(tmp_path), "--train-size", "2", "--val-size", "2", "--iters", "1", "--out", str(out)]
+    code, printed = optimize(path, *flags, capsys=capsys)
+    assert code == 0 and not out.exists()
+    assert f"{out}: not written, as no prompt changed" in printed
 
 
 def _fates(tmp_path, name: str) -> list[str]:
@@ -896,3 +904,14 @@ def test_the_loop_spends_no_more_at_concurrency_64_than_at_16_and_decides_the_sa
         decisions[concurrency] = [(it["accepted"], it["gate"] and it["gate"]["decided_after"]) for it in iterations]
     assert spent[64] <= spent[16] and decisions[64] == decisions[16]
     assert any(accepted for accepted, _ in decisions[16])
+
+
+def test_the_sentence_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_path, fake_llm):
+    """The built-in optimizer prompt asks for one to three sentences, and the candidate's grammar holds a
+    reply to that; an overriding prompt that never names max_sentences leaves the reply free."""
+    stated = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
+    assert "one to 3 sentences" in render_optimizer_prompt(stated)
+    assert stated.candidate_shape("verdict_task").fields[0].sentences == 3
+    silent = TOY + 'template optimizer = """\nImprove: {{ prompt }}\nReply in <prompt>...</prompt>.\n"""\n'
+    unstated = compile_file(str(write(tmp_path, "paper.sbp", silent, fake_llm.url)))
+    assert unstated.candidate_shape("verdict_task").fields[0].sentences is None

@@ -54,3 +54,21 @@ def test_every_field_of_a_trace_as_json_is_documented():
     text = (Path(__file__).parent.parent / "docs" / "runtime.md").read_text()
     table = text[text.index("| `NodeTrace` | |") :].split("\n\n")[0]
     assert not [f.name for f in dataclasses.fields(NodeTrace) if f"`{f.name}`" not in table]
+
+
+def test_the_python_examples_leave_nothing_open(tmp_path, fake_llm):
+    """Run as a script, the examples end with no "Unclosed client session" or other ResourceWarning: what the API
+    opens, it closes (a `with` block, close(), or the end of the process)."""
+    import os
+    import subprocess
+    import sys
+
+    (pipeline,) = blocks("sbp")
+    (tmp_path / "triage.sbp").write_text(pipeline)
+    script = "\n".join(blocks("python")) + "\n"
+    env = {**os.environ, "OPENAI_BASE_URL": fake_llm.url, "PYTHONWARNINGS": "always::ResourceWarning"}
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "Unclosed" not in done.stderr and "ResourceWarning" not in done.stderr, done.stderr[-2000:]

@@ -93,6 +93,24 @@ MALFORMED = {
         "a value YAML cannot read",
     ),
     "nesting deeper than Python's stack": ("model_list: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    "an infinite rpm": ({"model_list": [deployment(rpm=float("inf"))]}, "`rpm` must be a number"),
+    "a !!bool key among a deployment's settings": (
+        "model_list:\n  - model_name: pool\n    litellm_params: {model: openai/x, !!bool true: 1}\n",
+        "model_list[0].litellm_params: the key True is not a string",
+    ),
+    "a !!timestamp key for an alias": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x}}]\n"
+        "router_settings: {model_group_alias: {!!timestamp 2020-01-01: pool}}\n",
+        "router_settings.model_group_alias: the key 2020-01-01 is not a string",
+    ),
+    "a !!timestamp value sent with each call": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x, temperature: !!timestamp 2020-01-01}}]\n",
+        "model_list[0].litellm_params.temperature: a date",
+    ),
+    "a !!binary value": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x, seed: !!binary aGVsbG8=}}]\n",
+        "model_list[0].litellm_params.seed: bytes",
+    ),
 }
 
 
@@ -335,3 +353,50 @@ def test_a_key_read_from_an_unset_variable_is_named_in_one_line_before_any_call(
     lines = [line for line in error.splitlines() if "SBPC_UNSET_KEY" in line]
     assert len(lines) == 1 and path in lines[0] and "$SBPC_UNSET_KEY, which is not set" in lines[0], error
     assert "OPENAI_API_KEY" not in error and "Traceback" not in error
+
+
+def test_check_names_a_model_group_the_router_file_does_not_define(tmp_path, capsys):
+    """check passed a pipeline whose model block names a group the file lacks; run refused it."""
+    write(tmp_path, {"model_list": [deployment("pool")]})
+    (tmp_path / "toy.sbp").write_text(TOY + 'model { name = "pol"  router = "router.yaml" }\n')
+    code = cli.main(["check", str(tmp_path / "toy.sbp")])
+    error = capsys.readouterr().err
+    assert code == 1 and "error[E070]: router config " in error, error
+    assert "unknown model group 'pol'; did you mean 'pool'" in error, error
+
+
+def test_a_router_file_with_its_own_retries_fails_within_the_timeout(tmp_path):
+    """With `num_retries` in the file, sbpc retried each timed-out Router call on top of the Router's own
+    retries: `--timeout 5` took 88-95 s to fail. The file's retries are the whole retry chain."""
+    from sembp_dsl.models.transport import import_litellm
+
+    import_litellm()  # not timed
+    with FakeServer(reply="ok", fault_rate=1.0, fault_kinds=[500]) as server:
+        path = write(tmp_path, {"model_list": [deployment(url=server.url)], "router_settings": {"num_retries": 3}})
+        llm = LLM(routed(path), timeout=1.0)  # sbpc's own retries and backoff as a run has them
+        start = time.perf_counter()
+        with pytest.raises(CallFailed):
+            llm.run(llm.complete("forward", "hello"))
+    assert time.perf_counter() - start < 4  # the timeout, and the slack of a loaded machine
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_litellms_logging_stays_off_stderr_unless_asked_for(asked):
+    """With `fallbacks`, the Router's "LiteLLM Router:ERROR ... Cooldown" lines reached stderr (10 for one
+    run), beside sbpc's own report of the same failures. litellm logs only when LITELLM_LOG asks it to."""
+    import os
+    import subprocess
+    import sys
+
+    probe = (
+        "import logging\nfrom sembp_dsl.models.transport import import_litellm\nimport_litellm()\n"
+        "logging.getLogger('LiteLLM Router').error('Cooldown probe')\n"
+    )
+    env = {key: value for key, value in os.environ.items() if key != "LITELLM_LOG"}
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        env={**env, "LITELLM_LOG": "ERROR"} if asked else env,
+    )
+    assert done.returncode == 0 and ("Cooldown probe" in done.stderr) == asked, done.stderr

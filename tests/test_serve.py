@@ -15,7 +15,7 @@ import threading
 import time
 
 import pytest
-from conftest import ECHO
+from conftest import ECHO, wait_until
 from fake_server import FakeServer
 
 DELAY = 3.0  # seconds the fake model takes per call: far longer than it may take to see a client leave
@@ -86,15 +86,6 @@ def answer(client: socket.socket) -> tuple[int, dict]:
     return int(head.split()[1]), json.loads(body)
 
 
-def wait_until(condition, within: float) -> float:
-    """Seconds until `condition()` held; fails past `within`."""
-    start = time.monotonic()
-    while not condition():
-        assert time.monotonic() - start < within, "timed out"
-        time.sleep(0.01)
-    return time.monotonic() - start
-
-
 def answer_in_background(client: socket.socket):
     """Read the answer in a thread; call the result to wait for it."""
     answers: list = []
@@ -131,3 +122,95 @@ def test_a_call_shared_with_a_client_that_hung_up_still_answers_the_one_that_sta
     status, body = stayed(3 * DELAY)
     assert status == 200 and body["output"] == "something"
     assert model.requests == 1  # the call went on for the client that stayed: not cancelled, not asked again
+
+
+class Serving:
+    """`serve.start` of ECHO on a loop in a thread, its limits as a test sets them: the URL, and the loop."""
+
+    def __init__(self, tmp_path, model_url: str):
+        import asyncio
+
+        import sembp_dsl as sbp
+        from sembp_dsl import serve
+
+        path = tmp_path / "echo.sbp"
+        path.write_text(ECHO)
+        self.pipeline = sbp.load(path, model="openai/fake", api_base=model_url, cache=False)
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+        self.runner = asyncio.run_coroutine_threadsafe(serve.start(self.pipeline, "127.0.0.1", 0), self.loop).result(30)
+        self.url = f"http://127.0.0.1:{self.runner.addresses[0][1]}"
+
+    def close(self) -> None:
+        import asyncio
+
+        asyncio.run_coroutine_threadsafe(self.runner.cleanup(), self.loop).result(60)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(10)
+
+
+def half_sent(url: str, headers: bool = True) -> socket.socket:
+    """A client that sends part of its request and then nothing: its headers never end."""
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    client = socket.create_connection((host, int(port)), timeout=30)
+    client.sendall(b"POST / HTTP/1.1\r\nHost: x\r\n" if headers else b"POS")
+    return client
+
+
+def closed_by_server(client: socket.socket, within: float) -> bytes:
+    """What the server sent before closing the connection (b"" for nothing); fails past `within` seconds."""
+    client.settimeout(within)
+    reply = b""
+    try:
+        while chunk := client.recv(65536):
+            reply += chunk
+    except TimeoutError:
+        pytest.fail(f"the connection was still open after {within:g} s")
+    finally:
+        client.close()
+    return reply
+
+
+def test_a_request_whose_headers_never_end_is_closed_at_the_header_timeout(tmp_path, monkeypatch):
+    """1,100 half-sent requests locked normal clients out, and 256 were still open after 60 s."""
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "HEADER_TIMEOUT", 1.0)
+    with FakeServer(reply="something") as model:
+        served = Serving(tmp_path, model.url)
+        try:
+            waiting = [half_sent(served.url), half_sent(served.url, headers=False)]
+            start = time.monotonic()
+            for client in waiting:
+                reply = closed_by_server(client, within=10)
+                assert reply == b"" or reply.startswith(b"HTTP/1.1 408"), reply
+            assert time.monotonic() - start < 1.0 + 5  # the timeout, and a loaded machine's slack
+            status, body = answer(post(served.url, {"topic": "cats"}))
+            assert status == 200 and body["output"] == "something"
+        finally:
+            served.close()
+
+
+def test_past_the_connection_cap_a_client_is_answered_503_with_retry_after_never_reset(tmp_path, monkeypatch):
+    """Past 256 open connections every new one was reset: 260 half-sent requests kept every client out, and
+    144 of 400 ordinary clients were reset. Past the cap a client gets a 503 that says when to come back."""
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 4)
+    with FakeServer(reply="something") as model:
+        served = Serving(tmp_path, model.url)
+        try:
+            holding = [half_sent(served.url) for _ in range(4)]
+            wait_until(lambda: len(served.runner.server.connections) == 4, within=10)
+            refused = post(served.url, {"topic": "cats"})
+            reply = closed_by_server(refused, within=10)  # a reset raises ConnectionResetError here
+            assert reply.startswith(b"HTTP/1.1 503"), reply
+            assert b"\r\nRetry-After: " in reply and b'"error"' in reply, reply
+            for client in holding:
+                client.close()
+            wait_until(lambda: len(served.runner.server.connections) == 0, within=10)
+            status, body = answer(post(served.url, {"topic": "cats"}))
+            assert status == 200 and body["output"] == "something"
+        finally:
+            served.close()

@@ -565,3 +565,36 @@ def test_the_plan_bounds_a_grammars_reply_at_a_token_a_character(capsys):
         "backward": plan["calls"]["backward"] * CHARS_PER_TOKEN * 160,
         "optimizer": plan["calls"]["optimizer"] * CHARS_PER_TOKEN * 160,
     }
+
+
+SENTENCE_WORDS = st.text(st.sampled_from("abcdefghij ,;'\n"), max_size=30).map(lambda t: "A" + t)
+
+
+@SETTINGS
+@given(st.integers(1, 5), st.lists(SENTENCE_WORDS, min_size=1, max_size=5), st.sampled_from(".!?"), MAX_TOKENS)
+def test_a_prompt_held_to_sentences_closes_only_where_a_sentence_ends(count, sentences, end, max_tokens):
+    """The optimizer's candidate may close only after a closed sentence and after at most `count` of them, so
+    a small model's reply ends on its own instead of running on until the bound cuts it."""
+    assume(max_tokens is None or max_tokens >= 160)
+    shape = prompt_shape(800, count)
+    grammar = shape.grammar(max_tokens)
+    body = " ".join(s + end for s in sentences)
+    assert matches(grammar, f"<prompt>{body}</prompt>") == (len(sentences) <= count)
+    assert extract(f"<prompt>{body}</prompt>") == (body.strip(), None)
+    assert not matches(grammar, f"<prompt>{body} And then</prompt>")  # an unclosed last sentence
+    assert not matches(grammar, f"<prompt> {body}</prompt>")  # a sentence starting blank
+    assert not shape.ran_out(f"<prompt>{sentences[0]}{end}</prompt>", max_tokens)
+
+
+@SETTINGS
+@given(st.integers(1, 4), st.integers(40, 300))
+def test_a_sentence_the_bound_closed_is_cut_off(count, max_tokens):
+    """A sentence as long as its share of the budget was closed by the grammar, not the model: cut off."""
+    shape = prompt_shape(800, count)
+    each = shape.fields[0].sentence_limit(shape.limits(max_tokens)["prompt"])
+    assert each is not None
+    full = "A" + "b" * (each - 2) + "."
+    assert matches(shape.grammar(max_tokens), f"<prompt>{full}</prompt>")
+    assert not matches(shape.grammar(max_tokens), f"<prompt>A{'b' * (each - 1)}.</prompt>")
+    assert shape.ran_out(f"<prompt>{full}</prompt>", max_tokens)
+    assert not shape.ran_out(f"<prompt>{full[1:]}</prompt>", max_tokens)

@@ -133,3 +133,23 @@ def test_results_are_bounded():
     cut = bounded("x" * 5_000_000, 100)
     assert len(cut) < 200 and "4999900 more characters not shown" in cut
     json.dumps(cut)
+
+
+def test_every_string_of_the_text_form_is_bounded_so_a_constrained_reply_closes():
+    from sembp_dsl.language.toolcalls import TEXT_FORM_CHARS
+
+    schema = reply_schema(list(TOOLS.values()))
+    jsonschema.validate({"answer": "x" * TEXT_FORM_CHARS}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"answer": "x" * (TEXT_FORM_CHARS + 1)}, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({"tool": "lookup", "arguments": {"city": "K" * (TEXT_FORM_CHARS + 1)}}, schema)
+    assert "maxLength" not in TOOLS["lookup"].schema()["properties"]["city"]  # what a native caller is offered
+
+
+def test_the_embedded_grammar_of_the_text_form_admits_no_raw_control_character():
+    embedded = pytest.importorskip("sembp_dsl.models.embedded")
+    pytest.importorskip("llama_cpp")
+    grammar = embedded.schema_grammar(json.dumps(reply_schema(list(TOOLS.values()))))
+    char = next(line for line in grammar.splitlines() if line.startswith("char ::="))
+    assert "\\x00-\\x1F" in char, char

@@ -147,6 +147,12 @@ class Rewrite:
     def unforeseen(self) -> tuple[str, ...]:
         return ("a step of the test's own",)
 
+    def margin(self) -> float | None:
+        return None
+
+    def dearer(self, graph: Graph) -> dict:
+        return {}
+
 
 def test_the_plan_and_the_loop_ask_the_same_strategies(tmp_path, monkeypatch):
     """A strategy added in one place changes what the loop does and what the plan bounds alike: the plan is

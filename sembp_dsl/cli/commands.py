@@ -13,11 +13,19 @@ import functools
 import json
 import sys
 import traceback
+from dataclasses import asdict, replace
+from pathlib import Path
 
+from .. import __version__
 from ..errors import BUG_IN_SBPC, SbpcError
-from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text
+from ..files import atomic_write, read_current
+from ..language.codes import CODES, lookup
+from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text, visible
 from ..language.method import SETTINGS, SettingError
 from ..language.toolcalls import compact
+from ..learning.stats import t_interval
+from ..runtime import datasets
+from ..runtime.datasets import EVAL_TEST_SIZE, anchor_data_dir
 from .flags import (
     COUNT,
     POSITIVE_COUNT,
@@ -35,6 +43,8 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
+from .init import add_init
+from .routers import router_problem
 from .runs import add_run_commands
 
 LANGUAGE_BY_EXAMPLE = '''\
@@ -91,21 +101,14 @@ def _report(diagnostics, text) -> None:
         )
 
 
-def router_problem(path: str) -> str | None:
-    """What makes a router file unusable, for check and the language server (routing is imported only for
-    a pipeline that names a router file; it reads the file without litellm)."""
-    from ..models import routing
-
-    return routing.router_problem(path)
-
-
 def cmd_check(args) -> int:
+    # the parser (lark) costs about 0.6 s to import: --help, explain and schema never pay it
     from ..language.source import diagnose_file
 
     failed = False
     results = []
     for path in args.files:
-        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()))
+        diagnostics, text, _ = diagnose_file(path, router_problem, tuple(args.allow_module or ()), datasets.fields_of)
         errors = [d for d in diagnostics if d.severity == "error"]
         failed = failed or bool(errors)
         results.append({"file": path, "ok": not errors, "diagnostics": [as_json(d) for d in diagnostics]})
@@ -121,9 +124,7 @@ def cmd_check(args) -> int:
 
 def cmd_fmt(args) -> int:
     """Each .sbp file in the canonical layout: rewritten in place, or (--check, --diff) only reported."""
-    from pathlib import Path
-
-    from ..files import atomic_write, read_current
+    # the formatter and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
     from ..language.fmt import format_text
     from ..language.source import parse_text, read
     from ..language.writeback import unified_diff
@@ -166,14 +167,13 @@ def cmd_fmt(args) -> int:
 
 
 def cmd_lsp(args) -> int:
+    # the language server and its editor model are for `sbpc lsp` alone (pygls is an extra)
     from .lsp import serve
 
     return serve()
 
 
 def cmd_explain(args) -> int:
-    from ..language.codes import CODES, lookup
-
     if args.code is None:
         for code in CODES.values():
             print(f"{code.code}  {code.title}")
@@ -187,6 +187,7 @@ def cmd_explain(args) -> int:
 
 
 def cmd_schema(args) -> int:
+    # jsonschema costs about 0.1 s to import: only `sbpc schema` and YAML pipelines pay it
     from ..language.yaml_form import schema_text
 
     print(schema_text(), end="")
@@ -194,6 +195,7 @@ def cmd_schema(args) -> int:
 
 
 def cmd_compile(args) -> int:
+    # the emitters and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
     from ..language.emit import EMITTERS, prompt_sections
     from ..language.source import compile_file
 
@@ -203,6 +205,7 @@ def cmd_compile(args) -> int:
         for i, section in enumerate(prompt_sections(graph)):
             print(("\n" if i else "") + section)
     elif args.emit == "constraints":  # which model takes which constraint is the model layer's to say
+        # the model layer costs over 1 s to import (litellm's tables): only --emit constraints pays it
         from ..models.constraints import emit
         from ..models.llm import LLMError, resolve_model
 
@@ -226,7 +229,8 @@ def failure_text(node) -> str:
 
 
 def cmd_run(args) -> int:
-    from ..api import InputError
+    # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
+    from ..runtime.inputs import InputError
 
     try:
         inputs = json.loads(args.input_json) if args.input_json else {}
@@ -246,25 +250,30 @@ def cmd_run(args) -> int:
                 json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()})
             )  # replies: strangers' text
         else:
+            # replies and function outputs are strangers' text: on a terminal, their escape codes are written out
+            shown = visible if sys.stdout.isatty() else str
             if args.trace:
                 for t in trace.nodes.values():
                     system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
-                        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-                        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-                        + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
-                        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        shown(
+                            f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
+                            f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
+                            + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
+                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                        )
                     )
-            print(trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}")
+            answer = (
+                trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}"
+            )
+            print(shown(answer))
         print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
 
 def cmd_eval(args) -> int:
-    from dataclasses import replace
-
+    # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
     from ..api import Data
-    from ..runtime import datasets
     from ..runtime.evaluate import metric_for, split_to_score
 
     with load_pipeline(args) as pipeline:
@@ -316,10 +325,15 @@ def cmd_eval(args) -> int:
 
 
 def cmd_optimize(args) -> int:
+    # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
     from ..api import Data
-    from ..records.record import ResumeError, resume_command
+    from ..records.record import ResumeError, RunRecord, resume_command
 
-    pipeline = load_pipeline(args)
+    if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
+        notice = RunRecord.finish_interrupted_write(Path(args.runs_dir), args.file)
+        if notice:
+            print(notice, file=sys.stderr)
+    pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
     mapping = parse_pairs(args.map, "--map")
@@ -369,29 +383,32 @@ def cmd_optimize(args) -> int:
         record = json.loads((found.record / "run.json").read_text())
         print(json_text({"run": str(found.record), "plan": _plan_json(the_plan), **record, "diff": diff}))
         return code
-    if outcome.stopped:
-        print(
-            f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: "
-            f"{resume_command(args.argv)}"
-        )
-    if outcome.test_after is not None:
-        print(held_out_change(outcome.test_before, outcome.test_after))
-    where = "nothing written (--dry-run)" if args.dry_run else f"written to {found.written}"
-    print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
-    if diff:
-        print(where)
-    print(f"run record: {found.record}/run.json")
+    _print_optimized(args, found, resume_command(args.argv))
     print_ledger(pipeline, args)
     return code
 
 
-def _plan_json(plan) -> dict:
-    from dataclasses import asdict
+def _print_optimized(args, found, resume: str) -> None:
+    """What an optimize run ended with: why it stopped early, the held-out change, the diff and where it went."""
+    outcome, diff = found.outcome, found.diff
+    if outcome.stopped:
+        print(f"stopped early: {outcome.stopped.cli}\nthe best prompts so far are kept; continue with: {resume}")
+    if outcome.test_after is not None:
+        print(held_out_change(outcome.test_before, outcome.test_after))
+    print(f"\n{diff}" if diff else outcome.unchanged or "no prompt changed")
+    if diff:
+        print("nothing written (--dry-run)" if args.dry_run else f"written to {found.written}")
+    elif args.out:
+        print(f"{args.out}: not written, as no prompt changed (it would be a copy of {args.file})")
+    print(f"run record: {found.record}/run.json")
 
+
+def _plan_json(plan) -> dict:
     return {**asdict(plan), "warning": plan.warning and plan.warning.cli}
 
 
 def cmd_serve(args) -> int:
+    # aiohttp and the model runtime cost about 2 s to import: only `sbpc serve` pays it
     from ..serve import serve
 
     pipeline = load_pipeline(args)
@@ -413,8 +430,6 @@ def held_out_change(before, after) -> str:
     Paired over the samples scored both times: a sample lost to a failed call on either side has no
     difference to count, and counting it as 0 would pull the change towards nothing.
     """
-    from ..learning.stats import t_interval
-
     initial = {r.sample.id: r.score for r in before.results if not r.lost}
     pairs = [(initial[r.sample.id], r.score) for r in after.results if not r.lost and r.sample.id in initial]
     if not pairs:
@@ -434,21 +449,8 @@ def held_out_change(before, after) -> str:
     return text
 
 
-@functools.cache  # once per process: a build costs about 5 ms (argparse's gettext lookups), a parse reuses it
-def build_parser() -> argparse.ArgumentParser:
-    from .. import __version__
-    from ..runtime.datasets import EVAL_TEST_SIZE
-
-    parser = argparse.ArgumentParser(
-        prog="sbpc",
-        description="Compile and optimize LLM pipelines with semantic backpropagation.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=LANGUAGE_BY_EXAMPLE,
-    )
-    parser.add_argument("--version", action="version", version=f"sbpc {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
+def _add_file_commands(sub) -> None:
+    """The commands over pipeline files as text: check, fmt and the language server."""
     check = sub.add_parser(
         "check",
         help="check pipeline files and report every problem at once",
@@ -499,6 +501,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     lsp.set_defaults(run=cmd_lsp)
 
+
+def _add_reading_commands(sub) -> None:
+    """The commands that print what sbpc knows: explain, compile and schema."""
     explain = sub.add_parser(
         "explain",
         help="explain a diagnostic code (E022, W001, ...): what it means, an example and the fix",
@@ -537,6 +542,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     schema.set_defaults(run=cmd_schema)
 
+
+def _add_run_and_eval(sub) -> None:
+    """The commands that run a pipeline: run (one input) and eval (a data split)."""
     run = sub.add_parser(
         "run",
         help="run a pipeline on one input and print its output",
@@ -573,6 +581,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(ev)
     ev.set_defaults(run=cmd_eval)
 
+
+def _add_optimize(sub) -> None:
+    """`sbpc optimize`: its method, output, data and model flags."""
     op = sub.add_parser(
         "optimize",
         help="optimize the prompts of a pipeline and write them back into its file",
@@ -598,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_setting(g, "gate", None, None, choices=SETTINGS["gate"].words)
     g.add_argument("--no-gate", action="store_true", help="keep every step (same as --gate none)")
     add_setting(g, "gate_alpha", PROBABILITY, None, metavar="P")
+    add_setting(g, "objective", None, None, choices=SETTINGS["objective"].words)
+    add_setting(g, "margin", PROBABILITY, None, metavar="M")
+    g.add_argument("--models", metavar="MODEL[,MODEL]", help="the named models a node may be moved to")
     w = op.add_argument_group("output")
     w.add_argument(
         "--dry-run",
@@ -616,6 +630,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_flags(op, learning=True)
     op.set_defaults(run=cmd_optimize)
 
+
+def _add_serve(sub) -> None:
+    """`sbpc serve`: a pipeline as an HTTP JSON service."""
     srv = sub.add_parser(
         "serve",
         help="serve a pipeline as an HTTP JSON service",
@@ -642,6 +659,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
+
+
+@functools.cache  # once per process: a build costs about 5 ms (argparse's gettext lookups), a parse reuses it
+def build_parser() -> argparse.ArgumentParser:
+
+    parser = argparse.ArgumentParser(
+        prog="sbpc",
+        description="Compile and optimize LLM pipelines with semantic backpropagation.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=LANGUAGE_BY_EXAMPLE,
+    )
+    parser.add_argument("--version", action="version", version=f"sbpc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    add_init(sub)
+    _add_file_commands(sub)
+    _add_reading_commands(sub)
+    _add_run_and_eval(sub)
+    _add_optimize(sub)
+    _add_serve(sub)
     add_run_commands(sub)
     for command in sub.choices.values():
         command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
@@ -649,8 +687,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from ..runtime.datasets import anchor_data_dir
-
     anchor_data_dir()
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)

@@ -9,6 +9,7 @@ import sys
 import time
 
 from ..errors import SbpcError
+from ..language.data import DataSpec
 from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
@@ -52,6 +53,7 @@ class LineProgress:
 
 def progress_bar(total: int, desc: str, quiet: bool, unit: str = "sample", leave: bool = True):
     """A bar on a terminal, progress lines elsewhere, nothing with --json."""
+    # tqdm costs about 35 ms to import: the commands that show no progress (check, fmt, explain) never pay it
     from tqdm import tqdm
 
     if quiet:
@@ -104,8 +106,10 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def load_pipeline(args):
-    """The pipeline of a command, with the models and limits its flags ask for."""
+def load_pipeline(args, code: bool = True):
+    """The pipeline of a command, with the models and limits its flags ask for (`code=False`: importing no
+    function module, for a command that runs none)."""
+    # the api and the model runtime cost about 1.5 s to import: only the commands that load a pipeline pay it
     from ..api import load
 
     roles = {
@@ -122,10 +126,22 @@ def load_pipeline(args):
         max_calls=args.max_calls,
         max_cost=args.max_cost,
         allow_modules=args.allow_module or (),
+        code=code,
     )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
+    if "data" in vars(args):
+        args.data = named_data(args.data, pipeline.graph.data)
     return pipeline
+
+
+def named_data(flag: str | None, named: DataSpec | None) -> str:
+    """--data, else the file the pipeline's data block names; a usage error with neither."""
+    if flag:
+        return flag
+    if named is None:
+        raise UsageError('the following arguments are required: --data (or name it in the file: data { file = "..." })')
+    return named.path
 
 
 def print_ledger(pipeline, args) -> None:
@@ -202,9 +218,8 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
     g = p.add_argument_group("data")
     g.add_argument(
         "--data",
-        required=True,
         help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
-        "JSON values that are not strings reach prompts as JSON text",
+        "JSON values that are not strings reach prompts as JSON text (default: the file's data block)",
     )
     g.add_argument(
         "--test-data",
@@ -247,4 +262,6 @@ def method_settings(args) -> dict:
         given["gate"] = "none"
     if getattr(args, "only", None):
         given["only"] = tuple(p.strip() for p in args.only.split(","))
+    if getattr(args, "models", None):
+        given["models"] = tuple(m.strip() for m in args.models.split(","))
     return given

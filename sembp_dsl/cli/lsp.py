@@ -10,8 +10,10 @@ The protocol library, pygls, is an extra: `pip install 'sbpc[lsp]'`.
 from __future__ import annotations
 
 import bisect
+import inspect
 import logging
 import re
+import sys
 from collections.abc import Callable
 from functools import wraps
 from typing import TypeVar
@@ -19,7 +21,8 @@ from typing import TypeVar
 from .. import __version__
 from ..language.diagnostics import Diagnostic
 from ..language.editor import Document, Occurrence, RenameError, Symbol
-from .commands import router_problem
+from .reading import Reader
+from .routers import router_problem
 
 T = TypeVar("T")
 log = logging.getLogger("sbpc.lsp")
@@ -42,14 +45,14 @@ class Lines:
         return len(text) + sum(1 for c in text if ord(c) > 0xFFFF)
 
     def position(self, offset: int):
-        from lsprotocol import types
+        from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
         offset = max(0, min(offset, len(self.text)))
         line = bisect.bisect_right(self.starts, offset) - 1
         return types.Position(line, self.units(self.text[self.starts[line] : offset]))
 
     def range(self, start: int, end: int):
-        from lsprotocol import types
+        from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
         return types.Range(self.position(start), self.position(end))
 
@@ -70,16 +73,30 @@ class Lines:
 def quietly(default: Callable[[], T]):
     """A handler that logs what goes wrong and answers `default()`: no file may take the server down."""
 
+    def failed(handler, exc: Exception) -> T:
+        if type(exc).__name__.startswith("JsonRpc"):
+            raise exc  # an answer for the client, such as a rename refused
+        log.exception("sbpc lsp: %s failed", handler.__name__)
+        return default()
+
     def wrap(handler):
+        if inspect.iscoroutinefunction(handler):
+
+            @wraps(handler)
+            async def guarded_async(*args, **kwargs):
+                try:
+                    return await handler(*args, **kwargs)
+                except Exception as exc:
+                    return failed(handler, exc)
+
+            return guarded_async
+
         @wraps(handler)
         def guarded(*args, **kwargs):
             try:
                 return handler(*args, **kwargs)
             except Exception as exc:
-                if type(exc).__name__.startswith("JsonRpc"):
-                    raise  # an answer for the client, such as a rename refused
-                log.exception("sbpc lsp: %s failed", handler.__name__)
-                return default()
+                return failed(handler, exc)
 
         return guarded
 
@@ -95,82 +112,120 @@ def refusals_unlogged(record: logging.LogRecord) -> bool:
     return getattr(error, "code", None) != REQUEST_FAILED
 
 
-def build_server():
-    """The server, its features registered (pygls is imported here, by `sbpc lsp` alone)."""
-    from lsprotocol import types
-    from pygls.exceptions import JsonRpcException
-    from pygls.lsp.server import LanguageServer
-    from pygls.uris import to_fs_path
+class OpenFiles:
+    """The files the editor has open, each version read once into a Document, and where things are in them."""
 
-    server = LanguageServer("sbpc", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
-    logging.getLogger("pygls.protocol.json_rpc").addFilter(refusals_unlogged)
-    documents: dict[str, tuple[Document, Lines]] = {}
+    def __init__(self, server) -> None:
+        self.server = server
+        self.documents: dict[str, tuple[Document, Lines]] = {}  # the last reading of each: requests ask it
+        self.reader: Reader[Document] = Reader(read_document)  # off the request loop, a stale one dropped
 
-    def path_of(uri: str, language: str | None = None) -> str:
+    def path_of(self, uri: str, language: str | None = None) -> str:
+        from pygls.uris import to_fs_path  # the lsp extra: only `sbpc lsp` has it for sure
+
         path = to_fs_path(uri) or uri
         if not path.endswith((".sbp", ".yaml", ".yml")) and language != "yaml":
             path += ".sbp"  # an unsaved buffer, or a file named otherwise that the editor calls sbp
         return path
 
-    def analyse(uri: str, text: str, version: int | None, language: str | None = None) -> None:
-        previous = documents.get(uri)
-        path = previous[0].path if previous and language is None else path_of(uri, language)
-        document = Document(text, path, router_problem)
-        lines = Lines(text, str(server.workspace.position_encoding or "utf-16"))
-        documents[uri] = (document, lines)
-        server.text_document_publish_diagnostics(
-            types.PublishDiagnosticsParams(uri, [lsp_diagnostic(uri, d, lines) for d in document.diagnostics], version)
-        )
+    async def analyse(self, uri: str, text: str, version: int | None, language: str | None = None) -> None:
+        """Read this version in the worker thread, then publish its diagnostics; nothing when a newer version
+        came meanwhile (its own reading publishes)."""
+        from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
-    def lsp_diagnostic(uri: str, d: Diagnostic, lines: Lines) -> types.Diagnostic:
-        where = lines.range(d.span.start, d.span.end) if d.span else lines.range(0, 0)
-        return types.Diagnostic(
-            where,
-            d.message + (f"\nhelp: {d.help}" if d.help else ""),
-            severity=types.DiagnosticSeverity.Error if d.severity == "error" else types.DiagnosticSeverity.Warning,
-            code=d.code or None,
-            source="sbpc",
-            related_information=[
-                types.DiagnosticRelatedInformation(
-                    types.Location(uri, lines.range(n.span.start, n.span.end)), n.message
-                )
-                for n in d.notes
-            ]
-            or None,
-        )
+        previous = self.documents.get(uri)
+        path = previous[0].path if previous and language is None else self.path_of(uri, language)
+        document = await self.reader(uri, text, path)
+        if document is None:
+            return
+        lines = Lines(text, str(self.server.workspace.position_encoding or "utf-16"))
+        self.documents[uri] = (document, lines)
+        diagnostics = [lsp_diagnostic(uri, d, lines) for d in document.diagnostics]
+        self.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri, diagnostics, version))
 
-    def at(uri: str, position) -> tuple[Document, Lines, int] | None:
-        found = documents.get(uri)
+    def at(self, uri: str, position) -> tuple[Document, Lines, int] | None:
+        found = self.documents.get(uri)
         if found is None:
             return None
         document, lines = found
         return document, lines, lines.offset(position)
 
-    def location(uri: str, lines: Lines, o: Occurrence) -> types.Location:
+    def location(self, uri: str, lines: Lines, o: Occurrence):
+        from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
+
         return types.Location(uri, lines.range(o.start, o.end))
+
+
+def lsp_diagnostic(uri: str, d: Diagnostic, lines: Lines):
+    """A diagnostic of `sbpc check` in LSP's terms, its notes as related information."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
+
+    where = lines.range(d.span.start, d.span.end) if d.span else lines.range(0, 0)
+    return types.Diagnostic(
+        where,
+        d.message + (f"\nhelp: {d.help}" if d.help else ""),
+        severity=types.DiagnosticSeverity.Error if d.severity == "error" else types.DiagnosticSeverity.Warning,
+        code=d.code or None,
+        source="sbpc",
+        related_information=[
+            types.DiagnosticRelatedInformation(types.Location(uri, lines.range(n.span.start, n.span.end)), n.message)
+            for n in d.notes
+        ]
+        or None,
+    )
+
+
+def read_document(text: str, path: str) -> Document:
+    """One version of a file read, with every answer a request may ask for (in the worker thread)."""
+    return Document(text, path, router_problem).answered()
+
+
+def build_server():
+    """The server, its features registered (pygls is imported here, by `sbpc lsp` alone)."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
+    from pygls.lsp.server import LanguageServer
+
+    server = LanguageServer("sbpc", __version__, text_document_sync_kind=types.TextDocumentSyncKind.Full)
+    logging.getLogger("pygls.protocol.json_rpc").addFilter(refusals_unlogged)
+    open_files = OpenFiles(server)
+    for register in (register_sync, register_navigation, register_rename, register_completion, register_outline):
+        register(server, open_files)
+    return server
+
+
+def register_sync(server, open_files: OpenFiles) -> None:
+    """Open, change and close: each version analysed, its diagnostics published."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @quietly(lambda: None)
-    def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
+    async def did_open(ls, params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
-        analyse(item.uri, item.text, item.version, item.language_id)
+        await open_files.analyse(item.uri, item.text, item.version, item.language_id)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @quietly(lambda: None)
-    def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
-        for change in params.content_changes:  # full sync: each change is the whole text
-            analyse(params.text_document.uri, change.text, params.text_document.version)
+    async def did_change(ls, params: types.DidChangeTextDocumentParams) -> None:
+        if params.content_changes:  # full sync: each change is the whole text, so the last is the file
+            text = params.content_changes[-1].text
+            await open_files.analyse(params.text_document.uri, text, params.text_document.version)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     @quietly(lambda: None)
     def did_close(ls, params: types.DidCloseTextDocumentParams) -> None:
-        documents.pop(params.text_document.uri, None)
+        open_files.documents.pop(params.text_document.uri, None)
+        open_files.reader.forget(params.text_document.uri)
         server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(params.text_document.uri, []))
+
+
+def register_navigation(server, open_files: OpenFiles) -> None:
+    """Hover, definition and references."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @quietly(lambda: None)
     def hover(ls, params: types.HoverParams) -> types.Hover | None:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return None
         document, lines, offset = found
@@ -184,26 +239,32 @@ def build_server():
     @server.feature(types.TEXT_DOCUMENT_DEFINITION)
     @quietly(list)
     def definition(ls, params: types.DefinitionParams) -> list[types.Location]:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return []
         document, lines, offset = found
-        return [location(params.text_document.uri, lines, o) for o in document.definition(offset)]
+        return [open_files.location(params.text_document.uri, lines, o) for o in document.definition(offset)]
 
     @server.feature(types.TEXT_DOCUMENT_REFERENCES)
     @quietly(list)
     def references(ls, params: types.ReferenceParams) -> list[types.Location]:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return []
         document, lines, offset = found
         occurrences = document.references(offset, params.context.include_declaration)
-        return [location(params.text_document.uri, lines, o) for o in occurrences]
+        return [open_files.location(params.text_document.uri, lines, o) for o in occurrences]
+
+
+def register_rename(server, open_files: OpenFiles) -> None:
+    """Rename, refused with the reason (a JSON-RPC error the client shows) where it cannot be done."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
+    from pygls.exceptions import JsonRpcException
 
     @server.feature(types.TEXT_DOCUMENT_PREPARE_RENAME)
     @quietly(lambda: None)
     def prepare_rename(ls, params: types.PrepareRenameParams) -> types.Range | None:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return None
         document, lines, offset = found
@@ -216,7 +277,7 @@ def build_server():
     @server.feature(types.TEXT_DOCUMENT_RENAME)
     @quietly(lambda: None)
     def rename(ls, params: types.RenameParams) -> types.WorkspaceEdit | None:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return None
         document, lines, offset = found
@@ -226,6 +287,11 @@ def build_server():
             raise JsonRpcException(str(exc), code=REQUEST_FAILED) from None
         edits = [types.TextEdit(lines.range(o.start, o.end), params.new_name) for o in occurrences]
         return types.WorkspaceEdit(changes={params.text_document.uri: edits})
+
+
+def register_completion(server, open_files: OpenFiles) -> None:
+    """Completion, each item with the kind of thing it names."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
     kinds = {
         "keyword": types.CompletionItemKind.Keyword,
@@ -245,7 +311,7 @@ def build_server():
     @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=["{", "=", ">"]))
     @quietly(lambda: None)
     def completion(ls, params: types.CompletionParams) -> types.CompletionList | None:
-        found = at(params.text_document.uri, params.position)
+        found = open_files.at(params.text_document.uri, params.position)
         if found is None:
             return None
         document, _, offset = found
@@ -256,6 +322,11 @@ def build_server():
             for c in document.completions(offset)
         ]
         return types.CompletionList(is_incomplete=False, items=items)
+
+
+def register_outline(server, open_files: OpenFiles) -> None:
+    """The outline (document symbols) and formatting (`sbpc fmt`)."""
+    from lsprotocol import types  # the lsp extra: only `sbpc lsp` has it for sure
 
     symbol_kinds = {
         "pipeline": types.SymbolKind.File,
@@ -285,7 +356,7 @@ def build_server():
     @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
     @quietly(list)
     def symbols(ls, params: types.DocumentSymbolParams) -> list[types.DocumentSymbol]:
-        found = documents.get(params.text_document.uri)
+        found = open_files.documents.get(params.text_document.uri)
         if found is None:
             return []
         document, lines = found
@@ -294,7 +365,7 @@ def build_server():
     @server.feature(types.TEXT_DOCUMENT_FORMATTING)
     @quietly(list)
     def formatting(ls, params: types.DocumentFormattingParams) -> list[types.TextEdit]:
-        found = documents.get(params.text_document.uri)
+        found = open_files.documents.get(params.text_document.uri)
         if found is None:
             return []
         document, lines = found
@@ -303,16 +374,12 @@ def build_server():
             return []
         return [types.TextEdit(lines.range(0, len(document.text)), new)]
 
-    return server
-
 
 def serve() -> int:
     """`sbpc lsp`: serve on stdio until the client says exit."""
     try:
         server = build_server()
     except ImportError:
-        import sys
-
         print("sbpc: error: sbpc lsp needs pygls: pip install 'sbpc[lsp]'", file=sys.stderr)
         return 1
     server.start_io()

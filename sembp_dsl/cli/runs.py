@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
+from ..files import atomic_write
 from ..language.diagnostics import json_text, visible
 from .flags import (
     COUNT,
@@ -29,6 +31,7 @@ def _runs_command(work):
     """A run-record command: a run that is not there, or does not fit, is a message and exit 1."""
 
     def command(args) -> int:
+        # records.runs costs about 1.4 s to import (the parser, for apply): only the commands over records pay it
         from ..records.runs import RunsError
 
         try:
@@ -42,6 +45,7 @@ def _runs_command(work):
 
 @_runs_command
 def cmd_runs(args) -> int:
+    # records.runs costs about 1.4 s to import (the parser, for apply): only the commands over records pay it
     from ..records.runs import find_runs, render_list
 
     runs, unreadable = find_runs(args.runs_dir)
@@ -56,6 +60,7 @@ def cmd_runs(args) -> int:
 
 @_runs_command
 def cmd_show(args) -> int:
+    # records.runs costs about 1.4 s to import (the parser, for apply): only the commands over records pay it
     from ..records.runs import render_show, resolve
 
     run = resolve(args.run_spec, args.runs_dir)
@@ -65,6 +70,7 @@ def cmd_show(args) -> int:
 
 @_runs_command
 def cmd_apply(args) -> int:
+    # records.runs costs about 1.4 s to import (the parser, for apply): only the commands over records pay it
     from ..records.runs import apply, resolve
 
     target, diff, notice = apply(resolve(args.run_spec, args.runs_dir), args.iteration, args.file)
@@ -76,8 +82,6 @@ def cmd_apply(args) -> int:
 
 def _check_page(path: str, flag: str) -> None:
     """Say before any work that a page cannot be written there: no such folder, or a folder itself."""
-    from pathlib import Path
-
     if Path(path).is_dir():
         raise UsageError(f"{flag} {path} is a folder; give a file name, e.g. {Path(path) / 'report.html'}")
     if not Path(path).resolve().parent.is_dir():
@@ -85,9 +89,7 @@ def _check_page(path: str, flag: str) -> None:
 
 
 def _write_page(path: str, html: str) -> None:
-    from pathlib import Path
-
-    from ..files import atomic_write
+    # records.runs costs about 1.4 s to import (the parser, for apply): only the commands over records pay it
     from ..records.runs import RunsError
 
     try:
@@ -98,6 +100,7 @@ def _write_page(path: str, html: str) -> None:
 
 @_runs_command
 def cmd_report(args) -> int:
+    # compare and report cost over 1 s to import (the records and the parser): only `sbpc report` pays them
     from ..compare import compare_evals
     from ..records.report import render, render_eval
     from ..records.runs import RunsError, resolve
@@ -122,7 +125,7 @@ def cmd_report(args) -> int:
 
 @_runs_command
 def cmd_compare(args) -> int:
-
+    # compare, the api and the model runtime cost about 2 s to import: only `sbpc compare` pays them
     from .. import compare
     from ..api import Data
 
@@ -188,15 +191,24 @@ def cmd_compare(args) -> int:
     return 0
 
 
+RUN_HELP = (
+    "a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name (e.g. 20260101-1200)"
+)
+
+
+def _add_runs_dir(parser) -> None:
+    parser.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
+
+
 def add_run_commands(sub) -> None:
     """Commands over run records: list, show, apply, report, compare."""
+    _add_reading_commands(sub)
+    _add_report(sub)
+    _add_compare(sub)
 
-    def runs_dir(p):
-        p.add_argument("--runs-dir", default=".sbpc/runs", help="where run records are (default .sbpc/runs)")
 
-    run_help = (
-        "a run: its folder, its number in `sbpc runs` (-1: the newest), or the start of its name (e.g. 20260101-1200)"
-    )
+def _add_reading_commands(sub) -> None:
+    """runs, show and apply: a record listed, read, or its prompts written back."""
     ls = sub.add_parser(
         "runs",
         help="list the optimize runs and evaluations on record, one line each",
@@ -204,7 +216,7 @@ def add_run_commands(sub) -> None:
         "from the defaults, initial -> best gate score and test before -> after (an evaluation: its "
         "score), calls, cost, and whether it finished.",
     )
-    runs_dir(ls)
+    _add_runs_dir(ls)
     ls.add_argument("--json", action="store_true", help="print the runs as JSON")
     ls.set_defaults(run=cmd_runs)
 
@@ -219,8 +231,8 @@ def add_run_commands(sub) -> None:
         epilog="examples:\n  sbpc show -1                 # the newest run\n"
         "  sbpc show .sbpc/runs/20260101-120000-liar",
     )
-    show.add_argument("run_spec", metavar="RUN", help=run_help)
-    runs_dir(show)
+    show.add_argument("run_spec", metavar="RUN", help=RUN_HELP)
+    _add_runs_dir(show)
     show.add_argument("--json", action="store_true", help="print the run record as it is")
     show.add_argument("--wrong", action="store_true", help="an evaluation: show only its wrong and lost samples")
     show.set_defaults(run=cmd_show)
@@ -235,7 +247,7 @@ def add_run_commands(sub) -> None:
         epilog="examples:\n  sbpc apply -1 && git diff                 # the newest run's result, into its file\n"
         "  sbpc apply -1 --iteration 2 pipelines/liar.sbp && git diff pipelines/liar.sbp",
     )
-    ap.add_argument("run_spec", metavar="RUN", help=run_help)
+    ap.add_argument("run_spec", metavar="RUN", help=RUN_HELP)
     ap.add_argument(
         "--iteration",
         type=COUNT,
@@ -243,9 +255,12 @@ def add_run_commands(sub) -> None:
         help="the iteration whose prompts to write (0: the run's initial prompts; default: its last)",
     )
     ap.add_argument("file", metavar="FILE", nargs="?", help="the pipeline file to write into (default: the run's)")
-    runs_dir(ap)
+    _add_runs_dir(ap)
     ap.set_defaults(run=cmd_apply)
 
+
+def _add_report(sub) -> None:
+    """`sbpc report`: one HTML page about one run, or comparing several."""
     rep = sub.add_parser(
         "report",
         help="write one HTML page about one run, or comparing several",
@@ -260,13 +275,16 @@ def add_run_commands(sub) -> None:
         epilog="examples:\n  sbpc report -1 && xdg-open report.html\n  sbpc report 3 4 5 --out ablation.html\n"
         "  sbpc report 6 7 --out prompts.html     # two evaluations, sample by sample",
     )
-    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=run_help)
+    rep.add_argument("run_specs", nargs="+", metavar="RUN", help=RUN_HELP)
     rep.add_argument(
         "--out", default="report.html", metavar="FILE", help="where to write the page (default report.html)"
     )
-    runs_dir(rep)
+    _add_runs_dir(rep)
     rep.set_defaults(run=cmd_report)
 
+
+def _add_compare(sub) -> None:
+    """`sbpc compare`: one optimize per setting and seed, and a table of their held-out accuracy."""
     cmp = sub.add_parser(
         "compare",
         help="optimize under several settings and seeds, and compare held-out accuracy",

@@ -8,7 +8,9 @@ order (which fixes hint numbering), successors and a topological order.
 
 from __future__ import annotations
 
+import difflib
 import re
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
@@ -17,15 +19,19 @@ from typing import NamedTuple
 from . import ir, maps
 from .branches import check_conditions, check_output_alternatives, check_paths
 from .callables import parse_target
+from .data import DATA_SETTINGS, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
 from .method import SETTINGS, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from .providers import PROVIDERS, provider_of
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
     MAX_OUTPUT_CHARS,
+    MAX_SECONDS,
+    RenderError,
     TemplateProblem,
     reads,
     trial_render,
@@ -69,11 +75,14 @@ MODEL_SETTINGS = {
     "tpm": (int,),
     "constrain": ("auto", "off", "schema"),
 }
-OPTIMIZE_SETTINGS = {name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()}
+OPTIMIZE_SETTINGS: dict[str, tuple] = {
+    name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()
+}
+OPTIMIZE_SETTINGS["models"] = (tuple,)  # the named models nodes may move to: `models = [fast, strong]`
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.
 FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
-BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS}
+BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS, "data": DATA_SETTINGS}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
     "temperature": (0, 2, False),
@@ -84,11 +93,15 @@ BOUNDS = {
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    "train": (0, 10_000_000, False),  # a data block's sizes
+    "validation": (0, 10_000_000, False),
+    "test": (0, 10_000_000, False),
     "max_items": (1, maps.MAX_ITEMS, False),
     **{name: (s.low, s.high, s.low_excluded) for name, s in SETTINGS.items() if not s.choices},
 }
 SPELLINGS = {word for s in SETTINGS.values() for word in s.spellings}  # taken, but not listed as choices
 MAX_CYCLES_REPORTED = 20
+SCALAR_KINDS = ("text", "choice", "number")  # a value a template reads as one string, with no fields
 MAX_EDGES = 10_000_000  # pairs, however they are written; a 1,500 x 1,500 statement is 2,250,000
 
 
@@ -168,6 +181,10 @@ class Context:
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one
+        # the seconds left for trial renders: one render's limit for the whole check, not one per template
+        self.render_seconds = MAX_SECONDS
+        self.untried = False  # a template was left untried once they were spent (said once)
+        self.rendered: dict[tuple, tuple] = {}  # what a trial render found, by what it was given
 
     def report(self, code: str, span: ir.Span | None, message: str, help: str = "", notes=()) -> None:
         self.diagnostics.append(diagnostic(code, span, message, file=self.p.path, help=help, notes=notes))
@@ -397,6 +414,24 @@ def check_block(cx: Context, block: ir.Block) -> None:
     problem = url_problem(str(base.value)) if base is not None else None
     if base is not None and problem:
         cx.report("E069", base.value_span, f"api_base {problem}")
+    if block.kind == "model":
+        check_provider(cx, block)
+
+
+def check_provider(cx: Context, block: ir.Block) -> None:
+    """A model name's provider is one litellm knows: a misspelt one (`opneai/...`) would fail only at the first
+    call, blamed on the server. A Router's model group is its own name, whatever it looks like."""
+    keys = {s.key for s in block.settings}
+    name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
+    provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and provider is not None and provider not in PROVIDERS:
+        cx.report(
+            "E128",
+            name.value_span,
+            f"unknown provider '{provider}' in model name '{name.value}'",
+            help=suggestion(provider, sorted(PROVIDERS))
+            or "a model name is `provider/model`, e.g. openai/gpt-4o-mini (`openai/...` for any OpenAI-compatible server)",
+        )
 
 
 def check_edges(cx: Context):
@@ -779,12 +814,12 @@ def template_variables(
     unknown = [name for name in used - allowed if name not in params]
     for name in sorted(unknown):
         cx.report(code, cx.locate(literal, name), message(name))
-    if cx.records and not builtin and not check_fields_read(cx, text, literal, allowed):
+    if not builtin and not check_fields_read(cx, text, literal, allowed):
         return used
     if not unknown and text != DEFAULT_TEMPLATE:
         records = frozenset() if builtin else frozenset((n, cx.records[n]) for n in used & allowed if n in cx.records)
         shown = frozenset((name, keys) for name, keys in demos if name in used)
-        failure, certain = trial_render(text, used, builtin, records, shown)
+        failure, certain = timed_trial(cx, literal, what, (text, used, builtin, records, shown))
         if failure is not None:  # an error when no data can help, else a warning
             cx.report(
                 "E052" if certain else "W006",
@@ -794,15 +829,60 @@ def template_variables(
     return used
 
 
+def timed_trial(cx: Context, literal: ir.Span, what: str, given: tuple) -> tuple[RenderError | None, bool]:
+    """trial_render within the seconds the check has left for renders (a template many nodes share is
+    rendered once); once they are spent, the template is not tried, and that is said once."""
+    if given in cx.rendered:
+        return cx.rendered[given]
+    if cx.render_seconds <= 0:
+        untried(cx, literal, what)
+        return None, False
+    start = time.monotonic()
+    found = cx.rendered[given] = trial_render(*given, until=start + cx.render_seconds)
+    cx.render_seconds -= time.monotonic() - start
+    return found
+
+
+def untried(cx: Context, literal: ir.Span, what: str) -> None:
+    """The first template left untried once the check's time for renders was spent, said once."""
+    if not cx.untried:
+        cx.untried = True
+        cx.report(
+            "W006",
+            cx.locate(literal, None, None),
+            f"template{what} not tried: this check's {MAX_SECONDS:g} s for rendering templates were spent, "
+            "so it and the templates after it may not render",
+        )
+
+
 def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[str]) -> bool:
     """Whether every `{{ judge.verdict }}` names a field the record output `judge` has; each that does not
     is reported."""
     fine = True
     for name, field in sorted(reads(text).fields):
-        if name in received and name in cx.records and field not in cx.records[name]:
+        if name not in received or name not in cx.nodes:
+            continue
+        if name in cx.records and field not in cx.records[name]:
             no_field(cx, cx.locate(literal, field), name, field)
             fine = False
+        type_ = cx.nodes[name].type
+        if type_.kind in SCALAR_KINDS and not hasattr(str, field):  # a str method, such as upper, renders
+            what = "node" if name in cx.node_names else "input"
+            cx.report(
+                "E077",
+                cx.locate(literal, field),
+                f"{what} '{name}' is {type_}, not a record: it has no field '{field}'",
+                help=field_elsewhere(cx, field, received) or f"`{{{{ {name} }}}}` is its whole value",
+            )
+            fine = False
     return fine
+
+
+def field_elsewhere(cx: Context, field: str, received: Set[str]) -> str:
+    """`did you mean 'judge.reason'?` when a record this template receives has a field close to `field`."""
+    read = [f"{node}.{name}" for node, names in cx.records.items() if node in received for name in names]
+    close = difflib.get_close_matches(field, [r.split(".", 1)[1] for r in read], n=1, cutoff=0.6)
+    return next((f"did you mean '{r}'?" for r in read if close and r.endswith("." + close[0])), "")
 
 
 class TemplateSource(NamedTuple):
@@ -1129,6 +1209,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_node(cx, node)
     for block in pipeline.blocks:
         check_block(cx, block)
+    check_data_blocks(pipeline, cx.report)
     check_functions(cx)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)

@@ -5,8 +5,8 @@ A new check takes a new code; a check that goes away leaves its code unused. The
 E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x graph, output and metric,
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
-metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps; W0xx
-warnings.
+metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps, E13x data
+named in the file; W0xx warnings.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ _CODES = [
         "interrupted write",
         "sbpc rewrites a file with other hard links in place, after saving the whole new text beside it as\n"
         "`.NAME.sbpc-tmp`. That copy is still there, so the last such write was killed midway and the file\n"
-        "may hold part new and part old text. The message names the copy.",
+        "may hold part new and part old text. The message names the copy. When the write was an optimize\n"
+        "run's, `sbpc optimize ... --resume` finishes it (the copy is the text the run recorded it was writing).",
         "sbpc check liar.sbp        # .liar.sbp.sbpc-tmp is beside it",
         "cp .liar.sbp.sbpc-tmp liar.sbp && rm .liar.sbp.sbpc-tmp    # or rm it to keep the file as it is",
     ),
@@ -269,7 +270,7 @@ _CODES = [
     Code(
         "E035",
         "unknown block",
-        "A settings block is `model [ROLE] { ... }` or `optimize { ... }`.",
+        "A settings block is `model [ROLE] { ... }`, `optimize { ... }` or `data { ... }`.",
         "optimise { iterations = 2 }",
         "optimize { iterations = 2 }",
     ),
@@ -559,7 +560,8 @@ _CODES = [
     Code(
         "E077",
         "field of a node that returns no record",
-        "`output node.field` scores one field of a record output; a node of another type has no fields.",
+        "`output node.field` scores one field of a record output, and `{{ node.field }}` reads one; a node or\n"
+        "input of another type (text, a choice, a number) is one value, with no fields.",
         "node a: text { prompt = p }\noutput a.verdict",
         "node a: {verdict: choice(Yes, No)} { prompt = p }\noutput a.verdict",
     ),
@@ -854,6 +856,65 @@ _CODES = [
         "The list a node maps over is one of its inputs: an edge from it to the node.",
         "node note: text for each passage in passages { prompt = p  max_items = 8 }",
         "passages -> note",
+    ),
+    Code(
+        "E128",
+        "a model name with an unknown provider",
+        "A model name is `provider/model`, and the provider is one litellm knows (`openai`, `anthropic`,\n"
+        "`ollama`, ... and sbpc's `embedded`); `openai/...` with `api_base` reaches any OpenAI-compatible server.\n"
+        "A misspelt provider would fail only at the first call.",
+        'model forward { name = "opneai/gpt-4o-mini" }',
+        'model forward { name = "openai/gpt-4o-mini" }',
+    ),
+    # E13x: data named in the file
+    Code(
+        "E130",
+        "named data block",
+        "A pipeline draws its examples from one data file, so the data block takes no name.",
+        'data tickets { file = "tickets.jsonl" }',
+        'data { file = "tickets.jsonl" }',
+    ),
+    Code(
+        "E131",
+        "data block without a file",
+        "A data block names the file a run reads its examples from (a .jsonl, .csv or .tsv file, relative\n"
+        "to the pipeline's folder); its sizes and seed cut that file, so without it they cut nothing.",
+        "data { train = 20  validation = 20 }",
+        'data { file = "tickets.jsonl"  train = 20  validation = 20 }',
+    ),
+    Code(
+        "E132",
+        "a size set twice",
+        "A data block's `train`, `validation`, `test` and `seed` are the optimize block's `train_size`,\n"
+        "`val_size`, `test_size` and `seed`. Saying one in both places leaves the reader to guess which\n"
+        "wins: keep it in one (beside the data is where a reader looks for how it is cut).",
+        'data { file = "tickets.jsonl"  train = 20 }\noptimize { train_size = 30 }',
+        'data { file = "tickets.jsonl"  train = 30 }',
+    ),
+    Code(
+        "E133",
+        "a second data block",
+        "A pipeline names one data file; a command's --data gives another for one run.",
+        'data { file = "a.jsonl" }\ndata { file = "b.jsonl" }',
+        'data { file = "a.jsonl" }',
+    ),
+    Code(
+        "E134",
+        "the data file cannot be used",
+        "`sbpc check` reads the file the data block names, as a run would: one that is missing, unreadable,\n"
+        "has no answer column (answer, label or target) or has bad rows is reported here, every bad row\n"
+        "with its line. The path is relative to the pipeline's folder, not to where sbpc runs.",
+        'data { file = "tickets.jsnol" }',
+        'data { file = "tickets.jsonl" }',
+    ),
+    Code(
+        "E135",
+        "an input the data does not have",
+        "Each input reads the data field of its name (or the one `from` names), and the output's `from`\n"
+        "names the answer's field; the data file the block names has no such field. Rename the input, say\n"
+        "which field it reads, or pass --map INPUT=FIELD for one run.",
+        'input text: text          # the file has "message", not "text"',
+        "input text: text from message",
     ),
     # W00x: warnings
     Code(

@@ -151,6 +151,12 @@ class Document:
     def sbp(self) -> bool:
         return self.path.endswith(".sbp")
 
+    def answered(self) -> Document:
+        """This reading with every answer an editor asks for made now (the index of names, the outline, the
+        formatted text): a language server reads in a worker thread and answers on its loop at once."""
+        _ = (self.occurrences, self.declarations, self.analysis, self.outline, self.formatted)  # cached once asked
+        return self
+
     # -- what is where
 
     @cached_property

@@ -8,7 +8,7 @@ import re
 from collections.abc import Iterator
 
 from . import ir
-from .graph import Graph, describe, max_chars
+from .graph import Graph, describe
 from .kinds import kind_of
 from .node import GraphNode
 from .templates import Record
@@ -92,13 +92,32 @@ def emit_mermaid(graph: Graph) -> str:
     return "\n".join(lines)
 
 
+#: The most characters of prompts shown: a graph of 1,500 x 1,500 edges has 768 MB of them, more than
+#: anyone reads (and 300 s to print); past it the sections end with one that says they were cut short.
+MAX_PROMPT_CHARS = 16 * 2**20
+
+
 def emit_prompts(graph: Graph) -> str:
     return "\n\n".join(prompt_sections(graph))
 
 
 def prompt_sections(graph: Graph) -> Iterator[str]:
-    """Every prompt the method sends, rendered with `<name>` placeholders, one section at a time (a graph of
-    thousands of edges has millions of them: `sbpc compile` prints each as it is made):
+    """The prompts of `_sections`, up to MAX_PROMPT_CHARS of them, one section at a time (`sbpc compile`
+    prints each as it is made)."""
+    shown = 0
+    for count, section in enumerate(_sections(graph)):
+        if shown >= MAX_PROMPT_CHARS:
+            yield (
+                f"=== stopped after {count:,} sections, {shown / 2**20:.0f} MB: a graph this size has "
+                "more prompts than anyone reads ==="
+            )
+            return
+        shown += len(section)
+        yield section
+
+
+def _sections(graph: Graph) -> Iterator[str]:
+    """Every prompt the method sends, rendered with `<name>` placeholders, one section at a time:
     each node's forward prompt and backward questions, the loss feedback, the optimizer's prompt for
     every trainable param, and how each trainable demos param is filled."""
     values: dict = {i.name: f"<{i.name}>" for i in graph.inputs} | {n: f"<output of {n}>" for n in graph.nodes}
@@ -131,10 +150,7 @@ def prompt_sections(graph: Graph) -> Iterator[str]:
             "output": f"<output of {user.name}>",
             "gradient": "<gradient>",
         }
-        prompt = graph.prompts[param]
-        optimizer = graph.render_builtin(
-            "optimizer", node=user.name, param=param, prompt=prompt, examples=[example], max_chars=max_chars(prompt)
-        )
+        optimizer = graph.optimizer_prompt(param, user.name, [example])
         yield f"=== {param}: optimizer ===\n{optimizer}"
     for name in graph.trainable_demos:
         spec = graph.demos[name]

@@ -26,6 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import SbpcError
+from . import ir
 from .demos import layout
 from .parser import parse
 from .syntax import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, read
@@ -47,6 +48,11 @@ class FormatError(SbpcError, ValueError):
 
 def format_text(text: str, path: str = "<string>") -> str:
     """`text` (a .sbp file) in the canonical layout; PipelineError when it does not parse."""
+    with ir.gc_paused():  # three parses of millions of acyclic objects: a full collection walks them all
+        return _formatted(text, path)
+
+
+def _formatted(text: str, path: str) -> str:
     pipeline = parse(text, path)
     source = pipeline.text  # lone carriage returns made newlines, as the parser counts lines
     first_end = source.find("\n")

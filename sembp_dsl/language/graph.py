@@ -15,19 +15,26 @@ from types import MappingProxyType
 from . import ir
 from .branches import gates_of
 from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from .data import DataSpec, data_spec
 from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
 from .maps import each_of
 from .method import Method
 from .metrics import parse_scale
-from .node import NO_RECORDS, GraphNode
+from .node import NO_RECORDS, GraphNode, model_param
+from .shapes import SENTENCE, Shape, prompt_shape
 from .templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
 def max_chars(old: str) -> int:
     """The length limit of a candidate prompt: room to grow, but not a runaway reply."""
     return max(800, 3 * len(old))
+
+
+def max_sentences(old: str) -> int:
+    """The most sentences a candidate prompt may have: one to three, or as many as the old one has."""
+    return max(3, len(SENTENCE.findall(old)))
 
 
 DEFAULT_MODEL_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({"temperature": 0})
@@ -117,6 +124,7 @@ class Graph:
     demos: Mapping[str, DemosParam] = field(default_factory=lambda: MappingProxyType({}))
     metrics: Mapping[str, MetricSpec] = field(default_factory=lambda: MappingProxyType({}))  # the file's own
     alternatives: tuple[str, ...] = ()  # `output easy | hard`: nodes the output comes from when `output` did not run
+    data: DataSpec | None = None  # the data block's file, which a run reads when not given another
 
     @property
     def task(self) -> str:
@@ -134,7 +142,10 @@ class Graph:
         return tuple(name for name, d in self.demos.items() if not d.frozen)
 
     def with_prompts(self, prompts: Mapping[str, str]) -> Graph:
-        return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}))
+        """The graph with these params' values; a node's model param (`model_param`) moves the node's calls."""
+        moved = {name: prompts[model_param(name)] for name in self.nodes if model_param(name) in prompts}
+        nodes = {name: replace(node, model=moved[name]) if name in moved else node for name, node in self.nodes.items()}
+        return replace(self, prompts=MappingProxyType({**self.prompts, **prompts}), nodes=MappingProxyType(nodes))
 
     def with_functions(self, functions: Mapping[str, Callable]) -> Graph:
         return replace(self, functions=MappingProxyType(dict(functions)))
@@ -158,6 +169,29 @@ class Graph:
 
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
+
+    def optimizer_prompt(self, param: str, node: str, examples: Sequence[Mapping[str, str]]) -> str:
+        """What the optimizer model is asked for a new `param`, from what its node `node` did on `examples`."""
+        old = self.prompts[param]
+        return self.render_builtin(
+            "optimizer",
+            node=node,
+            param=param,
+            prompt=old,
+            examples=examples,
+            max_chars=max_chars(old),
+            max_sentences=max_sentences(old),
+        )
+
+    def candidate_shape(self, param: str) -> Shape:
+        """The shape of the optimizer's reply for `param`, held to the limits its prompt states, and no other:
+        an overriding prompt (the paper's wording) that never names `max_chars` or `max_sentences` is not
+        held to a rule it never stated."""
+        stated, old = variables(self.builtins["optimizer"]), self.prompts[param]
+        return prompt_shape(
+            max_chars(old) if "max_chars" in stated else None,
+            max_sentences(old) if "max_sentences" in stated else None,
+        )
 
     @property
     def limits_length(self) -> bool:
@@ -232,6 +266,12 @@ def model_specs(pipeline: ir.Pipeline) -> dict[str, ModelSpec]:
     return models
 
 
+def method_of(pipeline: ir.Pipeline, data: DataSpec | None) -> Method:
+    """The `optimize` block's method, with the sizes and seed the data block gives; sbpc's defaults for the rest."""
+    settings = {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
+    return Method().changed(settings | dict(data.method if data else {}))
+
+
 def build(pipeline: ir.Pipeline) -> Graph:
     """Check and compile; raise PipelineError carrying every diagnostic when there are errors."""
     with ir.gc_paused():
@@ -244,7 +284,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         raise PipelineError(diagnostics, pipeline.text)
     used = {param for uses in analysis.params.values() for param in uses.instruction + uses.system}
     overrides = {t.name: t.text for t in pipeline.templates if t.name in BUILTIN}
-    output = pipeline.outputs[0]
+    output, data = pipeline.outputs[0], data_spec(pipeline)
     return Graph(
         pipeline=pipeline,
         nodes=MappingProxyType(graph_nodes(pipeline, analysis)),
@@ -255,9 +295,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         metric=analysis.metric,
         answer_field=output.field,
         models=MappingProxyType(model_specs(pipeline)),
-        optimize=Method().changed(
-            {s.key: s.value for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
-        ),
+        optimize=method_of(pipeline, data),
         builtins=MappingProxyType(
             {name: overrides[name] if name in overrides else builtin_source(name) for name in BUILTIN}
         ),
@@ -266,6 +304,7 @@ def _build(pipeline: ir.Pipeline) -> Graph:
         demos=MappingProxyType(demos_params(pipeline, analysis.demos)),
         metrics=MappingProxyType({m.name: MetricSpec.of(m) for m in pipeline.metric_defs}),
         alternatives=tuple(ref.name for ref in output.alternatives),
+        data=data,
     )
 
 

@@ -94,6 +94,21 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
                 high=1,
                 low_excluded=True,
             ),
+            Setting(
+                "objective",
+                "accuracy",
+                "accuracy: a step must score higher; cost: a step that makes the pipeline cheaper (a node moved to "
+                "a cheaper one of `models`) need only not score lower by more than the margin",
+                choices=("accuracy", "cost"),
+            ),
+            Setting(
+                "margin",
+                0.05,
+                "with objective cost, the most accuracy a cheaper step may lose (a non-inferiority test at gate_alpha)",
+                kind=float,
+                high=1,
+                low_excluded=True,
+            ),
             Setting("train_size", 20, "training samples", high=10_000_000),
             Setting("val_size", 20, "validation samples, which the gate scores", high=10_000_000),
             Setting("test_size", 0, "held-out test samples, scored before and after (0: none)", high=10_000_000),
@@ -143,6 +158,9 @@ class Method:
     gate: str = SETTINGS["gate"].default  # val | train | none
     gate_alpha: float = SETTINGS["gate_alpha"].default
     only: tuple[str, ...] = ()  # the params to optimize (empty: every trainable one)
+    objective: str = SETTINGS["objective"].default  # accuracy | cost
+    margin: float = SETTINGS["margin"].default
+    models: tuple[str, ...] = ()  # the named models a node may be moved to (empty: models stay)
     train_size: int = SETTINGS["train_size"].default
     val_size: int = SETTINGS["val_size"].default
     test_size: int = SETTINGS["test_size"].default
@@ -155,6 +173,10 @@ class Method:
         if not isinstance(only, (list, tuple)) or not all(isinstance(p, str) for p in only):
             raise SettingTypeError(Option("only", "--only"), f" must be a param's name or a list of them, got {only!r}")
         object.__setattr__(self, "only", tuple(only))
+        models = (self.models,) if isinstance(self.models, str) else self.models
+        if not isinstance(models, (list, tuple)) or not all(isinstance(m, str) for m in models):
+            raise SettingTypeError(Option("models", "--models"), f" must be a model's name or a list, got {models!r}")
+        object.__setattr__(self, "models", tuple(models))
 
     def changed(self, settings: Mapping[str, Any]) -> Method:
         """This method with some settings changed; an unknown name is a TypeError with the closest one."""

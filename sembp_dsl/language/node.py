@@ -21,6 +21,12 @@ NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})
 NO_SETTINGS: Mapping[str, ir.Value] = MappingProxyType({})
 
 
+def model_param(node: str) -> str:
+    """The param that holds a node's model when the optimizer may move it (`draft.model`, its value a named
+    model): no param can be so named, so it stands beside the prompts in a step, the run record and write-back."""
+    return f"{node}.model"
+
+
 @dataclass(frozen=True)
 class GraphNode:
     name: str

@@ -41,6 +41,12 @@ NUMBER_WIDTH = 23  # "-", 15 digits, ".", 6 decimals
 # which the hint parser strips: a line that reads as empty is no line.
 LINE_CHAR = r"[^\x00-\x1F\x7F\x85\u2028\u2029<]"
 LINE_START = r"[^\x00-\x20\x7F\x85\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000<*_]"
+# A sentence of a text held to sentences: a visible first character, no `<`, and it closes at its first end.
+SENTENCE_START = r"[^\x00-\x20<.!?]"
+SENTENCE_CHAR = r"[^<.!?]"
+SENTENCE_END = "[.!?]"
+SENTENCE_BREAK = r"[ \n]{1,2}"
+SENTENCE = re.compile(r"[^\x00-\x20<.!?][^<.!?]*[.!?]")
 
 
 @dataclass(frozen=True)
@@ -50,12 +56,15 @@ class Field:
     kind: `option` (one of `options`), `line` (one line of text, not blank), `text` (any lines without
     `<`, which keeps a closing tag after it unambiguous; may be empty), `number` (a decimal number),
     `json` (a JSON object or array). `cap`: the most characters of a line or text, whatever the budget.
+    `sentences`: a text that is at most this many sentences, each closed by `.`, `!` or `?`, so it can end
+    only where a sentence ends (a small model otherwise runs on until its bound cuts it off).
     """
 
     name: str
     kind: str
     options: tuple[str, ...] = ()
     cap: int | None = None
+    sentences: int | None = None
 
     @property
     def free(self) -> bool:
@@ -69,6 +78,22 @@ class Field:
         if self.kind == "number":
             return {"type": "number"}
         return None if self.kind == "json" else {"type": "string"}
+
+    def sentence_limit(self, limit: int | None) -> int | None:
+        """The most characters one of its sentences may take so that all of them, and the breaks between
+        them, fit in `limit`."""
+        if self.sentences is None or limit is None:
+            return None
+        return max(2, (limit - 2 * (self.sentences - 1)) // self.sentences)
+
+    def ran_out(self, value: str, limit: int | None) -> bool:
+        """Whether a value the grammar bounded by `limit` reached the bound (of the whole, or of a sentence)."""
+        if limit is None:
+            return False
+        each = self.sentence_limit(limit)
+        if each is None:
+            return len(value) >= limit
+        return any(len(sentence) >= each for sentence in SENTENCE.findall(value))
 
 
 Part = str | Field
@@ -118,8 +143,8 @@ class Shape:
     def ran_out(self, text: str, max_tokens: int | None) -> bool:
         """Whether a reply decoded under `grammar(max_tokens)` filled a free field to its limit. The grammar
         closes the field there, so the reply is cut off, however closed it looks."""
-        values = self.values(text)
-        return any(n is not None and len(values.get(name, "")) >= n for name, n in self.limits(max_tokens).items())
+        values, limits = self.values(text), self.limits(max_tokens)
+        return any(f.ran_out(values.get(f.name, ""), limits[f.name]) for f in self.fields if f.free)
 
     def grammar(self, max_tokens: int | None) -> str:
         """The GBNF grammar of the reply's text (llama.cpp), bounded to fit in max_tokens."""
@@ -279,10 +304,11 @@ def hints_shape(count: int) -> Shape:
 
 
 @lru_cache(maxsize=256)
-def prompt_shape(max_chars: int | None) -> Shape:
+def prompt_shape(max_chars: int | None, max_sentences: int | None = None) -> Shape:
     """An optimizer reply: one closed `<prompt>...</prompt>` block (descent.extract), at most `max_chars`
-    long when the optimizer prompt states that limit."""
-    return Shape("<prompt> block", ("<prompt>", Field("prompt", "text", cap=max_chars), "</prompt>"))
+    long and at most `max_sentences` closed sentences, each when the optimizer prompt states that limit."""
+    field = Field("prompt", "text", cap=max_chars, sentences=max_sentences)
+    return Shape("<prompt> block", ("<prompt>", field, "</prompt>"))
 
 
 # -- GBNF ------------------------------------------------------------------------------------------------
@@ -325,7 +351,16 @@ def field_grammar(field: Field, limit: int | None) -> str:
         return "json-object | json-array"
     if field.kind == "line":
         return LINE_START + ("" if limit == 1 else " " + repeat(LINE_CHAR, None if limit is None else limit - 1))
+    if field.sentences is not None:
+        return sentences_grammar(field.sentences, field.sentence_limit(limit))
     return repeat("[^<]", limit)
+
+
+def sentences_grammar(count: int, each: int | None) -> str:
+    """One to `count` sentences, each a visible first character, then no `<` and no sentence end, then its
+    end; so the text closes only where a sentence does."""
+    sentence = f"{SENTENCE_START} {repeat(SENTENCE_CHAR, None if each is None else each - 2)} {SENTENCE_END}"
+    return f"({sentence}) ({SENTENCE_BREAK} {sentence}){{0,{count - 1}}}"
 
 
 # one character of a JSON string, as json-string takes it

@@ -11,8 +11,9 @@ from ..files import interrupted_write
 from . import ir
 from .callables import allowed_by, beside, parse_target
 from .checker import check
+from .data import FieldsOf, check_data_fields
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point
-from .graph import Graph, build
+from .graph import Graph, build, model_specs
 from .kinds import kind_of
 from .parser import parse
 
@@ -111,7 +112,7 @@ def parse_text(text: str, path: str) -> ir.Pipeline:
 
 
 #: What makes a router file (the path a model block's `router` names) unusable, None when it is not.
-RouterCheck = Callable[[str], "str | None"]
+RouterCheck = Callable[[str, tuple[str, ...]], "str | None"]
 
 
 class Diagnosis(NamedTuple):
@@ -124,10 +125,15 @@ class Diagnosis(NamedTuple):
 
 
 def diagnose(
-    text: str, path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()
+    text: str,
+    path: str,
+    router_problem: RouterCheck | None = None,
+    allowed: tuple[str, ...] = (),
+    fields_of: FieldsOf | None = None,
 ) -> Diagnosis:
     """What `sbpc check` reports on this text, in the syntax its file name says. With `router_problem`, the
-    router files the model blocks name (beside the pipeline) are checked too. The modules of its functions are
+    router files the model blocks name (beside the pipeline) are checked too; with `fields_of`, the data file its
+    data block names. The modules of its functions are
     looked for beside it (never imported): one a run would refuse, being neither there nor `allowed`, is named."""
     try:
         pipeline = parse_text(text, path)
@@ -135,14 +141,26 @@ def diagnose(
         return Diagnosis(exc.diagnostics, exc.text if exc.text is not None else text, exc.partial)
     diagnostics = check(pipeline)[1]
     if router_problem is not None:
-        for block in pipeline.blocks:
-            for s in block.settings:
-                if block.kind == "model" and s.key == "router" and isinstance(s.value, str):
-                    problem = router_problem(os.path.join(os.path.dirname(os.path.abspath(path)), s.value))
-                    if problem:
-                        diagnostics.append(diagnostic("E070", s.value_span, problem, file=path))
+        diagnostics.extend(router_places(pipeline, path, router_problem))
     diagnostics.extend(module_places(pipeline, path, allowed))
+    if fields_of is not None:
+        diagnostics.extend(check_data_fields(pipeline, fields_of))
     return Diagnosis(diagnostics, pipeline.text, pipeline)
+
+
+def router_places(pipeline: ir.Pipeline, path: str, router_problem: RouterCheck) -> list[Diagnostic]:
+    """Each router file a model block names, asked what a run would: that it reads, and that it defines
+    the model groups the models routed through it name."""
+    specs = model_specs(pipeline).values()
+    found = []
+    for block in pipeline.blocks:
+        for s in block.settings:
+            if block.kind == "model" and s.key == "router" and isinstance(s.value, str):
+                groups = tuple(sorted({m.name for m in specs if m.name and m.settings.get("router") == s.value}))
+                problem = router_problem(os.path.join(os.path.dirname(os.path.abspath(path)), s.value), groups)
+                if problem:
+                    found.append(diagnostic("E070", s.value_span, problem, file=path))
+    return found
 
 
 def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) -> list[Diagnostic]:
@@ -168,13 +186,18 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
     return found
 
 
-def diagnose_file(path: str, router_problem: RouterCheck | None = None, allowed: tuple[str, ...] = ()) -> Diagnosis:
+def diagnose_file(
+    path: str,
+    router_problem: RouterCheck | None = None,
+    allowed: tuple[str, ...] = (),
+    fields_of: FieldsOf | None = None,
+) -> Diagnosis:
     """What `sbpc check` reports on a file, unreadable files included."""
     try:
         text = read(path)
     except PipelineError as exc:
         return Diagnosis(exc.diagnostics, exc.text, None)
-    return diagnose(text, path, router_problem, allowed)
+    return diagnose(text, path, router_problem, allowed, fields_of)
 
 
 def compile_file(path: str) -> Graph:

@@ -11,6 +11,7 @@ failure is a located error in `check` and a per-sample error at run time, never 
 from __future__ import annotations
 
 import functools
+import math
 import re
 import time
 from contextvars import ContextVar
@@ -48,11 +49,16 @@ class RenderError(SbpcError, TemplateError):
         self.lineno, self.limit = lineno, limit
 
 
+#: When the renders of one `check` must end, whatever each render's own limit: a slow template used by many
+#: nodes cost MAX_SECONDS each (a file of them kept `check` busy for 400 s). Unbounded outside a check.
+_UNTIL: ContextVar[float] = ContextVar("template_renders_until", default=math.inf)
+
+
 @dataclass
 class Budget:
     steps: int = 0
     output: int = 0
-    deadline: float = field(default_factory=lambda: time.monotonic() + MAX_SECONDS)
+    deadline: float = field(default_factory=lambda: min(time.monotonic() + MAX_SECONDS, _UNTIL.get()))
 
     def step(self, count: int = 1) -> None:
         before, self.steps = self.steps, self.steps + count
@@ -274,7 +280,7 @@ BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error", "reason", "grade"},
     "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
-    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars"},
+    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences"},
 }
 
 
@@ -397,6 +403,7 @@ BUILTIN_SHAPES = {
     "hints": [{"name": "<hint>", "value": "<value>"}],
     "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
     "max_chars": 400,
+    "max_sentences": 3,
 }
 
 
@@ -407,13 +414,29 @@ def trial_render(
     builtin: bool = False,
     records: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
     demos: frozenset[tuple[str, tuple[str, ...]]] = frozenset(),
+    until: float = math.inf,
 ) -> tuple[RenderError | None, bool]:
     """Render with placeholders for every variable, `<name>...` then `1` (a built-in's lists shaped as it gets
-    them, a record output's fields each a placeholder, a demos param one example of placeholders): the first failure, and whether it is certain: a limit
-    with the first, or both failed (the template's own error, such as `{{ 1/0 }}`, or a built-in override
-    reading a field its records never have)."""
+    them, a record output's fields each a placeholder, a demos param one example of placeholders): the first
+    failure, and whether it is certain: a limit with the first, or both failed (the template's own error, such
+    as `{{ 1/0 }}`, or a built-in override reading a field its records never have). Both renders end by
+    `until` (time.monotonic()) at the latest: a check's renders share its time."""
     if "{" not in source:
         return None, False
+    token = _UNTIL.set(until)
+    try:
+        return _first_failure(source, names, builtin, records, demos)
+    finally:
+        _UNTIL.reset(token)
+
+
+def _first_failure(
+    source: str,
+    names: frozenset[str],
+    builtin: bool,
+    records: frozenset[tuple[str, tuple[str, ...]]],
+    demos: frozenset[tuple[str, tuple[str, ...]]],
+) -> tuple[RenderError | None, bool]:
     failures: list[RenderError] = []
     for placeholder in ("<{}>" + "." * 200, "1"):  # long text, so indexing a real input is not taken for an error
         values: dict[str, object] = {name: placeholder.format(name) for name in names}

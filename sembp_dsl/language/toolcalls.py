@@ -142,13 +142,19 @@ def bounded(text: str, limit: int = RESULT_CHARS) -> str:
     return f"{text[:limit]}\n[... {len(text) - limit} more characters not shown]"
 
 
+#: The most characters of one string in a text-form reply: a decoder held to the schema then closes every string
+#: and the object within a small model's max_tokens, where an unbounded one rambles until it is cut off.
+TEXT_FORM_CHARS = 160
+
+
 def reply_schema(tools: Sequence[ToolSpec], answer: dict | None = None) -> dict:
     """The JSON Schema of one reply in the text form: a call of one of `tools` with arguments that fit its
-    schema, or the answer (`answer`: the answer's own schema; a string by default)."""
+    schema, or the answer (`answer`: the answer's own schema; a string by default); every string at most
+    TEXT_FORM_CHARS long."""
     calls = [
         {
             "type": "object",
-            "properties": {"tool": {"const": tool.name}, "arguments": tool.schema()},
+            "properties": {"tool": {"const": tool.name}, "arguments": bounded_strings(tool.schema())},
             "required": ["tool", "arguments"],
             "additionalProperties": False,
         }
@@ -156,11 +162,28 @@ def reply_schema(tools: Sequence[ToolSpec], answer: dict | None = None) -> dict:
     ]
     final = {
         "type": "object",
-        "properties": {ANSWER: answer or {"type": "string"}},
+        "properties": {ANSWER: bounded_strings(answer or {"type": "string"})},
         "required": [ANSWER],
         "additionalProperties": False,
     }
     return {"anyOf": [*calls, final]}
+
+
+def bounded_strings(schema: dict) -> dict:
+    """The schema with every string that has no maxLength (nor a fixed set of values) given TEXT_FORM_CHARS."""
+
+    def walk(value: object) -> object:
+        if isinstance(value, dict):
+            return bounded_strings(value)
+        return [walk(v) for v in value] if isinstance(value, list) else value
+
+    out = {key: walk(value) for key, value in schema.items()}
+    for key in ("properties", "$defs"):  # maps of names to schemas, not schemas
+        if isinstance(schema.get(key), dict):
+            out[key] = {name: walk(value) for name, value in schema[key].items()}
+    if out.get("type") == "string" and not {"maxLength", "enum", "const"} & set(out):
+        out["maxLength"] = TEXT_FORM_CHARS
+    return out
 
 
 def describe_tools(tools: Sequence[ToolSpec], descriptions: Mapping[str, str]) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import difflib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +23,7 @@ from ..files import WriteBackError, atomic_write, read_current
 from . import ir
 from .demos import DemosError, as_text, examples, from_text, layout
 from .diagnostics import PipelineError
+from .node import model_param
 from .parser import decode_block_string
 from .source import parse_text
 
@@ -163,25 +164,53 @@ def _literal(param: ir.Param, value: str, source: str, is_yaml: bool, plain: boo
     return start, (yaml_literal if is_yaml else sbp_literal)(value, source, param)
 
 
+def moved(node: ir.Node, prompts: Mapping[str, str]) -> str | None:
+    """The named model a node's model param moves it to, when it does: only a node with a `model` line of its own."""
+    setting, new = node.setting("model"), prompts.get(model_param(node.name))
+    return new if setting is not None and new is not None and new != setting.value else None
+
+
+def with_model(node: ir.Node, model: str | None) -> ir.Node:
+    """The node with its `model` setting naming `model`, as a re-parse gives it (None: as it is)."""
+    if model is None:
+        return node
+    return replace(node, settings=tuple(replace(s, value=model) if s.key == "model" else s for s in node.settings))
+
+
+def quoted(name: str, old: str) -> str:
+    """A model's name written as the old one was: in the same quotes, or bare."""
+    quote = old[0] if old[:1] in ('"', "'") else ""
+    return f"{quote}{name}{quote}"
+
+
 def rewrite(pipeline: ir.Pipeline, prompts: Mapping[str, str]) -> str:
-    """The pipeline's source with the given prompts (and demos) replaced, and nothing else changed."""
+    """The pipeline's source with the given prompts (and demos) replaced, and nodes' `model` lines moved to the
+    models their model params name (`draft.model`), and nothing else changed."""
     source = pipeline.text
     is_yaml = pipeline.path.endswith(_YAML_KINDS)
     try:
         changed = [p for p in pipeline.params if p.name in prompts and prompts[p.name] != value_of(p)]
         names = {p.name for p in changed}
         expected = replace(
-            pipeline, params=tuple(updated(p, prompts[p.name]) if p.name in names else p for p in pipeline.params)
+            pipeline,
+            params=tuple(updated(p, prompts[p.name]) if p.name in names else p for p in pipeline.params),
+            nodes=tuple(with_model(n, moved(n, prompts)) for n in pipeline.nodes),
         )
     except DemosError as exc:
         raise WriteBackError(f"could not write the new demos: {exc}") from None
+    models = [
+        (s.value_span, model) for n in pipeline.nodes if (model := moved(n, prompts)) and (s := n.setting("model"))
+    ]
     for plain in (False, True):  # pretty literals first; quoted one-liners if those do not survive a re-parse
-        new = source
-        for param in sorted(changed, key=lambda p: p.literal.start, reverse=True):
+        edits = [(span.start, span.end, quoted(model, source[span.start : span.end])) for span, model in models]
+        for param in changed:
             start, literal = _literal(param, prompts[param.name], source, is_yaml, plain)
             region = source[start : param.literal.end]
             tail = region[len(region.rstrip()) :] if is_yaml else ""  # a YAML block scalar owns its line break
-            new = new[:start] + literal + tail + new[param.literal.end :]
+            edits.append((start, param.literal.end, literal + tail))
+        new = source
+        for start, end, text in sorted(edits, reverse=True):
+            new = new[:start] + text + new[end:]
         try:
             if parse_text(new, pipeline.path) == expected:
                 return new
@@ -264,16 +293,16 @@ class WriteBack:
         self.guarded = out is None  # only the source file can have been edited by someone else
         self.loaded = pipeline.text
         self.bom = read_current(Path(pipeline.path))[1]  # kept in whatever file the result goes to
-        self.record = None
+        self.expect_source: Callable[..., None] | None = None
 
-    def report_to(self, record) -> None:
-        """Tell this run record (its `expect_source`) which texts the source file may hold, before and after
+    def report_to(self, expect_source: Callable[..., None]) -> None:
+        """Call `expect_source(*texts)` (a run record's) with the texts the source file may hold, before and after
         each write into it, so a resumed run can tell its own writes from a user's edit."""
-        self.record = record
+        self.expect_source = expect_source
 
     def _expect(self, *texts: str) -> None:
-        if self.record is not None:
-            self.record.expect_source(*texts)
+        if self.expect_source is not None:
+            self.expect_source(*texts)
 
     def __call__(self, prompts: Mapping[str, str]) -> str | None:
         """Write; returns a notice for the user when the file had to go elsewhere."""

@@ -454,14 +454,15 @@ class Lowering:
         return ir.MetricDef(key.value, None, self.settings(value), span=self.span(key))
 
     def blocks(self, root: yaml.MappingNode, section: dict[str, yaml.Node]) -> tuple[ir.Block, ...]:
-        """The model blocks (`default` is the unnamed one), then the optimize block."""
+        """The model blocks (`default` is the unnamed one), then the optimize block, then the data block."""
         blocks = [
             ir.Block("model", None if k.value == "default" else k.value, self.settings(v), span=self.span(k))
             for k, v in _entries(section, "models")
         ]
-        if "optimize" in section:
-            key = next(k for k, _ in root.value if k.value == "optimize")
-            blocks.append(ir.Block("optimize", None, self.settings(section["optimize"]), span=self.span(key)))
+        for kind in ("optimize", "data"):
+            if kind in section:
+                key = next(k for k, _ in root.value if k.value == kind)
+                blocks.append(ir.Block(kind, None, self.settings(section[kind]), span=self.span(key)))
         return tuple(blocks)
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..language.demos import as_text, from_text
+from ..language.diagnostics import bad_characters
 from ..language.graph import Graph
 from ..records.record import Proposal
 from ..runtime.evaluate import Result
@@ -26,40 +27,60 @@ class DemosCandidate:
     new: str | None  # the set, as the graph holds it (demos.as_text); None when there is none to try
     reason: str | None  # why there is none
     samples: tuple[str, ...] = ()  # the training samples its examples come from, in its order
+    left_out: tuple[str, ...] = ()  # "sample: why" for each example answered right that the file cannot hold
 
     def proposal(self, fate: str) -> Proposal:
         """As the run record keeps it, with its fate."""
-        return Proposal(self.param, fate, self.new, None, list(self.samples))
+        return Proposal(self.param, fate, self.new, None, list(self.samples), left_out=list(self.left_out))
 
 
-def pool(graph: Graph, param: str, results: Sequence[Result]) -> list[tuple[str, dict[str, str]]]:
+@dataclass(frozen=True)
+class Pool:
+    """The examples a demos param may draw: (sample id, example), and those left out as "sample: why"."""
+
+    examples: list[tuple[str, dict[str, str]]]
+    left_out: tuple[str, ...]
+
+
+def pool(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     """(sample id, example) for every training sample the pipeline got right whose node answered in its type, in
     full, in the split's order; a sample that repeats another's example is left out. An answer whose text a length
-    limit cut off is no example: it would be written into the user's file as it was cut."""
+    limit cut off is no example: it would be written into the user's file as it was cut. Nor is one holding what
+    a pipeline file cannot (a control character, a lone surrogate): writing the run's result back would fail."""
     node = graph.nodes[graph.demos[param].node]
-    seen, out = set(), []
+    seen, out, left_out = set(), [], []
     for result in results:
         trace = result.trace.nodes.get(node.name)
         if not result.correct or trace is None or trace.output is None or (trace.cut_off and node.type.free_text):
             continue
         values = result.trace.values
         example = {**{name: str(values[name]) for name in node.inputs}, node.name: trace.output}
+        why = next(
+            (f"{result.sample.id}: {name}: {bad}" for name, text in example.items() if (bad := bad_characters(text))),
+            None,
+        )
         key = json.dumps(example, sort_keys=True)
-        if key not in seen:
+        if why is not None:
+            left_out.append(why)
+        elif key not in seen:
             seen.add(key)
             out.append((result.sample.id, example))
-    return out
+    return Pool(out, tuple(left_out))
 
 
 def propose_demos(graph: Graph, param: str, results: Sequence[Result], rng: random.Random) -> DemosCandidate:
     """A new set for a demos param: up to its max examples from the training samples answered right."""
     found = pool(graph, param, results)
-    if not found and any(result.correct for result in results):
+    if not found.examples and found.left_out:
+        why = "every example answered right holds what the pipeline file cannot hold"
+        return DemosCandidate(param, None, why, left_out=found.left_out)
+    if not found.examples and any(result.correct for result in results):
         return DemosCandidate(param, None, "no sample answered right gave a whole example (unreadable, or cut off)")
-    if not found:
+    if not found.examples:
         return DemosCandidate(param, None, "no training sample was answered right, so no example to take")
-    chosen = rng.sample(found, min(graph.demos[param].max, len(found)))
+    chosen = rng.sample(found.examples, min(graph.demos[param].max, len(found.examples)))
     new = as_text([example for _, example in chosen])
+    samples = tuple(sample for sample, _ in chosen)
     if sorted(map(json.dumps, from_text(new))) == sorted(map(json.dumps, from_text(graph.prompts[param]))):
-        return DemosCandidate(param, None, "the examples it holds already", tuple(s for s, _ in chosen))
-    return DemosCandidate(param, new, None, tuple(sample for sample, _ in chosen))
+        return DemosCandidate(param, None, "the examples it holds already", samples, found.left_out)
+    return DemosCandidate(param, new, None, samples, found.left_out)

@@ -18,7 +18,6 @@ from jinja2 import nodes
 
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
-from ..language.shapes import prompt_shape
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
 from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
@@ -139,10 +138,8 @@ async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candi
     old = graph.prompts[param]
     examples = examples_for(graph, param, samples)
     node = graph.users(param)[0].name
-    prompt = graph.render_builtin(
-        "optimizer", node=node, param=param, prompt=old, examples=examples, max_chars=max_chars(old)
-    )
-    shape = prompt_shape(max_chars(old) if graph.limits_length else None)
+    prompt = graph.optimizer_prompt(param, node, examples)
+    shape = graph.candidate_shape(param)
     try:
         completion = await llm.complete("optimizer", prompt, shape)
     except CallFailed as exc:

@@ -20,6 +20,10 @@ Each round takes the fewest samples that could settle it (at least `least`), fir
 to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
 ones for a failure); then the group likelier to move it the way the outcomes so far point; samples that can still
 go either way (of unknown or partial score) between the two. The decision never depends on the order, only the number of samples evaluated does.
+
+A step that makes the pipeline cheaper is held to non-inferiority instead (`margin`, stats.NonInferiority): it
+passes when its losses are few enough, wins aside; that rule too passes more with every win and fewer with every
+loss, so the same rounds settle it.
 """
 
 from __future__ import annotations
@@ -29,7 +33,9 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from .stats import NO_GAIN, gate_passes, sign_test
+from .stats import NO_GAIN, NonInferiority, Superiority
+
+Rule = Superiority | NonInferiority  # what a step must show: better, or not worse by more than a margin
 
 
 def settled(
@@ -37,14 +43,14 @@ def settled(
     losses: int,
     possible_wins: int,
     possible_losses: int,
-    alpha: float,
+    rule: Rule,
     gains: tuple[float, float] | None = None,
 ) -> bool | None:
     """The gate's decision once no outcome of the samples left can change it, else None. `gains`: the lowest and
     the highest sum of score changes the whole split can still reach (None: scores of 0 or 1)."""
     low, high = gains if gains is not None else (None, None)
-    best = gate_passes(wins + possible_wins, losses, alpha, high)
-    worst = gate_passes(wins, losses + possible_losses, alpha, low)
+    best = rule.passes(wins + possible_wins, losses, high)
+    worst = rule.passes(wins, losses + possible_losses, low)
     return best if best == worst else None
 
 
@@ -72,10 +78,13 @@ class Gate:
         least: int = 1,
         partial: Mapping[str, float] = MappingProxyType({}),
         known: Collection[str] | None = None,
+        margin: float | None = None,
     ):
         """`baseline`: the samples the current pipeline gets right; `partial`: its scores between 0 and 1 (every
-        other sample scored 0); `known`: the samples its score is known on (None: all of them)."""
-        self.size, self.alpha, self.least = len(ids), alpha, max(1, least)
+        other sample scored 0); `known`: the samples its score is known on (None: all of them); `margin`: the step
+        need only not be worse by this much (a non-inferiority test), else it must be better."""
+        self.size, self.alpha, self.least, self.margin = len(ids), alpha, max(1, least), margin
+        self.rule: Rule = Superiority(alpha) if margin is None else NonInferiority(alpha, margin, len(ids))
         self.baseline = set(baseline)
         self.before: dict[str, float | None] = {
             i: (1.0 if i in self.baseline else partial.get(i, 0.0)) if known is None or i in known else None
@@ -139,11 +148,11 @@ class Gate:
 
     @property
     def decision(self) -> bool | None:
-        return settled(len(self.wins), len(self.losses), *self.possible, self.alpha, self.gains)
+        return settled(len(self.wins), len(self.losses), *self.possible, self.rule, self.gains)
 
     @property
     def p(self) -> float:
-        return sign_test(len(self.wins), len(self.losses))
+        return self.rule.p(len(self.wins), len(self.losses))
 
     def matters(self, win: bool, lose: bool) -> bool:
         """Whether an open sample that could be a win (`win`), a loss (`lose`) or a tie can still change the decision,
@@ -152,7 +161,7 @@ class Gate:
         wins, losses = len(self.wins), len(self.losses)
         possible_wins, possible_losses = self.possible
         others_wins, others_losses = possible_wins - win, possible_losses - lose
-        passes = lambda more_wins, more_losses: gate_passes(wins + more_wins, losses + more_losses, self.alpha)  # noqa: E731
+        passes = lambda more_wins, more_losses: self.rule.passes(wins + more_wins, losses + more_losses)  # noqa: E731
         return (
             lose and any(passes(extra, 0) != passes(extra, others_losses + 1) for extra in range(others_wins + 1))
         ) or (win and any(passes(others_wins + 1, extra) != passes(0, extra) for extra in range(others_losses + 1)))
@@ -182,8 +191,8 @@ class Gate:
             could_lose += self.could_lose(sample)
             could_win += self.could_win(sample)
             # all of them going its way passes it for good, or all going against it fails it for good
-            passes = gate_passes(wins + could_win, losses + possible_losses - could_lose, self.alpha)
-            fails = not gate_passes(wins + possible_wins - could_win, losses + could_lose, self.alpha)
+            passes = self.rule.passes(wins + could_win, losses + possible_losses - could_lose)
+            fails = not self.rule.passes(wins + possible_wins - could_win, losses + could_lose)
             if (passes and way is not False) or (fails and way is not True):
                 return n
         return len(order) + 1
@@ -258,7 +267,7 @@ class Gate:
             round(len(self.wins) + win_rate * possible_wins),
             round(len(self.losses) + loss_rate * possible_losses),
         )
-        if gate_passes(*expected, self.alpha):
+        if self.rule.passes(*expected):
             right_first = 1 - loss_rate >= win_rate
         else:
             right_first = loss_rate >= 1 - win_rate
@@ -286,6 +295,7 @@ class Gate:
             "losses": sorted(self.losses),
             "p": self.p,
             "alpha": self.alpha,
+            **({"margin": self.margin} if self.margin is not None else {}),
             "lost": sorted(self.lost),
             "right": sorted(self.right),
             **({"partial": dict(sorted(self.partial.items()))} if self.partial else {}),

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.graph import Graph
@@ -39,6 +39,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
+from .pricing import per_thousand
 from .stats import NO_GAIN, wins_needed
 from .strategies import Candidate, Learnt, strategies
 
@@ -257,7 +258,7 @@ class Optimizer:
         if data.initial_score is None:
             first = await self.score(self.graph, self.gate_split(), "gate, initial")
             right, lost, partial = outcomes(first)
-            self.record.begin(first.accuracy, right, partial, lost)
+            self.record.begin(first.accuracy, right, partial, lost, per_thousand(self.graph, self.llm, first))
             self.learn(self.graph, self.gate_split(), first)
         else:
             right, partial, known, lost = data.scores_kept()
@@ -285,7 +286,7 @@ class Optimizer:
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return iteration
-        taken = await self.propose(learnt, iteration)
+        taken, margin = await self.propose(learnt, iteration)
         if not taken:
             iteration.note = "no valid candidate"
             return iteration
@@ -296,7 +297,7 @@ class Optimizer:
             iteration.reject_taken(f"rejected: {iteration.note}")
             return iteration
         proposed = current.with_prompts(step)
-        if self.method.gate == "none" or await self.passes_gate(current, proposed, iteration):
+        if self.method.gate == "none" or await self.passes_gate(current, proposed, iteration, margin):
             outcome.graph, outcome.best_score = proposed, iteration.gate_after
             iteration.accept(proposed.prompts)
             self.on_accept(proposed)
@@ -313,11 +314,20 @@ class Optimizer:
         failures = await self.draw(graph, index)
         known = tuple(self.known.train[x.id] for x in self.train if x.id in self.known.train)
         train = scored(Evaluation(known, len(known), None), f"iteration {index}: train")
-        return Learnt(index, graph, train, failures, len(known) == had)
+        return Learnt(index, graph, train, failures, len(known) == had, self.rejected())
 
-    async def propose(self, learnt: Learnt, iteration: Iteration) -> list[Candidate]:
-        """Every strategy's candidates, each in the iteration's record with its fate; those the step takes (all
-        valid ones, or with `update = sample` a seeded half of them, at least one)."""
+    def rejected(self) -> list[dict[str, str | None]]:
+        """The steps the gate rejected earlier in the run: a strategy that searches need not try them again."""
+        return [
+            {c.param: c.new for c in it.candidates if c.fate.startswith(GATE_REJECTED)}
+            for it in self.record.data.iterations
+            if it.gate is not None and not it.accepted
+        ]
+
+    async def propose(self, learnt: Learnt, iteration: Iteration) -> tuple[list[Candidate], float | None]:
+        """Every strategy's candidates, each in the iteration's record with its fate and strategy; those the step
+        takes (all valid ones, or with `update = sample` a seeded half of them, at least one), and the margin the
+        step is gated at: a non-inferiority margin when every candidate taken came from a strategy with one."""
         answers = [await strategy.propose(learnt, self.llm, self.each) for strategy in self.strategies]
         valid = [c for answer in answers for c in answer.candidates if c.new is not None]
         rng = random.Random(f"{self.method.seed}:{learnt.index}")
@@ -325,14 +335,15 @@ class Optimizer:
         fate = {c.param: "taken" for c in taken}
         iteration.gradients = [g for answer in answers for g in answer.gradients]
         iteration.candidates = [
-            proposal
-            for answer in answers
+            replace(proposal, strategy=strategy.name)
+            for strategy, answer in zip(self.strategies, answers)
             for proposal in (
                 *(c.proposal(fate.get(c.param, "rejected: " + (c.reason or "not sampled"))) for c in answer.candidates),
                 *answer.skipped,
             )
         ]
-        return taken
+        margins = {s.margin() for s, a in zip(self.strategies, answers) for c in a.candidates if c.param in fate}
+        return taken, margins.pop() if len(margins) == 1 else None
 
     async def forward(self, graph: Graph, samples: Sequence[Sample], index: int) -> None:
         """The current prompts on these training samples, their results kept."""
@@ -361,6 +372,8 @@ class Optimizer:
 
     def warn_if_no_step_can_pass(self) -> None:
         """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""
+        if any(strategy.margin() is not None for strategy in self.strategies):
+            return  # a step held to non-inferiority passes with no win
         size, alpha = len(self.gate_split()), self.method.gate_alpha
         right = sum(score >= 1.0 for score in self.known.gate.values())
         possible, needed = size - right, wins_needed(alpha)
@@ -419,9 +432,11 @@ class Optimizer:
             return set()
         return {sample for c in iteration.candidates if c.fate == "taken" for sample in c.samples}
 
-    async def passes_gate(self, current: Graph, proposed: Graph, iteration: Iteration) -> bool:
+    async def passes_gate(
+        self, current: Graph, proposed: Graph, iteration: Iteration, margin: float | None = None
+    ) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
-        losses, and not by chance (sign test). The current prompts are evaluated only where their unknown score
+        losses, and not by chance (sign test); with a `margin`, losses must be too few to lose that much accuracy. The current prompts are evaluated only where their unknown score
         could change the decision. What an accepted step's gate evaluated is what the run knows of its prompts."""
         s, split = self.method, self.gate_split()
         held_out = self.held_out(iteration)
@@ -435,6 +450,7 @@ class Optimizer:
             least=self.least(proposed),
             partial={i: score for i, score in known.items() if 0.0 < score < 1.0},
             known=set(known),
+            margin=margin,
         )
         results: list[Result] = []
         lost_current: list[Result] = []
@@ -461,6 +477,7 @@ class Optimizer:
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
         evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
+        iteration.per_1000 = per_thousand(proposed, self.llm, evaluation)
         if gate.used == gate.size:
             iteration.gate_after = evaluation.accuracy
         if accept:
@@ -506,6 +523,7 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
     lines = [
         f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
         f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+        + (f"; the step's pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else "")
     ]
     if it.lost:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
@@ -520,4 +538,5 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
         lines.append(
             f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
         )
+        lines += [f"    left out, as the file cannot hold it: sample {why}" for why in c.left_out]
     return "\n".join(lines)

@@ -17,12 +17,13 @@ from ..language.kinds import kind_of
 from ..language.method import Method
 from ..language.shapes import node_shape
 from ..models import embedded
-from ..models.llm import LLM
+from ..models.constraints import max_tokens
+from ..models.llm import LLM, LLMError
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .optimize import forward_passes, savings
 from .stats import wins_needed
-from .strategies import Scale, strategies
+from .strategies import PRICED_CALL, Scale, strategies
 
 #: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
 #: cannot be known before they are given, so each is counted as long as max_tokens lets it be.
@@ -115,25 +116,29 @@ def plan(
     gate = {"val": len(val), "train": len(train), "none": 0}[method.gate]
     passes = forward_passes(method, len(train), gate, len(test))
     models = {node.model for node in graph.model_nodes} | ({judge.model} if judge is not None else set())
-    limits = {model: llm.model(model).settings.get("max_tokens") for model in models}
+    limits = {model: llm.models[model].settings.get("max_tokens") for model in models}
     longest = longest_prompts(graph, train, mapping, limits)
     widest = max(longest.values(), default=0)
     steps = strategies(method)
+    runs_on = {
+        node.name: dearest(llm, node.model, [m for s in steps for m in s.dearer(graph).get(node.name, ())])
+        for node in graph.model_nodes
+    }
 
     def usage(model: str, count: int, prompt_chars: int, shaped: bool = True) -> Usage:
         """A model's calls: a reply held to a grammar may take more than max_tokens (constraints.reply_tokens),
         a text node's may not."""
         if not count:
             return Usage()
-        bound = llm.reply_tokens(model, shaped)
+        bound = llm.reply_tokens(model, shaped) if configured(llm, model) else max_tokens(llm.models[model].settings)
         return Usage(count, None if bound is None else count * int(bound), count * prompt_chars // 4)
 
     uses = [
         (
             "forward",
-            node.model,
+            runs_on[node.name],
             usage(
-                node.model,
+                runs_on[node.name],
                 passes * kind_of(node).model_calls(node) * node.most_runs,
                 longest[node.name],
                 node_shape(node.type, node.parse) is not None,
@@ -159,6 +164,16 @@ def plan(
         "answers from the response cache",
     )
     return totals(llm, uses, roles, gate_warning(method, gate), unforeseen)
+
+
+def dearest(llm: LLM, model: str, others: Sequence[str]) -> str:
+    """The dearest of a node's model and those a strategy may move it to (a model without a price first: no bound)."""
+
+    def dearness(name: str) -> tuple[bool, float]:
+        price = llm.price(name, *PRICED_CALL)
+        return price is None, price or 0.0
+
+    return max((model, *others), key=dearness)
 
 
 def longest_prompts(
@@ -196,9 +211,17 @@ def totals(
         by_model[model] = by_model.get(model, Usage()) + used
     cost: float | None = 0.0
     for model, used in by_model.items():
-        price = llm.price(model, used.prompt_tokens, used.completion_tokens or 0) if used.calls else 0.0
+        price = (
+            (llm.price(model, used.prompt_tokens, used.completion_tokens or 0) if configured(llm, model) else None)
+            if used.calls
+            else 0.0
+        )
         cost = None if cost is None or price is None or used.completion_tokens is None else cost + price
-    names = {model: llm.model(model).name for model, used in by_model.items() if used.calls}
+    names = {
+        model: llm.model(model).name if configured(llm, model) else NO_MODEL
+        for model, used in by_model.items()
+        if used.calls
+    }
     return Plan(
         {role: u.calls for role, u in by_role.items()},
         {role: u.completion_tokens for role, u in by_role.items()},
@@ -212,6 +235,17 @@ def totals(
 
 
 LEARNING_ROLES = ("backward", "optimizer")
+NO_MODEL = "(no model configured: a run stops before its first call)"
+
+
+def configured(llm: LLM, model: str) -> bool:
+    """Whether a role (or a named model) has a model to call. A plan calls none, so it counts the calls of a
+    role that has none too, and says so."""
+    try:
+        llm.model(model)
+    except LLMError:
+        return False
+    return True
 
 
 def is_embedded(name: str) -> bool:

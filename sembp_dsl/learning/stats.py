@@ -1,4 +1,5 @@
-"""The few statistics sbpc decides with: an exact sign test for the gate, paired intervals for reports.
+"""The few statistics sbpc decides with: an exact sign test for the gate, an exact test of non-inferiority for a
+step that makes the pipeline cheaper, paired intervals for reports.
 
 No SciPy: each is a few lines, and exact where it matters (small gate splits).
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -24,6 +26,43 @@ def gate_passes(wins: int, losses: int, alpha: float, gain: float | None = None)
     and the mean score rises: `gain`, the sum of the score changes, above 0. With scores of 0 or 1 (gain None)
     that is wins beating losses; with partial credit a few small wins could otherwise outvote a large loss."""
     return wins > losses and (gain is None or gain > NO_GAIN) and sign_test(wins, losses) <= alpha
+
+
+def noninferiority_p(losses: int, samples: int, margin: float) -> float:
+    """One-sided exact binomial test of "the step loses at least `margin` of accuracy": the chance of at most
+    `losses` samples scoring lower in `samples`, were each to score lower with chance `margin`. Scores lie in
+    [0, 1], so a mean drop of `margin` or more needs a drop on at least that share of samples: rejecting that
+    share rejects the drop. Wins are not counted, which only makes the test stricter."""
+    return sum(math.comb(samples, k) * margin**k * (1 - margin) ** (samples - k) for k in range(losses + 1))
+
+
+@dataclass(frozen=True)
+class Superiority:
+    """The gate's rule for a step that must do better: `gate_passes`, its p the sign test's."""
+
+    alpha: float
+
+    def passes(self, wins: int, losses: int, gain: float | None = None) -> bool:
+        return gate_passes(wins, losses, self.alpha, gain)
+
+    def p(self, wins: int, losses: int) -> float:
+        return sign_test(wins, losses)
+
+
+@dataclass(frozen=True)
+class NonInferiority:
+    """The gate's rule for a step that may do as well for less: on `samples` gate samples, its losses must be
+    few enough that a drop of `margin` in accuracy is rejected at `alpha` (`noninferiority_p`)."""
+
+    alpha: float
+    margin: float
+    samples: int
+
+    def passes(self, wins: int, losses: int, gain: float | None = None) -> bool:
+        return self.p(wins, losses) <= self.alpha
+
+    def p(self, wins: int, losses: int) -> float:
+        return noninferiority_p(losses, self.samples, self.margin)
 
 
 def wins_needed(alpha: float) -> int:

@@ -7,19 +7,24 @@ they cost a step. Both ask the same objects, so a bound is derived from the code
 A strategy says which params it may change (`params`), whether it needs the current prompts' results on the whole
 training split (`whole_split`; else the loop evaluates them only up to the errors it learns from), whether an
 iteration gave it anything to learn from (`learns_from`), its candidates (`propose`), the calls one step may make of
-each role it calls, with how long each prompt may be (`cost`), and the savings no bound can count on
-(`unforeseen`). To add one: a class here, and a line in `strategies`.
+each role it calls, with how long each prompt may be (`cost`), the savings no bound can count on
+(`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
+cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
+move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, and
+a line in `strategies`.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..language.checker import MODEL_ROLES
 from ..language.graph import Graph
 from ..language.method import Method
+from ..language.node import model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
@@ -44,6 +49,7 @@ class Learnt:
     train: Evaluation
     failures: Sequence[Result]
     reused: bool  # nothing was evaluated: the results the run had held them all
+    rejected: Sequence[Mapping[str, str | None]] = ()  # the steps the gate rejected earlier in the run
 
 
 class Candidate(Protocol):
@@ -97,6 +103,8 @@ class Strategy(Protocol):
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed: ...
     def cost(self, scale: Scale) -> tuple[Demand, ...]: ...
     def unforeseen(self) -> tuple[str, ...]: ...
+    def margin(self) -> float | None: ...
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]: ...
 
 
 @dataclass(frozen=True)
@@ -154,6 +162,12 @@ class SemanticGradients:
     def unforeseen(self) -> tuple[str, ...]:
         return ("a prompt no feedback reaches (no optimizer call)",) if self.method.gradient != "none" else ()
 
+    def margin(self) -> float | None:
+        return None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        return {}
+
 
 @dataclass(frozen=True)
 class Demos:
@@ -184,7 +198,104 @@ class Demos:
     def unforeseen(self) -> tuple[str, ...]:
         return ()
 
+    def margin(self) -> float | None:
+        return None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        return {}
+
+
+#: The call a model's price is compared by: tokens in and out of a typical node call.
+PRICED_CALL = (1000, 200)
+
+
+@dataclass(frozen=True)
+class Move:
+    """A node moved to another named model: `param` is its model param (`draft.model`)."""
+
+    param: str
+    new: str | None
+    reason: str | None
+    old: str
+    prices: tuple[float, float]  # the old model's and the new one's, per PRICED_CALL
+
+    def proposal(self, fate: str) -> Proposal:
+        return Proposal(
+            self.param,
+            fate,
+            self.new,
+            f"{self.old} -> {self.new} (${self.prices[0]:.6f} -> "
+            f"${self.prices[1]:.6f} a call of {PRICED_CALL[0]} + {PRICED_CALL[1]} tokens)",
+        )
+
+
+@dataclass(frozen=True)
+class Models:
+    """The model of each node as a param: a step moves one node to another of the models the method names
+    (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
+    non-inferiority at `margin`; with objective accuracy, to a dearer one, held to the ordinary gate. A move the
+    gate rejected is not proposed again in the run: the next model in line is."""
+
+    method: Method
+    name: str = "models"
+
+    def params(self, graph: Graph) -> list[str]:
+        """The model params of nodes that name a model of their own (the `model = ...` line write-back changes)."""
+        if not self.method.models:
+            return []
+        named = [n for n in graph.model_nodes if n.model in graph.models and n.model not in MODEL_ROLES]
+        return [p for p in map(model_param, (n.name for n in named)) if not self.method.only or p in self.method.only]
+
+    def whole_split(self, graph: Graph) -> bool:
+        return False
+
+    def learns_from(self, learnt: Learnt) -> bool:
+        """Whether a node may move: what a move costs is known only once it is priced (`propose`)."""
+        return bool(self.params(learnt.graph))
+
+    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
+        graph, cheaper = learnt.graph, self.method.objective == "cost"
+        price = {
+            m: llm.price(m, *PRICED_CALL)
+            for m in {*self.method.models, *(n.model for n in graph.nodes.values())}
+            if m in graph.models
+        }
+        tried = {(param, model) for step in learnt.rejected for param, model in step.items()}
+        moves = []
+        for param in self.params(graph):
+            old = graph.nodes[param.removesuffix(".model")].model
+            old_price = price.get(old)
+            for new in self.method.models:
+                new_price = price.get(new)
+                if old_price is None or new_price is None or (param, new) in tried:
+                    continue
+                if (new_price < old_price) if cheaper else (new_price > old_price):
+                    moves.append(Move(param, new, None, old, (old_price, new_price)))
+        if not moves:
+            return Proposed()
+        # cheapest first (a dearer one, the least dear first); on a tie, the node that saves most
+        best = min(moves, key=lambda m: (m.prices[1], m.prices[1] - m.prices[0]))
+        return Proposed([best])
+
+    def cost(self, scale: Scale) -> tuple[Demand, ...]:
+        """No call of its own: a move costs the gate's forward passes, counted by the loop."""
+        return ()
+
+    def unforeseen(self) -> tuple[str, ...]:
+        return (
+            ("a step that moves a node to a cheaper model (its forward calls cost less)",) if self.method.models else ()
+        )
+
+    def margin(self) -> float | None:
+        return self.method.margin if self.method.objective == "cost" else None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        """With objective accuracy, every node that may move may move to any of the models (moves go up in price)."""
+        if self.method.objective == "cost":
+            return {}
+        return {param.removesuffix(".model"): self.method.models for param in self.params(graph)}
+
 
 def strategies(method: Method) -> tuple[Strategy, ...]:
     """The strategies a run's steps use, in the order their candidates are listed and drawn."""
-    return (SemanticGradients(method), Demos(method))
+    return (SemanticGradients(method), Demos(method), Models(method))

@@ -26,8 +26,8 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..language.graph import Graph, max_chars
-from ..language.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape, prompt_shape
+from ..language.graph import Graph
+from ..language.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
 from .transport import Transport, serving
 
 GRAMMAR, SCHEMA, NONE = "grammar", "schema", "none"
@@ -109,8 +109,7 @@ def replies(graph: Graph) -> Iterator[Reply]:
             )
             yield Reply("backward", f"{node.name}: backward, no sibling (each hint)", hints_shape(1))
     for param in graph.trainable:
-        limit = max_chars(graph.prompts[param]) if graph.limits_length else None
-        yield Reply("optimizer", f"{param}: optimizer", prompt_shape(limit))
+        yield Reply("optimizer", f"{param}: optimizer", graph.candidate_shape(param))
 
 
 def emit(graph: Graph, names: Mapping[str, str | None]) -> str:

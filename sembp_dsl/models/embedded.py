@@ -223,8 +223,11 @@ def close() -> None:
         if llm is not None:
             try:
                 llm.close()
-            except Exception:  # pragma: no cover - best effort at shutdown
-                log.debug("closing the embedded model failed", exc_info=True)
+            # at exit llama_cpp's own modules may be half torn down (None where a function was: TypeError,
+            # AttributeError), and freeing native memory can fail (OSError, RuntimeError): the process is
+            # ending and nothing can be done about it, so say so where asked; anything else is a bug to see
+            except (AttributeError, TypeError, OSError, RuntimeError):  # pragma: no cover - at shutdown
+                log.warning("could not free the embedded model's memory (the process frees it)", exc_info=True)
 
 
 def _llama_kwargs(optional_params: dict[str, Any]) -> dict[str, Any]:
@@ -261,7 +264,9 @@ def schema_grammar(schema: str) -> str:
     """A JSON Schema (as JSON text) as GBNF, by llama.cpp's own converter: the model can then write nothing else."""
     from llama_cpp.llama_grammar import json_schema_to_gbnf  # deferred: importing llama_cpp loads the shared library
 
-    return json_schema_to_gbnf(schema, prop_order=["tool", "arguments"])  # the tool's name first, as a call reads
+    grammar = json_schema_to_gbnf(schema, prop_order=["tool", "arguments"])  # the tool's name first, as a call reads
+    # its string characters admit raw control characters, which JSON does not: a newline must come escaped
+    return grammar.replace('char ::= [^"\\\\]', 'char ::= [^"\\\\\\x7F\\x00-\\x1F]')
 
 
 def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:

@@ -34,7 +34,7 @@ from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimit, RateLimits, Slots
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
-from .retry import BACKOFF, Retries
+from .retry import BACKOFF, NO_RETRIES, Retries
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
 from .transport import FastPath, Reply, Transport, default_model, serving
@@ -240,6 +240,9 @@ class LLM:
         """The call, tried again as retry.py says, within the slots, rate limits and budgets."""
         rate = self.rates.get(request.model, request.endpoint, request.limits)
         window = None if self.concurrency else self.windows.of(request.model, request.endpoint)
+        retries = (
+            NO_RETRIES if request.routed and self.routers.retries_itself(request.settings["router"]) else self.retries
+        )
         attempt = 0
         while True:
             self.stops.check_budget()
@@ -264,7 +267,7 @@ class LLM:
             if failure.kind == CONFIG:
                 self.ledger.add(role, spec.role, failures=1)
                 raise self.stops.cannot_work(role, spec, failure)
-            wait = self.retries.wait(failure, attempt)
+            wait = retries.wait(failure, attempt)
             if wait is None:
                 self.ledger.add(role, spec.role, failures=1)
                 self.stops.gave_up(role, spec, failure)

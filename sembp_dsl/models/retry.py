@@ -23,3 +23,7 @@ class Retries:
         if failure.retry_after is not None:
             return failure.retry_after
         return self.backoff * 2**attempt * random.uniform(0.5, 1.5)
+
+
+#: A call whose retries happen elsewhere (a router file's own `num_retries`): its failure is final.
+NO_RETRIES = Retries(0, 0.0)

@@ -12,8 +12,10 @@ the exception litellm itself would raise, so they work unchanged. litellm's own 
 from __future__ import annotations
 
 import asyncio
+import datetime
 import hashlib
 import json
+import math
 import os
 import random
 from collections.abc import Callable
@@ -59,6 +61,16 @@ class Routers:
             except RouterConfigError:
                 return None
         return self._fingerprints[path]
+
+    def retries_itself(self, path: str) -> bool:
+        """Whether the file sets the Router's own retries: then they are the call's whole retry chain, all
+        within the call's timeout (sbpc's retries on top multiplied them and their waits: `--timeout 5`
+        took 90 s to fail)."""
+        try:
+            settings = self.config(path).get("router_settings") or {}
+        except RouterConfigError:
+            return False
+        return bool(settings.get("num_retries") or settings.get("retry_policy"))
 
     def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """The most these tokens can cost through a router file: on its dearest deployment, since any
@@ -245,7 +257,7 @@ def _complaint(exc: Exception, secrets: tuple[str, ...]) -> str:
         try:
             first = errors(include_url=False, include_input=False)[0]
             return f"litellm_params: {'.'.join(map(str, first['loc']))}: {first['msg']}"
-        except Exception:  # not pydantic's after all
+        except (TypeError, LookupError):  # an `errors` that is not pydantic's: its first line says enough
             pass
     return f"{type(exc).__name__}: {first_line(mask_secrets(str(exc), secrets))}"
 
@@ -274,10 +286,9 @@ def router_config(path: str) -> dict:
         raise RouterConfigError(f"router config {path}: nested too deeply to be a router config") from None
     except (ValueError, TypeError) as exc:  # a value its tag cannot hold: `!!int abc`, `!!timestamp 2020-13-45`
         raise RouterConfigError(f"router config {path}: a value YAML cannot read ({exc})") from None
-    if _values_beyond(config, MAX_ROUTER_VALUES):
-        raise RouterConfigError(
-            f"router config {path}: more than {MAX_ROUTER_VALUES:,} values once its YAML aliases are expanded"
-        )
+    problem = _data_problem(config, MAX_ROUTER_VALUES)
+    if problem:
+        raise RouterConfigError(f"router config {path}: {problem}")
     if not isinstance(config, dict) or not isinstance(config.get("model_list"), list) or not config["model_list"]:
         raise RouterConfigError(
             f"router config {path}: expected a mapping with a non-empty `model_list` "
@@ -393,35 +404,62 @@ def _fallback_problem(settings: dict, known: set[str]) -> str | None:
     return None
 
 
-def router_problem(path: str) -> str | None:
-    """What makes the router config at `path` unusable, in one line; None when a Router can be built from
-    it (as far as can be told without litellm, which `sbpc check` never imports)."""
+def router_problem(path: str, groups: tuple[str, ...] = ()) -> str | None:
+    """What makes the router config at `path` unusable for calls to its model `groups`, in one line; None
+    when a Router can be built from it and answers them (as far as can be told without litellm, which
+    `sbpc check` never imports)."""
     try:
-        router_config(path)
+        config = router_config(path)
     except RouterConfigError as exc:
         return str(exc)
+    known = model_groups(config)
+    for group in groups:
+        if group not in known:  # what a run would say before its first call
+            return f"router config {path}: {one_of(group, 'model group', sorted(known))}"
     return None
 
 
 def _is_number(value: Any) -> bool:
-    """A count or an amount: not a string, not a bool, not negative, not NaN."""
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0
+    """A count or an amount: not a string, not a bool, not negative, not NaN, not infinite (litellm refuses
+    `rpm: .inf` when it builds the Router)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < math.inf
 
 
-def _values_beyond(value: Any, limit: int) -> bool:
-    """Whether `value` holds more than `limit` values, counting an aliased one each time it is used;
-    stops counting at the limit, so an alias bomb costs no more than a large honest file."""
-    stack, seen = [value], 0
+def _data_problem(config: Any, limit: int) -> str | None:
+    """What makes a router file's YAML more than plain data, in its own words: more than `limit` values
+    (counting an aliased one each time it is used, and stopping at the limit, so an alias bomb costs no more
+    than a large honest file), a key that is not a string, or a value JSON cannot hold (`!!timestamp`,
+    `!!binary`, `!!omap`), which litellm would fail on at the first call; None: plain data."""
+    stack: list[tuple[Any, str]] = [(config, "")]
+    seen = 0
     while stack:
-        item = stack.pop()
+        item, where = stack.pop()
         seen += 1
         if seen > limit:
-            return True
+            return f"more than {limit:,} values once its YAML aliases are expanded"
         if isinstance(item, dict):
-            stack.extend(item.values())
+            for key, value in item.items():
+                if not isinstance(key, str):
+                    return f"{where or 'the top level'}: the key {str(key):.40} is not a string (quote it)"
+                stack.append((value, f"{where}.{key}" if where else key))
         elif isinstance(item, list):
-            stack.extend(item)
-    return False
+            stack.extend((value, f"{where}[{index}]") for index, value in enumerate(item))
+        elif not isinstance(item, PLAIN):
+            return f"{where}: {_kind_of(item)}, where a router file holds text, numbers, true/false, lists and mappings"
+    return None
+
+
+#: What a router file's values may be: what JSON holds, as litellm sends it.
+PLAIN = (str, int, float, bool, type(None))
+
+
+def _kind_of(value: Any) -> str:
+    """What a YAML tag made of a value, in words that say how to write it instead."""
+    if isinstance(value, (datetime.date, datetime.datetime)):
+        return "a date (a !!timestamp tag or an unquoted date: quote it to keep it as text)"
+    if isinstance(value, bytes):
+        return "bytes (a !!binary tag)"
+    return f"a {type(value).__name__} (a YAML tag such as !!omap or !!python)"
 
 
 def unset_variable(config: dict) -> str | None:

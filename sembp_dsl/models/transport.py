@@ -27,6 +27,7 @@ import base64
 import functools
 import gc
 import json
+import logging
 import os
 import re
 from abc import ABC, abstractmethod
@@ -463,6 +464,10 @@ def tool_calls(listed: Any) -> tuple[dict, ...]:
     return tuple(calls)
 
 
+#: litellm's loggers, which log nothing unless the user sets LITELLM_LOG (sbpc reports every failure itself).
+LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
 @functools.cache
 def import_litellm():
     """litellm, imported on first need (it takes seconds)."""
@@ -470,6 +475,9 @@ def import_litellm():
     import litellm  # seconds to import (10 on a loaded 2-core machine): only when a call needs it
 
     litellm.suppress_debug_info = True  # otherwise litellm prints a banner to stdout with every error
+    if not os.environ.get("LITELLM_LOG"):  # its own switch: unset, the Router's cooldown errors reach stderr
+        for name in LITELLM_LOGGERS:
+            logging.getLogger(name).setLevel(logging.CRITICAL + 1)
     # litellm leaves ~400k long-lived objects behind: freezing them spares every later GC pass
     # rescanning them (a third of the CPU per call through the Router; bench/router_throughput.py)
     gc.collect()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
 import time
@@ -23,13 +24,17 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import Option, OptionError, option
-from ..files import atomic_write
+from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
 from ..runtime.evaluate import Evaluation
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
 # 3: training scores over the whole split, an accepted gate completed unless on the last iteration
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
+
+
+LISTS = ("only", "models")  # the method's settings that are lists
+MOVES = "node_models"  # the method's `models` (the models a node may move to), as run.json names it
 
 
 @dataclass(frozen=True)
@@ -41,24 +46,35 @@ class RunSettings:
     method: Method  # the sizes are those of the splits drawn
     models: Mapping[str, str]  # role -> model name
     test_data: str | None = None  # a separate test file (--test-data)
+    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint), to tell a change
 
     def recorded(self) -> dict:
         """As written in run.json, one flat object: plain JSON, credentials inside URLs masked."""
-        method = {name: list(value) if name == "only" else value for name, value in asdict(self.method).items()}
+        method = {name: list(value) if name in LISTS else value for name, value in asdict(self.method).items()}
+        method[MOVES] = method.pop("models")  # `models` holds the run's model of each role
         flat = {
             "file": self.file,
             "data": self.data,
             **method,
             "models": dict(self.models),
             "test_data": self.test_data,
+            **({"data_sha256": self.data_sha256} if self.data_sha256 else {}),
         }
         return json.loads(json.dumps(_public(flat)))
 
     @classmethod
     def read(cls, flat: Mapping[str, Any]) -> RunSettings:
         """The settings of a checked record; a method setting it lacks is sbpc's default."""
-        method = Method(**{f.name: flat[f.name] for f in fields(Method) if f.name in flat})
-        return cls(flat["file"], flat.get("data"), method, dict(flat.get("models", {})), flat.get("test_data"))
+        given = {**flat, "models": flat.get(MOVES, ())}
+        method = Method(**{f.name: given[f.name] for f in fields(Method) if f.name in given})
+        return cls(
+            flat["file"],
+            flat.get("data"),
+            method,
+            dict(flat.get("models", {})),
+            flat.get("test_data"),
+            flat.get("data_sha256"),
+        )
 
 
 @dataclass
@@ -70,6 +86,8 @@ class Proposal:
     new: str | None = None  # None: the optimizer's reply held no usable prompt; of demos, the examples' JSON
     reply: str | None = None
     samples: list[str] = field(default_factory=list)  # of demos: the training samples its examples come from
+    strategy: str | None = None  # the strategy that proposed it (learning/strategies.py)
+    left_out: list[str] = field(default_factory=list)  # of demos: "sample: why" for each example the file cannot hold
 
 
 @dataclass
@@ -92,6 +110,7 @@ class GateDecision:
     losses: list[str]
     p: float
     alpha: float
+    margin: float | None = None  # a non-inferiority gate's margin (None: the step had to score higher)
     lost: list[str] = field(default_factory=list)
     right: list[str] = field(default_factory=list)
     partial: dict[str, float] = field(default_factory=dict)  # the proposal's scores between 0 and 1, by sample
@@ -104,6 +123,13 @@ class GateDecision:
     evaluated: list[str] | None = None  # the samples the proposal was evaluated on (None: an older record's)
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
+
+    def __repr__(self) -> str:  # the sample ids it lists run long
+        settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""
+        return (
+            f"<GateDecision: {len(self.wins)} win{'s' * (len(self.wins) != 1)}, {len(self.losses)} "
+            f"loss{'es' * (len(self.losses) != 1)}, p = {self.p:.3f} (gate_alpha {self.alpha:g}){settled}>"
+        )
 
     @property
     def stopped_early(self) -> bool:
@@ -129,6 +155,14 @@ class Iteration:
     calls: int = 0
     tokens: int = 0
     cost: float = 0.0
+    per_1000: float | None = None  # dollars 1,000 samples cost the pipeline its gate evaluated (learning/pricing)
+
+    def __repr__(self) -> str:  # its prompts, candidates and gradients run long
+        gate = "" if self.gate is None else f", gate {self.gate!r}"
+        return (
+            f"<Iteration {self.index}: {'accepted' if self.accepted else 'kept old'}, "
+            f"{len(self.candidates)} candidate{'s' * (len(self.candidates) != 1)}{gate}>"
+        )
 
     def reject_taken(self, fate: str) -> None:
         """The candidates the step took share its fate when the step is not kept."""
@@ -162,6 +196,7 @@ class Record:
     initial_right: list[str] = field(default_factory=list)  # the gate samples the initial prompts got right
     initial_partial: dict[str, float] = field(default_factory=dict)  # and their scores between 0 and 1
     initial_lost: list[str] = field(default_factory=list)  # and those they lost (unknown, not wrong)
+    initial_per_1000: float | None = None  # dollars 1,000 samples cost the initial pipeline (learning/pricing)
     iterations: list[Iteration] = field(default_factory=list)
     finished: bool = False
     stopped: str | None = None  # why the run ended early, in the command line's words
@@ -401,15 +436,45 @@ class RunRecord:
         note = "".join(f"\n  skipped {reason}" for reason in skipped)
         raise ResumeError(f"no unfinished run of {settings.file} in {runs_dir}{note}")
 
+    @classmethod
+    def finish_interrupted_write(cls, runs_dir: Path, file: str) -> str | None:
+        """Finish the in-place write to `file` that its newest unfinished run was making when it was killed, when
+        the whole copy beside the file is the text that run recorded it was writing; a resume then finds the
+        file as the run meant to leave it. A notice when it did, else None (the copy is someone else's, or no
+        write was cut: reading the file still reports it)."""
+        copy = interrupted_write(file)
+        if copy is None or not runs_dir.is_dir():
+            return None
+        text = read_current(copy)[0]
+        for folder in sorted(runs_dir.glob("*"), reverse=True):
+            try:
+                record = cls.load(folder, resumable=True) if folder.is_dir() else None
+            except RecordError:
+                continue
+            if record is None or record.data.kind == "eval" or record.data.finished:
+                continue
+            if os.path.realpath(record.data.settings.file) != os.path.realpath(file):
+                continue
+            if text is None or _sha256(text) not in (record.data.source_sha256 or []):
+                return None
+            finish_write(file)
+            return f"finished the write to {file} that the run in {folder} was making when it was stopped"
+        return None
+
     def begin(
-        self, score: float | None, right: Collection[str], partial: Mapping[str, float], lost: Collection[str]
+        self,
+        score: float | None,
+        right: Collection[str],
+        partial: Mapping[str, float],
+        lost: Collection[str],
+        per_1000: float | None = None,
     ) -> None:
         """The initial prompts' score on the gate split, the samples they got right, their partial scores and the
         samples they lost: the baseline the first step must beat, kept so a resumed run need not pay for it
         again."""
         data = self.data
         data.initial_score, data.initial_right, data.initial_partial = score, sorted(right), dict(partial)
-        data.initial_lost = sorted(lost)
+        data.initial_lost, data.initial_per_1000 = sorted(lost), per_1000
         self.save()
 
     def add_iteration(self, iteration: Iteration, ledger: dict) -> None:

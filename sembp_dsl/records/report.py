@@ -336,6 +336,8 @@ def run_html(run: Run) -> str:
     ]
     if run.record.test:
         parts.append(f"<p>test ({run.record.test.samples} samples): {escape(run.scores_words()[1])}</p>")
+    if per_1000 := run.per_1000_words():
+        parts.append(f"<p>the pipeline per 1,000 samples: {escape(per_1000)}</p>")
     parts += [iteration_html(run, it) for it in run.iterations]
     if run.not_run():
         parts.append(f'<p class="muted">{run.not_run()} iteration(s) not run.</p>')

@@ -26,6 +26,7 @@ from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
 from ..language.toolcalls import Step, compact
 from ..language.writeback import WriteBack, rewrite, unified_diff
+from ..runtime.datasets import fingerprint
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -62,6 +63,12 @@ class Run:
     @property
     def iterations(self) -> list[Iteration]:
         return self.record.iterations
+
+    @property
+    def data_changed(self) -> bool:
+        """Whether the data files the run read hold other content now (gone, or edited since)."""
+        recorded = self.settings.data_sha256
+        return recorded is not None and fingerprint(self.settings.data, self.settings.test_data) != recorded
 
     @property
     def kind(self) -> str:
@@ -135,6 +142,14 @@ class Run:
         tested = f"{fmt(test.initial)} -> {fmt(test.final)}" if test else "-"
         return f"{fmt(self.record.initial_score)} -> {fmt(self.record.best_score)}", tested
 
+    def per_1000_words(self) -> str | None:
+        """What 1,000 samples cost the pipeline, initial -> kept (by its gate's tokens), or None when unknown."""
+        initial, kept = self.record.initial_per_1000, self.record.kept()[-1][1]
+        if initial is None:
+            return None
+        after = initial if kept is None else kept.per_1000
+        return f"${initial:.4f} -> " + ("unknown" if after is None else f"${after:.4f}")
+
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
         record = self.record
@@ -146,6 +161,7 @@ class Run:
                 "started": self.started,
                 "file": self.settings.file,
                 "data": self.settings.data,
+                "data_changed": self.data_changed,
                 "split": self.evaluation.get("split"),
                 "metric": self.evaluation.get("metric"),
                 "settings": self.changed_settings(),
@@ -164,6 +180,7 @@ class Run:
             "started": self.started,
             "file": self.settings.file,
             "data": self.settings.data,
+            "data_changed": self.data_changed,
             "settings": self.changed_settings(),
             "iterations": len(self.iterations),
             "initial_score": record.initial_score,
@@ -318,15 +335,16 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
     lines = [] if runs else [nowhere]
     for number, run in enumerate(runs, 1):
         spent = f"{run.record.calls} calls  ${run.record.cost:.4f}  {run.status}"
+        data = f"{run.settings.data} (changed since)" if run.data_changed else run.settings.data
         if run.kind == "eval":
             lines.append(
-                f"{number:>3}  eval      {run.started}  {run.settings.file}  {run.settings.data}/"
+                f"{number:>3}  eval      {run.started}  {run.settings.file}  {data}/"
                 f"{run.evaluation.get('split')}  [{run.settings_words()}]  score {eval_score(run)}  {spent}"
             )
             continue
         gate, test = run.scores_words()
         lines.append(
-            f"{number:>3}  optimize  {run.started}  {run.settings.file}  {run.settings.data}  "
+            f"{number:>3}  optimize  {run.started}  {run.settings.file}  {data}  "
             f"[{run.settings_words()}]  gate {gate}  test {test}  {spent}"
         )
     lines += [f"unreadable {reason}" for reason in unreadable]
@@ -397,6 +415,8 @@ def render_show(run: Run, wrong_only: bool = False) -> str:
     if record.test:
         lines.append(f"  test ({record.test.samples} samples): " + run.scores_words()[1])
     lines.append(f"  {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}")
+    if per_1000 := run.per_1000_words():
+        lines.append(f"  the pipeline per 1,000 samples: {per_1000}")
     for it in run.iterations:
         lines.append("")
         lines.extend(render_iteration(run, it))
@@ -411,7 +431,9 @@ def verdict(it: Iteration) -> str:
 
 
 def spend(it: Iteration) -> str:
-    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
+    """What the iteration's calls cost, and what 1,000 samples cost the pipeline its gate evaluated."""
+    pipeline = f"; that pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else ""
+    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{pipeline}"
 
 
 def train_words(it: Iteration, size: int) -> str:
@@ -458,7 +480,8 @@ def gate_words(it: Iteration) -> str | None:
     scores = f"gate {fmt(it.gate_before)} -> {fmt(it.gate_after)}"
     if it.gate_after is None and gate.stopped_early:
         scores = f"gate {fmt(it.gate_before)} -> not scored (stopped once settled)"
-    return f"{scores}: {gate_tally(gate)} (alpha {gate.alpha}){gate_settled(gate)}{gate_unreadable(gate)}"
+    rule = f"alpha {gate.alpha}" + (f", non-inferiority margin {gate.margin}" if gate.margin is not None else "")
+    return f"{scores}: {gate_tally(gate)} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
 def render_iteration(run: Run, it: Iteration) -> list[str]:
@@ -471,10 +494,11 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls")
     before = run.prompts_at(it.index - 1)
     for c in it.candidates:
-        lines.append(f"  candidate for {c.param}: {c.fate}")
+        by = f"  [{c.strategy}]" if c.strategy else ""  # the strategy that proposed it
+        lines.append(f"  candidate for {c.param}: {c.fate}{by}")
         if is_demos(c):
             lines += [_indent(text, "      ") for text in demos_words(c)]
-        elif c.new is not None:
+        elif c.new is not None and c.param in before:
             lines.append(_indent(plain_word_diff(before.get(c.param, ""), c.new), "      "))
         else:
             lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
@@ -492,8 +516,9 @@ def is_demos(candidate: Proposal) -> bool:
 
 def demos_words(candidate: Proposal) -> list[str]:
     """Where a set of examples came from, and the examples as the prompt shows them."""
+    left_out = [f"left out, as the pipeline file cannot hold it: sample {why}" for why in candidate.left_out]
     if candidate.new is None:
-        return []
+        return left_out
     try:
         examples = str(shown(candidate.new))
     except DemosError:
@@ -501,6 +526,7 @@ def demos_words(candidate: Proposal) -> list[str]:
     return [
         f"{len(candidate.samples)} examples, from the training samples {', '.join(candidate.samples)}: each answered "
         "right by the whole pipeline, the node's inputs and its answer there",
+        *left_out,
         examples,
     ]
 

@@ -9,6 +9,7 @@ for the user, so the CLI can print it instead of a traceback.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
@@ -32,6 +33,9 @@ __all__ = [
     "as_text",
     "data_dirs",
     "eval_splits",
+    "fields_of",
+    "fingerprint",
+    "rows_of",
     "from_records",
     "load",
     "make_splits",
@@ -66,7 +70,7 @@ _LIAR_REQUIRED = ("statement", "job_title", "state", "party", "context")
 _LIAR_ANSWER = {"false": "Yes", "true": "No"}
 
 ANSWER_COLUMNS = ("answer", "label", "target")
-_USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
+USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
 
 
 class DataError(OptionError):
@@ -180,7 +184,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _load_gsm8k(_find_folder("gsm8k", data_dir))
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
-    if name.lower().endswith(_USER_SUFFIXES):
+    if name.lower().endswith(USER_SUFFIXES):
         return _load_user_file(Path(name).expanduser())
     raise DataError(
         f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task> or a path to a .jsonl, .csv or .tsv file"
@@ -382,17 +386,34 @@ def _csv_rows(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterat
 
 
 def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    """(line number, object) pairs of a JSON-lines file, skipping blank lines."""
+    """(line number, object) pairs of a JSON-lines file, skipping blank lines; every bad line is named, at the end."""
+    bad: list[tuple[int, str]] = []
     for number, line in enumerate(_read_text(path).split("\n"), start=1):
         if not line.strip():
             continue
         try:
             record = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number}: invalid JSON: {exc.msg}") from None
+            bad.append((number, f"invalid JSON: {exc.msg}"))
+            continue
         if not isinstance(record, dict):
-            raise DataError(f"{path}:{number}: expected a JSON object, got {type(record).__name__}")
+            bad.append((number, f"expected a JSON object, got {type(record).__name__}"))
+            continue
         yield number, record
+    if bad:
+        raise bad_rows(path, bad)
+
+
+MAX_BAD_ROWS = 20  # named one a line; the rest counted
+
+
+def bad_rows(path: Path, bad: Sequence[tuple[int, str]]) -> DataError:
+    """One error naming every bad row of a file by its line, so one run shows all there is to fix."""
+    listed = [f"{path}:{line}: {why}" for line, why in bad[:MAX_BAD_ROWS]]
+    if len(bad) > MAX_BAD_ROWS:
+        listed.append(f"... and {len(bad) - MAX_BAD_ROWS} more")
+    head = f"{path}: {len(bad)} bad rows:\n" if len(bad) > 1 else ""
+    return DataError(head + "\n".join(listed))
 
 
 # --- built-in data sets ------------------------------------------------------------
@@ -480,6 +501,29 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
 
 
 def _load_user_file(path: Path) -> Dataset:
+    return _user_dataset(path, *_user_records(path))
+
+
+def _user_dataset(path: Path, records: Sequence[tuple[int, Mapping[str, object]]], answer: object) -> Dataset:
+    bad = [(line, f"missing answer column {answer!r}") for line, record in records if answer not in record]
+    if bad:
+        raise bad_rows(path, bad)
+    # named by line, as data errors are: `tickets.jsonl:3` is line 3 (a CSV row, the line it starts on)
+    samples = tuple(_sample(f"{path.name}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
+    return Dataset(path.name, {"all": samples}, "exact", user=True)
+
+
+def rows_of(path: str) -> list[Mapping[str, object]]:
+    """The rows of a user's data file as they are, before a column is taken for the answer."""
+    file = Path(path).expanduser()
+    if file.suffix.lower() not in USER_SUFFIXES:
+        raise DataError(f"{path}: a data file is .jsonl, .csv or .tsv")
+    found = list(_json_lines(file)) if file.suffix.lower() == ".jsonl" else _table_records(file, file.suffix.lower())
+    return [record for _, record in found]
+
+
+def _user_records(path: Path) -> tuple[Sequence[tuple[int, Mapping[str, object]]], object]:
+    """A user file's rows, with its answer column."""
     records: Sequence[tuple[int, Mapping[str, object]]] = (
         list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
     )
@@ -492,13 +536,34 @@ def _load_user_file(path: Path) -> Dataset:
             f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
             f"columns found: {', '.join(columns) or '(none)'}"
         )
-    samples = []
-    for line, record in records:
-        if answer not in record:
-            raise DataError(f"{path}:{line}: missing answer column {answer!r}")
-        # named by line, as data errors are: `tickets.jsonl:3` is line 3 (a CSV row, the line it starts on)
-        samples.append(_sample(f"{path.name}:{line}", record, answer, origin=f"{path}:{line}"))
-    return Dataset(path.name, {"all": tuple(samples)}, "exact", user=True)
+    return records, answer
+
+
+def fields_of(path: str) -> tuple[str, ...] | str:
+    """The fields of a user's data file (its answer column among them), or why a run could not use it."""
+    if not path.lower().endswith(USER_SUFFIXES):
+        return f"{path}: a data file is .jsonl, .csv or .tsv"
+    try:
+        records, answer = _user_records(Path(path))
+        _user_dataset(Path(path), records, answer)  # every bad row, as a run would find them
+    except DataError as exc:
+        return str(exc)
+    return tuple(dict.fromkeys(str(key) for _, record in records for key in record))
+
+
+def fingerprint(*paths: str | None) -> str | None:
+    """The sha256 of the data files a run reads (None for a built-in data set, or a file that is gone), so a record
+    says whether its data changed since."""
+    digest = hashlib.sha256()
+    files = [Path(p).expanduser() for p in paths if p and p.lower().endswith(USER_SUFFIXES)]
+    if not files:
+        return None
+    try:
+        for file in files:
+            digest.update(file.read_bytes())
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 def _answer_key(keys: Iterable) -> object | None:
@@ -528,9 +593,12 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
         raise DataError(f"{path}:{first[0]}: duplicate column names: {', '.join(duplicates)}")
-    records = []
+    records, bad = [], []
     for line, row in rows:
         if len(row) != len(header):
-            raise DataError(f"{path}:{line}: expected {len(header)} columns, got {len(row)}")
-        records.append((line, dict(zip(header, row))))
+            bad.append((line, f"expected {len(header)} columns, got {len(row)}"))
+        else:
+            records.append((line, dict(zip(header, row))))
+    if bad:
+        raise bad_rows(path, bad)
     return records

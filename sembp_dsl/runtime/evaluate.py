@@ -111,6 +111,10 @@ class Result:
     def correct(self) -> bool:
         return self.score >= 1.0
 
+    def __repr__(self) -> str:  # the trace holds every prompt and reply: too long to read
+        said = f"lost: {self.trace.final.error or self.metric_error}" if self.lost else f"score {self.score:g}"
+        return f"<Result {self.sample.id}: {said}, expected {self.expected!r}, answer {self.trace.output!r}>"
+
     @property
     def lost(self) -> bool:
         """No score: the answer was lost to a failed call, or the metric could not score it."""
@@ -126,6 +130,11 @@ class Evaluation:
     requested: int
     stopped: str | None  # why the run stopped early, if it did (an Option: .cli has the flags' words)
     record: Path | None = None  # the folder of its run record, when one was kept (runs_dir=)
+
+    def __repr__(self) -> str:  # its results hold every trace: too long to read
+        score = "n/a" if self.accuracy is None else f"{self.accuracy:.3f} ({self.correct}/{self.scored})"
+        lost = f", {len(self.lost)} lost" if self.lost else ""
+        return f"<Evaluation: accuracy {score} of {self.requested} samples{lost}>"
 
     @property
     def lost(self) -> list[Result]:

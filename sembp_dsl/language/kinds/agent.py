@@ -289,7 +289,8 @@ class Loop:
                 await self.call_pending()
         if self.pending is not None and self.pending.calls:  # the calls of the last reply: recorded, never run
             self.steps.append(self.step(self.pending, ()))
-        error = f"{NO_ANSWER} within max_steps = {max_steps(self.node)}: the model's last reply still called a tool"
+        last = "still called a tool" if self.pending is not None and self.pending.calls else "was no answer"
+        error = f"{NO_ANSWER} within max_steps = {max_steps(self.node)}: the model's last reply {last}"
         return self.trace(self.turns[-1], (None, error), started)
 
     def answer(self, turn: Turn) -> tuple[str | None, str | None] | None:

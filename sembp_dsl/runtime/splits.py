@@ -1,0 +1,97 @@
+"""What a run is asked, checked before it starts: its method, fit to the pipeline, and the data-split rules: a data
+set cut into train, val and test by the method's sizes and seed, or the caller's own lists of examples taken as they
+are; either way a run that could not learn or gate is refused now."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from ..errors import Option
+from ..language.diagnostics import did_you_mean
+from ..language.graph import Graph
+from ..language.method import SIZES, Method, SettingError
+from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, from_records, make_splits
+
+Examples = Sequence[Mapping[str, Any] | Sample]
+
+
+def method_for(graph: Graph, method: Method, settings: Mapping[str, Any]) -> Method:
+    """`method` with `settings` changed, each in its range (ValueError) and a setting (TypeError), and every param
+    `only` names one the run can optimize (SettingError)."""
+    method = method.changed(settings)
+    for name in method.only:
+        if name not in graph.prompts:
+            raise SettingError(
+                Option("only", "--only"),
+                f": no param '{name}'{did_you_mean(name, graph.prompts)} (params: {', '.join(graph.prompts)})",
+            )
+        if name not in graph.trainable and name not in graph.trainable_demos:
+            raise SettingError(Option("only", "--only"), f": param '{name}' is frozen or used by no node")
+    return method
+
+
+@dataclass(frozen=True)
+class Cut:
+    """A run's splits, the method with the sizes they were cut by, and the metric their data set scores with."""
+
+    method: Method
+    splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
+    metric: str
+
+
+def from_dataset(dataset: Dataset, method: Method, settings: Mapping[str, Any]) -> Cut:
+    """The data set cut by the method's sizes and seed; `settings` are those the caller gave."""
+    # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
+    val_size = method.val_size if method.gate == "val" or "val_size" in settings else 0
+    splits = make_splits(dataset, method.train_size, val_size, method.test_size, method.seed)
+    method = replace(method, val_size=val_size)
+    gate = Option(*(("val_size", "--val-size") if method.gate == "val" else ("train_size", "--train-size")))
+    return _checked(
+        Cut(method, (list(splits.train), list(splits.val), list(splits.test)), dataset.metric),
+        ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
+        ("the gate split is empty: give ", gate, " of at least 1, or ", Option("gate='none'", "--no-gate")),
+    )
+
+
+def from_examples(train: Examples, val: Examples, test: Examples, method: Method, settings: Mapping[str, Any]) -> Cut:
+    """The caller's lists as the three splits, the method's sizes theirs."""
+    sizes = [size for size in SIZES if size in settings]
+    if sizes:
+        raise TypeError(f"{sizes[0]} cuts a data set; examples given as lists are their own sizes")
+    samples = from_records(train, "train"), from_records(val, "val"), from_records(test, "test")
+    method = replace(method, train_size=len(samples[0]), val_size=len(samples[1]), test_size=len(samples[2]))
+    gate = "train" if method.gate == "train" else "val"
+    return _checked(
+        Cut(method, samples, "exact"),
+        ("train is empty: optimizing learns from the training examples' errors",),
+        (f"the gate split ({gate}) is empty: give examples for it, or gate='none'",),
+    )
+
+
+def _checked(cut: Cut, empty_train: tuple, empty_gate: tuple) -> Cut:
+    """The cut, unless it leaves the run nothing to learn from (`empty_train`) or to gate on (`empty_gate`)."""
+    train, val, _ = cut.splits
+    if cut.method.iterations and not train:
+        raise SettingError(*empty_train)
+    if cut.method.gate != "none" and not (train if cut.method.gate == "train" else val):
+        raise SettingError(*empty_gate)
+    return cut
+
+
+def examples_to_score(examples: Examples, sizes: Mapping[str, Any]) -> list[Sample]:
+    """Examples given in Python, scored whole: no size cuts them."""
+    if sizes:
+        raise TypeError(f"{next(iter(sizes))} cuts a data set; examples given as a list are scored whole")
+    return from_records(examples, "example")
+
+
+def require_answers(graph: Graph, samples: list[Sample]) -> None:
+    """DataError for an example with no expected output, when the metric compares with one."""
+    unanswered = [s.id for s in samples if not s.answer and not graph.answer_field]
+    if unanswered:
+        raise DataError(
+            f"{unanswered[0]} has no expected output: give each example an "
+            f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}, or score with a metric of your own"
+        )

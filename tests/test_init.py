@@ -1,0 +1,114 @@
+"""`sbpc init` as a newcomer meets it: a starter pipeline from data that checks and runs, a template without data,
+and never a file overwritten."""
+
+from __future__ import annotations
+
+import builtins
+import json
+from pathlib import Path
+
+import pytest
+
+from sembp_dsl import cli
+from sembp_dsl.language.source import compile_file
+
+
+def jsonl(path: Path, rows: list[dict]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+TICKETS = [
+    {"message": f"ticket {i}", "my subject": f"s{i}", "label": "urgent" if i % 2 else "normal"} for i in range(10)
+]
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(builtins, "input", lambda prompt="": pytest.fail("init asked a question off a terminal"))
+    return tmp_path
+
+
+def init(capsys, *argv: str) -> tuple[int, dict]:
+    code = cli.main(["init", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+def test_labels_make_a_choice_scored_exact_from_the_data_named_in_the_file(folder, capsys):
+    jsonl(folder / "tickets.jsonl", TICKETS)
+    code, said = init(capsys, "--data", "tickets.jsonl", "Decide whether a ticket is urgent", "--model", "openai/x")
+    assert code == 0 and said["ok"] and said["file"] == "tickets.sbp"
+    assert said["answer"]["field"] == "label" and said["answer"]["kind"] == "labels" and said["metric"] == "exact"
+    assert said["inputs"] == ["message", "my subject"]
+    assert said["next"] == ["sbpc check tickets.sbp", "sbpc eval tickets.sbp", "sbpc optimize tickets.sbp --plan"]
+    graph = compile_file("tickets.sbp")
+    assert graph.nodes["answer"].type.choices == ("normal", "urgent") and graph.metric == "exact"
+    assert [(i.name, i.field) for i in graph.inputs] == [("message", None), ("my_subject", "my subject")]
+    assert graph.data is not None and graph.data.file == "tickets.jsonl" and graph.models["forward"].name == "openai/x"
+    assert graph.task == "Decide whether a ticket is urgent"
+    assert cli.main(["fmt", "--check", "tickets.sbp"]) == 0  # laid out as sbpc fmt would
+
+
+def test_numbers_are_scored_numeric_and_free_text_by_a_judge(folder, capsys):
+    jsonl(folder / "sums.jsonl", [{"question": f"{i}+1", "answer": i + 1} for i in range(6)])
+    code, said = init(capsys, "--data", "sums.jsonl", "Add")
+    assert code == 0 and said["metric"] == "numeric" and compile_file("sums.sbp").nodes["answer"].type.kind == "number"
+    (folder / "replies.csv").write_text(
+        "ticket,answer\n" + "".join(f"t{i},Reply number {i} in words\n" for i in range(5))
+    )
+    code, said = init(capsys, "--data", "replies.csv", "Reply to the ticket")
+    graph = compile_file("replies.sbp")
+    assert code == 0 and said["metric"] == "judge" and graph.metrics["quality"].kind == "judge"
+
+
+def test_a_folder_gives_its_train_file_and_the_pipeline_names_it_relative_to_itself(folder, capsys):
+    jsonl(folder / "hf/data/train.jsonl", TICKETS)
+    jsonl(folder / "hf/data/test.jsonl", TICKETS[:2])
+    (folder / "sub").mkdir()
+    code, said = init(capsys, "--data", "hf", "Triage", "--out", "sub/triage.sbp")
+    assert code == 0 and said["data"] == "../hf/data/train.jsonl"
+    assert compile_file("sub/triage.sbp").data.path == "hf/data/train.jsonl"
+
+
+def test_init_never_overwrites_a_file(folder, capsys):
+    jsonl(folder / "tickets.jsonl", TICKETS)
+    (folder / "tickets.sbp").write_text("mine")
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["init", "--data", "tickets.jsonl", "Triage"])
+    assert exited.value.code == 2 and "never overwrites" in capsys.readouterr().err
+    assert (folder / "tickets.sbp").read_text() == "mine"
+
+
+def test_without_data_it_asks_nothing_and_writes_a_template_that_checks(folder, capsys):
+    code = cli.main(["init"])
+    out = capsys.readouterr().out
+    assert code == 0 and "a template" in out and "sbpc eval pipeline.sbp" in out
+    text = (folder / "pipeline.sbp").read_text()
+    assert text.startswith("# ") and "# data {" in text
+    assert cli.main(["check", "pipeline.sbp"]) == 0 and cli.main(["fmt", "--check", "pipeline.sbp"]) == 0
+
+
+def test_without_a_task_off_a_terminal_it_writes_one_to_edit(folder, capsys):
+    jsonl(folder / "tickets.jsonl", TICKETS)
+    code, said = init(capsys, "--data", "tickets.jsonl")
+    assert code == 0 and "tickets.jsonl" in compile_file("tickets.sbp").task
+
+
+def test_data_without_an_answer_column_is_said_with_its_fields(folder, capsys):
+    jsonl(folder / "rows.jsonl", [{"text": "a", "category": "b"}])
+    with pytest.raises(SystemExit):
+        cli.main(["init", "--data", "rows.jsonl", "Sort"])
+    err = capsys.readouterr().err
+    assert "no answer column" in err and "text, category" in err and not (folder / "rows.sbp").exists()
+
+
+def test_the_written_pipeline_runs_eval_with_the_model_alone(folder, capsys, fake_llm, script):
+    script.verdict = lambda prompt: "urgent"
+    jsonl(folder / "tickets.jsonl", TICKETS)
+    init(
+        capsys, "--data", "tickets.jsonl", "Decide whether a ticket is urgent. Answer Yes or No", "--model", "openai/f"
+    )
+    code = cli.main(["eval", "tickets.sbp", "--api-base", fake_llm.url, "--json", "--runs-dir", "runs"])
+    assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 10
