@@ -213,7 +213,7 @@ def as_authors(paper: Path, tsv: Path, cache: bool, argv: list[str]) -> None:
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
-def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurrency: int) -> tuple[float, dict]:
+def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurrency: str) -> tuple[float, dict]:
     """`sbpc optimize` on a copy of pipelines/liar_paper.sbp in its own process: (wall seconds, run record)."""
     folder = Path(tempfile.mkdtemp(dir=work))
     pipeline = folder / "liar_paper.sbp"
@@ -229,7 +229,7 @@ def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurre
     args = ["optimize", str(pipeline), "--data", str(data), "--train-size", "50", "--val-size", "0"]
     args += ["--test-size", "0", "--iters", str(iters), "--gate", "train", "--gate-alpha", "1"]
     args += ["--runs-dir", str(folder / "runs"), *([] if cache else ["--no-cache"])]
-    args += ["--concurrency", str(concurrency)]
+    args += [] if concurrency == "adaptive" else ["--concurrency", concurrency]
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", "import sys\nfrom sembp_dsl.cli import main\nsys.exit(main())", *args],
@@ -268,7 +268,12 @@ def main() -> None:
     ap.add_argument("--iters", type=int, default=2)
     ap.add_argument("--delay", type=float, default=0.2, help="seconds each model call takes (default 0.2)")
     ap.add_argument("--seeds", type=int, default=1, help="fake models to run (each draws other skills and advice)")
-    ap.add_argument("--concurrency", type=int, default=16, help="sbpc's calls in flight (default: sbpc's, 16)")
+    ap.add_argument(
+        "--concurrency",
+        nargs="+",
+        default=["adaptive", "64"],
+        help="sbpc's settings, each run beside the authors' (adaptive: no flag; default: adaptive 64)",
+    )
     ap.add_argument("--paper-code", type=Path, default=PAPER)
     args = ap.parse_args()
     data_dir = Path(os.environ.get("SBPC_DATA_DIR", ROOT.parent / "shared" / "datasets"))
@@ -296,10 +301,11 @@ def main() -> None:
                     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
                     retries = output.count("Event loop is closed")
                     rows.append((seed, "authors", cache, model.phases(), wall, decisions, retries))
-                    model.reset()
-                    wall, record = run_sbpc(work, data, server.url, args.iters, cache, args.concurrency)
-                    decisions = [it["accepted"] for it in record["iterations"]]
-                    rows.append((seed, "sbpc", cache, model.phases(), wall, decisions, None))
+                    for concurrency in args.concurrency:
+                        model.reset()
+                        wall, record = run_sbpc(work, data, server.url, args.iters, cache, concurrency)
+                        decisions = [it["accepted"] for it in record["iterations"]]
+                        rows.append((seed, f"sbpc {concurrency}", cache, model.phases(), wall, decisions, None))
                     own = [it["calls"] for it in record["iterations"]]
                     if own != model.phases()[1:]:
                         print(
@@ -313,10 +319,10 @@ def main() -> None:
 def report(rows: list, args: argparse.Namespace) -> None:
     print(
         f"LIAR, 50 training samples, {args.iters} iterations, gate on the training batch (keep any higher score); "
-        f"{args.delay * 1000:.0f} ms per call; sbpc at concurrency {args.concurrency}, the authors' code unbounded\n"
+        f"{args.delay * 1000:.0f} ms per call; sbpc at {' and '.join(args.concurrency)}, the authors' code unbounded\n"
     )
-    head = f"{'seed':>4}  {'system':<8} {'cache':<6} {'initial':>7} {'per iteration':<16} {'mean':>6} {'x':>5}"
-    print(head + f"  {'total':>5}  {'wall s':>7} {'x':>5}  kept")
+    head = f"{'seed':>4}  {'system':<13} {'cache':<6} {'initial':>7} {'per iteration':<16} {'mean':>6} {'x':>5}"
+    print(head + f"  {'total':>5} {'x':>5}  {'wall s':>7} {'x':>5}  kept")
     ratios = []
     for seed, system, cache, phases, wall, decisions, retries in rows:
         initial, its = phases[0], phases[1:] + [0] * (args.iters - len(phases) + 1)
@@ -324,19 +330,20 @@ def report(rows: list, args: argparse.Namespace) -> None:
         theirs = next(r for r in rows if r[0] == seed and r[1] == "authors" and r[2] == cache)
         their_mean, their_wall = sum(theirs[3][1:]) / args.iters, theirs[4]
         calls_x, wall_x = mean / their_mean, wall / their_wall
-        if system == "sbpc":
+        if system.startswith("sbpc"):
             ratios.append((calls_x, wall_x))
         note = f"  ({retries} retries after 'Event loop is closed')" if retries else ""
         print(
-            f"{seed:>4}  {system:<8} {'on' if cache else 'off':<6} {initial:>7} {' + '.join(map(str, its)):<16} "
-            f"{mean:>6.1f} {calls_x:>5.2f}  {sum(phases):>5}  {wall:>7.2f} {wall_x:>5.2f}  "
+            f"{seed:>4}  {system:<13} {'on' if cache else 'off':<6} {initial:>7} {' + '.join(map(str, its)):<16} "
+            f"{mean:>6.1f} {calls_x:>5.2f}  {sum(phases):>5} {sum(phases) / sum(theirs[3]):>5.2f}  "
+            f"{wall:>7.2f} {wall_x:>5.2f}  "
             f"{''.join('y' if d else 'n' for d in decisions)}{note}"
         )
     worst_calls, worst_wall = max(r[0] for r in ratios), max(r[1] for r in ratios)
     same = all(
         r[5] == next(t[5] for t in rows if t[0] == r[0] and t[1] == "authors" and t[2] == r[2])
         for r in rows
-        if r[1] == "sbpc"
+        if r[1].startswith("sbpc")
     )
     print(
         f"\nsbpc / authors, worst row: {worst_calls:.2f}x the calls per iteration (target <= 0.7: "
