@@ -475,7 +475,8 @@ def test_every_request_is_answered_within_a_second_while_a_slow_file_is_analysed
             await answered(lsp.formatting(slow))
             await answered(lsp.completion(fast, at))
             (found,) = [d for d in await lsp.diagnostics(slow, 2) if d.code == "E052"]
-            assert "took more than 3 s" in found.message
+            # whichever of the render's limits it meets first (time, or work on a quick machine)
+            assert "took more than 3 s" in found.message or "too much work" in found.message, found.message
             assert [p.version for p in lsp.published[slow]] == [2]  # version 1's result was stale: dropped
 
     run(test)
