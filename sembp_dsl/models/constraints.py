@@ -63,6 +63,15 @@ def request(shape: Shape | None, kind: str, max_tokens: int | None) -> dict:
     return {"response_format": response_format(schema)}
 
 
+def schema_request(schema: dict, kind: str, max_tokens: int | None) -> dict:
+    """The request parameters that hold a turn of a tool loop's text form to its JSON `schema` ({}: no
+    constraint). The embedded transport makes a grammar of it, so the call's max_tokens is a grammar's."""
+    if kind == NONE:
+        return {}
+    bound = reply_tokens(kind, max_tokens)
+    return {"response_format": response_format(schema), **({"max_tokens": bound} if bound else {})}
+
+
 def response_format(schema: dict) -> dict:
     """A reply's JSON Schema as `response_format` carries it."""
     return {"type": "json_schema", "json_schema": {"name": "reply", "strict": True, "schema": schema}}

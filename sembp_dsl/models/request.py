@@ -84,11 +84,8 @@ def prepare(
     sent = constraints.request(shape, kind, constraints.max_tokens(settings))
     if tools:
         sent = {**sent, "tools": tools}
-    if schema is not None and kind != constraints.NONE:
-        sent = {**sent, "response_format": constraints.response_format(schema)}
-        bound = constraints.reply_tokens(kind, constraints.max_tokens(settings))
-        if bound:  # under a grammar, a reply of max_tokens' worth of characters may take a token each
-            sent["max_tokens"] = bound
+    if schema is not None:
+        sent = {**sent, **constraints.schema_request(schema, kind, constraints.max_tokens(settings))}
     settings.update(sent)  # a grammar, a response_format or tools: part of the cache key, as they decide the answer
     timeout = float(settings.pop("timeout", timeout))  # how long to wait is not part of the answer
     own_key = api_key(spec, settings.pop("api_key_env", None))
