@@ -103,8 +103,8 @@ _BUILDING = threading.Lock()
 def _tree_parser() -> Lark:
     with _BUILDING:
         return Lark(
-            grammar(), parser="lalr", lexer="contextual", keep_all_tokens=True, propagate_positions=True, cache=True
-        )
+            grammar(), parser="lalr", lexer="contextual", keep_all_tokens=True, cache=True
+        )  # no propagate_positions: every place is read from the tokens, and the trees' own cost a third of a read
 
 
 def is_punct(token: Tok, *values: str) -> bool:
@@ -119,15 +119,16 @@ def tokens_of(tree: Tree | Token) -> list[Tok]:
 
 
 def _statement(tree: Tree) -> Statement:
-    tokens = tuple(tokens_of(tree))
-    direct = [(i, Tok.of(c)) for i, c in enumerate(tree.children) if isinstance(c, Token)]
+    children = [tokens_of(child) for child in tree.children]  # each token made a Tok once
+    tokens = tuple(t for child in children for t in child)
+    direct = [(i, c[0]) for i, (c, child) in enumerate(zip(children, tree.children)) if isinstance(child, Token)]
     equals = next((t for _, t in direct if is_punct(t, "=")), None)
     brace = next((i for i, t in direct if is_punct(t, "{")), None)
     if brace is None:
         return Statement(str(tree.data), tokens, tokens, None, equals)
-    head = tuple(t for c in tree.children[:brace] for t in tokens_of(c))
-    settings = tuple(tuple(tokens_of(c)) for c in tree.children[brace + 1 : -1])
-    block = Block(tokens_of(tree.children[brace])[0], settings, tokens_of(tree.children[-1])[0])
+    head = tuple(t for child in children[:brace] for t in child)
+    settings = tuple(tuple(child) for child in children[brace + 1 : -1])
+    block = Block(children[brace][0], settings, children[-1][0])
     return Statement(str(tree.data), tokens, head, block, equals)
 
 
