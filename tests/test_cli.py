@@ -577,6 +577,30 @@ def test_run_escapes_terminal_codes_and_bidi_in_replies_on_a_terminal_only(tmp_p
     assert "\\x1b[2J\\x1b]0;owned\\x07 fine \\u202etxt.exe" in shown
 
 
+
+STEERING_REPLY = "\x1b[2J wiped \x1b]52;c;aGVsbG8=\x07 \u202etxt.exe"  # clear screen, write the clipboard, bidi
+
+
+def test_eval_and_show_escape_replies_on_a_terminal(tmp_path, fake_llm, script, capsys):
+    """`run` wrote out escape sequences in replies on a terminal; eval's wrong-answer lines printed them raw, so a
+    reply could clear the screen or set the clipboard. Both go through one helper, and `show` of the evaluation's
+    record writes them out too."""
+    script.verdict = lambda prompt: STEERING_REPLY
+    path = tmp_path / "echo.sbp"
+    path.write_text(with_fake_model(ECHO.replace('"Answer."', '"VERDICT"'), fake_llm.url))
+    runs = ["--runs-dir", str(tmp_path / "runs")]
+    command = ["eval", str(path), "--data", rows(tmp_path, 2), "--errors", "2", *runs]
+    assert cli.main(command) == 0
+    assert STEERING_REPLY in capsys.readouterr().out  # piped: exact
+    with mock.patch.object(sys.stdout, "isatty", lambda: True):
+        assert cli.main(command) == 0
+        shown = capsys.readouterr().out
+        assert cli.main(["show", "-1", *runs]) == 0
+        record = capsys.readouterr().out
+    for out in (shown, record):
+        assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
+        assert "\\x1b[2J wiped \\x1b]52;c;aGVsbG8=\\x07 \\u202etxt.exe" in out
+
 KILLED_IN_PLACE = """
 import os, signal, sys
 from sembp_dsl import files

@@ -20,7 +20,7 @@ from .. import __version__
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language.codes import CODES, lookup
-from ..language.diagnostics import PipelineError, as_json, did_you_mean, json_text, visible
+from ..language.diagnostics import PipelineError, as_json, did_you_mean, for_terminal, json_text
 from ..language.method import SETTINGS, SettingError
 from ..language.toolcalls import compact
 from ..learning.stats import t_interval
@@ -250,23 +250,22 @@ def cmd_run(args) -> int:
                 json_text({"trace": trace.to_json(), "ledger": pipeline.ledger.to_json()})
             )  # replies: strangers' text
         else:
-            # replies and function outputs are strangers' text: on a terminal, their escape codes are written out
-            shown = visible if sys.stdout.isatty() else str
             if args.trace:
                 for t in trace.nodes.values():
                     system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
                     print(
-                        shown(
+                        for_terminal(
                             f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
                             f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
                             + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
-                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n",
+                            sys.stdout,
                         )
                     )
             answer = (
                 trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}"
             )
-            print(shown(answer))
+            print(for_terminal(answer, sys.stdout))
         print_ledger(pipeline, args)
     return 0 if trace.output is not None else 1
 
@@ -312,7 +311,8 @@ def cmd_eval(args) -> int:
                 )
             )
             return code
-        print(evaluation.report(f"{args.file} on {scored}", metric, args.errors))
+        # the wrong answers' lines quote replies and data: strangers' text
+        print(for_terminal(evaluation.report(f"{args.file} on {scored}", metric, args.errors), sys.stdout))
         print(f"run record: {evaluation.record}/run.json")
         print_ledger(pipeline, args)
         if evaluation.scored and not evaluation.trustworthy:

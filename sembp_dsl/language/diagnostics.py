@@ -8,6 +8,7 @@ import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TextIO
 from urllib.parse import urlsplit
 
 from ..errors import SbpcError
@@ -94,6 +95,12 @@ class PipelineError(SbpcError):
 def visible(text: str) -> str:
     """Text safe to print: escape sequences, bidi overrides and other invisible characters written out."""
     return INVISIBLE.sub(lambda m: ascii(m.group())[1:-1], text)
+
+
+def for_terminal(text: str, stream: TextIO) -> str:
+    """Strangers' text (model replies, data, function outputs) as printed to `stream`: `visible` on a terminal,
+    which their escape sequences would drive; exact when piped, for the script that reads it."""
+    return visible(text) if stream.isatty() else text
 
 
 def point(file: str, text: str, offset: int, length: int = 1) -> Span:
