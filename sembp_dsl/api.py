@@ -100,6 +100,7 @@ def load(
     functions: Mapping[str, Callable[..., Any]] | None = None,
     allow_modules: Iterable[str] = (),
     code: bool = True,
+    resume: bool | str | Path = False,
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
@@ -112,10 +113,16 @@ def load(
     is refused: a pipeline file is data from strangers; see runtime/code.py). A function metric is imported from
     the same places, once a run scores with it. `code=False` imports nothing, for what runs no code (a plan):
     its function nodes cannot run.
+    `resume`: an optimize run killed while it wrote into the file left it torn (E016) and the whole text beside
+    it; when that text is what the file's newest unfinished run (in `.sbpc/runs`, or the runs folder `resume`
+    names) was writing, the write is finished first, as `sbpc optimize --resume` does, so that
+    `optimize(resume=True)` continues the run on the file it meant to leave.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
+    if resume is not False:  # before the file is read, which refuses a torn one
+        RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
     graph = compile_file(str(path))
     graph = bind(graph, functions, allowed) if code else graph
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)

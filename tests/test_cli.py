@@ -577,7 +577,6 @@ def test_run_escapes_terminal_codes_and_bidi_in_replies_on_a_terminal_only(tmp_p
     assert "\\x1b[2J\\x1b]0;owned\\x07 fine \\u202etxt.exe" in shown
 
 
-
 STEERING_REPLY = "\x1b[2J wiped \x1b]52;c;aGVsbG8=\x07 \u202etxt.exe"  # clear screen, write the clipboard, bidi
 
 
@@ -600,6 +599,7 @@ def test_eval_and_show_escape_replies_on_a_terminal(tmp_path, fake_llm, script, 
     for out in (shown, record):
         assert "\x1b" not in out and "\x07" not in out and "\u202e" not in out
         assert "\\x1b[2J wiped \\x1b]52;c;aGVsbG8=\\x07 \\u202etxt.exe" in out
+
 
 KILLED_IN_PLACE = """
 import os, signal, sys
@@ -638,3 +638,47 @@ def test_resume_finishes_the_in_place_write_a_kill_cut_and_every_link_sees_it(tm
     assert "finished the write to" in capsys.readouterr().err
     assert not copy.exists() and "Improved instruction" in path.read_text()
     assert other.read_text() == path.read_text() and os.stat(path).st_nlink == 2  # every name sees it whole
+
+
+KILLED_IN_PLACE_API = KILLED_IN_PLACE.replace("from sembp_dsl.cli import main", "import sembp_dsl as sbp").replace(
+    "main(sys.argv[1:])",
+    "sbp.load(sys.argv[1]).optimize(sys.argv[2], write=True, runs_dir=sys.argv[3], "
+    "train_size=2, val_size=2, test_size=0, iterations=1, gate_alpha=1)",
+)
+
+
+def test_the_api_finishes_an_in_place_write_a_kill_cut_and_resumes(tmp_path, fake_llm, script):
+    """`sembp_dsl.load` refused the torn file (E016) before `optimize(resume=True)` could finish the write that
+    the killed run was making: the CLI's --resume could, the API could not. `load(resume=...)` now does."""
+    from test_optimize import TOY, data, write
+
+    import sembp_dsl as sbp
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    os.link(path, tmp_path / "other-name.sbp")  # a hard link: the write goes into the file itself
+    runs, rows = tmp_path / "runs", data(tmp_path, n=4)
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_IN_PLACE_API, str(path), rows, str(runs)], capture_output=True
+    )
+    assert killed.returncode == -9, killed.stderr
+    copy = tmp_path / ".toy.sbp.sbpc-tmp"
+    whole = copy.read_text()
+    assert "Improved instruction" in whole and path.read_text() != whole
+    with pytest.raises(sbp.PipelineError, match="interrupted"):
+        sbp.load(path)  # without resume: refused, and nothing touched
+    assert copy.exists()
+    with sbp.load(path, resume=runs) as pipeline:
+        assert not copy.exists() and path.read_text() == whole
+        found = pipeline.optimize(
+            rows,
+            write=True,
+            runs_dir=runs,
+            resume=True,
+            train_size=2,
+            val_size=2,
+            test_size=0,
+            iterations=1,
+            gate_alpha=1,
+        )
+    assert found.record.parent == runs and "Improved instruction" in path.read_text()
