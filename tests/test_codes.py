@@ -175,6 +175,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E133": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl" }\ndata { file = "e.jsonl" }\n'),
     "E134": ("p.sbp", HEADER + OK + 'data { file = "missing.jsonl" }\n'),
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
+    "W013": ("p.sbp", "<plan: remote nodes>"),
     "W020": (
         "p.sbp",
         HEADER + "node t: choice(x, y) {}\nnode a: text {}\nnode b: text {}\nnode c: text {}\nq -> t\n"
@@ -183,6 +184,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
 }
 FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
 AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call
+AT_PLAN = {"W013"}  # which model each role gets is known once a run is planned: `optimize --plan` reaches these
 UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
 
 
@@ -233,6 +235,10 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<tool *args>":  # read beside the pipeline, never imported
         (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
         path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
+    elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
+        remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
+        path.write_text(HEADER + remote + "q -> a\noutput a\n")
+        (tmp_path / "rows.jsonl").write_text("".join(f'{{"q": "{i}", "answer": "x"}}\n' for i in range(4)))
     elif isinstance(content, bytes):
         path.write_bytes(content)
     elif content is not None:
@@ -272,6 +278,11 @@ def test_each_code_is_reached(tmp_path, monkeypatch, code):
     if code in AT_RUN:
         status, out, err = run("run", str(path), "--input", "q=x", "--model", "openai/none")
         assert status == 1 and f"error[{code}]: " in err and "Traceback" not in err, err
+        return
+    if code in AT_PLAN:
+        sizes = ["--train-size", "2", "--val-size", "2", "--test-size", "0"]
+        status, out, err = run("optimize", str(path), "--plan", "--data", str(tmp_path / "rows.jsonl"), *sizes)
+        assert status == 0 and f"warning[{code}]: " in out and "Traceback" not in err, out + err
         return
     status, out, err = run("check", "--json", str(path))
     found = [d for d in json.loads(out)[0]["diagnostics"] if d["code"] == code]

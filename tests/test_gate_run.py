@@ -143,6 +143,6 @@ def test_the_plan_names_every_roles_model_and_warns_when_remote_nodes_learn_from
     text = out.out + out.err
     assert "models: fast openai/fake, backward embedded/smollm2-135m, optimizer embedded/smollm2-135m" in text
     assert (
-        "warning: backward and optimizer run on the embedded model embedded/smollm2-135m while the nodes call "
+        "warning[W013]: backward and optimizer run on the embedded model embedded/smollm2-135m while the nodes call "
         "openai/fake" in text
     )

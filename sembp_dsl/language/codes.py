@@ -1009,6 +1009,17 @@ _CODES = [
         'frozen demos shots = [{question: "1+1?", answer: "2"}]     # or drop `frozen`',
     ),
     Code(
+        "W013",
+        "remote nodes learn from the embedded model",
+        "The nodes call a remote model, but no model is named for backward or optimizer, so those roles fall\n"
+        "to the embedded model (SmolLM2, 135M parameters): far too small to critique or rewrite the prompts of\n"
+        "a larger model. sbpc warns rather than picking a model for them: it cannot rank models, and choosing a\n"
+        "paid one would spend unasked. `optimize --plan` and the start of every run say it.",
+        'node a: text { prompt = p  model = fast }\nmodel fast { name = "openai/gpt-4o" }',
+        'node a: text { prompt = p  model = fast }\nmodel fast { name = "openai/gpt-4o" }\n'
+        'model backward { name = "openai/gpt-4o" }\nmodel optimizer { name = "openai/gpt-4o" }',
+    ),
+    Code(
         "W020",
         "a branch that never runs",
         "No values of the conditions let this node run: its conditions contradict each other along every path\n"

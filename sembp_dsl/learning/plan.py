@@ -96,7 +96,7 @@ class Plan:
             lines.append("  models: " + ", ".join(f"{key} {name}" for key, name in self.names.items()))
         learner = embedded_learners(self.names)
         if learner:
-            lines.append(f"  warning: {learner}")
+            lines.append(f"  warning[{EMBEDDED_LEARNERS}]: {learner}")
         return "\n".join(lines)
 
 
@@ -250,6 +250,9 @@ def configured(llm: LLM, model: str) -> bool:
 
 def is_embedded(name: str) -> bool:
     return name.startswith(f"{embedded.PROVIDER}/")
+
+
+EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains
 
 
 def embedded_learners(names: Mapping[str, str]) -> str | None:
