@@ -67,7 +67,10 @@ def test_retry_after_holds_back_every_call_of_the_deployment():
 
         async def go():
             first = asyncio.ensure_future(llm.complete("forward", "refused first"))
-            await asyncio.sleep(0.1)  # the refusal has come back: the deployment waits
+            windows = llm.windows._loops
+            # until the refusal has come back and the deployment waits: a condition, not a clock
+            while not any(w.paused_until for w in windows.get(asyncio.get_running_loop(), {}).values()):
+                await asyncio.sleep(0.01)
             start = time.perf_counter()
             await llm.complete("forward", "sent after")
             await first

@@ -9,7 +9,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import aiohttp
@@ -715,9 +714,11 @@ def test_serve_stops_on_sigterm_after_the_requests_in_flight(served, fake_llm):
 
     url, proc = served
     host, port = url.removeprefix("http://").rsplit(":", 1)
-    with socket.create_connection((host, int(port))) as gone:  # a client that leaves halfway through its body
+    with socket.create_connection((host, int(port)), timeout=30) as gone:  # a client that leaves halfway through
         gone.sendall(b'POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{"tic')
-        time.sleep(0.2)
+        gone.shutdown(socket.SHUT_WR)  # its body ends early
+        while gone.recv(65536):  # until the server has seen it go and closed the connection: no clock
+            pass
     fake_llm.configure(delay=0.5)
     answers = []
     body = b'{"ticket": "crash"}'

@@ -112,16 +112,23 @@ def test_a_client_that_hangs_up_cancels_its_model_call_and_not_the_others(served
     assert model.in_flight == 0  # the fake counts a call out before it answers
 
 
-def test_a_call_shared_with_a_client_that_hung_up_still_answers_the_one_that_stayed(served, model):
-    first = post(served, {"topic": "cats"})
-    wait_until(lambda: model.in_flight == 1, within=2)
-    stayed = answer_in_background(post(served, {"topic": "cats"}))  # the same prompt: shares the call in flight
-    time.sleep(0.5)
-    assert model.requests == 1
-    first.close()  # the request that made the call leaves
-    status, body = stayed(3 * DELAY)
-    assert status == 200 and body["output"] == "something"
-    assert model.requests == 1  # the call went on for the client that stayed: not cancelled, not asked again
+def test_a_call_shared_with_a_client_that_hung_up_still_answers_the_one_that_stayed(tmp_path, model):
+    """The second client joins the first one's call; once it waits on it (seen in the call's count of callers,
+    not guessed by a clock), the first client leaves, and the call goes on for the second."""
+    served = Serving(tmp_path, model.url)
+    try:
+        first = post(served.url, {"topic": "cats"})
+        wait_until(lambda: model.in_flight == 1, within=2)
+        stayed = answer_in_background(post(served.url, {"topic": "cats"}))  # the same prompt: shares the call
+        calls = served.pipeline._session.llms[served.loop].inflight._calls
+        wait_until(lambda: [c.waiting for c in list(calls.values())] == [2], within=5)
+        assert model.requests == 1
+        first.close()  # the request that made the call leaves
+        status, body = stayed(3 * DELAY)
+        assert status == 200 and body["output"] == "something"
+        assert model.requests == 1  # the call went on for the client that stayed: not cancelled, not asked again
+    finally:
+        served.close()
 
 
 class Serving:
