@@ -480,3 +480,32 @@ def test_every_request_is_answered_within_a_second_while_a_slow_file_is_analysed
             assert [p.version for p in lsp.published[slow]] == [2]  # version 1's result was stale: dropped
 
     run(test)
+
+
+def test_formatting_a_115_kb_file_is_answered_within_a_second(tmp_path):
+    """A format request on a 115 KB file timed out. The reading (formatting included) is made off the request
+    loop, so the request is answered within 1 s, as the file is opened and once it has been read, and the edit
+    it answers with gives what `sbpc fmt` writes."""
+    names = [f"step_{i:05d}" for i in range(2500)]
+    text = "pipeline chain\ninput q: text\n" + "".join(f"node {n} :text{{ }}\n" for n in names)
+    text += "".join(f"{a}->{b}\n" for a, b in zip(["q", *names], names)) + f"output {names[-1]}\n"
+    assert len(text.encode()) > 115_000 and format_text(text) != text  # every line is rewritten
+
+    async def answered(request) -> object:
+        start = asyncio.get_running_loop().time()
+        answer = await request
+        assert asyncio.get_running_loop().time() - start < 1, "no answer within 1 s"
+        return answer
+
+    async def test():
+        async with Session(tmp_path) as lsp:
+            uri = (tmp_path / "chain.sbp").as_uri()
+            lsp.client.text_document_did_open(
+                types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "sbp", 1, text))
+            )
+            await answered(lsp.formatting(uri))  # while it is read: the last reading's answer, at once
+            assert await lsp.diagnostics(uri, 1) == []
+            edits = await answered(lsp.formatting(uri))
+            assert apply(text, edits) == format_text(text)
+
+    run(test)

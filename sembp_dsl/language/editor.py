@@ -39,7 +39,7 @@ from .kinds import kind_of
 from .method import SETTINGS as METHOD
 from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
-from .syntax import read
+from .syntax import Source, read
 from .templates import BUILTIN, ENV, TemplateProblem, variables
 
 # A node setting whose value names something declared elsewhere: the namespaces it may name.
@@ -545,11 +545,20 @@ class Document:
         """Statement extents by the start of the names in them (a .sbp file that parses whole)."""
         if not self.sbp:
             return {}
-        try:
-            statements = read(self.source).statements
-        except LarkError:  # a broken statement: the outline goes by names alone
+        if self.syntax is None:  # a broken statement: the outline goes by names alone
             return {}
-        return {token.start: (s.start, s.end) for s in statements for token in s.tokens}
+        return {token.start: (s.start, s.end) for s in self.syntax.statements for token in s.tokens}
+
+    @cached_property
+    def syntax(self) -> Source | None:
+        """The statements and comments as written (None: a YAML file, or a broken statement), read once for the
+        outline and the formatting."""
+        if not self.sbp:
+            return None
+        try:
+            return read(self.source)
+        except LarkError:
+            return None
 
     # -- completion
 
@@ -628,8 +637,9 @@ class Document:
         """The text in the canonical layout (None: a YAML file, or one that does not parse)."""
         if not self.sbp:
             return None
-        try:
-            return format_text(self.text, self.path)
+        clean = self.pipeline is not None and not any(d.severity == "error" for d in self.diagnostics)
+        try:  # a file that parsed whole is not parsed nor read again
+            return format_text(self.text, self.path, self.pipeline if clean else None, self.syntax if clean else None)
         except (PipelineError, ValueError):
             return None
 

@@ -46,17 +46,20 @@ class FormatError(SbpcError, ValueError):
     """Formatting would have changed what the file means: a bug in the formatter, reported, never written."""
 
 
-def format_text(text: str, path: str = "<string>") -> str:
-    """`text` (a .sbp file) in the canonical layout; PipelineError when it does not parse."""
+def format_text(
+    text: str, path: str = "<string>", parsed: ir.Pipeline | None = None, syntax: Source | None = None
+) -> str:
+    """`text` (a .sbp file) in the canonical layout; PipelineError when it does not parse. `parsed` and `syntax`:
+    parse(text, path) and read() of its text, when the caller has them already (the editor does): not made again."""
     with ir.gc_paused():  # parses of millions of acyclic objects: a full collection walks them all
-        return _formatted(text, path)
+        return _formatted(text, path, parsed, syntax)
 
 
-def _formatted(text: str, path: str) -> str:
-    pipeline = parse(text, path)
+def _formatted(text: str, path: str, parsed: ir.Pipeline | None, syntax: Source | None) -> str:
+    pipeline = parsed if parsed is not None else parse(text, path)
     source = pipeline.text  # lone carriage returns made newlines, as the parser counts lines
     first_end = source.find("\n")
-    out = Printer(read(source)).render()
+    out = Printer(syntax if syntax is not None else read(source)).render()
     if first_end > 0 and source[first_end - 1] == "\r":  # the file's own line ends, as its first line has them
         out = out.replace("\r\n", "\n").replace("\n", "\r\n")
     if out != source and parse(out, path) != pipeline:  # the same text parses to the same IR: no proof to run
