@@ -221,3 +221,78 @@ def test_past_the_connection_cap_a_client_is_answered_503_with_retry_after_never
             assert status == 200 and body["output"] == "something"
         finally:
             served.close()
+
+
+# `sbpc serve` as the CLI runs it, in its own process, with its limits made small enough for a test to reach:
+# the header timeout (argv[1] seconds) and the connection cap (argv[2]).
+LIMITED = """
+import sys
+from sembp_dsl import serve
+serve.HEADER_TIMEOUT, serve.MAX_CONNECTIONS = float(sys.argv[1]), int(sys.argv[2])
+from sembp_dsl.cli import main
+sys.exit(main(sys.argv[3:]))
+"""
+
+
+def test_from_outside_half_sent_requests_neither_lock_clients_out_nor_stay_open_nor_cause_resets(tmp_path):
+    """The three promises checked over real sockets against a real `sbpc serve` process: with many half-sent
+    requests open an ordinary client is served; past the cap every client gets an answer (200, or 503 with
+    Retry-After), never a reset; and the half-sent ones are closed at the header timeout, after which everyone is
+    served again."""
+    timeout, cap = 2.0, 24
+    path = tmp_path / "echo.sbp"
+    path.write_text(ECHO)
+    with FakeServer(reply="something", delay=0.3) as model:
+        argv = ["serve", str(path), "--port", "0", "--model", "openai/fake", "--api-base", model.url, "--no-cache"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LIMITED, str(timeout), str(cap), *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+        )
+        try:
+            url = re.search(r"http://\S+", proc.stdout.readline()).group(0)
+            holding = [half_sent(url, headers=i % 2 == 0) for i in range(cap - 4)]  # many, short of the cap
+            opened = time.monotonic()
+            status, body = answer(post(url, {"topic": "cats"}))
+            assert status == 200 and body["output"] == "something"
+
+            holding += [half_sent(url) for _ in range(8)]  # past the cap now
+            replies: list = []
+
+            def ordinary(i: int) -> None:
+                try:
+                    replies.append(answer_raw(post(url, {"topic": f"dogs {i}"})))
+                except OSError as exc:  # a reset, or a refused connection
+                    replies.append(exc)
+
+            clients = [threading.Thread(target=ordinary, args=(i,)) for i in range(16)]
+            for client in clients:
+                client.start()
+            for client in clients:
+                client.join(30)
+            assert len(replies) == 16
+            for reply in replies:
+                assert isinstance(reply, bytes) and reply, reply  # never a reset, never a silent close
+                assert reply.startswith(b"HTTP/1.1 200") or (
+                    reply.startswith(b"HTTP/1.1 503") and b"\r\nRetry-After: " in reply
+                ), reply[:200]
+            assert any(r.startswith(b"HTTP/1.1 503") for r in replies)  # the cap was reached: it said so
+
+            for client in holding:
+                closed_by_server(client, within=timeout + 10)  # closed by the server, not left open
+            assert time.monotonic() - opened < timeout + 10
+            status, body = answer(post(url, {"topic": "birds"}))
+            assert status == 200 and body["output"] == "something"
+        finally:
+            proc.terminate()
+            assert proc.wait(timeout=30) == 0
+
+
+def answer_raw(client: socket.socket) -> bytes:
+    """Everything the server sent before it closed the connection."""
+    reply = b""
+    while chunk := client.recv(65536):
+        reply += chunk
+    client.close()
+    return reply
