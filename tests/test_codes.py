@@ -83,7 +83,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E070": ("p.sbp", HEADER + OK + 'model { name = "pool"  router = "no-such-router.yaml" }\n'),
     "E071": ("p.sbp", HEADER + "node a: text { model = strong }\nq -> a\noutput a\n"),
     "E136": ("p.sbp", HEADER + OK + "optimize { strategies = [gradients, model] }\n"),
-    "E137": ("p.sbp", HEADER + "node a: text { model = m }\nq -> a\noutput a\n" + 'model m { input_price = 1 }\n'),
+    "E137": ("p.sbp", HEADER + "node a: text { model = m }\nq -> a\noutput a\n" + "model m { input_price = 1 }\n"),
     "E138": ("p.sbp", HEADER + "node a: text { models = [m] }\nq -> a\noutput a\nmodel m {}\n"),
     "E072": ("p.sbp", HEADER + "node a: text { system = rules }\nq -> a\noutput a\n"),
     "E073": ("p.sbp", HEADER + 'param s = "x"\ntemplate s = "y"\nnode a: text { system = s }\nq -> a\noutput a\n'),

@@ -224,7 +224,6 @@ class Context:
             return literal
         return point(literal.file, text, offset, len(name))
 
-
     def name_in(self, listed: ir.Span, name: str) -> ir.Span:
         """Point at a name inside a list (`[fast, strnog]`), or at the list when the text is not at hand."""
         text = self.p.text
@@ -1206,7 +1205,9 @@ def check_model_lists(cx: Context) -> None:
             if name not in known:
                 code = "E136" if what == "strategy" else "E071"
                 where = cx.name_in(setting.value_span, name)
-                cx.report(code, where, f"undefined {what} '{name}' in {setting.key}", help=suggestion_or_list(name, known))
+                cx.report(
+                    code, where, f"undefined {what} '{name}' in {setting.key}", help=suggestion_or_list(name, known)
+                )
 
 
 def names_read(text: str) -> frozenset[str]:

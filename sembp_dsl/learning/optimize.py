@@ -536,7 +536,9 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
             lines.append(f"  left out of the gate: {', '.join(it.gate.held_out)} (the step's examples came from them)")
     for c in it.candidates:
         lines.append(
-            f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+            f"  {c.param}: {c.fate}"
+            + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+            + (f" [{c.strategy}]" if c.strategy else "")
         )
         lines += [f"    left out, as the file cannot hold it: sample {why}" for why in c.left_out]
     return "\n".join(lines)

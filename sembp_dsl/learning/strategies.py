@@ -294,10 +294,12 @@ class Models:
         """With objective accuracy, every node that may move may move to any of the models (moves go up in price)."""
         if self.method.objective == "cost":
             return {}
-        return {name: self.allowed(graph.nodes[name]) for name in (p.removesuffix(".model") for p in self.params(graph))}
+        return {
+            name: self.allowed(graph.nodes[name]) for name in (p.removesuffix(".model") for p in self.params(graph))
+        }
 
 
-KINDS = {"gradients": SemanticGradients, "demos": Demos, "models": Models}
+KINDS: Mapping[str, Callable[[Method], Strategy]] = {"gradients": SemanticGradients, "demos": Demos, "models": Models}
 
 
 def strategies(method: Method) -> tuple[Strategy, ...]:

@@ -19,8 +19,8 @@ from ..language.graph import ModelSpec
 from ..language.shapes import Shape
 from . import constraints
 from .cache import cache_key
-from .prices import DECLARED
 from .faults import LLMError
+from .prices import DECLARED
 from .routing import Routers
 from .transport import Reply, Transport
 
