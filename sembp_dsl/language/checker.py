@@ -1165,9 +1165,11 @@ def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
 
 
 def check_models(cx: Context) -> None:
-    """A named model no node uses is a misspelt role when it is close to one (an error), else only unused."""
+    """A named model no node uses (nor lists among the models it may move to) is a misspelt role when it is close
+    to one (an error), else only unused."""
     naming: list[ir.Node | ir.MetricDef] = [*cx.p.nodes, *cx.p.metric_defs]  # nodes, and judges
     used = {str(s.value) for item in naming if (s := item.setting("model"))}
+    used |= {str(name) for s in listed_models(cx.p) if isinstance(s.value, tuple) for name in s.value}  # movable to
     used |= {hint.split("'")[1] for name in used if name not in cx.models if (hint := suggestion(name, cx.models))}
     for block in cx.p.blocks:
         if block.kind != "model" or block.name in (None, "default", *MODEL_ROLES) or block.name in used:
@@ -1180,24 +1182,28 @@ def check_models(cx: Context) -> None:
         used.add(block.name)  # one diagnostic for several blocks of one name
 
 
+def listed_models(pipeline: ir.Pipeline) -> list[ir.Setting]:
+    """Every `models` list: the optimize block's, then each node's."""
+    optimize = [s for b in pipeline.blocks if b.kind == "optimize" for s in b.settings if s.key == "models"]
+    return optimize + [s for node in pipeline.nodes if (s := node.setting("models")) is not None]
+
+
 def check_model_lists(cx: Context) -> None:
     """Every name in a `models` list (the optimize block's, a node's) is a model of the file, and every name in
     `strategies` a strategy: a misspelt one would be dropped silently at run time. A node's own list needs its own
     `model =` line, the line a move rewrites."""
-    lists = [s for b in cx.p.blocks if b.kind == "optimize" for s in b.settings if s.key in ("models", "strategies")]
+    strategies = [s for b in cx.p.blocks if b.kind == "optimize" for s in b.settings if s.key == "strategies"]
     for node in cx.p.nodes:
         setting = node.setting("models")
-        if setting is not None and isinstance(setting.value, tuple):
-            lists.append(setting)
-            model = node.setting("model")
-            if model is None or model.value in MODEL_ROLES:
-                cx.report(
-                    "E138",
-                    setting.span,
-                    f"node '{node.name}' lists models to move to but names no model of its own",
-                    help="give it `model = NAME` (a `model NAME { }` block): a move rewrites that line",
-                )
-    for setting in lists:
+        model = node.setting("model")
+        if setting is not None and (model is None or model.value in MODEL_ROLES):
+            cx.report(
+                "E138",
+                setting.span,
+                f"node '{node.name}' lists models to move to but names no model of its own",
+                help="give it `model = NAME` (a `model NAME { }` block): a move rewrites that line",
+            )
+    for setting in [*strategies, *listed_models(cx.p)]:
         if not isinstance(setting.value, tuple):
             continue
         known, what = (STRATEGIES, "strategy") if setting.key == "strategies" else (cx.models, "model")
