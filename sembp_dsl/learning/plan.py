@@ -173,7 +173,8 @@ def plan(
         *(s for step in steps for s in step.unforeseen(graph)),
         "answers from the response cache",
     )
-    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen, [step.name for step in steps])
+    acting = [step.name for step in steps if step.params(graph)]  # a strategy with nothing to change: no line
+    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen, acting)
 
 
 def dearest(llm: LLM, model: str, others: Sequence[str]) -> str:
@@ -235,7 +236,8 @@ def totals(
     for role, model, used, step in uses:
         by_role[role] += used
         by_model[model] = by_model.get(model, Usage()) + used
-        by_step[step][model] = by_step[step].get(model, Usage()) + used
+        mine = by_step.setdefault(step, {})
+        mine[model] = mine.get(model, Usage()) + used
     cost = priced(llm, by_model)
     names = {
         model: llm.model(model).name if configured(llm, model) else NO_MODEL
