@@ -170,3 +170,18 @@ def test_a_node_list_in_yaml_and_prices_keep_their_layout_through_fmt(tmp_path):
     assert graph.nodes["a"].models == ("fast",) and graph.optimize.strategies == ("models",)
     assert LLM(graph.models).price("strong", 10**6, 0) == 1.0
     assert parse_text(yaml, "p.yaml").nodes[0].setting("models") is not None
+
+
+def test_a_model_named_anew_drops_the_files_prices(relay):
+    """--model (or roles=) names another model than the block's: the block's prices were its own model's, so they
+    are not charged for the other one; prices given with the new name are."""
+    import sembp_dsl as sbp
+
+    path, _ = relay
+    kept = sbp.load(str(path))._session.models["dear"].settings
+    assert kept["input_price"] == 5
+    other = sbp.load(str(path), model="openai/gpt-4o")._session.models["dear"].settings
+    assert "input_price" not in other and "output_price" not in other
+    priced = {"name": "openai/house-xl", "input_price": 7, "output_price": 21}
+    given = sbp.load(str(path), roles={"dear": priced})._session.models["dear"].settings
+    assert (given["input_price"], given["output_price"]) == (7, 21)
