@@ -10,8 +10,8 @@ iteration gave it anything to learn from (`learns_from`), its candidates (`propo
 each role it calls, with how long each prompt may be (`cost`), the savings no bound can count on
 (`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
-move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, and
-a line in `strategies`.
+move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, its
+name in KINDS and in language/method.py's STRATEGIES (what the `strategies` setting and the checker take).
 """
 
 from __future__ import annotations
