@@ -103,26 +103,32 @@ def test_a_nodes_own_list_and_the_strategies_setting_decide_what_may_change(rela
 
 
 def test_strategies_combine_and_the_plan_bounds_each(relay, capsys):
-    """Gradients and models in one run, on a server whose every answer is wrong for the gradients to learn from:
-    what each strategy spent stays within its own line of the plan."""
+    """Gradients and models in one run, on data whose every answer the server gets wrong (errors for the gradients
+    to learn from; every model is as wrong as another there, so every cheaper move is non-inferior). Each move is
+    gated alone, held to non-inferiority, before any prompt is rewritten; then the gradients propose. What each
+    strategy spent stays within its own line of the plan."""
     path, _ = relay
-    argv = ["optimize", str(path), *ARGS, "--strategies", "gradients,models", "--iters", "2"]
+    rows = [{"q": f"claim {i}", "answer": "No"} for i in range(104)]
+    (path.parent / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["optimize", str(path), *ARGS, "--strategies", "gradients,models", "--iters", "5"]
     assert cli.main([*argv, "--plan", "--json"]) == 0
     bound = json.loads(capsys.readouterr().out)
     assert set(bound["strategies"]) == {"loop", "gradients", "models"}
     assert bound["strategies"]["gradients"]["calls"] > 0 and bound["strategies"]["models"]["calls"] == 0
-    rows = [{"q": f"claim {i}", "answer": "No"} for i in range(104)]  # every answer is wrong: errors to learn
-    (path.parent / "data.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     assert cli.main(argv) == 0
-    spent = resolve("-1", ".sbpc/runs").record.ledger["roles"]
+    run = resolve("-1", ".sbpc/runs")
+    by = [{c.strategy for c in it.candidates} for it in run.iterations]
+    assert by[:3] == [{"models"}] * 3 and all(it.gate.margin == 0.05 and it.accepted for it in run.iterations[:3])
+    assert {"gradients"} in by[3:]  # no move left: the prompts' turn
+    spent = run.record.ledger["roles"]
     learning = [spent[role] for role in ("backward", "optimizer") if role in spent]
-    assert learning, "the gradients strategy made no call: nothing was bounded"
+    assert sum(u["calls"] for u in learning) > 0, "the gradients strategy made no call: nothing was bounded"
     assert sum(u["calls"] for u in learning) <= bound["strategies"]["gradients"]["calls"]
     assert sum(u["cost"] for u in learning) <= bound["strategies"]["gradients"]["cost"]
     assert spent["forward"]["calls"] <= bound["strategies"]["loop"]["calls"]
     assert spent["forward"]["cost"] <= bound["strategies"]["loop"]["cost"]
-    text = cli.main(["show", "-1"])
-    assert text == 0 and "[gradients]" in capsys.readouterr().out
+    capsys.readouterr()
+    assert cli.main(["show", "-1"]) == 0 and "[gradients]" in capsys.readouterr().out
 
 
 def test_strategies_are_named_in_the_order_of_their_kinds_and_checked():
