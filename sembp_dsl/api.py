@@ -33,6 +33,7 @@ from .learning.optimize import Optimizer, Outcome
 from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
+from .models.prices import DECLARED
 from .records.record import RunRecord, RunSettings
 from .records.step_writer import StepWriter
 from .runtime import datasets, splits
@@ -190,6 +191,10 @@ def _model(
     settings = {**spec.settings, **({"api_base": api_base} if api_base else {}), **own}
     if spec.name and name and provider(name) != provider(spec.name) and not api_base:
         for key in SERVER_SETTINGS:  # the file's server and key answer for its provider, not another's
+            if key not in own:
+                settings.pop(key, None)
+    if spec.name and name != spec.name:  # the file's prices are its model's, not another's
+        for key in DECLARED:
             if key not in own:
                 settings.pop(key, None)
     if "router" in spec.settings and "router" not in own:

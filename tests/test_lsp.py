@@ -341,6 +341,7 @@ def test_completion_knows_where_the_cursor_is():
         "template",
         "parse",
         "model",
+        "models",
         "system",
         "demos",
         "function",

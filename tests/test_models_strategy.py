@@ -74,12 +74,13 @@ def test_cost_objective_moves_each_node_to_the_cheapest_model_as_good(relay, cap
     path, folder = relay
     monkeypatch.chdir(folder)
     before = path.read_text()
-    code = cli.main(
-        [
-            "optimize", str(path), "--data", "data.jsonl", "--train-size", "4", "--val-size", "100",
-            "--objective", "cost", "--gate-alpha", "0.1",
-        ]
-    )  # fmt: skip
+    argv = [
+        "optimize", str(path), "--data", "data.jsonl", "--train-size", "4", "--val-size", "100",
+        "--objective", "cost", "--gate-alpha", "0.1",
+    ]  # fmt: skip
+    assert cli.main([*argv, "--plan", "--json"]) == 0
+    bound = json.loads(capsys.readouterr().out)
+    code = cli.main(argv)
     out, err = capsys.readouterr()
     assert code == 0, err
     after = path.read_text()
@@ -107,6 +108,21 @@ def test_cost_objective_moves_each_node_to_the_cheapest_model_as_good(relay, cap
     assert all(c is not None for c in costs) and costs == sorted(costs, reverse=True) and costs[-1] < costs[0] / 4
     assert cli.main(["show", "-1"]) == 0
     assert f"the pipeline per 1,000 samples: ${costs[0]:.4f} -> ${costs[-1]:.4f}" in capsys.readouterr().out
+    # --plan bounded the run's calls and dollars, in all and for each strategy (the models strategy calls nothing
+    # of its own: its moves cost the loop's forward passes)
+    spent = record.record.ledger
+    assert spent["calls"] <= sum(bound["calls"].values()) and spent["cost"] <= bound["cost"]
+    assert bound["strategies"]["models"] == {"calls": 0, "cost": 0.0}
+    assert spent["roles"]["forward"]["calls"] <= bound["strategies"]["loop"]["calls"]
+    assert spent["roles"]["forward"]["cost"] <= bound["strategies"]["loop"]["cost"]
+    learning = [spent["roles"].get(role, {"calls": 0, "cost": 0.0}) for role in ("backward", "optimizer")]
+    assert sum(u["calls"] for u in learning) <= bound["strategies"]["gradients"]["calls"]
+    assert sum(u["cost"] for u in learning) <= bound["strategies"]["gradients"]["cost"]
+    # the report shows the cost per 1,000 samples before and after, and which strategy proposed each step
+    assert cli.main(["report", "-1", "--out", str(folder / "report.html")]) == 0
+    page = (folder / "report.html").read_text()
+    assert f"${costs[0]:.4f} -&gt; ${costs[-1]:.4f}" in page and "[models]" in page
+    assert "accuracy and cost per iteration" in page
 
 
 def test_accuracy_objective_keeps_the_models(relay, capsys, monkeypatch):

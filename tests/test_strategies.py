@@ -144,7 +144,7 @@ class Rewrite:
     def cost(self, scale: Scale) -> tuple[Demand, ...]:
         return (Demand("optimizer", len(self.params(scale.graph)), 5000),)
 
-    def unforeseen(self) -> tuple[str, ...]:
+    def unforeseen(self, graph) -> tuple[str, ...]:
         return ("a step of the test's own",)
 
     def margin(self) -> float | None:

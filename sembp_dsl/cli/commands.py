@@ -21,7 +21,7 @@ from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language.codes import CODES, lookup
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, for_terminal, json_text
-from ..language.method import SETTINGS, SettingError
+from ..language.method import SETTINGS, STRATEGIES, SettingError
 from ..language.toolcalls import compact
 from ..learning.stats import t_interval
 from ..runtime import datasets
@@ -612,6 +612,11 @@ def _add_optimize(sub) -> None:
     add_setting(g, "objective", None, None, choices=SETTINGS["objective"].words)
     add_setting(g, "margin", PROBABILITY, None, metavar="M")
     g.add_argument("--models", metavar="MODEL[,MODEL]", help="the named models a node may be moved to")
+    g.add_argument(
+        "--strategies",
+        metavar="NAME[,NAME]",
+        help=f"the kinds of change a step may make, of {', '.join(STRATEGIES)} (default: all)",
+    )
     w = op.add_argument_group("output")
     w.add_argument(
         "--dry-run",

@@ -264,4 +264,6 @@ def method_settings(args) -> dict:
         given["only"] = tuple(p.strip() for p in args.only.split(","))
     if getattr(args, "models", None):
         given["models"] = tuple(m.strip() for m in args.models.split(","))
+    if getattr(args, "strategies", None) is not None:
+        given["strategies"] = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     return given

@@ -23,7 +23,7 @@ from .data import DATA_SETTINGS, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
-from .method import SETTINGS, within
+from .method import SETTINGS, STRATEGIES, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
 from .providers import PROVIDERS, provider_of
 from .templates import (
@@ -74,11 +74,15 @@ MODEL_SETTINGS = {
     "rpm": (int,),
     "tpm": (int,),
     "constrain": ("auto", "off", "schema"),
+    "input_price": NUMBER,  # dollars per million prompt tokens (prices.DECLARED)
+    "output_price": NUMBER,  # dollars per million completion tokens
 }
 OPTIMIZE_SETTINGS: dict[str, tuple] = {
     name: s.words or ((int, float) if s.kind is float else (int,)) for name, s in SETTINGS.items()
 }
 OPTIMIZE_SETTINGS["models"] = (tuple,)  # the named models nodes may move to: `models = [fast, strong]`
+OPTIMIZE_SETTINGS["strategies"] = (tuple,)  # the strategies a step may use: `strategies = [gradients, models]`
+PRICES = ("input_price", "output_price")
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.
 FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
@@ -93,6 +97,7 @@ BOUNDS = {
     "concurrency": (1, 100_000, False),
     "rpm": (1, 10_000_000_000, False),
     "tpm": (1, 10_000_000_000, False),
+    **{price: (0, 1_000_000, False) for price in PRICES},  # dollars per million tokens
     "train": (0, 10_000_000, False),  # a data block's sizes
     "validation": (0, 10_000_000, False),
     "test": (0, 10_000_000, False),
@@ -218,6 +223,14 @@ class Context:
         if offset is None:
             return literal
         return point(literal.file, text, offset, len(name))
+
+    def name_in(self, listed: ir.Span, name: str) -> ir.Span:
+        """Point at a name inside a list (`[fast, strnog]`), or at the list when the text is not at hand."""
+        text = self.p.text
+        if not text or listed is None:
+            return listed
+        match = re.search(r"(?<![\w-])" + re.escape(name) + r"(?![\w-])", text[listed.start : listed.end])
+        return point(listed.file, text, listed.start + match.start(), len(name)) if match else listed
 
 
 def first_here(span: ir.Span) -> Note:
@@ -416,6 +429,23 @@ def check_block(cx: Context, block: ir.Block) -> None:
         cx.report("E069", base.value_span, f"api_base {problem}")
     if block.kind == "model":
         check_provider(cx, block)
+        check_price(cx, block)
+
+
+def check_price(cx: Context, block: ir.Block) -> None:
+    """A declared price names both halves (here, or in an unnamed block it takes its settings from): a call is
+    charged for its prompt and its reply, and a missing half would be charged nothing."""
+    shared = {s.key for b in cx.p.blocks if b.kind == "model" and b.name is None for s in b.settings}
+    own = {s.key: s for s in block.settings if s.key in PRICES}
+    missing = [key for key in PRICES if key not in own and key not in shared]
+    if own and missing:
+        first = next(iter(own.values()))
+        cx.report(
+            "E137",
+            first.span,
+            f"'{first.key}' without '{missing[0]}': a declared price needs both",
+            help=f"add `{missing[0]} = ...` (dollars per million tokens; 0 if free)",
+        )
 
 
 def check_provider(cx: Context, block: ir.Block) -> None:
@@ -1135,9 +1165,11 @@ def warn_format_in_trainable(cx: Context, output: ir.Node | None) -> None:
 
 
 def check_models(cx: Context) -> None:
-    """A named model no node uses is a misspelt role when it is close to one (an error), else only unused."""
+    """A named model no node uses (nor lists among the models it may move to) is a misspelt role when it is close
+    to one (an error), else only unused."""
     naming: list[ir.Node | ir.MetricDef] = [*cx.p.nodes, *cx.p.metric_defs]  # nodes, and judges
     used = {str(s.value) for item in naming if (s := item.setting("model"))}
+    used |= {str(name) for s in listed_models(cx.p) if isinstance(s.value, tuple) for name in s.value}  # movable to
     used |= {hint.split("'")[1] for name in used if name not in cx.models if (hint := suggestion(name, cx.models))}
     for block in cx.p.blocks:
         if block.kind != "model" or block.name in (None, "default", *MODEL_ROLES) or block.name in used:
@@ -1148,6 +1180,40 @@ def check_models(cx: Context) -> None:
         else:
             cx.report("W008", block.span, f"model '{block.name}' is not used by any node")
         used.add(block.name)  # one diagnostic for several blocks of one name
+
+
+def listed_models(pipeline: ir.Pipeline) -> list[ir.Setting]:
+    """Every `models` list: the optimize block's, then each node's."""
+    optimize = [s for b in pipeline.blocks if b.kind == "optimize" for s in b.settings if s.key == "models"]
+    return optimize + [s for node in pipeline.nodes if (s := node.setting("models")) is not None]
+
+
+def check_model_lists(cx: Context) -> None:
+    """Every name in a `models` list (the optimize block's, a node's) is a model of the file, and every name in
+    `strategies` a strategy: a misspelt one would be dropped silently at run time. A node's own list needs its own
+    `model =` line, the line a move rewrites."""
+    strategies = [s for b in cx.p.blocks if b.kind == "optimize" for s in b.settings if s.key == "strategies"]
+    for node in cx.p.nodes:
+        setting = node.setting("models")
+        model = node.setting("model")
+        if setting is not None and (model is None or model.value in MODEL_ROLES):
+            cx.report(
+                "E138",
+                setting.span,
+                f"node '{node.name}' lists models to move to but names no model of its own",
+                help="give it `model = NAME` (a `model NAME { }` block): a move rewrites that line",
+            )
+    for setting in [*strategies, *listed_models(cx.p)]:
+        if not isinstance(setting.value, tuple):
+            continue
+        known, what = (STRATEGIES, "strategy") if setting.key == "strategies" else (cx.models, "model")
+        for name in setting.value:
+            if name not in known:
+                code = "E136" if what == "strategy" else "E071"
+                where = cx.name_in(setting.value_span, name)
+                cx.report(
+                    code, where, f"undefined {what} '{name}' in {setting.key}", help=suggestion_or_list(name, known)
+                )
 
 
 def names_read(text: str) -> frozenset[str]:
@@ -1230,6 +1296,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     check_demos(cx, predecessors)
     check_builtin_overrides(cx)
     check_models(cx)
+    check_model_lists(cx)
     warn_unused(cx, predecessors, successors, output)
     warn_format_in_trainable(cx, output)
     return Analysis(predecessors, successors, order, metric, cx.node_params, cx.demos), cx.diagnostics

@@ -514,7 +514,7 @@ _CODES = [
         "E071",
         "undefined model",
         "A node's `model` names a model: a role (forward, backward, optimizer) or a `model NAME { }` block\n"
-        "of the pipeline.",
+        "of the pipeline. So does every name in a `models` list (the optimize block's, or a node's).",
         'node judge: text { prompt = p  model = strnog }\nmodel strong { name = "openai/gpt-4o" }',
         'node judge: text { prompt = p  model = strong }\nmodel strong { name = "openai/gpt-4o" }',
     ),
@@ -915,6 +915,33 @@ _CODES = [
         "which field it reads, or pass --map INPUT=FIELD for one run.",
         'input text: text          # the file has "message", not "text"',
         "input text: text from message",
+    ),
+    # E136-E138: what optimize may change and what models cost
+    Code(
+        "E136",
+        "undefined strategy",
+        "The optimize block's `strategies` names the kinds of change a step may make: `gradients` (prompts\n"
+        "rewritten from the backward pass's feedback), `demos` (examples drawn from right answers) and\n"
+        "`models` (a node moved to another of its `models`). A name that is none of them would be dropped.",
+        "optimize { strategies = [gradients, model] }",
+        "optimize { strategies = [gradients, models] }",
+    ),
+    Code(
+        "E137",
+        "half a declared price",
+        "A model block may declare what its calls cost, in dollars per million tokens: `input_price` for the\n"
+        "prompt and `output_price` for the reply. sbpc charges, plans and compares models by it (before\n"
+        "litellm's table), so a missing half would be charged nothing. Give both (0 where it is free).",
+        'model fast { name = "openai/my-model"  input_price = 0.15 }',
+        'model fast { name = "openai/my-model"  input_price = 0.15  output_price = 0.6 }',
+    ),
+    Code(
+        "E138",
+        "a node's models without a model of its own",
+        "A node's `models = [...]` lists the models the optimizer may move it to; a move rewrites the node's\n"
+        "`model = ...` line, so the node must name a model of its own (a `model NAME { }` block), not a role.",
+        "node draft: text { prompt = p  models = [fast, strong] }",
+        "node draft: text { prompt = p  model = strong  models = [fast, strong] }",
     ),
     # W00x: warnings
     Code(

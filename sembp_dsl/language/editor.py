@@ -87,6 +87,11 @@ SETTING_HELP = {
     "concurrency": "calls of this model in flight at most",
     "rpm": "requests per minute, kept before sending",
     "tpm": "tokens per minute, kept before sending",
+    "input_price": "dollars per million prompt tokens: the price sbpc charges and plans with (before litellm's)",
+    "output_price": "dollars per million completion tokens: the price sbpc charges and plans with",
+    "models": "the named models the optimizer may move a node to, e.g. [fast, strong] (a node's own list, or "
+    "the optimize block's for every node)",
+    "strategies": "the strategies a step may use: gradients, demos, models (default: all)",
     **{name: setting.help for name, setting in METHOD.items()},
 }
 BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {

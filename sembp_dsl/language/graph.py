@@ -340,6 +340,7 @@ def graph_node(
 ) -> GraphNode:
     """One node, compiled: its templates, its inputs split into hints and context, and its kind's own settings."""
     prompt, parse, model = node.setting("prompt"), node.setting("parse"), node.setting("model")
+    models = node.setting("models")
     source, system = template_source(pipeline, node), system_source(pipeline, node)
     compile_template(source)
     if system is not None:
@@ -360,6 +361,7 @@ def graph_node(
         system=system,
         system_params=uses.system,
         model=str(model.value) if model else "forward",
+        models=tuple(map(str, models.value)) if models and isinstance(models.value, tuple) else (),
         records=records,
         demos=analysis.demos.get(node.name),
         kind=kind.name,

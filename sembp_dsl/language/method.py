@@ -117,6 +117,9 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
     }
 )
 SIZES = ("train_size", "val_size", "test_size")
+#: The strategies a step may use (learning/strategies.py), in the order their candidates are listed: the
+#: `strategies` setting names some of them.
+STRATEGIES = ("gradients", "demos", "models")
 
 
 class SettingError(OptionError, ValueError):
@@ -161,6 +164,7 @@ class Method:
     objective: str = SETTINGS["objective"].default  # accuracy | cost
     margin: float = SETTINGS["margin"].default
     models: tuple[str, ...] = ()  # the named models a node may be moved to (empty: models stay)
+    strategies: tuple[str, ...] = STRATEGIES  # the strategies a step may use, of STRATEGIES
     train_size: int = SETTINGS["train_size"].default
     val_size: int = SETTINGS["val_size"].default
     test_size: int = SETTINGS["test_size"].default
@@ -177,6 +181,7 @@ class Method:
         if not isinstance(models, (list, tuple)) or not all(isinstance(m, str) for m in models):
             raise SettingTypeError(Option("models", "--models"), f" must be a model's name or a list, got {models!r}")
         object.__setattr__(self, "models", tuple(models))
+        object.__setattr__(self, "strategies", checked_strategies(self.strategies))
 
     def changed(self, settings: Mapping[str, Any]) -> Method:
         """This method with some settings changed; an unknown name is a TypeError with the closest one."""
@@ -185,6 +190,21 @@ class Method:
             if name not in names:
                 raise TypeError(f"unknown method setting {name!r}{did_you_mean(name, names)}")
         return replace(self, **settings)
+
+
+def checked_strategies(value: Any) -> tuple[str, ...]:
+    """A `strategies` setting as a tuple of STRATEGIES' names, or SettingError naming the closest one."""
+    named = (value,) if isinstance(value, str) else value
+    if not isinstance(named, (list, tuple)) or not all(isinstance(s, str) for s in named):
+        raise SettingTypeError(Option("strategies", "--strategies"), f" must be a list of names, got {value!r}")
+    for name in named:
+        if name not in STRATEGIES:
+            said = Option(f"strategies={list(named)!r}", f"--strategies={','.join(named)}")
+            listed = ", ".join(STRATEGIES)
+            raise SettingError(said, f": {name!r} is not one of {listed}{did_you_mean(name, STRATEGIES)}")
+    if not named:
+        raise SettingError(Option("strategies=[]", "--strategies="), " names no strategy: a step could change nothing")
+    return tuple(dict.fromkeys(named))
 
 
 DEFAULT = Method()

@@ -42,6 +42,7 @@ class GraphNode:
     system: str | None = None  # Jinja2 source of its system message (`{{ style }}` for a param); None: none
     system_params: tuple[str, ...] = ()  # params its system message names
     model: str = "forward"  # where its calls go: the forward role, or a named model
+    models: tuple[str, ...] = ()  # the named models the optimizer may move it to (its own `models` list)
     # predecessors with a record output, and their types (templates read those as records)
     records: Mapping[str, ir.OutputType] = field(default_factory=lambda: NO_RECORDS)
     demos: str | None = None  # its demos param (`demos = shots`): examples of its inputs and output

@@ -1,4 +1,4 @@
-"""The optimization loop: forward, ask every strategy for candidates (strategies.py: semantic gradients, demos),
+"""The optimization loop: forward, ask every strategy for candidates (strategies.py: semantic gradients, demos, models),
 gate them as one step, write back, record; repeat.
 
 The gate compares the proposed pipeline with the current one sample by sample on
@@ -41,7 +41,7 @@ from ..runtime.tasks import together
 from .gate import Gate
 from .pricing import per_thousand
 from .stats import NO_GAIN, wins_needed
-from .strategies import Candidate, Learnt, strategies
+from .strategies import Candidate, Learnt, Proposed, strategies
 
 
 @dataclass
@@ -328,7 +328,7 @@ class Optimizer:
         """Every strategy's candidates, each in the iteration's record with its fate and strategy; those the step
         takes (all valid ones, or with `update = sample` a seeded half of them, at least one), and the margin the
         step is gated at: a non-inferiority margin when every candidate taken came from a strategy with one."""
-        answers = [await strategy.propose(learnt, self.llm, self.each) for strategy in self.strategies]
+        answers = await self.answers(learnt)
         valid = [c for answer in answers for c in answer.candidates if c.new is not None]
         rng = random.Random(f"{self.method.seed}:{learnt.index}")
         taken = valid if self.method.update == "full" else [c for c in valid if rng.random() < 0.5] or valid[:1]
@@ -344,6 +344,19 @@ class Optimizer:
         ]
         margins = {s.margin() for s, a in zip(self.strategies, answers) for c in a.candidates if c.param in fate}
         return taken, margins.pop() if len(margins) == 1 else None
+
+    async def answers(self, learnt: Learnt) -> list[Proposed]:
+        """Every strategy's answer, in the order of `self.strategies`. Those held to non-inferiority (a move to a
+        cheaper model) are asked first, and when one proposes, its step is gated alone: taken with a rewritten
+        prompt, it would have to score higher, so the others are not asked this iteration (nor spend)."""
+        early = {
+            s.name: await s.propose(learnt, self.llm, self.each) for s in self.strategies if s.margin() is not None
+        }
+        alone = any(c.new is not None for answer in early.values() for c in answer.candidates)
+        return [
+            early[s.name] if s.name in early else Proposed() if alone else await s.propose(learnt, self.llm, self.each)
+            for s in self.strategies
+        ]
 
     async def forward(self, graph: Graph, samples: Sequence[Sample], index: int) -> None:
         """The current prompts on these training samples, their results kept."""
@@ -536,7 +549,9 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
             lines.append(f"  left out of the gate: {', '.join(it.gate.held_out)} (the step's examples came from them)")
     for c in it.candidates:
         lines.append(
-            f"  {c.param}: {c.fate}" + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+            f"  {c.param}: {c.fate}"
+            + (f" (examples from samples {', '.join(c.samples)})" if c.samples else "")
+            + (f" [{c.strategy}]" if c.strategy else "")
         )
         lines += [f"    left out, as the file cannot hold it: sample {why}" for why in c.left_out]
     return "\n".join(lines)

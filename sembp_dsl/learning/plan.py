@@ -64,6 +64,8 @@ class Plan:
     unforeseen: tuple[str, ...] = ()  # savings the run may make that no bound can count on
     models: dict[str, dict] = field(default_factory=dict)  # the same by model: calls, completion and prompt tokens
     names: dict[str, str] = field(default_factory=dict)  # the model each role or named model that is called calls
+    # what each strategy's own proposals may make, and the loop's forward passes (`loop`): calls and dollars
+    strategies: dict[str, dict] = field(default_factory=dict)
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
@@ -80,6 +82,13 @@ class Plan:
                 "  " + line(model, u["calls"], u["completion_tokens"], u["prompt_tokens"])
                 for model, u in self.models.items()
                 if u["calls"]
+            ]
+        if self.strategies:
+            lines.append("  by strategy (its own calls; `loop`: the forward and gate passes every step shares):")
+            lines += [
+                f"    {name:<9} {u['calls']:>6} calls, "
+                + ("cost cannot be bounded" if u["cost"] is None else f"at most about ${u['cost']:.4f}")
+                for name, u in self.strategies.items()
             ]
         lines.append(
             "  cost: "
@@ -133,7 +142,7 @@ def plan(
         bound = llm.reply_tokens(model, shaped) if configured(llm, model) else max_tokens(llm.models[model].settings)
         return Usage(count, None if bound is None else count * int(bound), count * prompt_chars // 4)
 
-    uses = [
+    uses: list[tuple[str, str, Usage, str]] = [
         (
             "forward",
             runs_on[node.name],
@@ -143,27 +152,29 @@ def plan(
                 longest[node.name],
                 node_shape(node.type, node.parse) is not None,
             ),
+            LOOP,
         )
         for node in graph.model_nodes
     ]
     roles = ["forward"]
-    for demand in (d for step in steps for d in step.cost(Scale(graph, len(train), widest))):
-        # a role's calls go to the model of that name
-        uses.append(
-            (demand.role, demand.role, usage(demand.role, method.iterations * demand.calls, demand.prompt_chars))
-        )
-        roles.append(demand.role)
+    for step in steps:
+        for demand in step.cost(Scale(graph, len(train), widest)):
+            # a role's calls go to the model of that name
+            calls = method.iterations * demand.calls
+            uses.append((demand.role, demand.role, usage(demand.role, calls, demand.prompt_chars), step.name))
+            roles.append(demand.role)
     if judge is not None:
         rubric = len(graph.prompts.get(judge.rubric or "", ""))
         output = longest.get(graph.output, widest)  # a function node's output: as long as the longest prompt
-        uses.append(("judge", judge.model, usage(judge.model, passes, output + rubric + 800)))
+        uses.append(("judge", judge.model, usage(judge.model, passes, output + rubric + 800), LOOP))
         roles.append("judge")
     unforeseen = (
         *savings(method),
-        *(s for step in steps for s in step.unforeseen()),
+        *(s for step in steps for s in step.unforeseen(graph)),
         "answers from the response cache",
     )
-    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen)
+    acting = [step.name for step in steps if step.params(graph)]  # a strategy with nothing to change: no line
+    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen, acting)
 
 
 def dearest(llm: LLM, model: str, others: Sequence[str]) -> str:
@@ -196,19 +207,8 @@ def longest_prompts(
     return longest
 
 
-def totals(
-    llm: LLM,
-    uses: Sequence[tuple[str, str, Usage]],
-    roles: Sequence[str],
-    warning: Option | None,
-    unforeseen: Sequence[str],
-) -> Plan:
-    """The plan of these uses (role, model, usage), summed by role and by model, priced by litellm's table."""
-    by_role: dict[str, Usage] = {role: Usage() for role in roles}
-    by_model: dict[str, Usage] = {}
-    for role, model, used in uses:
-        by_role[role] += used
-        by_model[model] = by_model.get(model, Usage()) + used
+def priced(llm: LLM, by_model: Mapping[str, Usage]) -> float | None:
+    """Dollars these uses by model cost at most, by each model's price; None when one cannot be bounded."""
     cost: float | None = 0.0
     for model, used in by_model.items():
         price = (
@@ -217,6 +217,28 @@ def totals(
             else 0.0
         )
         cost = None if cost is None or price is None or used.completion_tokens is None else cost + price
+    return cost
+
+
+def totals(
+    llm: LLM,
+    uses: Sequence[tuple[str, str, Usage, str]],
+    roles: Sequence[str],
+    warning: Option | None,
+    unforeseen: Sequence[str],
+    steps: Sequence[str],
+) -> Plan:
+    """The plan of these uses (role, model, usage, and the strategy that makes them or LOOP), summed by role, by
+    model and by strategy, priced by each model's price."""
+    by_role: dict[str, Usage] = {role: Usage() for role in roles}
+    by_model: dict[str, Usage] = {}
+    by_step: dict[str, dict[str, Usage]] = {name: {} for name in (LOOP, *steps)}
+    for role, model, used, step in uses:
+        by_role[role] += used
+        by_model[model] = by_model.get(model, Usage()) + used
+        mine = by_step.setdefault(step, {})
+        mine[model] = mine.get(model, Usage()) + used
+    cost = priced(llm, by_model)
     names = {
         model: llm.model(model).name if configured(llm, model) else NO_MODEL
         for model, used in by_model.items()
@@ -231,10 +253,15 @@ def totals(
         tuple(unforeseen),
         {model: asdict(u) for model, u in by_model.items()},
         names,
+        {
+            name: {"calls": sum(u.calls for u in used.values()), "cost": priced(llm, used)}
+            for name, used in by_step.items()
+        },
     )
 
 
 LEARNING_ROLES = ("backward", "optimizer")
+LOOP = "loop"  # the forward passes (and a judge's calls) every step shares, in a plan's by-strategy lines
 NO_MODEL = "(no model configured: a run stops before its first call)"
 
 

@@ -10,8 +10,8 @@ iteration gave it anything to learn from (`learns_from`), its candidates (`propo
 each role it calls, with how long each prompt may be (`cost`), the savings no bound can count on
 (`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
-move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, and
-a line in `strategies`.
+move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, its
+name in KINDS and in language/method.py's STRATEGIES (what the `strategies` setting and the checker take).
 """
 
 from __future__ import annotations
@@ -23,8 +23,8 @@ from typing import Any, Protocol
 
 from ..language.checker import MODEL_ROLES
 from ..language.graph import Graph
-from ..language.method import Method
-from ..language.node import model_param
+from ..language.method import STRATEGIES, Method
+from ..language.node import GraphNode, model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
@@ -102,7 +102,7 @@ class Strategy(Protocol):
     def learns_from(self, learnt: Learnt) -> bool: ...
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed: ...
     def cost(self, scale: Scale) -> tuple[Demand, ...]: ...
-    def unforeseen(self) -> tuple[str, ...]: ...
+    def unforeseen(self, graph: Graph) -> tuple[str, ...]: ...
     def margin(self) -> float | None: ...
     def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]: ...
 
@@ -159,7 +159,7 @@ class SemanticGradients:
             Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200),
         )
 
-    def unforeseen(self) -> tuple[str, ...]:
+    def unforeseen(self, graph: Graph) -> tuple[str, ...]:
         return ("a prompt no feedback reaches (no optimizer call)",) if self.method.gradient != "none" else ()
 
     def margin(self) -> float | None:
@@ -195,7 +195,7 @@ class Demos:
     def cost(self, scale: Scale) -> tuple[Demand, ...]:
         return ()
 
-    def unforeseen(self) -> tuple[str, ...]:
+    def unforeseen(self, graph: Graph) -> tuple[str, ...]:
         return ()
 
     def margin(self) -> float | None:
@@ -239,11 +239,16 @@ class Models:
     method: Method
     name: str = "models"
 
+    def allowed(self, node: GraphNode) -> tuple[str, ...]:
+        """The models a node may move to: its own `models` list, else the method's."""
+        return node.models or self.method.models
+
     def params(self, graph: Graph) -> list[str]:
-        """The model params of nodes that name a model of their own (the `model = ...` line write-back changes)."""
-        if not self.method.models:
-            return []
-        named = [n for n in graph.model_nodes if n.model in graph.models and n.model not in MODEL_ROLES]
+        """The model params of nodes that name a model of their own (the `model = ...` line write-back changes) and
+        have models to move to."""
+        named = [
+            n for n in graph.model_nodes if n.model in graph.models and n.model not in MODEL_ROLES and self.allowed(n)
+        ]
         return [p for p in map(model_param, (n.name for n in named)) if not self.method.only or p in self.method.only]
 
     def whole_split(self, graph: Graph) -> bool:
@@ -255,17 +260,14 @@ class Models:
 
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
         graph, cheaper = learnt.graph, self.method.objective == "cost"
-        price = {
-            m: llm.price(m, *PRICED_CALL)
-            for m in {*self.method.models, *(n.model for n in graph.nodes.values())}
-            if m in graph.models
-        }
+        named = {m for n in graph.nodes.values() for m in (n.model, *self.allowed(n))}
+        price = {m: llm.price(m, *PRICED_CALL) for m in named if m in graph.models}
         tried = {(param, model) for step in learnt.rejected for param, model in step.items()}
         moves = []
         for param in self.params(graph):
-            old = graph.nodes[param.removesuffix(".model")].model
-            old_price = price.get(old)
-            for new in self.method.models:
+            node = graph.nodes[param.removesuffix(".model")]
+            old, old_price = node.model, price.get(node.model)
+            for new in self.allowed(node):
                 new_price = price.get(new)
                 if old_price is None or new_price is None or (param, new) in tried:
                     continue
@@ -281,10 +283,9 @@ class Models:
         """No call of its own: a move costs the gate's forward passes, counted by the loop."""
         return ()
 
-    def unforeseen(self) -> tuple[str, ...]:
-        return (
-            ("a step that moves a node to a cheaper model (its forward calls cost less)",) if self.method.models else ()
-        )
+    def unforeseen(self, graph: Graph) -> tuple[str, ...]:
+        cheaper = self.method.objective == "cost" and self.params(graph)
+        return ("a step that moves a node to a cheaper model (its forward calls cost less)",) if cheaper else ()
 
     def margin(self) -> float | None:
         return self.method.margin if self.method.objective == "cost" else None
@@ -293,9 +294,15 @@ class Models:
         """With objective accuracy, every node that may move may move to any of the models (moves go up in price)."""
         if self.method.objective == "cost":
             return {}
-        return {param.removesuffix(".model"): self.method.models for param in self.params(graph)}
+        return {
+            name: self.allowed(graph.nodes[name]) for name in (p.removesuffix(".model") for p in self.params(graph))
+        }
+
+
+KINDS: Mapping[str, Callable[[Method], Strategy]] = {"gradients": SemanticGradients, "demos": Demos, "models": Models}
 
 
 def strategies(method: Method) -> tuple[Strategy, ...]:
-    """The strategies a run's steps use, in the order their candidates are listed and drawn."""
-    return (SemanticGradients(method), Demos(method), Models(method))
+    """The strategies a run's steps use (the method's `strategies`), in the order their candidates are listed and
+    drawn: that of STRATEGIES, whatever order the setting names them in."""
+    return tuple(KINDS[name](method) for name in STRATEGIES if name in method.strategies)

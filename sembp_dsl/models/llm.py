@@ -26,7 +26,7 @@ from typing import TypeVar
 from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
-from . import constraints
+from . import constraints, prices
 from .adaptive import Ticket, Window, Windows, overloaded
 from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
@@ -146,9 +146,12 @@ class LLM:
         return self._resolved[name]
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-        """What these tokens cost on a model (a role's or a named one), by litellm's price table; None when it
-        has no price."""
+        """What these tokens cost on a model (a role's or a named one), at the prices its block declares, else by
+        litellm's price table; None when it has no price."""
         spec = self.model(model)
+        own = prices.declared(spec.settings, prompt_tokens, completion_tokens)
+        if own is not None:
+            return own
         router = spec.settings.get("router")
         if router:  # a model group: bounded by the file's dearest deployment
             return self.routers.price(str(router), prompt_tokens, completion_tokens)
@@ -261,7 +264,8 @@ class LLM:
                     self.stops.answered()
                     if rate is not None:
                         rate.spent(reply.prompt_tokens + reply.completion_tokens)
-                    cost = self.ledger.charge(role, spec.role, reply)
+                    own = prices.declared(spec.settings, reply.prompt_tokens, reply.completion_tokens)
+                    cost = self.ledger.charge(role, spec.role, reply if own is None else reply._replace(cost=own))
                     return Completion.answered(reply, cost, seconds)
             failure = reply
             if failure.kind == CONFIG:

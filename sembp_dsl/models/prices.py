@@ -11,9 +11,12 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
 TABLE = "model_prices_and_context_window_backup.json"
+#: a model block's own prices, in dollars per million tokens: kept by sbpc, never sent
+DECLARED = ("input_price", "output_price")
 #: providers whose every model takes a JSON Schema, as litellm.supports_response_schema lists them
 SCHEMA_PROVIDERS = ("predibase", "fireworks_ai", "lm_studio", "nebius", "databricks")
 
@@ -47,6 +50,17 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None
     return prompt_tokens * float(found["input_cost_per_token"]) + completion_tokens * float(
         found.get("output_cost_per_token", 0.0)
     )
+
+
+def declared(settings: Mapping[str, object], prompt_tokens: int, completion_tokens: int) -> float | None:
+    """Dollars for these tokens at the prices a model block declares (`input_price`, `output_price`, per million
+    tokens); None when it declares none. A declared price is the user's (a contract, a local server's cost), so it
+    stands before litellm's table."""
+    prices = [settings.get(key) for key in DECLARED]
+    if not any(isinstance(p, (int, float)) for p in prices):
+        return None
+    given = [float(p) if isinstance(p, (int, float)) else 0.0 for p in prices]
+    return (prompt_tokens * given[0] + completion_tokens * given[1]) / 1_000_000
 
 
 def supports_response_schema(model: str) -> bool:

@@ -20,6 +20,7 @@ from ..language.shapes import Shape
 from . import constraints
 from .cache import cache_key
 from .faults import LLMError
+from .prices import DECLARED
 from .routing import Routers
 from .transport import Reply, Transport
 
@@ -81,6 +82,8 @@ def prepare(
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
     kind = constraints.form(spec.name, settings, transport)
     settings.pop("constrain", None)  # sbpc's to apply, never sent
+    for price in DECLARED:  # sbpc's to charge, never sent
+        settings.pop(price, None)
     sent = constraints.request(shape, kind, constraints.max_tokens(settings))
     if tools:
         sent = {**sent, "tools": tools}

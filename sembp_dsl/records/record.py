@@ -33,7 +33,7 @@ VERSION = 4  # 1: records without a version (their gate "validation" is the val 
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
-LISTS = ("only", "models")  # the method's settings that are lists
+LISTS = ("only", "models", "strategies")  # the method's settings that are lists
 MOVES = "node_models"  # the method's `models` (the models a node may move to), as run.json names it
 
 
@@ -224,6 +224,10 @@ class Record:
             return []
         scores = [(done, self.initial_score if step is None else step.gate_after) for done, step in self.kept()]
         return [(done, score) for done, score in scores if score is not None]
+
+    def kept_per_1000(self) -> list[tuple[int, float | None]]:
+        """(iterations done, dollars 1,000 samples cost the pipeline kept then: None where unknown)."""
+        return [(done, self.initial_per_1000 if step is None else step.per_1000) for done, step in self.kept()]
 
     @property
     def best_score(self) -> float | None:

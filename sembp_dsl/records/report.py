@@ -304,7 +304,8 @@ def iteration_html(run: Run, it: Iteration) -> str:
     for c in it.candidates:
         fate = c.fate
         kind = "taken" if fate == "taken" else "rejected"
-        parts.append(f'<p>candidate for <b>{escape(c.param)}</b>: <span class="{kind}">{escape(fate)}</span></p>')
+        by = f" [{escape(c.strategy)}]" if c.strategy else ""  # the strategy that proposed it
+        parts.append(f'<p>candidate for <b>{escape(c.param)}</b>: <span class="{kind}">{escape(fate)}</span>{by}</p>')
         if is_demos(c):
             words = demos_words(c)
             parts += [f"<p>{escape(words[0])}</p><pre>{escape(words[1])}</pre>"] if words else []
@@ -320,6 +321,21 @@ def iteration_html(run: Run, it: Iteration) -> str:
             f"{table(['node', 'gradient'], rows)}</details>"
         )
     return "\n".join(parts)
+
+
+def progress_table(run: Run) -> str:
+    """Accuracy and cost iteration by iteration: the gate score and the cost per 1,000 samples of the pipeline the
+    run kept after each, and what the iteration's calls cost."""
+    record = run.record
+    scores, costs = dict(record.gate_scores()), dict(record.kept_per_1000())
+    money = lambda value: "-" if value is None else f"${value:.4f}"  # noqa: E731
+    rows: list[list[object]] = [["initial", "", fmt(scores.get(0)), money(costs.get(0)), "", ""]]
+    rows += [
+        [it.index, verdict(it), fmt(scores.get(it.index)), money(costs.get(it.index)), it.calls, f"${it.cost:.4f}"]
+        for it in run.iterations
+    ]
+    header = ["iteration", "step", "gate score kept", "kept pipeline per 1,000 samples", "calls", "spent"]
+    return "<h3>accuracy and cost per iteration</h3>" + table(header, rows)
 
 
 def run_html(run: Run) -> str:
@@ -338,6 +354,8 @@ def run_html(run: Run) -> str:
         parts.append(f"<p>test ({run.record.test.samples} samples): {escape(run.scores_words()[1])}</p>")
     if per_1000 := run.per_1000_words():
         parts.append(f"<p>the pipeline per 1,000 samples: {escape(per_1000)}</p>")
+    if run.iterations:
+        parts.append(progress_table(run))
     parts += [iteration_html(run, it) for it in run.iterations]
     if run.not_run():
         parts.append(f'<p class="muted">{run.not_run()} iteration(s) not run.</p>')

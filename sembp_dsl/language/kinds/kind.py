@@ -27,6 +27,7 @@ PROMPT_SETTINGS: Mapping[str, tuple] = {
     "template": (str,),
     "parse": ("reply", "tag"),
     "model": (str,),
+    "models": (tuple,),  # the models the optimizer may move it to (beside the optimize block's `models`)
     "system": (str,),
     "demos": (str,),
 }
