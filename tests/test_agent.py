@@ -17,6 +17,7 @@ from conftest import ROOT, Script, with_fake_model
 import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
 from sembp_dsl.language.graph import build
+from sembp_dsl.language.kinds.agent import steps_of
 from sembp_dsl.language.source import parse_text
 from sembp_dsl.language.toolcalls import RESULT_CHARS
 from sembp_dsl.models import embedded
@@ -152,7 +153,7 @@ def test_the_request_offers_each_tool_with_its_signatures_schema_and_the_results
     assert second["messages"][-1] == {"role": "tool", "tool_call_id": "c1", "content": "population of Kesh: 18400"}
     assert second["messages"][-2]["tool_calls"][0]["function"]["name"] == "lookup"
     assert prediction.output == "18400"
-    [step, answer] = prediction.trace.nodes["solve"].steps
+    [step, answer] = steps_of(prediction.trace.nodes["solve"])
     assert step.results[0].content == "population of Kesh: 18400" and not answer.calls
 
 
@@ -166,7 +167,7 @@ def test_the_calls_of_one_reply_run_concurrently(tmp_path):
             started = time.monotonic()
             prediction = pipeline(question="Rest four times.")
             took = time.monotonic() - started
-    assert [r.content for r in prediction.trace.nodes["solve"].steps[0].results] == ["rested"] * 4
+    assert [r.content for r in steps_of(prediction.trace.nodes["solve"])[0].results] == ["rested"] * 4
     assert took < 1.0, took  # 4 x 0.3 s one after another would be 1.2 s
 
 
@@ -188,7 +189,7 @@ def test_what_goes_wrong_with_a_call_is_that_calls_bounded_result_and_the_loop_g
             started = time.monotonic()
             prediction = pipeline(question="Try everything.")
             assert time.monotonic() - started < 5  # the slow tool's timeout is 0.5 s
-    results = {r.call.id: r for r in prediction.trace.nodes["solve"].steps[0].results}
+    results = {r.call.id: r for r in steps_of(prediction.trace.nodes["solve"])[0].results}
     assert "there is no tool 'nowhere'" in results["a"].content
     assert "do not fit lookup's schema at 'place'" in results["b"].content
     assert results["c"].content == "broken raised RuntimeError: the database is down"
@@ -214,7 +215,8 @@ def test_no_answer_within_max_steps_fails_the_sample_saying_so(tmp_path):
     trace = prediction.trace.nodes["solve"]
     assert prediction.output is None and not trace.lost
     assert trace.error.startswith("no answer within max_steps = 2")
-    assert len(trace.steps) == 2 and trace.steps[-1].calls and not trace.steps[-1].results  # the last: not run
+    steps = steps_of(trace)
+    assert len(steps) == 2 and steps[-1].calls and not steps[-1].results  # the last: not run
 
 
 def test_run_trace_prints_the_calls_and_their_results(tmp_path, capsys):
@@ -236,7 +238,7 @@ def test_the_text_form_holds_a_model_without_native_calls_to_one_json_object_a_r
     mock = MockTransport(replies, grammar=True)
     llm = LLM(graph.models, transport=mock)
     trace = llm.run(run(graph, llm, {"question": "Population of Kesh?"})).nodes["solve"]
-    assert trace.output == "18400" and len(trace.steps) == 3
+    assert trace.output == "18400" and len(steps_of(trace)) == 3
     schema = mock.requests[0].params["response_format"]["json_schema"]["schema"]
     assert {"tool": {"const": "lookup"}} == {"tool": schema["anyOf"][0]["properties"]["tool"]}
     assert "tools" not in mock.requests[0].params
@@ -320,7 +322,7 @@ def test_the_shipped_agent_runs_on_the_embedded_model_with_well_formed_calls(tmp
         shutil.copy(AGENT / name, tmp_path / name)
     with sbp.load(tmp_path / "agent.sbp") as pipeline:
         prediction = pipeline(question="What is the population of Kesh?")
-    steps = prediction.trace.nodes["solve"].steps
+    steps = steps_of(prediction.trace.nodes["solve"])
     assert steps, prediction.trace.nodes["solve"]
     for step in steps:  # every reply is one JSON object: a call of a known tool with fitting arguments, or the answer
         reply = json.loads(step.reply)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import with_fake_model
 
+from sembp_dsl.cli.commands import main
 from sembp_dsl.language.checker import check
 from sembp_dsl.language.emit import emit_dot, emit_mermaid
 from sembp_dsl.language.fmt import format_text
@@ -242,6 +243,35 @@ def test_the_shipped_triage_runs_one_side_and_a_note_per_article(row, calls, mon
         trace = asyncio.run(go())
     assert len(desk.prompts) == calls and trace.output == ROWS[row]["answer"]
     assert len(trace.nodes["notes"].items) == (2 if row == 0 else 0)
+
+
+def test_show_the_report_and_run_trace_say_a_branch_skipped_a_node_and_list_a_maps_items(monkeypatch, tmp_path, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text("\n".join(json.dumps(ROWS[row]) for row in (0, 2)) + "\n")
+    with FakeServer(delay=0.0, reply=Desk()) as server:
+        (tmp_path / "triage.sbp").write_text(with_fake_model(SHIPPED.read_text(), server.url))
+        inputs = json.dumps({"ticket": ROWS[2]["ticket"], "articles": ROWS[2]["articles"]})
+        assert main(["run", "triage.sbp", "--input-json", inputs, "--trace"]) == 0
+        assert "=== notes (not taken: a branch this sample did not take) ===\n" in capsys.readouterr().out
+        assert main(["eval", "triage.sbp", "--data", "rows.jsonl"]) == 0
+    [run_dir] = (tmp_path / ".sbpc" / "runs").iterdir()
+    capsys.readouterr()
+    assert main(["show", str(run_dir)]) == 0
+    shown = capsys.readouterr().out
+    first, second = ROWS[0]["articles"]
+    assert "    handoff: not taken (a branch this sample did not take)" in shown  # row 0: answered from articles
+    assert "    notes: not taken (a branch this sample did not take)" in shown  # row 2: a person's
+    notes = '    notes replied: ["It says where the setting is.", "It says where the setting is."]\n'
+    assert notes + "      item 1 replied: It says where the setting is.\n      item 2 replied: It" in shown
+    assert main(["report", str(run_dir), "--out", "report.html"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert page.count('<p class="muted">not taken: a branch this sample did not take</p>') == 3  # handoff; notes, reply
+    assert page.count("<details><summary>item 1 of 2</summary>") == 1 and "item 2 of 2" in page
+    assert first.split(":")[0] in page.split("item 1 of 2")[1].split("</details>")[0]  # the item's own prompt
+    assert second.split(":")[0] in page.split("item 2 of 2")[1].split("</details>")[0]
 
 
 @pytest.mark.slow  # the real embedded model: a minute on 2 cores

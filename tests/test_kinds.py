@@ -1,28 +1,31 @@
-"""A kind of node is one module: the checker, the graph, the runtime, the backward pass and the emitters ask a
-node's kind (language/kinds), so a new kind is a class and one line in KINDS, and nothing outside kinds/ asks
-whether a node calls a function."""
+"""A kind of node is one module: the checker, the graph, the runtime, the backward pass, the emitters and the
+displays ask a node's kind (language/kinds), so a new kind is a class and one line in KINDS, and nothing outside
+kinds/ asks whether a node calls a function or what a kind keeps on its traces."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
-from collections.abc import Iterator, Mapping
+import json
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import sembp_dsl
+from sembp_dsl.cli.commands import main
 from sembp_dsl.language import ir
 from sembp_dsl.language.checker import check
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.emit import emit_dot, emit_prompts
 from sembp_dsl.language.graph import build
-from sembp_dsl.language.kinds import KINDS, kind_of
+from sembp_dsl.language.kinds import KINDS, kind_of, shown
 from sembp_dsl.language.kinds.kind import Checking, Compiled, Model, NodeKind
 from sembp_dsl.language.node import GraphNode
 from sembp_dsl.language.parser import parse
-from sembp_dsl.language.trace import NodeTrace
+from sembp_dsl.language.trace import FIELDS, NodeTrace, Shown
 from sembp_dsl.learning.backward import backward_calls
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import run
@@ -52,12 +55,14 @@ def test_nothing_outside_the_kinds_asks_whether_a_node_calls_a_function():
 
 
 class Echo(NodeKind):
-    """A throwaway kind: the node answers with the value of the input its `echo` setting names, no model call."""
+    """A throwaway kind: the node answers with the value of the input its `echo` setting names, no model call, and
+    keeps on its trace what it copied (`echoed`), which it says in words to every display."""
 
     name = "echo"
     marker = "echo"
     settings = {"echo": (str,)}
     prompted = False
+    trace_keys = ("echoed",)
 
     def check(self, cx: Checking, node: ir.Node) -> None:
         source = node.setting("echo")
@@ -69,7 +74,10 @@ class Echo(NodeKind):
 
     async def forward(self, node: GraphNode, graph: Compiled, model: Model, values: Mapping[str, str]) -> NodeTrace:
         value = values[str(node.settings["echo"])]
-        return NodeTrace(node.name, f"echo {node.settings['echo']}", value, value, None, 0, 0, 0.0, False)
+        echoed = {"from": node.settings["echo"], "chars": len(value)}
+        return NodeTrace(
+            node.name, f"echo {node.settings['echo']}", value, value, None, 0, 0, 0.0, False, extra={"echoed": echoed}
+        )
 
     def instruction(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> str:
         return "It repeats its input."
@@ -79,6 +87,11 @@ class Echo(NodeKind):
 
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
         yield f"=== {node.name}: echoes {node.settings['echo']}, no model ==="
+
+    def shown(self, extra: Mapping[str, Any], full: bool) -> Sequence[Shown]:
+        echoed = extra["echoed"]
+        said = f"copied {echoed['chars']} characters from {echoed['from']}"
+        return [Shown("echoed", f"{said}, in full" if full else said)]
 
 
 ECHO = """\
@@ -120,3 +133,47 @@ def test_its_own_checks_are_asked_and_the_registry_is_what_makes_it_a_kind(echo,
     monkeypatch.delitem(KINDS, Echo.name)
     with pytest.raises(PipelineError, match="unknown setting 'echo' in node 'copy'"):
         build(parse(ECHO, "echo.sbp"))
+
+
+def test_a_new_kinds_own_trace_data_is_shown_by_run_trace_show_and_the_report(echo, tmp_path, monkeypatch, capsys):
+    """Echo keeps `echoed` on its traces and says it through `shown`; no display file knows of it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "echo.sbp").write_text(ECHO)
+    question = "What is the capital of France?"
+    (tmp_path / "echo.jsonl").write_text(json.dumps({"question": question, "answer": question}) + "\n")
+
+    assert main(["run", "echo.sbp", "--input", f"question={question}", "--trace"]) == 0
+    out = capsys.readouterr().out
+    assert (
+        "--- reply ---\nWhat is the capital of France?\n--- echoed ---\ncopied 30 characters from question, in full\n"
+        in out
+    )
+    assert main(["run", "echo.sbp", "--input", f"question={question}", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["trace"]["nodes"]["copy"]["echoed"] == {"from": "question", "chars": 30}
+
+    assert main(["eval", "echo.sbp", "--data", "echo.jsonl"]) == 0
+    [run_dir] = (tmp_path / ".sbpc" / "runs").iterdir()
+    [sample] = json.loads((run_dir / "run.json").read_text())["evaluation"]["samples"]
+    assert sample["nodes"]["copy"]["echoed"] == {"from": "question", "chars": 30}
+    capsys.readouterr()
+    assert main(["show", str(run_dir)]) == 0
+    said = capsys.readouterr().out
+    assert "    copy replied: What is the capital of France?\n      copied 30 characters from question\n" in said
+    assert "in full" not in said  # show asks for the short form
+    assert main(["report", str(run_dir), "--out", "report.html"]) == 0
+    page = (tmp_path / "report.html").read_text()
+    assert '<p class="muted">echoed</p><pre>copied 30 characters from question</pre>' in page
+
+    monkeypatch.delitem(KINDS, Echo.name)  # a record of a kind this sbpc lacks: its data shown as JSON, never lost
+    assert main(["show", str(run_dir)]) == 0
+    assert '      {\n        "from": "question",\n        "chars": 30\n      }' in capsys.readouterr().out
+
+
+def test_a_kinds_data_it_cannot_read_is_shown_as_json_and_no_kind_may_hide_a_field(echo):
+    assert shown({"echoed": {"from": "question", "chars": 3}}) == [Shown("echoed", "copied 3 characters from question")]
+    assert shown({"echoed": ["not", "a", "mapping"]}) == [Shown("echoed", '[\n  "not",\n  "a",\n  "mapping"\n]')]
+    assert shown({"steps": "garbled"}) == [Shown("steps", '"garbled"')]  # the tool loop's, from a stranger's record
+    with pytest.raises(ValueError, match="may not be named as a NodeTrace field"):
+        NodeTrace("n", "", "", None, None, 0, 0, 0.0, False, extra={"reply": "hidden"})
+    owned = [key for kind in KINDS.values() for key in kind.trace_keys]
+    assert len(owned) == len(set(owned)) and not set(owned) & FIELDS  # each key is one kind's, and no field's

@@ -19,10 +19,11 @@ from pathlib import Path
 from .. import __version__
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
+from ..language import kinds
 from ..language.codes import CODES, lookup
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, for_terminal, json_text
 from ..language.method import SETTINGS, STRATEGIES, SettingError
-from ..language.toolcalls import compact
+from ..language.trace import NodeTrace
 from ..learning.stats import t_interval
 from ..runtime import datasets
 from ..runtime.datasets import EVAL_TEST_SIZE, anchor_data_dir
@@ -228,6 +229,22 @@ def failure_text(node) -> str:
     return f"{cause.upper()}: {node.error.removeprefix(cause).removeprefix(':').strip()}"
 
 
+def trace_text(t: NodeTrace) -> str:
+    """A node's part of `run --trace`: its system message, prompt and reply, what its kind says of its own data
+    (and of each mapped item's), then its output or what failed; a node its sample's branch skipped, said so."""
+    if not t.taken:
+        return f"=== {t.node} (not taken: a branch this sample did not take) ===\n"
+    system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
+    parts = [(part.title, part.text) for part in kinds.shown(t.extra, full=True)]
+    parts += [(f"item {k}: {p.title}", p.text) for k, i in enumerate(t.items, 1) for p in kinds.shown(i.extra, True)]
+    return (
+        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
+        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
+        + "".join(f"\n--- {title} ---\n{text}" for title, text in parts)
+        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+    )
+
+
 def cmd_run(args) -> int:
     # the api and the model runtime cost about 1.5 s to import: only the commands that call models pay it
     from ..runtime.inputs import InputError
@@ -252,16 +269,7 @@ def cmd_run(args) -> int:
         else:
             if args.trace:
                 for t in trace.nodes.values():
-                    system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
-                    print(
-                        for_terminal(
-                            f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-                            f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-                            + (f"\n--- tool calls ---\n{compact(t.steps, limit=100)}" if t.steps else "")
-                            + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n",
-                            sys.stdout,
-                        )
-                    )
+                    print(for_terminal(trace_text(t), sys.stdout))
             answer = (
                 trace.output if trace.output is not None else f"(no answer: {prediction.error})\n{trace.final.reply}"
             )

@@ -1,18 +1,18 @@
 """What one sample's run left behind: a `NodeTrace` per node and the sample's `Trace`.
 
 Every kind of node writes its NodeTrace (language/kinds), the runtime collects them (runtime/forward.py), and
-the backward pass, the metrics and the records read them. A node's `error` opens with the words of its cause
+the backward pass, the metrics and the records read them. What a kind keeps beyond the fields every node has (a
+tool loop's `steps`) is its `extra`: plain JSON that the trace, the run record and every display carry as it is,
+and only the kind reads (its `shown`, language/kinds). A node's `error` opens with the words of its cause
 (`call failed`, `function failed`, ...): what a sample lost, and what it got wrong, are told apart by them.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-from .toolcalls import Step
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a type only: why a model call failed is the models stage's to say (models/faults.py)
     from ..models.faults import Failure
@@ -39,7 +39,12 @@ class NodeTrace:
     cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
     taken: bool = True  # False: a branch not taken (language/branches), so no call; neither an error nor lost
     items: tuple[NodeTrace, ...] = ()  # a mapped node's runs, one per item (language/maps)
-    steps: tuple[Step, ...] = ()  # a tool loop's trajectory: each reply, its tool calls and their results
+    extra: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its kind's own data, as JSON (`steps`)
+
+    def __post_init__(self) -> None:
+        clash = set(self.extra) & FIELDS
+        if clash:  # a kind's mistake, not the user's: its data would hide a field every node has
+            raise ValueError(f"a kind's trace data may not be named as a NodeTrace field: {sorted(clash)}")
 
     @classmethod
     def without_reply(cls, node: str, prompt: str, reason: str, failure: Failure | None = None) -> NodeTrace:
@@ -51,17 +56,24 @@ class NodeTrace:
         return cls(node, "", "", None, None, 0, 0, 0.0, False, taken=False)
 
     def to_json(self) -> dict:
-        """Its fields as JSON; `taken`, `items` and `steps` only where a branch, a map or a tool loop gives them a
-        say (other nodes' JSON is as it always was)."""
+        """Its fields as JSON; `taken` and `items` only where a branch or a map gives them a say, then its kind's
+        own data, key by key (other nodes' JSON is as it always was)."""
         out = {**vars(self), "failure": self.failure.to_json() if self.failure else None}
-        del out["taken"], out["items"], out["steps"]
-        if not self.taken:
-            out["taken"] = False
-        if self.items:
-            out["items"] = [item.to_json() for item in self.items]
-        if self.steps:
-            out["steps"] = [step.to_json() for step in self.steps]
-        return out
+        del out["taken"], out["items"], out["extra"]
+        return {**out, **self.flow(NodeTrace.to_json), **self.extra}
+
+    def recorded(self) -> dict:
+        """What a run record keeps of it (records/record.py): prompt, reply, output and error, what a branch or a
+        map says, and its kind's own data."""
+        out = {"prompt": self.prompt, "reply": self.reply, "output": self.output, "error": self.error}
+        return {**out, **self.flow(NodeTrace.recorded), **self.extra}
+
+    def flow(self, form: Callable[[NodeTrace], dict]) -> dict:
+        """What a branch (`taken`: false) or a map (its `items`, each in `form`) says of it, when one does."""
+        return {
+            **({} if self.taken else {"taken": False}),
+            **({"items": [form(i) for i in self.items]} if self.items else {}),
+        }
 
     @property
     def lost(self) -> bool:
@@ -86,6 +98,23 @@ class NodeTrace:
     def value(self) -> str:
         """What successors are shown: the parsed output, or the raw reply when parsing failed."""
         return self.output if self.output is not None else self.reply
+
+
+FIELDS = frozenset(f.name for f in fields(NodeTrace)) - {"extra"}  # a node's JSON keys no kind may take
+
+
+def extra_of(node: Mapping[str, Any]) -> dict[str, Any]:
+    """A kind's own data in a node's JSON (NodeTrace.to_json or .recorded): every key that is no field's."""
+    return {key: value for key, value in node.items() if key not in FIELDS}
+
+
+@dataclass(frozen=True)
+class Shown:
+    """A part of a node's trace as people are shown it, beyond its prompt and reply: what a kind says of its own
+    data (NodeKind.shown). `run --trace` and the report print it under its title; `sbpc show` its text alone."""
+
+    title: str
+    text: str
 
 
 @dataclass(frozen=True)

@@ -24,9 +24,9 @@ import re
 from collections.abc import Collection
 
 from ..language.graph import Graph
+from ..language.kinds import kind_of
 from ..language.node import GraphNode
 from ..language.shapes import hints_shape
-from ..language.toolcalls import compact
 from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..runtime.evaluate import Verdict
@@ -51,7 +51,7 @@ def loss_feedback(graph: Graph, trace: Trace, expected: str, verdict: Verdict | 
         parse_error=final.error,
         reason=verdict.reason if verdict else None,
         grade=f"{verdict.score:.2f}" if verdict else None,
-        trajectory=compact(final.steps) if final.steps else None,  # a tool loop's: which call went wrong
+        trajectory=kind_of(graph.nodes[trace.output_node]).trajectory(final),  # a tool loop's: which call went wrong
     )
 
 

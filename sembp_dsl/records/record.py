@@ -340,8 +340,9 @@ class RunRecord:
         scored: Mapping[str, object],
     ) -> RunRecord:
         """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
-        limit), and per sample its inputs, every node's prompt, reply and output, the score, reason and error, and
-        a judge's prompt and reply (its calls are in the ledger)."""
+        limit), and per sample its inputs, every node's prompt, reply and output (NodeTrace.recorded: with what a
+        branch, a map or its kind keeps), the score, reason and error, and a judge's prompt and reply (its calls are
+        in the ledger)."""
         samples = [
             {
                 "id": r.sample.id,
@@ -352,16 +353,7 @@ class RunRecord:
                 "lost": r.lost,
                 "error": r.metric_error or r.trace.final.error,
                 "reason": r.reason,
-                "nodes": {
-                    name: {
-                        "prompt": n.prompt,
-                        "reply": n.reply,
-                        "output": n.output,
-                        "error": n.error,
-                        **({"steps": [step.to_json() for step in n.steps]} if n.steps else {}),
-                    }
-                    for name, n in r.trace.nodes.items()
-                },
+                "nodes": {name: n.recorded() for name, n in r.trace.nodes.items()},
                 **({"judge": {"prompt": r.judged.prompt, "reply": r.judged.reply}} if r.judged else {}),
             }
             for r in evaluation.results

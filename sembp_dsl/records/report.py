@@ -17,8 +17,9 @@ import io
 import json
 from collections.abc import Callable, Sequence
 
+from ..language import kinds
 from ..language.diagnostics import visible
-from ..language.toolcalls import Step, compact
+from ..language.trace import extra_of
 from .record import Iteration
 from .runs import (
     Run,
@@ -398,16 +399,26 @@ def sample_html(sample: dict, label: str = "") -> str:
         *([f"<p>why: {escape(str(sample['reason']))}</p>"] if sample.get("reason") else []),
     ]
     calls = [*sample.get("nodes", {}).items(), *([("the judge", sample["judge"])] if sample.get("judge") else [])]
-    for node, trace in calls:
-        parts += [
-            f"<h3>{escape(node)}</h3>",
-            f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',
-            f'<p class="muted">reply</p><pre>{escape(str(trace.get("reply", "")))}</pre>',
-        ]
-        if trace.get("steps"):
-            steps = compact([Step.from_json(step) for step in trace["steps"]])
-            parts.append(f'<p class="muted">tool calls</p><pre>{escape(steps)}</pre>')
+    parts += [part for node, trace in calls for part in (f"<h3>{escape(node)}</h3>", node_html(trace))]
     return "\n".join([*parts, "</details>"])
+
+
+def node_html(trace: dict) -> str:
+    """A recorded node: its prompt, reply and what its kind says of its own data, then each mapped item's the same
+    way, folded; a node its sample's branch skipped, said so."""
+    if trace.get("taken") is False:
+        return '<p class="muted">not taken: a branch this sample did not take</p>'
+    parts = [
+        f'<p class="muted">prompt</p><pre>{escape(str(trace.get("prompt", "")))}</pre>',
+        f'<p class="muted">reply</p><pre>{escape(str(trace.get("reply", "")))}</pre>',
+        *(f'<p class="muted">{escape(p.title)}</p><pre>{escape(p.text)}</pre>' for p in kinds.shown(extra_of(trace))),
+    ]
+    items = trace.get("items") or []
+    parts += [
+        f"<details><summary>item {k} of {len(items)}</summary>\n{node_html(item)}\n</details>"
+        for k, item in enumerate(items, start=1)
+    ]
+    return "\n".join(parts)
 
 
 def eval_facts(run: Run) -> str:

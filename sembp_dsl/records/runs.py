@@ -20,16 +20,18 @@ from pathlib import Path
 
 from ..errors import SbpcError
 from ..files import WriteBackError
+from ..language import kinds
 from ..language.demos import DemosError, shown
 from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
-from ..language.toolcalls import Step, compact
+from ..language.trace import extra_of
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
+SHOWN_ITEMS = 10  # the most items of a mapped node `sbpc show` lists per sample
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
 SHOWN = [name for name in (*SETTINGS, "only") if name not in SIZES]
 
@@ -394,10 +396,23 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         if sample.get("judge"):
             lines.append(_indent(f"the judge replied: {_excerpt(sample['judge'].get('reply', ''))}", "    "))
         for node, trace in sample.get("nodes", {}).items():
-            lines.append(_indent(f"{node} replied: {_excerpt(trace.get('reply', ''))}", "    "))
-            if trace.get("steps"):
-                lines.append(_indent(compact([Step.from_json(s) for s in trace["steps"]]), "      "))
+            lines += node_lines(node, trace, "    ")
     return visible("\n".join(lines))
+
+
+def node_lines(name: str, trace: Mapping, indent: str) -> list[str]:
+    """A recorded node as `sbpc show` says it: the start of its reply and what its kind says of its own data,
+    then each mapped item's the same way (the first SHOWN_ITEMS); a node its sample's branch skipped, said so."""
+    if trace.get("taken") is False:
+        return [f"{indent}{name}: not taken (a branch this sample did not take)"]
+    lines = [_indent(f"{name} replied: {_excerpt(str(trace.get('reply', '')))}", indent)]
+    lines += [_indent(part.text, indent + "  ") for part in kinds.shown(extra_of(trace))]
+    items = trace.get("items") or []
+    for k, item in enumerate(items[:SHOWN_ITEMS], start=1):
+        lines += node_lines(f"item {k}", item, indent + "  ")
+    if len(items) > SHOWN_ITEMS:
+        lines.append(f"{indent}  ... {len(items) - SHOWN_ITEMS} more items (`sbpc report` shows them all)")
+    return lines
 
 
 def render_show(run: Run, wrong_only: bool = False) -> str:

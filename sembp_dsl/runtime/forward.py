@@ -22,7 +22,7 @@ from ..language.kinds import kind_of
 from ..language.maps import items
 from ..language.node import GraphNode
 from ..language.shapes import Shape, python_value
-from ..language.toolcalls import ToolCall, Turn, compact
+from ..language.toolcalls import ToolCall, Turn
 from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -104,9 +104,8 @@ def shown(node: GraphNode, trace: NodeTrace) -> str:
         return trace.output
     if trace.blocked:
         return f"(no output: {trace.error})"
-    if trace.steps:  # a tool loop: how it got there, so a gradient can name the call that went wrong
-        return f"{trace.reply.strip()}\n\nIts tool calls, in order:\n{compact(trace.steps)}"
-    return trace.reply.strip()
+    how = kind_of(node).trajectory(trace)  # a tool loop's calls, so a gradient can name the one that went wrong
+    return trace.reply.strip() if how is None else f"{trace.reply.strip()}\n\n{how}"
 
 
 async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:

@@ -3,13 +3,19 @@
 A kind (kind.py's NodeKind) answers everything the compiler asks of a node: its settings and checks, how it
 runs forward, what backward is shown of it, what it costs in the plan, how it is emitted. The checker, the
 graph, the runtime and the optimizer ask `kind_of(node)`, never which kind it is. Adding a kind is a module
-here and one line in KINDS (and its syntax: a setting that marks it is syntax enough).
+here and one line in KINDS (and its syntax: a setting that marks it is syntax enough). What a kind keeps on its
+traces is shown through `shown` here, which asks the kind that keeps it, so no display knows any kind's data.
 """
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from typing import Any
+
 from .. import ir
 from ..node import GraphNode
+from ..trace import Shown
 from .agent import ToolLoop
 from .function import FunctionCall
 from .kind import NodeKind
@@ -36,3 +42,25 @@ def kind_of(node: ir.Node | GraphNode) -> NodeKind:
 def taken(key: str) -> bool:
     """Whether some kind of node takes the setting `key` (a node of another kind refuses it, saying why)."""
     return any(key in kind.accepts for kind in KINDS.values())
+
+
+def shown(extra: Mapping[str, Any], full: bool = False) -> list[Shown]:
+    """A node's kind's own trace data (NodeTrace.extra, or a recorded node's: trace.extra_of) as people are shown
+    it, each part by the kind whose `trace_keys` hold it; data no kind here keeps (a record written with a kind
+    this sbpc lacks) shown as its JSON, under its key."""
+    parts: list[Shown] = []
+    left = dict(extra)
+    for kind in KINDS.values():
+        own = {key: left.pop(key) for key in kind.trace_keys if key in left}
+        if not own:
+            continue
+        try:
+            parts += kind.shown(own, full)
+        except (TypeError, ValueError, AttributeError, KeyError):  # a record's data in a form the kind cannot read
+            parts += as_json(own)
+    return parts + as_json(left)
+
+
+def as_json(data: Mapping[str, Any]) -> list[Shown]:
+    """Trace data no kind can say in words: each key's value as JSON, under the key."""
+    return [Shown(key, json.dumps(value, ensure_ascii=False, indent=2, default=str)) for key, value in data.items()]

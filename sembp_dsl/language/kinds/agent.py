@@ -7,7 +7,8 @@ reply, a call or the answer. The calls of one reply run concurrently, each withi
 what a call returns, or why it could not be made or failed (bounded), goes back as that call's result. The
 answer is read as the node's type, as a model call's reply is. No answer within `max_steps` model calls fails
 the sample, saying so (scored wrong, not lost). The trajectory (each reply, its calls and their results) is
-kept on the node's trace, shown to the backward model, and printed by `run --trace`, `show` and the report.
+kept on the node's trace as its `steps` (NodeTrace.extra), shown to the backward model (`trajectory`), and
+said in a few numbered lines by `shown`, which `run --trace`, `sbpc show` and the report print.
 
 A tool's description may be a param (`function lookup = "tools:lookup" { description = lookup_doc }`): it is
 part of the node's instruction, so the optimizer improves it like a prompt and write-back changes the .sbp.
@@ -23,6 +24,7 @@ import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ...usercode import Overran, call_function
 from .. import ir
@@ -38,16 +40,18 @@ from ..toolcalls import (
     Turn,
     argument_problem,
     bounded,
+    compact,
     describe_tools,
     read_reply,
     reply_schema,
 )
-from ..trace import FUNCTION_FAILED, NodeTrace
+from ..trace import FUNCTION_FAILED, NodeTrace, Shown
 from .function import DEFAULT_TIMEOUT
 from .kind import Checking, Compiled, Model, NodeKind
 from .model import parse_reply, render
 
 DEFAULT_MAX_STEPS = 4  # model calls one sample may make at a tool loop, unless it says `max_steps`
+SHOWN_CALLS = 100  # the most calls `run --trace` lists of one sample (`show` and the report: compact's default)
 NO_ANSWER = "no answer"  # the error of a sample whose model never answered within max_steps (scored wrong)
 
 
@@ -57,6 +61,7 @@ class ToolLoop(NodeKind):
     name = "tools"
     marker = "tools"
     settings = {"tools": (tuple,), "max_steps": (int,)}
+    trace_keys = ("steps",)
 
     def check(self, cx: Checking, node: ir.Node) -> None:
         tools, steps = node.setting("tools"), node.setting("max_steps")
@@ -135,6 +140,26 @@ class ToolLoop(NodeKind):
         toolbox = Toolbox.of(node, graph)
         offered = toolbox if isinstance(toolbox, str) else json.dumps(toolbox.offered(), indent=2, ensure_ascii=False)
         yield f"=== {node.name}: tools ===\n{offered}"
+
+    def shown(self, extra: Mapping[str, Any], full: bool) -> Sequence[Shown]:
+        """Its calls and their results, numbered, then the answer."""
+        steps = [Step.from_json(step) for step in extra["steps"]]
+        return [Shown("tool calls", compact(steps, limit=SHOWN_CALLS) if full else compact(steps))]
+
+    def trajectory(self, trace: NodeTrace) -> str | None:
+        """Its calls, so a gradient can name the call that went wrong."""
+        steps = steps_of(trace)
+        return f"Its tool calls, in order:\n{compact(steps)}" if steps else None
+
+
+def steps_of(trace: NodeTrace) -> tuple[Step, ...]:
+    """A tool loop's trajectory as its trace keeps it: each reply, its tool calls and their results."""
+    return tuple(Step.from_json(step) for step in trace.extra.get("steps", ()))
+
+
+def kept(steps: Sequence[Step]) -> Mapping[str, Any]:
+    """A trajectory as the trace keeps it (NodeTrace.extra): none without a step."""
+    return {"steps": [step.to_json() for step in steps]} if steps else {}
 
 
 def tools_of(node: GraphNode) -> tuple[str, ...]:
@@ -280,7 +305,7 @@ class Loop:
         for left in reversed(range(max_steps(self.node))):
             turn = await self.model.converse(self.node.name, list(self.messages), tools, schema, self.node.model)
             if isinstance(turn, NodeTrace):  # the call failed for good: the sample is lost
-                return replace(turn, prompt=self.prompt, system=self.system, steps=tuple(self.steps))
+                return replace(turn, prompt=self.prompt, system=self.system, extra=kept(self.steps))
             self.turns.append(turn)
             answer = self.answer(turn) if self.native or turn.calls else self.read(turn)
             if answer is not None:
@@ -363,5 +388,5 @@ class Loop:
             cost=sum(t.cost for t in self.turns),
             system=self.system,
             cut_off=last.finish_reason == "length",
-            steps=tuple(self.steps),
+            extra=kept(self.steps),
         )

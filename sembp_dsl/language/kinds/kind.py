@@ -18,7 +18,7 @@ from ..diagnostics import Note
 from ..node import NO_SETTINGS, GraphNode
 from ..shapes import Shape
 from ..toolcalls import Turn
-from ..trace import NodeTrace
+from ..trace import NodeTrace, Shown
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
 # tuple of allowed words (as checker.check_settings reads them).
@@ -101,6 +101,7 @@ class NodeKind(ABC):
     marker: ClassVar[str | None] = None  # the setting that makes a node of this kind; None: the default kind
     settings: ClassVar[Mapping[str, tuple]] = MappingProxyType({})  # its own settings, each with what it accepts
     prompted: ClassVar[bool] = True  # it renders a prompt: takes PROMPT_SETTINGS, its templates are checked
+    trace_keys: ClassVar[tuple[str, ...]] = ()  # the keys of its own data on a trace (NodeTrace.extra), if any
 
     @cached_property
     def accepts(self) -> Mapping[str, tuple]:
@@ -150,3 +151,14 @@ class NodeKind(ABC):
     @abstractmethod
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
         """Its forward part of `sbpc compile --emit prompts`, with `<name>` placeholders for `values`."""
+
+    def shown(self, extra: Mapping[str, Any], full: bool) -> Sequence[Shown]:
+        """Its own data on a trace (its `trace_keys` of NodeTrace.extra, as JSON: a run record's too, so read it
+        as a stranger's) as people are shown it: by `run --trace` (`full`), `sbpc show` and the HTML report (a
+        short form). The displays render what it returns, and ask nothing else of a kind's data."""
+        return ()
+
+    def trajectory(self, trace: NodeTrace) -> str | None:
+        """How it came to its reply, in a few lines for the backward model (a tool loop's calls): shown after the
+        reply to its backward question and to the loss. None: the reply says it all."""
+        return None
