@@ -321,7 +321,7 @@ def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_ll
     code, out = optimize(path, *flags, "--gate-alpha", "1", capsys=capsys)
     assert (
         code == 0
-        and "2 wins, 0 losses; at gate_alpha 1 wins must beat losses: passes" in out
+        and "1 win, 0 losses so far; at gate_alpha 1 wins must beat losses: passes" in out  # the other: a win or a tie
         and path.read_text() != before
     )
 
