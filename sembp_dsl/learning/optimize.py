@@ -120,14 +120,18 @@ def outcomes(evaluation: Evaluation) -> tuple[set[str], set[str], dict[str, floa
 
 
 def combined(a: dict | None, b: dict | None, sign: int = 1) -> dict:
-    """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1."""
+    """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1; a series over time
+    (a list) is `b`'s after `a`'s, or with sign=-1 what `a` has past `b` (a ledger's series only grow)."""
     a, b = a or {}, b or {}
-    return {
-        key: combined(a.get(key), b.get(key), sign)
-        if isinstance(a.get(key, b.get(key)), dict)
-        else a.get(key, 0) + sign * b.get(key, 0)
-        for key in {**a, **b}
-    }
+
+    def one(x, y):
+        if isinstance(x if x is not None else y, dict):
+            return combined(x, y, sign)
+        if isinstance(x if x is not None else y, list):
+            return (x or []) + (y or []) if sign > 0 else (x or [])[len(y or []) :]
+        return (x or 0) + sign * (y or 0)
+
+    return {key: one(a.get(key), b.get(key)) for key in {**a, **b}}
 
 
 def forward_passes(method: Method, train: int, gate: int, test: int) -> int:

@@ -300,6 +300,7 @@ class LLM:
             window.succeeded(ticket, seconds)
         elif overloaded(reply):
             self.ledger.count("refused for load (429, 503, 529)")
+            self.ledger.refused(window.name)
             window.refused(ticket, reply.retry_after)
         else:
             window.released()
