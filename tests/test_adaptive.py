@@ -8,6 +8,8 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.learning.optimize import combined
+from sembp_dsl.models.ledger import Ledger
 from sembp_dsl.models.llm import LLM
 
 REFUSED = "refused for load (429, 503, 529)"
@@ -84,3 +86,22 @@ def test_a_fixed_concurrency_keeps_no_window():
         llm = llm_for(server.url, concurrency=8)
         call_all(llm, 40)
         assert server.max_in_flight == 8 and not llm.ledger.concurrency
+
+
+def test_the_ledger_keeps_window_sizes_and_refusals_over_time_and_a_resumed_run_adds_its_own():
+    """The record counts a run over its sessions (optimize.combined): a series over time is the later session's
+    after the earlier one's, and what a session spent is what its ledger has past where the run began."""
+    ledger = Ledger()
+    ledger.window("m at e", 8)
+    ledger.window("m at e", 8)  # no change: not kept
+    ledger.refused("m at e")
+    ledger.window("m at e", 4)
+    start = ledger.to_json()
+    assert [size for _, size in start["concurrency"]["m at e"]] == [8, 4] and len(start["refusals"]["m at e"]) == 1
+    ledger.refused("m at e")
+    ledger.window("m at e", 2)
+    spent = combined(ledger.to_json(), start, -1)
+    assert [size for _, size in spent["concurrency"]["m at e"]] == [2] and len(spent["refusals"]["m at e"]) == 1
+    both = combined(start, spent)
+    assert both["concurrency"] == ledger.to_json()["concurrency"] and both["refusals"] == ledger.to_json()["refusals"]
+    assert "concurrency" not in Ledger().to_json() and "refusals" not in Ledger().to_json()  # a fixed concurrency

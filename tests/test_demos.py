@@ -450,7 +450,9 @@ def test_with_the_gate_on_the_training_split_a_sets_own_samples_are_left_out_of_
     gate = iteration.gate
     assert gate.of == 3 and gate.held_out == ["train:1", "train:3"]
     assert not set(shots.samples) & set(gate.evaluated or ())
-    assert iteration.accepted and sorted(gate.wins) == ["train:2", "train:4", "train:5"]
+    # every one of the 3 a win: the first settles it at alpha 1 (the others can only win or tie), the rest of the
+    # round is cancelled or not counted
+    assert iteration.accepted and len(gate.wins) == 1 and set(gate.wins) <= {"train:2", "train:4", "train:5"}
     assert "left out of the gate: train:1, train:3" in summary(iteration, 1, 5)
 
 

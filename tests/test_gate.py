@@ -46,24 +46,37 @@ def replay(
     alpha: float, before: str, after: str, least: int, seed: int, unknown: Collection[str] = ()
 ) -> tuple[Gate, bool, dict]:
     """The gate run round by round on a recorded case, the current scores of `unknown` samples held back until it
-    asks for them: the gate, its decision and its tally when it decided."""
+    asks for them, each round's outcomes arriving one at a time in a seeded order (either side's), the rest of a
+    round cancelled once the decision is settled: the gate, its decision and its tally when it decided."""
     ids = [f"s{i}" for i in range(len(before))]
     outcome, baseline = dict(zip(ids, after)), dict(zip(ids, before))
     right = {i for i in ids if baseline[i] == "R"}
     gate = Gate(ids, right - set(unknown), alpha, random.Random(seed), least, known=set(ids) - set(unknown))
+    arrival = random.Random(f"arrival:{seed}")
     asked: list[str] = []
+    cancelled: list[str] = []
     while batch := gate.next_round():
         assert set(batch.current) <= set(unknown) - set(asked) and set(batch.current) <= set(gate.evaluated)
         asked += batch.current
-        gate.add(
-            batch.proposal,
-            {i for i in batch.proposal if outcome[i] == "R"},
-            {i for i in batch.proposal if outcome[i] == "L"},
-        )
-        gate.add_current(batch.current, {i for i in batch.current if baseline[i] == "R"}, set())
+        reports = [(False, i) for i in batch.proposal] + [(True, i) for i in batch.current]
+        arrival.shuffle(reports)
+        for n, (current, i) in enumerate(reports):
+            if current:
+                gate.add_current([i], {i} if baseline[i] == "R" else set(), set())
+            else:
+                gate.add([i], {i} if outcome[i] == "R" else set(), {i} if outcome[i] == "L" else set())
+            if gate.decision is not None:
+                left = gate.cancel()
+                assert sorted(left) == sorted(i for _, i in reports[n + 1 :])
+                cancelled += left
+                break
     decision = gate.decision
-    assert decision is not None and gate.current == len(asked)
-    return gate, decision, gate.to_json()
+    assert decision is not None and gate.current == len(set(asked) - set(cancelled))
+    tally = gate.to_json()
+    # a cancelled sample is unknown: neither a win, a loss nor a tie (lost), nor evaluated
+    counted = {*tally["wins"], *tally["losses"], *tally["lost"], *tally["evaluated"]}
+    assert not counted & set(cancelled) - set(tally["evaluated"]) and sorted(cancelled) == tally.get("cancelled", [])
+    return gate, decision, tally
 
 
 def full_tally(before: str, after: str) -> tuple[int, int]:
@@ -179,8 +192,9 @@ def test_partial_credit_never_lowers_the_mean_through_the_gate():
 
 
 def test_partial_credit_cases_decide_as_the_whole_split_does():
-    """Random splits with scores in tenths, some current scores held back, some samples lost: the gate, settling
-    early, decides as the whole split does (mean and sign test together)."""
+    """Random splits with scores in tenths, some current scores held back, some samples lost, outcomes arriving one
+    at a time: the gate, settling early and cancelling the rest of its round, decides as the whole split does
+    (mean and sign test together)."""
     rng = random.Random(34)
     early = 0
     for n in range(300):
@@ -202,20 +216,21 @@ def test_partial_credit_cases_decide_as_the_whole_split_does():
             partial={i: s for i, s in known.items() if 0 < s < 1},
             known=set(known),
         )
-        while batch := gate.next_round():
-            scores = {i: after[i] for i in batch.proposal}
-            gate.add(
-                batch.proposal,
-                {i for i, s in scores.items() if s == 1.0},
-                {i for i, s in scores.items() if s is None},
-                {i: s for i, s in scores.items() if s is not None and 0 < s < 1},
-            )
-            gate.add_current(
-                batch.current,
-                {i for i in batch.current if before[i] == 1.0},
-                set(),
-                {i: before[i] for i in batch.current if 0 < before[i] < 1},
-            )
+        while batch := gate.next_round():  # outcomes one at a time, either side's, the rest cancelled once settled
+            reports = [(False, i) for i in batch.proposal] + [(True, i) for i in batch.current]
+            rng.shuffle(reports)
+            for current, i in reports:
+                if gate.decision is not None:
+                    assert set(gate.cancel()) >= {i}
+                    break
+                if current:
+                    score = before[i]
+                    gate.add_current([i], {i} if score == 1.0 else set(), set(), {i: score} if 0 < score < 1 else {})
+                else:
+                    s = after[i]
+                    gate.add(
+                        [i], {i} if s == 1.0 else set(), {i} if s is None else set(), {i: s} if s and s < 1 else {}
+                    )
         assert gate.decision == whole_split(before, after, alpha), (n, before, after, unknown)
         early += gate.used < size
     assert early > 50

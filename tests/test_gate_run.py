@@ -3,16 +3,21 @@ decision reads."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import TRIAGE
+from conftest import TRIAGE, Script
 
 import sembp_dsl as sbp
 from sembp_dsl.learning.optimize import summary
 from sembp_dsl.learning.stats import sign_test as p
+from sembp_dsl.models import llm as llm_module
+from sembp_dsl.models.mock import MockTransport
+from sembp_dsl.models.transport import Reply
 from sembp_dsl.records.record import GateDecision, Iteration
 
 
@@ -146,3 +151,48 @@ def test_the_plan_names_every_roles_model_and_warns_when_remote_nodes_learn_from
         "warning[W013]: backward and optimizer run on the embedded model embedded/smollm2-135m while the nodes call "
         "openai/fake" in text
     )
+
+
+def test_a_settled_gate_cancels_the_calls_still_in_flight_and_counts_none_of_them(tmp_path, monkeypatch):
+    """Gate rule at alpha 1, the current prompts wrong on all 8 validation samples: the proposal's first right
+    answer settles it. A round takes 8 samples; the proposal's calls on every sample but the first it is asked
+    about hang until cancelled (or answer after 10 s, which would fail the counts). The 7 hung samples' first calls
+    are cancelled in flight, their second node never asked: 9 calls of the proposal where the round whole takes
+    16; no failure, no retry, and the cancelled samples unknown (not ties, not lost)."""
+    script = Script()
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    script.improve = lambda param, prompt: f"Improved {param}: Answer Yes or No."
+    first: list[str] = []
+    asked: list[str] = []
+
+    class Hanging(MockTransport):
+        async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+            prompt = messages[-1]["content"]
+            ticket = re.search(r"ticket \d+", prompt)
+            if ticket and "Improved" in prompt and script.kind(prompt) == "forward":
+                asked.append(ticket[0])
+                first[:] = first or [ticket[0]]
+                if ticket[0] != first[0]:
+                    try:
+                        await asyncio.wait_for(asyncio.Event().wait(), 10)
+                    except asyncio.TimeoutError:
+                        pass
+            return await super().send(model, messages, timeout=timeout, **params)
+
+    mock = Hanging(lambda request: script(request.messages))
+    monkeypatch.setattr(llm_module, "serving", lambda name: lambda: mock)
+    path = tmp_path / "triage.sbp"
+    path.write_text(TRIAGE)
+    with sbp.load(path, model="openai/fake", cache=False) as pipeline:
+        found = pipeline.optimize(
+            rows(2, "Yes"), rows(8, "Yes", start=10), iterations=1, gate_alpha=1.0, runs_dir=tmp_path / "runs"
+        )
+    [iteration] = found.outcome.iterations
+    gate = iteration.gate
+    assert iteration.accepted and gate is not None and len(gate.wins) == 1 and gate.losses == gate.lost == []
+    assert gate.decided_after == gate.samples == 1 and gate.of == 8 and gate.evaluated == gate.wins
+    assert len(gate.cancelled) == 7 and not set(gate.cancelled) & set(gate.wins)
+    assert len(asked) == 9 < 2 * 8  # the round whole: 2 calls on each of 8 samples
+    ledger = json.loads((Path(found.record) / "run.json").read_text())["ledger"]
+    assert ledger["counters"]["calls cancelled in flight"] == 7
+    assert all(usage["failures"] == usage["retries"] == 0 for usage in ledger["roles"].values())

@@ -321,7 +321,7 @@ def test_the_gate_rejects_two_wins_at_01_and_accepts_them_at_1(tmp_path, fake_ll
     code, out = optimize(path, *flags, "--gate-alpha", "1", capsys=capsys)
     assert (
         code == 0
-        and "2 wins, 0 losses; at gate_alpha 1 wins must beat losses: passes" in out
+        and "1 win, 0 losses so far; at gate_alpha 1 wins must beat losses: passes" in out  # the other: a win or a tie
         and path.read_text() != before
     )
 
@@ -478,7 +478,9 @@ def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
     assert bars["iteration 1: backward"] == [2, 2] and bars["iteration 1: optimizer"] == [3, 3]
     # the gate is on the training split: its initial score is iteration 1's forward pass (no second bar)
     assert bars["gate, initial"] == [4, 4] and "iteration 1: train" not in bars
-    assert bars["iteration 1: gate, round 1"] == [4, 4]
+    # a round of 4: its bar ticks for each outcome that arrives, until the decision is settled and the rest cancelled
+    total, ticked = bars["iteration 1: gate, round 1"]
+    assert total == 4 and 1 <= ticked <= 4
 
 
 def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_interval():

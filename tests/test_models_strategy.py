@@ -103,7 +103,7 @@ def test_cost_objective_moves_each_node_to_the_cheapest_model_as_good(relay, cap
         assert it.gate.margin == 0.05
         assert it.accepted == (move.new == "fast")  # never the bad one, always the good cheaper one
         if it.accepted:  # 100 identical answers of 100: no loss, and the exact test rejects a 5% drop
-            assert it.gate.losses == [] and it.gate.samples == 100 and it.gate.p <= 0.1
+            assert it.gate.losses == [] and it.gate.samples + len(it.gate.cancelled) <= 100 and it.gate.p <= 0.1
     costs = [record.record.initial_per_1000, *(it.per_1000 for it in accepted)]
     assert all(c is not None for c in costs) and costs == sorted(costs, reverse=True) and costs[-1] < costs[0] / 4
     assert cli.main(["show", "-1"]) == 0

@@ -199,8 +199,13 @@ def test_gate_accepts_a_better_prompt_and_writes_it_back(tmp_path, fake_llm, scr
     code, out = optimize(
         path, "--data", data(tmp_path, n=10), "--train-size", "3", "--val-size", "5", "--iters", "1", capsys=capsys
     )
-    assert code == 0
-    assert "gate: 0.000 -> 1.000; 5 wins, 0 losses, p = 0.031 <= 0.1: passes" in out and "accepted" in out
+    assert code == 0 and "accepted" in out
+    # 4 wins of 5 pass at 0.1: the fifth sample is not counted (cancelled in flight, or answered too late to count)
+    assert re.search(
+        r"gate: (0\.000 -> 1\.000; )?4 wins, 0 losses so far, p = 0\.062 <= 0\.1: passes \(settled after 4 of 5 samples"
+        r"(; 1 in flight then cancelled)?\)",
+        out,
+    )
     after = path.read_text()
     new = load(str(path))
     old = parse_text(before, str(path))
@@ -264,10 +269,13 @@ def test_a_step_the_gate_rejected_is_not_gated_again_from_the_same_prompts(tmp_p
     gated = [p for p in script.prompts if script.kind(p) == "forward" and "Improved instruction for" in p]
     assert code == 0 and first["gate"]["samples"] > 0 and not first["accepted"]  # all ties: no win, no step
     if same:  # iteration 1's gate alone asked: its samples, on each of the 3 nodes
-        assert second["gate"] is None and len(gated) == 3 * first["gate"]["samples"]
+        cancelled = len(first["gate"].get("cancelled", []))  # their calls went out, some maybe not all
+        assert second["gate"] is None and 0 <= len(gated) - 3 * first["gate"]["samples"] <= 3 * cancelled
         assert second["note"] == "the step the gate rejected in iteration 1, proposed again from the same prompts"
     else:
-        assert len(gated) == 3 * (first["gate"]["samples"] + second["gate"]["samples"])
+        counted = first["gate"]["samples"] + second["gate"]["samples"]
+        cancelled = len(first["gate"].get("cancelled", [])) + len(second["gate"].get("cancelled", []))
+        assert 0 <= len(gated) - 3 * counted <= 3 * cancelled
 
 
 def test_only_and_frozen(tmp_path, fake_llm, script, capsys):
@@ -582,7 +590,8 @@ def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
         "train",
         capsys=capsys,
     )
-    assert code == 0 and "train 0.000, accepted" in out and "gate: 0.000 -> 1.000; 5 wins, 0 losses" in out
+    assert code == 0 and "train 0.000, accepted" in out
+    assert re.search(r"gate: (0\.000 -> 1\.000; )?4 wins, 0 losses so far, p = 0\.062", out)
 
 
 # --- no call without a use ------------------------------------------------------------------------

@@ -6,6 +6,7 @@ when CI=true: CI must prove the page loads offline, with no console error and it
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
@@ -82,7 +83,8 @@ def test_the_page_escapes_everything_and_allows_only_its_own_style(two_runs, tmp
     import hashlib
 
     assert base64.b64encode(hashlib.sha256(CSS.encode()).digest()).decode() in policy
-    assert html.count('<img class="plot"') == 2 and "data:image/svg+xml;base64," in html
+    # scores, calls and cost, and the run's concurrency over time (the adaptive window's, by default)
+    assert html.count('<img class="plot"') == 3 and "data:image/svg+xml;base64," in html
     # every candidate's diff and fate, the gradients per node, the final diff of the source file
     assert "<ins>" in html and "taken" in html and "gradients from sample" in html
     assert '<span class="add">+param verdict_task = ' in html
@@ -253,7 +255,7 @@ def test_the_page_loads_offline_with_no_console_error_and_its_plots(two_runs, tm
     assert problems == []
     requests = [e["params"]["request"]["url"] for e in browser.events if e.get("method") == "Network.requestWillBeSent"]
     assert all(url.startswith(("file:", "data:")) for url in requests), requests
-    assert result["plots"] == 2  # scores, and calls and cost: both drawn
+    assert result["plots"] == 4  # scores, calls and cost, and each run's concurrency over time: all drawn
     assert result["scripts"] == 0
     assert result["styled"] == "rgb(221, 255, 221)"  # the page's own style passed the policy
     assert result["rows"] == 3
@@ -265,3 +267,23 @@ def test_a_page_that_cannot_be_written_is_an_error(two_runs, tmp_path, capsys):
         cli.main(["report", "1", "--runs-dir", str(two_runs), "--out", str(tmp_path / "nowhere" / "r.html")])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "--out: no folder" in err and "Traceback" not in err
+
+
+def test_the_concurrency_over_time_and_the_429s_reach_the_record_and_the_page(tmp_path, fake_llm, script):
+    """A server that refuses with 429 past 2 requests in flight: the ledger keeps the window's size at each change
+    and when each refusal came, the run record keeps both, and the page plots them (the browser test above draws every plot of a page, this one's among them)."""
+    fake_llm.configure(limit=2, delay=0.02)
+    make_run(tmp_path, fake_llm, script, "busy")
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    ledger = record["ledger"]
+    [(deployment, sizes)] = ledger["concurrency"].items()
+    refusals = ledger["refusals"][deployment]
+    assert sizes[0] == [0.0, 8] and all(size >= 1 for _, size in sizes)
+    assert len(refusals) == ledger["counters"]["refused for load (429, 503, 529)"] == fake_llm.rate_limited > 0
+    assert refusals == sorted(refusals) and any(after < before for (_, before), (_, after) in zip(sizes, sizes[1:]))
+    out = tmp_path / "report.html"
+    html = report(tmp_path / "runs", out, "1")
+    alt = f'alt="concurrency over time per deployment, {len(refusals)} refusals for load marked"'
+    image = re.search(alt + r' src="data:image/svg\+xml;base64,([^"]+)"', html)
+    svg = base64.b64decode(image.group(1)).decode()
+    assert f"refused for load x{len(refusals)}" in svg and deployment in svg

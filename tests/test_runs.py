@@ -44,9 +44,10 @@ def sbpc(capsys, *argv) -> tuple[int, str, str]:
 
 @pytest.fixture
 def accepted(tmp_path, fake_llm, script, capsys):
-    """A finished run whose first iteration was accepted and written back."""
+    """A finished run whose first iteration was accepted and written back; at gate_alpha 0.05 it takes 5 wins of
+    5, so the gate settles on its last sample and knows the step's score."""
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
-    path, original = optimize(tmp_path, fake_llm, script, "--iters", "2")
+    path, original = optimize(tmp_path, fake_llm, script, "--iters", "2", "--gate-alpha", "0.05")
     capsys.readouterr()
     return path, original, tmp_path / "runs"
 
@@ -59,7 +60,7 @@ def test_runs_lists_every_run_with_its_scores(accepted, capsys):
     assert line["file"] == str(path) and line["finished"] and line["status"] == "finished"
     assert (line["initial_score"], line["best_score"]) == (0.0, 1.0)
     assert line["test"] == {"initial": 0.0, "final": 1.0, "samples": 4}
-    assert line["settings"] == {"iterations": 2, "model": "openai/fake"}  # only what differs from the defaults
+    assert line["settings"] == {"iterations": 2, "model": "openai/fake", "gate_alpha": 0.05}  # what is not default
     assert line["calls"] > 0
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
     assert "gate 0.000 -> 1.000" in out and "test 0.000 -> 1.000" in out and out.rstrip().endswith("finished")
@@ -82,7 +83,8 @@ def test_show_gives_the_gates_reason_for_a_rejected_candidate(tmp_path, fake_llm
     capsys.readouterr()
     code, out, _ = sbpc(capsys, "show", "1", "--runs-dir", str(tmp_path / "runs"))
     assert code == 0
-    assert "candidate for verdict_task: rejected by the gate: 0 wins, 0 losses, p = 1.000" in out
+    # two ties of 5 leave 3 possible wins, fewer than the 4 it takes: settled there
+    assert "candidate for verdict_task: rejected by the gate: 0 wins, 0 losses so far, p = 1.000" in out
     assert "iteration 1: train 0.000, rejected" in out
 
 

@@ -20,6 +20,12 @@ Each round takes the fewest samples that could settle it (at least `least`), fir
 to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
 ones for a failure); then the group likelier to move it the way the outcomes so far point; samples that can still
 go either way (of unknown or partial score) between the two. The decision never depends on the order, only the number of samples evaluated does.
+A round takes only samples whose outcome can still change the decision, for some outcome of the others (all of
+them when that leaves none: the count alone does not see a sum of score changes).
+
+Outcomes are added as they arrive, so a round can be settled before its end: the samples still in flight are then
+cancelled (`cancel`). Such a sample is unknown, neither a loss nor a tie; an outcome added once the decision is
+settled is not counted (it could not change it), and is kept with the cancelled ones.
 
 A step that makes the pipeline cheaper is held to non-inferiority instead (`margin`, stats.NonInferiority): it
 passes when its losses are few enough, wins aside; that rule too passes more with every win and fewer with every
@@ -102,11 +108,16 @@ class Gate:
         self.current = 0  # evaluations of the current pipeline the decision needed
         self.seen = {True: 0, False: 0}  # samples evaluated that could be a loss (True), that could be a win
         self.rounds = 0
-        self.decided_after: int | None = None  # samples evaluated when the decision was found settled
+        self.decided_after: int | None = None  # samples evaluated when the decision was settled
+        self.flying: list[str] = []  # the proposal's samples of this round, not reported yet: pending
+        self.asking: list[str] = []  # open samples the current pipeline is evaluated on this round
+        self.cancelled: list[str] = []  # started, then left out once the decision was settled: unknown
+        self._decided: bool | None = None  # a settled decision stays settled: no outcome left can change it
 
     @property
     def used(self) -> int:
-        return self.size - len(self.unseen)
+        """Samples the proposal was evaluated on or is in flight on (those cancelled are not)."""
+        return len(self.evaluated) + len(self.flying)
 
     def could_win(self, sample: str) -> bool:
         before, after = self.before[sample], self.open.get(sample)
@@ -123,7 +134,7 @@ class Gate:
     @property
     def pending(self) -> list[str]:
         """The samples whose outcome is still open: not seen yet, or seen where the current score is unknown."""
-        return [*self.open, *self.unseen]
+        return [*self.open, *self.flying, *self.unseen]
 
     @property
     def possible(self) -> tuple[int, int]:
@@ -148,14 +159,18 @@ class Gate:
 
     @property
     def decision(self) -> bool | None:
-        return settled(len(self.wins), len(self.losses), *self.possible, self.rule, self.gains)
+        if self._decided is None:
+            self._decided = settled(len(self.wins), len(self.losses), *self.possible, self.rule, self.gains)
+            if self._decided is not None:
+                self.decided_after = len(self.evaluated)
+        return self._decided
 
     @property
     def p(self) -> float:
         return self.rule.p(len(self.wins), len(self.losses))
 
     def matters(self, win: bool, lose: bool) -> bool:
-        """Whether an open sample that could be a win (`win`), a loss (`lose`) or a tie can still change the decision,
+        """Whether a pending sample that could be a win (`win`), a loss (`lose`) or a tie can still change the decision,
         for some outcome of the others: its being a win rather than a tie, or a loss rather than a tie, flips the
         rule somewhere in between (the rule is monotone, so the ends of each range tell)."""
         wins, losses = len(self.wins), len(self.losses)
@@ -167,19 +182,28 @@ class Gate:
         ) or (win and any(passes(others_wins + 1, extra) != passes(0, extra) for extra in range(others_losses + 1)))
 
     def next_round(self) -> Round:
-        """The samples to evaluate next: none once the decision is settled."""
+        """The samples to evaluate next (the last round's all reported or cancelled): none once the decision is
+        settled."""
         if self.decision is not None:
-            if self.decided_after is None:
-                self.decided_after = self.used
             return Round([], [])
-        order = self._order() or list(self.open)
+        order = self._order() or self._grouped(True, everything=True)
         taken = order[: max(min(self._fewest(order), len(order)), self.least)]
         chosen = set(taken)
         self.unseen = [i for i in self.unseen if i not in chosen]
         self.rounds += 1
-        current = [i for i in taken if i in self.open]
-        self.current += len(current)
-        return Round([i for i in taken if i not in self.open], current)
+        self.asking = [i for i in taken if i in self.open]
+        self.flying = [i for i in taken if i not in self.open]
+        self.current += len(self.asking)
+        return Round(list(self.flying), list(self.asking))
+
+    def cancel(self) -> list[str]:
+        """The decision is settled: the samples still in flight are left out, unknown (not lost, not a tie); the
+        current pipeline's evaluations still in flight were not needed after all. Returns those samples."""
+        left = [*self.flying, *self.asking]
+        self.cancelled += left
+        self.current -= len(self.asking)
+        self.flying, self.asking = [], []
+        return left
 
     def _fewest(self, order: Sequence[str], way: bool | None = None) -> int:
         """How many samples from the start of `order` could settle the decision (that way, or either), at the
@@ -207,6 +231,12 @@ class Gate:
         """The proposal's outcome on evaluated samples: which it got right, its scores between 0 and 1 (every other
         sample scored 0), which were lost (to failed calls, or a metric that could not score them)."""
         for sample in ids:
+            settled_without = self.decision is not None  # asked while the sample is pending
+            if sample in self.flying:
+                self.flying.remove(sample)
+            if settled_without:  # too late to count: the decision is settled without it
+                self.cancelled.append(sample)
+                continue
             self.evaluated.append(sample)
             self.seen[True] += self.could_lose(sample)
             self.seen[False] += self.could_win(sample)
@@ -232,6 +262,13 @@ class Gate:
     ) -> None:
         """The current pipeline's outcome on open samples (one lost again, to failed calls or its metric, ties)."""
         for sample in ids:
+            settled_without = self.decision is not None
+            if sample in self.asking:
+                self.asking.remove(sample)
+            if settled_without:  # too late to count, and not needed
+                self.cancelled.append(sample)
+                self.current -= 1
+                continue
             if sample in lost:
                 self.open.pop(sample)
                 self.lost.append(sample)
@@ -273,20 +310,20 @@ class Gate:
             right_first = loss_rate >= 1 - win_rate
         return self._grouped(right_first)
 
-    def _grouped(self, right_first: bool) -> list[str]:
-        """The samples left, grouped by what they can still be: only a loss or a tie (the current pipeline gets
-        them right, or the proposal wrong where that is unknown) first (or last), either, then only a win or a tie
-        (or first). Within a group, open samples that matter first (the proposal's half is paid for), then the
-        others in drawn order."""
+    def _grouped(self, right_first: bool, everything: bool = False) -> list[str]:
+        """The samples left that can still change the decision (`everything`: all of them), grouped by what they
+        can still be: only a loss or a tie (the current pipeline gets them right, or the proposal wrong where that
+        is unknown) first (or last), either, then only a win or a tie (or first). Within a group, open samples
+        first (the proposal's half is paid for), then the others in drawn order."""
 
         def group(sample: str) -> tuple[int, bool]:
             win, lose = self.could_win(sample), self.could_lose(sample)
             return (1 if win == lose else 0 if lose == right_first else 2), sample not in self.open
 
-        kinds = {(self.could_win(i), self.could_lose(i)) for i in self.open}
-        mattering = {kind for kind in kinds if self.matters(*kind)}  # the same for every open sample of a kind
-        still = [i for i in self.open if (self.could_win(i), self.could_lose(i)) in mattering]
-        return sorted(still + self.unseen, key=group)
+        left = [i for i in self.open if i not in self.asking] + self.unseen
+        kinds = {(self.could_win(i), self.could_lose(i)) for i in left}
+        mattering = {kind for kind in kinds if everything or self.matters(*kind)}  # the same for every sample of a kind
+        return sorted([i for i in left if (self.could_win(i), self.could_lose(i)) in mattering], key=group)
 
     def to_json(self) -> dict:
         """The tally as the run record keeps it: outcomes so far, and how many samples the decision took."""
@@ -307,4 +344,5 @@ class Gate:
             "rounds": self.rounds,
             "evaluated": sorted(self.evaluated),
             "current": self.current,
+            **({"cancelled": sorted(self.cancelled)} if self.cancelled else {}),
         }

@@ -25,6 +25,7 @@ finished iteration and continues exactly as an uninterrupted run would have.
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -119,14 +120,18 @@ def outcomes(evaluation: Evaluation) -> tuple[set[str], set[str], dict[str, floa
 
 
 def combined(a: dict | None, b: dict | None, sign: int = 1) -> dict:
-    """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1."""
+    """Two ledgers (`Ledger.to_json`) added field by field, or `b` taken from `a` with sign=-1; a series over time
+    (a list) is `b`'s after `a`'s, or with sign=-1 what `a` has past `b` (a ledger's series only grow)."""
     a, b = a or {}, b or {}
-    return {
-        key: combined(a.get(key), b.get(key), sign)
-        if isinstance(a.get(key, b.get(key)), dict)
-        else a.get(key, 0) + sign * b.get(key, 0)
-        for key in {**a, **b}
-    }
+
+    def one(x, y):
+        if isinstance(x if x is not None else y, dict):
+            return combined(x, y, sign)
+        if isinstance(x if x is not None else y, list):
+            return (x or []) + (y or []) if sign > 0 else (x or [])[len(y or []) :]
+        return (x or 0) + sign * (y or 0)
+
+    return {key: one(a.get(key), b.get(key)) for key in {**a, **b}}
 
 
 def forward_passes(method: Method, train: int, gate: int, test: int) -> int:
@@ -468,30 +473,39 @@ class Optimizer:
         results: list[Result] = []
         lost_current: list[Result] = []
 
-        async def play(graph: Graph, ids: list[str], what: str) -> Evaluation | None:
-            return await self.evaluate(graph, [by_id[i] for i in ids], what) if ids else None
+        late: list[Result] = []  # the proposal's results that came after the decision: known, not counted
+
+        def proposal_done(result: Result) -> None:
+            (results if gate.decision is None else late).append(result)
+            gate.add([result.sample.id], *outcomes(Evaluation((result,), 1, None)))
+
+        def current_done(result: Result) -> None:
+            self.learn(current, split, Evaluation((result,), 1, None))
+            if gate.decision is None:
+                lost_current.extend([result] if result.lost else [])
+            gate.add_current([result.sample.id], *outcomes(Evaluation((result,), 1, None)))
 
         while batch := gate.next_round():
             what = f"iteration {iteration.index}: gate, round {gate.rounds}"
-            new, old = await together(
-                [play(proposed, batch.proposal, what), play(current, batch.current, f"{what}, current prompts")]
+            await self.until_settled(
+                gate,
+                [
+                    (proposed, batch.proposal, what, proposal_done),
+                    (current, batch.current, f"{what}, current prompts", current_done),
+                ],
+                by_id,
             )
-            if new is not None:
-                gate.add(batch.proposal, *outcomes(new))
-                results.extend(new.results)
-            if old is not None:
-                gate.add_current(batch.current, *outcomes(old))
-                self.learn(current, split, old)
-                lost_current.extend(old.lost)
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
         tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable, held_out=sorted(held_out))
+        # every result of the proposal, those after the decision too (not counted by it, but known), in the split's
+        # order as a forward pass gives them: its score when it has the whole split
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
-        results.sort(key=lambda r: position[r.sample.id])  # in the split's order, as a forward pass gives them
-        evaluation = scored(Evaluation(tuple(results), len(results), None), f"iteration {iteration.index}: gate")
+        answered = sorted([*results, *late], key=lambda r: position[r.sample.id])
+        evaluation = scored(Evaluation(tuple(answered), len(answered), None), f"iteration {iteration.index}: gate")
         iteration.per_1000 = per_thousand(proposed, self.llm, evaluation)
-        if gate.used == gate.size:
+        if len(answered) == gate.size:
             iteration.gate_after = evaluation.accuracy
         if accept:
             self.known = Known(dict(proposed.prompts))
@@ -499,6 +513,46 @@ class Optimizer:
         else:
             iteration.reject_taken(f"{GATE_REJECTED}: {gate_tally(tally)}{gate_settled(tally)}")
         return accept
+
+    async def until_settled(
+        self,
+        gate: Gate,
+        plays: Sequence[tuple[Graph, list[str], str, Callable[[Result], None]]],
+        by_id: Mapping[str, Sample],
+    ) -> None:
+        """One gate round: each (pipeline, samples, what, told) evaluated at once, every result told as it
+        arrives; once the gate's decision is settled the samples still in flight are cancelled (their calls
+        with them: a reply already on its way still reaches the cache) and left unknown."""
+        settled = asyncio.Event()
+
+        async def play(graph: Graph, ids: list[str], what: str, told: Callable[[Result], None]) -> None:
+            tick = self.progress(what, len(ids))
+
+            def done(result: Result) -> None:
+                tick(result)
+                told(result)
+                if gate.decision is not None:
+                    settled.set()
+
+            samples = [by_id[i] for i in ids]
+            evaluation = await evaluate(graph, self.llm, samples, self.metric, self.mapping, done)
+            if evaluation.stopped:
+                raise BudgetExceeded(evaluation.stopped)
+
+        work = asyncio.ensure_future(together(play(*p) for p in plays if p[1]))
+        waiting = asyncio.ensure_future(settled.wait())
+        try:
+            await asyncio.wait({work, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+            if not work.done():
+                work.cancel()
+                await asyncio.wait({work})
+        failed = None if work.cancelled() else work.exception()
+        if failed is not None:
+            raise failed  # a budget, a session unable to work
+        if settled.is_set():
+            gate.cancel()
 
     async def each(self, what: str, items: Sequence, work: Callable) -> list:
         """`work` on every item at once, with a progress bar."""

@@ -49,7 +49,8 @@ class Ticket:
 class Window:
     """One deployment's calls in flight: at most `size`, the others wait in order."""
 
-    def __init__(self, record: Callable[[int], None], start: int = START, ceiling: int = CEILING):
+    def __init__(self, record: Callable[[int], None], start: int = START, ceiling: int = CEILING, name: str = ""):
+        self.name = name  # the deployment's, as the ledger names it
         self.limit = float(min(start, ceiling))  # fractional while it grows by one per round trip
         self.start, self.ceiling = self.limit, ceiling
         self.threshold = float(ceiling)  # slow start until the first sign of overload
@@ -141,5 +142,5 @@ class Windows:
         windows = self._loops.setdefault(asyncio.get_running_loop(), {})
         name = f"{model} at {endpoint}" if endpoint else model
         if name not in windows:
-            windows[name] = Window(lambda size: self.record(name, size))
+            windows[name] = Window(lambda size: self.record(name, size), name=name)
         return windows[name]

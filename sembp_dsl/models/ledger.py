@@ -34,6 +34,7 @@ class Ledger:
     names: dict[str, str] = field(default_factory=dict)  # the pipeline's name for a model -> its model string
     # per deployment (adaptive.py), its window's size at each change: (seconds since the first window opened, size)
     concurrency: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    refusals: dict[str, list[float]] = field(default_factory=dict)  # per deployment, when it refused for load
     began: float | None = None  # time.monotonic() when the first window opened
 
     def add(self, role: str, model: str, **amounts: float) -> None:
@@ -58,14 +59,23 @@ class Ledger:
     def count(self, name: str, n: int = 1) -> None:
         self.counters[name] = self.counters.get(name, 0) + n
 
-    def window(self, deployment: str, size: int) -> None:
-        """A deployment's adaptive window is now `size` calls wide."""
+    def _since(self) -> float:
+        """Seconds since the first window opened (now, when none has)."""
         now = time.monotonic()
         if self.began is None:
             self.began = now
+        return round(now - self.began, 3)
+
+    def window(self, deployment: str, size: int) -> None:
+        """A deployment's adaptive window is now `size` calls wide."""
+        at = self._since()
         sizes = self.concurrency.setdefault(deployment, [])
         if not sizes or sizes[-1][1] != size:
-            sizes.append((round(now - self.began, 3), size))
+            sizes.append((at, size))
+
+    def refused(self, deployment: str) -> None:
+        """A deployment refused a call for load (429, 503, 529): when, beside its window's sizes."""
+        self.refusals.setdefault(deployment, []).append(self._since())
 
     def fault(self, failure: Failure) -> None:
         self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
@@ -88,6 +98,13 @@ class Ledger:
             "calls": self.calls,
             "tokens": self.tokens,
             "cost": self.cost,
+            # over time, in seconds since the first window opened (lists, so several sessions' are concatenated)
+            **(
+                {"concurrency": {d: [list(p) for p in s] for d, s in self.concurrency.items()}}
+                if self.concurrency
+                else {}
+            ),
+            **({"refusals": {d: list(times) for d, times in self.refusals.items()}} if self.refusals else {}),
         }
 
     def render(self) -> str:

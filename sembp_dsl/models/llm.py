@@ -42,6 +42,7 @@ from .transport import FastPath, Reply, Transport, default_model, serving
 __all__ = ["LLM", "BudgetExceeded", "CallFailed", "Completion", "LLMError", "Ledger", "resolve_model"]
 
 T = TypeVar("T")
+CANCELLED = "calls cancelled in flight"  # the ledger's counter: sent and counted as calls, never as failures
 
 
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
@@ -290,7 +291,11 @@ class LLM:
         self.stops.check_working()
         self.ledger.add(role, spec.role, calls=1)
         start = time.perf_counter()
-        reply = await self._send(spec, request)
+        try:
+            reply = await self._send(spec, request)
+        except asyncio.CancelledError:  # its caller left (a gate settled, a client gone): sent, not failed
+            self.ledger.count(CANCELLED)
+            raise
         return reply, time.perf_counter() - start
 
     def _tell(self, window: Window, ticket: Ticket, reply: Reply | Failure, seconds: float) -> None:
@@ -299,6 +304,7 @@ class LLM:
             window.succeeded(ticket, seconds)
         elif overloaded(reply):
             self.ledger.count("refused for load (429, 503, 529)")
+            self.ledger.refused(window.name)
             window.refused(ticket, reply.retry_after)
         else:
             window.released()

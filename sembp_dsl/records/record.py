@@ -123,6 +123,7 @@ class GateDecision:
     evaluated: list[str] | None = None  # the samples the proposal was evaluated on (None: an older record's)
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
+    cancelled: list[str] = field(default_factory=list)  # in flight when the decision was settled: left unknown
 
     def __repr__(self) -> str:  # the sample ids it lists run long
         settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""

@@ -227,6 +227,34 @@ def plot_spend(runs: Sequence[Run]) -> str:
     return figure(draw, alt="calls and cost per iteration")
 
 
+def plot_concurrency(ledger: dict | None) -> str:
+    """Each deployment's adaptive window (calls in flight it allowed) over the run, its refusals for load (429,
+    503, 529) marked where they came; nothing when the run had no window (a fixed --concurrency) and no refusal."""
+    windows, refusals = (ledger or {}).get("concurrency") or {}, (ledger or {}).get("refusals") or {}
+    if not windows and not refusals:
+        return ""
+    refused = sum(map(len, refusals.values()))
+
+    def draw(fig):
+        ax = fig.subplots()
+        for n, name in enumerate(sorted({*windows, *refusals})):
+            color, sizes = PALETTE[n % len(PALETTE)], windows.get(name) or []
+            if sizes:
+                times, widths = [t for t, _ in sizes], [w for _, w in sizes]
+                ax.step(times, widths, where="post", color=color, label=name)
+            for t in refusals.get(name, []):
+                width = next((w for at, w in reversed(sizes) if at <= t), sizes[0][1] if sizes else 1)
+                ax.plot([t], [width], marker="x", color="#d62728", markersize=8, linestyle="none")
+        if refused:
+            ax.plot([], [], marker="x", color="#d62728", linestyle="none", label=f"refused for load x{refused}")
+        ax.set(xlabel="seconds", ylabel="calls in flight allowed", title="concurrency over time")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+
+    return figure(draw, size=(9, 3), alt=f"concurrency over time per deployment, {refused} refusals for load marked")
+
+
 def plot_intervals(
     labels: Sequence[str],
     means: Sequence[float],
@@ -357,6 +385,7 @@ def run_html(run: Run) -> str:
         parts.append(f"<p>the pipeline per 1,000 samples: {escape(per_1000)}</p>")
     if run.iterations:
         parts.append(progress_table(run))
+    parts.append(plot_concurrency(run.record.ledger))
     parts += [iteration_html(run, it) for it in run.iterations]
     if run.not_run():
         parts.append(f'<p class="muted">{run.not_run()} iteration(s) not run.</p>')

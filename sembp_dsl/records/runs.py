@@ -473,7 +473,10 @@ def gate_settled(gate: GateDecision) -> str:
     """After how many samples the gate's decision was settled, when that was before the end of its split."""
     decided, size = gate.decided_after, gate.of
     current = f", and {gate.current} of the current prompts where unknown" if gate.current else ""
-    return f" (settled after {decided} of {size} samples{current})" if decided is not None and decided != size else ""
+    cancelled = f"; {len(gate.cancelled)} in flight then cancelled" if gate.cancelled else ""
+    if decided is None or decided == size:
+        return ""
+    return f" (settled after {decided} of {size} samples{current}{cancelled})"
 
 
 def gate_unreadable(gate: GateDecision) -> str:
