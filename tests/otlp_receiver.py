@@ -122,3 +122,14 @@ class Receiver:
     def spans(self) -> list[Span]:
         with self.lock:
             return [span for body in self.bodies for span in decode(body)]
+
+
+if (
+    __name__ == "__main__"
+):  # a receiver in a process of its own (bench/otel.py): prints its URL, serves until stdin closes
+    import sys
+
+    with Receiver() as served:
+        print(served.url, flush=True)
+        sys.stdin.read()
+        print(len(served.bodies), sum(map(len, served.bodies)), flush=True)

