@@ -60,6 +60,7 @@ _HOMES = {
     "CompareError": "compare",
     "ServeError": "serve",
     "UsageError": "cli.flags",
+    "TelemetryError": "telemetry",
 }
 __all__ = [
     "BadReply",
@@ -99,6 +100,7 @@ __all__ = [
     "ServeError",
     "SettingError",
     "SettingTypeError",
+    "TelemetryError",
     "TemplateProblem",
     "Usage",
     "UsageError",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:
     from .runtime.inputs import InputError
     from .runtime.session import PipelineClosed
     from .serve import ServeError
+    from .telemetry import TelemetryError
     from .usercode import Overran
 
 

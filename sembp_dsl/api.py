@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+from . import telemetry
 from .errors import Option
 from .language.demos import from_text
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
@@ -102,6 +103,8 @@ def load(
     allow_modules: Iterable[str] = (),
     code: bool = True,
     resume: bool | str | Path = False,
+    otel: bool = False,
+    otel_content: bool | None = None,
 ) -> Pipeline:
     """Compile a .sbp or YAML pipeline file; raises PipelineError with every located diagnostic.
 
@@ -113,7 +116,9 @@ def load(
     the others are imported from the pipeline's folder, or from the modules `allow_modules` names (anything else
     is refused: a pipeline file is data from strangers; see runtime/code.py). A function metric is imported from
     the same places, once a run scores with it. `code=False` imports nothing, for what runs no code (a plan):
-    its function nodes cannot run.
+    its function nodes cannot run. `otel=True` exports OpenTelemetry spans of every run, call and step
+    (docs/telemetry.md); `otel_content=True` puts prompt and reply text in them (None: as
+    OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT says).
     `resume`: an optimize run killed while it wrote into the file left it torn (E016) and the whole text beside
     it; when that text is what the file's newest unfinished run (in `.sbpc/runs`, or the runs folder `resume`
     names) was writing, the write is finished first, as `sbpc optimize --resume` does, so that
@@ -136,6 +141,8 @@ def load(
         max_calls=max_calls,
         max_cost=max_cost,
         allow_modules=allowed,
+        otel=otel,
+        otel_content=otel_content,
     )
 
 
@@ -329,12 +336,16 @@ class Pipeline:
         max_calls: int | None = None,
         max_cost: float | None = None,
         allow_modules: Iterable[str] = (),
+        otel: bool = False,
+        otel_content: bool | None = None,
     ):
-        """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder."""
+        """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder. `otel`:
+        export spans (TelemetryError when OpenTelemetry is not installed)."""
         check_concurrency(concurrency)
         self.graph, self._allowed = graph, tuple(allow_modules)
         limits = dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost)
-        self._session = Session(dict(models), cache, limits)
+        tracing = telemetry.start(telemetry.content_asked(otel_content)) if otel else None
+        self._session = Session(dict(models), cache, limits, tracing)
 
     @property
     def ledger(self) -> Ledger:
@@ -422,7 +433,8 @@ class Pipeline:
 
     async def _predict(self, inputs: Mapping[str, Any], checked: bool = False) -> Prediction:
         llm = self._session.llm()
-        trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
+        with telemetry.exporting(self._session.tracing):
+            trace = await run(self.graph, llm, inputs if checked else input_texts(self.graph, inputs))
         return Prediction.of(self.graph, trace, Usage.of(self.graph, trace))
 
     # --- scoring it ----------------------------------------------------------------
@@ -464,7 +476,8 @@ class Pipeline:
         scorer = self._scorer(chosen, llm)
         if data is None and isinstance(scorer, str):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
-        with llm.stops.command():  # one batch: it stops early when its first calls show it cannot work
+        # one batch: it stops early when its first calls show it cannot work
+        with llm.stops.command(), telemetry.exporting(self._session.tracing):
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
@@ -559,7 +572,8 @@ class Pipeline:
         else:
             record = RunRecord.create(Path(runs_dir), asked, self.prompts, source)
         initial = self.with_prompts(record.data.initial_prompts)
-        with llm.stops.command():  # one run: it stops early when its first calls show it cannot work
+        # one run: it stops early when its first calls show it cannot work
+        with llm.stops.command(), telemetry.exporting(self._session.tracing):
             outcome = await Optimizer(
                 initial.graph,
                 llm,

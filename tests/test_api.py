@@ -78,6 +78,7 @@ def test_public_names_are_listed_and_typed():
         "ServeError",
         "SettingError",
         "SettingTypeError",
+        "TelemetryError",
         "TemplateProblem",
         "Usage",
         "UsageError",

@@ -11,6 +11,7 @@ LAYERS = [
     "errors",
     "files",
     "usercode",
+    "telemetry",
     "language",
     "models",
     "runtime",
@@ -88,7 +89,7 @@ def test_the_layers_are_the_tree():
     assert not [
         p.name
         for p in PACKAGE.glob("*.py")
-        if p.stem not in ("__init__", "api", "compare", "serve", "errors", "files", "usercode")
+        if p.stem not in ("__init__", "api", "compare", "serve", "errors", "files", "usercode", "telemetry")
     ]
 
 

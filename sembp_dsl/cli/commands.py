@@ -16,7 +16,7 @@ import traceback
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from .. import __version__
+from .. import __version__, telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language import kinds
@@ -36,6 +36,7 @@ from .flags import (
     add_allow_module,
     add_data_flags,
     add_model_flags,
+    add_otel_flags,
     add_setting,
     load_pipeline,
     method_settings,
@@ -566,6 +567,7 @@ def _add_run_and_eval(sub) -> None:
         "--trace", action="store_true", help="print every node's prompt, reply and parsed output, or what failed"
     )
     add_model_flags(run)
+    add_otel_flags(run)
     run.set_defaults(run=cmd_run)
 
     ev = sub.add_parser(
@@ -587,6 +589,7 @@ def _add_run_and_eval(sub) -> None:
     )
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     add_model_flags(ev)
+    add_otel_flags(ev)
     ev.set_defaults(run=cmd_eval)
 
 
@@ -641,6 +644,7 @@ def _add_optimize(sub) -> None:
     w.add_argument("--resume", action="store_true", help="continue the last unfinished run of FILE")
     add_data_flags(op)
     add_model_flags(op, learning=True)
+    add_otel_flags(op)
     op.set_defaults(run=cmd_optimize)
 
 
@@ -710,6 +714,16 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
+    try:
+        return _run_command(args, parser)
+    finally:
+        undelivered = telemetry.finish()  # the last spans, when the command exported any
+        if undelivered:
+            print(f"sbpc: warning: {undelivered}", file=sys.stderr)
+
+
+def _run_command(args, parser: argparse.ArgumentParser) -> int:
+    """The command the flags name, its errors said as the command line says them."""
     try:
         return args.run(args)
     except PipelineError as exc:

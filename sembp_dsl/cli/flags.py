@@ -8,6 +8,7 @@ import gc
 import sys
 import time
 
+from .. import telemetry
 from ..errors import SbpcError
 from ..language.data import DataSpec
 from ..language.method import SETTINGS
@@ -127,6 +128,8 @@ def load_pipeline(args, code: bool = True):
         max_cost=args.max_cost,
         allow_modules=args.allow_module or (),
         code=code,
+        otel=telemetry.asked(vars(args).get("otel") or vars(args).get("otel_content") or None),
+        otel_content=vars(args).get("otel_content") or None,
     )
     # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
     gc.freeze()
@@ -202,6 +205,23 @@ def add_model_flags(p: argparse.ArgumentParser, learning: bool = False) -> None:
     g.add_argument("--max-calls", type=COUNT, help="stop cleanly after this many LLM calls")
     g.add_argument("--max-cost", type=DOLLARS, help="stop cleanly once this many dollars are spent")
     g.add_argument("--json", action="store_true", help="print a machine-readable report")
+
+
+def add_otel_flags(p: argparse.ArgumentParser) -> None:
+    """--otel and --otel-content: the commands that run a pipeline export spans when asked."""
+    g = p.add_argument_group("telemetry")
+    g.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry spans of the run, its calls and steps by OTLP/HTTP to $OTEL_EXPORTER_OTLP_ENDPOINT "
+        "(default http://localhost:4318; SBPC_OTEL=1 does the same); needs the otel extra",
+    )
+    g.add_argument(
+        "--otel-content",
+        action="store_true",
+        help="with the spans, every prompt and reply text (off: tokens, models and timings only; "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true does the same)",
+    )
 
 
 def add_allow_module(g) -> None:

@@ -23,6 +23,7 @@ import asyncio
 import re
 from collections.abc import Collection
 
+from .. import telemetry
 from ..language.graph import Graph
 from ..language.kinds import kind_of
 from ..language.node import GraphNode
@@ -107,9 +108,25 @@ async def backward(
     none of whose hints goes to one is not asked. A backward call that fails for good gives its receivers no
     gradient and is counted; it never ends the run.
     """
-    received: dict[str, dict[str, str]] = {name: {} for name in graph.nodes}  # receiver -> sender -> line
     if mode == "none":
         return {name: "" for name in graph.nodes}
+    with telemetry.span("backward", {"sbpc.gradient": mode}) as span:
+        gradients = await flow(graph, llm, trace, expected, mode, wanted, verdict)
+        span.set({"sbpc.gradients": sum(bool(g) for g in gradients.values())})
+        return gradients
+
+
+async def flow(
+    graph: Graph,
+    llm: LLM,
+    trace: Trace,
+    expected: str,
+    mode: str,
+    wanted: Collection[str] | None,
+    verdict: Verdict | None,
+) -> dict[str, str]:
+    """The feedback of `backward`, flowing from the loss against the edges, a task per node."""
+    received: dict[str, dict[str, str]] = {name: {} for name in graph.nodes}  # receiver -> sender -> line
     loss = loss_feedback(graph, trace, expected, verdict)
     tasks: dict[str, asyncio.Task] = {}
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from jinja2 import nodes
 
+from .. import telemetry
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
@@ -135,6 +136,14 @@ def validate(
 
 
 async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candidate:
+    """A candidate for one prompt, in its span: the optimizer's call under it, the candidate's fate on it."""
+    with telemetry.span("optimizer", {"sbpc.param": param, "sbpc.samples": len(samples)}) as span:
+        candidate = await proposed(graph, llm, param, samples)
+        span.set({"sbpc.candidate.valid": candidate.new is not None, "sbpc.candidate.rejected": candidate.reason})
+        return candidate
+
+
+async def proposed(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candidate:
     old = graph.prompts[param]
     examples = examples_for(graph, param, samples)
     node = graph.users(param)[0].name

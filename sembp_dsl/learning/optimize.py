@@ -30,6 +30,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
+from .. import telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
@@ -191,7 +192,7 @@ class Optimizer:
 
     async def evaluate(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
         evaluation = await evaluate(
-            graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples))
+            graph, self.llm, samples, self.metric, self.mapping, self.progress(what, len(samples)), what
         )
         if evaluation.stopped:
             raise BudgetExceeded(evaluation.stopped)
@@ -220,6 +221,35 @@ class Optimizer:
         return self.train if self.method.gate == "train" else self.val
 
     async def run(self) -> Outcome:
+        """The run, in its span (telemetry.py): every iteration's, evaluation's and call's span is under it."""
+        m = self.method
+        asked = {
+            "sbpc.pipeline": self.graph.pipeline.name,
+            "sbpc.run": self.record.folder.name,
+            **{f"sbpc.{name}": getattr(m, name) for name in ("iterations", "gradient", "gate", "gate_alpha", "seed")},
+            **{
+                f"sbpc.{name}_size": len(split)
+                for name, split in (("train", self.train), ("val", self.val), ("test", self.test))
+            },
+        }
+        with telemetry.span("optimize", asked) as span:
+            outcome = await self.loop()
+            ledger = self.llm.ledger
+            span.set(
+                {
+                    "sbpc.best_score": outcome.best_score,
+                    "sbpc.accepted": sum(it.accepted for it in outcome.iterations),
+                    "sbpc.stopped": str(outcome.stopped) if outcome.stopped else None,
+                    "sbpc.calls": ledger.calls,
+                    "sbpc.cost_usd": ledger.cost,
+                }
+            )
+            if outcome.failed:
+                span.fail("stopped: calls that cannot work")
+            return outcome
+
+    async def loop(self) -> Outcome:
+        """Iterations until the method's number, a budget or a failure; then the test split before and after."""
         data = self.record.data
         # the record counts the run's calls over all its sessions: those before a resume, plus what this one
         # spends (the pipeline's ledger may also hold calls it made before this run)
@@ -276,8 +306,20 @@ class Optimizer:
         step; with what its calls cost."""
         ledger = self.llm.ledger
         before = ledger.calls, ledger.tokens, ledger.cost
-        iteration = await self.attempt(index, outcome)
-        iteration.spent(ledger.calls - before[0], ledger.tokens - before[1], ledger.cost - before[2])
+        with telemetry.span("iteration", {"sbpc.iteration": index}) as span:
+            iteration = await self.attempt(index, outcome)
+            iteration.spent(ledger.calls - before[0], ledger.tokens - before[1], ledger.cost - before[2])
+            span.set(
+                {
+                    "sbpc.accepted": iteration.accepted,
+                    "sbpc.train_score": iteration.train_score,
+                    "sbpc.candidates": len(iteration.candidates),
+                    "sbpc.note": iteration.note or None,
+                    "sbpc.calls": iteration.calls,
+                    "sbpc.tokens": iteration.tokens,
+                    "sbpc.cost_usd": iteration.cost,
+                }
+            )
         return iteration
 
     async def attempt(self, index: int, outcome: Outcome) -> Iteration:
@@ -453,6 +495,31 @@ class Optimizer:
     async def passes_gate(
         self, current: Graph, proposed: Graph, iteration: Iteration, margin: float | None = None
     ) -> bool:
+        """The gate, in its span: its decision and tally as attributes, the evaluations it ran under it."""
+        asked: dict[str, telemetry.Value | None] = {
+            "sbpc.gate": self.method.gate,
+            "sbpc.gate_alpha": self.method.gate_alpha,
+            "sbpc.margin": margin,
+        }
+        with telemetry.span("gate", asked) as span:
+            accept = await self.gated(current, proposed, iteration, margin)
+            tally = iteration.gate
+            span.set({"sbpc.gate.decision": "accepted" if accept else "rejected"})
+            if tally is not None:
+                span.set(
+                    {
+                        "sbpc.gate.wins": len(tally.wins),
+                        "sbpc.gate.losses": len(tally.losses),
+                        "sbpc.gate.p": tally.p,
+                        "sbpc.gate.samples": tally.samples,
+                        "sbpc.gate.of": tally.of,
+                        "sbpc.gate.rounds": tally.rounds,
+                        "sbpc.gate.lost": len(tally.lost),
+                    }
+                )
+            return accept
+
+    async def gated(self, current: Graph, proposed: Graph, iteration: Iteration, margin: float | None = None) -> bool:
         """Sample by sample on the gate split, in rounds until the decision is settled (gate.py): wins must beat
         losses, and not by chance (sign test); with a `margin`, losses must be too few to lose that much accuracy. The current prompts are evaluated only where their unknown score
         could change the decision. What an accepted step's gate evaluated is what the run knows of its prompts."""

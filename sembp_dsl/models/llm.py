@@ -23,10 +23,11 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import replace
 from typing import TypeVar
 
+from .. import telemetry
 from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
 from ..language.shapes import Shape
-from . import constraints, prices
+from . import constraints, prices, spans
 from .adaptive import Ticket, Window, Windows, overloaded
 from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
@@ -221,6 +222,21 @@ class LLM:
         return await self._complete(role, spec, request)
 
     async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
+        """The call in its span (telemetry.py; spans.py says what it holds): answered, or failed with its cause."""
+        with telemetry.span(spans.name_of(request), spans.asked(role, spec, request)) as span:
+            if telemetry.content():
+                span.set(spans.input_messages(request.messages))
+            try:
+                result = await self._answer(role, spec, request)
+            except CallFailed as exc:
+                span.fail(f"CallFailed: {exc.failure.cause if exc.failure else exc}")
+                raise
+            span.set(spans.answered(result))
+            if telemetry.content():
+                span.set(spans.output_messages(result))
+            return result
+
+    async def _answer(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         self.ledger.names[spec.role] = spec.name
         if self.cache is not None:
             hit = self.cache.get(request.key)
@@ -278,6 +294,7 @@ class LLM:
                 self.stops.gave_up(role, spec, failure)
                 raise CallFailed(failure, attempt + 1)
             self.ledger.add(role, spec.role, retries=1)
+            telemetry.current().event("sbpc.retry", {"sbpc.cause": failure.cause, "sbpc.wait_s": wait})
             await asyncio.sleep(wait)
             attempt += 1
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
+from .. import telemetry
 from ..errors import Option, SbpcError
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
@@ -326,36 +327,56 @@ async def evaluate(
     metric: str | Scorer,
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
+    what: str | None = None,
 ) -> Evaluation:
     """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget. `metric`: a built-in's
-    name, or a Scorer (a metric that fails on one sample leaves that sample unscored, with why)."""
+    name, or a Scorer (a metric that fails on one sample leaves that sample unscored, with why). `what`: the
+    phase of a run it is (an optimize run's "iteration 2: gate, round 1"), as its span names it."""
     check_answers(graph, samples, metric)
     prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
 
     async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
-        trace = await run(graph, llm, inputs)
-        if trace.final.lost:  # no answer to score, not even by a metric of the user's
-            result = Result(sample, expected, trace, 0.0)
-        elif isinstance(metric, str):
-            result = Result(sample, expected, trace, float(score(metric, trace.output, expected)))
-        else:
-            try:
-                verdict = await metric(trace, sample, expected)
-                result = Result(sample, expected, trace, verdict.score, verdict.reason, judged=verdict.judged)
-            except MetricFailed as exc:
-                result = Result(sample, expected, trace, 0.0, metric_error=f"{METRIC_FAILED}: {exc}", judged=exc.judged)
+        with telemetry.span("sample", {"sbpc.sample.id": sample.id}) as span:
+            result = await scored_sample(graph, llm, metric, sample, inputs, expected)
+            span.set({"sbpc.score": None if result.lost else result.score, "sbpc.lost": result.lost})
         if on_done:
             on_done(result)
         return result
 
-    tasks = [asyncio.ensure_future(one(*p)) for p in prepared]
-    stopped = None
+    attributes = {"sbpc.pipeline": graph.pipeline.name, "sbpc.phase": what, "sbpc.samples": len(samples)}
+    with telemetry.span("evaluate", attributes) as span:
+        tasks = [asyncio.ensure_future(one(*p)) for p in prepared]
+        stopped = None
+        try:
+            await together(tasks)
+        except BudgetExceeded as exc:  # the samples already scored are kept
+            stopped = exc.text  # a str in the API's words, .cli in the command line's
+        results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
+        evaluation = Evaluation(results, len(samples), stopped)
+        span.set(
+            {
+                "sbpc.accuracy": evaluation.accuracy,
+                "sbpc.lost": len(evaluation.lost),
+                "sbpc.stopped": str(stopped) if stopped else None,
+            }
+        )
+        return evaluation
+
+
+async def scored_sample(
+    graph: Graph, llm: LLM, metric: str | Scorer, sample: Sample, inputs: dict[str, str], expected: str
+) -> Result:
+    """One sample's forward pass and its score."""
+    trace = await run(graph, llm, inputs)
+    if trace.final.lost:  # no answer to score, not even by a metric of the user's
+        return Result(sample, expected, trace, 0.0)
+    if isinstance(metric, str):
+        return Result(sample, expected, trace, float(score(metric, trace.output, expected)))
     try:
-        await together(tasks)
-    except BudgetExceeded as exc:  # the samples already scored are kept
-        stopped = exc.text  # a str in the API's words, .cli in the command line's
-    results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
-    return Evaluation(results, len(samples), stopped)
+        verdict = await metric(trace, sample, expected)
+        return Result(sample, expected, trace, verdict.score, verdict.reason, judged=verdict.judged)
+    except MetricFailed as exc:
+        return Result(sample, expected, trace, 0.0, metric_error=f"{METRIC_FAILED}: {exc}", judged=exc.judged)
 
 
 SPLIT_SETTINGS = (*SIZES, "seed")  # what cuts a data set into the split `eval` scores

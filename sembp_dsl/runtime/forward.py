@@ -16,6 +16,7 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 
+from .. import telemetry
 from ..language.branches import record_value, runs
 from ..language.graph import Graph
 from ..language.kinds import kind_of
@@ -131,16 +132,40 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
             )
         if not taken(node, inputs, {t.node: t for t in done}):
             return NodeTrace.not_taken(node.name)
-        values = {**inputs, **{t.node: t.value for t in done}}
-        if node.each is not None:
-            return await each_item(node, graph, calls, values)
-        return await kind_of(node).forward(node, graph, calls, values)
+        return await ran(node, graph, calls, {**inputs, **{t.node: t.value for t in done}})
 
-    for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
-        tasks[node.name] = asyncio.ensure_future(start(node))
-    traces = {t.node: t for t in await together(tasks.values())}
-    output = next((name for name in graph.outputs if traces[name].taken), graph.output)
-    return Trace(dict(inputs), traces, output, graph.output_field)
+    with telemetry.span("forward", {"sbpc.pipeline": graph.pipeline.name}) as span:
+        for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
+            tasks[node.name] = asyncio.ensure_future(start(node))
+        traces = {t.node: t for t in await together(tasks.values())}
+        output = next((name for name in graph.outputs if traces[name].taken), graph.output)
+        trace = Trace(dict(inputs), traces, output, graph.output_field)
+        failed(span, trace.final)
+        return trace
+
+
+async def ran(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, str]) -> NodeTrace:
+    """A node that runs on this sample, in its span: its kind's run, once or once per item."""
+    with telemetry.span(f"node {node.name}", {"sbpc.node": node.name, "sbpc.node.kind": node.kind}) as span:
+        trace = await (
+            each_item(node, graph, calls, values)
+            if node.each is not None
+            else kind_of(node).forward(node, graph, calls, values)
+        )
+        span.set(
+            {
+                "sbpc.node.items": len(trace.items) if node.each is not None else None,
+                "sbpc.node.steps": len(trace.steps) or None,
+            }
+        )
+        failed(span, trace)
+        return trace
+
+
+def failed(span: telemetry.Span, trace: NodeTrace) -> None:
+    """A node's span (or a sample's, of its output node) marked as failed when it was, by the cause alone."""
+    if trace.error is not None:
+        span.fail(trace.cause or "failed")
 
 
 def taken(node: GraphNode, inputs: Mapping[str, str], done: Mapping[str, NodeTrace]) -> bool:

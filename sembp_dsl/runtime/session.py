@@ -10,6 +10,7 @@ from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from .. import telemetry
 from ..errors import SbpcError
 from ..language.graph import Graph, ModelSpec
 from ..models.cache import ResponseCache
@@ -27,13 +28,20 @@ class Session:
     per event loop (its semaphore and connections belong to that loop); sync calls run on a private loop,
     one per thread (a loop runs in one thread at a time)."""
 
-    def __init__(self, models: dict[str, ModelSpec], cache: bool | str | Path | ResponseCache, limits: dict):
-        """`cache`: True for the shared response cache, a path for another one, False for none."""
+    def __init__(
+        self,
+        models: dict[str, ModelSpec],
+        cache: bool | str | Path | ResponseCache,
+        limits: dict,
+        tracing: telemetry.Tracing | None = None,
+    ):
+        """`cache`: True for the shared response cache, a path for another one, False for none. `tracing`: where
+        the spans of its runs go (telemetry.start), None for none."""
         if isinstance(cache, (str, Path)):
             cache = ResponseCache(cache)
         elif cache is True:
             cache = ResponseCache()
-        self.models, self.cache, self.limits = models, cache or None, limits
+        self.models, self.cache, self.limits, self.tracing = models, cache or None, limits, tracing
         self.ledger = Ledger()
         self.llms: dict[asyncio.AbstractEventLoop, LLM] = {}
         self.loops: dict[int, asyncio.AbstractEventLoop] = {}  # thread id -> its private loop
@@ -103,6 +111,8 @@ class Session:
         self.closed = True
         for finalizer in self._finalizers:
             finalizer()
+        if self.tracing is not None:  # its runs' last spans delivered before the caller goes on
+            telemetry.flush()
 
 
 def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ... import telemetry
 from ...usercode import Overran, call_function
 from .. import ir
 from ..callables import beside, parse_target
@@ -238,7 +239,28 @@ class Toolbox:
         return [spec.to_openai(self.descriptions[name]) for name, spec in self.specs.items()]
 
     async def run(self, call: ToolCall) -> ToolResult:
-        """One call: its result as text, or (bounded) why it could not be made or what went wrong; never raised."""
+        """One call in its span (the GenAI conventions' execute_tool; arguments and result only where the user opted
+        in to text in spans): its result as text, or (bounded) why it could not be made or what went wrong; never
+        raised."""
+        attributes = {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": call.name,
+            "gen_ai.tool.call.id": call.id,
+        }
+        with telemetry.span(f"execute_tool {call.name}", attributes) as span:
+            if telemetry.content():
+                span.set(
+                    {"gen_ai.tool.call.arguments": json.dumps(dict(call.arguments), ensure_ascii=False, default=str)}
+                )
+            result = await self.called(call)
+            if result.error:
+                span.fail("the tool call failed")
+            if telemetry.content():
+                span.set({"gen_ai.tool.call.result": result.content})
+            return result
+
+    async def called(self, call: ToolCall) -> ToolResult:
+        """One call, made: its result, or why it could not be."""
         problem = argument_problem(call, self.specs)
         if problem is not None:
             return ToolResult(call, problem, error=True)

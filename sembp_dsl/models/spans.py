@@ -1,0 +1,102 @@
+"""What a model call's span says (telemetry.py), in OpenTelemetry's GenAI semantic conventions: the operation, the
+provider and model, the sampling settings asked, tokens, finish reason; the cost and the cache as sbpc.*; the
+messages and the reply (gen_ai.input.messages, gen_ai.output.messages) only where the user opted in.
+
+Each attribute is taken by name from what is known of the call, never a request's settings whole: those hold
+its key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+
+from ..language.providers import LITELLM, OWN
+from ..telemetry import Value, server
+from .request import Completion, Request, ResolvedModel
+
+SAMPLING = {  # a request's settings the conventions name, as they name them
+    "temperature": "gen_ai.request.temperature",
+    "max_tokens": "gen_ai.request.max_tokens",
+    "top_p": "gen_ai.request.top_p",
+    "seed": "gen_ai.request.seed",
+}
+
+
+def provider_and_model(model: str) -> tuple[str | None, str]:
+    """A litellm model string's provider and the model's own name (`openai/gpt-4o-mini`: openai, gpt-4o-mini); a
+    bare name is OpenAI's; a prefix that is no provider is part of the name (None: provider unknown)."""
+    prefix, _, rest = model.partition("/")
+    if rest and (prefix in LITELLM or prefix in OWN):
+        return prefix, rest
+    return ("openai", model) if not rest else (None, model)
+
+
+def name_of(request: Request) -> str:
+    """The span's name, as the conventions make it: `{operation} {model}`."""
+    return f"chat {provider_and_model(request.model)[1]}"
+
+
+def asked(role: str, spec: ResolvedModel, request: Request) -> dict[str, Value | None]:
+    """What is known of a call before it is sent."""
+    provider, model = provider_and_model(request.model)
+    numbers = {
+        name: request.settings[key]
+        for key, name in SAMPLING.items()
+        if isinstance(request.settings.get(key), (int, float)) and not isinstance(request.settings.get(key), bool)
+    }
+    return {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.provider.name": provider,
+        "gen_ai.system": provider,  # the name older viewers read the provider by
+        "gen_ai.request.model": model,
+        **numbers,
+        **server(request.endpoint),
+        "sbpc.role": role,
+        "sbpc.model": request.model,
+        "sbpc.model.name": spec.role if spec.role != role else None,  # a named model of the pipeline (`model fast`)
+        "sbpc.constraint": request.constraint,
+    }
+
+
+def answered(result: Completion) -> dict[str, Value | None]:
+    """What is known of a call once answered (from the cache or a call in flight too)."""
+    return {
+        "gen_ai.usage.input_tokens": result.prompt_tokens,
+        "gen_ai.usage.output_tokens": result.completion_tokens,
+        "gen_ai.response.finish_reasons": [result.finish_reason] if result.finish_reason else None,
+        "sbpc.cost_usd": result.cost,
+        "sbpc.cached": result.cached,
+        "sbpc.tool_calls": len(result.tool_calls) or None,
+    }
+
+
+def input_messages(messages: Sequence[Mapping]) -> dict[str, Value]:
+    """The messages sent, as gen_ai.input.messages (JSON: each a role and its parts)."""
+    return {"gen_ai.input.messages": json.dumps([_message(m) for m in messages], ensure_ascii=False)}
+
+
+def output_messages(result: Completion) -> dict[str, Value]:
+    """The reply, as gen_ai.output.messages."""
+    parts: list[dict] = [{"type": "text", "content": result.text}] if result.text else []
+    parts += [_call(c["id"], c["name"], c["arguments"]) for c in result.tool_calls]
+    reply = {"role": "assistant", "parts": parts, "finish_reason": result.finish_reason or "stop"}
+    return {"gen_ai.output.messages": json.dumps([reply], ensure_ascii=False)}
+
+
+def _message(message: Mapping) -> dict:
+    if message.get("role") == "tool":
+        return {
+            "role": "tool",
+            "parts": [
+                {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": message["content"]}
+            ],
+        }
+    parts: list[dict] = [{"type": "text", "content": message["content"]}] if message.get("content") else []
+    for call in message.get("tool_calls") or ():
+        parts.append(_call(call["id"], call["function"]["name"], call["function"]["arguments"]))
+    return {"role": message.get("role", "user"), "parts": parts}
+
+
+def _call(id_: str, name: str, arguments: str) -> dict:
+    return {"type": "tool_call", "id": id_, "name": name, "arguments": arguments}

