@@ -28,6 +28,9 @@ METHOD_SETTINGS = MappingProxyType(
     {"train": "train_size", "validation": "val_size", "test": "test_size", "seed": "seed"}
 )
 
+#: The columns a run reads the expected output from, first found first, when the output names none
+#: (`output answer from "verdict"` names one).
+ANSWER_COLUMNS = ("answer", "label", "target")
 #: The fields of the data file at a path, or why it cannot be used (the runtime reads it; the language cannot).
 FieldsOf = Callable[[str], "Sequence[str] | str"]
 #: How the checker reports: code, where, message, help.
