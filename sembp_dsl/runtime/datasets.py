@@ -34,6 +34,7 @@ __all__ = [
     "Sample",
     "Splits",
     "anchor_data_dir",
+    "answer_key",
     "as_text",
     "bad_samples",
     "data_dirs",
@@ -105,6 +106,12 @@ class Sample:
     given: Mapping[str, object] | None = field(default=None, hash=False, compare=False, repr=False)
     # Where it was read ("data.csv:7"), for messages that must point at the row to fix.
     origin: str = field(default="", compare=False, repr=False)
+    # The column the answer was taken from (not among the fields), so `output x from "label"` finds it there.
+    answer_column: str = field(default="", compare=False, repr=False)
+
+    def has(self, name: str) -> bool:
+        """Whether the example holds a field or column of this name, its answer's among them."""
+        return name in self.fields or name == self.answer_column
 
     @property
     def where(self) -> str:
@@ -528,7 +535,7 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
             raise DataError(
                 f"{name} row {number}: an example is a dict of field names to values, got {type(row).__name__}"
             )
-        samples.append(_sample(f"{name}:{number}", row, _answer_key(row), given=row))
+        samples.append(_sample(f"{name}:{number}", row, answer_key(row), given=row))
     return samples
 
 
@@ -550,7 +557,7 @@ def _user_data(name: str, files: Mapping[str, Sequence[Path]], folder: Path | No
     rows = [record for parts in read.values() for _, records in parts for _, record in records]
     if not rows:
         raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
-    answer = _answer_key(rows[0])
+    answer = answer_key(rows[0])
     pools: dict[str, tuple[Sample, ...]] = {}
     problems = []
     for split, parts in read.items():
@@ -631,7 +638,7 @@ def fingerprint(*paths: str | None) -> str | None:
     return digest.hexdigest()
 
 
-def _answer_key(keys: Iterable) -> object | None:
+def answer_key(keys: Iterable) -> object | None:
     """The expected-output key: answer, else label, else target (any case); None when there is none."""
     return next((key for wanted in ANSWER_COLUMNS for key in keys if str(key).casefold() == wanted), None)
 
@@ -642,7 +649,7 @@ def _sample(
     """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
     fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
     expected = as_text(record[answer]).strip() if answer is not None else ""
-    return Sample(id, fields, expected, given=given, origin=origin)
+    return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
 def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:

@@ -281,7 +281,7 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
 
 
 def expected_answer(graph: Graph, sample: Sample) -> str:
-    if graph.answer_field:
+    if graph.answer_field and graph.answer_field != sample.answer_column:
         if graph.answer_field not in sample.fields:
             raise DataError(
                 f"the output reads its answer from field '{graph.answer_field}', which the data do not have"
@@ -317,9 +317,7 @@ def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, 
         wanted.append((graph.answer_field, "the expected answer", graph.answer_field))
     bad, unmapped = [], []
     for sample in samples:
-        missing = [
-            (field, who, own) for field, who, own in wanted if field not in sample.fields and own not in sample.fields
-        ]
+        missing = [(field, who, own) for field, who, own in wanted if not sample.has(field) and not sample.has(own)]
         unmapped += [own for field, who, own in missing if who.startswith("input")]
         if missing:
             said = [f"no field '{field}' for {who}{did_you_mean(field, sample.fields)}" for field, who, _ in missing]
