@@ -5,9 +5,14 @@ from __future__ import annotations
 
 import builtins
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from sembp_dsl import cli
 from sembp_dsl.language.source import compile_file
@@ -146,3 +151,45 @@ def test_the_written_pipeline_runs_eval_with_the_model_alone(folder, capsys, fak
     )
     code = cli.main(["eval", "tickets.sbp", "--api-base", fake_llm.url, "--json", "--runs-dir", "runs"])
     assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 10
+
+
+def verdict(prompt: str) -> str:
+    """Yes to every ticket, until the instruction is improved: then right (a ticket numbered by 3 is not urgent)."""
+    number = int(re.findall(r"ticket (\d+)", prompt)[-1])
+    return "No" if "Improved" in prompt and number % 3 == 0 else "Yes"
+
+
+@pytest.mark.slow  # six processes, each importing the model layer: about 13 s
+def test_done_when_from_outside_init_check_eval_and_optimize_with_the_model_alone(tmp_path, fake_llm, script):
+    """The issue's test as a user runs it, in an empty folder, one process a command: init names the model, an
+    OpenAI-compatible server is where the environment says, and no command after init takes a flag."""
+    script.verdict = verdict
+    script.improve = lambda param, prompt: "Improved: tickets numbered by 3 are not urgent. Answer Yes or No"
+    rows = [{"ticket": f"ticket {i}", "verdict": "Yes" if i % 3 else "No"} for i in range(40)]
+    jsonl(tmp_path / "rows.jsonl", rows)
+    env = {**os.environ, "OPENAI_BASE_URL": fake_llm.url, "PYTHONPATH": str(ROOT)}
+
+    def sbpc(*argv: str) -> subprocess.CompletedProcess:
+        done = subprocess.run(
+            [sys.executable, "-m", "sembp_dsl.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True
+        )
+        assert "Traceback" not in done.stderr, done.stderr
+        return done
+
+    made = sbpc(
+        "init", "--data", "rows.jsonl", "Decide whether a ticket is urgent. Answer Yes or No", "--model", "openai/x"
+    )
+    assert made.returncode == 0, made.stderr
+    assert "answer: 'verdict', guessed from its name; labels, so metric exact" in made.stdout
+    assert "checked: ok" in made.stdout and sorted(p.name for p in tmp_path.iterdir()) == ["rows.jsonl", "rows.sbp"]
+    assert sbpc("check", "rows.sbp").returncode == 0
+    evaluated = sbpc("eval", "rows.sbp", "--json")
+    report = json.loads(evaluated.stdout)
+    assert evaluated.returncode == 0 and report["scored"] == 40 and report["correct"] == 26, evaluated.stderr
+    before = (tmp_path / "rows.sbp").read_text()
+    optimized = sbpc("optimize", "rows.sbp")
+    assert optimized.returncode == 0, optimized.stderr
+    assert fake_llm.requests > 40 and script.of_kind("optimizer")  # it learned: forward, backward, optimizer calls
+    assert (tmp_path / "rows.sbp").read_text() != before, optimized.stdout + optimized.stderr  # an accepted step written back
+    runs = sbpc("runs")
+    assert runs.returncode == 0 and "rows.jsonl" in runs.stdout and "changed since" not in runs.stdout
