@@ -503,7 +503,9 @@ def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake
             ["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url]
         )
         err = capsys.readouterr().err
-        assert code == 1 and re.search(r"sbpc: error: 2 bad rows:\n" + re.escape(f"{data}") + said.format(line=line), err)
+        assert code == 1 and re.search(
+            r"sbpc: error: 2 bad rows:\n" + re.escape(f"{data}") + said.format(line=line), err
+        )
         assert "Traceback" not in err
     assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
 

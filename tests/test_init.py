@@ -190,6 +190,8 @@ def test_done_when_from_outside_init_check_eval_and_optimize_with_the_model_alon
     optimized = sbpc("optimize", "rows.sbp")
     assert optimized.returncode == 0, optimized.stderr
     assert fake_llm.requests > 40 and script.of_kind("optimizer")  # it learned: forward, backward, optimizer calls
-    assert (tmp_path / "rows.sbp").read_text() != before, optimized.stdout + optimized.stderr  # an accepted step written back
+    assert (tmp_path / "rows.sbp").read_text() != before, (
+        optimized.stdout + optimized.stderr
+    )  # an accepted step written back
     runs = sbpc("runs")
     assert runs.returncode == 0 and "rows.jsonl" in runs.stdout and "changed since" not in runs.stdout
