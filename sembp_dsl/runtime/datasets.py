@@ -761,7 +761,7 @@ def _split_word(relative: Path) -> str | None:
 def _pyarrow() -> Any:
     """pyarrow, which reads Parquet and Arrow files: an optional extra, and ~90 ms to import (measured), so only
     reading such a file pays it."""
-    try:
+    try:  # the hf extra, ~90 ms to import (measured): only reading a Parquet or Arrow file pays it
         import pyarrow.ipc
         import pyarrow.parquet
     except ImportError:
