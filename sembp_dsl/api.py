@@ -45,6 +45,7 @@ from .runtime.evaluate import (
     Result,
     Scorer,
     check_answers,
+    check_fields,
     evaluate,
     metric_for,
     split_to_score,
@@ -563,6 +564,7 @@ class Pipeline:
         llm = self._session.llm()
         scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
         # what could not be scored or written is said now, before a record or a call
+        check_fields(self.graph, [*train_, *val_, *test_], mapping or {})
         check_answers(self.graph, [*train_, *val_, *test_], scorer)
         writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
         source = self.graph.pipeline.text

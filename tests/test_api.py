@@ -491,18 +491,21 @@ def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake
     csv.write_text("ticket,label\n" + "".join(f"{t},{a}\n" for t, a in rows))
     said = (
         r":{line}: the expected answer 'Yess' is not among the labels of urgent: choice\(Yes, No\), so it would "
-        r"always score 0; did you mean 'Yes'\? \(and 1 more like it\)"
+        r"always score 0; did you mean 'Yes'\?\n"  # and every other row to fix, each by its line
     )
     for data, line in ((jsonl, 3), (csv, 4)):
-        with pytest.raises(sbp.DataError, match=re.escape(str(data)) + said.format(line=line)):
+        with pytest.raises(sbp.DataError, match=re.escape(str(data)) + said.format(line=line)) as caught:
             triage.evaluate(str(data))
+        assert f"{data}:{line + 1}: the expected answer 'Maybe'" in str(caught.value)
         with pytest.raises(sbp.DataError, match=said.format(line=line)):
             triage.optimize(sbp.api.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
         code = cli.main(
             ["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url]
         )
         err = capsys.readouterr().err
-        assert code == 1 and re.search(re.escape(f"sbpc: error: {data}") + said.format(line=line), err)
+        assert code == 1 and re.search(
+            r"sbpc: error: 2 bad rows:\n" + re.escape(f"{data}") + said.format(line=line), err
+        )
         assert "Traceback" not in err
     assert fake_llm.requests == 0 and not (tmp_path / "runs").exists()
 

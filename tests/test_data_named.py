@@ -143,3 +143,40 @@ def test_without_data_named_or_given_a_run_is_a_usage_error(tmp_path, capsys):
     with pytest.raises(SystemExit) as exited:
         cli.main(["eval", str(path)])
     assert exited.value.code == 2 and "required: --data (or name it in the file" in capsys.readouterr().err
+
+
+def test_every_row_lacking_a_field_is_named_by_its_line_with_the_field_it_may_mean(tmp_path, fake_llm, capsys):
+    path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
+    rows = [
+        {"q": "a", "answer": "ok"},
+        {"qq": "b", "answer": "ok"},
+        {"q": "c", "answer": "ok"},
+        {"x": "d", "answer": "ok"},
+    ]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "2 bad rows:" in err and fake_llm.requests == 0
+    assert f"{tmp_path / 'rows.jsonl'}:2: no field 'q' for input 'q'; did you mean 'qq'?" in err
+    assert f"{tmp_path / 'rows.jsonl'}:4: no field 'q' for input 'q' (fields: x)" in err
+    assert "map it with --map q=FIELD" in err and "Traceback" not in err
+
+
+def test_data_with_no_answer_column_name_it_in_the_output(tmp_path, fake_llm, script, capsys):
+    script.verdict = lambda prompt: "ok"
+    path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "gold": "ok"}) + "\n" for i in range(4)))
+    assert cli.main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "E135" in err and "no column named answer, label or target" not in err
+    assert "output 'answer' is scored against the column named answer, label or target" in err
+    assert 'output answer from "gold"' in err
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    assert "no example has an expected output" in capsys.readouterr().err and fake_llm.requests == 0
+    path.write_text(
+        path.read_text().replace("output answer", 'output answer from "gold"').replace("Answer.", "VERDICT")
+    )
+    assert cli.main(["check", str(path)]) == 0
+    assert cli.main(["eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    assert json.loads(out.split("\n", 1)[1])["correct"] == 4, out

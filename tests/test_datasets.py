@@ -284,10 +284,10 @@ def test_user_tsv_keeps_quote_characters(tmp_path: Path) -> None:
     assert [s.answer for s in samples] == ["Yes", "No", "Yes"]
 
 
-def test_user_file_without_answer_column_names_columns(tmp_path: Path) -> None:
+def test_user_file_without_answer_column_keeps_every_column_for_the_pipeline_to_name(tmp_path: Path) -> None:
     spec = _write(tmp_path / "d.csv", "question,output\nq,o\n")
-    with pytest.raises(DataError, match="question, output"):
-        load(spec)
+    [sample] = load(spec).pools["all"]  # `output answer from "output"` names the answer; a run without it is refused
+    assert sample.fields == {"question": "q", "output": "o"} and sample.answer == ""
 
 
 @pytest.mark.parametrize(

@@ -238,7 +238,7 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
     g = p.add_argument_group("data")
     g.add_argument(
         "--data",
-        help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv); "
+        help="liar | gsm8k | bbh:<task> | PATH (.jsonl, .csv, .tsv, .parquet, .arrow, a Hugging Face folder); "
         "JSON values that are not strings reach prompts as JSON text (default: the file's data block)",
     )
     g.add_argument(

@@ -12,16 +12,25 @@ import math
 import os
 import re
 import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..runtime.datasets import ANSWER_COLUMNS, USER_SUFFIXES, DataError, as_text, fields_of, rows_of
+from ..language.data import ANSWER_COLUMNS
+from ..language.diagnostics import did_you_mean
+from ..runtime.datasets import DataError, answer_key, as_text, fields_of, load, rows_of
 from .flags import UsageError
 from .routers import router_problem
 
 MAX_LABELS = 12  # more distinct answers than this, or longer ones, read as free text
 MAX_LABEL_CHARS = 40
 FULL_SPLIT = 20  # the method's default train and validation sizes; a smaller file is cut in two
+# Names an answer column goes by, most telling first: those a run reads by default, then common ones.
+ANSWER_NAMES = (
+    *ANSWER_COLUMNS,
+    *("output", "gold", "gold_label", "verdict", "class", "category", "y", "labels", "answers", "expected"),
+    *("expected_output", "ground_truth", "truth", "solution", "result", "outcome", "sentiment", "response"),
+)
 
 
 @dataclass(frozen=True)
@@ -38,16 +47,24 @@ class Answer:
         return {"labels": "exact", "numbers": "numeric", "text": "judge"}[self.kind]
 
     @classmethod
-    def of(cls, rows: list, fields: list[str]) -> Answer:
-        field, why = _answer_field(fields)
-        values = [as_text(row[field]).strip() for row in rows if field in row]
-        labels = tuple(dict.fromkeys(values))
+    def of(cls, rows: list, fields: list[str], given: str | None = None) -> Answer:
+        field, why = _answer_field(rows, fields, given)
+        values = _values(rows, field)
         if values and all(_number(v) for v in values):
             return cls(field, why, "numbers", ())
-        short = all(len(v) <= MAX_LABEL_CHARS and "\n" not in v for v in labels)
-        if labels and short and len(labels) <= MAX_LABELS and len(labels) < len(values):
-            return cls(field, why, "labels", labels)
-        return cls(field, why, "text", ())
+        labels = _labels(values)
+        return cls(field, why, "labels", labels) if labels else cls(field, why, "text", ())
+
+
+def _values(rows: list, field: str) -> list[str]:
+    return [as_text(row[field]).strip() for row in rows if row.get(field) is not None]
+
+
+def _labels(values: list[str]) -> tuple[str, ...]:
+    """The distinct values, when they read as labels: few, short, one line each, and repeated; else ()."""
+    labels = tuple(dict.fromkeys(values))
+    short = all(len(v) <= MAX_LABEL_CHARS and "\n" not in v for v in labels)
+    return labels if labels and short and len(labels) <= MAX_LABELS and len(labels) < len(values) else ()
 
 
 def _number(value: str) -> bool:
@@ -58,29 +75,27 @@ def _number(value: str) -> bool:
         return False
 
 
-def _answer_field(fields: list[str]) -> tuple[str, str]:
-    """The column sbpc reads the expected output from, as a run reads it (runtime/datasets.py)."""
-    for wanted in ANSWER_COLUMNS:
-        found = next((f for f in fields if f.casefold() == wanted), None)
-        if found is not None:
-            return found, f"the column named {wanted!r}, which sbpc reads as the expected output"
+def _answer_field(rows: list, fields: list[str], given: str | None) -> tuple[str, str]:
+    """The column the expected output is read from, and why: --answer; else a column named as answers are (answer,
+    label, target, output, gold, verdict, ...); else the last one whose values read as labels."""
+    if given is not None:
+        if given not in fields:
+            raise UsageError(
+                f"--answer {given}: no such column{did_you_mean(given, fields)} (columns: {', '.join(fields)})"
+            )
+        return given, "as --answer said"
+    named = {re.sub(r"[\s-]+", "_", f.casefold()): f for f in reversed(fields)}
+    for name in ANSWER_NAMES:
+        if name in named:
+            return named[name], "guessed from its name"
+    for field in reversed(fields):
+        labels = _labels(_values(rows, field))
+        if labels and len(fields) > 1:
+            return field, f"guessed: the last column with few distinct values ({len(labels)})"
     raise UsageError(
-        f"no answer column: sbpc reads the expected output from one named {', '.join(ANSWER_COLUMNS)}; rename "
-        f"the column that holds it (fields: {', '.join(fields)})"
+        f"no answer column: none is named as answers are ({', '.join(ANSWER_NAMES[:8])}, ...), nor holds a few "
+        f"distinct values; say which one holds the expected output with --answer COLUMN (columns: {', '.join(fields)})"
     )
-
-
-def data_file(given: str) -> Path:
-    """The file to read: `given`, or in a folder (a Hugging Face data set's) its train file, else its only one."""
-    path = Path(given).expanduser()
-    if not path.is_dir():
-        return path
-    found = sorted(p for p in path.rglob("*") if p.suffix.lower() in USER_SUFFIXES and p.is_file())
-    train = [p for p in found if p.stem.lower().startswith("train")]
-    if len(train) == 1 or len(found) == 1:
-        return (train or found)[0]
-    listed = ", ".join(str(p.relative_to(path)) for p in found) or "none"
-    raise UsageError(f"{given}: no single train file (.jsonl, .csv, .tsv) in the folder (found: {listed}); give one")
 
 
 def name_of(field: str) -> str:
@@ -96,32 +111,68 @@ def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def starter(task: str, name: str, data: str, fields: list[str], answer: Answer, rows: int, model: str) -> str:
-    """The pipeline: an input per field, one instruction, the output typed by the answer, its metric, the model."""
-    inputs = [f for f in fields if f != answer.field]
-    lines = [f"pipeline {name} {quoted(task)}", ""]
-    lines += [f"# Written by `sbpc init` from {data}: the answer is {answer.field!r} ({answer.why})."]
-    for field in inputs:
-        own = name_of(field)
-        lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
-    kind = {"labels": f"choice({', '.join(map(quoted, answer.labels))})", "numbers": "number", "text": "text"}
-    lines += ["", f"param instruction = {quoted(task)}", f"node answer: {kind[answer.kind]} {{ prompt = instruction }}"]
-    lines += [f"{', '.join(name_of(f) for f in inputs)} -> answer", "output answer"]
-    if answer.kind == "text":
+@dataclass(frozen=True)
+class Starter:
+    """What the starter pipeline is written from: the task, the data as the pipeline names it, its inputs, answer
+    and split sizes, and the model."""
+
+    task: str
+    name: str
+    data: str
+    inputs: tuple[str, ...]
+    answer: Answer
+    sizes: tuple[int, int]  # train, validation
+    model: str
+
+    def text(self) -> str:
+        """The pipeline: an input per field, one instruction, the output typed by the answer and read from its
+        column, its metric, the data and the model."""
+        answer, node = self.answer, "answer"  # no input is named so: a run reads that column as the answer
+        lines = [f"pipeline {self.name} {quoted(self.task)}", ""]
+        lines += [f"# Written by `sbpc init` from {self.data}."]
+        for field in self.inputs:
+            own = name_of(field)
+            lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
+        kind = {"labels": f"choice({', '.join(map(quoted, answer.labels))})", "numbers": "number", "text": "text"}
         lines += [
             "",
-            "# A judge scores free text: say in the rubric what makes an answer right.",
-            'frozen param rubric = """',
-            "  A good answer does what the task asks and agrees with the expected answer: {{ expected }}",
-            '  """',
-            "metric quality { prompt = rubric  scale = 1..5 }",
+            f"param instruction = {quoted(self.task)}",
+            f"node {node}: {kind[answer.kind]} {{ prompt = instruction }}",
         ]
-    else:
-        lines.append(f"metric {answer.metric}")
-    train = min(FULL_SPLIT, max(1, rows // 2))
-    lines += ["", f"data {{ file = {quoted(data)}  train = {train}  validation = {min(FULL_SPLIT, rows - train)} }}"]
-    lines.append(f"model {{ name = {quoted(model)} }}")
-    return "\n".join(lines) + "\n"
+        lines += [f"{', '.join(map(name_of, self.inputs))} -> {node}"]
+        lines += [
+            f"# The expected output is the column {answer.field!r} ({answer.why}); another? Change `from` here.",
+            f"output {node} from {quoted(answer.field)}",
+        ]
+        lines += _metric_lines(answer)
+        train, validation = self.sizes
+        lines += ["", f"data {{ file = {quoted(self.data)}  train = {train}  validation = {validation} }}"]
+        lines.append(f"model {{ name = {quoted(self.model)} }}")
+        return "\n".join(lines) + "\n"
+
+
+def _metric_lines(answer: Answer) -> list[str]:
+    if answer.kind != "text":
+        return [f"metric {answer.metric}"]
+    return [
+        "",
+        "# A judge scores free text: say in the rubric what makes an answer right.",
+        'frozen param rubric = """',
+        "  A good answer does what the task asks and agrees with the expected answer: {{ expected }}",
+        '  """',
+        "metric quality { prompt = rubric  scale = 1..5 }",
+    ]
+
+
+def split_sizes(pools: Mapping[str, Sequence]) -> tuple[int, int]:
+    """Train and validation sizes the data can give (the method's defaults at most): a validation split's own
+    size, else the train pool (the whole file, without named splits) cut in two."""
+    own = "validation" in pools or "test" in pools
+    carved = len(pools.get("train", ())) if own else sum(map(len, pools.values()))
+    if "validation" in pools:
+        return min(FULL_SPLIT, carved), min(FULL_SPLIT, len(pools["validation"]))
+    train = min(FULL_SPLIT, max(1, carved // 2))
+    return train, min(FULL_SPLIT, carved - train)
 
 
 TEMPLATE = """\
@@ -184,18 +235,21 @@ def write(args, model: str) -> Written:
         out = Path(args.out or "pipeline.sbp")
         text, data, answer = TEMPLATE.format(file=out, name=name_of(out.stem), model=model), None, None
     else:
-        source = data_file(args.data)
-        out = Path(args.out or f"{source.stem}.sbp")
+        source = Path(args.data).expanduser()
+        out = Path(args.out or f"{source.stem or 'pipeline'}.sbp")
         try:
-            rows = rows_of(str(source))
+            rows, pools = rows_of(str(source)), load(str(source)).pools
         except DataError as exc:
             raise UsageError(str(exc)) from None
         fields = list(dict.fromkeys(str(key) for row in rows for key in row))
-        answer = Answer.of(rows, fields)
+        answer = Answer.of(rows, fields, args.answer)
+        default = answer_key(fields)  # a run reads this column as the answer, so no input can
+        inputs = tuple(f for f in fields if f not in (answer.field, default))
+        if not inputs:
+            raise UsageError(f"{args.data}: no column besides the answer, {answer.field!r}, for the pipeline to read")
         data = os.path.relpath(source.absolute(), out.absolute().parent)
         task = ask_task(args.task, source)
-        text = starter(task, name_of(out.stem), data, fields, answer, len(rows), model)
-        inputs = tuple(f for f in fields if f != answer.field)
+        text = Starter(task, name_of(out.stem), data, inputs, answer, split_sizes(pools), model).text()
     # the formatter and the parser (lark) cost about 0.6 s to import: --help and the other commands never pay it
     from ..language.fmt import format_text
     from ..language.source import diagnose_file
@@ -239,6 +293,9 @@ def cmd_init(args) -> int:
         answer = written.answer
         print(f"  inputs: {', '.join(written.inputs)}")
         print(f"  answer: {answer.field!r}, {answer.why}; {answer.kind}, so metric {answer.metric}")
+        print(
+            f'  another answer column? change `from "{answer.field}"` in {written.file}, or give init --answer COLUMN'
+        )
     for d in written.diagnostics:
         print(f"  {d.severity}[{d.code}]: {d.message}")
     print("checked: " + (f"{len(errors)} error(s) to fix first" if errors else "ok"))
@@ -253,20 +310,27 @@ def add_init(sub) -> None:
         "init",
         help="write a starter pipeline from a data file and a one-line task",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Write a starter pipeline from your data: an input per field, the answer field guessed\n"
-        "(answer, label or target, as runs read it) and said, one instruction (the task), the\n"
-        "metric that fits the answers (exact for labels, numeric for numbers, a judge to edit for free\n"
-        "text), a data block naming the file, and a model block (--model, else the embedded model).\n"
+        description="Write a starter pipeline from your data: an input per field, the answer column guessed\n"
+        "(by its name: answer, label, target, output, gold, verdict, class, ...; else the last column with\n"
+        "few distinct values) and said, or named by --answer, one instruction (the task), the metric\n"
+        "that fits the answers (exact for labels, numeric for numbers, a judge to edit for free text), a\n"
+        "data block naming the data, and a model block (--model, else the embedded model).\n"
         "It checks what it wrote and prints the next three commands. It never overwrites a file.\n"
         "Without --data it asks nothing and writes a commented template. It asks for the task only on a\n"
         "terminal, when none is given.",
         epilog="examples:\n"
         '  sbpc init --data tickets.jsonl "Decide whether a ticket is urgent" --model openai/gpt-4o-mini\n'
-        "  sbpc init --data ./my_hf_dataset/ --out triage.sbp   # a folder: its train file\n"
+        "  sbpc init --data ./my_hf_dataset/ --out triage.sbp   # a Hugging Face folder, its splits kept\n"
         "  sbpc init                                             # a commented template, pipeline.sbp",
     )
     init.add_argument("task", nargs="?", metavar="TASK", help="what the pipeline should do, in one line")
-    init.add_argument("--data", metavar="PATH", help="a .jsonl, .csv or .tsv file, or a folder holding one")
+    init.add_argument(
+        "--data",
+        metavar="PATH",
+        help="a .jsonl, .csv, .tsv, .parquet or .arrow file, or a Hugging Face data set's folder (save_to_disk's, "
+        "or a hub snapshot's files by split); Parquet and Arrow need the hf extra",
+    )
+    init.add_argument("--answer", metavar="COLUMN", help="the column holding the expected output (default: guessed)")
     init.add_argument("--model", metavar="MODEL", help="the model to call (default: the embedded model)")
     init.add_argument("--out", metavar="FILE", help="the file to write (default: named after the data)")
     init.add_argument("--json", action="store_true", help="say what was written as JSON, for scripts")

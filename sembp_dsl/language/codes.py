@@ -911,8 +911,9 @@ _CODES = [
         "E135",
         "an input the data does not have",
         "Each input reads the data field of its name (or the one `from` names), and the output's `from`\n"
-        "names the answer's field; the data file the block names has no such field. Rename the input, say\n"
-        "which field it reads, or pass --map INPUT=FIELD for one run.",
+        "names the answer's field (without it, a column named answer, label or target); the data file the\n"
+        "block names has no such field. Rename the input, say which field it reads, or pass --map\n"
+        'INPUT=FIELD for one run; name the answer\'s column with `output NODE from "COLUMN"`.',
         'input text: text          # the file has "message", not "text"',
         "input text: text from message",
     ),

@@ -28,6 +28,9 @@ METHOD_SETTINGS = MappingProxyType(
     {"train": "train_size", "validation": "val_size", "test": "test_size", "seed": "seed"}
 )
 
+#: The columns a run reads the expected output from, first found first, when the output names none
+#: (`output answer from "verdict"` names one).
+ANSWER_COLUMNS = ("answer", "label", "target")
 #: The fields of the data file at a path, or why it cannot be used (the runtime reads it; the language cannot).
 FieldsOf = Callable[[str], "Sequence[str] | str"]
 #: How the checker reports: code, where, message, help.
@@ -93,10 +96,31 @@ def check_data_fields(pipeline: ir.Pipeline, fields_of: FieldsOf) -> list[Diagno
         return [diagnostic("E134", literal.value_span, found, file=pipeline.path)]
     wanted = [(i.field or i.name, i.span, f"input '{i.name}'") for i in pipeline.inputs]
     wanted += [(o.field, o.span, f"output '{o.node.name}'") for o in pipeline.outputs if o.field]
-    missing = []
+    missing = _no_answer_column(pipeline, spec, found)
     for field, span, who in wanted:
         if field not in found:
             help = suggestion(field, found) or f"its fields: {', '.join(found) or '(none)'}"
             message = f"{who} reads the field '{field}', which {spec.file} does not have"
             missing.append(diagnostic("E135", span, message, file=pipeline.path, help=help))
     return missing
+
+
+def _no_answer_column(pipeline: ir.Pipeline, spec: DataSpec, found: Sequence[str]) -> list[Diagnostic]:
+    """An output scored by a built-in metric against a column the data lack: it names none (`from`), and the data
+    have no column a run reads the answer from by default."""
+    own = {m.name for m in pipeline.metric_defs}
+    if any(f.casefold() in ANSWER_COLUMNS for f in found) or any(m.name in own for m in pipeline.metrics):
+        return []
+    example = f'"{found[-1]}"' if found else '"COLUMN"'
+    return [
+        diagnostic(
+            "E135",
+            output.span,
+            f"output '{output.node.name}' is scored against the column named {', '.join(ANSWER_COLUMNS[:-1])} or "
+            f"{ANSWER_COLUMNS[-1]}, which {spec.file} does not have",
+            file=pipeline.path,
+            help=f"name the column that holds the expected output: output {output.node.name} from {example}",
+        )
+        for output in pipeline.outputs
+        if not output.field
+    ]

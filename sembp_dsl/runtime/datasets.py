@@ -1,7 +1,8 @@
 """Data set loading and seeded train/val/test splits.
 
 Built-in data sets (LIAR, GSM8K, BIG-Bench Hard) are read from a data folder that
-is never part of the repository; user data sets are single .jsonl/.csv/.tsv files.
+is never part of the repository; user data sets are .jsonl/.csv/.tsv/.parquet/.arrow files, or a Hugging Face
+folder (one `datasets.save_to_disk` wrote, or a hub snapshot's files named by split), whose splits it keeps.
 Every problem with the data surfaces as a :class:`DataError` whose message is meant
 for the user, so the CLI can print it instead of a traceback.
 """
@@ -14,13 +15,16 @@ import io
 import json
 import os
 import random
+import re
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from types import MappingProxyType
+from typing import Any, Literal
 
 from ..errors import Option, OptionError
+from ..language.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
 
 __all__ = [
@@ -30,7 +34,9 @@ __all__ = [
     "Sample",
     "Splits",
     "anchor_data_dir",
+    "answer_key",
     "as_text",
+    "bad_samples",
     "data_dirs",
     "eval_splits",
     "fields_of",
@@ -69,8 +75,18 @@ _LIAR_REQUIRED = ("statement", "job_title", "state", "party", "context")
 # The task is "is it a lie?": a statement labelled false is a lie.
 _LIAR_ANSWER = {"false": "Yes", "true": "No"}
 
-ANSWER_COLUMNS = ("answer", "label", "target")
-USER_SUFFIXES = (".jsonl", ".csv", ".tsv")
+TABLE_SUFFIXES = (".parquet", ".arrow")  # read with pyarrow, the `hf` extra
+USER_SUFFIXES = (".jsonl", ".csv", ".tsv", *TABLE_SUFFIXES)
+# A Hugging Face folder's files are told apart by these words in their paths (train-00000-of-00001.parquet,
+# data/validation.jsonl, test/0000.parquet), as the `datasets` library tells them.
+SPLIT_WORDS = MappingProxyType(
+    {
+        **dict.fromkeys(("train", "training"), "train"),
+        **dict.fromkeys(("validation", "valid", "val", "dev"), "validation"),
+        **dict.fromkeys(("test", "testing", "eval", "evaluation"), "test"),
+    }
+)
+_OWN_POOL = MappingProxyType({"val": "validation", "test": "test"})  # a split drawn from a pool of its own
 
 
 class DataError(OptionError):
@@ -90,6 +106,12 @@ class Sample:
     given: Mapping[str, object] | None = field(default=None, hash=False, compare=False, repr=False)
     # Where it was read ("data.csv:7"), for messages that must point at the row to fix.
     origin: str = field(default="", compare=False, repr=False)
+    # The column the answer was taken from (not among the fields), so `output x from "label"` finds it there.
+    answer_column: str = field(default="", compare=False, repr=False)
+
+    def has(self, name: str) -> bool:
+        """Whether the example holds a field or column of this name, its answer's among them."""
+        return name in self.fields or name == self.answer_column
 
     @property
     def where(self) -> str:
@@ -105,6 +127,7 @@ class Dataset:
     pools: Mapping[str, tuple[Sample, ...]] = field(hash=False)
     metric: str
     user: bool = False  # the user's own file(s): `eval` scores them whole unless sizes are given
+    columns: tuple[str, ...] = ()  # of a user's data, every file's
 
 
 @dataclass(frozen=True)
@@ -161,7 +184,7 @@ def as_text(value: object) -> str:
 
 
 def load(spec: str, data_dir: str | None = None, test_data: str | None = None) -> Dataset:
-    """Load "liar", "gsm8k", "bbh:<task>" or a user .jsonl/.csv/.tsv file.
+    """Load "liar", "gsm8k", "bbh:<task>", a user's data file or a Hugging Face folder.
 
     With `test_data` (a user file), the test split comes from that file and
     train/val from `spec` only, so what is scored is never trained on.
@@ -186,16 +209,19 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
     if name.lower().endswith(USER_SUFFIXES):
         return _load_user_file(Path(name).expanduser())
+    if Path(name).expanduser().is_dir():
+        return _load_folder(Path(name).expanduser())
     raise DataError(
-        f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task> or a path to a .jsonl, .csv or .tsv file"
+        f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task>, a path to a .jsonl, .csv, .tsv, .parquet or "
+        ".arrow file, or a Hugging Face data set's folder"
     )
 
 
 def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) -> Splits:
     """Draw disjoint, seeded splits.
 
-    With a "test" pool, test comes from it and train+val from "train", so the
-    official test partition is never trained on. Otherwise all pools are merged
+    With a "test" pool, test comes from it, and with a "validation" pool val from that; the rest from
+    "train", so the official test partition is never trained on. Otherwise all pools are merged
     and carved in order train, val, test. The shuffle depends only on the seed
     and pool sizes, so with one seed a larger train request extends a smaller one.
     """
@@ -203,16 +229,8 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
         if size < 0:
             raise DataError(f"{label} size must be 0 or more, got {size}")
     rng = random.Random(seed)
-    if "test" in dataset.pools:
-        train_pool = _shuffled(dataset.pools.get("train", ()), rng)
-        test_pool = _shuffled(dataset.pools["test"], rng)
-        _check_size(dataset, "train", {"train": train, "val": val}, len(train_pool))
-        _check_size(dataset, "test", {"test": test}, len(test_pool))
-        return Splits(
-            train=tuple(train_pool[:train]),
-            val=tuple(train_pool[train : train + val]),
-            test=tuple(test_pool[:test]),
-        )
+    if any(pool in dataset.pools for pool in _OWN_POOL.values()):
+        return _from_own_pools(dataset, {"train": train, "val": val, "test": test}, rng)
     merged = [s for pool in dataset.pools.values() for s in pool]
     pool = _shuffled(merged, rng)
     names = "+".join(dataset.pools) or "(none)"
@@ -222,6 +240,21 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
         val=tuple(pool[train : train + val]),
         test=tuple(pool[train + val : train + val + test]),
     )
+
+
+def _from_own_pools(dataset: Dataset, sizes: Mapping[str, int], rng: random.Random) -> Splits:
+    """val and test each from a pool of its own when the data set has one ("validation", "test"); train, and the
+    splits without one, carved in that order from "train"."""
+    carved = _shuffled(dataset.pools.get("train", ()), rng)
+    own = {split: _shuffled(dataset.pools[pool], rng) for split, pool in _OWN_POOL.items() if pool in dataset.pools}
+    from_train = {split: size for split, size in sizes.items() if split not in own}
+    _check_size(dataset, "train", from_train, len(carved))
+    for split, pool in own.items():
+        _check_size(dataset, _OWN_POOL[split], {split: sizes[split]}, len(pool))
+    drawn, start = {split: tuple(pool[: sizes[split]]) for split, pool in own.items()}, 0
+    for split, size in from_train.items():
+        drawn[split], start = tuple(carved[start : start + size]), start + size
+    return Splits(drawn["train"], drawn["val"], drawn["test"])
 
 
 EVAL_TEST_SIZE = 100  # samples `eval` scores from a built-in data set when no size is given
@@ -249,7 +282,8 @@ def eval_splits(
     if dataset.user and split == "test" and all(size is None for size in given.values()):
         whole = dataset.pools.get("test") or tuple(s for pool in dataset.pools.values() for s in pool)
         return Splits((), (), whole)
-    before = () if split == "test" and "test" in dataset.pools else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
+    own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
+    before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
     sizes = _eval_sizes(given, defaults, placing=(*before, split))
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
@@ -409,11 +443,16 @@ MAX_BAD_ROWS = 20  # named one a line; the rest counted
 
 def bad_rows(path: Path, bad: Sequence[tuple[int, str]]) -> DataError:
     """One error naming every bad row of a file by its line, so one run shows all there is to fix."""
-    listed = [f"{path}:{line}: {why}" for line, why in bad[:MAX_BAD_ROWS]]
+    return bad_samples([(f"{path}:{line}", why) for line, why in bad], str(path))
+
+
+def bad_samples(bad: Sequence[tuple[str, str]], source: str = "", *then: str | Option) -> DataError:
+    """One error naming every bad row by where it was read (`file:line`), then what `then` says to do."""
+    listed = [f"{where}: {why}" for where, why in bad[:MAX_BAD_ROWS]]
     if len(bad) > MAX_BAD_ROWS:
         listed.append(f"... and {len(bad) - MAX_BAD_ROWS} more")
-    head = f"{path}: {len(bad)} bad rows:\n" if len(bad) > 1 else ""
-    return DataError(head + "\n".join(listed))
+    head = f"{source}: " * bool(source) + f"{len(bad)} bad rows:\n" if len(bad) > 1 else ""
+    return DataError(head + "\n".join(listed), *then)
 
 
 # --- built-in data sets ------------------------------------------------------------
@@ -496,77 +535,110 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
             raise DataError(
                 f"{name} row {number}: an example is a dict of field names to values, got {type(row).__name__}"
             )
-        samples.append(_sample(f"{name}:{number}", row, _answer_key(row), given=row))
+        samples.append(_sample(f"{name}:{number}", row, answer_key(row), given=row))
     return samples
 
 
+Records = Sequence[tuple[int, Mapping[str, object]]]  # (line, or row counted from 1, of a table file; the row)
+
+
 def _load_user_file(path: Path) -> Dataset:
-    return _user_dataset(path, *_user_records(path))
+    return _user_data(path.name, {"all": [path]})
 
 
-def _user_dataset(path: Path, records: Sequence[tuple[int, Mapping[str, object]]], answer: object) -> Dataset:
+def _load_folder(folder: Path) -> Dataset:
+    return _user_data(folder.name, folder_splits(folder), folder)
+
+
+def _user_data(name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None) -> Dataset:
+    """A user's files as one data set, a pool per split; its answer column the first file's, when it has one. Every
+    bad row of every file is named at once. A folder's samples are named by their file's path in it."""
+    read = {split: [(path, _file_records(path)) for path in paths] for split, paths in files.items()}
+    rows = [record for parts in read.values() for _, records in parts for _, record in records]
+    if not rows:
+        raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
+    answer = answer_key(rows[0])
+    pools: dict[str, tuple[Sample, ...]] = {}
+    problems = []
+    for split, parts in read.items():
+        for path, records in parts:
+            try:
+                label = str(path.relative_to(folder)) if folder else path.name
+                pools[split] = pools.get(split, ()) + _samples(path, label, records, answer)
+            except DataError as exc:
+                problems.append(str(exc))
+    if problems:
+        raise DataError("\n".join(problems))
+    columns = tuple(dict.fromkeys(str(key) for row in rows for key in row))
+    return Dataset(name, pools, "exact", user=True, columns=columns)
+
+
+def _samples(path: Path, label: str, records: Records, answer: object | None) -> tuple[Sample, ...]:
+    """A file's rows as samples, each named by its line (a table file's rows by their number, from 1)."""
     bad = [(line, f"missing answer column {answer!r}") for line, record in records if answer not in record]
-    if bad:
+    if answer is not None and bad:
         raise bad_rows(path, bad)
     # named by line, as data errors are: `tickets.jsonl:3` is line 3 (a CSV row, the line it starts on)
-    samples = tuple(_sample(f"{path.name}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
-    return Dataset(path.name, {"all": samples}, "exact", user=True)
+    return tuple(_sample(f"{label}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
+
+
+def _file_records(path: Path) -> Records:
+    suffix = path.suffix.lower()
+    if suffix == ".jsonl":
+        return list(_json_lines(path))
+    if suffix in TABLE_SUFFIXES:
+        return _arrow_records(path)
+    return _table_records(path, suffix)
+
+
+def _user_files(path: str) -> dict[str, list[Path]]:
+    """A user's data by split: a folder's splits, or one file; DataError for anything else."""
+    given = Path(path).expanduser()
+    if given.is_dir():
+        return folder_splits(given)
+    if given.suffix.lower() not in USER_SUFFIXES:
+        raise DataError(f"{path}: a data file is .jsonl, .csv, .tsv, .parquet or .arrow, or a Hugging Face folder")
+    return {"all": [given]}
 
 
 def rows_of(path: str) -> list[Mapping[str, object]]:
-    """The rows of a user's data file as they are, before a column is taken for the answer."""
-    file = Path(path).expanduser()
-    if file.suffix.lower() not in USER_SUFFIXES:
-        raise DataError(f"{path}: a data file is .jsonl, .csv or .tsv")
-    found = list(_json_lines(file)) if file.suffix.lower() == ".jsonl" else _table_records(file, file.suffix.lower())
-    return [record for _, record in found]
-
-
-def _user_records(path: Path) -> tuple[Sequence[tuple[int, Mapping[str, object]]], object]:
-    """A user file's rows, with its answer column."""
-    records: Sequence[tuple[int, Mapping[str, object]]] = (
-        list(_json_lines(path)) if path.suffix.lower() == ".jsonl" else _table_records(path, path.suffix.lower())
-    )
-    if not records:
-        raise DataError(f"{path}: no data rows")
-    columns = list(records[0][1])
-    answer = _answer_key(columns)
-    if answer is None:
-        raise DataError(
-            f"{path}: no answer column (need one of {', '.join(ANSWER_COLUMNS)}); "
-            f"columns found: {', '.join(columns) or '(none)'}"
-        )
-    return records, answer
+    """The rows of a user's data file or folder (every split's) as they are, before a column is taken for the
+    answer."""
+    return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
 
 
 def fields_of(path: str) -> tuple[str, ...] | str:
-    """The fields of a user's data file (its answer column among them), or why a run could not use it."""
-    if not path.lower().endswith(USER_SUFFIXES):
-        return f"{path}: a data file is .jsonl, .csv or .tsv"
+    """The fields of a user's data file or folder (its answer column among them), or why a run could not use it."""
     try:
-        records, answer = _user_records(Path(path))
-        _user_dataset(Path(path), records, answer)  # every bad row, as a run would find them
+        files = _user_files(path)
+        return _user_data(
+            path, files, Path(path).expanduser() if Path(path).is_dir() else None
+        ).columns  # every bad row, as a run would find them
     except DataError as exc:
         return str(exc)
-    return tuple(dict.fromkeys(str(key) for _, record in records for key in record))
 
 
 def fingerprint(*paths: str | None) -> str | None:
     """The sha256 of the data files a run reads (None for a built-in data set, or a file that is gone), so a record
-    says whether its data changed since."""
+    says whether its data changed since. A folder's files count with their names, so a renamed split is a change."""
     digest = hashlib.sha256()
-    files = [Path(p).expanduser() for p in paths if p and p.lower().endswith(USER_SUFFIXES)]
-    if not files:
-        return None
     try:
-        for file in files:
-            digest.update(file.read_bytes())
-    except OSError:
+        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or Path(p).expanduser().is_dir())]
+        if not named:
+            return None
+        for given in named:
+            folder = Path(given).expanduser()
+            if not folder.is_dir():
+                digest.update(folder.read_bytes())
+                continue
+            for file in sorted(f for files in folder_splits(folder).values() for f in files):
+                digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
+    except (OSError, DataError):
         return None
     return digest.hexdigest()
 
 
-def _answer_key(keys: Iterable) -> object | None:
+def answer_key(keys: Iterable) -> object | None:
     """The expected-output key: answer, else label, else target (any case); None when there is none."""
     return next((key for wanted in ANSWER_COLUMNS for key in keys if str(key).casefold() == wanted), None)
 
@@ -577,7 +649,7 @@ def _sample(
     """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
     fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
     expected = as_text(record[answer]).strip() if answer is not None else ""
-    return Sample(id, fields, expected, given=given, origin=origin)
+    return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
 def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
@@ -602,3 +674,150 @@ def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
     if bad:
         raise bad_rows(path, bad)
     return records
+
+
+# --- Hugging Face folders, and Parquet and Arrow files ----------------------------------
+
+
+def folder_splits(folder: Path) -> dict[str, list[Path]]:
+    """A Hugging Face folder's data files by split: those `datasets.save_to_disk` wrote (dataset_dict.json naming a
+    folder per split, or one split's state.json), else a hub snapshot's, each split told by a word in its path."""
+    listing = folder / "dataset_dict.json"
+    if listing.is_file():
+        splits = _json_file(listing).get("splits")
+        if not isinstance(splits, list) or not all(isinstance(s, str) and _plain_name(s) for s in splits):
+            raise DataError(f'{listing}: expected {{"splits": ["train", ...]}}, each the name of a folder beside it')
+        return {SPLIT_WORDS.get(split.lower(), split): _saved_split(folder / split) for split in splits}
+    if (folder / "state.json").is_file():
+        split = _json_file(folder / "state.json").get("_split")
+        return {SPLIT_WORDS.get(split.lower(), split) if isinstance(split, str) else "train": _saved_split(folder)}
+    return _snapshot_splits(folder)
+
+
+def _plain_name(name: str) -> bool:
+    """A file or folder's own name, not a path out of the folder (a hostile listing's "../x")."""
+    return bool(name) and Path(name).name == name and name not in (".", "..")
+
+
+def _json_file(path: Path) -> dict:
+    try:
+        found = json.loads(_read_text(path))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
+    if not isinstance(found, dict):
+        raise DataError(f"{path}: expected a JSON object")
+    return found
+
+
+def _saved_split(folder: Path) -> list[Path]:
+    """The Arrow files of one split `save_to_disk` wrote, in the order its state.json lists them."""
+    state = _json_file(folder / "state.json") if (folder / "state.json").is_file() else {}
+    listed = state.get("_data_files")
+    if isinstance(listed, list) and listed:
+        names = [entry.get("filename") if isinstance(entry, dict) else None for entry in listed]
+        if not all(isinstance(name, str) and _plain_name(name) for name in names):
+            raise DataError(f'{folder / "state.json"}: expected "_data_files": [{{"filename": "data-....arrow"}}]')
+        return [folder / str(name) for name in names]
+    files = sorted(folder.glob("*.arrow"))
+    if not files:
+        raise DataError(f"{folder}: no .arrow files in this split's folder")
+    return files
+
+
+def _snapshot_splits(folder: Path) -> dict[str, list[Path]]:
+    """A hub snapshot's data files (.parquet, .jsonl, .csv, ...; hidden folders skipped) by the split word in each
+    path (its last); with no split word anywhere, every file is train."""
+    files = sorted(
+        p
+        for p in folder.rglob("*")
+        if p.suffix.lower() in USER_SUFFIXES
+        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
+        and p.is_file()
+    )
+    if not files:
+        raise DataError(f"{folder}: no data files (.jsonl, .csv, .tsv, .parquet, .arrow) in the folder")
+    words = {p: _split_word(p.relative_to(folder)) for p in files}
+    if not any(words.values()):
+        return {"train": files}
+    unnamed = [str(p.relative_to(folder)) for p, word in words.items() if word is None]
+    if unnamed:
+        raise DataError(
+            f"{folder}: no split in the name of {', '.join(unnamed)}: name each file or its folder by its split "
+            "(train, validation, test), as the other files are"
+        )
+    splits: dict[str, list[Path]] = {}
+    for path, word in words.items():
+        splits.setdefault(str(word), []).append(path)
+    return splits
+
+
+def _split_word(relative: Path) -> str | None:
+    """The split a file's path names (train-00000-of-00001.parquet, data/dev.jsonl, test/0.parquet), the word nearest
+    the file's own name deciding; None when it names none."""
+    words = re.split(r"[^a-z]+", str(relative.with_suffix("")).lower())
+    return next((SPLIT_WORDS[w] for w in reversed(words) if w in SPLIT_WORDS), None)
+
+
+def _pyarrow() -> Any:
+    """pyarrow, which reads Parquet and Arrow files: an optional extra, and ~90 ms to import (measured), so only
+    reading such a file pays it."""
+    try:  # the hf extra, ~90 ms to import (measured): only reading a Parquet or Arrow file pays it
+        import pyarrow.ipc
+        import pyarrow.parquet
+    except ImportError:
+        raise DataError(
+            "reading Parquet and Arrow files needs pyarrow: pip install 'sbpc[hf]' (or give a .jsonl, .csv or .tsv)"
+        ) from None
+    return pyarrow
+
+
+def _arrow_records(path: Path) -> list[tuple[int, dict[str, object]]]:
+    """The rows of a Parquet or Arrow file, counted from 1; a Hugging Face ClassLabel column's numbers as its names
+    (a model answers "positive", not 1)."""
+    table = _arrow_table(path)
+    names = _class_labels(table.schema.metadata or {})
+    rows = []
+    for number, row in enumerate(table.to_pylist(), start=1):
+        rows.append((number, {str(key): _plain(value, names.get(key)) for key, value in row.items()}))
+    return rows
+
+
+def _arrow_table(path: Path) -> Any:
+    pa = _pyarrow()
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    try:
+        if path.suffix.lower() == ".parquet":
+            return pa.parquet.read_table(path)
+        with pa.memory_map(str(path)) as source:
+            try:  # `save_to_disk` writes the Arrow stream format
+                return pa.ipc.open_stream(source).read_all()
+            except pa.ArrowInvalid:
+                source.seek(0)
+                return pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowException) as exc:
+        raise DataError(f"{path}: cannot read it as {path.suffix.lower()[1:].title()}: {exc}") from None
+
+
+def _class_labels(metadata: Mapping[bytes, bytes]) -> dict[str, list]:
+    """The names of each ClassLabel column, from the features `datasets` writes into a file's schema metadata."""
+    try:
+        features = json.loads(metadata.get(b"huggingface", b"{}"))["info"]["features"]
+    except (ValueError, KeyError, TypeError):
+        return {}
+    if not isinstance(features, dict):
+        return {}
+    return {
+        column: feature["names"]
+        for column, feature in features.items()
+        if isinstance(feature, dict) and feature.get("_type") == "ClassLabel" and isinstance(feature.get("names"), list)
+    }
+
+
+def _plain(value: object, labels: list | None) -> object:
+    """A table's value as a JSON file would hold it: a class number as its name, bytes and dates as text."""
+    if labels is not None and isinstance(value, int) and 0 <= value < len(labels):
+        return labels[value]
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return value
+    return json.loads(json.dumps(value, default=str, ensure_ascii=False))

@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import telemetry
 from ..errors import Option, SbpcError
+from ..language.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, check
@@ -22,7 +23,7 @@ from ..language.node import GraphNode
 from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
-from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, eval_splits
+from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, bad_samples, eval_splits
 from .forward import run
 from .tasks import together
 
@@ -281,7 +282,7 @@ def sample_inputs(graph: Graph, sample: Sample, mapping: Mapping[str, str]) -> d
 
 
 def expected_answer(graph: Graph, sample: Sample) -> str:
-    if graph.answer_field:
+    if graph.answer_field and graph.answer_field != sample.answer_column:
         if graph.answer_field not in sample.fields:
             raise DataError(
                 f"the output reads its answer from field '{graph.answer_field}', which the data do not have"
@@ -293,15 +294,39 @@ def expected_answer(graph: Graph, sample: Sample) -> str:
 def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Scorer) -> None:
     """An expected answer no output can match under a built-in metric (a label the output node does not offer,
     no number for `numeric`, not JSON for `json`) would score its example 0 whatever the model says, silently:
-    refused before any call, at the row to fix."""
+    refused before any call, naming every row to fix. So are data with no answer at all (no answer column)."""
     if not isinstance(metric, str) or metric in graph.metrics:
         return
+    if samples and not graph.answer_field and not any(s.answer for s in samples):
+        fields = list(dict.fromkeys(f for s in samples for f in s.fields))
+        raise DataError(
+            f"{samples[0].where}: no example has an expected output: the data have no column named "
+            f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}; name the one that holds it in the pipeline, "
+            f'for example output {graph.output} from "{fields[-1] if fields else "COLUMN"}" (fields: {", ".join(fields)})'
+        )
     node = graph.nodes[graph.output]
-    found = [(s, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
+    found = [(s.where, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
     if found:
-        sample, why = found[0]
-        more = f" (and {len(found) - 1} more like it)" if len(found) > 1 else ""
-        raise DataError(f"{sample.where}: {why}{more}")
+        raise bad_samples(found)
+
+
+def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, str]) -> None:
+    """Every row lacking a field an input reads, or the expected answer's, named at once by where it was read, with
+    the field it may have meant; before any call."""
+    wanted = [(mapping.get(i.name) or i.field or i.name, f"input '{i.name}'", i.name) for i in graph.inputs]
+    if graph.answer_field:
+        wanted.append((graph.answer_field, "the expected answer", graph.answer_field))
+    bad, unmapped = [], []
+    for sample in samples:
+        missing = [(field, who, own) for field, who, own in wanted if not sample.has(field) and not sample.has(own)]
+        unmapped += [own for field, who, own in missing if who.startswith("input")]
+        if missing:
+            said = [f"no field '{field}' for {who}{did_you_mean(field, sample.fields)}" for field, who, _ in missing]
+            bad.append((sample.where, "; ".join(said) + f" (fields: {', '.join(sample.fields)})"))
+    if bad:
+        name = unmapped[0] if unmapped else None
+        how = ("; map it with ", Option(f"mapping={{{name!r}: 'FIELD'}}", f"--map {name}=FIELD")) if name else ()
+        raise bad_samples(bad, "", *how)
 
 
 def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
@@ -332,6 +357,7 @@ async def evaluate(
     """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget. `metric`: a built-in's
     name, or a Scorer (a metric that fails on one sample leaves that sample unscored, with why). `what`: the
     phase of a run it is (an optimize run's "iteration 2: gate, round 1"), as its span names it."""
+    check_fields(graph, samples, mapping)
     check_answers(graph, samples, metric)
     prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
 
