@@ -22,9 +22,9 @@ class LineProgress:
     PROGRESS_EVERY seconds, and one at the end if any was printed, so a long phase never looks hung and a
     short one prints nothing. The part of tqdm's interface the commands use."""
 
-    def __init__(self, total: int, desc: str, unit: str, every: float = PROGRESS_EVERY):
+    def __init__(self, total: int, desc: str, unit: str, every: float | None = None):
         self.total, self.desc, self.unit, self.n, self.postfix = total, desc.strip(), unit, 0, ""
-        self.every = every  # seconds between lines (math.inf: none, for --json)
+        self.every = PROGRESS_EVERY if every is None else every  # seconds between lines (math.inf: none, --json)
         self.last = time.monotonic()
         self.printed: int | None = None  # the count the last line showed
 
