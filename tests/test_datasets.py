@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import (
     DATA_DIR_ENV,
     DataError,
@@ -594,3 +598,45 @@ def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_ll
         report = p.evaluate(sbp.Data(few, test_data=ten), test_size=5)
     assert report.scored == 5 and fake_llm.requests == 5
     assert all(result.sample.fields["q"].startswith("t") for result in report.results)  # rows of the test file
+
+
+# --- reading once, and reading fast ---------------------------------------------------
+
+
+def test_a_data_set_is_read_once_while_its_files_stay_as_they_were(tmp_path: Path, monkeypatch, data_dir) -> None:
+    monkeypatch.setattr(datasets, "_SETTLED", -1.0)  # every file counts as settled, however new
+    assert load("liar", str(data_dir)) is load("liar", str(data_dir))  # eval asks twice: to show, then to run
+    spec = _write(tmp_path / "d.jsonl", json.dumps({"q": "a", "answer": "x"}))
+    first = load(spec)
+    assert load(spec) is first
+    _write(tmp_path / "d.jsonl", json.dumps({"q": "a longer question", "answer": "y"}))
+    assert load(spec).pools["all"][0].answer == "y"
+
+
+def test_a_file_changed_a_moment_ago_is_read_again_even_with_its_old_size_and_times(tmp_path: Path) -> None:
+    """The kernel stamps files with a coarse clock: a file rewritten at once can show the size and times it had."""
+    path = tmp_path / "d.jsonl"
+    spec = _write(path, json.dumps({"q": "a", "answer": "x"}))
+    stamp = path.stat()
+    assert load(spec).pools["all"][0].answer == "x"
+    _write(path, json.dumps({"q": "a", "answer": "y"}))  # as many bytes
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert load(spec).pools["all"][0].answer == "y"
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    st.text(
+        st.sampled_from(
+            ["a", " ", "\t", "\n", "\r", '"', "'", ",", "\x0b", "\x0c", "\x1c", "\x85", "\u2028", "\\", "\0"]
+        ),
+        max_size=40,
+    )
+)
+def test_a_tsv_is_split_as_the_csv_module_reads_it(text: str) -> None:
+    """LIAR's files and a user's .tsv are unquoted: where csv would read a line as a record, str.split reads it
+    (three times as fast); where it might not (a CR, a NUL), csv reads it."""
+    path = Path("d.tsv")
+    assert list(datasets._csv_rows(path, text, "\t", csv.QUOTE_NONE)) == list(
+        datasets._csv_read(path, text, "\t", csv.QUOTE_NONE)
+    )

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import argparse
 import gc
+import math
 import sys
 import time
 
 from .. import telemetry
 from ..errors import SbpcError
 from ..language.data import DataSpec
+from ..language.ir import gc_paused
 from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
@@ -21,14 +23,15 @@ class LineProgress:
     PROGRESS_EVERY seconds, and one at the end if any was printed, so a long phase never looks hung and a
     short one prints nothing. The part of tqdm's interface the commands use."""
 
-    def __init__(self, total: int, desc: str, unit: str):
+    def __init__(self, total: int, desc: str, unit: str, every: float | None = None):
         self.total, self.desc, self.unit, self.n, self.postfix = total, desc.strip(), unit, 0, ""
+        self.every = PROGRESS_EVERY if every is None else every  # seconds between lines (math.inf: none, --json)
         self.last = time.monotonic()
         self.printed: int | None = None  # the count the last line showed
 
     def update(self, count: int = 1) -> None:
         self.n += count
-        if time.monotonic() - self.last >= PROGRESS_EVERY:
+        if time.monotonic() - self.last >= self.every:
             self._line()
 
     def set_postfix_str(self, text: str) -> None:
@@ -54,12 +57,12 @@ class LineProgress:
 
 def progress_bar(total: int, desc: str, quiet: bool, unit: str = "sample", leave: bool = True):
     """A bar on a terminal, progress lines elsewhere, nothing with --json."""
-    # tqdm costs about 35 ms to import: the commands that show no progress (check, fmt, explain) never pay it
-    from tqdm import tqdm
-
     if quiet:
-        return tqdm(disable=True)
+        return LineProgress(total, desc, unit, every=math.inf)
     if sys.stderr.isatty():
+        # tqdm costs about 35 ms to import: only a bar on a terminal pays it, not check, fmt, --json or a log file
+        from tqdm import tqdm
+
         return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, leave=leave)
     return LineProgress(total, desc, unit)
 
@@ -110,28 +113,29 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
 def load_pipeline(args, code: bool = True):
     """The pipeline of a command, with the models and limits its flags ask for (`code=False`: importing no
     function module, for a command that runs none)."""
-    # the api and the model runtime cost about 1.5 s to import: only the commands that load a pipeline pay it
-    from ..api import load
-
     roles = {
         role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag
     }
-    pipeline = load(
-        args.file,
-        model=args.model,
-        roles=roles,
-        api_base=args.api_base,
-        concurrency=args.concurrency,
-        timeout=args.timeout,
-        cache=not args.no_cache,
-        max_calls=args.max_calls,
-        max_cost=args.max_cost,
-        allow_modules=args.allow_module or (),
-        code=code,
-        otel=telemetry.asked(vars(args).get("otel") or vars(args).get("otel_content") or None),
-        otel_content=vars(args).get("otel_content") or None,
-    )
-    # litellm leaves ~400k long-lived objects behind; freezing them spares every later GC pass (~10% CPU per call)
+    with gc_paused():  # what is made here lives to the end: a collection would find nothing
+        # the api and the model runtime cost about 0.25 s to import: only the commands that load a pipeline pay it
+        from ..api import load
+
+        pipeline = load(
+            args.file,
+            model=args.model,
+            roles=roles,
+            api_base=args.api_base,
+            concurrency=args.concurrency,
+            timeout=args.timeout,
+            cache=not args.no_cache,
+            max_calls=args.max_calls,
+            max_cost=args.max_cost,
+            allow_modules=args.allow_module or (),
+            code=code,
+            otel=telemetry.asked(vars(args).get("otel") or vars(args).get("otel_content") or None),
+            otel_content=vars(args).get("otel_content") or None,
+        )
+    # the modules and the pipeline live to the end: frozen, later GC passes skip them (~10% CPU per call)
     gc.freeze()
     if "data" in vars(args):
         args.data = named_data(args.data, pipeline.graph.data)

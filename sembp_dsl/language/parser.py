@@ -6,7 +6,7 @@ import json
 import re
 import threading
 from dataclasses import replace
-from importlib import resources
+from pathlib import Path
 
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
@@ -293,7 +293,7 @@ class Builder(Transformer):
 
 def grammar() -> str:
     """The grammar of .sbp (grammar/sbp.lark), which syntax.py also parses with."""
-    return resources.files("sembp_dsl.language").joinpath("grammar/sbp.lark").read_text(encoding="utf-8")
+    return (Path(__file__).parent / "grammar" / "sbp.lark").read_text(encoding="utf-8")  # as templates.py reads
 
 
 # Lark fixes its inline transformer when the parser is built, and the Builder holds the parse at hand (file,

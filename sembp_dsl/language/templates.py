@@ -17,7 +17,7 @@ import time
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
-from importlib import resources
+from pathlib import Path
 from typing import NamedTuple
 
 from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
@@ -286,7 +286,9 @@ BUILTIN = {
 
 @functools.cache
 def builtin_source(name: str) -> str:
-    return resources.files("sembp_dsl.language").joinpath(f"prompts/{name}.j2").read_text(encoding="utf-8")
+    """A built-in prompt's text (prompts/NAME.j2), read beside this module: importlib.resources would cost the
+    first call ~8 ms of imports (zipfile among them) to read a file the package installs as a file."""
+    return (Path(__file__).parent / "prompts" / f"{name}.j2").read_text(encoding="utf-8")
 
 
 class TemplateProblem(SbpcError, TemplateError):

@@ -14,11 +14,13 @@ import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-
-import jsonschema
+from typing import TYPE_CHECKING
 
 from .shapes import first_object
 from .signatures import ToolSpec
+
+if TYPE_CHECKING:
+    import jsonschema
 
 #: The most characters of one tool result the model is shown (and the trajectory keeps): megabytes of text
 #: from a tool would fill the context and the run record.
@@ -231,6 +233,8 @@ def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | Non
     tool = tools.get(call.name)
     if tool is None:
         return f"there is no tool '{call.name}'; the tools are {', '.join(tools) or 'none'}"
+    import jsonschema  # ~50 ms to import (measured): only a tool's call pays it, never a pipeline without tools
+
     try:
         validator(tool).validate(dict(call.arguments))
     except jsonschema.ValidationError as exc:
@@ -245,4 +249,6 @@ def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | Non
 def validator(tool: ToolSpec) -> jsonschema.Draft202012Validator:
     """A tool's arguments' validator, made once: `jsonschema.validate` checks the schema itself on every call,
     which took most of a tool step's CPU (bench/agent_overhead.py)."""
+    import jsonschema  # ~50 ms to import (measured): only a tool's call pays it, never a pipeline without tools
+
     return jsonschema.Draft202012Validator(tool.schema())

@@ -371,10 +371,16 @@ async def evaluate(
 
     attributes = {"sbpc.pipeline": graph.pipeline.name, "sbpc.phase": what, "sbpc.samples": len(samples)}
     with telemetry.span("evaluate", attributes) as span:
-        tasks = [asyncio.ensure_future(one(*p)) for p in prepared]
+        tasks: list[asyncio.Future[Result]] = []
+
+        def started():  # the tasks, kept for the results scored before a budget stopped the rest
+            for p in prepared:
+                tasks.append(asyncio.ensure_future(one(*p)))
+                yield tasks[-1]
+
         stopped = None
         try:
-            await together(tasks)
+            await together(started(), apart=True)
         except BudgetExceeded as exc:  # the samples already scored are kept
             stopped = exc.text  # a str in the API's words, .cli in the command line's
         results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)

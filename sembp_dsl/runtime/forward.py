@@ -152,12 +152,7 @@ async def ran(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, 
             if node.each is not None
             else kind_of(node).forward(node, graph, calls, values)
         )
-        span.set(
-            {
-                "sbpc.node.items": len(trace.items) if node.each is not None else None,
-                "sbpc.node.steps": len(trace.steps) or None,
-            }
-        )
+        span.set({"sbpc.node.items": len(trace.items) if node.each is not None else None})
         failed(span, trace)
         return trace
 

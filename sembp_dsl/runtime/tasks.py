@@ -9,14 +9,20 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-async def together(work: Iterable[Awaitable[T]]) -> list[T]:
+async def together(work: Iterable[Awaitable[T]], *, apart: bool = False) -> list[T]:
     """Run every awaitable at once (coroutines become tasks) and return their results in order.
 
     The first failure cancels the rest and is raised; cancelling the caller cancels them all. Either way
     every task has finished when this returns or raises, so no call goes on for an answer nobody reads.
+    `apart`: start each one event-loop turn after the one before, so the first sample's calls leave before the
+    hundredth sample's prompts are rendered (started in one turn, a first request waited on all of them).
     """
-    tasks = [asyncio.ensure_future(w) for w in work]
+    tasks: list[asyncio.Future[T]] = []
     try:
+        for w in work:
+            tasks.append(asyncio.ensure_future(w))
+            if apart:
+                await asyncio.sleep(0)
         return list(await asyncio.gather(*tasks))
     except BaseException:
         for task in tasks:

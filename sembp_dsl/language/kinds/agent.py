@@ -114,7 +114,9 @@ class ToolLoop(NodeKind):
         if isinstance(toolbox, str):
             return NodeTrace.without_reply(node.name, rendered[0], f"{FUNCTION_FAILED}: {toolbox}")
         loop = Loop(node, toolbox, model, model.takes_tools(node.model), *rendered)
-        return await loop.run()
+        trace = await loop.run()
+        telemetry.current().set({"sbpc.node.steps": len(steps_of(trace)) or None})  # the node's span
+        return trace
 
     def instruction(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> str:
         """Its prompt, then each tool it may call with its description (a param's, when it is one)."""
