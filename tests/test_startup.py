@@ -24,10 +24,19 @@ PIPELINE = ROOT / "pipelines" / "liar_paper.sbp"
 INPUTS = ("statement", "job_title", "state", "party", "source")
 
 # sbpc's own modules a first call needs: the command line, the language (reading and compiling the file), the
-# models layer (sending), the runtime (running, data, scoring) and the API over them. Not learning/ (the optimize
+# models layer (sending), the runtime (running, data, scoring), the API over them, and telemetry (the calls'
+# spans, a no-op that imports no OpenTelemetry unless spans are asked for). Not learning/ (the optimize
 # loop), records/ (a record is written after the calls), serve.py or compare.py.
 SBPC_PACKAGES = ("sembp_dsl.cli", "sembp_dsl.language", "sembp_dsl.models", "sembp_dsl.runtime")
-SBPC = ("sembp_dsl", "sembp_dsl.errors", "sembp_dsl.files", "sembp_dsl.usercode", "sembp_dsl.api", *SBPC_PACKAGES)
+SBPC = (
+    "sembp_dsl",
+    "sembp_dsl.errors",
+    "sembp_dsl.files",
+    "sembp_dsl.usercode",
+    "sembp_dsl.api",
+    "sembp_dsl.telemetry",
+    *SBPC_PACKAGES,
+)
 SBPC_NOT = ("sembp_dsl.cli.lsp", "sembp_dsl.cli.reading", "sembp_dsl.language.yaml_form")  # editors, YAML files
 # What sbpc sends and renders with, each with what it imports itself: aiohttp (the fast path), jinja2 (the
 # prompts' templates), lark (the .sbp grammar); and what sbpc itself takes from the standard library on the way.
