@@ -32,7 +32,7 @@ from .language.trace import Trace
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
-from .runtime import datasets, splits
+from .runtime import splits
 from .runtime.code import bind
 from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
@@ -49,6 +49,7 @@ from .runtime.forward import run
 from .runtime.inputs import input_texts, prompt_texts
 from .runtime.scoring import scorer_for
 from .runtime.session import Session, check_concurrency
+from .runtime.splits import Data
 from .runtime.tasks import together
 
 if TYPE_CHECKING:
@@ -76,16 +77,6 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
-
-
-@dataclass(frozen=True)
-class Data:
-    """A data set to draw examples from: a name ("liar", "gsm8k", "bbh:<task>") or a .jsonl/.csv/.tsv path,
-    the folder built-in data sets are looked up in, and a file of its own for the test split."""
-
-    name: str
-    data_dir: str | None = None
-    test_data: str | None = None
 
 
 def load(
@@ -466,21 +457,21 @@ class Pipeline:
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
-        data: Data | None = None  # examples given in Python
-        examples = self._named(examples)
-        if isinstance(examples, (str, Data)):
-            data = Data(examples) if isinstance(examples, str) else examples
-            dataset = datasets.load(data.name, data.data_dir, data.test_data)
+        data = splits.named(self.graph, examples)  # a Data, or examples given in Python
+        if isinstance(data, Data):
+            dataset = data.load()
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
-            samples, default_metric = splits.examples_to_score(examples, sizes)[:limit], "exact"
+            samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
         for name in models.values():  # before any call
             check_callable(name)
         llm = self._session.llm()
         scorer = self._scorer(chosen, llm)
-        if data is None and isinstance(scorer, str):  # a built-in metric needs the answers examples in Python lack
+        if not isinstance(data, Data) and isinstance(
+            scorer, str
+        ):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
         # one batch: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing):
@@ -490,11 +481,8 @@ class Pipeline:
         # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
         from .records.record import RunRecord, RunSettings
 
-        name, test_data = (data.name, data.test_data) if data else ("examples", None)
-        sha = datasets.fingerprint(name, test_data) if data else None
-        settings = RunSettings(
-            self.path, name, self.method(None, **sizes), models, test_data, sha
-        )  # sizes: the split's
+        given = (data.name, data.test_data, data.fingerprint()) if isinstance(data, Data) else ("examples", None, None)
+        settings = RunSettings(self.path, given[0], self.method(None, **sizes), models, *given[1:])  # the split's sizes
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
@@ -534,11 +522,11 @@ class Pipeline:
         # the optimize loop and what it needs, ~40 ms to import (measured): run and eval never pay it
         from .learning.plan import plan
 
-        run = self._run(train, val, test, method, settings)
-        chosen = metric if metric is not None else metric_for(self.graph, run.metric)
+        run = splits.for_run(self.graph, train, val, test, self.method(method, **settings), settings)
+        chosen = metric if metric is not None else metric_for(self.graph, run.cut.metric)
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
         judged = spec if spec is not None and spec.kind == "judge" else None
-        return plan(self.graph, LLM(self._session.models), run.method, *run.splits, mapping or {}, judged)
+        return plan(self.graph, LLM(self._session.models), run.cut.method, *run.cut.splits, mapping or {}, judged)
 
     async def aoptimize(
         self,
@@ -571,18 +559,18 @@ class Pipeline:
         from .records.step_writer import StepWriter
 
         self._session.check_open()  # before a run record is made
-        run = self._run(train, val, test, method, settings)
+        run = splits.for_run(self.graph, train, val, test, self.method(method, **settings), settings)
         # a model for every role, which a plan does not need
-        asked = RunSettings(self.path, run.data, run.method, self.models, run.test_data, run.data_sha256)
+        asked = RunSettings(self.path, run.data, run.cut.method, self.models, run.test_data, run.data_sha256)
         for name in asked.models.values():  # before a run record is made
             check_callable(name)
-        train_, val_, test_ = run.splits
+        every = [sample for split in run.cut.splits for sample in split]
         log = log or (lambda line: None)
         llm = self._session.llm()
-        scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.metric), llm)
+        scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.cut.metric), llm)
         # what could not be scored or written is said now, before a record or a call
-        check_fields(self.graph, [*train_, *val_, *test_], mapping or {})
-        check_answers(self.graph, [*train_, *val_, *test_], scorer)
+        check_fields(self.graph, every, mapping or {})
+        check_answers(self.graph, every, scorer)
         writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
         source = self.graph.pipeline.text
         if resume:
@@ -593,52 +581,14 @@ class Pipeline:
         initial = self.with_prompts(record.data.initial_prompts)
         # one run: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing):
+            steps = StepWriter(writer, record, log)
             outcome = await Optimizer(
-                initial.graph,
-                llm,
-                run.method,
-                scorer,
-                mapping or {},
-                train_,
-                val_,
-                test_,
-                record,
-                StepWriter(writer, record, log),
-                log,
-                progress,
+                initial.graph, llm, run.cut.method, scorer, mapping or {}, *run.cut.splits, record, steps, log, progress
             ).run()
         written = writer.target if write is not False else None
         return Optimized(self._sibling(outcome.graph), initial, outcome, record.folder, written)
 
     optimize = _blocking(aoptimize)
-
-    def _named(self, examples: Examples | str | Data | None) -> Examples | str | Data:
-        """The examples given, else the data the file's data block names."""
-        if examples is not None:
-            return examples
-        if self.graph.data is None:
-            raise TypeError("give examples or a data set: this pipeline names no data (data { file = ... })")
-        return Data(self.graph.data.path)
-
-    def _run(
-        self,
-        given: Examples | str | Data | None,
-        val: Examples,
-        test: Examples,
-        method: Method | None,
-        settings: Mapping,
-    ) -> _Run:
-        """What a run on these examples is asked, its splits, and the metric their data set scores with."""
-        resolved, train = self.method(method, **settings), self._named(given)
-        if isinstance(train, (str, Data)):
-            data = Data(train) if isinstance(train, str) else train
-            if val or test:
-                raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
-            cut = splits.from_dataset(datasets.load(data.name, data.data_dir, data.test_data), resolved, settings)
-            sha = datasets.fingerprint(data.name, data.test_data)
-            return _Run(cut.method, cut.splits, cut.metric, data.name, data.test_data, sha)
-        cut = splits.from_examples(train, val, test, resolved, settings)
-        return _Run(cut.method, cut.splits, cut.metric, "examples")
 
     # --- the event loops -----------------------------------------------------------
 
@@ -672,16 +622,6 @@ class _Lost(CallFailed):
         Exception.__init__(self, f"{cause.node}: {cause.error}" if cause else prediction.error)
         self.failure = cause.failure if cause else None
         self.prediction = prediction
-
-
-@dataclass(frozen=True)
-class _Run:
-    method: Method  # the sizes are those of the splits drawn
-    splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
-    metric: str  # the data set's, for a pipeline that names none
-    data: str  # a data set's name or path, or "examples"
-    test_data: str | None = None
-    data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint)
 
 
 def _name(metric: Callable) -> str:

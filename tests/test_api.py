@@ -240,7 +240,7 @@ def test_evaluate_a_file_draws_only_the_rows_it_scores_or_must_skip(triage, tmp_
     data.write_text("".join(json.dumps({**row, "label": "Yes"}) + "\n" for row in tickets(5)))
     train = triage.evaluate(str(data), split="train", train_size=3)  # no val or test rows are needed for it
     assert [r.sample.id for r in train.results] == [
-        s.id for s in sbp.api.datasets.make_splits(sbp.api.datasets.load(str(data)), 3, 0, 0, seed=0).train
+        s.id for s in sbp.runtime.datasets.make_splits(sbp.runtime.datasets.load(str(data)), 3, 0, 0, seed=0).train
     ]
     with pytest.raises(
         sbp.DataError,
@@ -498,7 +498,7 @@ def test_an_impossible_answer_in_a_data_file_is_refused_at_its_line(triage, fake
             triage.evaluate(str(data))
         assert f"{data}:{line + 1}: the expected answer 'Maybe'" in str(caught.value)
         with pytest.raises(sbp.DataError, match=said.format(line=line)):
-            triage.optimize(sbp.api.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
+            triage.optimize(sbp.runtime.datasets.load(str(data)).pools["all"], runs_dir=tmp_path / "runs", gate="none")
         code = cli.main(
             ["eval", triage.path, "--data", str(data), "--model", "openai/fake", "--api-base", fake_llm.url]
         )

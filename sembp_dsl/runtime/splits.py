@@ -12,9 +12,37 @@ from ..errors import Option
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, Method, SettingError
+from . import datasets
 from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, from_records, make_splits
 
 Examples = Sequence[Mapping[str, Any] | Sample]
+
+
+@dataclass(frozen=True)
+class Data:
+    """A data set to draw examples from: a name ("liar", "gsm8k", "bbh:<task>"), a .jsonl/.csv/.tsv/.parquet/.arrow
+    path or a Hugging Face data set's folder, the folder built-in data sets are looked up in, and a file of its own
+    for the test split."""
+
+    name: str
+    data_dir: str | None = None
+    test_data: str | None = None
+
+    def load(self) -> Dataset:
+        return datasets.load(self.name, self.data_dir, self.test_data)
+
+    def fingerprint(self) -> str | None:
+        """Of the data files' content, as a run record keeps it (None for a built-in data set)."""
+        return datasets.fingerprint(self.name, self.test_data)
+
+
+def named(graph: Graph, examples: Examples | str | Data | None) -> Examples | Data:
+    """The examples given (a name or path as a Data), else the data the file's data block names."""
+    if examples is None:
+        if graph.data is None:
+            raise TypeError("give examples or a data set: this pipeline names no data (data { file = ... })")
+        return Data(graph.data.path)
+    return Data(examples) if isinstance(examples, str) else examples
 
 
 def method_for(graph: Graph, method: Method, settings: Mapping[str, Any]) -> Method:
@@ -39,6 +67,29 @@ class Cut:
     method: Method
     splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
     metric: str
+
+
+@dataclass(frozen=True)
+class Run:
+    """What an optimize run (or its plan) is asked: its cut, and the data it was cut from as its record names it."""
+
+    cut: Cut
+    data: str  # a data set's name or path, or "examples"
+    test_data: str | None = None
+    data_sha256: str | None = None  # of the data files' content (datasets.fingerprint)
+
+
+def for_run(
+    graph: Graph, given: Examples | str | Data | None, val: Examples, test: Examples, method: Method, settings: Mapping
+) -> Run:
+    """A run's splits: a data set (given, or the file's data block) cut by the method's sizes, or the caller's lists
+    of examples taken as they are. `method`: the pipeline's with `settings` (those the caller gave) applied."""
+    train = named(graph, given)
+    if isinstance(train, Data):
+        if val or test:
+            raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
+        return Run(from_dataset(train.load(), method, settings), train.name, train.test_data, train.fingerprint())
+    return Run(from_examples(train, val, test, method, settings), "examples")
 
 
 def from_dataset(dataset: Dataset, method: Method, settings: Mapping[str, Any]) -> Cut:
