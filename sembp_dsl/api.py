@@ -555,11 +555,13 @@ class Pipeline:
         # the optimize loop and the run record, ~40 ms to import (measured): run and eval never pay it
         from .language.writeback import WriteBack
         from .learning.optimize import Optimizer
+        from .learning.strategies import check_acting
         from .records.record import RunRecord, RunSettings
         from .records.step_writer import StepWriter
 
         self._session.check_open()  # before a run record is made
         run = splits.for_run(self.graph, train, val, test, self.method(method, **settings), settings)
+        check_acting(self.graph, run.cut.method)
         # a model for every role, which a plan does not need
         asked = RunSettings(self.path, run.data, run.cut.method, self.models, run.test_data, run.data_sha256)
         for name in asked.models.values():  # before a run record is made

@@ -201,3 +201,21 @@ def test_the_plan_prices_a_node_at_the_dearest_model_it_may_move_to(relay):
     down = plan(graph, llm, method.changed({"objective": "cost"}), train, [], [], {})
     assert up.cost is not None and down.cost is not None and up.cost > down.cost
     assert set(up.models) >= {"strong"} and "strong" not in {m for m, u in down.models.items() if u["calls"]}
+
+
+def test_a_run_whose_strategies_have_nothing_to_change_is_refused_before_a_call(relay, capsys, monkeypatch):
+    """--strategies models with no models to move to (no list in the file, none on the command line) would spend its
+    forward passes on nothing: the plan and the run refuse it, saying how to name the models; with a list it runs."""
+    path, folder = relay
+    path.write_text(path.read_text().replace("models = [bad, fast, strong]  ", ""))
+    monkeypatch.chdir(folder)
+    asked = ["optimize", str(path), "--data", "data.jsonl", "--strategies", "models", "--objective", "cost"]
+    for extra in (["--plan"], []):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*asked, *extra])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--strategies: nothing in this pipeline to change" in err and "--models" in err
+    assert not (folder / ".sbpc" / "runs").exists()  # no record, no call
+    assert cli.main([*asked, "--models", "fast,strong", "--plan"]) == 0
+    assert "plan: at most" in capsys.readouterr().out

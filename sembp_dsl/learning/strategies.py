@@ -21,9 +21,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from ..errors import Option
 from ..language.checker import MODEL_ROLES
 from ..language.graph import Graph
-from ..language.method import STRATEGIES, Method
+from ..language.method import STRATEGIES, Method, SettingError
 from ..language.node import GraphNode, model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
@@ -302,7 +303,24 @@ class Models:
 KINDS: Mapping[str, Callable[[Method], Strategy]] = {"gradients": SemanticGradients, "demos": Demos, "models": Models}
 
 
+# Why a strategy has nothing to change in a pipeline (its `params` are none)
+IDLE: Mapping[str, str] = {
+    "gradients": "no prompt param to rewrite (each is frozen, or `only` names none)",
+    "demos": "no node shows a demos param",
+    "models": "no node may move to another model; name the models a node with a model of its own (`model = fast`) "
+    "may use: `models = [fast, strong]` in the optimize block or on the node, or --models",
+}
+
+
 def strategies(method: Method) -> tuple[Strategy, ...]:
     """The strategies a run's steps use (the method's `strategies`), in the order their candidates are listed and
     drawn: that of STRATEGIES, whatever order the setting names them in."""
     return tuple(KINDS[name](method) for name in STRATEGIES if name in method.strategies)
+
+
+def check_acting(graph: Graph, method: Method) -> None:
+    """SettingError when none of the run's strategies has anything to change: it would spend its calls on nothing."""
+    steps = strategies(method)
+    if not any(step.params(graph) for step in steps):
+        why = "; ".join(f"{step.name}: {IDLE[step.name]}" for step in steps)
+        raise SettingError(Option("strategies", "--strategies"), f": nothing in this pipeline to change. {why}")
