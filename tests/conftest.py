@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -136,3 +138,10 @@ def wait_until(condition, within: float) -> float:
         assert time.monotonic() - start < within, "timed out"
         time.sleep(0.01)
     return time.monotonic() - start
+
+
+def sbpc(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+    """`sbpc ARGS` as a user runs it, in its own process (the embedded model's runs take minutes: 20 at most)."""
+    return subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200
+    )

