@@ -481,8 +481,8 @@ class Pipeline:
         # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
         from .records.record import RunRecord, RunSettings
 
-        given = (data.name, data.test_data, data.fingerprint()) if isinstance(data, Data) else ("examples", None, None)
-        settings = RunSettings(self.path, given[0], self.method(None, **sizes), models, *given[1:])  # the split's sizes
+        # the split's sizes
+        settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
         record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
         return replace(evaluation, record=record.folder)
@@ -563,7 +563,7 @@ class Pipeline:
         run = splits.for_run(self.graph, train, val, test, self.method(method, **settings), settings)
         check_acting(self.graph, run.cut.method)
         # a model for every role, which a plan does not need
-        asked = RunSettings(self.path, run.data, run.cut.method, self.models, run.test_data, run.data_sha256)
+        asked = RunSettings(self.path, method=run.cut.method, models=self.models, **run.source)
         for name in asked.models.values():  # before a run record is made
             check_callable(name)
         every = [sample for split in run.cut.splits for sample in split]

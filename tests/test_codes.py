@@ -178,6 +178,8 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E133": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl" }\ndata { file = "e.jsonl" }\n'),
     "E134": ("p.sbp", HEADER + OK + 'data { file = "missing.jsonl" }\n'),
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
+    "E139": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  test = "t.jsonl" }\n'),
+    "E140": ("p.sbp", HEADER + OK + 'data { train = "d.jsonl"  test = "./d.jsonl" }\n'),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "W020": (
         "p.sbp",

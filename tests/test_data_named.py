@@ -57,7 +57,7 @@ def test_the_data_block_is_read_relative_to_the_pipeline_and_its_sizes_are_the_m
         ('data { file = "a.jsonl"  train = 3 }\noptimize { train_size = 4 }', "E132"),
         ('data { file = "a.jsonl" }\ndata { file = "b.jsonl" }', "E133"),
         ('data { file = "a.jsonl"  trian = 3 }', "E030"),
-        ('data { file = "a.jsonl"  train = "x" }', "E033"),
+        ('data { file = "a.jsonl"  train = 1.5 }', "E033"),
     ],
 )
 def test_a_data_block_that_says_too_little_or_too_much_is_an_error(block, code):

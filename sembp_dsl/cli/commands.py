@@ -280,11 +280,10 @@ def cmd_run(args) -> int:
 
 def cmd_eval(args) -> int:
     # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..api import Data
     from ..runtime.evaluate import metric_for, split_to_score
 
     with load_pipeline(args) as pipeline:
-        dataset = datasets.load(args.data, args.data_dir, args.test_data)
+        dataset = args.examples.load()
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
         samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
@@ -293,7 +292,7 @@ def cmd_eval(args) -> int:
         scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
             evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
-                Data(args.data, args.data_dir, args.test_data),
+                args.examples,
                 metric,
                 split=args.split,
                 limit=args.limit,
@@ -333,8 +332,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_optimize(args) -> int:
-    # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..api import Data
+    # the run record and the model runtime cost about 0.25 s to import: only the commands that call models pay it
     from ..records.record import ResumeError, RunRecord, resume_command
 
     if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
@@ -343,7 +341,7 @@ def cmd_optimize(args) -> int:
             print(notice, file=sys.stderr)
     pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
-    data, settings = Data(args.data, args.data_dir, args.test_data), method_settings(args)
+    data, settings = args.examples, method_settings(args)
     mapping = parse_pairs(args.map, "--map")
     the_plan = pipeline.plan(data, metric=args.metric, mapping=mapping, **settings)
     if args.plan:

@@ -112,13 +112,14 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
 
 def load_pipeline(args, code: bool = True):
     """The pipeline of a command, with the models and limits its flags ask for (`code=False`: importing no
-    function module, for a command that runs none)."""
+    function module, for a command that runs none); for a command that reads data, `args.examples`, the Data its
+    flags or the file's data block name."""
     roles = {
         role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag
     }
     with gc_paused():  # what is made here lives to the end: a collection would find nothing
         # the api and the model runtime cost about 0.25 s to import: only the commands that load a pipeline pay it
-        from ..api import load
+        from ..api import Data, load
 
         pipeline = load(
             args.file,
@@ -138,17 +139,19 @@ def load_pipeline(args, code: bool = True):
     # the modules and the pipeline live to the end: frozen, later GC passes skip them (~10% CPU per call)
     gc.freeze()
     if "data" in vars(args):
-        args.data = named_data(args.data, pipeline.graph.data)
+        args.data, test, validation = named_data(args.data, args.test_data, pipeline.graph.data)
+        args.examples = Data(args.data, args.data_dir, test, validation)
     return pipeline
 
 
-def named_data(flag: str | None, named: DataSpec | None) -> str:
-    """--data, else the file the pipeline's data block names; a usage error with neither."""
+def named_data(flag: str | None, test: str | None, named: DataSpec | None) -> tuple[str, str | None, str | None]:
+    """The data, its test file and its validation file: --data (and --test-data), else the files the pipeline's
+    data block names (its test file unless --test-data gives one); a usage error with neither."""
     if flag:
-        return flag
+        return flag, test, None
     if named is None:
         raise UsageError('the following arguments are required: --data (or name it in the file: data { file = "..." })')
-    return named.path
+    return named.path, test or named.test, named.validation
 
 
 def print_ledger(pipeline, args) -> None:

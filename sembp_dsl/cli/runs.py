@@ -127,7 +127,6 @@ def cmd_report(args) -> int:
 def cmd_compare(args) -> int:
     # compare, the api and the model runtime cost about 2 s to import: only `sbpc compare` pays them
     from .. import compare
-    from ..api import Data
 
     if args.report:
         _check_page(args.report, "--report")
@@ -137,7 +136,7 @@ def cmd_compare(args) -> int:
             rows = compare.make_rows(compare.parse_vary(args.vary or [], pipeline.graph), args.grid)
             experiment = compare.Experiment(
                 pipeline,
-                Data(args.data, args.data_dir, args.test_data),
+                args.examples,
                 method_settings(args),
                 parse_pairs(args.map, "--map"),
                 args.metric,

@@ -19,7 +19,7 @@ from typing import NamedTuple
 from . import ir, maps
 from .branches import check_conditions, check_output_alternatives, check_paths
 from .callables import parse_target
-from .data import DATA_SETTINGS, check_data_blocks
+from .data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
@@ -263,7 +263,8 @@ def check_settings(cx: Context, where: str, settings, allowed: Mapping[str, tupl
                     help=suggestion(str(s.value), listed),
                 )
         elif isinstance(s.value, bool) or not isinstance(s.value, accepted):
-            kind = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}[accepted[-1]]
+            words = {str: "a string", int: "an integer", float: "a number", tuple: "a list of names"}
+            kind = "a size (an integer) or a file (a string)" if accepted == SIZE_OR_FILE else words[accepted[-1]]
             cx.report("E033", s.value_span, f"'{s.key}' must be {kind}, not {s.value!r}")
         elif s.key in BOUNDS:
             check_bounds(cx, s)

@@ -6,7 +6,8 @@ E00x syntax and strings, E01x files, E02x names, E03x settings and blocks, E04x 
 E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name them), system messages and
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
 metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps, E13x data
-named in the file; W0xx warnings.
+named in the file (E136-E138: what optimize may change and what models cost; E139-E140: each split's own
+data file); W0xx warnings.
 """
 
 from __future__ import annotations
@@ -878,7 +879,9 @@ _CODES = [
         "E131",
         "data block without a file",
         "A data block names the file a run reads its examples from (a .jsonl, .csv or .tsv file, relative\n"
-        "to the pipeline's folder); its sizes and seed cut that file, so without it they cut nothing.",
+        "to the pipeline's folder); its sizes and seed cut that file, so without it they cut nothing. With\n"
+        'each split\'s own file, `train = "train.jsonl"` is the one a run cannot do without: validation and\n'
+        "test files alone leave optimize nothing to learn from.",
         "data { train = 20  validation = 20 }",
         'data { file = "tickets.jsonl"  train = 20  validation = 20 }',
     ),
@@ -943,6 +946,26 @@ _CODES = [
         "`model = ...` line, so the node must name a model of its own (a `model NAME { }` block), not a role.",
         "node draft: text { prompt = p  models = [fast, strong] }",
         "node draft: text { prompt = p  model = strong  models = [fast, strong] }",
+    ),
+    # E139-E140: each split's own file in the data block
+    Code(
+        "E139",
+        "one pool and splits' own files",
+        "A data block names its examples one of two ways: `file`, one pool that the sizes (`train = 20`) cut\n"
+        'into train, validation and test; or each split\'s own file (`train = "train.jsonl"`, `validation`,\n'
+        "`test`), each split drawn from its file alone. Both at once would leave the reader to guess which\n"
+        "rows each split holds. The sizes of splits with files of their own go in the optimize block.",
+        'data { file = "all.jsonl"  test = "test.jsonl" }',
+        'data { train = "train.jsonl"  test = "test.jsonl" }',
+    ),
+    Code(
+        "E140",
+        "one file for two splits",
+        "Each split named by a file is drawn from that file alone, so the test split is never trained on. Two\n"
+        "splits naming the same file would draw from the same rows: the score on one would say nothing of the\n"
+        "other. Give each its own file, or name one pool with `file` and cut it by sizes (disjoint splits).",
+        'data { train = "rows.jsonl"  test = "rows.jsonl" }',
+        'data { file = "rows.jsonl"  train = 20  test = 50 }',
     ),
     # W00x: warnings
     Code(

@@ -1,26 +1,30 @@
-"""Data named in the file: `data { file = "tickets.jsonl"  train = 20  validation = 20  seed = 1 }`.
+"""Data named in the file: `data { file = "tickets.jsonl"  train = 20  validation = 20  seed = 1 }`, or each split's
+own file, `data { train = "train.jsonl"  validation = "dev.jsonl"  test = "test.jsonl" }`.
 
 The block names the file a run draws its examples from (relative to the pipeline's folder), and may say how
 it is cut: the sizes and seed are the method's `train_size`, `val_size`, `test_size` and `seed`, written where
-the data is, so one place says them. Reading the file is the runtime's: `check` is handed a `FieldsOf` that
-reads it, and says here what the file lacks.
+the data is, so one place says them. A split named by a file rather than a size is that file's pool, as a Hugging
+Face folder's split is: the test split is drawn from the test file alone, so what is scored is never trained on.
+Reading the files is the runtime's: `check` is handed a `FieldsOf` that reads one, and says here what it lacks.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
 from . import ir
 from .diagnostics import Diagnostic, diagnostic, suggestion
 
+SPLITS = ("train", "validation", "test")  # a split's size, or its own file
+SIZE_OR_FILE = (int, str)
+OWN_FILES = ("validation", "test")  # the splits a file of their own replaces in the train file's pool
+NOT_A_FOLDER = "a split's own data is one file (.jsonl, .csv, .tsv, .parquet or .arrow), not a folder"
 DATA_SETTINGS: dict[str, tuple] = {
     "file": (str,),
-    "train": (int,),
-    "validation": (int,),
-    "test": (int,),
+    **dict.fromkeys(SPLITS, SIZE_OR_FILE),
     "seed": (int,),
 }
 # A data block's size or seed -> the method setting it is.
@@ -39,31 +43,52 @@ Report = Callable[..., None]
 
 @dataclass(frozen=True)
 class DataSpec:
-    """What a data block says: the file as written, where it is, and the method settings it gives."""
+    """What a data block says: the file as written (the one pool, or train's own), where it is, the method settings
+    it gives, and where the validation and test splits' own files are, when it names them."""
 
     file: str
     path: str  # relative to the pipeline's folder, as the current folder sees it
     method: Mapping[str, int]
+    validation: str | None = None  # the validation split's own file, as `path` is given
+    test: str | None = None  # the test split's own file
 
 
 def data_block(pipeline: ir.Pipeline) -> ir.Block | None:
     return next((b for b in pipeline.blocks if b.kind == "data"), None)
 
 
+def named_files(block: ir.Block) -> dict[str, ir.Setting]:
+    """The block's settings that name a file, by key: `file`, or a split's own (a string; an empty one names none)."""
+    return {s.key: s for s in block.settings if s.key in ("file", *SPLITS) and isinstance(s.value, str) and s.value}
+
+
+def resolved(pipeline: ir.Pipeline, file: str) -> str:
+    """A file the block names, as the current folder sees it: relative to the pipeline's folder."""
+    return os.path.normpath(os.path.join(os.path.dirname(pipeline.path), os.path.expanduser(file)))
+
+
 def data_spec(pipeline: ir.Pipeline) -> DataSpec | None:
-    """The pipeline's data block, read; None when it names no file (the checker has said so)."""
+    """The pipeline's data block, read; None when it names no file (the checker has said so). `file` is the one
+    pool, else `train` the train split's file, beside the validation and test splits' own."""
     block = data_block(pipeline)
-    settings = {s.key: s.value for s in block.settings} if block is not None else {}
-    file = settings.get("file")
-    if not isinstance(file, str) or not file:
+    if block is None:
         return None
-    path = os.path.normpath(os.path.join(os.path.dirname(pipeline.path), os.path.expanduser(file)))
-    method = {METHOD_SETTINGS[k]: v for k, v in settings.items() if k in METHOD_SETTINGS and isinstance(v, int)}
-    return DataSpec(file, path, MappingProxyType(method))
+    files = {key: s.value for key, s in named_files(block).items() if isinstance(s.value, str)}
+    first = files.get("file") or files.get("train")
+    if first is None:
+        return None
+    own = {} if "file" in files else {split: resolved(pipeline, files[split]) for split in OWN_FILES if split in files}
+    method = {
+        METHOD_SETTINGS[s.key]: s.value
+        for s in block.settings
+        if s.key in METHOD_SETTINGS and isinstance(s.value, int) and not isinstance(s.value, bool)
+    }
+    return DataSpec(first, resolved(pipeline, first), MappingProxyType(method), **own)
 
 
 def check_data_blocks(pipeline: ir.Pipeline, report: Report) -> None:
-    """One data block, unnamed, naming its file; its sizes not also set in the optimize block."""
+    """One data block, unnamed, naming its file (one pool, or a file to train on) and not both ways; no file named
+    for two splits; its sizes not also set in the optimize block."""
     blocks = [b for b in pipeline.blocks if b.kind == "data"]
     for extra in blocks[1:]:
         report("E133", extra.span, "a pipeline names one data block; merge this one into the first")
@@ -72,12 +97,22 @@ def check_data_blocks(pipeline: ir.Pipeline, report: Report) -> None:
     block = blocks[0]
     if block.name is not None:
         report("E130", block.span, "a data block takes no name", help='data { file = "examples.jsonl" }')
-    if not any(s.key == "file" for s in block.settings):
-        report("E131", block.span, "the data block names no file", help='add file = "examples.jsonl"')
+    files = named_files(block)
+    if "file" not in files and "train" not in files:
+        _no_file(block, files, report)
+    own = [s for key, s in files.items() if key != "file"]
+    if "file" in files and own:
+        report(
+            "E139",
+            own[0].value_span,
+            f"'file' names one pool the splits are cut from, and {_own_files(own)} named too: name the data one way",
+            help='keep file = ... and give sizes (test = 50), or drop it and name train = "train.jsonl" too',
+        )
+    _same_file_twice(pipeline, files, report)
     optimize = {s.key: s for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
     for s in block.settings:
         twin = optimize.get(METHOD_SETTINGS.get(s.key, ""))
-        if twin is not None:
+        if twin is not None and not isinstance(s.value, str):  # a file is no size: the optimize block sizes its split
             report(
                 "E132",
                 s.span,
@@ -85,42 +120,106 @@ def check_data_blocks(pipeline: ir.Pipeline, report: Report) -> None:
             )
 
 
+def _no_file(block: ir.Block, files: Mapping[str, ir.Setting], report: Report) -> None:
+    """E131: nothing to draw examples from, or splits' own files with none to train on."""
+    if not files:
+        report("E131", block.span, "the data block names no file", help='add file = "examples.jsonl"')
+        return
+    report(
+        "E131",
+        block.span,
+        f"the data block names no file to train on: {_own_files(list(files.values()))} named alone",
+        help='add train = "train.jsonl" (the rows optimize learns from)',
+    )
+
+
+def _own_files(named: Sequence[ir.Setting]) -> str:
+    """`the test split's own file is`, `the validation and test splits' own files are`."""
+    if len(named) == 1:
+        return f"the {named[0].key} split's own file is"
+    return f"the {', '.join(s.key for s in named[:-1])} and {named[-1].key} splits' own files are"
+
+
+def _same_file_twice(pipeline: ir.Pipeline, files: Mapping[str, ir.Setting], report: Report) -> None:
+    """E140: two splits' files that are one file, whose rows would be trained on and scored alike."""
+    first: dict[str, ir.Setting] = {}
+    for key, s in files.items():
+        path = resolved(pipeline, str(s.value))
+        if key != "file" and path in first:
+            report(
+                "E140",
+                s.value_span,
+                f"'{key}' names the file '{first[path].key}' names: its rows would be drawn for both splits",
+                help="give each split a file of its own, or name one pool with file = ... and cut it by sizes",
+            )
+        first.setdefault(path, s)
+
+
 def check_data_fields(pipeline: ir.Pipeline, fields_of: FieldsOf) -> list[Diagnostic]:
-    """The data file exists and can be read, and its fields hold every input (and the output's answer field)."""
+    """Every data file the block names exists and can be read, and its fields hold every input (and the output's
+    answer field); a field missing from several files is one diagnostic naming them."""
     spec, block = data_spec(pipeline), data_block(pipeline)
     if spec is None or block is None:
         return []
-    literal = next(s for s in block.settings if s.key == "file")
-    found = fields_of(spec.path)
-    if isinstance(found, str):
-        return [diagnostic("E134", literal.value_span, found, file=pipeline.path)]
+    found: list[Diagnostic] = []
+    lacking: dict[tuple[ir.Span, str], tuple[str, list[str]]] = {}  # (where, what) -> (help, the files without it)
+    for literal in _files_to_read(pipeline, block):
+        name, path = str(literal.value), resolved(pipeline, str(literal.value))
+        folder = literal.key in OWN_FILES and os.path.isdir(path)  # a run reads a split's own data as one file
+        fields = f"{path}: {NOT_A_FOLDER}" if folder else fields_of(path)
+        if isinstance(fields, str):
+            found.append(diagnostic("E134", literal.value_span, fields, file=pipeline.path, help=_nearby(path, name)))
+            continue
+        for span, what, help in _lacks(pipeline, fields):
+            lacking.setdefault((span, what), (help, []))[1].append(name)
+    for (span, what), (help, names) in lacking.items():
+        verb = "do" if len(names) > 1 else "does"
+        found.append(
+            diagnostic(
+                "E135", span, f"{what}, which {' and '.join(names)} {verb} not have", file=pipeline.path, help=help
+            )
+        )
+    return found
+
+
+def _files_to_read(pipeline: ir.Pipeline, block: ir.Block) -> list[ir.Setting]:
+    """The settings naming the files a run reads: the one pool, else each split's own file (once, when two
+    name one: E140 says so)."""
+    files = named_files(block)
+    if "file" in files:
+        return [files["file"]]
+    paths = {resolved(pipeline, str(files[key].value)): files[key] for key in SPLITS if key in files}
+    return list(paths.values())
+
+
+def _nearby(path: str, written: str) -> str:
+    """`did you mean 'train.jsonl'?` for a file that is not there, from the names in the folder it was looked for in."""
+    try:
+        if os.path.exists(path):
+            return ""
+        names = [name for name in os.listdir(os.path.dirname(path)) if not name.startswith(".")]
+    except OSError:  # no such folder either, or one that cannot be listed: nothing to suggest
+        return ""
+    return suggestion(written, [os.path.join(os.path.dirname(written), name) for name in names])
+
+
+def _lacks(pipeline: ir.Pipeline, found: Sequence[str]) -> Iterator[tuple[ir.Span, str, str]]:
+    """What a file with these fields lacks, as (where, what, help): a column to score the output against when it
+    names none (`from`) and no metric of the file's own scores it, and each field an input or the output reads."""
+    own = {m.name for m in pipeline.metric_defs}
+    if not any(f.casefold() in ANSWER_COLUMNS for f in found) and not any(m.name in own for m in pipeline.metrics):
+        example = f'"{found[-1]}"' if found else '"COLUMN"'
+        for output in pipeline.outputs:
+            if not output.field:
+                what = (
+                    f"output '{output.node.name}' is scored against the column named "
+                    f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}"
+                )
+                help = f"name the column that holds the expected output: output {output.node.name} from {example}"
+                yield output.span, what, help
     wanted = [(i.field or i.name, i.span, f"input '{i.name}'") for i in pipeline.inputs]
     wanted += [(o.field, o.span, f"output '{o.node.name}'") for o in pipeline.outputs if o.field]
-    missing = _no_answer_column(pipeline, spec, found)
     for field, span, who in wanted:
         if field not in found:
             help = suggestion(field, found) or f"its fields: {', '.join(found) or '(none)'}"
-            message = f"{who} reads the field '{field}', which {spec.file} does not have"
-            missing.append(diagnostic("E135", span, message, file=pipeline.path, help=help))
-    return missing
-
-
-def _no_answer_column(pipeline: ir.Pipeline, spec: DataSpec, found: Sequence[str]) -> list[Diagnostic]:
-    """An output scored by a built-in metric against a column the data lack: it names none (`from`), and the data
-    have no column a run reads the answer from by default."""
-    own = {m.name for m in pipeline.metric_defs}
-    if any(f.casefold() in ANSWER_COLUMNS for f in found) or any(m.name in own for m in pipeline.metrics):
-        return []
-    example = f'"{found[-1]}"' if found else '"COLUMN"'
-    return [
-        diagnostic(
-            "E135",
-            output.span,
-            f"output '{output.node.name}' is scored against the column named {', '.join(ANSWER_COLUMNS[:-1])} or "
-            f"{ANSWER_COLUMNS[-1]}, which {spec.file} does not have",
-            file=pipeline.path,
-            help=f"name the column that holds the expected output: output {output.node.name} from {example}",
-        )
-        for output in pipeline.outputs
-        if not output.field
-    ]
+            yield span, f"{who} reads the field '{field}'", help

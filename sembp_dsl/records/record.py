@@ -47,6 +47,7 @@ class RunSettings:
     models: Mapping[str, str]  # role -> model name
     test_data: str | None = None  # a separate test file (--test-data)
     data_sha256: str | None = None  # of the data files' content (runtime/datasets.fingerprint), to tell a change
+    validation_data: str | None = None  # the validation split's own file (the data block's `validation = "..."`)
 
     def recorded(self) -> dict:
         """As written in run.json, one flat object: plain JSON, credentials inside URLs masked."""
@@ -59,6 +60,7 @@ class RunSettings:
             "models": dict(self.models),
             "test_data": self.test_data,
             **({"data_sha256": self.data_sha256} if self.data_sha256 else {}),
+            **({"validation_data": self.validation_data} if self.validation_data else {}),
         }
         return json.loads(json.dumps(_public(flat)))
 
@@ -74,6 +76,7 @@ class RunSettings:
             dict(flat.get("models", {})),
             flat.get("test_data"),
             flat.get("data_sha256"),
+            flat.get("validation_data"),
         )
 
 

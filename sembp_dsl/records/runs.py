@@ -70,7 +70,8 @@ class Run:
     def data_changed(self) -> bool:
         """Whether the data files the run read hold other content now (gone, or edited since)."""
         recorded = self.settings.data_sha256
-        return recorded is not None and fingerprint(self.settings.data, self.settings.test_data) != recorded
+        files = (self.settings.data, self.settings.test_data, self.settings.validation_data)
+        return recorded is not None and fingerprint(*files) != recorded
 
     @property
     def kind(self) -> str:

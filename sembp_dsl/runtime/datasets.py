@@ -184,19 +184,26 @@ def as_text(value: object) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def load(spec: str, data_dir: str | None = None, test_data: str | None = None) -> Dataset:
+def load(
+    spec: str, data_dir: str | None = None, test_data: str | None = None, validation_data: str | None = None
+) -> Dataset:
     """Load "liar", "gsm8k", "bbh:<task>", a user's data file or a Hugging Face folder.
 
     With `test_data` (a user file), the test split comes from that file and
-    train/val from `spec` only, so what is scored is never trained on.
+    train/val from `spec` only, so what is scored is never trained on; with
+    `validation_data`, val comes from that file, as from a folder's validation split.
     """
     dataset = _load(spec, data_dir)
-    if test_data is None:
+    own = {pool: path for pool, path in (("validation", validation_data), ("test", test_data)) if path}
+    if not own:
         return dataset
-    test = _load_user_file(Path(test_data).expanduser())
+    read = {pool: _load_user_file(Path(path).expanduser()) for pool, path in own.items()}
     train = dataset.pools.get("train") or tuple(s for pool in dataset.pools.values() for s in pool)
     return Dataset(
-        f"{dataset.name}+{test.name}", {"train": train, "test": test.pools["all"]}, dataset.metric, user=True
+        "+".join([dataset.name, *(part.name for part in read.values())]),
+        {"train": train, **{pool: part.pools["all"] for pool, part in read.items()}},
+        dataset.metric,
+        user=True,
     )
 
 
@@ -667,16 +674,19 @@ def fields_of(path: str) -> tuple[str, ...] | str:
 
 def fingerprint(*paths: str | None) -> str | None:
     """The sha256 of the data files a run reads (None for a built-in data set, or a file that is gone), so a record
-    says whether its data changed since. A folder's files count with their names, so a renamed split is a change."""
+    says whether its data changed since. A folder's files count with their names, so a renamed split is a change;
+    each file after the first with its length, so a row moved from one file to the next is one too."""
     digest = hashlib.sha256()
     try:
         named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or Path(p).expanduser().is_dir())]
         if not named:
             return None
-        for given in named:
+        for number, given in enumerate(named):
             folder = Path(given).expanduser()
             if not folder.is_dir():
-                digest.update(folder.read_bytes())
+                content = folder.read_bytes()
+                digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
+                digest.update(content)
                 continue
             for file in sorted(f for files in folder_splits(folder).values() for f in files):
                 digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())

@@ -21,19 +21,20 @@ Examples = Sequence[Mapping[str, Any] | Sample]
 @dataclass(frozen=True)
 class Data:
     """A data set to draw examples from: a name ("liar", "gsm8k", "bbh:<task>"), a .jsonl/.csv/.tsv/.parquet/.arrow
-    path or a Hugging Face data set's folder, the folder built-in data sets are looked up in, and a file of its own
-    for the test split."""
+    path or a Hugging Face data set's folder, the folder built-in data sets are looked up in, and files of their own
+    for the test and validation splits (drawn from them alone, as from a folder's splits)."""
 
     name: str
     data_dir: str | None = None
     test_data: str | None = None
+    validation_data: str | None = None
 
     def load(self) -> Dataset:
-        return datasets.load(self.name, self.data_dir, self.test_data)
+        return datasets.load(self.name, self.data_dir, self.test_data, self.validation_data)
 
     def fingerprint(self) -> str | None:
         """Of the data files' content, as a run record keeps it (None for a built-in data set)."""
-        return datasets.fingerprint(self.name, self.test_data)
+        return datasets.fingerprint(self.name, self.test_data, self.validation_data)
 
 
 def named(graph: Graph, examples: Examples | str | Data | None) -> Examples | Data:
@@ -41,7 +42,7 @@ def named(graph: Graph, examples: Examples | str | Data | None) -> Examples | Da
     if examples is None:
         if graph.data is None:
             raise TypeError("give examples or a data set: this pipeline names no data (data { file = ... })")
-        return Data(graph.data.path)
+        return Data(graph.data.path, test_data=graph.data.test, validation_data=graph.data.validation)
     return Data(examples) if isinstance(examples, str) else examples
 
 
@@ -74,9 +75,16 @@ class Run:
     """What an optimize run (or its plan) is asked: its cut, and the data it was cut from as its record names it."""
 
     cut: Cut
-    data: str  # a data set's name or path, or "examples"
-    test_data: str | None = None
-    data_sha256: str | None = None  # of the data files' content (datasets.fingerprint)
+    source: Mapping[str, str | None]  # source_of(the data)
+
+
+def source_of(data: Examples | Data) -> dict[str, str | None]:
+    """The data a run read, as its record names it: a data set's name or path ("examples" for lists given in Python),
+    the split files of its own, and the sha256 of the files' content (datasets.fingerprint), to tell a change."""
+    if not isinstance(data, Data):
+        return {"data": "examples"}
+    files = {"test_data": data.test_data, "validation_data": data.validation_data}
+    return {"data": data.name, **files, "data_sha256": data.fingerprint()}
 
 
 def for_run(
@@ -88,8 +96,8 @@ def for_run(
     if isinstance(train, Data):
         if val or test:
             raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
-        return Run(from_dataset(train.load(), method, settings), train.name, train.test_data, train.fingerprint())
-    return Run(from_examples(train, val, test, method, settings), "examples")
+        return Run(from_dataset(train.load(), method, settings), source_of(train))
+    return Run(from_examples(train, val, test, method, settings), source_of(train))
 
 
 def from_dataset(dataset: Dataset, method: Method, settings: Mapping[str, Any]) -> Cut:
