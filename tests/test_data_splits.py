@@ -299,3 +299,19 @@ def test_eval_through_the_embedded_model_scores_the_test_file_alone(tmp_path):
     record = json.loads((Path(report["run"]) / "run.json").read_text())
     assert [s["inputs"]["q"] for s in record["evaluation"]["samples"]] == ["test-row-0", "test-row-1"]
     assert all(s["output"] in ("Yes", "No") for s in record["evaluation"]["samples"])  # held to its choice
+
+
+def test_a_validation_file_beside_a_folder_keeps_the_folders_own_test_split(tmp_path):
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    (folder / "train.jsonl").write_text(rows("train", 4))
+    (folder / "test.jsonl").write_text(rows("test", 3))
+    (tmp_path / "dev.jsonl").write_text(rows("dev", 2))
+    pools = splits.Data(str(folder), validation_data=str(tmp_path / "dev.jsonl")).load().pools
+    assert {pool: {s.fields["q"].split("-")[0] for s in samples} for pool, samples in pools.items()} == {
+        "train": {"train"},
+        "test": {"test"},
+        "validation": {"dev"},
+    }
+    only_test = splits.Data(str(folder), test_data=str(tmp_path / "dev.jsonl")).load().pools
+    assert sorted(only_test) == ["test", "train"] and len(only_test["test"]) == 2  # --test-data's, as before

@@ -199,9 +199,11 @@ def load(
         return dataset
     read = {pool: _load_user_file(Path(path).expanduser()) for pool, path in own.items()}
     train = dataset.pools.get("train") or tuple(s for pool in dataset.pools.values() for s in pool)
+    # a folder's own test split stays beside a validation file (not when its rows were merged into train)
+    kept = {"test": dataset.pools["test"]} if "test" in dataset.pools and "train" in dataset.pools else {}
     return Dataset(
         "+".join([dataset.name, *(part.name for part in read.values())]),
-        {"train": train, **{pool: part.pools["all"] for pool, part in read.items()}},
+        {"train": train, **kept, **{pool: part.pools["all"] for pool, part in read.items()}},
         dataset.metric,
         user=True,
     )
