@@ -101,6 +101,7 @@ def test_a_size_and_a_file_mix_and_the_optimize_block_sizes_a_split_with_a_file(
         ('data { train = "a.jsonl"  test = "./a.jsonl" }', "E140", '"./a', "'test' names the file 'train' names"),
         ('data { train = "a.jsonl"  test = 1.5 }', "E033", "1.5", "a size (an integer) or a file (a string)"),
         ('data { train = "" }', "E131", "data", "names no file"),
+        ('data { file = "a.jsonl"  train = "a.jsonl" }', "E139", '"a.jsonl" }', "the train split's own file"),
     ],
 )
 def test_a_data_block_naming_its_splits_wrongly_is_an_error_where_it_is(block, code, at, words):

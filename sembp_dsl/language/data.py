@@ -108,7 +108,8 @@ def check_data_blocks(pipeline: ir.Pipeline, report: Report) -> None:
             f"'file' names one pool the splits are cut from, and {_own_files(own)} named too: name the data one way",
             help='keep file = ... and give sizes (test = 50), or drop it and name train = "train.jsonl" too',
         )
-    _same_file_twice(pipeline, files, report)
+    if "file" not in files:  # else E139 has said all there is
+        _same_file_twice(pipeline, files, report)
     optimize = {s.key: s for b in pipeline.blocks if b.kind == "optimize" for s in b.settings}
     for s in block.settings:
         twin = optimize.get(METHOD_SETTINGS.get(s.key, ""))
@@ -145,7 +146,7 @@ def _same_file_twice(pipeline: ir.Pipeline, files: Mapping[str, ir.Setting], rep
     first: dict[str, ir.Setting] = {}
     for key, s in files.items():
         path = resolved(pipeline, str(s.value))
-        if key != "file" and path in first:
+        if path in first:
             report(
                 "E140",
                 s.value_span,
