@@ -7,13 +7,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import with_fake_model
+from conftest import sbpc, with_fake_model
 
 from sembp_dsl import cli
 from sembp_dsl.language.graph import Graph
@@ -288,12 +286,7 @@ def test_compare_draws_its_splits_from_the_named_files_without_data(tmp_path, fa
 def test_eval_through_the_embedded_model_scores_the_test_file_alone(tmp_path):
     path = folder_with(tmp_path)
     (tmp_path / "data" / "test.jsonl").write_text(rows("test", 2))
-    done = subprocess.run(
-        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-    )
+    done = sbpc("eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs"), cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["scored"] == 2 and report["ledger"]["roles"]["forward"]["calls"] == 2
