@@ -144,6 +144,10 @@ def test_an_optimize_run_delivers_its_span_tree_to_a_loopback_otlp_receiver(tmp_
     assert gate.attributes["sbpc.gate.decision"] == (
         "accepted" if iteration.attributes["sbpc.accepted"] else "rejected"
     )
+    # every evaluation of an optimize run names its phase, the gate's rounds too (each a child of the gate)
+    assert all(s.attributes.get("sbpc.phase") for s in spans if s.name == "evaluate")
+    phases = [s.attributes["sbpc.phase"] for s in children[gate.span_id] if s.name == "evaluate"]
+    assert "iteration 1: gate, round 1" in phases, phases
     [optimizer] = [s for s in spans if s.name == "optimizer"][:1]
     assert optimizer.attributes["sbpc.param"] in ("look", "check", "verdict_task")
     # no key anywhere in what was sent, and no prompt or reply text without the opt-in

@@ -602,7 +602,7 @@ class Optimizer:
                     settled.set()
 
             samples = [by_id[i] for i in ids]
-            evaluation = await evaluate(graph, self.llm, samples, self.metric, self.mapping, done)
+            evaluation = await evaluate(graph, self.llm, samples, self.metric, self.mapping, done, what)
             if evaluation.stopped:
                 raise BudgetExceeded(evaluation.stopped)
 
