@@ -33,6 +33,7 @@ ON_WORDS = ("1", "true", "yes", "on")
 # the GenAI instrumentations' own opt-in for prompt and reply text; its newer values name where the text goes
 CONTENT_WORDS = (*ON_WORDS, "span_only", "span_and_event")
 DEFAULT_ENDPOINT = "http://localhost:4318"  # OTLP/HTTP's, as the exporter takes it when no variable names one
+OTHER = "_OTHER"  # the conventions' error.type for a failure with no better name
 FLUSH_MILLIS = 15_000  # how long the end of a command waits for its last spans to be delivered
 
 
@@ -50,9 +51,9 @@ class Span:
     def event(self, name: str, attributes: Mapping[str, Value | None]) -> None:
         """Something that happened during the span (a retry)."""
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str, kind: str = OTHER) -> None:
         """The span's work failed; `why` is sbpc's own text, never an exception's message from a library (it may
-        hold what was sent)."""
+        hold what was sent); `kind`, the conventions' low-cardinality error.type (an exception's class name)."""
 
 
 OFF = Span()
@@ -74,8 +75,9 @@ class _Live(Span):
     def event(self, name: str, attributes: Mapping[str, Value | None]) -> None:
         self._span.add_event(name, clean(attributes))
 
-    def fail(self, why: str) -> None:
+    def fail(self, why: str, kind: str = OTHER) -> None:
         self._span.set_status(self._status.ERROR, why)
+        self._span.set_attribute("error.type", kind)
         self.failed = True
 
 
@@ -99,7 +101,7 @@ class Tracing:
                 yield live
             except BaseException as exc:  # named by its type alone: a library's message may hold what it was sent
                 if not live.failed:
-                    live.fail(type(exc).__name__)
+                    live.fail(type(exc).__name__, type(exc).__name__)
                 raise
 
 

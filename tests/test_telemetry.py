@@ -243,22 +243,34 @@ def test_otel_without_opentelemetry_installed_says_what_to_install(tmp_path, mon
     assert err.startswith("sbpc: error: --otel exports spans with OpenTelemetry") and "Traceback" not in err
 
 
-def test_a_tool_call_has_its_span_under_its_node_with_arguments_only_when_opted_in(tmp_path):
-    """In process: a tracer of a private provider with an in-memory exporter, made live the way a Pipeline does."""
+def in_memory():
+    """A private provider whose spans an in-memory exporter keeps, and a Tracing of it (content opted in or not),
+    made live the way a Pipeline does (`pipeline._session.tracing = ...`): spans in process, no receiver."""
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
     from opentelemetry.trace import StatusCode, get_current_span
-    from test_agent import Agent, call, write
 
     from sembp_dsl import telemetry
 
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
+
+    def tracing(content: bool) -> telemetry.Tracing:
+        return telemetry.Tracing(provider.get_tracer("sbpc"), content, StatusCode, get_current_span)
+
+    return memory, tracing
+
+
+def test_a_tool_call_has_its_span_under_its_node_with_arguments_only_when_opted_in(tmp_path):
+    from opentelemetry.trace import StatusCode
+    from test_agent import Agent, call, write
+
+    memory, tracing_of = in_memory()
     for content in (False, True):
         memory.clear()
-        tracing = telemetry.Tracing(provider.get_tracer("sbpc"), content, StatusCode, get_current_span)
+        tracing = tracing_of(content)
         agent = Agent([call("lookup", {"place": "Kesh"}, "c1"), call("broken", {"x": 1}, "c2")])
         with FakeServer(reply=agent) as server:
             path = write(tmp_path, server.url)
@@ -270,10 +282,35 @@ def test_a_tool_call_has_its_span_under_its_node_with_arguments_only_when_opted_
         assert lookup.parent.span_id == node.context.span_id == broken.parent.span_id
         assert lookup.attributes["gen_ai.tool.name"] == "lookup" and lookup.attributes["gen_ai.tool.call.id"] == "c1"
         assert broken.status.status_code == StatusCode.ERROR and lookup.status.status_code == StatusCode.UNSET
+        assert broken.attributes["error.type"] == "_OTHER" and "error.type" not in lookup.attributes
         assert ("gen_ai.tool.call.arguments" in lookup.attributes) == content
         if content:
             assert json.loads(lookup.attributes["gen_ai.tool.call.arguments"]) == {"place": "Kesh"}
             assert lookup.attributes["gen_ai.tool.call.result"] == "population of Kesh: 18400"
+
+
+def test_a_failed_model_call_names_its_error_type_as_the_conventions_ask_and_its_node_the_cause(tmp_path):
+    """GenAI conventions: a failed call carries error.type (low cardinality: the exception's class name), beside
+    the error status; the node it failed is marked with sbpc's cause; the provider's message goes nowhere."""
+    from opentelemetry.trace import StatusCode
+
+    memory, tracing_of = in_memory()
+    with FakeServer(failures=[400] * 3) as server:
+        path, _ = toy(tmp_path, server.url)
+        with sbp.load(path) as pipeline:
+            pipeline._session.tracing = tracing_of(False)
+            with pytest.raises(sbp.CallFailed) as caught:
+                pipeline(q="a claim")
+    spans = memory.get_finished_spans()
+    failed = [s for s in spans if s.name == "chat fake" and s.status.status_code == StatusCode.ERROR]
+    assert failed and caught.value.failure is not None and caught.value.failure.status == 400
+    for s in failed:
+        assert s.attributes["error.type"] == caught.value.failure.error != ""
+        assert s.status.description == "CallFailed: 400 Bad Request"
+        assert "gen_ai.usage.input_tokens" not in s.attributes  # no reply, no tokens
+    nodes = [s for s in spans if s.name in ("node a", "node b") and s.status.status_code == StatusCode.ERROR]
+    assert nodes and all(s.attributes["error.type"] == "call failed" for s in nodes)
+    assert all("error.type" not in s.attributes for s in spans if s.status.status_code != StatusCode.ERROR)
 
 
 @pytest.mark.slow  # the real embedded model

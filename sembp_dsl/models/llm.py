@@ -229,7 +229,8 @@ class LLM:
             try:
                 result = await self._answer(role, spec, request)
             except CallFailed as exc:
-                span.fail(f"CallFailed: {exc.failure.cause if exc.failure else exc}")
+                kind = exc.failure.error if exc.failure else "CallFailed"
+                span.fail(f"CallFailed: {exc.failure.cause if exc.failure else exc}", kind)
                 raise
             span.set(spans.answered(result))
             if telemetry.content():

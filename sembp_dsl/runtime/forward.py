@@ -160,7 +160,7 @@ async def ran(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, 
 def failed(span: telemetry.Span, trace: NodeTrace) -> None:
     """A node's span (or a sample's, of its output node) marked as failed when it was, by the cause alone."""
     if trace.error is not None:
-        span.fail(trace.cause or "failed")
+        span.fail(trace.cause or "failed", trace.cause or telemetry.OTHER)
 
 
 def taken(node: GraphNode, inputs: Mapping[str, str], done: Mapping[str, NodeTrace]) -> bool:
