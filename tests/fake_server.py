@@ -170,7 +170,9 @@ class _State:
         slots: int = 0,
         rpm: int = 0,
         limit: int = 0,
+        keep_alive: bool = True,
     ) -> None:
+        self.keep_alive = keep_alive  # False: every answer says "Connection: close" and the connection ends
         self.limit = limit  # requests in flight at most (0: any number); one past it gets 429 at once
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
@@ -261,7 +263,9 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader, writer
                     headers[key.strip().lower()] = value.strip()
             body = await _read_body(reader, headers)
             connection = headers.get("connection", "").lower()
-            keep_alive = connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
+            keep_alive = (
+                state.keep_alive and connection != "close" and (version != "HTTP/1.0" or connection == "keep-alive")
+            )
             path = target.split("?", 1)[0].rstrip("/")
 
             if method == "POST" and path in _CHAT_PATHS:
@@ -583,6 +587,8 @@ class FakeServer:
             (counted in ``rate_limited``).
         limit: requests in flight at most (0: no limit); one past it gets 429
             at once, with ``Retry-After`` (0 unless ``retry_after``).
+        keep_alive: if false, every answer says ``Connection: close`` and the
+            server ends the connection (a client keeps no idle connections).
         host, port: bind address; port 0 picks a free port.
 
     Attributes (read from any thread): ``url`` ("http://127.0.0.1:PORT/v1"),
@@ -606,6 +612,7 @@ class FakeServer:
         slots: int = 0,
         rpm: int = 0,
         limit: int = 0,
+        keep_alive: bool = True,
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -622,6 +629,7 @@ class FakeServer:
             slots=slots,
             rpm=rpm,
             limit=limit,
+            keep_alive=keep_alive,
         )
         self.host = host
         self.port = port
@@ -688,7 +696,7 @@ class FakeServer:
 
     def configure(self, **options: Any) -> None:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
-        ``hang_seconds``, ``retry_after`` or ``limit`` while running."""
+        ``hang_seconds``, ``retry_after``, ``limit`` or ``keep_alive`` while running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -700,6 +708,7 @@ class FakeServer:
                 "fault_rate",
                 "fault_kinds",
                 "limit",
+                "keep_alive",
             ):
                 raise TypeError(f"unknown option {key!r}")
             setattr(self._state, key, list(value) if key in ("failures", "fault_kinds") else value)

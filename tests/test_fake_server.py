@@ -46,6 +46,23 @@ def test_reply_string_and_callable():
         assert chat(srv.url).json()["choices"][0]["message"]["content"] == "2 messages"
 
 
+def test_keep_alive_off_closes_each_connection():
+    """With keep_alive=False a client keeps no idle connection (bench/paper_calls.py serves the authors' code so:
+    their client, shared by several event loops, fails on a connection an earlier loop left open)."""
+    with FakeServer() as srv, httpx.Client() as client:
+        for _ in range(2):
+            assert chat(srv.url, client=client).headers["connection"] == "keep-alive"
+        assert srv.connections == 1
+        srv.configure(keep_alive=False)
+        for _ in range(2):
+            assert chat(srv.url, client=client).headers["connection"] == "close"
+        assert srv.connections == 2  # the open one (closed after its answer), then a new one
+        srv.configure(keep_alive=True)
+        chat(srv.url, client=client)
+        chat(srv.url, client=client)
+        assert srv.connections == 3 and srv.requests == 6  # one new connection, kept
+
+
 def test_delay():
     with FakeServer(delay=0.3) as srv:
         t0 = time.perf_counter()
