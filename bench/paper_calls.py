@@ -308,17 +308,19 @@ def run_group(
     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
     rows = [Row(*key[:2], "authors", cache, model.phases(), wall, decisions, output.count("Event loop is closed"))]
     server.configure(keep_alive=True)
+    noted: set[tuple] = set()
     for concurrency in args.concurrency:
         model.reset()
         wall, record = run_sbpc(work, data, server.url, args.iters, cache, concurrency)
         decisions = [it["accepted"] for it in record["iterations"]]
         rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, model.phases(), wall, decisions))
-        own = [it["calls"] for it in record["iterations"]]
-        if own != model.phases()[1:]:
+        split = (tuple(it["calls"] for it in record["iterations"]), tuple(model.phases()[1:]))
+        if split[0] != split[1] and split not in noted:
+            noted.add(split)
             print(
-                f"note: sbpc's record counts {own} calls per iteration, the server {model.phases()[1:]} "
-                "(split at each iteration's first backward call: the forward calls of an iteration's "
-                "error draw, made before it, count in the iteration before)"
+                f"note: sbpc's record counts {list(split[0])} calls per iteration, the server {list(split[1])} "
+                f"({key[0]} model, seed {key[1]}; split at each iteration's first backward call: the forward "
+                "calls of an iteration's error draw, made before it, count in the iteration before)"
             )
     return rows
 
