@@ -302,9 +302,8 @@ def run_group(
     """The authors' code, then sbpc at each --concurrency, on one fake model (the server's reply), one cache."""
     work, data, tsv = files
     cache = key[2]
-    server.configure(reply=model)
     model.reset()
-    server.configure(keep_alive=args.keep_alive)
+    server.configure(reply=model, keep_alive=args.keep_alive)
     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
     rows = [Row(*key[:2], "authors", cache, model.phases(), wall, decisions, output.count("Event loop is closed"))]
     server.configure(keep_alive=True)
