@@ -196,7 +196,7 @@ def _files_to_read(pipeline: ir.Pipeline, block: ir.Block) -> list[ir.Setting]:
 def _nearby(path: str, written: str) -> str:
     """`did you mean 'train.jsonl'?` for a file that is not there, from the names in the folder it was looked for in."""
     try:
-        if os.path.exists(path):
+        if os.path.lexists(path):  # there, or a link to nothing: no other name to suggest
             return ""
         names = [name for name in os.listdir(os.path.dirname(path)) if not name.startswith(".")]
     except OSError:  # no such folder either, or one that cannot be listed: nothing to suggest

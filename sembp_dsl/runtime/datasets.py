@@ -10,6 +10,7 @@ for the user, so the CLI can print it instead of a traceback.
 from __future__ import annotations
 
 import csv
+import errno
 import hashlib
 import io
 import json
@@ -424,17 +425,7 @@ def _find_folder(sub: str, flag: str | None) -> Path:
 
 def _read_text(path: Path) -> str:
     """Whole file as text; every I/O or decoding failure becomes a DataError."""
-    try:
-        if path.exists() and not path.is_dir() and not stat.S_ISREG(path.stat().st_mode):
-            # a FIFO or a device would block or never end
-            raise DataError(f"{path}: not a regular file (a pipe or a device?); give a file")
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"{path}: file not found") from None
-    except IsADirectoryError:
-        raise DataError(f"{path}: is a directory, expected a file") from None
-    except OSError as exc:
-        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    raw = _read_bytes(path)
     try:
         text = raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -443,6 +434,53 @@ def _read_text(path: Path) -> str:
     if not text.strip():
         raise DataError(f"{path}: file is empty")
     return text
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A regular file's bytes, as many as its size says: a FIFO or device (which would block or never end) is
+    refused from the descriptor it opened without blocking, so a file swapped for one after a check is refused
+    too; a file of a virtual file system (/proc/self/environ, size 0) reads as empty, not as its content."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as exc:
+        raise DataError(f"{path}: {_unopenable(path, exc)}") from None
+    try:
+        found = _regular(path, os.fstat(fd))
+        with os.fdopen(fd, "rb", closefd=False) as file:
+            return file.read(found.st_size)
+    except OSError as exc:
+        raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except MemoryError:
+        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
+    finally:
+        os.close(fd)
+
+
+def _regular(path: Path, found: os.stat_result) -> os.stat_result:
+    """`found`, a regular file's status; else DataError naming what is there instead."""
+    if stat.S_ISDIR(found.st_mode):
+        raise DataError(f"{path}: is a directory, expected a file")
+    if not stat.S_ISREG(found.st_mode):
+        raise DataError(f"{path}: not a regular file (a pipe or a device?); give a file")
+    return found
+
+
+def _unopenable(path: Path, exc: OSError) -> str:
+    """Why a data file could not be opened, in the user's words: a link that leads nowhere said as one."""
+    if exc.errno == errno.ELOOP:
+        return "a symbolic link that leads back to itself (a loop of links); give a file"
+    if isinstance(exc, FileNotFoundError) and path.is_symlink():
+        return f"a symbolic link to {os.readlink(path)}, which does not exist"
+    if isinstance(exc, FileNotFoundError):
+        return "file not found"
+    return f"cannot read: {exc.strerror or exc}"
+
+
+def _size(path: Path) -> str:
+    try:
+        return f"{path.stat().st_size:,} bytes"
+    except OSError:
+        return "size unknown"
 
 
 def _csv_rows(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterator[tuple[int, list[str]]]:
@@ -843,8 +881,10 @@ def _arrow_records(path: Path) -> list[tuple[int, dict[str, object]]]:
 
 def _arrow_table(path: Path) -> Any:
     pa = _pyarrow()
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
+    try:
+        _regular(path, path.stat())
+    except OSError as exc:
+        raise DataError(f"{path}: {_unopenable(path, exc)}") from None
     try:
         if path.suffix.lower() == ".parquet":
             return pa.parquet.read_table(path)
@@ -856,6 +896,8 @@ def _arrow_table(path: Path) -> Any:
                 return pa.ipc.open_file(source).read_all()
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{path}: cannot read it as {path.suffix.lower()[1:].title()}: {exc}") from None
+    except MemoryError:
+        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
 
 
 def _class_labels(metadata: Mapping[bytes, bytes]) -> dict[str, list]:
