@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from sembp_dsl import cli
-from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import DataError, load
 
 SOURCE = textwrap.dedent("""\
@@ -94,3 +93,97 @@ def test_a_file_too_large_to_hold_is_a_data_error_not_a_crash(tmp_path):
             load(str(big))
     finally:
         resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
+def test_a_lone_surrogate_in_json_is_a_bad_row_named_by_check_not_a_sample_lost_in_the_run(folder, capsys):
+    (folder / "data" / "test.jsonl").write_text(
+        '{"q": "fine", "answer": "No"}\n{"q": "half \\ud800", "answer": "No"}\n'
+    )
+    code, err = check(folder, capsys)
+    assert code == 1 and "test.jsonl:2: a \\ud800-\\udfff escape that pairs with none" in err
+    paired = folder / "paired.jsonl"  # a whole pair is one character, and fine
+    paired.write_text('{"q": "\\ud83d\\ude00", "answer": "No"}\n')
+    assert [s.fields["q"] for s in load(str(paired)).pools["all"]] == ["\U0001f600"]
+
+
+def test_a_null_answer_is_no_answer_not_the_word_null(tmp_path):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"q": "a", "answer": null}\n{"q": "b", "answer": "No"}\n')
+    assert [s.answer for s in load(str(data)).pools["all"]] == ["", "No"]  # was "null", scored against as a label
+
+
+def test_eval_says_a_row_with_a_null_answer_has_none(folder, capsys):
+    (folder / "data" / "test.jsonl").write_text('{"q": "a", "answer": "No"}\n{"q": "b", "answer": null}\n')
+    code = cli.main(["eval", str(folder / "echo.sbp"), "--model", "openai/x", "--api-base", "http://127.0.0.1:9"])
+    err = capsys.readouterr().err
+    assert code == 1 and "test.jsonl:2: no expected answer (its value is blank or null)" in err
+
+
+@pytest.mark.parametrize("name", ["test.txt", "test.JSON", "test"])
+def test_test_data_with_a_name_no_data_file_has_is_refused_as_check_refuses_it_in_the_block(folder, capsys, name):
+    (folder / "data" / name).write_text(rows("test"))  # was read as CSV, its JSON lines as one column
+    code = cli.main(["eval", str(folder / "echo.sbp"), "--test-data", str(folder / "data" / name)])
+    err = capsys.readouterr().err
+    assert code == 1 and f"{name}: the test split's own file is named .jsonl, .csv, .tsv, .parquet or .arrow" in err
+    (folder / "echo.sbp").write_text(SOURCE.replace("data/test.jsonl", f"data/{name}"))
+    code, err = check(folder, capsys)
+    assert code == 1 and "error[E134]" in err
+
+
+def test_a_folder_as_test_data_is_refused_as_in_the_block(folder, capsys):
+    with pytest.raises(DataError, match="a split's own data is one file"):
+        load(str(folder / "data" / "train.jsonl"), test_data=str(folder / "data"))
+
+
+@pytest.mark.parametrize("link", [os.symlink, os.link])
+def test_one_file_for_two_splits_through_a_link_is_e140(folder, capsys, link):
+    link(folder / "data" / "train.jsonl", folder / "data" / "again.jsonl")
+    (folder / "echo.sbp").write_text(SOURCE.replace("data/test.jsonl", "data/again.jsonl"))
+    code, err = check(folder, capsys)
+    assert code == 1 and "error[E140]: 'test' names the file 'train' names" in err
+    (folder / "echo.sbp").write_text(SOURCE.replace("data/test.jsonl", "data/../data/./train.jsonl"))
+    assert "error[E140]" in check(folder, capsys)[1]
+
+
+@pytest.mark.parametrize("link", [os.symlink, os.link])
+def test_the_same_file_as_data_and_test_data_is_refused_before_any_call(folder, capsys, link):
+    train = folder / "data" / "train.jsonl"
+    link(train, folder / "data" / "again.jsonl")
+    for test in (train, folder / "data" / "again.jsonl", folder / "data" / ".." / "data" / "train.jsonl"):
+        code = cli.main(
+            ["optimize", str(folder / "echo.sbp"), "--plan", "--data", str(train), "--test-data", str(test)]
+        )
+        err = capsys.readouterr().err
+        assert code == 1 and "is the file the train split reads" in err and "alike" in err
+    with pytest.raises(DataError, match="the validation split alike"):
+        load(str(train), validation_data=str(folder / "data" / "again.jsonl"))
+    with pytest.raises(DataError, match="the validation and the test split alike"):
+        load(
+            str(train),
+            test_data=str(folder / "data" / "test.jsonl"),
+            validation_data=str(folder / "data" / "test.jsonl"),
+        )
+
+
+def test_a_folder_split_a_test_file_replaces_is_no_overlap_but_its_train_split_is(tmp_path):
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "train.jsonl").write_text(rows("train"))
+    (tmp_path / "hf" / "test.jsonl").write_text(rows("test"))
+    assert len(load(str(tmp_path / "hf"), test_data=str(tmp_path / "hf" / "test.jsonl")).pools["test"]) == 4
+    with pytest.raises(DataError, match="the train split reads"):
+        load(str(tmp_path / "hf"), test_data=str(tmp_path / "hf" / "train.jsonl"))
+
+
+def test_a_folder_named_like_a_file_is_read_as_the_folder_check_reads(folder, capsys):
+    named = folder / "data" / "all.jsonl"
+    named.mkdir()
+    (named / "train.jsonl").write_text(rows("train"))
+    (named / "test.jsonl").write_text(rows("test", 3))
+    (folder / "echo.sbp").write_text(
+        SOURCE.replace('train = "data/train.jsonl"  test = "data/test.jsonl"', 'file = "data/all.jsonl"')
+    )
+    assert check(folder, capsys)[0] == 0
+    assert {pool: len(s) for pool, s in load(str(named)).pools.items()} == {
+        "train": 4,
+        "test": 3,
+    }  # was: is a directory

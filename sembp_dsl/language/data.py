@@ -143,9 +143,9 @@ def _own_files(named: Sequence[ir.Setting]) -> str:
 
 def _same_file_twice(pipeline: ir.Pipeline, files: Mapping[str, ir.Setting], report: Report) -> None:
     """E140: two splits' files that are one file, whose rows would be trained on and scored alike."""
-    first: dict[str, ir.Setting] = {}
+    first: dict[object, ir.Setting] = {}
     for key, s in files.items():
-        path = resolved(pipeline, str(s.value))
+        path = same_file(resolved(pipeline, str(s.value)))
         if path in first:
             report(
                 "E140",
@@ -189,8 +189,21 @@ def _files_to_read(pipeline: ir.Pipeline, block: ir.Block) -> list[ir.Setting]:
     files = named_files(block)
     if "file" in files:
         return [files["file"]]
-    paths = {resolved(pipeline, str(files[key].value)): files[key] for key in SPLITS if key in files}
+    paths: dict[object, ir.Setting] = {}
+    for key in SPLITS:
+        if key in files:
+            paths.setdefault(same_file(resolved(pipeline, str(files[key].value))), files[key])
     return list(paths.values())
+
+
+def same_file(path: str) -> object:
+    """What tells one file from another: its device and inode when it is there (a link, a hard link or another
+    spelling of a path is the file it names), else its path with every link resolved."""
+    try:
+        found = os.stat(path)
+    except (OSError, ValueError):  # not there (E134 says so), or a name no file can have
+        return os.path.realpath(path)
+    return (found.st_dev, found.st_ino)
 
 
 def _nearby(path: str, written: str) -> str:

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import Option, OptionError
-from ..language.data import ANSWER_COLUMNS
+from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, same_file
 from ..language.diagnostics import did_you_mean
 
 __all__ = [
@@ -198,6 +198,7 @@ def load(
     own = {pool: path for pool, path in (("validation", validation_data), ("test", test_data)) if path}
     if not own:
         return dataset
+    _distinct_files(spec, own)
     read = {pool: _load_user_file(Path(path).expanduser()) for pool, path in own.items()}
     train = dataset.pools.get("train") or tuple(s for pool in dataset.pools.values() for s in pool)
     # a folder's own test split stays beside a validation file (not when its rows were merged into train)
@@ -220,15 +221,44 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _read_once(_load_gsm8k, folder, files=[folder / f"{split}.jsonl" for split in _GSM8K_FILES])
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
+    if Path(name).expanduser().is_dir():  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
+        return _load_folder(Path(name).expanduser())
     if name.lower().endswith(USER_SUFFIXES):
         path = Path(name).expanduser()
         return _read_once(_load_user_file, path, files=[path])
-    if Path(name).expanduser().is_dir():
-        return _load_folder(Path(name).expanduser())
     raise DataError(
         f"unknown data set {spec!r}: expected liar, gsm8k, bbh:<task>, a path to a .jsonl, .csv, .tsv, .parquet or "
         ".arrow file, or a Hugging Face data set's folder"
     )
+
+
+def _distinct_files(spec: str, own: Mapping[str, str]) -> None:
+    """The validation and test splits' own files: data files by their names, as the data block's must be, and
+    none of them a file another split reads (through a link, a hard link or another path to it): its rows would
+    be trained on and scored alike. A folder's split that a file of its own replaces is no other split's."""
+    named = Path(spec).expanduser()
+    sources: dict[object, tuple[str, str]] = {}  # the file -> (the split reading it, as named)
+    if named.is_dir():
+        for split, files in folder_splits(named).items():
+            for file in files:
+                sources.setdefault(same_file(str(file)), (split, str(file)))
+    elif spec.lower().endswith(USER_SUFFIXES):
+        sources[same_file(spec)] = ("train", spec)
+    for pool, path in own.items():
+        if Path(path).expanduser().is_dir():
+            raise DataError(f"{path}: {NOT_A_FOLDER}")
+        if not path.lower().endswith(USER_SUFFIXES):
+            raise DataError(
+                f"{path}: the {pool} split's own file is named .jsonl, .csv, .tsv, .parquet or .arrow, as the data "
+                "block's are: its name says how to read it"
+            )
+        split, other = sources.setdefault(same_file(str(Path(path).expanduser())), (pool, path))
+        if split != pool:
+            also = f" ({other}, by a link or another path)" if other != path else ""
+            raise DataError(
+                f"{path} is the file the {split} split reads{also}: its rows would be drawn for the {split} and the "
+                f"{pool} split alike; give each split a file of its own"
+            )
 
 
 _READ: dict[tuple, Dataset] = {}  # the data sets read in this process, by their files as they were read
@@ -523,9 +553,25 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         if not isinstance(record, dict):
             bad.append((number, f"expected a JSON object, got {type(record).__name__}"))
             continue
+        if _LONE_SURROGATE.search(line) and not _is_text(record):
+            bad.append((number, "a \\ud800-\\udfff escape that pairs with none: not text a prompt can hold"))
+            continue
         yield number, record
     if bad:
         raise bad_rows(path, bad)
+
+
+# A JSON escape of half a UTF-16 pair: valid JSON, but alone no character, and no prompt can be sent holding one.
+_LONE_SURROGATE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def _is_text(record: Mapping) -> bool:
+    """Whether every key and value of a record can be written as UTF-8 (no lone half of a surrogate pair)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 MAX_BAD_ROWS = 20  # named one a line; the rest counted
@@ -743,9 +789,10 @@ def answer_key(keys: Iterable) -> object | None:
 def _sample(
     id: str, record: Mapping, answer: object | None, origin: str = "", given: Mapping[str, object] | None = None
 ) -> Sample:
-    """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key)."""
+    """A record as a sample: every other key a field, as text; the answer stripped ("" with no answer key, or a null
+    one: a missing value, not the word "null" to score against)."""
     fields = {str(k): as_text(v) for k, v in record.items() if k != answer}
-    expected = as_text(record[answer]).strip() if answer is not None else ""
+    expected = as_text(record[answer]).strip() if answer is not None and record[answer] is not None else ""
     return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 

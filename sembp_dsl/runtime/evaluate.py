@@ -331,6 +331,9 @@ def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, 
 
 def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
     """Why no output of `node` can ever score 1 against `answer`, or None when one can."""
+    held = metric in ("numeric", "json") or (metric == "exact" and node.type.kind == "choice")
+    if held and not answer:
+        return "no expected answer (its value is blank or null), so it would always score 0"
     if metric == "exact" and node.type.kind == "choice":
         labels = node.type.choices
         if not any(score("exact", label, answer) for label in labels):
