@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from sembp_dsl import cli
+from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import DataError, load
 
 SOURCE = textwrap.dedent("""\
@@ -187,3 +188,51 @@ def test_a_folder_named_like_a_file_is_read_as_the_folder_check_reads(folder, ca
         "train": 4,
         "test": 3,
     }  # was: is a directory
+
+
+def test_a_folder_with_a_disk_under_it_is_refused_in_a_moment_not_walked(tmp_path, monkeypatch):
+    monkeypatch.setattr(datasets, "FOLDER_ENTRIES", 50)  # "/" took 12 s here, and named every file it found
+    for i in range(60):
+        (tmp_path / f"notes-{i}.txt").write_text("")
+    with pytest.raises(DataError, match="more than 50 files and folders under it, so not a data set's folder"):
+        load(str(tmp_path))
+
+
+def test_files_without_a_split_word_are_named_ten_at_most(tmp_path):
+    (tmp_path / "train.jsonl").write_text(rows("train"))
+    for i in range(25):
+        (tmp_path / f"part{i:02}.jsonl").write_text(rows("part"))
+    with pytest.raises(DataError, match=r"part09.jsonl and 15 more: name each file") as err:
+        load(str(tmp_path))
+    assert "part10" not in str(err.value)
+
+
+def test_one_split_in_two_formats_is_refused_not_read_twice(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "train.jsonl").write_text(rows("train"))
+    pq.write_table(pa.table({"q": [f"train-{i}" for i in range(4)], "answer": ["No"] * 4}), tmp_path / "train.parquet")
+    with pytest.raises(DataError, match=r"the train split's files are .jsonl and .parquet files alike"):
+        load(str(tmp_path))  # was: 8 train rows, each twice
+
+
+def test_init_into_a_folder_that_is_not_there_is_an_error_not_a_crash(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text(rows("t"))
+    assert cli.main(["init", "--data", "t.jsonl", "Triage", "--out", "nowhere/p.sbp"]) == 1  # was exit 70
+    assert "nowhere/p.sbp: cannot write it: No such file or directory" in capsys.readouterr().err
+
+
+def test_init_that_cannot_finish_its_file_leaves_none_behind(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text(rows("t"))
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (100, hard))  # as a full disk: Python ignores SIGXFSZ, writes fail
+    try:
+        code = cli.main(["init", "--data", "t.jsonl", "Triage", "--out", "p.sbp"])
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    assert code == 1 and "p.sbp: cannot write it: File too large" in capsys.readouterr().err
+    assert not (tmp_path / "p.sbp").exists()  # so the next try is not told it exists
+    assert cli.main(["init", "--data", "t.jsonl", "Triage", "--out", "p.sbp"]) == 0

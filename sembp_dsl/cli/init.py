@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import WriteBackError
 from ..language.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
 from ..runtime.datasets import DataError, answer_key, as_text, fields_of, load, rows_of
@@ -254,13 +255,26 @@ def write(args, model: str) -> Written:
     from ..language.fmt import format_text
     from ..language.source import diagnose_file
 
-    try:
-        with open(out, "x", encoding="utf-8") as file:  # "x": an existing file is never overwritten
-            file.write(format_text(text, str(out)))  # as `sbpc fmt` would lay it out
-    except FileExistsError:
-        raise UsageError(f"{out} exists, and init never overwrites a file: give another with --out") from None
+    _create(out, format_text(text, str(out)))  # as `sbpc fmt` would lay it out
     diagnostics = diagnose_file(str(out), router_problem, (), fields_of).diagnostics
     return Written(out, data, answer, inputs, diagnostics)
+
+
+def _create(out: Path, text: str) -> None:
+    """`text` in a new file at `out`, never over one that is there (nor through a link there); a file it could not
+    finish is removed, so the next try is not told it exists."""
+    try:
+        file = open(out, "x", encoding="utf-8")  # "x": an existing file (or link) is never overwritten
+    except FileExistsError:
+        raise UsageError(f"{out} exists, and init never overwrites a file: give another with --out") from None
+    except OSError as exc:  # no such folder, not allowed, a read-only file system
+        raise WriteBackError(f"{out}: cannot write it: {exc.strerror or exc}") from None
+    try:
+        with file:
+            file.write(text)
+    except OSError as exc:  # the disk full: what was written is removed
+        out.unlink(missing_ok=True)
+        raise WriteBackError(f"{out}: cannot write it: {exc.strerror or exc}") from None
 
 
 def cmd_init(args) -> int:

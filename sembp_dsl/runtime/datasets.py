@@ -871,13 +871,7 @@ def _saved_split(folder: Path) -> list[Path]:
 def _snapshot_splits(folder: Path) -> dict[str, list[Path]]:
     """A hub snapshot's data files (.parquet, .jsonl, .csv, ...; hidden folders skipped) by the split word in each
     path (its last); with no split word anywhere, every file is train."""
-    files = sorted(
-        p
-        for p in folder.rglob("*")
-        if p.suffix.lower() in USER_SUFFIXES
-        and not any(part.startswith(".") for part in p.relative_to(folder).parts)
-        and p.is_file()
-    )
+    files = sorted(_data_files(folder))
     if not files:
         raise DataError(f"{folder}: no data files (.jsonl, .csv, .tsv, .parquet, .arrow) in the folder")
     words = {p: _split_word(p.relative_to(folder)) for p in files}
@@ -885,14 +879,46 @@ def _snapshot_splits(folder: Path) -> dict[str, list[Path]]:
         return {"train": files}
     unnamed = [str(p.relative_to(folder)) for p, word in words.items() if word is None]
     if unnamed:
+        more = f" and {len(unnamed) - _NAMED_AT_MOST} more" if len(unnamed) > _NAMED_AT_MOST else ""
         raise DataError(
-            f"{folder}: no split in the name of {', '.join(unnamed)}: name each file or its folder by its split "
-            "(train, validation, test), as the other files are"
+            f"{folder}: no split in the name of {', '.join(unnamed[:_NAMED_AT_MOST])}{more}: name each file or its "
+            "folder by its split (train, validation, test), as the other files are"
         )
     splits: dict[str, list[Path]] = {}
     for path, word in words.items():
         splits.setdefault(str(word), []).append(path)
+    for split, paths in splits.items():
+        formats = sorted({path.suffix.lower() for path in paths})
+        if len(formats) > 1:  # a snapshot with a Parquet export beside the files: each row would be read twice
+            raise DataError(
+                f"{folder}: the {split} split's files are {' and '.join(formats)} files alike "
+                f"({', '.join(str(p.relative_to(folder)) for p in paths[:_NAMED_AT_MOST])}): one split's rows "
+                "in two formats would be read twice; keep one format, as the `datasets` library reads one"
+            )
     return splits
+
+
+_NAMED_AT_MOST = 10  # files a message names; the rest counted
+# Entries a folder may hold before it is taken for no data set's (a home folder, "/"): a hub snapshot holds tens.
+FOLDER_ENTRIES = 20_000
+
+
+def _data_files(folder: Path) -> Iterator[Path]:
+    """The data files under a folder, hidden folders (.git, .cache) not entered, links to folders not followed;
+    DataError past FOLDER_ENTRIES entries, so a path to a disk's root is refused in a moment, not walked for minutes."""
+    seen = 0
+    for root, folders, names in os.walk(folder):
+        folders[:] = [name for name in folders if not name.startswith(".")]
+        seen += len(folders) + len(names)
+        if seen > FOLDER_ENTRIES:
+            raise DataError(
+                f"{folder}: more than {FOLDER_ENTRIES:,} files and folders under it, so not a data set's folder: "
+                "name the data file, or a folder holding a data set's files"
+            )
+        for name in names:
+            path = Path(root, name)
+            if path.suffix.lower() in USER_SUFFIXES and not name.startswith(".") and path.is_file():
+                yield path
 
 
 def _split_word(relative: Path) -> str | None:
