@@ -236,3 +236,18 @@ def test_init_that_cannot_finish_its_file_leaves_none_behind(tmp_path, monkeypat
     assert code == 1 and "p.sbp: cannot write it: File too large" in capsys.readouterr().err
     assert not (tmp_path / "p.sbp").exists()  # so the next try is not told it exists
     assert cli.main(["init", "--data", "t.jsonl", "Triage", "--out", "p.sbp"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [("1" + "0" * 5000, "a number with too many digits"), ("[" * 100_000 + "]" * 100_000, "nested too deeply")],
+)
+def test_json_python_cannot_hold_is_a_bad_row_not_a_crash(folder, capsys, value, said):
+    (folder / "data" / "test.jsonl").write_text(f'{{"q": "a", "answer": "No"}}\n{{"q": {value}, "answer": "No"}}\n')
+    code, err = check(folder, capsys)  # was exit 70: a ValueError, a RecursionError
+    assert code == 1 and f"test.jsonl:2: invalid JSON: {said}" in err and "Traceback" not in err
+    listing = folder / "hf"
+    listing.mkdir()
+    (listing / "dataset_dict.json").write_text(f'{{"splits": {value}}}')
+    with pytest.raises(DataError, match=f"dataset_dict.json:1: invalid JSON: {said}"):
+        load(str(listing))

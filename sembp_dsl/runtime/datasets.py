@@ -546,7 +546,7 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = _json_value(line)
         except json.JSONDecodeError as exc:
             bad.append((number, f"invalid JSON: {exc.msg}"))
             continue
@@ -559,6 +559,19 @@ def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
         yield number, record
     if bad:
         raise bad_rows(path, bad)
+
+
+def _json_value(text: str) -> Any:
+    """`json.loads(text)`; a number with more digits than Python turns into an int, or nesting deeper than its
+    stack, a JSONDecodeError as any invalid JSON is (they were a ValueError and a RecursionError: a crash)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        raise
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply to read", text, 0) from None
+    except ValueError:  # Exceeds the limit (4300 digits) for integer string conversion
+        raise json.JSONDecodeError("a number with too many digits to read (write it as a string)", text, 0) from None
 
 
 # A JSON escape of half a UTF-16 pair: valid JSON, but alone no character, and no prompt can be sent holding one.
@@ -648,7 +661,7 @@ def _load_bbh(folder: Path, task: str) -> Dataset:
         raise DataError(f"{wanted}; available tasks in {folder}: {', '.join(tasks) or '(none)'}")
     path = folder / f"{task}.json"
     try:
-        examples = json.loads(_read_text(path))["examples"]
+        examples = _json_value(_read_text(path))["examples"]
         samples = tuple(
             Sample(f"bbh/{task}/{i}", {"question": ex["input"]}, ex["target"].strip()) for i, ex in enumerate(examples)
         )
@@ -845,7 +858,7 @@ def _plain_name(name: str) -> bool:
 
 def _json_file(path: Path) -> dict:
     try:
-        found = json.loads(_read_text(path))
+        found = _json_value(_read_text(path))
     except json.JSONDecodeError as exc:
         raise DataError(f"{path}:{exc.lineno}: invalid JSON: {exc.msg}") from None
     if not isinstance(found, dict):
@@ -977,7 +990,7 @@ def _class_labels(metadata: Mapping[bytes, bytes]) -> dict[str, list]:
     """The names of each ClassLabel column, from the features `datasets` writes into a file's schema metadata."""
     try:
         features = json.loads(metadata.get(b"huggingface", b"{}"))["info"]["features"]
-    except (ValueError, KeyError, TypeError):
+    except (ValueError, KeyError, TypeError, RecursionError):
         return {}
     if not isinstance(features, dict):
         return {}
