@@ -251,3 +251,26 @@ def test_json_python_cannot_hold_is_a_bad_row_not_a_crash(folder, capsys, value,
     (listing / "dataset_dict.json").write_text(f'{{"splits": {value}}}')
     with pytest.raises(DataError, match=f"dataset_dict.json:1: invalid JSON: {said}"):
         load(str(listing))
+
+
+def test_a_hub_test_splits_hidden_label_minus_one_is_no_answer_not_the_label_minus_one(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    features = {"label": {"names": ["negative", "positive"], "_type": "ClassLabel"}}
+    data = pa.table({"text": ["a", "b", "c"], "label": [1, -1, 0]})
+    pq.write_table(
+        data.replace_schema_metadata({b"huggingface": json.dumps({"info": {"features": features}})}),
+        tmp_path / "t.parquet",
+    )
+    assert [s.answer for s in load(str(tmp_path / "t.parquet")).pools["all"]] == ["positive", "", "negative"]
+    pq.write_table(data, tmp_path / "plain.parquet")  # no class names: -1 is a number like any other
+    assert [s.answer for s in load(str(tmp_path / "plain.parquet")).pools["all"]] == ["1", "-1", "0"]
+
+
+def test_an_arrow_file_with_two_columns_of_one_name_is_refused_not_one_of_them_lost(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    table = pa.Table.from_arrays([pa.array(["a"]), pa.array(["b"]), pa.array(["No"])], names=["q", "q", "answer"])
+    with pa.OSFile(str(tmp_path / "d.arrow"), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    with pytest.raises(DataError, match="d.arrow: duplicate column names: q"):  # was: {'q': 'b'}, 'a' gone
+        load(str(tmp_path / "d.arrow"))

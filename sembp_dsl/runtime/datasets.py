@@ -958,6 +958,9 @@ def _arrow_records(path: Path) -> list[tuple[int, dict[str, object]]]:
     """The rows of a Parquet or Arrow file, counted from 1; a Hugging Face ClassLabel column's numbers as its names
     (a model answers "positive", not 1)."""
     table = _arrow_table(path)
+    duplicates = sorted({name for name in table.column_names if table.column_names.count(name) > 1})
+    if duplicates:  # a row as a dict would keep one of them, the other's values lost
+        raise DataError(f"{path}: duplicate column names: {', '.join(duplicates)}")
     names = _class_labels(table.schema.metadata or {})
     rows = []
     for number, row in enumerate(table.to_pylist(), start=1):
@@ -1002,9 +1005,12 @@ def _class_labels(metadata: Mapping[bytes, bytes]) -> dict[str, list]:
 
 
 def _plain(value: object, labels: list | None) -> object:
-    """A table's value as a JSON file would hold it: a class number as its name, bytes and dates as text."""
+    """A table's value as a JSON file would hold it: a class number as its name (-1, no label, as none: a hub test
+    split's hidden labels), bytes and dates as text."""
     if labels is not None and isinstance(value, int) and 0 <= value < len(labels):
         return labels[value]
+    if labels is not None and value == -1:
+        return None
     if value is None or isinstance(value, (str, int, float, bool)):
         return value
     return json.loads(json.dumps(value, default=str, ensure_ascii=False))
