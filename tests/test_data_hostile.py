@@ -274,3 +274,23 @@ def test_an_arrow_file_with_two_columns_of_one_name_is_refused_not_one_of_them_l
         writer.write_table(table)
     with pytest.raises(DataError, match="d.arrow: duplicate column names: q"):  # was: {'q': 'b'}, 'a' gone
         load(str(tmp_path / "d.arrow"))
+
+
+def test_init_gives_columns_that_make_one_name_names_of_their_own(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    row = {"a b": "x", "a_b": "y", "a-b": "z", "input": "w", "answer": "No"}
+    (tmp_path / "r.jsonl").write_text("".join(json.dumps({**row, "answer": a}) + "\n" for a in ("No", "Yes", "No")))
+    assert cli.main(["init", "--data", "r.jsonl", "Triage"]) == 0  # was E020: duplicate node or input 'a_b'
+    text = (tmp_path / "r.sbp").read_text()
+    assert 'input a_b: text from "a b"' in text and 'input a_b_2: text from "a_b"' in text
+    assert 'input a_b_3: text from "a-b"' in text and 'input input_: text from "input"' in text
+    assert "checked: ok" in capsys.readouterr().out
+
+
+def test_init_with_no_column_left_to_read_names_every_column_it_took(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "t.jsonl").write_text(rows("t"))
+    with pytest.raises(SystemExit):
+        cli.main(["init", "--data", "t.jsonl", "Triage", "--answer", "q"])
+    err = capsys.readouterr().err
+    assert "no column for the pipeline to read besides the answer, 'q', and 'answer', which a run reads as" in err

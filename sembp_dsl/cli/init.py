@@ -108,6 +108,18 @@ def name_of(field: str) -> str:
     return f"{name}_" if name in RESERVED else name
 
 
+def names_of(fields: Sequence[str]) -> list[str]:
+    """Each field's name as a pipeline name (name_of), one of its own: "a b" and "a_b" are a_b and a_b_2, since two
+    inputs of one name are an error (E020)."""
+    names: list[str] = []
+    for field in fields:
+        name, number = name_of(field), 1
+        while (name if number == 1 else f"{name}_{number}") in names:
+            number += 1
+        names.append(name if number == 1 else f"{name}_{number}")
+    return names
+
+
 def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
@@ -131,8 +143,8 @@ class Starter:
         answer, node = self.answer, "answer"  # no input is named so: a run reads that column as the answer
         lines = [f"pipeline {self.name} {quoted(self.task)}", ""]
         lines += [f"# Written by `sbpc init` from {self.data}."]
-        for field in self.inputs:
-            own = name_of(field)
+        names = names_of(self.inputs)
+        for field, own in zip(self.inputs, names):
             lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
         kind = {"labels": f"choice({', '.join(map(quoted, answer.labels))})", "numbers": "number", "text": "text"}
         lines += [
@@ -140,7 +152,7 @@ class Starter:
             f"param instruction = {quoted(self.task)}",
             f"node {node}: {kind[answer.kind]} {{ prompt = instruction }}",
         ]
-        lines += [f"{', '.join(map(name_of, self.inputs))} -> {node}"]
+        lines += [f"{', '.join(names)} -> {node}"]
         lines += [
             f"# The expected output is the column {answer.field!r} ({answer.why}); another? Change `from` here.",
             f"output {node} from {quoted(answer.field)}",
@@ -247,7 +259,10 @@ def write(args, model: str) -> Written:
         default = answer_key(fields)  # a run reads this column as the answer, so no input can
         inputs = tuple(f for f in fields if f not in (answer.field, default))
         if not inputs:
-            raise UsageError(f"{args.data}: no column besides the answer, {answer.field!r}, for the pipeline to read")
+            also = f", and {default!r}, which a run reads as the answer" if default not in (None, answer.field) else ""
+            raise UsageError(
+                f"{args.data}: no column for the pipeline to read besides the answer, {answer.field!r}{also}"
+            )
         data = os.path.relpath(source.absolute(), out.absolute().parent)
         task = ask_task(args.task, source)
         text = Starter(task, name_of(out.stem), data, inputs, answer, split_sizes(pools), model).text()
