@@ -9,6 +9,7 @@ import json
 import os
 import resource
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
@@ -294,3 +295,28 @@ def test_init_with_no_column_left_to_read_names_every_column_it_took(tmp_path, m
         cli.main(["init", "--data", "t.jsonl", "Triage", "--answer", "q"])
     err = capsys.readouterr().err
     assert "no column for the pipeline to read besides the answer, 'q', and 'answer', which a run reads as" in err
+
+
+def test_a_runs_data_file_now_a_pipe_or_an_endless_device_is_changed_not_waited_on(tmp_path):
+    train = tmp_path / "train.jsonl"
+    train.write_text(rows("train"))
+    recorded = datasets.fingerprint(str(train))
+    train.unlink()
+    train.symlink_to("/dev/zero")  # `sbpc runs` read it to its end: memory, then exit 70
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, hard))
+    try:
+        assert datasets.fingerprint(str(train)) is None != recorded
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+    train.unlink()
+    os.mkfifo(train)  # `sbpc runs` waited on it for a writer, forever
+    found: list = []
+    reader = threading.Thread(target=lambda: found.append(datasets.fingerprint(str(train))), daemon=True)
+    reader.start()
+    reader.join(timeout=30)  # a bound on a failure, not a wait: a fixed reader returns at once
+    if reader.is_alive():
+        with open(train, "wb"):  # the writer it waited for, so the thread ends
+            pass
+        pytest.fail("fingerprint waited on a FIFO")
+    assert found == [None]

@@ -783,12 +783,12 @@ def fingerprint(*paths: str | None) -> str | None:
         for number, given in enumerate(named):
             folder = Path(given).expanduser()
             if not folder.is_dir():
-                content = folder.read_bytes()
+                content = _read_bytes(folder)  # a pipe or device there now is refused, not waited on
                 digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
                 digest.update(content)
                 continue
             for file in sorted(f for files in folder_splits(folder).values() for f in files):
-                digest.update(str(file.relative_to(folder)).encode() + b"\0" + file.read_bytes())
+                digest.update(str(file.relative_to(folder)).encode() + b"\0" + _read_bytes(file))
     except (OSError, DataError):
         return None
     return digest.hexdigest()
