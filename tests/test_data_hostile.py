@@ -320,3 +320,21 @@ def test_a_runs_data_file_now_a_pipe_or_an_endless_device_is_changed_not_waited_
             pass
         pytest.fail("fingerprint waited on a FIFO")
     assert found == [None]
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({1, 2}, "example:2: a value cannot be sent as text or JSON: Object of type set"),
+        (b"\xff", "example:2: a value cannot be sent as text or JSON: Object of type bytes"),
+        ("half \ud800", "example:2: holds a lone surrogate ('\\ud800'), which no model request can carry"),
+    ],
+)
+def test_examples_given_in_python_that_no_request_can_carry_are_named_as_inputs_are(folder, value, said):
+    import sembp_dsl as sbp
+
+    pipeline = sbp.load(str(folder / "echo.sbp"), model="openai/x", api_base="http://127.0.0.1:9")
+    examples = [{"q": "fine", "answer": "No"}, {"q": value, "answer": "No"}]
+    with pytest.raises(DataError) as err:  # was a TypeError, or (the surrogate) a sample lost with nothing scored
+        pipeline.evaluate(examples)
+    assert str(err.value) == said or str(err.value).startswith(said)

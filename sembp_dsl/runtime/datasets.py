@@ -688,8 +688,25 @@ def from_records(rows: Sequence[Mapping[str, object] | Sample], name: str = "exa
             raise DataError(
                 f"{name} row {number}: an example is a dict of field names to values, got {type(row).__name__}"
             )
-        samples.append(_sample(f"{name}:{number}", row, answer_key(row), given=row))
+        samples.append(_example(f"{name}:{number}", row))
     return samples
+
+
+def _example(id: str, row: Mapping) -> Sample:
+    """A caller's example as a sample; a value JSON cannot hold (a set, bytes, a date) or UTF-8 cannot carry (a lone
+    surrogate) named, as a run's inputs are, rather than a TypeError or a sample lost in the run."""
+    try:
+        sample = _sample(id, row, answer_key(row), given=row)
+        for text in (sample.answer, *sample.fields, *sample.fields.values()):
+            text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise DataError(
+            f"{id}: holds a lone surrogate ({exc.object[exc.start]!r}), which no model request can carry"
+        ) from None
+    except (TypeError, ValueError, RecursionError) as exc:
+        reason = "it nests too deeply" if isinstance(exc, RecursionError) else exc
+        raise DataError(f"{id}: a value cannot be sent as text or JSON: {reason}") from None
+    return sample
 
 
 Records = Sequence[tuple[int, Mapping[str, object]]]  # (line, or row counted from 1, of a table file; the row)
