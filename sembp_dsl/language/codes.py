@@ -963,7 +963,8 @@ _CODES = [
         "one file for two splits",
         "Each split named by a file is drawn from that file alone, so the test split is never trained on. Two\n"
         "splits naming the same file would draw from the same rows: the score on one would say nothing of the\n"
-        "other. Give each its own file, or name one pool with `file` and cut it by sizes (disjoint splits).",
+        "other. Give each its own file, or name one pool with `file` and cut it by sizes (disjoint splits).\n"
+        "A link, a hard link or another spelling of the path names the same file, and is the same mistake.",
         'data { train = "rows.jsonl"  test = "rows.jsonl" }',
         'data { file = "rows.jsonl"  train = 20  test = 50 }',
     ),
