@@ -144,14 +144,14 @@ def test_a_lone_surrogate_in_a_row_or_a_return_value_is_that_samples_error(tmp_p
     (tmp_path / "same.sbp").write_text(direct.replace("question -> mid -> out", "question -> out"))
     rows = tmp_path / "rows.jsonl"
     rows.write_text('{"question": "a\\ud800b", "answer": "x"}\n')
-    for argv in (
-        ["eval", str(tmp_path / "same.sbp"), "--data", str(rows), "--errors", "1"],
-        ["run", str(tmp_path / "broken.sbp"), "--input", "question=a"],
-    ):
-        done = sbpc(*argv, "--json")
-        assert "Traceback" not in done.stderr and "bug in sbpc" not in done.stderr, done.stderr
-        assert "lone surrogate" in done.stdout, done.stdout
-        json.loads(done.stdout)
+    done = sbpc("run", str(tmp_path / "broken.sbp"), "--input", "question=a", "--json")
+    assert "Traceback" not in done.stderr and "bug in sbpc" not in done.stderr, done.stderr
+    assert "lone surrogate" in done.stdout, done.stdout
+    json.loads(done.stdout)
+    # a row holding one is a bad row, named by its line before any call (tests/test_data_hostile.py)
+    done = sbpc("eval", str(tmp_path / "same.sbp"), "--data", str(rows), "--errors", "1", "--json")
+    assert done.returncode == 1 and "Traceback" not in done.stderr and "bug in sbpc" not in done.stderr
+    assert "rows.jsonl:1: a \\ud800-\\udfff escape that pairs with none" in done.stderr, done.stderr
 
 
 def test_evals_summary_counts_function_failures_by_cause(tmp_path):
