@@ -338,3 +338,15 @@ def test_examples_given_in_python_that_no_request_can_carry_are_named_as_inputs_
     with pytest.raises(DataError) as err:  # was a TypeError, or (the surrogate) a sample lost with nothing scored
         pipeline.evaluate(examples)
     assert str(err.value) == said or str(err.value).startswith(said)
+
+
+def test_two_saved_splits_of_one_meaning_are_read_together_not_one_of_them_lost(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    for split, count in (("validation", 2), ("dev", 3), ("train", 4)):
+        (tmp_path / split).mkdir()
+        data = pa.table({"q": [f"{split}-{i}" for i in range(count)], "answer": ["No"] * count})
+        with pa.OSFile(str(tmp_path / split / "data.arrow"), "wb") as sink, pa.ipc.new_stream(sink, data.schema) as w:
+            w.write_table(data)
+    (tmp_path / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation", "dev"]}))
+    pools = load(str(tmp_path)).pools
+    assert {pool: len(samples) for pool, samples in pools.items()} == {"train": 4, "validation": 5}  # was 3: dev's

@@ -861,7 +861,10 @@ def folder_splits(folder: Path) -> dict[str, list[Path]]:
         splits = _json_file(listing).get("splits")
         if not isinstance(splits, list) or not all(isinstance(s, str) and _plain_name(s) for s in splits):
             raise DataError(f'{listing}: expected {{"splits": ["train", ...]}}, each the name of a folder beside it')
-        return {SPLIT_WORDS.get(split.lower(), split): _saved_split(folder / split) for split in splits}
+        found: dict[str, list[Path]] = {}
+        for split in splits:  # "train" and "training" are one split: their files together, neither's lost
+            found.setdefault(SPLIT_WORDS.get(split.lower(), split), []).extend(_saved_split(folder / split))
+        return found
     if (folder / "state.json").is_file():
         split = _json_file(folder / "state.json").get("_split")
         return {SPLIT_WORDS.get(split.lower(), split) if isinstance(split, str) else "train": _saved_split(folder)}
