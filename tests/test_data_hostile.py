@@ -350,3 +350,21 @@ def test_two_saved_splits_of_one_meaning_are_read_together_not_one_of_them_lost(
     (tmp_path / "dataset_dict.json").write_text(json.dumps({"splits": ["train", "validation", "dev"]}))
     pools = load(str(tmp_path)).pools
     assert {pool: len(samples) for pool, samples in pools.items()} == {"train": 4, "validation": 5}  # was 3: dev's
+
+
+def test_a_table_file_saying_more_rows_than_a_run_could_use_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
+    pa = pytest.importorskip("pyarrow")
+    pq = pytest.importorskip("pyarrow.parquet")
+    monkeypatch.setattr(datasets, "MAX_TABLE_ROWS", 10)  # a file of 16 KB said 3,000,000 rows, read at ~7 s a million
+    data = pa.table({"q": [f"r{i}" for i in range(11)], "answer": ["No"] * 11})
+    pq.write_table(data, tmp_path / "big.parquet")
+    with pa.OSFile(str(tmp_path / "big.arrow"), "wb") as sink, pa.ipc.new_stream(sink, data.schema) as writer:
+        for batch in data.to_batches(max_chunksize=4):
+            writer.write_batch(batch)
+    with pa.OSFile(str(tmp_path / "file.arrow"), "wb") as sink, pa.ipc.new_file(sink, data.schema) as writer:
+        writer.write_table(data)
+    for name, said in (("big.parquet", "11 rows"), ("big.arrow", "11 rows"), ("file.arrow", "11 rows")):
+        with pytest.raises(DataError, match=f"{name}: {said} or more, past the 10 sbpc reads from one file"):
+            load(str(tmp_path / name))
+    pq.write_table(data.slice(0, 10), tmp_path / "fits.parquet")
+    assert len(load(str(tmp_path / "fits.parquet")).pools["all"]) == 10

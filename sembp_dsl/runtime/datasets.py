@@ -996,17 +996,38 @@ def _arrow_table(path: Path) -> Any:
         raise DataError(f"{path}: {_unopenable(path, exc)}") from None
     try:
         if path.suffix.lower() == ".parquet":
+            _not_too_many(path, pa.parquet.ParquetFile(path).metadata.num_rows)  # before a byte of it is unpacked
             return pa.parquet.read_table(path)
         with pa.memory_map(str(path)) as source:
             try:  # `save_to_disk` writes the Arrow stream format
-                return pa.ipc.open_stream(source).read_all()
+                reader, batches, rows = pa.ipc.open_stream(source), [], 0
+                for batch in reader:  # counted as it is read: a stream does not say its length first
+                    batches.append(batch)
+                    rows += batch.num_rows
+                    _not_too_many(path, rows)
+                return pa.Table.from_batches(batches, schema=reader.schema)
             except pa.ArrowInvalid:
                 source.seek(0)
-                return pa.ipc.open_file(source).read_all()
+                file = pa.ipc.open_file(source)
+                _not_too_many(path, sum(file.get_batch(i).num_rows for i in range(file.num_record_batches)))
+                return file.read_all()
     except (OSError, pa.ArrowException) as exc:
         raise DataError(f"{path}: cannot read it as {path.suffix.lower()[1:].title()}: {exc}") from None
     except MemoryError:
         raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
+
+
+# Rows a Parquet or Arrow file may hold: a million take ~7 s and ~1 GB to read here, and a file of a few KB can say
+# a billion (one value repeated, compressed): refused from its metadata before it is unpacked.
+MAX_TABLE_ROWS = 2_000_000
+
+
+def _not_too_many(path: Path, rows: int) -> None:
+    if rows > MAX_TABLE_ROWS:
+        raise DataError(
+            f"{path}: {rows:,} rows or more, past the {MAX_TABLE_ROWS:,} sbpc reads from one file (a run uses tens "
+            "to hundreds): give a sample of it, a file or a split of its own"
+        )
 
 
 def _class_labels(metadata: Mapping[bytes, bytes]) -> dict[str, list]:
