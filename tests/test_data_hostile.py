@@ -368,3 +368,14 @@ def test_a_table_file_saying_more_rows_than_a_run_could_use_is_refused_before_it
             load(str(tmp_path / name))
     pq.write_table(data.slice(0, 10), tmp_path / "fits.parquet")
     assert len(load(str(tmp_path / "fits.parquet")).pools["all"]) == 10
+
+
+def test_init_from_a_file_whose_name_breaks_a_line_writes_a_pipeline_that_checks(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    name = 'a\ninput stray: text\n"b.jsonl'  # the comment naming the data ended at the break, the rest read as code
+    (tmp_path / name).write_text(rows("t"))
+    assert cli.main(["init", "--data", name, "Triage", "--out", "p.sbp"]) == 0
+    assert "checked: ok" in capsys.readouterr().out
+    text = (tmp_path / "p.sbp").read_text()
+    assert "\ninput stray" not in text and '# Written by `sbpc init` from "a\\ninput stray: text\\n\\"b.jsonl".' in text
+    assert cli.main(["check", "p.sbp"]) == 0

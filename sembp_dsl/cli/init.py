@@ -142,7 +142,7 @@ class Starter:
         column, its metric, the data and the model."""
         answer, node = self.answer, "answer"  # no input is named so: a run reads that column as the answer
         lines = [f"pipeline {self.name} {quoted(self.task)}", ""]
-        lines += [f"# Written by `sbpc init` from {self.data}."]
+        lines += [f"# Written by `sbpc init` from {quoted(self.data)}."]  # quoted: a name may hold a line break
         names = names_of(self.inputs)
         for field, own in zip(self.inputs, names):
             lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
