@@ -379,3 +379,22 @@ def test_init_from_a_file_whose_name_breaks_a_line_writes_a_pipeline_that_checks
     text = (tmp_path / "p.sbp").read_text()
     assert "\ninput stray" not in text and '# Written by `sbpc init` from "a\\ninput stray: text\\n\\"b.jsonl".' in text
     assert cli.main(["check", "p.sbp"]) == 0
+
+
+def test_a_data_file_outside_the_pipelines_folder_has_its_fields_named_in_no_message(tmp_path, capsys):
+    """A stranger's pipeline links its data to a file of secrets: check must not print that file's first line (its
+    "fields") into a CI log; a file in the pipeline's folder still has its fields listed, to help."""
+    repo, home = tmp_path / "repo", tmp_path / "home"
+    (repo / "data").mkdir(parents=True)
+    home.mkdir()
+    (home / "netrc").write_text("machine x login y password hunter2\nmachine z login w password swordfish\n")
+    (repo / "data" / "train.csv").symlink_to(home / "netrc")
+    (repo / "data" / "test.jsonl").write_text(json.dumps({"question": "x", "answer": "No"}) + "\n")
+    (repo / "echo.sbp").write_text(SOURCE.replace("data/train.jsonl", "data/train.csv"))
+    code, err = check(repo, capsys)
+    assert code == 1 and "E135" in err and "not shown: the file is outside the pipeline's folder" in err
+    assert "hunter2" not in err and "password" not in err
+    (repo / "data" / "train.csv").unlink()
+    (repo / "data" / "train.csv").write_text("question,answer\nx,No\n")
+    code, err = check(repo, capsys)
+    assert code == 1 and "its fields: question, answer" in err

@@ -171,7 +171,7 @@ def check_data_fields(pipeline: ir.Pipeline, fields_of: FieldsOf) -> list[Diagno
         if isinstance(fields, str):
             found.append(diagnostic("E134", literal.value_span, fields, file=pipeline.path, help=_nearby(path, name)))
             continue
-        for span, what, help in _lacks(pipeline, fields):
+        for span, what, help in _lacks(pipeline, fields, shown=_inside(pipeline, path)):
             lacking.setdefault((span, what), (help, []))[1].append(name)
     for (span, what), (help, names) in lacking.items():
         verb = "do" if len(names) > 1 else "does"
@@ -217,12 +217,20 @@ def _nearby(path: str, written: str) -> str:
     return suggestion(written, [os.path.join(os.path.dirname(written), name) for name in names])
 
 
-def _lacks(pipeline: ir.Pipeline, found: Sequence[str]) -> Iterator[tuple[ir.Span, str, str]]:
+def _inside(pipeline: ir.Pipeline, path: str) -> bool:
+    """Whether a data file is, links resolved, in the pipeline's folder (or below it)."""
+    folder = os.path.realpath(os.path.dirname(pipeline.path) or ".")
+    return os.path.realpath(path).startswith(os.path.join(folder, ""))
+
+
+def _lacks(pipeline: ir.Pipeline, found: Sequence[str], shown: bool = True) -> Iterator[tuple[ir.Span, str, str]]:
     """What a file with these fields lacks, as (where, what, help): a column to score the output against when it
-    names none (`from`) and no metric of the file's own scores it, and each field an input or the output reads."""
+    names none (`from`) and no metric of the file's own scores it, and each field an input or the output reads.
+    A file outside the pipeline's folder (`shown` False) has its fields named in no help: a stranger's pipeline
+    could link `x.csv` to a file of secrets, and a check's output lands in public CI logs."""
     own = {m.name for m in pipeline.metric_defs}
     if not any(f.casefold() in ANSWER_COLUMNS for f in found) and not any(m.name in own for m in pipeline.metrics):
-        example = f'"{found[-1]}"' if found else '"COLUMN"'
+        example = f'"{found[-1]}"' if found and shown else '"COLUMN"'
         for output in pipeline.outputs:
             if not output.field:
                 what = (
@@ -235,5 +243,8 @@ def _lacks(pipeline: ir.Pipeline, found: Sequence[str]) -> Iterator[tuple[ir.Spa
     wanted += [(o.field, o.span, f"output '{o.node.name}'") for o in pipeline.outputs if o.field]
     for field, span, who in wanted:
         if field not in found:
-            help = suggestion(field, found) or f"its fields: {', '.join(found) or '(none)'}"
+            if not shown:
+                help = "its fields are not shown: the file is outside the pipeline's folder"
+            else:
+                help = suggestion(field, found) or f"its fields: {', '.join(found) or '(none)'}"
             yield span, f"{who} reads the field '{field}'", help
