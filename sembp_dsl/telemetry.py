@@ -34,11 +34,13 @@ ON_WORDS = ("1", "true", "yes", "on")
 CONTENT_WORDS = (*ON_WORDS, "span_only", "span_and_event")
 DEFAULT_ENDPOINT = "http://localhost:4318"  # OTLP/HTTP's, as the exporter takes it when no variable names one
 OTHER = "_OTHER"  # the conventions' error.type for a failure with no better name
-FLUSH_MILLIS = 15_000  # how long the end of a command waits for its last spans to be delivered
+FLUSH_MILLIS = 15_000  # what the SDK's flush is given (it sends every batch regardless: see `flush`)
+_OTEL = Option("otel=True", "--otel")
 
 
 class TelemetryError(OptionError):
-    """Spans were asked for (otel=True, --otel) but OpenTelemetry is not installed."""
+    """Spans were asked for (otel=True, --otel) but OpenTelemetry is not installed, or the exporter's variables
+    (endpoint, headers) cannot be used."""
 
 
 class Span:
@@ -151,15 +153,23 @@ def content_asked(flag: bool | None) -> bool:
 
 
 class _Delivery:
-    """The OTLP exporter, counting the spans it could not deliver, so that a command can say so at its end."""
+    """The OTLP exporter, counting the spans it delivered and why the last batch was not, so that a command can say
+    so at its end. Once a flush is under way, a receiver that failed a batch gets no more: the SDK's flush sends every
+    batch still queued, each waiting up to the exporter's timeout, and ignores the time it is given."""
 
-    def __init__(self, exporter: Any, success: Any):
-        self.exporter, self.success, self.lost = exporter, success, 0
+    def __init__(self, exporter: Any, success: Any, failure: Any):
+        self.exporter, self.success, self.failure = exporter, success, failure
+        self.delivered, self.flushing, self.gave_up = 0, False, False
+        self.cause: str | None = None  # the last failure's cause: an HTTP status or an error's class, never its text
 
     def export(self, spans: Sequence[Any]) -> Any:
+        if self.gave_up:
+            return self.failure
         result = self.exporter.export(spans)
-        if result != self.success:
-            self.lost += len(spans)
+        if result == self.success:
+            self.delivered += len(spans)
+        elif self.flushing:
+            self.gave_up = True
         return result
 
     def shutdown(self) -> None:
@@ -169,28 +179,71 @@ class _Delivery:
         return bool(self.exporter.force_flush(timeout_millis))
 
 
+class _Ended:
+    """A span processor in all but name that counts the spans that ended: those not delivered are the difference,
+    whether the receiver refused them or the batch queue dropped them when full (which the SDK only logs)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        """Nothing to count until the span ends."""
+
+    def _on_ending(self, span: Any) -> None:
+        """Nothing to count until the span has ended (the SDK calls this on every processor)."""
+
+    def on_end(self, span: Any) -> None:
+        self.count += 1
+
+    def shutdown(self) -> None:
+        """Nothing held."""
+
+    def force_flush(self, timeout_millis: int = FLUSH_MILLIS) -> bool:
+        return True
+
+
+class _Cause(logging.Handler):
+    """Keeps the cause of the exporter's failures from its log records: the HTTP status, or the error's class. The
+    records' text is not kept and not shown: a connection error's message holds the URL, credentials and all."""
+
+    def __init__(self, delivery: _Delivery):
+        super().__init__(logging.WARNING)  # a retried failure says its cause only in the retry's warning
+        self.delivery = delivery
+
+    def emit(self, record: logging.LogRecord) -> None:
+        args = record.args if isinstance(record.args, tuple) else ()
+        statuses = [f"HTTP {arg}" for arg in args if isinstance(arg, int) and not isinstance(arg, bool)]
+        errors = [type(arg).__name__ for arg in args if isinstance(arg, BaseException)]
+        if statuses or errors:
+            self.delivery.cause = (statuses or errors)[0]
+
+
 @dataclass(frozen=True)
 class _Own:
     """sbpc's own TracerProvider, made once per process when the application set none."""
 
     provider: Any
     delivery: _Delivery
+    ended: _Ended
 
 
 _OWN: list[_Own] = []  # at most one
+# loggers of OpenTelemetry that print what sbpc says itself: the exporter's failures (with the URL), the batch
+# queue's drops, and a malformed header (with its value, a key perhaps); refused before the run (`_check_variables`)
+_QUIET = ("opentelemetry.exporter.otlp", "opentelemetry.sdk._shared_internal", "opentelemetry.util.re")
 
 
 def start(content: bool = False) -> Tracing:
     """Spans on, to the application's TracerProvider when it set one (sbpc's spans then join its traces), else to
     sbpc's own, which sends them by OTLP/HTTP where the standard variables say (OTEL_EXPORTER_OTLP_ENDPOINT,
     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT, ..._HEADERS; default http://localhost:4318). TelemetryError when
-    OpenTelemetry is not installed."""
+    OpenTelemetry is not installed, or when those variables cannot be used."""
     try:
         # the `otel` extra, about 160 ms to import with its exporter: only a run that asked for spans pays it
         from opentelemetry import trace
     except ImportError:
         raise TelemetryError(
-            Option("otel=True", "--otel"),
+            _OTEL,
             " exports spans with OpenTelemetry, which is not installed: pip install 'sbpc[otel]'",
         )
     given = trace.get_tracer_provider()
@@ -202,6 +255,7 @@ def start(content: bool = False) -> Tracing:
 
 def _own_provider() -> Any:
     if not _OWN:
+        _check_variables()
         # the `otel` extra (see start): imported only when spans are on and the application set no provider
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -210,31 +264,67 @@ def _own_provider() -> Any:
 
         named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
         resource = Resource.create({"service.version": __version__, **({} if named else {"service.name": "sbpc"})})
-        delivery = _Delivery(OTLPSpanExporter(), SpanExportResult.SUCCESS)
+        delivery = _Delivery(OTLPSpanExporter(), SpanExportResult.SUCCESS, SpanExportResult.FAILURE)
+        ended = _Ended()
         provider = TracerProvider(resource=resource)
-        provider.add_span_processor(BatchSpanProcessor(delivery))  # type: ignore[arg-type]  # an exporter in all but name
-        # the exporter's retries are logged on a logger of its own; what was lost is said once, by `finish`
-        logging.getLogger("opentelemetry.exporter.otlp").addHandler(logging.NullHandler())
-        _OWN.append(_Own(provider, delivery))
+        provider.add_span_processor(ended)  # type: ignore[arg-type]  # a span processor in all but name
+        provider.add_span_processor(BatchSpanProcessor(delivery))  # type: ignore[arg-type]  # an exporter, likewise
+        for name in _QUIET:  # what was lost, and why, is said once, by `finish`
+            logging.getLogger(name).addHandler(logging.NullHandler())
+        logging.getLogger(_QUIET[0]).addHandler(_Cause(delivery))
+        _OWN.append(_Own(provider, delivery, ended))
     return _OWN[0].provider
 
 
+def _check_variables() -> None:
+    """The exporter's variables refused before any call, named without their values: an endpoint that is no http(s)
+    URL would fail every batch (or, with a port that is no number, fail sbpc's own warning), and a header that is
+    not name=value would be dropped with its value printed."""
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
+        url = os.environ.get(variable)
+        if url is not None and not _usable(url):
+            raise TelemetryError(
+                _OTEL, f": {variable} is not an http:// or https:// URL with a host and a numeric port"
+            )
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"):
+        entries = [entry.strip() for entry in os.environ.get(variable, "").split(",")]
+        for number, entry in enumerate(entries, 1):
+            if entry and ("=" not in entry or not entry.partition("=")[0].strip()):
+                raise TelemetryError(_OTEL, f": {variable}'s entry {number} is not name=value (its text is not shown)")
+
+
+def _usable(url: str) -> bool:
+    try:
+        parts = urlsplit(url.strip())
+        return parts.scheme in ("http", "https") and bool(parts.hostname) and (parts.port or 0) >= 0
+    except ValueError:  # a port that is no number, or out of range
+        return False
+
+
 def flush() -> None:
-    """Send the spans sbpc's own provider still holds (the application's provider is the application's to flush)."""
+    """Send the spans sbpc's own provider still holds (the application's provider is the application's to flush),
+    giving up on a receiver once it failed a batch: at most about one exporter timeout
+    (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default) however many spans wait."""
     for own in _OWN:
-        own.provider.force_flush(FLUSH_MILLIS)
+        own.delivery.flushing = True
+        try:
+            own.provider.force_flush(FLUSH_MILLIS)
+        finally:
+            own.delivery.flushing = own.delivery.gave_up = False
 
 
 def finish() -> str | None:
     """Deliver the spans still waiting; what could not be delivered, in words (None: every span was, or no span
     was made here)."""
     flush()
-    lost = sum(own.delivery.lost for own in _OWN)
-    if not lost:
+    lost = sum(own.ended.count - own.delivery.delivered for own in _OWN)
+    if lost <= 0:
         return None
+    causes = sorted({own.delivery.cause for own in _OWN if own.delivery.cause})
     for own in _OWN:
-        own.delivery.lost = 0
-    return f"{lost} spans could not be delivered to {endpoint()} (is an OTLP/HTTP receiver listening there?)"
+        own.ended.count, own.delivery.delivered, own.delivery.cause = 0, 0, None
+    why = f" ({', '.join(causes)})" if causes else " (is an OTLP/HTTP receiver listening there?)"
+    return f"{lost} spans could not be delivered to {endpoint()}{why}"
 
 
 def endpoint() -> str:

@@ -5,10 +5,14 @@ without --otel."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -231,6 +235,84 @@ def test_spans_that_cannot_be_delivered_are_a_warning_not_a_failure(tmp_path, sc
     assert done.returncode == 0 and done.stdout.splitlines()[-2] == "No", done.stderr
     assert "sbpc: warning: 7 spans could not be delivered to http://127.0.0.1:" in done.stderr
     assert "Traceback" not in done.stderr and SECRET not in done.stderr
+
+
+class Silent:
+    """An OTLP endpoint that accepts connections and never answers (a receiver hung, or a firewall's black hole)."""
+
+    def __enter__(self) -> Silent:
+        self.sock = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.held: list[socket.socket] = []
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                self.held.append(self.sock.accept()[0])
+
+    def __exit__(self, *exc) -> None:
+        for held in [self.sock, *self.held]:
+            held.close()
+
+
+def test_a_receiver_that_never_answers_costs_one_timeout_and_every_span_lost_is_counted(tmp_path, script):
+    # 400 samples make 3201 spans: more than the batch queue holds (2048), so some are dropped before any export,
+    # and the SDK's flush would send the rest batch after batch, each waiting out the timeout
+    with FakeServer(reply=script) as server, Silent() as silent:
+        path, data = toy(tmp_path, server.url, n=400)
+        args = ["eval", str(path), "--data", str(data)]
+        began = time.monotonic()
+        plain = sbpc(args, None, tmp_path)
+        plain_seconds, began = time.monotonic() - began, time.monotonic()
+        done = sbpc(
+            [*args, "--otel"],
+            None,
+            tmp_path,
+            OTEL_EXPORTER_OTLP_ENDPOINT=silent.url,
+            OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="2",
+        )
+        otel_seconds = time.monotonic() - began
+    assert plain.returncode == 0 and done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines()[0] == plain.stdout.splitlines()[0]  # the same accuracy, told the same way
+    assert f"sbpc: warning: 3201 spans could not be delivered to {silent.url}/v1/traces" in done.stderr, done.stderr
+    assert "Queue full" not in done.stderr and "Traceback" not in done.stderr
+    assert otel_seconds - plain_seconds < 3 * 2, (otel_seconds, plain_seconds)  # about one timeout, not one a batch
+
+
+@pytest.mark.parametrize(
+    ("variables", "said"),
+    [
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://user:pw-secret@localhost:port"}, "OTEL_EXPORTER_OTLP_ENDPOINT is not"),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318?token=pw-secret"}, "OTEL_EXPORTER_OTLP_ENDPOINT is not"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://host/pw-secret"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is not"),
+        ({"OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a,x-api-key:pw-secret"}, "OTEL_EXPORTER_OTLP_HEADERS's entry 2 is"),
+    ],
+)
+def test_exporter_variables_that_cannot_work_are_refused_before_any_call_and_never_printed(
+    tmp_path, script, variables, said
+):
+    with FakeServer(reply=script) as server:
+        path, _ = toy(tmp_path, server.url)
+        done = sbpc(["run", str(path), "--input", "q=a claim", "--otel"], None, tmp_path, **variables)
+        assert server.requests == 0
+    assert done.stdout.split()[0] == "1" and done.stderr.startswith(f"sbpc: error: --otel: {said}"), done.stderr
+    assert "pw-secret" not in done.stdout + done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("status", [404, 500])
+def test_a_receiver_that_refuses_the_spans_is_named_with_its_status(tmp_path, script, status):
+    with FakeServer(reply=script) as server, Receiver(status=status) as receiver:
+        path, _ = toy(tmp_path, server.url)
+        done = sbpc(
+            ["run", str(path), "--input", "q=a claim", "--otel"],
+            receiver,
+            tmp_path,
+            OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="1",
+        )
+    assert done.returncode == 0 and done.stdout.splitlines()[-2] == "No", done.stderr
+    assert f"7 spans could not be delivered to {receiver.url}/v1/traces (HTTP {status})" in done.stderr, done.stderr
 
 
 def test_otel_without_opentelemetry_installed_says_what_to_install(tmp_path, monkeypatch, capsys):
