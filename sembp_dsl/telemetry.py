@@ -33,6 +33,9 @@ ON_WORDS = ("1", "true", "yes", "on")
 # the GenAI instrumentations' own opt-in for prompt and reply text; its newer values name where the text goes
 CONTENT_WORDS = (*ON_WORDS, "span_only", "span_and_event")
 DEFAULT_ENDPOINT = "http://localhost:4318"  # OTLP/HTTP's, as the exporter takes it when no variable names one
+# each prompt, reply or tool text in a span is cut here: the exporter drops a batch (512 spans) over 64 MiB whole,
+# small spans and all, and the queue holds up to 2048 spans in memory until they are sent
+CONTENT_CHARS = 32_768
 OTHER = "_OTHER"  # the conventions' error.type for a failure with no better name
 FLUSH_MILLIS = 15_000  # what the SDK's flush is given (it sends every batch regardless: see `flush`)
 _OTEL = Option("otel=True", "--otel")
@@ -128,6 +131,13 @@ def content() -> bool:
     return tracing is not None and tracing.content
 
 
+def capped(text: str) -> str:
+    """Prompt, reply or tool text as a span carries it: cut at CONTENT_CHARS, saying how much was left out."""
+    if len(text) <= CONTENT_CHARS:
+        return text
+    return f"{text[:CONTENT_CHARS]}… [{len(text) - CONTENT_CHARS} more characters]"
+
+
 @contextlib.contextmanager
 def exporting(tracing: Tracing | None) -> Iterator[None]:
     """Spans on (or off, with None) for the work in the `with` block and every task it starts."""
@@ -212,7 +222,7 @@ class _Cause(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         args = record.args if isinstance(record.args, tuple) else ()
-        statuses = [f"HTTP {arg}" for arg in args if isinstance(arg, int) and not isinstance(arg, bool)]
+        statuses = [f"HTTP {arg}" for arg in args if type(arg) is int and 100 <= arg < 600]  # not a size in bytes
         errors = [type(arg).__name__ for arg in args if isinstance(arg, BaseException)]
         if statuses or errors:
             self.delivery.cause = (statuses or errors)[0]

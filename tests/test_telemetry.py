@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -180,6 +181,24 @@ def test_prompt_and_reply_text_go_into_spans_only_with_the_opt_in_and_the_key_ne
     replies = [json.loads(s.attributes["gen_ai.output.messages"])[0] for s in calls]
     assert {r["parts"][0]["content"] for r in replies} == {"An analysis.", "No"}
     assert SECRET.encode() not in raw
+
+
+def test_a_5_mb_prompt_reaches_the_receiver_cut_with_the_rest_of_its_batch(tmp_path, script):
+    # five 5 MB claims, each in three prompts: one batch over the exporter's 64 MiB, which it would drop whole
+    with FakeServer(reply=script) as server, Receiver() as receiver:
+        path, _ = toy(tmp_path, server.url)
+        data = tmp_path / "long.jsonl"
+        data.write_text(
+            "".join(json.dumps({"q": f"claim {i} " + "x" * 5_000_000, "answer": "No"}) + "\n" for i in range(5))
+        )
+        done = sbpc(["eval", str(path), "--data", str(data), "--otel-content"], receiver, tmp_path)
+        spans = receiver.spans()
+    assert done.returncode == 0 and "could not be delivered" not in done.stderr, done.stderr[-2000:]
+    calls = [s for s in spans if s.name == "chat fake"]
+    assert len(spans) == 41 and len(calls) == 15
+    for call in calls:
+        [text] = [p["content"] for m in json.loads(call.attributes["gen_ai.input.messages"]) for p in m["parts"]]
+        assert len(text) < 33_000 and re.search(r"… \[\d+ more characters\]$", text), text[-200:]
 
 
 def test_the_standard_endpoint_variable_and_sbpc_otel_turn_spans_on_without_a_flag(tmp_path, script):

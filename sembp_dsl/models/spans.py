@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 
 from ..language.providers import LITELLM, OWN
-from ..telemetry import Value, server
+from ..telemetry import Value, capped, server
 from .request import Completion, Request, ResolvedModel
 
 SAMPLING = {  # a request's settings the conventions name, as they name them
@@ -78,7 +78,7 @@ def input_messages(messages: Sequence[Mapping]) -> dict[str, Value]:
 
 def output_messages(result: Completion) -> dict[str, Value]:
     """The reply, as gen_ai.output.messages."""
-    parts: list[dict] = [{"type": "text", "content": result.text}] if result.text else []
+    parts: list[dict] = [{"type": "text", "content": capped(result.text)}] if result.text else []
     parts += [_call(c["id"], c["name"], c["arguments"]) for c in result.tool_calls]
     reply = {"role": "assistant", "parts": parts, "finish_reason": result.finish_reason or "stop"}
     return {"gen_ai.output.messages": json.dumps([reply], ensure_ascii=False)}
@@ -89,14 +89,18 @@ def _message(message: Mapping) -> dict:
         return {
             "role": "tool",
             "parts": [
-                {"type": "tool_call_response", "id": message.get("tool_call_id"), "response": message["content"]}
+                {
+                    "type": "tool_call_response",
+                    "id": message.get("tool_call_id"),
+                    "response": capped(message["content"]),
+                }
             ],
         }
-    parts: list[dict] = [{"type": "text", "content": message["content"]}] if message.get("content") else []
+    parts: list[dict] = [{"type": "text", "content": capped(message["content"])}] if message.get("content") else []
     for call in message.get("tool_calls") or ():
         parts.append(_call(call["id"], call["function"]["name"], call["function"]["arguments"]))
     return {"role": message.get("role", "user"), "parts": parts}
 
 
 def _call(id_: str, name: str, arguments: str) -> dict:
-    return {"type": "tool_call", "id": id_, "name": name, "arguments": arguments}
+    return {"type": "tool_call", "id": id_, "name": name, "arguments": capped(arguments)}

@@ -252,13 +252,17 @@ class Toolbox:
         with telemetry.span(f"execute_tool {call.name}", attributes) as span:
             if telemetry.content():
                 span.set(
-                    {"gen_ai.tool.call.arguments": json.dumps(dict(call.arguments), ensure_ascii=False, default=str)}
+                    {
+                        "gen_ai.tool.call.arguments": telemetry.capped(
+                            json.dumps(dict(call.arguments), ensure_ascii=False, default=str)
+                        )
+                    }
                 )
             result = await self.called(call)
             if result.error:
                 span.fail("the tool call failed")
             if telemetry.content():
-                span.set({"gen_ai.tool.call.result": result.content})
+                span.set({"gen_ai.tool.call.result": telemetry.capped(result.content)})
             return result
 
     async def called(self, call: ToolCall) -> ToolResult:
