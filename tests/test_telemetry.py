@@ -134,6 +134,9 @@ def test_an_optimize_run_delivers_its_span_tree_to_a_loopback_otlp_receiver(tmp_
         assert s.attributes["gen_ai.provider.name"] == "openai" and s.attributes["server.address"] == "127.0.0.1"
         assert s.attributes["gen_ai.usage.input_tokens"] > 0 and s.attributes["gen_ai.usage.output_tokens"] > 0
         assert s.attributes["gen_ai.response.finish_reasons"] == ["stop"] and s.attributes["sbpc.cost_usd"] >= 0
+        assert s.attributes["gen_ai.response.model"] == "fake" and s.attributes["gen_ai.response.id"].startswith(
+            "chatcmpl-fake"
+        )
         assert "gen_ai.input.messages" not in s.attributes and "gen_ai.output.messages" not in s.attributes
     assert roles["forward"] == server.requests - roles["backward"] - roles["optimizer"]  # a span for every request
     # nested across asyncio tasks: each sample's forward pass holds its own nodes, each node its own call
@@ -199,6 +202,26 @@ def test_a_5_mb_prompt_reaches_the_receiver_cut_with_the_rest_of_its_batch(tmp_p
     for call in calls:
         [text] = [p["content"] for m in json.loads(call.attributes["gen_ai.input.messages"]) for p in m["parts"]]
         assert len(text) < 33_000 and re.search(r"… \[\d+ more characters\]$", text), text[-200:]
+
+
+def test_a_cached_call_says_so_and_uses_no_tokens_a_viewer_would_price(tmp_path, script):
+    with FakeServer(reply=script) as server:
+        path, data = toy(tmp_path, server.url, n=2)
+        args = ["eval", str(path), "--data", str(data), "--otel"]
+        with Receiver() as first:
+            assert sbpc(args, first, tmp_path).returncode == 0
+        with Receiver() as again:  # the same calls: every reply from the cache
+            done = sbpc(args, again, tmp_path)
+        assert server.requests == 6
+    assert done.returncode == 0, done.stderr[-2000:]
+    paid = [s.attributes for s in first.spans() if s.name == "chat fake"]
+    cached = [s.attributes for s in again.spans() if s.name == "chat fake"]
+    assert len(paid) == len(cached) == 6 and not any(a["sbpc.cached"] for a in paid)
+    assert all(a["gen_ai.usage.input_tokens"] > 0 and a["gen_ai.response.id"].startswith("chatcmpl-fake") for a in paid)
+    for a in cached:
+        assert a["sbpc.cached"] is True and a["sbpc.cost_usd"] == 0
+        assert a["gen_ai.usage.input_tokens"] == a["gen_ai.usage.output_tokens"] == 0
+        assert "gen_ai.response.id" not in a  # no reply was had
 
 
 def test_the_standard_endpoint_variable_and_sbpc_otel_turn_spans_on_without_a_flag(tmp_path, script):

@@ -128,6 +128,8 @@ class Completion:
     latency: float
     finish_reason: str | None = None  # "length": the reply was cut off by max_tokens (or at its grammar's bound)
     tool_calls: tuple[dict, ...] = ()  # native tool calls: {"id", "name", "arguments" (JSON text)} each
+    response_model: str | None = None  # as the reply named them (none from the cache: no reply was had)
+    response_id: str | None = None
 
     @classmethod
     def answered(cls, reply: Reply, cost: float, latency: float) -> Completion:
@@ -142,6 +144,8 @@ class Completion:
             latency,
             reply.finish_reason,
             reply.tool_calls,
+            reply.response_model,
+            reply.response_id,
         )
 
     @classmethod

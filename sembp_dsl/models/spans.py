@@ -60,11 +60,14 @@ def asked(role: str, spec: ResolvedModel, request: Request) -> dict[str, Value |
 
 
 def answered(result: Completion) -> dict[str, Value | None]:
-    """What is known of a call once answered (from the cache or a call in flight too)."""
+    """What is known of a call once answered (from the cache or a call in flight too). A reply had without a call
+    used no tokens: a viewer that prices calls by their tokens (Phoenix, Langfuse) must not charge it."""
     return {
-        "gen_ai.usage.input_tokens": result.prompt_tokens,
-        "gen_ai.usage.output_tokens": result.completion_tokens,
+        "gen_ai.usage.input_tokens": 0 if result.cached else result.prompt_tokens,
+        "gen_ai.usage.output_tokens": 0 if result.cached else result.completion_tokens,
         "gen_ai.response.finish_reasons": [result.finish_reason] if result.finish_reason else None,
+        "gen_ai.response.model": result.response_model,
+        "gen_ai.response.id": result.response_id,
         "sbpc.cost_usd": result.cost,
         "sbpc.cached": result.cached,
         "sbpc.tool_calls": len(result.tool_calls) or None,

@@ -61,6 +61,8 @@ class Reply(NamedTuple):
     cost: float | None  # dollars; None when litellm's price table does not know the model
     finish_reason: str | None  # "length": cut off by max_tokens
     tool_calls: tuple[dict, ...] = ()  # a native tool call each: {"id", "name", "arguments" (JSON text)}
+    response_model: str | None = None  # the model that answered, as the reply names it (a dated version, say)
+    response_id: str | None = None  # the reply's own id, as the provider's logs know it
 
 
 class Transport(ABC):
@@ -444,7 +446,14 @@ def _reply(body: dict, model: str) -> Reply:
         prices.cost(model, prompt_tokens, completion_tokens),
         choice.get("finish_reason"),
         calls,
+        _text(body.get("model")),
+        _text(body.get("id")),
     )
+
+
+def _text(value: Any) -> str | None:
+    """A reply's field when it is text (a server may send anything there)."""
+    return value if isinstance(value, str) and value else None
 
 
 def tool_calls(listed: Any) -> tuple[dict, ...]:
