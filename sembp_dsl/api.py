@@ -555,7 +555,7 @@ class Pipeline:
         # the optimize loop and the run record, ~40 ms to import (measured): run and eval never pay it
         from .language.writeback import WriteBack
         from .learning.optimize import Optimizer
-        from .learning.strategies import check_acting
+        from .learning.strategies import check_acting, check_priced
         from .records.record import RunRecord, RunSettings
         from .records.step_writer import StepWriter
 
@@ -569,6 +569,7 @@ class Pipeline:
         every = [sample for split in run.cut.splits for sample in split]
         log = log or (lambda line: None)
         llm = self._session.llm()
+        check_priced(self.graph, run.cut.method, llm)
         scorer = self._scorer(metric if metric is not None else metric_for(self.graph, run.cut.metric), llm)
         # what could not be scored or written is said now, before a record or a call
         check_fields(self.graph, every, mapping or {})

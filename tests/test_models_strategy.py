@@ -219,3 +219,48 @@ def test_a_run_whose_strategies_have_nothing_to_change_is_refused_before_a_call(
     assert not (folder / ".sbpc" / "runs").exists()  # no record, no call
     assert cli.main([*asked, "--models", "fast,strong", "--plan"]) == 0
     assert "plan: at most" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("models", "said"),
+    [
+        ("fsat,strong", "--models: undefined model 'fsat': did you mean 'fast'?"),
+        ("strong,nosuch", "--models: undefined model 'nosuch': expected one of backward, bad, fast"),
+        ("strong", "--strategies: nothing in this pipeline to change. models: no node may move"),  # their own model
+        ("strong,strong", "--strategies: nothing in this pipeline to change. models: no node may move"),
+    ],
+)
+def test_a_models_list_that_cannot_move_a_node_is_refused_before_a_call(relay, capsys, monkeypatch, models, said):
+    """The file's lists are checked (E071); a flag's was taken as it came: a misspelt model was never a move, a list
+    of the nodes' own model moved nothing, and the run spent its forward passes saying 'no valid candidate'."""
+    path, folder = relay
+    monkeypatch.chdir(folder)
+    asked = ["optimize", str(path), "--data", "data.jsonl", "--strategies", "models", "--models", models]
+    for extra in (["--plan"], []):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*asked, "--objective", "cost", *extra])
+        assert exited.value.code == 2
+        assert said in capsys.readouterr().err
+    assert not (folder / ".sbpc" / "runs").exists()  # no record, no call
+
+
+def test_objective_cost_with_no_price_known_is_refused_saying_which_models_to_price(relay, capsys, monkeypatch):
+    """Models litellm cannot price (a local server's) were never proposed: the run spent its calls and said 'no
+    valid candidate'. Refused, naming them; declared prices make the same run go."""
+    path, folder = relay
+    unknown = path.read_text().replace("openai/gpt-4o-mini", "openai/mine-a").replace("openai/gpt-4o", "openai/mine-b")
+    path.write_text(unknown.replace("openai/gpt-3.5-turbo", "openai/mine-c"))
+    monkeypatch.chdir(folder)
+    asked = ["optimize", str(path), "--data", "data.jsonl", "--strategies", "models", "--objective", "cost"]
+    for extra in (["--plan"], []):
+        with pytest.raises(SystemExit) as exited:
+            cli.main([*asked, *extra])
+        assert exited.value.code == 2
+        err = capsys.readouterr().err
+        assert "--objective cost: no model has a price to compare" in err
+        assert "bad (openai/mine-a), fast (openai/mine-c), strong (openai/mine-b)" in err and "input_price" in err
+    assert not (folder / ".sbpc" / "runs").exists()
+    priced = path.read_text().replace("max_tokens = 16 }", "max_tokens = 16  input_price = 1  output_price = 1 }")
+    strong = next(line for line in priced.splitlines() if line.startswith("model strong"))
+    path.write_text(priced.replace(strong, strong.replace("price = 1", "price = 9")))
+    assert cli.main([*asked, "--plan"]) == 0

@@ -23,7 +23,7 @@ from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .optimize import forward_passes, savings
 from .stats import wins_needed
-from .strategies import PRICED_CALL, Scale, check_acting, strategies
+from .strategies import PRICED_CALL, Scale, check_acting, check_priced, strategies
 
 #: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
 #: cannot be known before they are given, so each is counted as long as max_tokens lets it be.
@@ -122,8 +122,9 @@ def plan(
     """Calls per role: each model node's forward calls (`forward_passes`, to its own model), a `judge` metric's as
     many (it asks its model once per answer scored), and what each strategy declares a step costs, times the
     iterations. What the run may save beyond that depends on its answers, and is named in `unforeseen`.
-    SettingError when no strategy has anything to change."""
+    SettingError when no strategy has anything to change, or objective cost has no price to compare."""
     check_acting(graph, method)
+    check_priced(graph, method, llm)
     gate = {"val": len(val), "train": len(train), "none": 0}[method.gate]
     passes = forward_passes(method, len(train), gate, len(test))
     models = {node.model for node in graph.model_nodes} | ({judge.model} if judge is not None else set())

@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from ..errors import Option
 from ..language.checker import MODEL_ROLES
+from ..language.diagnostics import suggestion_or_list
 from ..language.graph import Graph
 from ..language.method import STRATEGIES, Method, SettingError
 from ..language.node import GraphNode, model_param
@@ -248,7 +249,9 @@ class Models:
         """The model params of nodes that name a model of their own (the `model = ...` line write-back changes) and
         have models to move to."""
         named = [
-            n for n in graph.model_nodes if n.model in graph.models and n.model not in MODEL_ROLES and self.allowed(n)
+            n
+            for n in graph.model_nodes
+            if n.model in graph.models and n.model not in MODEL_ROLES and set(self.allowed(n)) - {n.model}
         ]
         return [p for p in map(model_param, (n.name for n in named)) if not self.method.only or p in self.method.only]
 
@@ -319,8 +322,34 @@ def strategies(method: Method) -> tuple[Strategy, ...]:
 
 
 def check_acting(graph: Graph, method: Method) -> None:
-    """SettingError when none of the run's strategies has anything to change: it would spend its calls on nothing."""
+    """SettingError when a model the method names is none of the file's (the checker's E071 for a flag's or a
+    caller's list), or none of the run's strategies has anything to change: it would spend its calls on nothing."""
+    unknown = [name for name in method.models if name not in graph.models]
+    if unknown:
+        raise SettingError(
+            Option("models", "--models"),
+            f": undefined model '{unknown[0]}': {suggestion_or_list(unknown[0], sorted(graph.models))}",
+        )
     steps = strategies(method)
     if not any(step.params(graph) for step in steps):
         why = "; ".join(f"{step.name}: {IDLE[step.name]}" for step in steps)
         raise SettingError(Option("strategies", "--strategies"), f": nothing in this pipeline to change. {why}")
+
+
+def check_priced(graph: Graph, method: Method, llm: LLM) -> None:
+    """SettingError when objective cost asks the models strategy for cheaper models and no node it may move has a
+    price for its own model and another: every move would be skipped unpriced, a run that only looks like one."""
+    models = Models(method)
+    if method.objective != "cost" or "models" not in method.strategies or not models.params(graph):
+        return
+    nodes = [graph.nodes[p.removesuffix(".model")] for p in models.params(graph)]
+    named = sorted({m for n in nodes for m in (n.model, *models.allowed(n))})
+    price = {m: llm.price(m, *PRICED_CALL) for m in named}
+    if any(price[n.model] is not None and any(price[m] is not None for m in models.allowed(n)) for n in nodes):
+        return
+    unpriced = ", ".join(f"{m} ({llm.model(m).name})" for m in named if price[m] is None)
+    raise SettingError(
+        Option("objective='cost'", "--objective cost"),
+        f": no model has a price to compare, so no move could be proposed: {unpriced} unknown to litellm's price "
+        "table; declare input_price and output_price (dollars per million tokens) in their model blocks",
+    )
