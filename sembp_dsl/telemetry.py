@@ -16,9 +16,11 @@ chosen one by one, never copied from a request's settings. docs/telemetry.md lis
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -38,6 +40,8 @@ DEFAULT_ENDPOINT = "http://localhost:4318"  # OTLP/HTTP's, as the exporter takes
 CONTENT_CHARS = 32_768
 OTHER = "_OTHER"  # the conventions' error.type for a failure with no better name
 FLUSH_MILLIS = 15_000  # what the SDK's flush is given (it sends every batch regardless: see `flush`)
+FLUSH_SECONDS = 15.0  # the longest the end of a command, or of the process, waits for its last spans
+QUICK_SECONDS = 2.0  # the same after Ctrl-C: the user asked to stop
 _OTEL = Option("otel=True", "--otel")
 
 
@@ -170,6 +174,7 @@ class _Delivery:
     def __init__(self, exporter: Any, success: Any, failure: Any):
         self.exporter, self.success, self.failure = exporter, success, failure
         self.delivered, self.flushing, self.gave_up = 0, False, False
+        self.sending: threading.Thread | None = None  # the last flush's thread (`flush`)
         self.cause: str | None = None  # the last failure's cause: an HTTP status or an error's class, never its text
 
     def export(self, spans: Sequence[Any]) -> Any:
@@ -276,7 +281,10 @@ def _own_provider() -> Any:
         resource = Resource.create({"service.version": __version__, **({} if named else {"service.name": "sbpc"})})
         delivery = _Delivery(OTLPSpanExporter(), SpanExportResult.SUCCESS, SpanExportResult.FAILURE)
         ended = _Ended()
-        provider = TracerProvider(resource=resource)
+        # the SDK's own shutdown at exit would wait for a batch in flight (up to the exporter's timeout) and then
+        # send the rest: `flush`, bounded, does it instead
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        atexit.register(flush)
         provider.add_span_processor(ended)  # type: ignore[arg-type]  # a span processor in all but name
         provider.add_span_processor(BatchSpanProcessor(delivery))  # type: ignore[arg-type]  # an exporter, likewise
         for name in _QUIET:  # what was lost, and why, is said once, by `finish`
@@ -311,22 +319,28 @@ def _usable(url: str) -> bool:
         return False
 
 
-def flush() -> None:
+def flush(seconds: float = FLUSH_SECONDS) -> None:
     """Send the spans sbpc's own provider still holds (the application's provider is the application's to flush),
-    giving up on a receiver once it failed a batch: at most about one exporter timeout
-    (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default) however many spans wait."""
+    waiting `seconds` at most: a receiver that failed a batch gets no more, but the batch it holds may wait out the
+    exporter's timeout (OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default). What was not sent by then is lost, and
+    counted so (`finish`): the sending goes on in a daemon thread, which the process does not wait for."""
     for own in _OWN:
+        if own.delivery.sending is not None and own.delivery.sending.is_alive():
+            continue  # an earlier flush still waits on the receiver: waiting again would only wait on it too
         own.delivery.flushing = True
-        try:
-            own.provider.force_flush(FLUSH_MILLIS)
-        finally:
+        sending = own.delivery.sending = threading.Thread(
+            target=own.provider.force_flush, args=(FLUSH_MILLIS,), daemon=True
+        )
+        sending.start()
+        sending.join(seconds)
+        if not sending.is_alive():  # else what is left fails at once, should anything wait on it
             own.delivery.flushing = own.delivery.gave_up = False
 
 
-def finish() -> str | None:
-    """Deliver the spans still waiting; what could not be delivered, in words (None: every span was, or no span
-    was made here)."""
-    flush()
+def finish(quick: bool = False) -> str | None:
+    """Deliver the spans still waiting (`quick`: after Ctrl-C, for QUICK_SECONDS at most); what could not be
+    delivered, in words (None: every span was, or no span was made here)."""
+    flush(QUICK_SECONDS if quick else FLUSH_SECONDS)
     lost = sum(own.ended.count - own.delivery.delivered for own in _OWN)
     if lost <= 0:
         return None

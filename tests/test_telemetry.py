@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -321,6 +322,35 @@ def test_a_receiver_that_never_answers_costs_one_timeout_and_every_span_lost_is_
     assert f"sbpc: warning: 3201 spans could not be delivered to {silent.url}/v1/traces" in done.stderr, done.stderr
     assert "Queue full" not in done.stderr and "Traceback" not in done.stderr
     assert otel_seconds - plain_seconds < 3 * 2, (otel_seconds, plain_seconds)  # about one timeout, not one a batch
+
+
+def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(tmp_path, script):
+    """Ctrl-C while spans wait for a silent receiver: the pipeline's close and the command's end each waited on a
+    batch in flight (up to the exporter's timeout, 8 s here) and the SDK's shutdown at exit on it again."""
+    with FakeServer(reply=script, delay=0.5) as server, Silent() as silent:
+        path, data = toy(tmp_path, server.url, n=400)
+        environment = {**os.environ, "OPENAI_API_KEY": SECRET, "PYTHONPATH": str(ROOT)}
+        environment.update(OTEL_EXPORTER_OTLP_ENDPOINT=silent.url, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="8")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--data", str(data), "--otel", "--no-cache"],
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            # a shell without job control starts background jobs with Ctrl-C ignored, and children inherit that
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        began = time.monotonic()
+        while not silent.held and proc.poll() is None and time.monotonic() < began + 60:  # a batch is in flight
+            time.sleep(0.05)
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - stopped
+    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    assert "spans could not be delivered" in err and "Traceback" not in err
+    assert seconds < 6, (seconds, err[-2000:])
 
 
 @pytest.mark.parametrize(

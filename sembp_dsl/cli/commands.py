@@ -90,6 +90,7 @@ The same pipeline can be written in YAML (.yaml/.yml); see docs/language.md.
 
 
 MOST_DIAGNOSTICS_SHOWN = 50  # a generated file can carry thousands of warnings: the first ones, then a count
+INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells give it
 
 
 def _report(diagnostics, text) -> None:
@@ -714,10 +715,13 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
+    stopped = True  # until the command returns: an exit or a second Ctrl-C leaves as quickly as Ctrl-C does
     try:
-        return _run_command(args, parser)
+        code = _run_command(args, parser)
+        stopped = code == INTERRUPTED
+        return code
     finally:
-        undelivered = telemetry.finish()  # the last spans, when the command exported any
+        undelivered = telemetry.finish(quick=stopped)  # the last spans, when the command exported any
         if undelivered:
             print(f"sbpc: warning: {undelivered}", file=sys.stderr)
 
@@ -731,7 +735,7 @@ def _run_command(args, parser: argparse.ArgumentParser) -> int:
         return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return INTERRUPTED
     except BrokenPipeError:
         return 0
     except (UsageError, SettingError) as exc:  # SettingError: a method setting a flag asked for, in the flags' words

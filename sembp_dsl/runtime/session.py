@@ -4,6 +4,7 @@ and one LLM layer per event loop. The sync methods of a pipeline run on a privat
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import weakref
 from collections.abc import Awaitable
@@ -94,6 +95,7 @@ class Session:
         loop = self.loops.get(threading.get_ident())
         if loop is None or loop.is_closed():
             loop = self.loops[threading.get_ident()] = asyncio.new_event_loop()
+            loop.set_exception_handler(_quiet_interrupt)
             self._finalizers.append(weakref.finalize(self, _shut, loop, self.llms))
         try:
             return loop.run_until_complete(work)
@@ -112,7 +114,16 @@ class Session:
         for finalizer in self._finalizers:
             finalizer()
         if self.tracing is not None:  # its runs' last spans delivered before the caller goes on
-            telemetry.flush()
+            # closed on the way out of a Ctrl-C (a `with` block's exit, a `finally`): the user asked to stop
+            stopping = isinstance(sys.exc_info()[1], KeyboardInterrupt)
+            telemetry.flush(telemetry.QUICK_SECONDS if stopping else telemetry.FLUSH_SECONDS)
+
+
+def _quiet_interrupt(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    """A task that Ctrl-C landed in ends with KeyboardInterrupt, which the caller hears (the command says
+    'interrupted'); told again when the task is collected, it was a traceback after the command's last line."""
+    if not isinstance(context.get("exception"), KeyboardInterrupt):
+        loop.default_exception_handler(context)
 
 
 def _cancel_pending(loop: asyncio.AbstractEventLoop) -> None:
