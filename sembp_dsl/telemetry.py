@@ -271,11 +271,19 @@ def start(content: bool = False) -> Tracing:
 def _own_provider() -> Any:
     if not _OWN:
         _check_variables()
-        # the `otel` extra (see start): imported only when spans are on and the application set no provider
-        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-        from opentelemetry.sdk.resources import Resource
-        from opentelemetry.sdk.trace import TracerProvider
-        from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+        # the `otel` extra (see start): imported only when spans are on and the application set no provider. Its API
+        # alone is often installed (other libraries need it), without the SDK and the exporter sbpc's spans need
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExportResult
+        except ImportError as exc:
+            raise TelemetryError(
+                _OTEL,
+                f" exports spans with OpenTelemetry's SDK and OTLP/HTTP exporter, and {exc.name or 'a part'} is not "
+                "installed: pip install 'sbpc[otel]'",
+            )
 
         named = "OTEL_SERVICE_NAME" in os.environ or "service.name=" in os.environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
         resource = Resource.create({"service.version": __version__, **({} if named else {"service.name": "sbpc"})})

@@ -397,6 +397,26 @@ def test_otel_without_opentelemetry_installed_says_what_to_install(tmp_path, mon
     assert err.startswith("sbpc: error: --otel exports spans with OpenTelemetry") and "Traceback" not in err
 
 
+@pytest.mark.parametrize("missing", ["opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http.trace_exporter"])
+def test_otel_with_only_the_api_of_opentelemetry_installed_says_what_to_install(tmp_path, missing):
+    """OpenTelemetry's API alone is often installed, other libraries needing it: without its SDK or exporter, --otel
+    was a traceback filed as a bug in sbpc."""
+    path, _ = toy(tmp_path, "http://127.0.0.1:9/v1")
+    blocked = f"import sys; sys.modules[{missing!r}] = None; " + PROBE
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "OPENAI_API_KEY": SECRET}
+    done = subprocess.run(
+        [sys.executable, "-c", blocked, "run", str(path), "--input", "q=x", "--otel"],
+        cwd=tmp_path,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.stdout.split()[0] == "1", done.stderr[-2000:]
+    assert done.stderr.startswith("sbpc: error: --otel exports spans with OpenTelemetry's SDK and OTLP/HTTP exporter")
+    assert "pip install 'sbpc[otel]'" in done.stderr and "Traceback" not in done.stderr
+
+
 def in_memory():
     """A private provider whose spans an in-memory exporter keeps, and a Tracing of it (content opted in or not),
     made live the way a Pipeline does (`pipeline._session.tracing = ...`): spans in process, no receiver."""
