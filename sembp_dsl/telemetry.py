@@ -34,6 +34,7 @@ Value = str | bool | int | float | Sequence[str]
 ON_WORDS = ("1", "true", "yes", "on")
 # the GenAI instrumentations' own opt-in for prompt and reply text; its newer values name where the text goes
 CONTENT_WORDS = (*ON_WORDS, "span_only", "span_and_event")
+PROTOCOL = "http/protobuf"  # the one OTLP protocol sbpc's exporter speaks
 DEFAULT_ENDPOINT = "http://localhost:4318"  # OTLP/HTTP's, as the exporter takes it when no variable names one
 # each prompt, reply or tool text in a span is cut here: the exporter drops a batch (512 spans) over 64 MiB whole,
 # small spans and all, and the queue holds up to 2048 spans in memory until they are sent
@@ -303,9 +304,17 @@ def _own_provider() -> Any:
 
 
 def _check_variables() -> None:
-    """The exporter's variables refused before any call, named without their values: an endpoint that is no http(s)
-    URL would fail every batch (or, with a port that is no number, fail sbpc's own warning), and a header that is
+    """The exporter's variables refused before any call, named without their values: a protocol other than OTLP/HTTP
+    (protobuf), or an endpoint that is no http(s) URL, would fail every batch (or, with a port that is no number, fail sbpc's own warning), and a header that is
     not name=value would be dropped with its value printed."""
+    for variable in ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        protocol = os.environ.get(variable, PROTOCOL).strip().lower() or PROTOCOL
+        if protocol != PROTOCOL:  # gRPC's port (4317) answers no HTTP: every batch would be lost
+            raise TelemetryError(
+                _OTEL,
+                f": {variable} is {protocol!r}, but sbpc sends OTLP over HTTP ({PROTOCOL}): unset it, and point "
+                "the endpoint at the receiver's OTLP/HTTP port (4318 by default)",
+            )
     for variable in ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"):
         url = os.environ.get(variable)
         if url is not None and not _usable(url):

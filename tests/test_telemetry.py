@@ -360,6 +360,8 @@ def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(t
         ({"OTEL_EXPORTER_OTLP_ENDPOINT": "localhost:4318?token=pw-secret"}, "OTEL_EXPORTER_OTLP_ENDPOINT is not"),
         ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "ftp://host/pw-secret"}, "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is not"),
         ({"OTEL_EXPORTER_OTLP_HEADERS": "x-tenant=a,x-api-key:pw-secret"}, "OTEL_EXPORTER_OTLP_HEADERS's entry 2 is"),
+        ({"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, "OTEL_EXPORTER_OTLP_PROTOCOL is 'grpc', but sbpc sends OTLP over"),
+        ({"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/json"}, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL is 'http/json'"),
     ],
 )
 def test_exporter_variables_that_cannot_work_are_refused_before_any_call_and_never_printed(
