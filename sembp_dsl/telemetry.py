@@ -272,9 +272,8 @@ def start(content: bool = False) -> Tracing:
 def _own_provider() -> Any:
     if not _OWN:
         _check_variables()
-        # the `otel` extra (see start): imported only when spans are on and the application set no provider. Its API
-        # alone is often installed (other libraries need it), without the SDK and the exporter sbpc's spans need
-        try:
+        try:  # its API alone is often installed (other libraries need it), without the SDK and exporter sbpc needs
+            # the `otel` extra (see start): imported only when spans are on and the application set no provider
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
