@@ -26,6 +26,7 @@ from test_optimize import TOY
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
+from sembp_dsl.models.transport import _reply
 
 SECRET = "sk-secret-0123456789abcdef"  # an API key that must reach no span
 PROBE = (
@@ -223,6 +224,15 @@ def test_a_cached_call_says_so_and_uses_no_tokens_a_viewer_would_price(tmp_path,
         assert a["sbpc.cached"] is True and a["sbpc.cost_usd"] == 0
         assert a["gen_ai.usage.input_tokens"] == a["gen_ai.usage.output_tokens"] == 0
         assert "gen_ai.response.id" not in a  # no reply was had
+
+
+@pytest.mark.parametrize("hostile", ["x" * 1_000_000, 42, ["a"], ""])
+def test_a_reply_names_its_model_and_id_only_as_short_text(hostile):
+    """Whatever a server sends as the reply's model and id goes into every call's span: 1 MB of it, a number or a
+    list is no name."""
+    body = {"choices": [{"message": {"content": "Yes"}}], "model": "gpt-x-2026", "id": "chatcmpl-1"}
+    assert _reply(body, "openai/gpt-x")[-2:] == ("gpt-x-2026", "chatcmpl-1")
+    assert _reply({**body, "model": hostile, "id": hostile}, "openai/gpt-x")[-2:] == (None, None)
 
 
 def test_the_standard_endpoint_variable_and_sbpc_otel_turn_spans_on_without_a_flag(tmp_path, script):

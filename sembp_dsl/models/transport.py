@@ -52,6 +52,9 @@ CONNECT_TIMEOUT = 10.0
 PROBE_TIMEOUT = 3.0  # seconds for the plain http request that tells an http server behind an https:// URL
 
 
+NAME_CHARS = 256  # the longest model name or reply id a reply is taken at its word for
+
+
 class Reply(NamedTuple):
     """A chat completion with text, whichever transport it came by."""
 
@@ -452,8 +455,9 @@ def _reply(body: dict, model: str) -> Reply:
 
 
 def _text(value: Any) -> str | None:
-    """A reply's field when it is text (a server may send anything there)."""
-    return value if isinstance(value, str) and value else None
+    """A reply's name or id when it is one: short text (a server may send anything there, and each call's span
+    carries it)."""
+    return value if isinstance(value, str) and 0 < len(value) <= NAME_CHARS else None
 
 
 def tool_calls(listed: Any) -> tuple[dict, ...]:
