@@ -336,11 +336,12 @@ def test_a_receiver_that_never_answers_costs_one_timeout_and_every_span_lost_is_
 
 def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(tmp_path, script):
     """Ctrl-C while spans wait for a silent receiver: the pipeline's close and the command's end each waited on a
-    batch in flight (up to the exporter's timeout, 8 s here) and the SDK's shutdown at exit on it again."""
+    batch in flight (up to the exporter's timeout, 15 s here) and the SDK's shutdown at exit on it again: at least
+    one timeout before, a few seconds now (10 s leaves room for a loaded machine)."""
     with FakeServer(reply=script, delay=0.5) as server, Silent() as silent:
         path, data = toy(tmp_path, server.url, n=400)
         environment = {**os.environ, "OPENAI_API_KEY": SECRET, "PYTHONPATH": str(ROOT)}
-        environment.update(OTEL_EXPORTER_OTLP_ENDPOINT=silent.url, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="8")
+        environment.update(OTEL_EXPORTER_OTLP_ENDPOINT=silent.url, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="15")
         proc = subprocess.Popen(
             [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--data", str(data), "--otel", "--no-cache"],
             cwd=tmp_path,
@@ -360,7 +361,7 @@ def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(t
         seconds = time.monotonic() - stopped
     assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
     assert "spans could not be delivered" in err and "Traceback" not in err
-    assert seconds < 6, (seconds, err[-2000:])
+    assert seconds < 10, (seconds, err[-2000:])
 
 
 @pytest.mark.parametrize(
