@@ -264,3 +264,15 @@ def test_objective_cost_with_no_price_known_is_refused_saying_which_models_to_pr
     strong = next(line for line in priced.splitlines() if line.startswith("model strong"))
     path.write_text(priced.replace(strong, strong.replace("price = 1", "price = 9")))
     assert cli.main([*asked, "--plan"]) == 0
+
+
+def test_objective_cost_without_the_models_strategy_is_refused_before_a_call(relay, capsys, monkeypatch):
+    """Objective cost says which way the models strategy moves; with strategies that move no model it would change
+    nothing they do, so the command says so instead of running as if it had been heard."""
+    path, folder = relay
+    monkeypatch.chdir(folder)
+    asked = ["optimize", str(path), "--data", "data.jsonl", "--objective", "cost", "--plan"]
+    with pytest.raises(SystemExit) as exited:
+        cli.main([*asked, "--strategies", "gradients"])
+    assert exited.value.code == 2 and "--objective cost: it moves nodes to cheaper models" in capsys.readouterr().err
+    assert cli.main([*asked, "--strategies", "gradients,models"]) == 0

@@ -323,7 +323,14 @@ def strategies(method: Method) -> tuple[Strategy, ...]:
 
 def check_acting(graph: Graph, method: Method) -> None:
     """SettingError when a model the method names is none of the file's (the checker's E071 for a flag's or a
-    caller's list), or none of the run's strategies has anything to change: it would spend its calls on nothing."""
+    caller's list), none of the run's strategies has anything to change (it would spend its calls on nothing), or
+    objective cost is asked of strategies that never move a model (it would change nothing they do)."""
+    if method.objective == "cost" and "models" not in method.strategies:
+        raise SettingError(
+            Option("objective='cost'", "--objective cost"),
+            ": it moves nodes to cheaper models, which none of the strategies named does: add models to "
+            f"strategies (now {', '.join(method.strategies)}), or leave the objective at accuracy",
+        )
     unknown = [name for name in method.models if name not in graph.models]
     if unknown:
         raise SettingError(
