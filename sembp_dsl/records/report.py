@@ -15,6 +15,7 @@ import hashlib
 import html
 import io
 import json
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 
 from ..language import kinds
@@ -227,26 +228,70 @@ def plot_spend(runs: Sequence[Run]) -> str:
     return figure(draw, alt="calls and cost per iteration")
 
 
+SHOWN_DEPLOYMENTS = len(PALETTE)  # the most deployments the concurrency plot draws (most refused first)
+SHOWN_POINTS = 2000  # the most window changes (and refusals) it draws per deployment: a plot's size is bounded
+LONGEST = 1e7  # seconds (115 days): a time beyond, or a window above, is no run's and is left out of the plot
+SHOWN_LABEL = 60  # the most characters of a deployment's name the legend shows
+
+
+def plausible(value: object, top: float) -> bool:
+    """A number a plot can place: finite, from 0 to `top` (a record's NaN, -1 or 1e308 is none)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= top
+
+
+def windows_of(series: object) -> list[tuple[float, int]]:
+    """A deployment's window changes as a record holds them, the unplottable left out, thinned to SHOWN_POINTS
+    (the smallest and the largest window of each stretch kept, so no drop to 1 is thinned away)."""
+    points = [
+        (float(p[0]), int(p[1]))
+        for p in (series if isinstance(series, list) else [])
+        if isinstance(p, list) and len(p) >= 2 and plausible(p[0], LONGEST) and plausible(p[1], LONGEST)
+    ]
+    if len(points) <= SHOWN_POINTS:
+        return points
+    stretch = -(-len(points) // (SHOWN_POINTS // 2))
+    thinned = []
+    for start in range(0, len(points), stretch):
+        part = points[start : start + stretch]
+        low, high = min(part, key=lambda p: p[1]), max(part, key=lambda p: p[1])
+        thinned += sorted({low, high})
+    return thinned
+
+
+def refusals_of(series: object) -> list[float]:
+    """A deployment's refusal times as a record holds them, the unplottable left out, at most SHOWN_POINTS."""
+    times = [float(t) for t in (series if isinstance(series, list) else []) if plausible(t, LONGEST)]
+    return times[:: -(-len(times) // SHOWN_POINTS)] if len(times) > SHOWN_POINTS else times
+
+
 def plot_concurrency(ledger: dict | None) -> str:
     """Each deployment's adaptive window (calls in flight it allowed) over the run, its refusals for load (429,
-    503, 529) marked where they came; nothing when the run had no window (a fixed --concurrency) and no refusal."""
+    503, 529) marked where they came; nothing when the run had no window (a fixed --concurrency) and no refusal.
+    A record is a stranger's: its names are shown escaped and cut short, at most SHOWN_DEPLOYMENTS deployments
+    (the most refused) and SHOWN_POINTS points each are drawn, and the plot says what it left out."""
     windows, refusals = (ledger or {}).get("concurrency") or {}, (ledger or {}).get("refusals") or {}
     if not windows and not refusals:
         return ""
-    refused = sum(map(len, refusals.values()))
+    refused = sum(len(r) for r in refusals.values() if isinstance(r, list))
+    names = sorted({*windows, *refusals}, key=lambda name: (-len(refusals.get(name) or ()), name))
+    drawn, left = names[:SHOWN_DEPLOYMENTS], len(names) - SHOWN_DEPLOYMENTS
 
     def draw(fig):
         ax = fig.subplots()
-        for n, name in enumerate(sorted({*windows, *refusals})):
-            color, sizes = PALETTE[n % len(PALETTE)], windows.get(name) or []
+        for n, name in enumerate(drawn):
+            color, sizes = PALETTE[n % len(PALETTE)], windows_of(windows.get(name))
+            label = visible(name if len(name) <= SHOWN_LABEL else name[: SHOWN_LABEL - 3] + "...")
             if sizes:
                 times, widths = [t for t, _ in sizes], [w for _, w in sizes]
-                ax.step(times, widths, where="post", color=color, label=name)
-            for t in refusals.get(name, []):
-                width = next((w for at, w in reversed(sizes) if at <= t), sizes[0][1] if sizes else 1)
-                ax.plot([t], [width], marker="x", color="#d62728", markersize=8, linestyle="none")
+                ax.step(times, widths, where="post", color=color, label=label)
+            marks = refusals_of(refusals.get(name))
+            # each mark at the window then (the first one's before any change, 1 with no window at all)
+            at = [sizes[max(bisect_right(sizes, (t, LONGEST)) - 1, 0)][1] if sizes else 1 for t in marks]
+            ax.plot(marks, at, marker="x", color="#d62728", markersize=8, linestyle="none")
         if refused:
             ax.plot([], [], marker="x", color="#d62728", linestyle="none", label=f"refused for load x{refused}")
+        if left > 0:
+            ax.plot([], [], linestyle="none", label=f"{left} more deployment(s) not drawn")
         ax.set(xlabel="seconds", ylabel="calls in flight allowed", title="concurrency over time")
         ax.set_ylim(bottom=0)
         ax.grid(alpha=0.3)

@@ -15,12 +15,14 @@ from typing import Any
 
 from .. import ir
 from ..node import GraphNode
+from ..toolcalls import bounded
 from ..trace import Shown
 from .agent import ToolLoop
 from .function import FunctionCall
 from .kind import NodeKind
 from .model import ModelCall
 
+SHOWN_JSON = 2000  # the most characters of a kind's data `sbpc show` and the report give as JSON (run --trace: all)
 DEFAULT = ModelCall.name  # the kind of a node that has no kind's marker setting
 KINDS: dict[str, NodeKind] = {  # one line per kind, by name; a node is of the first whose marker it has
     ModelCall.name: ModelCall(),
@@ -57,10 +59,12 @@ def shown(extra: Mapping[str, Any], full: bool = False) -> list[Shown]:
         try:
             parts += kind.shown(own, full)
         except (TypeError, ValueError, AttributeError, KeyError):  # a record's data in a form the kind cannot read
-            parts += as_json(own)
-    return parts + as_json(left)
+            parts += as_json(own, full)
+    return parts + as_json(left, full)
 
 
-def as_json(data: Mapping[str, Any]) -> list[Shown]:
-    """Trace data no kind can say in words: each key's value as JSON, under the key."""
-    return [Shown(key, json.dumps(value, ensure_ascii=False, indent=2, default=str)) for key, value in data.items()]
+def as_json(data: Mapping[str, Any], full: bool = False) -> list[Shown]:
+    """Trace data no kind can say in words: each key's value as JSON, under the key; in the short form cut to
+    SHOWN_JSON characters, saying how many more (a stranger's record may hold megabytes under one key)."""
+    texts = {key: json.dumps(value, ensure_ascii=False, indent=2, default=str) for key, value in data.items()}
+    return [Shown(key, text if full else bounded(text, SHOWN_JSON)) for key, text in texts.items()]
