@@ -784,7 +784,10 @@ def test_optimize_writes_back_into_a_yaml_pipeline(tmp_path, fake_llm, script, c
     ]
 
 
-def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script):
+@pytest.mark.parametrize(
+    ("stop", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_ctrl_c_or_sigterm_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script, stop, code, said):
     path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
     before = path.read_text()
     fake_llm.configure(delay=1.0)  # each round of calls takes a second: the run is still going when it is interrupted
@@ -815,14 +818,17 @@ def test_ctrl_c_stops_cleanly_and_says_how_to_resume(tmp_path, fake_llm, script)
     while fake_llm.requests == 0 and proc.poll() is None and time.time() < start + 60:
         time.sleep(0.05)
     running = proc.poll() is None
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(stop)
     out, err = proc.communicate(timeout=60)
     fake_llm.configure(delay=0.0)
-    seen = f"interrupted after {time.time() - start:.1f} s, at request {fake_llm.requests}, still running: {running}"
-    assert proc.returncode == 130, (seen, out, err)
-    assert "Traceback" not in err and "--resume" in err
+    seen = f"stopped after {time.time() - start:.1f} s, at request {fake_llm.requests}, still running: {running}"
+    assert proc.returncode == code, (seen, out, err)
+    assert "Traceback" not in err and "never awaited" not in err and "--resume" in err
+    assert f"\n{said}; the best prompts so far are in {path}" in err and err.rstrip().endswith(f"\n{said}"), err
     assert path.read_text() == before  # nothing half-written
     assert json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"] is False
+    resumed, _ = optimize(path, "--data", data(tmp_path), "--train-size", "3", "--val-size", "3", "--resume")
+    assert resumed == 0 and json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())["finished"]
 
 
 def test_a_resumed_runs_record_counts_the_calls_of_every_session(tmp_path, fake_llm, script, capsys):

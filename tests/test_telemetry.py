@@ -334,7 +334,10 @@ def test_a_receiver_that_never_answers_costs_one_timeout_and_every_span_lost_is_
     assert otel_seconds - plain_seconds < 3 * 2, (otel_seconds, plain_seconds)  # about one timeout, not one a batch
 
 
-def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(tmp_path, script):
+@pytest.mark.parametrize(
+    ("stop", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(tmp_path, script, stop, code, said):
     """Ctrl-C while spans wait for a silent receiver: the pipeline's close and the command's end each waited on a
     batch in flight (up to the exporter's timeout, 15 s here) and the SDK's shutdown at exit on it again: at least
     one timeout before, a few seconds now (10 s leaves room for a loaded machine)."""
@@ -356,10 +359,10 @@ def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(t
         while not silent.held and proc.poll() is None and time.monotonic() < began + 60:  # a batch is in flight
             time.sleep(0.05)
         stopped = time.monotonic()
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(stop)
         _, err = proc.communicate(timeout=60)
         seconds = time.monotonic() - stopped
-    assert proc.returncode == 130 and "interrupted" in err, err[-2000:]
+    assert proc.returncode == code and said in err, err[-2000:]
     assert "spans could not be delivered" in err and "Traceback" not in err
     assert seconds < 10, (seconds, err[-2000:])
 

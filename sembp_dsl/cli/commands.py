@@ -9,6 +9,7 @@ call models, so `sbpc check` stays fast enough for pre-commit hooks and editors.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import sys
@@ -47,6 +48,7 @@ from .flags import (
 from .init import add_init
 from .routers import router_problem
 from .runs import add_run_commands
+from .stopping import exit_code, handled, word
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -90,7 +92,6 @@ The same pipeline can be written in YAML (.yaml/.yml); see docs/language.md.
 
 
 MOST_DIAGNOSTICS_SHOWN = 50  # a generated file can carry thousands of warnings: the first ones, then a count
-INTERRUPTED = 130  # the exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells give it
 
 
 def _report(diagnostics, text) -> None:
@@ -376,7 +377,7 @@ def cmd_optimize(args) -> int:
         raise UsageError(f"--resume: {exc.cli}")
     except KeyboardInterrupt:
         print(
-            f"\ninterrupted; the best prompts so far are in {args.out or args.file}"
+            f"\n{word()}; the best prompts so far are in {args.out or args.file}"
             f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
             file=sys.stderr,
         )
@@ -715,15 +716,17 @@ def main(argv: list[str] | None = None) -> int:
     if extra:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for the --resume hint
-    stopped = True  # until the command returns: an exit or a second Ctrl-C leaves as quickly as Ctrl-C does
-    try:
-        code = _run_command(args, parser)
-        stopped = code == INTERRUPTED
-        return code
-    finally:
-        undelivered = telemetry.finish(quick=stopped)  # the last spans, when the command exported any
-        if undelivered:
-            print(f"sbpc: warning: {undelivered}", file=sys.stderr)
+    # serve has its own: SIGTERM or Ctrl-C stops taking requests and lets those in flight finish
+    with contextlib.nullcontext() if args.run is cmd_serve else handled():
+        stopped = True  # until the command returns: an exit leaves as quickly as Ctrl-C does
+        try:
+            code = _run_command(args, parser)
+            stopped = code == exit_code()
+            return code
+        finally:
+            undelivered = telemetry.finish(quick=stopped)  # the last spans, when the command exported any
+            if undelivered:
+                print(f"sbpc: warning: {undelivered}", file=sys.stderr)
 
 
 def _run_command(args, parser: argparse.ArgumentParser) -> int:
@@ -733,9 +736,9 @@ def _run_command(args, parser: argparse.ArgumentParser) -> int:
     except PipelineError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return INTERRUPTED
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (stopping.py)
+        print(word(), file=sys.stderr)
+        return exit_code()
     except BrokenPipeError:
         return 0
     except (UsageError, SettingError) as exc:  # SettingError: a method setting a flag asked for, in the flags' words

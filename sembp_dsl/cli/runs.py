@@ -25,6 +25,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
+from .stopping import word
 
 
 def _runs_command(work):
@@ -163,7 +164,7 @@ def cmd_compare(args) -> int:
                 else "no run record was kept (--runs-dir keeps them)"
             )
             print(
-                f"\ninterrupted after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
+                f"\n{word()} after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
                 f"must share seeds to be compared; {kept}."
                 f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
                 file=sys.stderr,
