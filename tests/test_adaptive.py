@@ -54,6 +54,19 @@ def test_an_unlimited_server_gets_many_more_calls_at_once_than_the_start():
         call_all(llm, 300)
         assert sizes(llm)[0] == 8 and max(sizes(llm)) >= 64
         assert server.max_in_flight >= 64
+        # while answers stay quick with more calls in flight than ever, each widens the window by 7, not 1:
+        # past 48 within its first 20 sizes (doubling each round trip, one at a time, reached 27)
+        assert max(sizes(llm)[:20]) >= 48
+
+
+def test_calls_beyond_the_most_ever_answered_go_one_at_a_time_so_a_limit_is_found_with_a_refusal_or_two():
+    """A server that refuses past 40 at once: the window grows fast, but the calls past what the server has
+    answered are spread over a round trip, so the first refusal is heard before the next few are sent (the
+    window doubling at once sent 24 past the limit together, and all were refused)."""
+    with FakeServer(reply="ok", delay=0.1, limit=40) as server:
+        llm = llm_for(server.url, backoff=0.05)
+        call_all(llm, 400)
+        assert 0 < server.rate_limited <= 3 and server.max_in_flight == 41
 
 
 def test_a_server_that_queues_calls_does_not_get_a_wide_window():

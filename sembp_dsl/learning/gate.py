@@ -16,7 +16,10 @@ sample can be a win, a loss or a tie; the proposal is evaluated on it first, and
 a win or a tie; wrong: a loss or a tie; partial credit: either). The current pipeline is evaluated on it only
 while its outcome can still change the decision, and until then it counts as every outcome it may still have.
 
-Each round takes the fewest samples that could settle it (at least `least`), first from the group likelier
+Each round takes as many samples as the outcomes so far say it will need (`_expected`), and never fewer than
+could settle it (at least `least`): a round is a model round trip or two, so a decision that stays open to the
+end (a proposal that wins and loses at one rate) takes two or three rounds, not one per handful of samples. It
+takes them first from the group likelier
 to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
 ones for a failure); then the group likelier to move it the way the outcomes so far point; samples that can still
 go either way (of unknown or partial score) between the two. The decision never depends on the order, only the number of samples evaluated does.
@@ -187,7 +190,7 @@ class Gate:
         if self.decision is not None:
             return Round([], [])
         order = self._order() or self._grouped(True, everything=True)
-        taken = order[: max(min(self._fewest(order), len(order)), self.least)]
+        taken = order[: max(min(self._fewest(order), len(order)), self._expected(order), self.least)]
         chosen = set(taken)
         self.unseen = [i for i in self.unseen if i not in chosen]
         self.rounds += 1
@@ -220,6 +223,29 @@ class Gate:
             if (passes and way is not False) or (fails and way is not True):
                 return n
         return len(order) + 1
+
+    def _expected(self, order: Sequence[str]) -> int:
+        """How many samples from the start of `order` the decision will need, were each to go as the outcomes so
+        far go (`_rates`): all of them while those outcomes leave it open. Before any outcome, 0: the first round
+        takes the fewest that could settle it, as nothing yet says how it goes."""
+        if not self.evaluated:
+            return 0
+        win_rate, loss_rate = self._rates()
+        possible_wins, possible_losses = self.possible
+        wins, losses, could_win, could_lose = 0.0, 0.0, 0, 0
+        for n, sample in enumerate(order, start=1):
+            could_win += self.could_win(sample)
+            could_lose += self.could_lose(sample)
+            wins += win_rate * self.could_win(sample)
+            losses += loss_rate * self.could_lose(sample)
+            tally = len(self.wins) + round(wins), len(self.losses) + round(losses)
+            if settled(*tally, possible_wins - could_win, possible_losses - could_lose, self.rule) is not None:
+                return n
+        return len(order)
+
+    def _rates(self) -> tuple[float, float]:
+        """How often a sample that could be a win was one, and one that could be a loss was one (one prior each)."""
+        return (len(self.wins) + 1) / (self.seen[False] + 2), (len(self.losses) + 1) / (self.seen[True] + 2)
 
     def add(
         self,
@@ -297,8 +323,7 @@ class Gate:
         if not self.used:
             right_first = self._fewest(self._grouped(True), way=True) < self._fewest(self._grouped(False), way=False)
             return self._grouped(right_first)
-        win_rate = (len(self.wins) + 1) / (self.seen[False] + 2)
-        loss_rate = (len(self.losses) + 1) / (self.seen[True] + 2)
+        win_rate, loss_rate = self._rates()
         possible_wins, possible_losses = self.possible
         expected = (
             round(len(self.wins) + win_rate * possible_wins),

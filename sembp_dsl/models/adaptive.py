@@ -3,10 +3,15 @@ replies, so a command runs as fast as the provider allows without a flag and wit
 
 Each deployment has a `Window`, additive increase and multiplicative decrease (AIMD) with a slow start, as TCP
 finds a link's capacity:
-- it opens at `START` calls in flight; a reply that came back while the window was full widens it by one (the
-  window doubles each round trip) until the first sign of overload, then by one per round trip;
-- a refusal for load (429, 503, 529) halves it, at most once per round trip (the replies to calls sent before
-  the cut tell nothing new), and a Retry-After holds every call of the deployment back that long;
+- it opens at `START` calls in flight; a reply that came back while the window was full (or calls wait) widens
+  it until the first sign of overload, then by one per round trip: by `GROWTH` when it was quick with as many
+  calls in flight as ever (the window grows eightfold each round trip), else by one (it doubles);
+- calls beyond the most the deployment has answered at once (`proven`) are let in one at a time, spread over
+  the quickest round trip (`GROWTH` times `proven` of them in it, as fast as slow start grows): a refusal, which
+  comes back sooner than an answer, is then heard after a call or two too many, not a round trip's worth;
+- a refusal for load (429, 503, 529) halves the calls that were in flight with it, at most once per round trip
+  (the replies to calls sent before the cut tell nothing new), and a Retry-After holds every call of the
+  deployment back that long;
 - latency more than `SLOWER` times the quickest recent reply means the server queues the calls: the window
   narrows by a tenth, at most once per round trip, never below `START` (replies of different lengths take
   different times, so latency alone must not throttle a command below where it began).
@@ -26,6 +31,8 @@ from dataclasses import dataclass
 from .faults import Failure
 
 START = 8  # calls in flight a deployment is first trusted with
+GROWTH = 7  # what a reply to a full window adds to it in slow start, when quick at the most calls in flight yet
+QUICK = 1.25  # a reply within this many times the quickest recent one is quick: the server did not queue it
 CEILING = 256  # calls in flight one deployment is ever given
 SLOWER = 2.0  # smoothed latency over the quickest recent reply that means the server queues our calls
 OVERLOAD = frozenset({429, 503, 529})  # statuses that mean "too many at once", not "this request is wrong"
@@ -39,11 +46,12 @@ def overloaded(failure: Failure) -> bool:
 
 @dataclass(frozen=True)
 class Ticket:
-    """A call's place in its window: when it was let in (`number`, counted per window) and whether the window was
-    full then (only such a call's reply shows the window could be wider)."""
+    """A call's place in its window: when it was let in (`number`, counted per window), whether the window was
+    full then (only such a call's reply shows the window could be wider) and the calls in flight with it."""
 
     number: int
     full: bool
+    level: int
 
 
 class Window:
@@ -55,12 +63,15 @@ class Window:
         self.start, self.ceiling = self.limit, ceiling
         self.threshold = float(ceiling)  # slow start until the first sign of overload
         self.in_flight = 0
+        self.proven = int(self.limit)  # the most calls in flight the deployment answered (trusted at first)
+        self.probed_at = float("-inf")  # time.monotonic() when a call beyond `proven` was last let in
+        self.timer: asyncio.TimerHandle | None = None  # wakes the next probe
         self.let_in = 0  # calls let in so far
         self.narrowed_at = 0  # calls let in when the window last narrowed
         self.paused_until = 0.0  # time.monotonic() before which no call is let in (Retry-After)
         self.latencies: deque[float] = deque(maxlen=RECENT)
         self.smoothed: float | None = None
-        self.waiting: deque[asyncio.Future[None]] = deque()
+        self.waiting: deque[asyncio.Future[int]] = deque()
         self.record = record  # told each new whole size
         record(self.size)
 
@@ -70,11 +81,11 @@ class Window:
 
     async def acquire(self) -> Ticket:
         """Wait for room, then hold a place: release it with `succeeded`, `refused` or `released`."""
-        if self.waiting or self.in_flight >= self.size or time.monotonic() < self.paused_until:
-            turn = asyncio.get_running_loop().create_future()
+        if self.waiting or not self._room():
+            turn: asyncio.Future[int] = asyncio.get_running_loop().create_future()
             self.waiting.append(turn)
             try:
-                await turn  # `_wake` counts the call in before it wakes it
+                level = await turn  # `_wake` counts the call in before it wakes it
             except asyncio.CancelledError:
                 if turn.done() and not turn.cancelled():  # woken, then cancelled: its place goes to the next
                     self.in_flight -= 1
@@ -82,26 +93,33 @@ class Window:
                 elif turn in self.waiting:
                     self.waiting.remove(turn)
                 raise
+            full = True  # it waited: the window, not the calls, set the pace
         else:
-            self.in_flight += 1
+            level = self._let_in()
+            full = level >= self.size
         self.let_in += 1
-        return Ticket(self.let_in, self.in_flight >= self.size)
+        return Ticket(self.let_in, full, level)
 
     def succeeded(self, ticket: Ticket, latency: float) -> None:
         """A reply came back after `latency` seconds: widen while it is quick, narrow when the server queues."""
         self.latencies.append(latency)
         self.smoothed = latency if self.smoothed is None else 0.8 * self.smoothed + 0.2 * latency
+        # a quick answer with as many calls in flight as ever: the server took them all at once
+        proof = ticket.level >= self.proven and latency <= QUICK * min(self.latencies)
+        self.proven = max(self.proven, ticket.level)
         if self.smoothed > SLOWER * min(self.latencies) and self.limit > self.start:
             self._narrow(ticket, 0.9, self.start)
-        elif ticket.full and self.limit < self.ceiling:
+        elif (ticket.full or self.waiting) and self.limit < self.ceiling:
             before = self.size
-            self.limit = min(self.limit + (1.0 if self.limit < self.threshold else 1.0 / self.limit), self.ceiling)
+            grow = (GROWTH if proof else 1.0) if self.limit < self.threshold else 1.0 / self.limit
+            self.limit = min(self.limit + grow, self.threshold if self.limit < self.threshold else self.ceiling)
             if self.size != before:
                 self.record(self.size)
         self.released()
 
     def refused(self, ticket: Ticket, retry_after: float | None) -> None:
         """The deployment refused the call for load: halve the window, and wait as long as it asked."""
+        self.proven = min(self.proven, ticket.level - 1)
         self._narrow(ticket, 0.5, 1.0)
         if retry_after:
             self.paused_until = max(self.paused_until, time.monotonic() + retry_after)
@@ -116,18 +134,43 @@ class Window:
     def _narrow(self, ticket: Ticket, factor: float, floor: float) -> None:
         if ticket.number <= self.narrowed_at:  # sent before the last cut: it says nothing the cut did not hear
             return
-        self.limit = self.threshold = max(floor, self.limit * factor)
+        self.limit = self.threshold = max(floor, min(self.limit, ticket.level) * factor)
         self.narrowed_at = self.let_in
         self.record(self.size)
 
+    def _room(self) -> bool:
+        """Whether a call may be let in now: the window has room, no Retry-After holds it, and a call beyond what
+        the deployment has answered at once waits its turn after the last such one."""
+        now = time.monotonic()
+        if self.in_flight >= self.size or now < self.paused_until:
+            return False
+        return self.in_flight < self.proven or now >= self.probed_at + self.gap
+
+    @property
+    def gap(self) -> float:
+        """Seconds between calls let in beyond `proven`."""
+        return min(self.latencies, default=0.0) / (GROWTH * max(1, self.proven))
+
+    def _let_in(self) -> int:
+        """Count a call in; the calls in flight with it."""
+        if self.in_flight >= self.proven:
+            self.probed_at = time.monotonic()
+        self.in_flight += 1
+        return self.in_flight
+
     def _wake(self) -> None:
-        if time.monotonic() < self.paused_until:
-            return
-        while self.waiting and self.in_flight < self.size:
+        while self.waiting and self._room():
             turn = self.waiting.popleft()
             if not turn.done():
-                self.in_flight += 1
-                turn.set_result(None)
+                turn.set_result(self._let_in())
+        paced = self.waiting and self.in_flight < self.size and time.monotonic() >= self.paused_until
+        if paced and self.timer is None:  # held back only to pace the probes: wake when the next may go
+
+            def wake() -> None:
+                self.timer = None
+                self._wake()
+
+            self.timer = asyncio.get_running_loop().call_later(self.gap, wake)
 
 
 class Windows:
