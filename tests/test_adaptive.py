@@ -118,3 +118,28 @@ def test_the_ledger_keeps_window_sizes_and_refusals_over_time_and_a_resumed_run_
     both = combined(start, spent)
     assert both["concurrency"] == ledger.to_json()["concurrency"] and both["refusals"] == ledger.to_json()["refusals"]
     assert "concurrency" not in Ledger().to_json() and "refusals" not in Ledger().to_json()  # a fixed concurrency
+
+
+def test_a_full_window_lets_in_the_call_of_the_lowest_priority_first_then_in_order():
+    """An evaluation gives each call its sample's place (runtime/evaluate.py): when calls wait, those of the
+    front samples go first, so the samples an error draw or a gate reads first finish first."""
+    from sembp_dsl.models.adaptive import PRIORITY, Window
+
+    async def go() -> list[str]:
+        window = Window(lambda size: None, start=1)
+        held = await window.acquire()
+        order: list[str] = []
+
+        async def call(name: str, priority: int) -> None:
+            PRIORITY.set(priority)
+            ticket = await window.acquire()
+            order.append(name)
+            window.succeeded(ticket, 0.01)
+
+        waiting = [asyncio.ensure_future(call(name, p)) for name, p in (("c", 3), ("a", 1), ("b", 2), ("a2", 1))]
+        await asyncio.sleep(0)
+        window.succeeded(held, 0.01)
+        await asyncio.gather(*waiting)
+        return order
+
+    assert asyncio.run(go())[:4] == ["a", "a2", "b", "c"]

@@ -516,9 +516,11 @@ def test_progress_shows_as_lines_when_stderr_is_no_terminal(tmp_path, fake_llm, 
     err = capsys.readouterr().err
     assert re.search(r"^gate, initial: \d/6$", err, re.M), err
     assert err.count("gate, initial: 6/6") == 1 and "\r" not in err
-    # each phase's last line comes when it is done, before the next phase's first
+    # each phase's last line comes when it is done, before the first of a phase that waits for it: the initial
+    # score runs beside iteration 1's error draw (their lines may interleave), and the gate waits for both
     lines = [line for line in err.splitlines() if re.search(r": \d+/\d+$", line)]
-    assert lines.index("gate, initial: 6/6") < min(i for i, line in enumerate(lines) if line.startswith("iteration 1"))
+    gate = min(i for i, line in enumerate(lines) if line.startswith("iteration 1: gate"))
+    assert lines.index("gate, initial: 6/6") < gate and lines.index("iteration 1: train: 5/5") < gate
     monkeypatch.setattr(flags, "PROGRESS_EVERY", 60.0)
     optimize(path, "--data", data(tmp_path, n=12), "--train-size", "6", "--val-size", "6", "--iters", "1", "--no-cache")
     assert not re.search(r": \d+/\d+$", capsys.readouterr().err, re.M)

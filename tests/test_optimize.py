@@ -624,6 +624,26 @@ def test_the_forward_pass_is_the_results_the_run_has_without_cache_and_when_samp
     assert [it["reused"] for it in _iterations(tmp_path)] == ([True] * 3 if gate == "train" else [False, True, True])
 
 
+def test_the_initial_score_runs_beside_iteration_1_which_asks_its_question_once_its_errors_are_in(
+    tmp_path, fake_llm, script
+):
+    """Gate on the training split: the initial score evaluates it in the order iteration 1 draws its errors in,
+    the calls of its front samples first, so iteration 1 asks its backward question while the initial score is
+    still under way; the gate waits for the score. Nothing is evaluated twice, and the record is the same as
+    when the score comes first (every training sample scored once, the step decided on the whole split)."""
+    fake_llm.configure(delay=0.05)
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path, n=40, answer="No"), "--train-size", "40", "--val-size", "0", "--iters", "1"]
+    script.verdict = lambda prompt: "Yes" if int(re.search(r"claim (\d+)", prompt).group(1)) % 4 == 0 else "No"
+    assert optimize(path, *flags, "--gate", "train", "--gate-alpha", "1", "--no-cache") == (0, "")
+    kinds = [script.kind(p) for p in script.prompts]
+    initial = [n for n, p in enumerate(script.prompts) if kinds[n] == "forward" and "Improved" not in p]
+    assert len(initial) == 3 * 40 and kinds.index("backward") < initial[-1]  # asked before the score was done
+    [only] = _iterations(tmp_path)
+    assert only["reused"] and only["gate_before"] == 0.75
+    assert only["gate"]["of"] == 40 and only["gate"]["samples"] >= 1
+
+
 def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path, fake_llm, script, capsys):
     """Gate on the training split, one call at a time (so a round may hold a single sample): one win settles
     the paper's rule, and the gate stops there, on the last iteration or not. What it evaluated is what the run

@@ -16,7 +16,9 @@ split, so only samples up to them are evaluated; the gate evaluates the current
 prompts only where their unknown score could change its decision, and stops as
 soon as the decision is settled (gate.py); backward questions are asked only
 where the feedback reaches an optimized prompt, and a prompt that received no
-feedback gets no optimizer call.
+feedback gets no optimizer call. Nothing waits that need not: the initial gate
+score runs beside the first iteration's error draw and questions (the draw reads
+the samples it scores first) and only the gate waits for it.
 
 Every iteration draws its randomness from (seed, iteration) alone and every model
 call goes through the cache, so a resumed run starts from the prompts of its last
@@ -186,6 +188,8 @@ class Optimizer:
         self.progress = progress or (lambda what, total: lambda done: None)
         self.known = Known(dict(graph.prompts))
         self.strategies = strategies(method)
+        self.initial: asyncio.Future[None] | None = None  # the initial gate score, under way while iteration 1 learns
+        self.pending: dict[str, asyncio.Future[None]] = {}  # training samples it is still evaluating
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
         return scored(await self.evaluate(graph, samples, what), what)
@@ -261,13 +265,12 @@ class Optimizer:
         self.known = Known(dict(current.prompts))
         try:
             if self.method.gate != "none":
-                await self.baseline()
-                outcome.best_score = data.best_score
-                self.warn_if_no_step_can_pass()
+                self.baseline(done + 1, outcome)
             for index in range(done + 1, self.method.iterations + 1):
                 iteration = await self.step(index, outcome)
                 self.record.add_iteration(iteration, spent())
                 self.log(summary(iteration, self.method.iterations, len(self.train)))
+            await self.initial_score(outcome)
             if self.test:
                 outcome.test_before = await self.score(self.graph, self.test, "test, initial")
                 outcome.test_after = await self.score(outcome.graph, self.test, "test, final")
@@ -279,6 +282,8 @@ class Optimizer:
             bug = None if isinstance(exc, SbpcError) else f"{BUG_IN_SBPC}: {type(exc).__name__}: {exc}"
             self.record.abort(spent(), bug)
             raise
+        finally:
+            self.drop_initial()
         if outcome.iterations and not any(it.accepted for it in outcome.iterations):
             outcome.unchanged = self.why_unchanged(outcome.iterations)
         before, after = outcome.test_before, outcome.test_after
@@ -286,20 +291,69 @@ class Optimizer:
         self.record.finish(spent(), outcome.stopped, test)
         return outcome
 
-    async def baseline(self) -> None:
+    def baseline(self, index: int, outcome: Outcome) -> None:
         """What the gate's first step must beat: the initial prompts' score on the gate split, kept in the record;
-        a resumed run reads it there."""
+        a resumed run reads it there. A new one is started, not awaited: iteration `index` learns meanwhile (its
+        error draw waits only for the samples it reads, which go first), and its gate awaits the score
+        (`initial_score`), so the score costs no model round trips of its own on the way to the first gate."""
         data = self.record.data
-        if data.initial_score is None:
-            first = await self.score(self.graph, self.gate_split(), "gate, initial")
-            right, lost, partial = outcomes(first)
-            self.record.begin(first.accuracy, right, partial, lost, per_thousand(self.graph, self.llm, first))
-            self.learn(self.graph, self.gate_split(), first)
-        else:
+        split = self.gate_split()
+        if data.initial_score is not None:
             right, partial, known, lost = data.scores_kept()
-            split = self.gate_split()
             ids = [x.id for x in split if (known is None or x.id in known) and x.id not in lost]
             self.known.gate = {i: 1.0 if i in right else partial.get(i, 0.0) for i in ids}
+            outcome.best_score = data.best_score
+            self.warn_if_no_step_can_pass()
+            return
+        order = self.draw_order(index) if split is self.train else split
+        if split is self.train:
+            self.pending = {x.id: asyncio.get_running_loop().create_future() for x in split}
+        tick = self.progress("gate, initial", len(split))
+
+        def done(result: Result) -> None:
+            tick(result)
+            self.learn(self.graph, split, Evaluation((result,), 1, None))
+            if result.sample.id in self.pending:
+                self.pending.pop(result.sample.id).set_result(None)
+
+        async def first() -> None:
+            evaluation = await evaluate(self.graph, self.llm, order, self.metric, self.mapping, done, "gate, initial")
+            if evaluation.stopped:
+                raise BudgetExceeded(evaluation.stopped)
+            position = {x.id: n for n, x in enumerate(split)}
+            results = tuple(sorted(evaluation.results, key=lambda r: position[r.sample.id]))
+            score = scored(Evaluation(results, len(split), None), "gate, initial")
+            right, lost, partial = outcomes(score)
+            self.record.begin(score.accuracy, right, partial, lost, per_thousand(self.graph, self.llm, score))
+
+        self.initial = asyncio.ensure_future(first())
+
+    async def initial_score(self, outcome: Outcome) -> float | None:
+        """The best score so far, once the initial gate score (if under way) is in."""
+        if self.initial is not None:
+            await self.initial
+            self.initial = None
+            outcome.best_score = self.record.data.best_score
+            self.warn_if_no_step_can_pass()
+        return outcome.best_score
+
+    def drop_initial(self) -> None:
+        """A run that ends while the initial score is under way (a failure, a budget, Ctrl-C) stops it."""
+        if self.initial is not None:
+            if self.initial.done() and not self.initial.cancelled():
+                self.initial.exception()  # already raised where it was awaited, or beside the failure that ended the run
+            self.initial.cancel()
+            self.initial = None
+        self.pending = {}
+
+    async def awaited(self, sample_ids: Sequence[str]) -> None:
+        """Wait for the initial score's results on these training samples, or raise its failure."""
+        futures = {self.pending[i] for i in sample_ids if i in self.pending}
+        while futures and self.initial is not None:
+            await asyncio.wait({*futures, self.initial}, return_when=asyncio.FIRST_COMPLETED)
+            if self.initial.done():
+                self.initial.result()  # a failure of the initial score ends the run here
+            futures = {f for f in futures if not f.done()}
 
     async def step(self, index: int, outcome: Outcome) -> Iteration:
         """One iteration: learn from the training split, ask every strategy, and gate what they propose as one
@@ -325,25 +379,14 @@ class Optimizer:
     async def attempt(self, index: int, outcome: Outcome) -> Iteration:
         current = outcome.graph
         learnt = await self.study(index, current)
-        iteration = Iteration(index, learnt.train.accuracy, outcome.best_score, prompts=dict(current.prompts))
+        iteration = Iteration(index, learnt.train.accuracy, prompts=dict(current.prompts))
         iteration.train_samples, iteration.reused = len(learnt.train.results), learnt.reused
         iteration.lost = len(learnt.train.lost)
-        if not any(strategy.learns_from(learnt) for strategy in self.strategies):
-            iteration.note = "no training errors to learn from" + (
-                f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
-            )
+        step = await self.proposal(learnt, iteration, outcome)
+        iteration.gate_before = await self.initial_score(outcome)
+        if step is None:
             return iteration
-        taken, margin = await self.propose(learnt, iteration)
-        if not taken:
-            iteration.note = "no valid candidate"
-            return iteration
-        step = {c.param: c.new for c in taken if c.new is not None}
-        rejected = rejected_before(outcome.record.iterations, iteration.prompts, step)
-        if rejected is not None:
-            iteration.note = SAME_STEP.format(rejected)
-            iteration.reject_taken(f"rejected: {iteration.note}")
-            return iteration
-        proposed = current.with_prompts(step)
+        proposed, margin = current.with_prompts(step[0]), step[1]
         if self.method.gate == "none" or await self.passes_gate(current, proposed, iteration, margin):
             outcome.graph, outcome.best_score = proposed, iteration.gate_after
             iteration.accept(proposed.prompts)
@@ -352,16 +395,41 @@ class Optimizer:
                 self.known = Known(dict(proposed.prompts))
         return iteration
 
+    async def proposal(
+        self, learnt: Learnt, iteration: Iteration, outcome: Outcome
+    ) -> tuple[dict[str, str], float | None] | None:
+        """The step the strategies propose from what the iteration learnt, and the margin it is gated at; None (with
+        the iteration's note) when there is nothing to try."""
+        if not any(strategy.learns_from(learnt) for strategy in self.strategies):
+            iteration.note = "no training errors to learn from" + (
+                f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
+            )
+            return None
+        taken, margin = await self.propose(learnt, iteration)
+        if not taken:
+            iteration.note = "no valid candidate"
+            return None
+        step = {c.param: c.new for c in taken if c.new is not None}
+        rejected = rejected_before(outcome.record.iterations, iteration.prompts, step)
+        if rejected is not None:
+            iteration.note = SAME_STEP.format(rejected)
+            iteration.reject_taken(f"rejected: {iteration.note}")
+            return None
+        return step, margin
+
     async def study(self, index: int, graph: Graph) -> Learnt:
         """What the iteration learns from: the current prompts' results on the training split (the whole split
         when a strategy needs it, else up to the errors), and the errors."""
-        had = len(self.known.train)
+        read = set(self.known.train)  # the results the run had (not those still under way), then those it reads
+        fresh = 0
         if any(strategy.whole_split(graph) for strategy in self.strategies):
-            await self.forward(graph, [x for x in self.train if x.id not in self.known.train], index)
-        failures = await self.draw(graph, index)
-        known = tuple(self.known.train[x.id] for x in self.train if x.id in self.known.train)
+            rest = [x for x in self.train if x.id not in read]
+            fresh += await self.forward(graph, rest, index)
+            read.update(x.id for x in rest)
+        failures, drawn = await self.draw(graph, index, read)
+        known = tuple(self.known.train[x.id] for x in self.train if x.id in read)
         train = scored(Evaluation(known, len(known), None), f"iteration {index}: train")
-        return Learnt(index, graph, train, failures, len(known) == had, self.rejected())
+        return Learnt(index, graph, train, failures, fresh + drawn == 0, self.rejected())
 
     def rejected(self) -> list[dict[str, str | None]]:
         """The steps the gate rejected earlier in the run: a strategy that searches need not try them again."""
@@ -405,30 +473,41 @@ class Optimizer:
             for s in self.strategies
         ]
 
-    async def forward(self, graph: Graph, samples: Sequence[Sample], index: int) -> None:
-        """The current prompts on these training samples, their results kept."""
-        if samples:
-            self.learn(graph, self.train, await self.evaluate(graph, samples, f"iteration {index}: train"))
+    async def forward(self, graph: Graph, samples: Sequence[Sample], index: int) -> int:
+        """The current prompts' results on these training samples, kept: those the run has not got evaluated,
+        those the initial score is still evaluating waited for. Returns how many were evaluated."""
+        fresh = [x for x in samples if x.id not in self.known.train and x.id not in self.pending]
+        if fresh:
+            self.learn(graph, self.train, await self.evaluate(graph, fresh, f"iteration {index}: train"))
+        await self.awaited([x.id for x in samples])
+        return len(fresh)
 
-    async def draw(self, graph: Graph, index: int) -> list[Result]:
+    def draw_order(self, index: int) -> list[Sample]:
+        """The seeded order of the training split iteration `index` draws its errors in."""
+        return random.Random(f"{self.method.seed}:{index}:errors").sample(list(self.train), len(self.train))
+
+    async def draw(self, graph: Graph, index: int, read: set[str]) -> tuple[list[Result], int]:
         """The errors an iteration learns from: the first k failures (lost samples are none) in a seeded order of
-        the training split. Only samples of unknown outcome are evaluated, a batch at a time (the next unknown
-        ones, as many as the failures still missing but at least `least`), until k are found or the split is
-        done. A uniformly random order puts a uniformly random k of the failures first: the same odds as
-        `random.sample(failures, k)`, without needing the whole list."""
+        the training split. Only samples not `read` yet are read, a batch at a time (the next ones, as many as
+        the failures still missing but at least `least`), until k are found or the split is done; `read` grows by
+        them. A uniformly random order puts a uniformly random k of the failures first: the same odds as
+        `random.sample(failures, k)`, without needing the whole list. Returns the failures and the samples
+        evaluated for them."""
         k = self.method.errors_per_gradient
-        order = random.Random(f"{self.method.seed}:{index}:errors").sample(list(self.train), len(self.train))
+        order = self.draw_order(index)
         failures: list[Result] = []
+        fresh = 0
         for n, sample in enumerate(order):
             if len(failures) == k:
                 break
-            if sample.id not in self.known.train:
-                unknown = [x for x in order[n:] if x.id not in self.known.train]
-                await self.forward(graph, unknown[: max(self.least(graph), k - len(failures))], index)
+            if sample.id not in read:
+                batch = [x for x in order[n:] if x.id not in read][: max(self.least(graph), k - len(failures))]
+                fresh += await self.forward(graph, batch, index)
+                read.update(x.id for x in batch)
             result = self.known.train[sample.id]
             if not result.correct and not result.lost:
                 failures.append(result)
-        return failures
+        return failures, fresh
 
     def warn_if_no_step_can_pass(self) -> None:
         """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""

@@ -21,6 +21,7 @@ from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
 from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
+from ..models.adaptive import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, bad_samples, eval_splits
@@ -364,7 +365,8 @@ async def evaluate(
     check_answers(graph, samples, metric)
     prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
 
-    async def one(sample: Sample, inputs: dict[str, str], expected: str) -> Result:
+    async def one(place: int, sample: Sample, inputs: dict[str, str], expected: str) -> Result:
+        PRIORITY.set(place + 1)  # its own task's: the samples at the front finish first (adaptive.py)
         with telemetry.span("sample", {"sbpc.sample.id": sample.id}) as span:
             result = await scored_sample(graph, llm, metric, sample, inputs, expected)
             span.set({"sbpc.score": None if result.lost else result.score, "sbpc.lost": result.lost})
@@ -377,8 +379,8 @@ async def evaluate(
         tasks: list[asyncio.Future[Result]] = []
 
         def started():  # the tasks, kept for the results scored before a budget stopped the rest
-            for p in prepared:
-                tasks.append(asyncio.ensure_future(one(*p)))
+            for place, p in enumerate(prepared):
+                tasks.append(asyncio.ensure_future(one(place, *p)))
                 yield tasks[-1]
 
         stopped = None
