@@ -31,8 +31,9 @@ over between prompts; "redrawn", right with chance --accuracy, drawn again for e
 (a hash of its instruction, hints and statement, which both systems word differently), so a candidate
 wins or loses on noise. Every request waits --delay seconds.
 
-Calls are counted by the server and split into phases at each iteration's first backward call; each
-run is a fresh process (sbpc with an empty cache folder). "Without the cache" (--cache off): `sbpc
+Calls are counted by the server. The authors' are split into phases at each iteration's first backward
+call; sbpc's initial score runs beside its first iteration, so its run record gives each iteration's own
+calls and the initial score's are the rest of the server's count. Each run is a fresh process (sbpc with an empty cache folder). "Without the cache" (--cache off): `sbpc
 --no-cache`, and the authors' LLM with its own `use_cache=False`. The load average is printed with
 the figures (the wall times depend on it).
 
@@ -312,15 +313,13 @@ def run_group(
         model.reset()
         wall, record = run_sbpc(work, data, server.url, args.iters, cache, concurrency)
         decisions = [it["accepted"] for it in record["iterations"]]
-        rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, model.phases(), wall, decisions))
-        split = (tuple(it["calls"] for it in record["iterations"]), tuple(model.phases()[1:]))
-        if split[0] != split[1] and split not in noted:
-            noted.add(split)
-            print(
-                f"note: sbpc's record counts {list(split[0])} calls per iteration, the server {list(split[1])} "
-                f"({key[0]} model, seed {key[1]}; split at each iteration's first backward call: the forward "
-                "calls of an iteration's error draw, made before it, count in the iteration before)"
-            )
+        # the initial score runs beside iteration 1, so the server's order cannot split them: the record books
+        # each iteration's own calls, and the initial score's are the rest of what the server counted
+        its = [it["calls"] for it in record["iterations"]]
+        rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, [len(model.kinds) - sum(its), *its], wall, decisions))
+        if record["ledger"]["calls"] != len(model.kinds) and key not in noted:
+            noted.add(key)
+            print(f"note: sbpc's record counts {record['ledger']['calls']} calls, the server {len(model.kinds)}")
     return rows
 
 

@@ -642,6 +642,7 @@ def test_the_initial_score_runs_beside_iteration_1_which_asks_its_question_once_
     [only] = _iterations(tmp_path)
     assert only["reused"] and only["gate_before"] == 0.75
     assert only["gate"]["of"] == 40 and only["gate"]["samples"] >= 1
+    assert only["calls"] == len(script.prompts) - len(initial)  # its own calls, not the score's beside it
 
 
 def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path, fake_llm, script, capsys):

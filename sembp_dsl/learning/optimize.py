@@ -358,11 +358,9 @@ class Optimizer:
     async def step(self, index: int, outcome: Outcome) -> Iteration:
         """One iteration: learn from the training split, ask every strategy, and gate what they propose as one
         step; with what its calls cost."""
-        ledger = self.llm.ledger
-        before = ledger.calls, ledger.tokens, ledger.cost
-        with telemetry.span("iteration", {"sbpc.iteration": index}) as span:
-            iteration = await self.attempt(index, outcome)
-            iteration.spent(ledger.calls - before[0], ledger.tokens - before[1], ledger.cost - before[2])
+        with self.llm.ledger.account() as own, telemetry.span("iteration", {"sbpc.iteration": index}) as span:
+            iteration = await self.attempt(index, outcome)  # its calls, not those of the initial score beside it
+            iteration.spent(own.calls, own.prompt_tokens + own.completion_tokens, own.cost)
             span.set(
                 {
                     "sbpc.accepted": iteration.accepted,

@@ -4,6 +4,9 @@ named counters other stages keep. Several LLM layers (one per event loop) may sh
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..language.graph import MODEL_ROLES
@@ -20,6 +23,10 @@ class RoleUsage:
     cost: float = 0.0
     retries: int = 0
     failures: int = 0
+
+
+# where the calls made in this context (and the tasks it starts) are also booked: `Ledger.account`
+ACCOUNT: ContextVar[RoleUsage | None] = ContextVar("sbpc_account", default=None)
 
 
 @dataclass
@@ -40,9 +47,23 @@ class Ledger:
     def add(self, role: str, model: str, **amounts: float) -> None:
         """Count a call's calls, hits, retries or failures for its role (a judge's is counted once it calls) and
         for its model."""
-        for usage in (self.roles.setdefault(role, RoleUsage()), self.models.setdefault(model, RoleUsage())):
+        account = ACCOUNT.get()
+        usages = (self.roles.setdefault(role, RoleUsage()), self.models.setdefault(model, RoleUsage()))
+        for usage in (*usages, account) if account is not None else usages:
             for name, amount in amounts.items():
                 setattr(usage, name, getattr(usage, name) + amount)
+
+    @staticmethod
+    @contextmanager
+    def account() -> Iterator[RoleUsage]:
+        """What the calls made in this context, and in the tasks it starts, spend, apart from work that runs
+        beside it (an optimize iteration's own, not the initial score's): booked here as well as by role."""
+        usage = RoleUsage()
+        token = ACCOUNT.set(usage)
+        try:
+            yield usage
+        finally:
+            ACCOUNT.reset(token)
 
     @property
     def calls(self) -> int:
