@@ -120,26 +120,37 @@ def test_the_ledger_keeps_window_sizes_and_refusals_over_time_and_a_resumed_run_
     assert "concurrency" not in Ledger().to_json() and "refusals" not in Ledger().to_json()  # a fixed concurrency
 
 
-def test_a_full_window_lets_in_the_call_of_the_lowest_priority_first_then_in_order():
+@pytest.mark.parametrize("bound", ["window", "fixed"])
+def test_waiting_calls_go_in_by_the_lowest_priority_first_then_in_order(bound):
     """An evaluation gives each call its sample's place (runtime/evaluate.py): when calls wait, those of the
-    front samples go first, so the samples an error draw or a gate reads first finish first."""
-    from sembp_dsl.models.adaptive import PRIORITY, Window
+    front samples go first, so the samples an error draw or a gate reads first finish first; in an adaptive
+    window and under a fixed --concurrency alike. A call that leaves while waiting gives no place away."""
+    from sembp_dsl.models.adaptive import Window
+    from sembp_dsl.models.limits import PRIORITY, Turns
 
     async def go() -> list[str]:
-        window = Window(lambda size: None, start=1)
-        held = await window.acquire()
+        window, turns = Window(lambda size: None, start=1), Turns(1)
         order: list[str] = []
 
         async def call(name: str, priority: int) -> None:
             PRIORITY.set(priority)
-            ticket = await window.acquire()
-            order.append(name)
-            window.succeeded(ticket, 0.01)
+            if bound == "fixed":
+                async with turns:
+                    order.append(name)
+                    await asyncio.sleep(0.001)
+            else:
+                await window.acquire()
+                order.append(name)
+                await asyncio.sleep(0.001)
+                window.released()
 
-        waiting = [asyncio.ensure_future(call(name, p)) for name, p in (("c", 3), ("a", 1), ("b", 2), ("a2", 1))]
+        first = asyncio.ensure_future(call("first", 9))
         await asyncio.sleep(0)
-        window.succeeded(held, 0.01)
-        await asyncio.gather(*waiting)
+        calls = [("c", 3), ("a", 1), ("gone", 0), ("b", 2), ("a2", 1)]
+        waiting = {name: asyncio.ensure_future(call(name, p)) for name, p in calls}
+        await asyncio.sleep(0)
+        waiting.pop("gone").cancel()
+        await asyncio.gather(first, *waiting.values())
         return order
 
-    assert asyncio.run(go())[:4] == ["a", "a2", "b", "c"]
+    assert asyncio.run(go()) == ["first", "a", "a2", "b", "c"]

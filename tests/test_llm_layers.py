@@ -59,10 +59,10 @@ def test_slots_bound_calls_per_loop_and_per_role():
         forward, everyone = slots.of("forward", 1)
         again, same = slots.of("forward", 5)  # the first limit given in this loop holds
         backward, _ = slots.of("backward", None)
-        return forward is again and everyone is same, forward._value, everyone._value, backward._value
+        return forward is again and everyone is same, forward.value, everyone.value, backward.value
 
     assert asyncio.run(main()) == (True, 1, 2, 1 << 30)
-    assert asyncio.run(main())[0]  # a new loop gets new semaphores (a semaphore belongs to one loop)
+    assert asyncio.run(main())[0]  # a new loop gets new slots (a waiting call's future belongs to one loop)
 
 
 def test_rate_limits_are_kept_per_model_and_endpoint_only_when_asked():

@@ -15,9 +15,7 @@ finds a link's capacity:
 - latency more than `SLOWER` times the quickest recent reply means the server queues the calls: the window
   narrows by a tenth, at most once per round trip, never below `START` (replies of different lengths take
   different times, so latency alone must not throttle a command below where it began).
-Calls waiting for a place are let in by `PRIORITY`, lowest first, then in order: an evaluation gives each call
-the place of its sample, so the samples at its front finish first (an error draw or a gate reads them first),
-and calls outside one (backward and optimizer questions) go before any sample's.
+Calls waiting for a place are let in as limits.py's `Queue` orders them (by their sample's place).
 A window never passes `CEILING`, and declared rpm/tpm (limits.py) and a fixed `--concurrency` still bound the
 calls; a fixed `--concurrency` turns the windows off. The ledger keeps each window's size over time.
 """
@@ -25,15 +23,14 @@ calls; a fixed `--concurrency` turns the windows off. The ledger keeps each wind
 from __future__ import annotations
 
 import asyncio
-import heapq
 import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from .faults import Failure
+from .limits import Queue
 
 START = 8  # calls in flight a deployment is first trusted with
 GROWTH = 7  # what a reply to a full window adds to it in slow start, when quick at the most calls in flight yet
@@ -42,7 +39,6 @@ CEILING = 256  # calls in flight one deployment is ever given
 SLOWER = 2.0  # smoothed latency over the quickest recent reply that means the server queues our calls
 OVERLOAD = frozenset({429, 503, 529})  # statuses that mean "too many at once", not "this request is wrong"
 RECENT = 64  # replies the quickest latency is taken over (a server that slows for good is learnt again)
-PRIORITY: ContextVar[int] = ContextVar("sbpc_call_priority", default=0)  # a waiting call's turn: lowest first
 
 
 def overloaded(failure: Failure) -> bool:
@@ -77,8 +73,7 @@ class Window:
         self.paused_until = 0.0  # time.monotonic() before which no call is let in (Retry-After)
         self.latencies: deque[float] = deque(maxlen=RECENT)
         self.smoothed: float | None = None
-        self.waiting: list[tuple[int, int, asyncio.Future[int]]] = []  # a heap: (priority, arrival, turn)
-        self.arrived = 0  # calls that had to wait, counted
+        self.waiting = Queue()
         self.record = record  # told each new whole size
         record(self.size)
 
@@ -89,19 +84,16 @@ class Window:
     async def acquire(self) -> Ticket:
         """Wait for room, then hold a place: release it with `succeeded`, `refused` or `released`."""
         if self.waiting or not self._room():
-            turn: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-            self.arrived += 1
-            entry = (PRIORITY.get(), self.arrived, turn)
-            heapq.heappush(self.waiting, entry)
+            entry = self.waiting.join()
+            turn = entry[2]
             try:
                 level = await turn  # `_wake` counts the call in before it wakes it
             except asyncio.CancelledError:
                 if turn.done() and not turn.cancelled():  # woken, then cancelled: its place goes to the next
                     self.in_flight -= 1
                     self._wake()
-                elif entry in self.waiting:
-                    self.waiting.remove(entry)
-                    heapq.heapify(self.waiting)
+                else:
+                    self.waiting.leave(entry)
                 raise
             full = True  # it waited: the window, not the calls, set the pace
         else:
@@ -170,8 +162,8 @@ class Window:
 
     def _wake(self) -> None:
         while self.waiting and self._room():
-            _, _, turn = heapq.heappop(self.waiting)
-            if not turn.done():
+            turn = self.waiting.next()
+            if turn is not None:
                 turn.set_result(self._let_in())
         paced = self.waiting and self.in_flight < self.size and time.monotonic() >= self.paused_until
         if paced and self.timer is None:  # held back only to pace the probes: wake when the next may go

@@ -21,7 +21,7 @@ from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
 from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
-from ..models.adaptive import PRIORITY
+from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, bad_samples, eval_splits
