@@ -38,7 +38,7 @@ calls and the initial score's are the rest of the server's count. Each run is a 
 the figures (the wall times depend on it).
 
     .venv/bin/python bench/paper_calls.py [--iters 2] [--delay 0.2] [--seeds 1] [--model redrawn carry]
-        [--concurrency adaptive 16 64] [--cache on off] [--keep-alive]
+        [--concurrency adaptive 16 64] [--cache on off] [--keep-alive] [--timeline]
 """
 
 from __future__ import annotations
@@ -159,10 +159,13 @@ class FakeModel:
 
     def reset(self) -> None:
         self.kinds: list[str] = []
+        self.times: list[float] = []  # time.monotonic() at each request
+        self.began = time.monotonic()
         self.asked: dict[str, int] = {}  # optimizer requests per current prompt
         self.proposed: dict[str, str] = {}  # optimizer request -> the prompt proposed
 
     def __call__(self, messages: list) -> str:
+        self.times.append(time.monotonic())
         text = messages[-1]["content"]
         if "<prompt>" in text:
             self.kinds.append("optimizer")
@@ -192,6 +195,17 @@ class FakeModel:
         skill = 0.3 + 0.4 * draw(self.salt, "skill", task)
         noise = 0.3 * (draw(self.salt, "noise", task, *hints, statement) - 0.5)
         return draw(self.salt, "difficulty", statement) + noise < skill
+
+    def timeline(self) -> str:
+        """Runs of requests of one kind, as they arrived: kind, count, first and last arrival in seconds since the
+        reset (f: forward, b: backward, o: optimizer)."""
+        runs: list[list] = []
+        for kind, at in zip(self.kinds, self.times):
+            if runs and runs[-1][0] == kind:
+                runs[-1][2:] = [at, runs[-1][3] + 1]
+            else:
+                runs.append([kind, at, at, 1])
+        return " | ".join(f"{k[0]}{n} {a - self.began:.2f}-{b - self.began:.2f}" for k, a, b, n in runs)
 
     def phases(self) -> list[int]:
         """Calls before the first backward call (the initial score), then per iteration."""
@@ -307,6 +321,8 @@ def run_group(
     server.configure(reply=model, keep_alive=args.keep_alive)
     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
     rows = [Row(*key[:2], "authors", cache, model.phases(), wall, decisions, output.count("Event loop is closed"))]
+    if args.timeline:
+        print(f"timeline: {key[0]} {key[1]} authors: {model.timeline()}")
     server.configure(keep_alive=True)
     noted: set[tuple] = set()
     for concurrency in args.concurrency:
@@ -317,6 +333,8 @@ def run_group(
         # each iteration's own calls, and the initial score's are the rest of what the server counted
         its = [it["calls"] for it in record["iterations"]]
         rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, [len(model.kinds) - sum(its), *its], wall, decisions))
+        if args.timeline:
+            print(f"timeline: {key[0]} {key[1]} sbpc {concurrency}: {model.timeline()}")
         if record["ledger"]["calls"] != len(model.kinds) and key not in noted:
             noted.add(key)
             print(f"note: sbpc's record counts {record['ledger']['calls']} calls, the server {len(model.kinds)}")
@@ -348,6 +366,9 @@ def parse_args() -> argparse.Namespace:
         action="store_true",
         help="let the server keep the authors' connections open (their client, shared by several event loops, "
         "then fails with 'Event loop is closed' and sleeps before retrying; default: each answer closes them)",
+    )
+    ap.add_argument(
+        "--timeline", action="store_true", help="print each run's requests by kind as they arrived at the server"
     )
     ap.add_argument("--paper-code", type=Path, default=PAPER)
     return ap.parse_args()
