@@ -19,10 +19,10 @@ while its outcome can still change the decision, and until then it counts as eve
 Each round takes as many samples as the outcomes so far say it will need (`_expected`), and never fewer than
 could settle it (at least `least`): a round is a model round trip or two, so a decision that stays open to the
 end (a proposal that wins and loses at one rate) takes two or three rounds, not one per handful of samples. It
-takes them first from the group likelier
-to settle it: before any outcome, the group whose way could settle it sooner (the right ones for a pass, the wrong
-ones for a failure); then the group likelier to move it the way the outcomes so far point; samples that can still
-go either way (of unknown or partial score) between the two. The decision never depends on the order, only the number of samples evaluated does.
+takes them first from the group likelier to settle it: before any outcome, the group whose way could settle it
+sooner (the right ones for a pass, the wrong ones for a failure); then the group likelier to move it the way the
+outcomes so far point; samples that can still go either way (of unknown or partial score) between the two. The
+decision never depends on the order, only the number of samples evaluated does.
 A round takes only samples whose outcome can still change the decision, for some outcome of the others (all of
 them when that leaves none: the count alone does not see a sum of score changes).
 

@@ -140,7 +140,7 @@ class Slots:
 
     def __init__(self, concurrency: int | None):
         self.concurrency = concurrency
-        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {model or "": semaphore}
+        self._loops: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # loop -> {model or "": its Turns}
 
     def of(self, model: str, limit: int | None) -> tuple[Turns, Turns]:
         """This loop's slots of `model` (bounded by the first `limit` given here) and of all calls: hold both."""
