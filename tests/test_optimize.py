@@ -645,6 +645,34 @@ def test_the_initial_score_runs_beside_iteration_1_which_asks_its_question_once_
     assert only["calls"] == len(script.prompts) - len(initial)  # its own calls, not the score's beside it
 
 
+@pytest.mark.parametrize("stop", ["budget", "dead server"])
+def test_a_stop_while_the_initial_score_runs_beside_iteration_1_ends_the_run_resumably(
+    tmp_path, fake_llm, script, capsys, stop
+):
+    """The initial score fails or runs out of budget while iteration 1 waits on its samples: the run stops
+    with the cause (a budget: exit 0, a dead server: exit 1), records no initial score and no iteration, and
+    --resume finishes it once the calls work."""
+    fake_llm.configure(delay=0.02)
+    script.verdict = lambda prompt: "Yes" if int(re.search(r"claim (\d+)", prompt).group(1)) % 4 == 0 else "No"
+    path = write(tmp_path, "toy.sbp", TOY, fake_llm.url)
+    flags = ["--data", data(tmp_path, n=16, answer="No"), "--train-size", "16", "--val-size", "0", "--iters", "1"]
+    flags += ["--gate", "train", "--gate-alpha", "1", "--no-cache"]
+    if stop == "budget":
+        code, out = optimize(path, *flags, "--max-calls", "20", capsys=capsys)
+        assert code == 0 and "stopped early: --max-calls 20 reached" in out
+    else:
+        fake_llm.configure(failures=[401] * 1000)
+        code, out = optimize(path, *flags, capsys=capsys)
+        assert code == 1 and "401" in capsys.readouterr().err + out
+        fake_llm.configure(failures=[])
+    record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert record["initial_score"] is None and record["iterations"] == [] and not record["finished"]
+    code, out = optimize(path, *flags, "--resume", capsys=capsys)
+    [only] = _iterations(tmp_path)
+    resumed = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
+    assert code == 0 and only["gate"] and resumed["initial_score"] == 0.75 and resumed["finished"]
+
+
 def test_an_accepted_steps_gate_evaluates_no_sample_after_its_decision(tmp_path, fake_llm, script, capsys):
     """Gate on the training split, one call at a time (so a round may hold a single sample): one win settles
     the paper's rule, and the gate stops there, on the last iteration or not. What it evaluated is what the run
