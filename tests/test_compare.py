@@ -261,4 +261,5 @@ def test_an_interrupted_compare_says_what_finished_and_what_is_kept(setup, tmp_p
         f"interrupted after 2 of 6 optimize runs: no table, since rows must share seeds to be compared; "
         f"their run records are in {tmp_path / 'runs'}. Run it again" in err
     )
+    assert "interrupted" not in err.splitlines()  # said once, with what was kept: no bare word after it
     assert len(list((tmp_path / "runs").glob("*/run.json"))) == 2

@@ -48,7 +48,7 @@ from .flags import (
 from .init import add_init
 from .routers import router_problem
 from .runs import add_run_commands
-from .stopping import exit_code, handled, word
+from .stopping import Said, exit_code, handled, word
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -381,7 +381,7 @@ def cmd_optimize(args) -> int:
             f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
             file=sys.stderr,
         )
-        raise
+        raise Said from None
     finally:
         pipeline.close()
     log("")
@@ -736,8 +736,9 @@ def _run_command(args, parser: argparse.ArgumentParser) -> int:
     except PipelineError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (stopping.py)
-        print(word(), file=sys.stderr)
+    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (stopping.py)
+        if not isinstance(stop, Said):
+            print(word(), file=sys.stderr)
         return exit_code()
     except BrokenPipeError:
         return 0

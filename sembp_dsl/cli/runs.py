@@ -25,7 +25,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
-from .stopping import word
+from .stopping import Said, word
 
 
 def _runs_command(work):
@@ -169,7 +169,7 @@ def cmd_compare(args) -> int:
                 f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
                 file=sys.stderr,
             )
-            raise
+            raise Said from None
         print(
             json.dumps(
                 {

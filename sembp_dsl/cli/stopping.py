@@ -54,6 +54,10 @@ def _interrupt() -> None:
     raise KeyboardInterrupt
 
 
+class Said(KeyboardInterrupt):
+    """A stop the command has said already, with what it kept: the command line adds no word of its own."""
+
+
 def word() -> str:
     """What the command says it was: 'terminated' after SIGTERM, else 'interrupted'."""
     return SAID[signal.Signals(_received[0])] if _received else SAID[signal.SIGINT]
