@@ -166,6 +166,45 @@ def test_eval_with_a_separate_test_file(tmp_path, fake_llm, script, capsys):
     assert code == 0 and json.loads(capsys.readouterr().out)["scored"] == 3
 
 
+@pytest.mark.parametrize(
+    ("stop", "code", "said"), [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_run_stopped_by_ctrl_c_or_sigterm_while_its_call_is_in_flight_says_so_and_exits_128_plus_the_signal(
+    tmp_path, fake_llm, script, stop, code, said
+):
+    fake_llm.configure(delay=30.0)  # the call is still in flight when the signal comes
+    path = echo_pipeline(tmp_path, fake_llm.url)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sembp_dsl.cli",
+            "run",
+            str(path),
+            "--input",
+            "q=hi",
+            "--input",
+            "extra=x",
+            "--no-cache",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        # a shell without job control starts background jobs with Ctrl-C ignored, and children inherit that
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.time() + 60
+    while fake_llm.requests == 0 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(stop)
+    out, err = proc.communicate(timeout=20)
+    fake_llm.configure(delay=0.0)
+    assert proc.returncode == code and err.splitlines()[-1] == said, err
+    assert out == "" and "Traceback" not in err and "never awaited" not in err
+
+
 def test_run_input_json_keeps_null_and_objects_as_json(tmp_path, fake_llm, script, capsys):
     path = echo_pipeline(tmp_path, fake_llm.url)
     code = cli.main(["run", str(path), "--input-json", '{"q": null, "extra": {"a": [1, true]}}'])

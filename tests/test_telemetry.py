@@ -367,6 +367,35 @@ def test_ctrl_c_with_a_receiver_that_never_answers_ends_the_command_in_seconds(t
     assert seconds < 10, (seconds, err[-2000:])
 
 
+def test_a_second_signal_ends_the_command_at_once_while_the_first_ends_it_in_order(tmp_path, script):
+    """The orderly end after a first SIGTERM waits a few seconds on a receiver that never answers; a second one
+    is for when that wait is what hangs: the process ends then, by the signal's default action."""
+    with FakeServer(reply=script, delay=0.5) as server, Silent() as silent:
+        path, data = toy(tmp_path, server.url, n=400)
+        environment = {**os.environ, "OPENAI_API_KEY": SECRET, "PYTHONPATH": str(ROOT)}
+        environment.update(OTEL_EXPORTER_OTLP_ENDPOINT=silent.url, OTEL_EXPORTER_OTLP_TRACES_TIMEOUT="15")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--data", str(data), "--otel", "--no-cache"],
+            cwd=tmp_path,
+            env=environment,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        began = time.monotonic()
+        while not silent.held and proc.poll() is None and time.monotonic() < began + 60:  # a batch is in flight
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the orderly end has begun: it waits on the silent receiver
+        ending = proc.poll() is None
+        stopped = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+        seconds = time.monotonic() - stopped
+    assert ending and proc.returncode == -signal.SIGTERM, (proc.returncode, err[-2000:])
+    assert seconds < 1.5, seconds
+
+
 @pytest.mark.parametrize(
     ("variables", "said"),
     [
