@@ -48,7 +48,7 @@ from .flags import (
 from .init import add_init
 from .routers import router_problem
 from .runs import add_run_commands
-from .stopping import Said, exit_code, handled, word
+from .stopping import exit_code, handled, say, unsaid, word
 
 LANGUAGE_BY_EXAMPLE = '''\
 A pipeline file (.sbp) by example:
@@ -376,12 +376,10 @@ def cmd_optimize(args) -> int:
     except ResumeError as exc:
         raise UsageError(f"--resume: {exc.cli}")
     except KeyboardInterrupt:
-        print(
+        say(
             f"\n{word()}; the best prompts so far are in {args.out or args.file}"
-            f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}",
-            file=sys.stderr,
+            f"{' (dry run: nothing written)' if args.dry_run else ''}. Continue with: {resume_command(args.argv)}"
         )
-        raise Said from None
     finally:
         pipeline.close()
     log("")
@@ -736,9 +734,9 @@ def _run_command(args, parser: argparse.ArgumentParser) -> int:
     except PipelineError as exc:
         print(exc.render(), file=sys.stderr)
         return 1
-    except KeyboardInterrupt as stop:  # Ctrl-C, or SIGTERM (stopping.py)
-        if not isinstance(stop, Said):
-            print(word(), file=sys.stderr)
+    except KeyboardInterrupt:  # Ctrl-C, or SIGTERM (stopping.py)
+        if last := unsaid():
+            print(last, file=sys.stderr)
         return exit_code()
     except BrokenPipeError:
         return 0

@@ -25,7 +25,7 @@ from .flags import (
     print_ledger,
     progress_bar,
 )
-from .stopping import Said, word
+from .stopping import say, word
 
 
 def _runs_command(work):
@@ -163,13 +163,11 @@ def cmd_compare(args) -> int:
                 if args.runs_dir
                 else "no run record was kept (--runs-dir keeps them)"
             )
-            print(
+            say(
                 f"\n{word()} after {len(done)} of {len(rows) * len(seeds)} optimize runs: no table, since rows "
                 f"must share seeds to be compared; {kept}."
-                f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}",
-                file=sys.stderr,
+                f"{'' if args.no_cache else ' Run it again: the calls already made come from the cache.'}"
             )
-            raise Said from None
         print(
             json.dumps(
                 {

@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 import threading
 from collections.abc import Iterator
+from typing import NoReturn
 
 SAID = {signal.SIGINT: "interrupted", signal.SIGTERM: "terminated"}
 _received: list[int] = []  # the signal that is stopping this command, once one came
+_said: list[str] = []  # how the command said it stopped, once it did
 
 
 @contextlib.contextmanager
@@ -22,6 +25,7 @@ def handled() -> Iterator[None]:
     (cli.main also runs inside tests and other programs). A signal ignored when sbpc started stays ignored
     (a shell's background job ignores Ctrl-C), and off the main thread no handler can be set."""
     _received.clear()
+    _said.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -54,8 +58,16 @@ def _interrupt() -> None:
     raise KeyboardInterrupt
 
 
-class Said(KeyboardInterrupt):
-    """A stop the command has said already, with what it kept: the command line adds no word of its own."""
+def say(message: str) -> NoReturn:
+    """Say how the command stopped and what it kept, and go on stopping: the command line adds no word of its own."""
+    print(message, file=sys.stderr)
+    _said.append(message)
+    raise KeyboardInterrupt from None
+
+
+def unsaid() -> str | None:
+    """The word the command line ends on, unless the command said how it stopped already."""
+    return None if _said else word()
 
 
 def word() -> str:
