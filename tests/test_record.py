@@ -110,6 +110,83 @@ def test_a_wrongly_typed_record_is_one_line_for_every_reader(tmp_path, capsys, b
         assert list(VALIDATOR.iter_errors(bad))
 
 
+WHOLE = jsonschema.validators.extend(
+    jsonschema.Draft202012Validator,
+    type_checker=jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool)
+    ),
+)(SCHEMA)  # the schema as the record's check reads it: 2.0 is no whole number
+
+
+def _mutations(value, rng, path=()):
+    """Every place in a record, each with one edit that may break the schema there."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield (*path, key), rng.choice(["drop", "retype", "add"])
+            yield from _mutations(item, rng, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield (*path, index), rng.choice(["retype", "add"])
+            yield from _mutations(item, rng, (*path, index))
+
+
+def _edited(record, path, edit, rng):
+    edited = json.loads(json.dumps(record))
+    *parents, last = path
+    holder = edited
+    for step in parents:
+        holder = holder[step]
+    if edit == "drop" and isinstance(holder, dict):
+        del holder[last]
+    elif edit == "retype":
+        holder[last] = rng.choice([None, True, 2, 2.0, 2.5, "text", [], {}, ["x"], {"x": 1}])
+    elif isinstance(holder[last], dict):
+        holder[last]["unheard_of"] = 1
+    elif isinstance(holder[last], list):
+        holder[last].append(rng.choice([1, "x", {}, None]))
+    return edited
+
+
+def test_the_record_check_gives_jsonschemas_verdict_and_first_place_on_every_edit(tmp_path, fake_llm, script):
+    """records/schema.py checks run.schema.json itself (jsonschema takes seconds on a large record): on every
+    place of a real record, edited to break or keep the schema, it holds where jsonschema holds, and where it
+    does not, it names a place jsonschema names."""
+    import random
+
+    from sembp_dsl.records.record import _checks, _place
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    code, _, _, record_file = optimize(tmp_path, fake_llm, "--iters", "2")
+    written = json.loads(record_file.read_text())
+    rng = random.Random(0)
+    edits = list(_mutations(written, rng))
+    assert code == 0 and len(edits) > 200
+    broken = 0
+    for path, edit in edits:
+        edited = _edited(written, path, edit, rng)
+        errors = list(WHOLE.iter_errors(edited))
+        problem = _checks()(edited, ())
+        assert (problem is None) == (not errors), (path, edit, problem, errors[:1])
+        if problem is not None:
+            broken += 1
+            assert any(list(error.absolute_path) == list(problem.path) for error in errors), (path, edit, problem)
+            assert check(edited).startswith(_place(problem.path) or "the record")
+    assert broken > 50 and len(edits) - broken > 50  # edits that broke it and edits it holds after, many of each
+
+
+def test_the_record_check_refuses_a_schema_keyword_it_does_not_check():
+    """A rule added to run.schema.json that records/schema.py does not know would go unchecked: building fails."""
+    from sembp_dsl.records.schema import compile_schema
+
+    with pytest.raises(ValueError, match="minLength"):
+        compile_schema({**SCHEMA, "$defs": {**SCHEMA["$defs"], "id": {"type": "string", "minLength": 1}}})
+    with pytest.raises(ValueError, match="#/\\$defs/nowhere"):
+        compile_schema({"$ref": "#/$defs/nowhere"})
+    assert compile_schema({"properties": {"minLength": {"type": "string"}}})({"minLength": 1}, ()).path == (
+        "minLength",
+    )  # a field named like a keyword is a field
+
+
 def test_a_whole_number_is_one_as_json_writes_it():
     """JSON Schema takes 2.0 for an integer; the readers would get a float where they count, so the record's
     check does not."""

@@ -27,6 +27,7 @@ from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
 from ..runtime.evaluate import Evaluation
+from .schema import Check, compile_schema
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
 # 3: training scores over the whole split, an accepted gate completed unless on the last iteration
@@ -565,32 +566,27 @@ KINDS = {  # JSON Schema's kinds in words
 
 
 @cache
-def _validator() -> Any:
-    """run.schema.json's validator, for which an integer is one as JSON writes it: 2.0 is none (as to Python)."""
-    from jsonschema import Draft202012Validator, validators  # 70 ms to import, paid by a command reading records
-
-    whole = Draft202012Validator.TYPE_CHECKER.redefine(
-        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool)
-    )
-    return validators.extend(Draft202012Validator, type_checker=whole)(SCHEMA)
+def _checks() -> Check:
+    return compile_schema(SCHEMA)
 
 
 def check(value: Any) -> str | None:
     """The first place where `value` breaks run.schema.json, in words: "iterations[2] has no 'prompts'",
     "ledger is text, not an object or null"; None when it holds."""
-    error = next(iter(_validator().iter_errors(value)), None)
-    if error is None:
+    problem = _checks()(value, ())
+    if problem is None:
         return None
-    where = _place(error.absolute_path)
-    if error.validator == "required":
-        missing = next(key for key in error.validator_value if key not in error.instance)
-        return f"{where or 'the record'} has no '{missing}'"
-    if error.validator == "enum":
-        return f"{where} is {error.instance!r}, not one of {', '.join(map(str, error.validator_value))}"
-    if error.validator == "type":
-        kinds = [error.validator_value] if isinstance(error.validator_value, str) else error.validator_value
-        return f"{where or 'the record'} is {_kind(error.instance)}, not {' or '.join(KINDS[k] for k in kinds)}"
-    return f"{where or 'the record'}: {error.message}"  # a keyword the schema may use one day
+    where = _place(problem.path)
+    if problem.keyword == "required":
+        return f"{where or 'the record'} has no '{problem.asked}'"
+    if problem.keyword == "enum":
+        return f"{where} is {problem.found!r}, not one of {', '.join(map(str, problem.asked))}"
+    if problem.keyword == "const":
+        return f"{where} is {json.dumps(problem.found)}, not {json.dumps(problem.asked)}"
+    if problem.keyword == "additionalProperties":
+        return f"{where} is not a field of a run record"
+    kinds = [problem.asked] if isinstance(problem.asked, str) else problem.asked
+    return f"{where or 'the record'} is {_kind(problem.found)}, not {' or '.join(KINDS[k] for k in kinds)}"
 
 
 def _place(path: Iterable[str | int]) -> str:
