@@ -31,10 +31,11 @@ over between prompts; "redrawn", right with chance --accuracy, drawn again for e
 (a hash of its instruction, hints and statement, which both systems word differently), so a candidate
 wins or loses on noise. Every request waits --delay seconds.
 
-Calls are counted by the server. The authors' are split into phases at each iteration's first backward
-call; sbpc's initial score runs beside its first iteration, so its run record gives each iteration's own
-calls and the initial score's are the rest of the server's count. Each run is a fresh process (sbpc with an empty cache folder). "Without the cache" (--cache off): `sbpc
---no-cache`, and the authors' LLM with its own `use_cache=False`. The load average is printed with
+Calls are counted by the server as they arrive, so a call that a settled gate cancels in flight counts: it
+was sent. The authors' are split into phases at each iteration's first backward call; sbpc's initial score
+runs beside its first iteration, so its run record gives each iteration's own calls and the initial score's
+are the rest of the server's count. Each run is a fresh process (sbpc with an empty cache folder). "Without
+the cache" (--cache off): `sbpc --no-cache`, and the authors' LLM with its own `use_cache=False`. The load average is printed with
 the figures (the wall times depend on it).
 
     .venv/bin/python bench/paper_calls.py [--iters 2] [--delay 0.2] [--seeds 1] [--model redrawn carry]
@@ -317,27 +318,34 @@ def run_group(
     """The authors' code, then sbpc at each --concurrency, on one fake model (the server's reply), one cache."""
     work, data, tsv = files
     cache = key[2]
+    sent = server.requests
     model.reset()
     server.configure(reply=model, keep_alive=args.keep_alive)
     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
     rows = [Row(*key[:2], "authors", cache, model.phases(), wall, decisions, output.count("Event loop is closed"))]
+    # the model hears a request when it answers it (after the delay); the server counts it when it arrives
+    if sum(model.phases()) != server.requests - sent:
+        print(f"note: the authors' code sent {server.requests - sent} requests, {sum(model.phases())} were answered")
     if args.timeline:
         print(f"timeline: {key[0]} {key[1]} authors: {model.timeline()}")
     server.configure(keep_alive=True)
     noted: set[tuple] = set()
     for concurrency in args.concurrency:
         model.reset()
+        sent = server.requests
         wall, record = run_sbpc(work, data, server.url, args.iters, cache, concurrency)
+        # the server's count holds the calls a settled gate cancelled in flight, which the model never answers
+        sent = server.requests - sent
         decisions = [it["accepted"] for it in record["iterations"]]
         # the initial score runs beside iteration 1, so the server's order cannot split them: the record books
         # each iteration's own calls, and the initial score's are the rest of what the server counted
         its = [it["calls"] for it in record["iterations"]]
-        rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, [len(model.kinds) - sum(its), *its], wall, decisions))
+        rows.append(Row(*key[:2], f"sbpc {concurrency}", cache, [sent - sum(its), *its], wall, decisions))
         if args.timeline:
             print(f"timeline: {key[0]} {key[1]} sbpc {concurrency}: {model.timeline()}")
-        if record["ledger"]["calls"] != len(model.kinds) and key not in noted:
+        if record["ledger"]["calls"] != sent and key not in noted:
             noted.add(key)
-            print(f"note: sbpc's record counts {record['ledger']['calls']} calls, the server {len(model.kinds)}")
+            print(f"note: sbpc's record counts {record['ledger']['calls']} calls, the server {sent}")
     return rows
 
 
