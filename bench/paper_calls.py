@@ -221,9 +221,15 @@ class FakeModel:
 # --- the two systems ----------------------------------------------------------------------------
 
 
+def launch_env() -> dict[str, str]:
+    """This process's environment for a run, its compiled modules kept as every launch after a first one has them
+    (a shell may set PYTHONDONTWRITEBYTECODE, and each launch then compiles its modules again)."""
+    return {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
 def run_authors(paper: Path, tsv: Path, url: str, iters: int, cache: bool) -> tuple[float, str, list[bool]]:
     """The authors' liar.py in its own process: (wall seconds, its output, accepted per iteration)."""
-    env = {**os.environ, "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "fake-key", "PYTHONUNBUFFERED": "1"}
+    env = {**launch_env(), "OPENAI_BASE_URL": url, "OPENAI_API_KEY": "fake-key", "PYTHONUNBUFFERED": "1"}
     args = [sys.executable, __file__, "--as-authors", str(paper), str(tsv), str(int(cache))]
     start = time.perf_counter()
     done = subprocess.run(
@@ -258,7 +264,7 @@ def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurre
     pipeline = folder / "liar_paper.sbp"
     shutil.copy(ROOT / "pipelines" / "liar_paper.sbp", pipeline)
     env = {
-        **os.environ,
+        **launch_env(),
         "OPENAI_BASE_URL": url,
         "OPENAI_API_KEY": "fake-key",
         "SBPC_CACHE_DIR": str(folder / "cache"),
