@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 
 import pytest
 from test_optimize import TOY, data, write
@@ -540,3 +542,20 @@ def test_sbpcs_own_folder_tells_git_to_ignore_it(tmp_path):
     assert (tmp_path / ".sbpc" / ".gitignore").read_text().endswith("\n*\n")
     _new_folder(tmp_path / "elsewhere", "x.sbp")
     assert not (tmp_path / "elsewhere" / ".gitignore").exists()
+
+
+def test_reading_run_records_never_imports_the_model_layer(tmp_path):
+    """`runs`, `show` and `report` read files: the model layer (aiohttp, litellm) is not theirs to import."""
+    runs = tmp_path / "runs"
+    (runs / "20260101-000000-toy").mkdir(parents=True)
+    (runs / "20260101-000000-toy" / "run.json").write_text(json.dumps(record()))
+    probe = (
+        "import sys; from sembp_dsl import cli; code = cli.main(sys.argv[1:]); "
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'litellm', 'openai') "
+        "or m.startswith(('sembp_dsl.models', 'sembp_dsl.runtime.evaluate'))))"
+    )
+    for args in (["runs"], ["show", "1"], ["report", "1", "--out", str(tmp_path / "r.html")]):
+        proc = subprocess.run(
+            [sys.executable, "-c", probe, *args, "--runs-dir", str(runs)], capture_output=True, text=True, timeout=120
+        )
+        assert proc.stdout.split("\n")[-2] == "0 []", (args, proc.stdout[-2000:], proc.stderr[-2000:])

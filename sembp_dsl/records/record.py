@@ -21,13 +21,15 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
-from ..runtime.evaluate import Evaluation
 from .schema import Check, compile_schema
+
+if TYPE_CHECKING:  # the runtime and its model layer (aiohttp) are no reader's to import
+    from ..runtime.evaluate import Evaluation
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
 # 3: training scores over the whole split, an accepted gate completed unless on the last iteration
