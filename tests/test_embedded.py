@@ -184,3 +184,14 @@ def test_a_router_falls_back_to_the_embedded_model(tmp_path):
     with sbp.load(path, cache=False) as echo:
         one = echo(question="Is the sky blue?")
     assert one.output.strip() and echo.ledger.roles["forward"].failures == 0
+
+
+def test_the_model_loads_without_llamacpps_extra_buffer_types():
+    """A native llama.cpp build on a CPU with AMX repacks the weights into AMX buffers and died of SIGILL on the
+    first call: the model is loaded with the extra buffer types off, and llama_cpp's defaults are left as found."""
+    import llama_cpp.llama_cpp as native
+
+    defaults = native.llama_model_default_params
+    llm = embedded.get_llama()
+    assert llm.model_params.use_extra_bufts is False
+    assert native.llama_model_default_params is defaults and native.llama_model_default_params().use_extra_bufts

