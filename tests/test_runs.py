@@ -559,3 +559,24 @@ def test_reading_run_records_never_imports_the_model_layer(tmp_path):
             [sys.executable, "-c", probe, *args, "--runs-dir", str(runs)], capture_output=True, text=True, timeout=120
         )
         assert proc.stdout.split("\n")[-2] == "0 []", (args, proc.stdout[-2000:], proc.stderr[-2000:])
+
+
+def test_a_record_nesting_mapped_items_without_end_is_unreadable_not_a_crash(tmp_path, capsys):
+    """A node's `items` hold nodes (a mapped node's runs), so a hostile record can nest them until the check
+    itself runs out of stack: it is one unreadable record, never a traceback."""
+    node: dict = {"prompt": "p", "reply": "r"}
+    deepest = node
+    for _ in range(300):  # 600 deep in JSON, which json writes and reads; the check takes 5 frames a level
+        deepest["items"] = [{"prompt": "p", "reply": "r"}]
+        deepest = deepest["items"][0]
+    evaluation = {"split": "test", "metric": "exact", "score": 1.0, "scored": 1, "requested": 1}
+    evaluation |= {"prompts_sha256": "0" * 64, "samples": [{"id": "s", "score": 1.0, "nodes": {"n": node}}]}
+    data = {"version": 4, "kind": "eval", "settings": {"file": "toy.sbp", "data": "d", "models": {}}}
+    data |= {"evaluation": evaluation, "finished": True, "ledger": None}
+    runs = tmp_path / "runs"
+    (runs / "20260101-000000-deep").mkdir(parents=True)
+    (runs / "20260101-000000-deep" / "run.json").write_text(json.dumps(data))
+    code, out, err = sbpc(capsys, "runs", "--runs-dir", str(runs))
+    assert code == 0 and "run.json: not a run record (it nests too deeply)" in out and "Traceback" not in err
+    code, out, err = sbpc(capsys, "show", "20260101", "--runs-dir", str(runs))
+    assert code == 1 and "it nests too deeply" in err and "Traceback" not in err

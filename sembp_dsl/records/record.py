@@ -575,7 +575,10 @@ def _checks() -> Check:
 def check(value: Any) -> str | None:
     """The first place where `value` breaks run.schema.json, in words: "iterations[2] has no 'prompts'",
     "ledger is text, not an object or null"; None when it holds."""
-    problem = _checks()(value, ())
+    try:
+        problem = _checks()(value, ())
+    except RecursionError:  # a mapped node's items within items, far deeper than a map of maps goes
+        return "it nests too deeply"
     if problem is None:
         return None
     where = _place(problem.path)
