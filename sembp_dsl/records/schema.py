@@ -127,18 +127,16 @@ def _properties(schemas: Mapping[str, Mapping], node: Mapping, build: Any, defs:
 
 
 def _additional(schema: bool | Mapping, node: Mapping, build: Any, defs: Mapping) -> Check:
+    if schema is True:
+        return lambda value, path: None
     named = set(node.get("properties", ()))
-    one = None if isinstance(schema, bool) else build(schema)
+    refused: Check = lambda item, where: Problem(where, "additionalProperties", False, item)  # noqa: E731
+    one = refused if schema is False else build(schema)
 
     def check(value: Any, path: Where) -> Problem | None:
         if isinstance(value, dict):
             for key, item in value.items():
-                if key in named:
-                    continue
-                if one is None:
-                    if schema is False:
-                        return Problem((*path, key), "additionalProperties", False, item)
-                elif problem := one(item, (*path, key)):
+                if key not in named and (problem := one(item, (*path, key))):
                     return problem
         return None
 
