@@ -35,8 +35,8 @@ Calls are counted by the server as they arrive, so a call that a settled gate ca
 was sent. The authors' are split into phases at each iteration's first backward call; sbpc's initial score
 runs beside its first iteration, so its run record gives each iteration's own calls and the initial score's
 are the rest of the server's count. Each run is a fresh process (sbpc with an empty cache folder). "Without
-the cache" (--cache off): `sbpc --no-cache`, and the authors' LLM with its own `use_cache=False`. The load average is printed with
-the figures (the wall times depend on it).
+the cache" (--cache off): `sbpc --no-cache`, and the authors' LLM with its own `use_cache=False`. The load
+average is printed with the figures (the wall times depend on it).
 
     .venv/bin/python bench/paper_calls.py [--iters 2] [--delay 0.2] [--seeds 1] [--model redrawn carry]
         [--concurrency adaptive 16 64] [--cache on off] [--keep-alive] [--timeline]
@@ -324,24 +324,25 @@ def run_group(
     """The authors' code, then sbpc at each --concurrency, on one fake model (the server's reply), one cache."""
     work, data, tsv = files
     cache = key[2]
-    sent = server.requests
+    before = server.requests
     model.reset()
     server.configure(reply=model, keep_alive=args.keep_alive)
     wall, output, decisions = run_authors(args.paper_code, tsv, server.url, args.iters, cache)
     rows = [Row(*key[:2], "authors", cache, model.phases(), wall, decisions, output.count("Event loop is closed"))]
     # the model hears a request when it answers it (after the delay); the server counts it when it arrives
-    if sum(model.phases()) != server.requests - sent:
-        print(f"note: the authors' code sent {server.requests - sent} requests, {sum(model.phases())} were answered")
+    sent, answered = server.requests - before, sum(model.phases())
+    if answered != sent:
+        print(f"note: the authors' code sent {sent} requests, {answered} were answered")
     if args.timeline:
         print(f"timeline: {key[0]} {key[1]} authors: {model.timeline()}")
     server.configure(keep_alive=True)
     noted: set[tuple] = set()
     for concurrency in args.concurrency:
         model.reset()
-        sent = server.requests
+        before = server.requests
         wall, record = run_sbpc(work, data, server.url, args.iters, cache, concurrency)
         # the server's count holds the calls a settled gate cancelled in flight, which the model never answers
-        sent = server.requests - sent
+        sent = server.requests - before
         decisions = [it["accepted"] for it in record["iterations"]]
         # the initial score runs beside iteration 1, so the server's order cannot split them: the record books
         # each iteration's own calls, and the initial score's are the rest of what the server counted
