@@ -162,6 +162,25 @@ def test_every_row_lacking_a_field_is_named_by_its_line_with_the_field_it_may_me
     assert "map it with --map q=FIELD" in err and "Traceback" not in err
 
 
+def test_a_field_no_row_has_is_one_cause_said_once_by_eval_and_by_the_plan(tmp_path, fake_llm, capsys):
+    """Data that lack a field altogether are one mistake (the wrong data, or a field to map), not one per row."""
+    path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
+    rows = [{"qustion": f"q{i}", "answer": "ok"} for i in range(30)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    said = "input 'q' reads field 'q', which no row has (fields: qustion); map it with --map q=FIELD"
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert said in err and "bad rows" not in err and "rows.jsonl:" not in err and fake_llm.requests == 0
+    assert cli.main(["optimize", str(path), "--plan"]) == 1
+    assert said in capsys.readouterr().err and fake_llm.requests == 0
+    three = NAMED.replace("input q: text", "input q, qustion, qestion: text")
+    path.write_text(with_fake_model(three.replace("q -> answer", "q, qustion, qestion -> answer"), fake_llm.url))
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    err = capsys.readouterr().err
+    assert "input 'q' reads field 'q', which no row has\n" in err
+    assert "input 'qestion' reads field 'qestion', which no row has; did you mean 'qustion'? (fields: qustion)" in err
+
+
 def test_data_with_no_answer_column_name_it_in_the_output(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "ok"
     path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))

@@ -313,21 +313,38 @@ def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Scorer)
 
 def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, str]) -> None:
     """Every row lacking a field an input reads, or the expected answer's, named at once by where it was read, with
-    the field it may have meant; before any call."""
+    the field it may have meant; a field no row has is one cause, said once; before any call."""
     wanted = [(mapping.get(i.name) or i.field or i.name, f"input '{i.name}'", i.name) for i in graph.inputs]
     if graph.answer_field:
         wanted.append((graph.answer_field, "the expected answer", graph.answer_field))
-    bad, unmapped = [], []
-    for sample in samples:
-        missing = [(field, who, own) for field, who, own in wanted if not sample.has(field) and not sample.has(own)]
-        unmapped += [own for field, who, own in missing if who.startswith("input")]
-        if missing:
-            said = [f"no field '{field}' for {who}{did_you_mean(field, sample.fields)}" for field, who, _ in missing]
-            bad.append((sample.where, "; ".join(said) + f" (fields: {', '.join(sample.fields)})"))
+    missing = [(s, [w for w in wanted if not s.has(w[0]) and not s.has(w[2])]) for s in samples]
+    absent = [w for w in wanted if samples and all(w in lacks for _, lacks in missing)]
+    if absent:
+        raise _absent_fields(absent, samples)
+    bad = [
+        (
+            s.where,
+            "; ".join(f"no field '{f}' for {who}{did_you_mean(f, s.fields)}" for f, who, _ in lacks)
+            + f" (fields: {', '.join(s.fields)})",
+        )
+        for s, lacks in missing
+        if lacks
+    ]
     if bad:
-        name = unmapped[0] if unmapped else None
-        how = ("; map it with ", Option(f"mapping={{{name!r}: 'FIELD'}}", f"--map {name}=FIELD")) if name else ()
-        raise bad_samples(bad, "", *how)
+        raise bad_samples(bad, "", *_map_it([w for _, lacks in missing for w in lacks]))
+
+
+def _absent_fields(absent: Sequence[tuple[str, str, str]], samples: Sequence[Sample]) -> DataError:
+    """Fields no row has (field, who reads it, the input's name): one cause each, said once, not once a row."""
+    fields = list(dict.fromkeys(f for s in samples for f in s.fields))
+    said = [f"{who} reads field '{field}', which no row has{did_you_mean(field, fields)}" for field, who, _ in absent]
+    return DataError("\n".join(said) + f" (fields: {', '.join(fields)})", *_map_it(absent))
+
+
+def _map_it(missing: Sequence[tuple[str, str, str]]) -> tuple[str | Option, ...]:
+    """How to map the first input among the fields `missing` (field, who reads it, the input's name), if any."""
+    name = next((own for _, who, own in missing if who.startswith("input")), None)
+    return ("; map it with ", Option(f"mapping={{{name!r}: 'FIELD'}}", f"--map {name}=FIELD")) if name else ()
 
 
 def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
