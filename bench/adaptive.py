@@ -1,7 +1,9 @@
 """Adaptive concurrency (models/adaptive.py) against loopback fake servers that take calls in different ways.
 
 Targets (issue 31): against a server that refuses with 429 past 8 requests in flight, at most 5% of requests
-refused and the whole run at most 1.3x the same run at `--concurrency 8`. Beside it, in the same run: a server
+refused and the whole run at most 1.3x the same run at `--concurrency 8`. The loopback server refuses at once;
+the same server again with each refusal taking a tenth and a quarter of a call shows how the refusals grow
+when a 429 takes a network round trip (the window lets calls in until it hears one). Beside it, in the same run: a server
 that refuses past 40 (how many calls finding a higher limit costs), an unlimited one (how fast the window opens:
 the run against the ideal, every call at once), and one that serves 4 at a time and queues the rest, as a vLLM
 server does (how wide the window gets there). Each server answers after `--delay` seconds; each figure is the
@@ -69,6 +71,15 @@ def main() -> None:
     print(f"  whole run {ratio:.2f}x the fixed 8's (target <= 1.3x: {'met' if ratio <= 1.3 else 'NOT met'})")
     print(f"  {refused:.0f} of {requests:.0f} requests refused: {share:.1%} (target <= 5%: ", end="")
     print(f"{'met' if share <= 0.05 else 'NOT met'}); widest window {widest:.0f}")
+
+    for share in (10, 4):  # a provider's 429 takes a network round trip, not nothing: a tenth, a quarter of a call
+        with FakeServer(reply="ok", delay=delay, limit=8) as server:
+            server.configure(refusal_delay=delay / share)
+            wall, requests, refused, widest = median_of(rounds, lambda: one(server, 200, None))
+        print(f"  each 429 after {delay * 1000 / share:.0f} ms: {wall:.2f} s ({wall / fixed:.2f}x), ", end="")
+        print(
+            f"{refused:.0f} of {requests:.0f} requests refused ({refused / requests:.1%}), widest window {widest:.0f}"
+        )
 
     with FakeServer(reply="ok", delay=delay, limit=40) as server:
         wall, requests, refused, widest = median_of(rounds, lambda: one(server, 400, None))

@@ -174,6 +174,7 @@ class _State:
     ) -> None:
         self.keep_alive = keep_alive  # False: every answer says "Connection: close" and the connection ends
         self.limit = limit  # requests in flight at most (0: any number); one past it gets 429 at once
+        self.refusal_delay = 0.0  # seconds that 429 takes (a provider's takes a network round trip), holding no place
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.delay = delay
@@ -458,6 +459,12 @@ async def _answer(
     if state.limit and state.in_flight > state.limit:
         state.rate_limited += 1
         wait = 0 if state.retry_after is None else state.retry_after
+        if state.refusal_delay:
+            state.in_flight -= 1  # a refused request holds no place while its answer travels
+            try:
+                await asyncio.sleep(state.refusal_delay)
+            finally:
+                state.in_flight += 1  # counted out by the caller
         return _response(
             429,
             _error_body(429, f"rate limit: {state.limit} requests in flight"),
@@ -696,7 +703,8 @@ class FakeServer:
 
     def configure(self, **options: Any) -> None:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
-        ``hang_seconds``, ``retry_after``, ``limit`` or ``keep_alive`` while running."""
+        ``hang_seconds``, ``retry_after``, ``limit``, ``refusal_delay`` (seconds a 429 past ``limit``
+        takes) or ``keep_alive`` while running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -708,6 +716,7 @@ class FakeServer:
                 "fault_rate",
                 "fault_kinds",
                 "limit",
+                "refusal_delay",
                 "keep_alive",
             ):
                 raise TypeError(f"unknown option {key!r}")

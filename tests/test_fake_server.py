@@ -221,3 +221,27 @@ def test_reset_mid_body_and_refused_connections():
         assert chat(srv.url).status_code == 200
     with pytest.raises(httpx.ConnectError):
         chat(refused_url(), timeout=1)
+
+
+def test_a_refusal_past_the_limit_takes_its_delay_and_holds_no_place():
+    """`refusal_delay` makes a 429 past `limit` take as long as a provider's does, without counting it in flight:
+    what bench/adaptive.py measures the window against."""
+
+    async def run(url):
+        async with aiohttp.ClientSession() as session:
+
+            async def one():
+                t0 = time.perf_counter()
+                async with session.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES}) as r:
+                    await r.read()
+                    return r.status, time.perf_counter() - t0
+
+            return await asyncio.gather(*(one() for _ in range(4)))
+
+    with FakeServer(reply="ok", delay=0.4, limit=2) as srv:
+        srv.configure(refusal_delay=0.15)
+        answers = asyncio.run(run(srv.url))
+        refused = [took for status, took in answers if status == 429]
+        assert sorted(status for status, _ in answers) == [200, 200, 429, 429]
+        assert all(0.15 <= took < 0.35 for took in refused)  # the delay, not the answers' 0.4 s
+        assert srv.max_in_flight == 3 and srv.in_flight == 0  # each refusal counted once, then out
