@@ -563,6 +563,22 @@ def test_without_the_embedded_model_what_calls_nothing_works_and_what_calls_it_s
         assert not (tmp_path / "runs").exists()  # said before a run record, or a call
 
 
+def test_an_eval_with_nothing_to_score_is_a_usage_error_before_any_record_or_call(tmp_path, capsys, monkeypatch):
+    from sembp_dsl.models import embedded
+
+    monkeypatch.setattr(embedded, "available", lambda: False)  # a call would fail: none is made
+    liar, runs = str(ROOT / "pipelines/liar.sbp"), str(tmp_path / "runs")
+    for flags, why in (
+        (["--limit", "0"], "--limit 0"),
+        (["--test-size", "0"], "the test split of liar is empty (--test-size 0)"),
+        (["--split", "val", "--val-size", "0"], "the val split of liar is empty (--val-size 0)"),
+    ):
+        with pytest.raises(SystemExit) as exited:
+            cli.main(["eval", liar, "--data", "liar", *flags, "--runs-dir", runs])
+        assert exited.value.code == 2 and f"sbpc eval: error: nothing to score: {why}" in capsys.readouterr().err
+        assert not (tmp_path / "runs").exists()
+
+
 def test_a_plan_needs_no_model_for_backward_calls_and_imports_no_function_module(tmp_path, capsys, monkeypatch):
     """The plan calls no model and runs no code: a role without a model is named as such, and the module of a
     function node is never imported."""

@@ -289,6 +289,11 @@ def cmd_eval(args) -> int:
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
         samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
+        if not samples:  # a score of nothing is no result: said before a run record is made
+            size = f"{args.split}_size"
+            given = f" ({SETTINGS[size].option} 0)" if getattr(args, size, None) == 0 else ""
+            why = "--limit 0" if args.limit == 0 else f"the {args.split} split of {dataset.name} is empty{given}"
+            raise UsageError(f"nothing to score: {why}")
         metric = args.metric or metric_for(pipeline.graph, dataset.metric)
         whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
         scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
