@@ -160,4 +160,22 @@ def test_the_warning_of_a_run_names_the_size_of_the_split_its_gate_scores(tmp_pa
     for gate, flag in (("val", "--val-size"), ("train", "--train-size")):
         code = cli.main(["optimize", str(path), *flags, "--gate", gate, "--runs-dir", str(tmp_path / "runs")])
         out = capsys.readouterr().out
-        assert code == 0 and f"no step can be accepted. Use a larger {flag}, or a larger --gate-alpha" in out
+        assert code == 0 and f"no step can be accepted, and no further step is proposed. Use a larger {flag}, " in out
+
+
+def test_once_no_step_can_pass_the_gate_no_further_step_is_proposed(toy, tmp_path, script):
+    """Every validation sample right already leaves no win for a step to need: the first iteration proposes (the
+    initial score is still coming in), the later ones spend no backward or optimizer call, and say why."""
+    script.verdict = lambda prompt: "Yes" if "valid" in prompt else "No"
+    train = [{"q": f"train claim {i}", "answer": "Yes"} for i in range(4)]
+    val = [{"q": f"valid claim {i}", "answer": "Yes"} for i in range(5)]
+    lines: list[str] = []
+    found = toy.optimize(train, val, iterations=3, gate_alpha=0.1, runs_dir=tmp_path / "runs", log=lines.append)
+    first, *later = json.loads((found.record / "run.json").read_text())["iterations"]
+    assert first["candidates"] and not first["accepted"] and first["gate"]["samples"] == 0
+    for it in later:
+        assert it["note"].startswith("no step can pass the gate: the current prompts answer 5 of the 5 gate")
+        assert it["calls"] == 0 and not it["candidates"]
+    asked = [script.kind(prompt) for prompt in script.prompts]
+    assert asked.count("optimizer") == len(first["candidates"]) == 3  # one per param, in the first iteration only
+    assert asked.count("backward") == 2  # the toy's two nodes that hints reach, once

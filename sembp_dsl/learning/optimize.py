@@ -159,6 +159,8 @@ def savings(method: Method) -> list[str]:
             [
                 "a gate settled before the end of its split (it stops there)",
                 "a step the gate rejected before, proposed again from the same prompts (not gated again)",
+                "a gate split that leaves too few possible wins for any step to pass (no step proposed once the "
+                "initial score shows it)",
             ]
             if method.gate != "none"
             else []
@@ -403,6 +405,10 @@ class Optimizer:
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return None
+        hopeless = self.initial is None and self.no_step_can_pass()  # known once the initial score is in
+        if hopeless:
+            iteration.note = f"no step can pass the gate: {hopeless}"
+            return None
         taken, margin = await self.propose(learnt, iteration)
         if not taken:
             iteration.note = "no valid candidate"
@@ -507,19 +513,27 @@ class Optimizer:
                 failures.append(result)
         return failures, fresh
 
-    def warn_if_no_step_can_pass(self) -> None:
-        """A gate split the current prompts already mostly get right leaves too few possible wins to pass."""
-        if any(strategy.margin() is not None for strategy in self.strategies):
-            return  # a step held to non-inferiority passes with no win
-        size, alpha = len(self.gate_split()), self.method.gate_alpha
+    def no_step_can_pass(self) -> str | None:
+        """Why no step can pass: a gate split the current prompts already mostly get right leaves too few possible
+        wins (and while no step passes the prompts stay, so it stays so); None when one can."""
+        if self.method.gate == "none" or any(strategy.margin() is not None for strategy in self.strategies):
+            return None  # a step held to non-inferiority passes with no win
+        size, needed = len(self.gate_split()), wins_needed(self.method.gate_alpha)
         right = sum(score >= 1.0 for score in self.known.gate.values())
-        possible, needed = size - right, wins_needed(alpha)
-        if size >= needed > possible:
+        if not size >= needed > size - right:
+            return None
+        return (
+            f"the current prompts answer {right} of the {size} gate samples right, which leaves {size - right} "
+            f"possible wins; a step needs {needed} win{'s' * (needed != 1)} and no loss to pass at gate_alpha {self.method.gate_alpha:g}"
+        )
+
+    def warn_if_no_step_can_pass(self) -> None:
+        """Said as soon as the initial score shows it, with what would give a step room."""
+        why = self.no_step_can_pass()
+        if why is not None:
             self.log(
-                f"warning: the current prompts answer {right} of the {size} gate samples right, which "
-                f"leaves {possible} possible wins; a step needs {needed} wins and no loss to pass at gate_alpha "
-                f"{alpha:g}: no step can be accepted. Use a larger {SETTINGS[f'{self.method.gate}_size'].option}, "
-                "or a larger --gate-alpha."
+                f"warning: {why}: no step can be accepted, and no further step is proposed. Use a larger "
+                f"{SETTINGS[f'{self.method.gate}_size'].option}, or a larger --gate-alpha."
             )
 
     def why_unchanged(self, iterations: Sequence[Iteration]) -> str:
