@@ -405,7 +405,7 @@ class Optimizer:
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return None
-        hopeless = self.initial is None and self.no_step_can_pass()  # known once the initial score is in
+        hopeless = self.initial is None and self.no_step_can_pass()  # after the first step (its initial score in)
         if hopeless:
             iteration.note = f"no step can pass the gate: {hopeless}"
             return None
@@ -514,23 +514,29 @@ class Optimizer:
         return failures, fresh
 
     def no_step_can_pass(self) -> str | None:
-        """Why no step can pass: a gate split the current prompts already mostly get right leaves too few possible
-        wins (and while no step passes the prompts stay, so it stays so); None when one can."""
+        """Why no step can pass: a gate split too small for the wins a step needs, or one the current prompts already
+        mostly get right (while no step passes the prompts stay, and so does that); None when one can."""
         if self.method.gate == "none" or any(strategy.margin() is not None for strategy in self.strategies):
             return None  # a step held to non-inferiority passes with no win
-        size, needed = len(self.gate_split()), wins_needed(self.method.gate_alpha)
-        right = sum(score >= 1.0 for score in self.known.gate.values())
-        if not size >= needed > size - right:
-            return None
-        return (
-            f"the current prompts answer {right} of the {size} gate samples right, which leaves {size - right} "
-            f"possible wins; a step needs {needed} win{'s' * (needed != 1)} and no loss to pass at gate_alpha {self.method.gate_alpha:g}"
+        size, alpha = len(self.gate_split()), self.method.gate_alpha
+        needed = (
+            f"{wins_needed(alpha)} win{'s' * (wins_needed(alpha) != 1)} and no loss to pass at gate_alpha {alpha:g}"
         )
+        right = sum(score >= 1.0 for score in self.known.gate.values())
+        if size < wins_needed(alpha):
+            return f"the gate split has {size} samples, but a step needs {needed}"
+        if size - right < wins_needed(alpha):
+            return (
+                f"the current prompts answer {right} of the {size} gate samples right, which leaves {size - right} "
+                f"possible wins; a step needs {needed}"
+            )
+        return None
 
     def warn_if_no_step_can_pass(self) -> None:
-        """Said as soon as the initial score shows it, with what would give a step room."""
+        """Said as soon as the initial score shows it, with what would give a step room (of a split too small
+        whatever its scores, the plan has warned before the run)."""
         why = self.no_step_can_pass()
-        if why is not None:
+        if why is not None and len(self.gate_split()) >= wins_needed(self.method.gate_alpha):
             self.log(
                 f"warning: {why}: no step can be accepted, and no further step is proposed. Use a larger "
                 f"{SETTINGS[f'{self.method.gate}_size'].option}, or a larger --gate-alpha."
