@@ -159,8 +159,8 @@ def savings(method: Method) -> list[str]:
             [
                 "a gate settled before the end of its split (it stops there)",
                 "a step the gate rejected before, proposed again from the same prompts (not gated again)",
-                "a gate split that leaves too few possible wins for any step to pass (no step proposed once the "
-                "initial score shows it)",
+                "a gate split that leaves too few possible wins for any step to pass (no step proposed after the "
+                "first)",
             ]
             if method.gate != "none"
             else []
@@ -519,13 +519,12 @@ class Optimizer:
         if self.method.gate == "none" or any(strategy.margin() is not None for strategy in self.strategies):
             return None  # a step held to non-inferiority passes with no win
         size, alpha = len(self.gate_split()), self.method.gate_alpha
-        needed = (
-            f"{wins_needed(alpha)} win{'s' * (wins_needed(alpha) != 1)} and no loss to pass at gate_alpha {alpha:g}"
-        )
+        least = wins_needed(alpha)
+        needed = f"{least} win{'s' * (least != 1)} and no loss to pass at gate_alpha {alpha:g}"
         right = sum(score >= 1.0 for score in self.known.gate.values())
-        if size < wins_needed(alpha):
+        if size < least:
             return f"the gate split has {size} samples, but a step needs {needed}"
-        if size - right < wins_needed(alpha):
+        if size - right < least:
             return (
                 f"the current prompts answer {right} of the {size} gate samples right, which leaves {size - right} "
                 f"possible wins; a step needs {needed}"

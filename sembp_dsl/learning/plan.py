@@ -309,7 +309,8 @@ def gate_warning(method: Method, samples: int) -> Option | None:
     size = Option("val_size", "--val-size") if method.gate == "val" else Option("train_size", "--train-size")
     return worded(
         f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
-        f"gate_alpha {method.gate_alpha:g}: no step can be accepted, and none is proposed after the first. Use a larger ",
+        f"gate_alpha {method.gate_alpha:g}: no step can be accepted, and none is proposed after the first. "
+        "Use a larger ",
         size,
         " (50 or more with a capable model), or a larger ",
         Option("gate_alpha", "--gate-alpha"),
