@@ -148,16 +148,27 @@ class _CappedSite(web.TCPSite):
     def __init__(self, runner: web.AppRunner, host: str, port: int, most: int):
         super().__init__(runner, host, port)
         self.most = most
+        self.opening = 0  # handlers made whose connection is not yet among the server's (registered a turn later)
+
+    def _opened(self) -> None:
+        self.opening -= 1
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner, which stops it
         server = self._runner.server
         assert server is not None  # set by the runner's setup()
+        loop = asyncio.get_running_loop()
 
         def protocol() -> asyncio.BaseProtocol:
-            return _Busy() if len(server.connections) >= self.most else server()
+            # connections accepted together (a loop that was busy finds them all at once) get their protocols
+            # before the first is registered: counting only the registered ones would let them all past the cap
+            if len(server.connections) + self.opening >= self.most:
+                return _Busy()
+            self.opening += 1
+            loop.call_soon(self._opened)  # runs just before the transport's own connection_made registers it
+            return server()
 
-        self._server = await asyncio.get_running_loop().create_server(
+        self._server = await loop.create_server(
             protocol, self._host, self._port, backlog=self._backlog, reuse_address=self._reuse_address
         )
 

@@ -223,6 +223,36 @@ def test_past_the_connection_cap_a_client_is_answered_503_with_retry_after_never
             served.close()
 
 
+def test_connections_accepted_together_are_held_to_the_cap(tmp_path, monkeypatch):
+    """A server whose loop was busy accepts every connection waiting for it at once, and each gets its protocol
+    before the first is registered: counted by the registered ones alone, a burst got past the cap (the test
+    below failed so under load). 8 half-sent clients at a cap of 4, all waiting: 4 held, 4 answered 503."""
+    import select
+
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 4)
+    with FakeServer(reply="something") as model:
+        served = Serving(tmp_path, model.url)
+        clients: list[socket.socket] = []
+        try:
+            busy = threading.Event()
+            served.loop.call_soon_threadsafe(lambda: (busy.set(), time.sleep(1.0)))  # the server's loop busy
+            busy.wait(10)
+            clients = [half_sent(served.url) for _ in range(8)]  # they wait in the listen backlog meanwhile
+            answered: set[socket.socket] = set()
+            deadline = time.monotonic() + 10
+            while len(answered) < 4 and time.monotonic() < deadline:
+                readable, _, _ = select.select([c for c in clients if c not in answered], [], [], 0.2)
+                answered.update(readable)
+            assert len(answered) == 4 and all(c.recv(65536).startswith(b"HTTP/1.1 503") for c in answered)
+            assert len(served.runner.server.connections) == 4
+        finally:
+            for client in clients:
+                client.close()
+            served.close()
+
+
 # `sbpc serve` as the CLI runs it, in its own process, with its limits made small enough for a test to reach:
 # the header timeout (argv[1] seconds) and the connection cap (argv[2]).
 LIMITED = """
