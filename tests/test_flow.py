@@ -173,6 +173,25 @@ def test_check_refuses_each_branch_and_map_error(change, code):
     assert [d.code for d in errors] == [code], errors
 
 
+def test_an_alternative_output_is_held_to_a_mapped_nodes_value_the_list_of_its_runs():
+    """`output note | other`: a mapped node's value is a list of its declared type (the matrix found E124 comparing
+    the declared type, refusing the list[text] alternative a list of notes is and taking a plain text one)."""
+    mapped = FLOW.replace(
+        "output easy | hard", "node other: OTHER { prompt = fast }\ntriage -> other when triage == No\n"
+    )
+    mapped = (
+        mapped.replace("triage, question -> easy when triage != Yes\n", "").replace(
+            "passages -> note", "triage, passages -> note when triage == Yes"
+        )
+        + "output note | other\n"
+    )
+    for other, codes in (("list[text]", []), ("text", ["E124"])):
+        _, diagnostics = check(parse(mapped.replace("OTHER", other), "flow.sbp"))
+        assert [d.code for d in diagnostics if d.severity == "error"] == codes, diagnostics
+    _, diagnostics = check(parse(mapped.replace("OTHER", "text"), "flow.sbp"))
+    assert "'other' is text, but the output 'note' is list[text]" in diagnostics[0].message
+
+
 def test_check_names_the_option_meant_and_the_cases_where_the_output_is_missing():
     _, wrong = check(parse(FLOW.replace("when triage == Yes", "when triage == yes"), "flow.sbp"))
     assert wrong[0].help == "did you mean 'Yes'?"

@@ -32,6 +32,7 @@ from .. import ir
 from ..callables import beside, parse_target
 from ..diagnostics import suggestion
 from ..node import GraphNode
+from ..shapes import describe
 from ..signatures import ToolSpec, read_tool
 from ..toolcalls import (
     Answer,
@@ -113,7 +114,8 @@ class ToolLoop(NodeKind):
         toolbox = Toolbox.of(node, graph)
         if isinstance(toolbox, str):
             return NodeTrace.without_reply(node.name, rendered[0], f"{FUNCTION_FAILED}: {toolbox}")
-        loop = Loop(node, toolbox, model, model.takes_tools(node.model), *rendered)
+        prompt, system = rendered
+        loop = Loop(node, toolbox, model, model.takes_tools(node.model), answering(node, prompt), system)
         trace = await loop.run()
         telemetry.current().set({"sbpc.node.steps": len(steps_of(trace)) or None})  # the node's span
         return trace
@@ -139,7 +141,7 @@ class ToolLoop(NodeKind):
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
         """Its forward prompt, and the tools as a model that calls them natively is offered them."""
         head = f"=== {node.name}: forward, calling tools (at most {max_steps(node)} model replies) ==="
-        yield f"{head}\n{node.render(values, graph.prompts)}"
+        yield f"{head}\n{answering(node, node.render(values, graph.prompts))}"
         toolbox = Toolbox.of(node, graph)
         offered = toolbox if isinstance(toolbox, str) else json.dumps(toolbox.offered(), indent=2, ensure_ascii=False)
         yield f"=== {node.name}: tools ===\n{offered}"
@@ -153,6 +155,11 @@ class ToolLoop(NodeKind):
         """Its calls, so a gradient can name the call that went wrong."""
         steps = steps_of(trace)
         return f"Its tool calls, in order:\n{compact(steps)}" if steps else None
+
+
+def answering(node: GraphNode, prompt: str) -> str:
+    """The loop's first prompt: a record's fields in words, as no JSON Schema holds the answer of a tool loop."""
+    return f"{prompt}\n\n{describe(node.type)}" if node.type.kind == "record" else prompt
 
 
 def steps_of(trace: NodeTrace) -> tuple[Step, ...]:
