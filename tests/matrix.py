@@ -210,11 +210,27 @@ class Workspace:
         """The flag naming the models a node may move to (the file's named ones), when it names any."""
         return ("--models", ",".join(self.named_models)) if self.named_models else ()
 
-    def optimize(self, *extra: str, out: str = "optimized") -> Outcome:
+    def priced(self) -> Path:
+        """A copy whose models are distinct priced ones (a named model a step may move a node to is cheaper or
+        dearer than another), all on the fake server: what the models strategy and the cost objective weigh.
+        The YAML form keeps its models (each then the one --model names)."""
+        if self.path.suffix != ".sbp":
+            return self.path
+        names = [*ROLES, *self.named_models]
+        blocks = "".join(
+            f'model {name} {{ name = "{CHEAPER[i % len(CHEAPER)]}"  api_base = "{self.url}" }}\n'
+            for i, name in enumerate(names)
+        )
+        copy = self.path.with_name(f"priced{self.path.suffix}")
+        copy.write_text(re.sub(r"\nmodel[^{]*\{[^}]*\}", "", self.path.read_text()) + "\n" + blocks)
+        return copy
+
+    def optimize(self, *extra: str, out: str = "optimized", priced: bool = False) -> Outcome:
         target = self.path.parent / f"{out}{self.path.suffix}"
+        models = () if priced and self.path.suffix == ".sbp" else self.models
         return sbpc(
-            "optimize", self.path, "--data", self.data, *self.sizes, "--iters", "1", *self.models,
-            "--runs-dir", self.runs_dir, "--out", target, *extra,
+            "optimize", self.priced() if priced else self.path, "--data", self.data, *self.sizes, "--iters", "1",
+            *models, "--runs-dir", self.runs_dir, "--out", target, *extra,
         )  # fmt: skip
 
     def recorded(self, kind: str) -> Outcome:

@@ -126,13 +126,14 @@ def optimizing(space: Workspace, command: str) -> None:
     if strategy == "cost":
         if not space.named_models:
             pytest.skip("names no models")
-        sound(space.optimize("--objective", "cost", "--strategies", "models", *space.model_choice))
+        sound(space.optimize("--objective", "cost", "--strategies", "models", *space.model_choice, priced=True))
         return
     if strategy not in space.strategies():
         pytest.skip(f"the {strategy} strategy does not apply")
     outcome = space.optimize(
-        "--strategies", strategy, "--gate", "none", *space.model_choice, out=f"optimized-{strategy}"
-    )
+        "--strategies", strategy, "--gate", "none", *space.model_choice, out=f"optimized-{strategy}",
+        priced=strategy == "models",
+    )  # fmt: skip
     sound(outcome)
     written = space.path.with_name(f"optimized-{strategy}{space.path.suffix}")
     if written.exists():
