@@ -245,7 +245,10 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content in ("<function: input not taken>", "<function: parameter not fed>"):  # read, never imported
         (tmp_path / "tools.py").write_text("def look(q, fact):\n    return ''\n")
         fed = "input fact: text\nq, fact, r -> a" if "taken" in content else "q -> a"
-        path.write_text(HEADER + f'input r: text\nfunction look = "tools:look"\nnode a: text {{ function = look }}\n{fed}\noutput a\n')
+        path.write_text(
+            HEADER
+            + f'input r: text\nfunction look = "tools:look"\nnode a: text {{ function = look }}\n{fed}\noutput a\n'
+        )
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")

@@ -363,8 +363,9 @@ output money | answer
 
 
 def test_a_mapped_function_gets_one_item_a_call_and_a_branch_passes_no_decider_it_does_not_take(tmp_path, monkeypatch):
-    import sembp_dsl as sbp
     from fake_server import FakeServer
+
+    import sembp_dsl as sbp
 
     monkeypatch.setenv("OPENAI_API_KEY", "dummy")
     (tmp_path / "tools.py").write_text(TOOLS)
