@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import with_fake_model
 
+import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
 from sembp_dsl.language.checker import check
 from sembp_dsl.language.emit import emit_dot, emit_mermaid
@@ -406,3 +407,31 @@ def test_check_holds_a_function_nodes_signature_to_what_feeds_it(tools, said, tm
     errors = {d.code: d.message for d in diagnostics if d.severity == "error"}
     assert errors.keys() == said.keys()
     assert all(said[code] in message for code, message in errors.items())
+
+
+@pytest.mark.parametrize("gradient", ["sibling", "none"])
+def test_the_optimizer_sees_a_node_behind_a_branch_only_on_the_samples_it_ran(gradient, tmp_path, monkeypatch):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    script = Flow()
+
+    def reply(messages):
+        prompt = messages[-1]["content"]
+        if "Reply with only the new instruction inside <prompt>" in prompt:
+            script.prompts.append(prompt)
+            return "<prompt>Answer with care, step by step.</prompt>"
+        return script(messages)
+
+    with FakeServer(delay=0.0, reply=reply) as server:
+        path = tmp_path / "flow.sbp"
+        path.write_text(with_fake_model(FLOW, server.url))
+        examples = [
+            {"question": f"{kind} question {i}", "passages": ["p"], "answer": "right"}
+            for i, kind in enumerate(["hard", "plain"])
+        ]
+        with sbp.load(path) as pipeline:
+            pipeline.optimize(examples, iterations=1, gate="none", gradient=gradient, runs_dir=tmp_path / "runs")
+    asked = [p for p in script.prompts if 'The instruction "slow"' in p]
+    assert len(asked) == 1 and "Question: hard question" in asked[0]
+    assert "plain question" not in asked[0]  # `hard` did not run on those: no example of its work
