@@ -328,3 +328,23 @@ def test_the_shipped_agent_runs_on_the_embedded_model_with_well_formed_calls(tmp
         reply = json.loads(step.reply)
         assert set(reply) in ({"tool", "arguments"}, {"answer"}), step.reply
         assert all(not r.error or "raised" in r.content for r in step.results), step.results
+
+
+def test_an_evaluations_record_counts_model_calls_as_its_ledger_does(tmp_path, monkeypatch, capsys):
+    """Two turns a sample (a tool call, then the answer): four calls for two samples, in the printed ledger and
+    in the run record alike; a node's run is not a call."""
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"question": f"Population of Kesh {i}?", "answer": "18400"}) + "\n" for i in range(2))
+    )
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--no-cache"]) == 0
+        sent = server.requests
+    printed = capsys.readouterr().err
+    assert sent == 4 and re.search(r"^forward +4 ", printed, re.M), printed
+    assert main(["runs", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["calls"] == 4
