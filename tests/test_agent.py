@@ -348,3 +348,18 @@ def test_an_evaluations_record_counts_model_calls_as_its_ledger_does(tmp_path, m
     assert main(["runs", "--json"]) == 0
     [listed] = json.loads(capsys.readouterr().out)
     assert listed["calls"] == 4
+
+
+def test_eval_errors_shows_a_wrong_answers_tool_calls_as_show_does(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"question": "Population of Kesh?", "answer": "9"}) + "\n")
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1"]) == 0
+        out = capsys.readouterr().out
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1", "--json"]) == 0
+        [error] = json.loads(capsys.readouterr().out)["errors"]
+    assert "--- wrong: " in out and '1. lookup(place="Kesh") -> population of Kesh: 18400' in out
+    assert error["steps"][0]["calls"][0]["name"] == "lookup"

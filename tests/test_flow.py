@@ -435,3 +435,34 @@ def test_the_optimizer_sees_a_node_behind_a_branch_only_on_the_samples_it_ran(gr
     asked = [p for p in script.prompts if 'The instruction "slow"' in p]
     assert len(asked) == 1 and "Question: hard question" in asked[0]
     assert "plain question" not in asked[0]  # `hard` did not run on those: no example of its work
+
+
+def test_run_says_why_a_sample_has_no_answer_when_the_deciding_reply_could_not_be_read(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    with FakeServer(delay=0.0, reply=lambda m: "maybe" if m[-1]["content"].startswith("Can this") else "x") as server:
+        (tmp_path / "triage.sbp").write_text(with_fake_model(SHIPPED.read_text(), server.url))
+        inputs = json.dumps({"ticket": "hello", "articles": ["a"]})
+        assert main(["run", "triage.sbp", "--input-json", inputs]) == 1
+    out = capsys.readouterr().out
+    assert "(no answer: not reached: no branch to the output (reply | handoff) was taken: 'kind' could not be" in out
+    assert "None" not in out
+
+
+def test_run_trace_shows_every_item_of_a_map(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    with FakeServer(delay=0.0, reply=Desk()) as server:
+        (tmp_path / "triage.sbp").write_text(with_fake_model(SHIPPED.read_text(), server.url))
+        inputs = json.dumps({"ticket": "where is the setting?", "articles": ["First: one", "Second: two", "Third"]})
+        assert main(["run", "triage.sbp", "--input-json", inputs, "--trace"]) == 0
+    notes = capsys.readouterr().out.split("=== notes ===\n")[1].split("\n=== ")[0]
+    for k, article in enumerate(["First: one", "Second: two", "Third"], 1):
+        assert (
+            f"--- item {k} of 3: prompt ---\n" in notes and f"Article: {article}\n--- item {k} of 3: reply ---" in notes
+        )
+    assert notes.count("It says where the setting is.") == 6  # each item's reply, and the list's three
