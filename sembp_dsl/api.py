@@ -474,7 +474,7 @@ class Pipeline:
         ):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
         # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing):
+        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
@@ -484,7 +484,7 @@ class Pipeline:
         # the split's sizes
         settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
+        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
         return replace(evaluation, record=record.folder)
 
     evaluate = _blocking(aevaluate)

@@ -353,3 +353,38 @@ def test_a_record_answer_is_described_in_the_prompt_since_no_schema_holds_a_tool
         in (first["messages"][-1]["content"])
     )
     assert prediction.output == {"place": "Kesh", "people": 18400}
+
+
+def test_an_evaluations_record_counts_model_calls_as_its_ledger_does(tmp_path, monkeypatch, capsys):
+    """Two turns a sample (a tool call, then the answer): four calls for two samples, in the printed ledger and
+    in the run record alike; a node's run is not a call."""
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"question": f"Population of Kesh {i}?", "answer": "18400"}) + "\n" for i in range(2))
+    )
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--no-cache"]) == 0
+        sent = server.requests
+    printed = capsys.readouterr().err
+    assert sent == 4 and re.search(r"^forward +4 ", printed, re.M), printed
+    assert main(["runs", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["calls"] == 4
+
+
+def test_eval_errors_shows_a_wrong_answers_tool_calls_as_show_does(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"question": "Population of Kesh?", "answer": "9"}) + "\n")
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1"]) == 0
+        out = capsys.readouterr().out
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1", "--json"]) == 0
+        [error] = json.loads(capsys.readouterr().out)["errors"]
+    assert "--- wrong: " in out and '1. lookup(place="Kesh") -> population of Kesh: 18400' in out
+    assert error["steps"][0]["calls"][0]["name"] == "lookup"

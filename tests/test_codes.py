@@ -138,6 +138,8 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'function f = "tools:f"\nnode a: text { tools = [f]  max_steps = 0 }\nq -> a\noutput a\n',
     ),
     "E112": ("p.sbp", "<tool *args>"),
+    "E141": ("p.sbp", "<function: input not taken>"),
+    "E142": ("p.sbp", "<function: parameter not fed>"),
     "E113": (
         "p.sbp",
         HEADER + 'function f = "tools:f" { description = nope }\nnode a: text { tools = [f] }\nq -> a\noutput a\n',
@@ -240,6 +242,13 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<tool *args>":  # read beside the pipeline, never imported
         (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
         path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
+    elif content in ("<function: input not taken>", "<function: parameter not fed>"):  # read, never imported
+        (tmp_path / "tools.py").write_text("def look(q, fact):\n    return ''\n")
+        fed = "input fact: text\nq, fact, r -> a" if "taken" in content else "q -> a"
+        path.write_text(
+            HEADER
+            + f'input r: text\nfunction look = "tools:look"\nnode a: text {{ function = look }}\n{fed}\noutput a\n'
+        )
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")

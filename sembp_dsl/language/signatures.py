@@ -270,3 +270,36 @@ def argument_descriptions(doc: str) -> dict[str, str]:
         elif last is not None and line.strip():
             found[last] = f"{found[last]} {line.strip()}".strip()
     return found
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What a function node's callable takes by keyword, read from its signature: every name, the required
+    ones, and whether `**kwargs` takes any other."""
+
+    names: tuple[str, ...]
+    required: tuple[str, ...]
+    any_keyword: bool
+
+    def __str__(self) -> str:
+        return f"({', '.join([*self.names, *(['**kwargs'] if self.any_keyword else [])])})"
+
+
+def read_accepted(source: str, name: str) -> Accepted | None:
+    """The keywords function `name` of a module's source takes; None when the module has no such function to
+    read (a name bound otherwise, a module that does not parse: other checks say so)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    function = next(
+        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None
+    )
+    if function is None:
+        return None
+    args = function.args
+    named = [*args.args, *args.kwonlyargs]
+    optional = {a.arg for a in args.args[len(args.args) - len(args.defaults) :]}
+    optional |= {a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults) if default is not None}
+    required = tuple(a.arg for a in named if a.arg not in optional)
+    return Accepted(tuple(a.arg for a in named), required, args.kwarg is not None)

@@ -47,11 +47,14 @@ Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient 
 
 
 def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
-    """What the optimizer sees of each sample, for every node that uses this prompt."""
+    """What the optimizer sees of each sample, for every node that uses this prompt and ran on it (a node behind
+    a branch the sample did not take did no work to learn from)."""
     out = []
     for trace, gradients in samples:
         values = trace.values
         for node in graph.users(param):
+            if not trace.nodes[node.name].taken:
+                continue
             out.append(
                 {
                     "input": describe(node.inputs, values),

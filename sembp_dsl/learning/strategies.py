@@ -137,8 +137,14 @@ class SemanticGradients:
             lambda r: backward(graph, llm, r.trace, r.expected, mode, wanted, Verdict(r.score, r.reason)),
         )
         samples = [(r.trace, g) for r, g in zip(failures, gradients)]
-        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
-        fed = [p for p in params if mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p))]
+        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for; and
+        # one whose nodes ran on no error (a branch not taken) has no example of its work either
+        ran = {p for p in params if any(r.trace.nodes[n.name].taken for r in failures for n in graph.users(p))}
+        fed = [
+            p
+            for p in params
+            if p in ran and (mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p)))
+        ]
         if len(fed) < len(params):
             llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
         candidates = await each(f"iteration {learnt.index}: optimizer", fed, lambda p: propose(graph, llm, p, samples))

@@ -29,6 +29,7 @@ from ..language.method import Method, SettingError
 from .schema import Check, compile_schema
 
 if TYPE_CHECKING:  # the runtime and its model layer (aiohttp) are no reader's to import
+    from ..models.ledger import RoleUsage
     from ..runtime.evaluate import Evaluation
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
@@ -345,11 +346,13 @@ class RunRecord:
         prompts: Mapping[str, str],
         evaluation: Evaluation,
         scored: Mapping[str, object],
+        spent: RoleUsage,
     ) -> RunRecord:
         """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
         limit), and per sample its inputs, every node's prompt, reply and output (NodeTrace.recorded: with what a
-        branch, a map or its kind keeps), the score, reason and error, and a judge's prompt and reply (its calls are
-        in the ledger)."""
+        branch, a map or its kind keeps), the score, reason and error, a judge's prompt and reply, and what its
+        model calls `spent` (the ledger's count: a tool loop's every turn and a map's every item are calls, a
+        function node's run is none)."""
         samples = [
             {
                 "id": r.sample.id,
@@ -365,16 +368,15 @@ class RunRecord:
             }
             for r in evaluation.results
         ]
-        nodes = [n for r in evaluation.results for n in (*r.trace.nodes.values(), *filter(None, [r.judged]))]
         record = Record(
             settings,
             dict(prompts),
             finished=evaluation.stopped is None,
             stopped=None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped),
             ledger={
-                "calls": sum(not n.cached and not n.lost for n in nodes),
-                "tokens": sum(n.prompt_tokens + n.completion_tokens for n in nodes),
-                "cost": sum(n.cost for n in nodes),
+                "calls": spent.calls,
+                "tokens": spent.prompt_tokens + spent.completion_tokens,
+                "cost": spent.cost,
             },
             kind="eval",
             evaluation={

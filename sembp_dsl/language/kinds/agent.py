@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import json
 import os
 import time
@@ -29,7 +28,7 @@ from typing import Any
 from ... import telemetry
 from ...usercode import Overran, call_function
 from .. import ir
-from ..callables import beside, parse_target
+from ..callables import parse_target
 from ..diagnostics import suggestion
 from ..node import GraphNode
 from ..shapes import describe
@@ -48,7 +47,7 @@ from ..toolcalls import (
     reply_schema,
 )
 from ..trace import FUNCTION_FAILED, NodeTrace, Shown
-from .function import DEFAULT_TIMEOUT
+from .function import DEFAULT_TIMEOUT, source_of
 from .kind import Checking, Compiled, Model, NodeKind
 from .model import parse_reply, render
 
@@ -189,18 +188,10 @@ def description_param(function: ir.Function | None) -> str | None:
 
 
 def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | None) -> ToolSpec | str | None:
-    """A declared function as a tool, read from its module's source without importing it: the module beside the
-    pipeline, else (at run time) the file the bound callable came from. None: no source to read here (a module
-    allowed by name, at check time)."""
-    target = parse_target(function.target)
-    if isinstance(target, str):
-        return None  # E080 says why
-    folder = os.path.dirname(os.path.abspath(pipeline.path)) if pipeline.path else ""
-    place = beside(folder, target.module) if folder and os.path.isfile(pipeline.path) else None
-    path = place.path if place is not None else None
-    if path is None and bound is not None:
-        path = inspect.getsourcefile(bound)
-    if path is None:
+    """A declared function as a tool, read from its module's source without importing it (function.source_of);
+    None: no source to read here (a module allowed by name, at check time)."""
+    target, path = parse_target(function.target), source_of(pipeline, function, bound)
+    if path is None or isinstance(target, str):
         return None
     try:
         return read_spec(path, os.stat(path).st_mtime_ns, target.attr, function.name)
