@@ -125,12 +125,14 @@ class Outcome:
         return self.out + self.err
 
     def faults(self) -> list[str]:
-        """What no command may ever print: a traceback, or sbpc's own word for a bug."""
+        """What no command may ever print: a traceback, sbpc's own word for a bug, or a Python None for an answer."""
         found = []
         if "Traceback (most recent call last)" in self.text:
             found.append("a traceback")
         if BUG_IN_SBPC in self.text:
             found.append(f"'{BUG_IN_SBPC}'")
+        if re.search(r"\bgot None\b|: None\)", self.text):
+            found.append("Python's None where words belong")
         return found
 
 

@@ -73,21 +73,8 @@ def workspaces(tmp_path_factory, server):
     return workspace
 
 
-#: Bugs the lead fixes in main (issue 42): a case that fails only by one of them is expected to, until the fix
-#: arrives (then it passes, and the xfail is never reached).
-LEADS = {
-    r"in shown_input\n": "lead's bug (a): maps in the plan, descent and backward (KeyError from node.shown_input)",
-    r"unexpected keyword argument 'items'|missing 1 required positional argument: 'item'": (
-        "lead's bug (b): a mapped function node gets the whole list instead of its item"
-    ),
-}
-
-
 def sound(outcome: Outcome, *codes: int) -> None:
     """No traceback, no bug in sbpc, and an exit among `codes` (0 unless said)."""
-    for pattern, bug in LEADS.items():
-        if re.search(pattern, outcome.text) and (outcome.faults() or outcome.code not in (codes or (0,))):
-            pytest.xfail(bug)
     faults = outcome.faults()
     assert not faults, f"printed {' and '.join(faults)}:\n{outcome.text[-3000:]}"
     assert outcome.code in (codes or (0,)), f"exit {outcome.code}, not {codes or (0,)}:\n{outcome.text[-3000:]}"
@@ -176,9 +163,6 @@ def planning(space: Workspace, command: str) -> None:
 
 def serving(space: Workspace, command: str) -> None:
     status, answer = serve_one(space)
-    for pattern, bug in LEADS.items():
-        if re.search(pattern, str(answer.get("error"))):
-            pytest.xfail(bug)
     assert status == 200 and answer.get("error") is None, (status, answer)
 
 

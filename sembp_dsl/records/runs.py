@@ -25,7 +25,7 @@ from ..language.demos import DemosError, shown
 from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
-from ..language.trace import extra_of
+from ..language.trace import answer_words, extra_of
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
@@ -389,7 +389,7 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         score = "" if sample.get("lost") else f"score {fmt(sample['score'])}  "
         lines.append(
             f"\n{sample_verdict(sample)}: {sample['id']}  {score}"
-            f"expected {sample.get('expected')!r}, got {sample.get('output')!r}{error}"
+            f"expected {sample.get('expected')!r}, got {answer_words(sample.get('output'))}{error}"
         )
         lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]
         if sample.get("reason"):
@@ -522,7 +522,7 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
         else:
             lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
     for g in it.gradients:
-        lines.append(f"  gradients from sample {g.sample} (expected {g.expected!r}, got {g.output!r}):")
+        lines.append(f"  gradients from sample {g.sample} (expected {g.expected!r}, got {answer_words(g.output)}):")
         for node, text in g.nodes.items():
             lines.append(_indent(f"{node}: {text}", "      "))
     return lines

@@ -21,7 +21,7 @@ from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
-from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
+from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
 from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
@@ -229,7 +229,7 @@ class Evaluation:
             error = r.metric_error or final.error
             how = "".join(f"\n{part.title}:\n{part.text}" for part in kinds.shown(final.extra))  # a tool loop's calls
             lines.append(
-                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
+                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {answer_words(r.trace.output)}"
                 f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}{how}"
                 + (f"\nwhy: {r.reason}" if r.reason else "")
             )
