@@ -330,29 +330,46 @@ def test_the_shipped_agent_runs_on_the_embedded_model_with_well_formed_calls(tmp
         assert all(not r.error or "raised" in r.content for r in step.results), step.results
 
 
-def test_a_record_answer_is_described_in_the_prompt_since_no_schema_holds_a_tool_loops_answer(tmp_path):
-    """A tool loop sends no JSON Schema for its answer (the matrix found a record agent on a schema-taking model
-    told nothing of its fields): the fields are in its first prompt, and the answer is read as the record."""
+@pytest.mark.parametrize(
+    "type_, words, answer, output",
+    [
+        (
+            "{place: text, people: number}",
+            'Reply with a JSON object with exactly these fields:\n- "place": text\n- "people": a number',
+            '{"place": "Kesh", "people": 18400}',
+            {"place": "Kesh", "people": 18400},
+        ),
+        ("choice(many, few)", "Begin the answer with one of: many, few.", "many: 18400 people", "many"),
+        ("number", "End the answer with the number.", "About 18400", 18400),
+        ("text", None, "18400", "18400"),
+    ],
+)
+def test_the_answers_type_is_in_words_since_no_schema_holds_a_tool_loops_answer(tmp_path, type_, words, answer, output):
+    """A tool loop sends no JSON Schema for its answer (the matrix found a record agent on a schema-taking model told
+    nothing of its fields): a typed answer is described in its first prompt, and read as that type."""
     from fake_server import FakeServer
 
     (tmp_path / "tools.py").write_text(TOOLS)
     path = tmp_path / "agent.sbp"
-    agent = Agent([call("lookup", {"place": "Kesh"}, "c1")], answer='{"place": "Kesh", "people": 18400}')
-    with FakeServer(reply=agent) as server:
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")], answer=answer)) as server:
         path.write_text(
             'pipeline a\ninput question: text\nparam task = "Answer."\nfunction lookup = "tools:lookup"\n'
-            "node solve: {place: text, people: number} { prompt = task  tools = [lookup] }\nquestion -> solve\n"
+            f"node solve: {type_} {{ prompt = task  tools = [lookup] }}\nquestion -> solve\n"
             f'output solve\nmodel forward {{ name = "openai/gpt-4o-mini"  api_base = "{server.url}" }}\n'
         )
         with sbp.load(path) as pipeline:
             prediction = pipeline(question="How many live in Kesh?")
         first = server.bodies[0]
     assert "response_format" not in first
-    assert (
-        'Reply with a JSON object with exactly these fields:\n- "place": text\n- "people": a number'
-        in (first["messages"][-1]["content"])
+    sent = first["messages"][-1]["content"]
+    assert sent.endswith(
+        f"Question: How many live in Kesh?\n\n{words}" if words else "Question: How many live in Kesh?"
     )
-    assert prediction.output == {"place": "Kesh", "people": 18400}
+    assert prediction.output == output
+    prompts = io.StringIO()
+    with contextlib.redirect_stdout(prompts):
+        assert main(["compile", str(path), "--emit", "prompts"]) == 0
+    assert words is None or words in prompts.getvalue()
 
 
 def test_an_evaluations_record_counts_model_calls_as_its_ledger_does(tmp_path, monkeypatch, capsys):

@@ -31,7 +31,7 @@ from .. import ir
 from ..callables import parse_target
 from ..diagnostics import suggestion
 from ..node import GraphNode
-from ..shapes import describe
+from ..shapes import answer_format
 from ..signatures import ToolSpec, read_tool
 from ..toolcalls import (
     Answer,
@@ -157,8 +157,10 @@ class ToolLoop(NodeKind):
 
 
 def answering(node: GraphNode, prompt: str) -> str:
-    """The loop's first prompt: a record's fields in words, as no JSON Schema holds the answer of a tool loop."""
-    return f"{prompt}\n\n{describe(node.type)}" if node.type.kind == "record" else prompt
+    """The loop's first prompt, with the answer's type in words (a record's fields, a choice's options): no JSON
+    Schema holds the answer of a tool loop. A node that reads its answer from a tag has said how in its template."""
+    words = answer_format(node.type) if node.parse != "tag" else None
+    return f"{prompt}\n\n{words}" if words else prompt
 
 
 def steps_of(trace: NodeTrace) -> tuple[Step, ...]:
