@@ -70,21 +70,24 @@ class Universal:
 
 
 def answer_in_words(prompt: str, salt: int) -> str:
-    """An answer to a prompt that describes a record's fields in words (shapes.describe), else one a text, a
-    number or a list node reads."""
+    """An answer as a prompt asks for it in words (shapes.answer_format): a record's fields, a choice's option, a
+    number, a JSON array; else a short text."""
     fields = re.findall(
         r'^- "(\w+)": (.+)$', prompt.split("Reply with a JSON object with exactly these fields:")[-1], re.M
     )
-    if "Reply with a JSON object" not in prompt or not fields:
-        return json.dumps(["1"])
-    options = {name: re.findall(r'"([^"]*)"', what) for name, what in fields}
-    kinds = {"text": "A short answer.", "a number": 1, "any JSON value": []}
-    return json.dumps(
-        {
-            name: options[name][salt % len(options[name])] if what.startswith("one of") else kinds[what]
-            for name, what in fields
-        }
-    )
+    options = re.search(r"Begin the answer with one of: (.+)\.$", prompt, re.M)
+    if "Reply with a JSON object" in prompt and fields:
+        kinds = {"text": "A short answer.", "a number": 1, "any JSON value": []}
+        chosen = {name: re.findall(r'"([^"]*)"', what) for name, what in fields}
+        return json.dumps({n: chosen[n][salt % len(chosen[n])] if chosen[n] else kinds[w] for n, w in fields})
+    if options:
+        choices = options.group(1).split(", ")
+        return f"{choices[salt % len(choices)]}: a short answer."
+    if "End the answer with the number." in prompt:
+        return f"The answer is {1 + salt % 2}."
+    if "Answer with a JSON array." in prompt:
+        return json.dumps(["A short answer.", "Another answer."])
+    return "A short answer."
 
 
 def instance(schema: dict, salt: int):
