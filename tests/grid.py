@@ -27,6 +27,8 @@ FEATURES: dict[str, tuple[str, ...]] = {
     "demos": ("nodemos", "demos"),
     "metric": ("builtin", "judge", "python"),
     "params": ("oneparam", "params"),
+    "models": ("roles", "named"),
+    "output": ("whole", "field"),
 }
 SEED = 42
 
@@ -35,12 +37,16 @@ Row = dict[str, str]
 
 def meaningful(row: Mapping[str, str]) -> bool:
     """Whether a (partial) row is a pipeline: a function node has no prompt to carry a system message, demos
-    or a template."""
-    if row.get("kind") == "function":
+    or a template, nor a model; only a record's field can be the output, of a node neither mapped (its value is a
+    list) nor behind a branch."""
+    plain = {"system": "nosystem", "demos": "nodemos", "params": "oneparam", "models": "roles"}
+    if row.get("kind") == "function" and any(row.get(name) not in (None, value) for name, value in plain.items()):
+        return False
+    if row.get("output") == "field":  # `output a.f | b.f` is no syntax: a field is scored without a branch
         return (
-            row.get("system") in (None, "nosystem")
-            and row.get("demos") in (None, "nodemos")
-            and (row.get("params") in (None, "oneparam"))
+            row.get("reply") in (None, "record")
+            and row.get("map") in (None, "single")
+            and (row.get("branch") in (None, "straight"))
         )
     return True
 
@@ -65,16 +71,30 @@ def pairwise(
         for _ in range(tries):
             row = {name: rng.choice(list(features[name])) for name in names}
             row.update(dict(first))
-            if not allowed(row):
+            row = repaired(row, features, allowed, fixed=[name for name, _ in first])
+            if row is None:
                 continue
             covered = len(pairs_of(row) & wanted)
             if covered > gain:
                 best, gain = row, covered
-        if best is None:  # no random row was allowed: the pair alone, the rest filled until allowed
+        if best is None:
             raise ValueError(f"no allowed row holds {first}")
         rows.append(best)
         wanted -= pairs_of(best)
     return rows
+
+
+def repaired(
+    row: Row, features: Mapping[str, Sequence[str]], allowed: Callable[[Mapping[str, str]], bool], fixed: list[str]
+) -> Row | None:
+    """The row, or a neighbour that is allowed: each feature but the `fixed` ones in turn set to the first value
+    that makes the row allowed (None: none did)."""
+    for name in features:
+        if allowed(row):
+            return row
+        if name not in fixed:
+            row = next((r for value in features[name] if allowed(r := {**row, name: value})), row)
+    return row if allowed(row) else None
 
 
 def pairs_of(row: Mapping[str, str]) -> set:
@@ -95,7 +115,7 @@ VALUES = {  # what the generated function returns for each reply
     "list": "['one', 'two']",
     "record": "{'label': 'left', 'score': 1}",
 }
-METRICS = {"text": "exact", "choice": "exact", "number": "numeric", "list": "json", "record": "json"}
+METRICS = {"text": "exact", "choice": "exact", "number": "numeric"}  # by the scored type; a list's or record's: json
 
 
 @dataclass(frozen=True)
@@ -144,19 +164,24 @@ def pipeline(row: Row) -> Pipeline:
                 f'template t = "{{{{ prompt }}}} {{{{ style }}}} {shots} {shown}"',
             ]
             settings.append("template = t")
+    if row["models"] == "named":
+        lines += ["model fast { max_tokens = 64 }", "model strong { max_tokens = 128 }"]
+        lines.append("optimize { models = [fast, strong] }")
+        settings.append("model = strong")
     each = " for each item in items" if mapped else ""
     if mapped:
         settings.append("max_items = 3")
     lines.append(f"node subject: {subject_type}{each} {{ {'  '.join(settings)} }}")
     output_type = f"list[{subject_type}]" if mapped else subject_type
+    field = ".label" if row["output"] == "field" else ""
     if branched:
         lines += ['param sort = "Should this go on?"', "node route: choice(go, stop) { prompt = sort }"]
         lines.append(f"node other: {output_type} {{ prompt = task }}")
         lines += ["q -> route", f"route, {', '.join(inputs)} -> subject when route == go"]
-        lines += ["route, q -> other when route == stop", "output subject | other"]
+        lines += ["route, q -> other when route == stop", f"output subject{field} | other{field}"]
     else:
-        lines += [f"{', '.join(inputs)} -> subject", "output subject"]
-    lines += metric(row, output_type, code)
+        lines += [f"{', '.join(inputs)} -> subject", f"output subject{field}"]
+    lines += metric(row, "choice(left, right)" if field else output_type, code)
     return Pipeline(name, "\n".join(lines) + "\n", "\n".join(code) + "\n")
 
 
@@ -170,7 +195,7 @@ def metric(row: Row, output_type: str, code: list[str]) -> list[str]:
     if row["metric"] == "python":
         code += ["def score(prediction, example) -> float:", "    return float(bool(prediction.output))", ""]
         return ['metric scored = "grid_code:score"']
-    kind = "json" if output_type.startswith(("list", "{")) else METRICS[row["reply"]]
+    kind = "json" if output_type.startswith(("list", "{")) else METRICS[output_type.split("(")[0]]
     return [f"metric {kind}"]
 
 
