@@ -44,7 +44,7 @@ from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
 from .pricing import per_thousand
-from .stats import NO_GAIN, wins_needed
+from .stats import NO_GAIN, step_alpha, wins_needed
 from .strategies import Candidate, Learnt, Proposed, strategies
 
 
@@ -623,10 +623,12 @@ class Optimizer:
         held_out = self.held_out(iteration)
         by_id = {sample.id: sample for sample in split if sample.id not in held_out}
         known = self.known.gate
+        if margin is not None:  # against the pipeline the run started from: the margin bounds the run's whole loss
+            current, known = self.start(), self.start_scores()
         gate = Gate(
             list(by_id),
             {i for i, score in known.items() if score >= 1.0},
-            s.gate_alpha,
+            self.level(iteration.index),
             random.Random(f"{s.seed}:{iteration.index}:gate"),
             least=self.least(proposed),
             partial={i: score for i, score in known.items() if 0.0 < score < 1.0},
@@ -661,7 +663,13 @@ class Optimizer:
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
-        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable, held_out=sorted(held_out))
+        tally = iteration.gate = GateDecision(
+            **gate.to_json(),
+            unreadable=unreadable,
+            held_out=sorted(held_out),
+            run_alpha=s.gate_alpha,
+            baseline="start" if margin is not None else None,
+        )
         # every result of the proposal, those after the decision too (not counted by it, but known), in the split's
         # order as a forward pass gives them: its score when it has the whole split
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
@@ -676,6 +684,23 @@ class Optimizer:
         else:
             iteration.reject_taken(f"{GATE_REJECTED}: {gate_tally(tally)}{gate_settled(tally)}")
         return accept
+
+    def level(self, index: int) -> float:
+        """The level iteration `index` tests its step at: gate_alpha spent over the run (stats.step_alpha), only
+        rejected steps using theirs up, so the run accepts a step not truly better with chance at most gate_alpha."""
+        spent = sum(it.gate.alpha for it in self.record.data.iterations if it.gate is not None and not it.accepted)
+        return step_alpha(self.method.gate_alpha, index, self.method.iterations, spent)
+
+    def start(self) -> Graph:
+        """The pipeline the run started from (a resumed run's file holds its accepted steps)."""
+        initial = self.record.data.initial_prompts
+        return self.graph.with_prompts(initial) if initial else self.graph
+
+    def start_scores(self) -> dict[str, float]:
+        """The start's scores on the gate split, from the initial score (those it lost: unknown)."""
+        data = self.record.data
+        right, partial, lost = set(data.initial_right), data.initial_partial, set(data.initial_lost)
+        return {x.id: 1.0 if x.id in right else partial.get(x.id, 0.0) for x in self.gate_split() if x.id not in lost}
 
     async def until_settled(
         self,

@@ -131,6 +131,14 @@ class GateDecision:
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
     cancelled: list[str] = field(default_factory=list)  # in flight when the decision was settled: left unknown
+    run_alpha: float | None = None  # the run's rate of accepting a step not truly better, `alpha` this gate's share
+    baseline: str | None = None  # "start": tested against the pipeline the run started from (None: the current one)
+    test: str | None = None  # a non-inferiority gate's test; the fields below are its figures
+    answered: int | None = None  # samples scored on both sides: those the test counts
+    own_lost: list[str] = field(default_factory=list)  # lost on the step's side: charged to the margin
+    margin_left: float | None = None  # the margin less the share of the split the step lost
+    z: float | None = None  # the score statistic (None: no sample counted, or no margin left)
+    critical: float | None = None  # the least z that passes at exact size alpha (None: no outcome can)
 
     def __repr__(self) -> str:  # the sample ids it lists run long
         settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""
