@@ -52,6 +52,7 @@ class Learnt:
     failures: Sequence[Result]
     reused: bool  # nothing was evaluated: the results the run had held them all
     rejected: Sequence[Mapping[str, str | None]] = ()  # the steps the gate rejected earlier in the run
+    unanswering: frozenset[str] = frozenset()  # models a step moved to earlier in the run that did not answer
 
 
 class Candidate(Protocol):
@@ -235,8 +236,9 @@ class Move:
 class Models:
     """The model of each node as a param: a step moves one node to another of the models the method names
     (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
-    non-inferiority at `margin`; with objective accuracy, to a dearer one, held to the ordinary gate. A move the
-    gate rejected is not proposed again in the run: the next model in line is."""
+    non-inferiority at `margin`, and kept only when its measured cost per sample falls (optimize.py); with objective
+    accuracy, to a dearer one, held to the ordinary gate. A move the gate rejected is not proposed again in the run,
+    nor any move to a model that did not answer: the next model in line is."""
 
     method: Method
     name: str = "models"
@@ -273,7 +275,7 @@ class Models:
             old, old_price = node.model, price.get(node.model)
             for new in self.allowed(node):
                 new_price = price.get(new)
-                if old_price is None or new_price is None or (param, new) in tried:
+                if old_price is None or new_price is None or (param, new) in tried or new in learnt.unanswering:
                     continue
                 if (new_price < old_price) if cheaper else (new_price > old_price):
                     moves.append(Move(param, new, None, old, (old_price, new_price)))
