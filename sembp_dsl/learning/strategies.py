@@ -32,7 +32,7 @@ from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
 from .backward import backward, backward_calls, feedback_wanted
 from .bootstrap import propose_demos
-from .descent import propose
+from .descent import groups, propose
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
 
@@ -113,7 +113,8 @@ class Strategy(Protocol):
 @dataclass(frozen=True)
 class SemanticGradients:
     """The paper's step: the backward pass turns each error into feedback for every node (backward.py), and the
-    optimizer model rewrites each prompt from the feedback its nodes received (descent.py)."""
+    optimizer model rewrites each prompt from the feedback its nodes received (descent.py); a tool's description
+    is rewritten with its node's instruction, in one call, where both are trained."""
 
     method: Method
     name: str = "gradients"
@@ -142,9 +143,12 @@ class SemanticGradients:
         fed = [p for p in params if mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p))]
         if len(fed) < len(params):
             llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
-        candidates = await each(f"iteration {learnt.index}: optimizer", fed, lambda p: propose(graph, llm, p, samples))
+        right = [r.trace for r in learnt.train.results if r.correct and not r.lost]
+        answers = await each(
+            f"iteration {learnt.index}: optimizer", groups(graph, fed), lambda g: propose(graph, llm, g, samples, right)
+        )
         return Proposed(
-            candidates,
+            [candidate for answer in answers for candidate in answer],
             [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed],
             [
                 Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
