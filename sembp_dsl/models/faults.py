@@ -278,4 +278,9 @@ class CallFailed(SbpcError):
 
 class LLMError(OptionError):
     """A call that cannot succeed (bad key, unknown model, no model): stop with this message, which names
-    options as the caller gave them (`model=` in Python, `--model` on the command line)."""
+    options as the caller gave them (`model=` in Python, `--model` on the command line). `model`: the named model
+    whose calls cannot work, when they were on trial (stops.py `trying`) and the command goes on without it."""
+
+    def __init__(self, *parts: str, model: str | None = None):
+        super().__init__(*parts)
+        self.model = model

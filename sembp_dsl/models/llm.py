@@ -195,6 +195,15 @@ class LLM:
             return replace(result, text=text, finish_reason="length")
         return result if text == result.text else replace(result, text=text)
 
+    async def probe(self, role: str, model: str) -> None:
+        """One short call to a named model past the cache (a cached reply says what it once answered, not that it
+        answers now), counted as `role`'s: returns when it answers, raises CallFailed or LLMError when not."""
+        spec = self.model(model)
+        transport = self.transport(spec.name)
+        check_callable(spec.name, transport)
+        request = prepare(spec, messages_of("Reply with the word OK.", None), self.timeout, transport, self.routers)
+        await self._call(role, spec, request)
+
     def takes_tools(self, model: str) -> bool:
         """Whether this model (a role's or a named one) calls tools natively; else a tool loop holds it to the
         text form (a Router's model group is held to it too: its deployments may differ)."""
