@@ -88,9 +88,10 @@ class GraphNode:
         return compile_template(self.template).render(variables).strip()
 
     def shown_input(self, name: str, values: Mapping[str, str]) -> tuple[str, str]:
-        """An input as the default template lists it: a mapped node's run shows its item in place of the list."""
+        """An input as the default template lists it: a mapped node's run shows its item in place of the list (the
+        whole list when no item is given, as `variables` reads it: a plan's bound)."""
         if self.each is not None and name == self.each.over:
-            return label(self.each.item), values[self.each.item]
+            return label(self.each.item), values.get(self.each.item, values[name])
         return label(name), values[name]
 
     def system_message(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str | None:

@@ -43,6 +43,7 @@ __all__ = [
     "eval_splits",
     "fields_of",
     "fingerprint",
+    "fit_defaults",
     "rows_of",
     "from_records",
     "load",
@@ -313,6 +314,41 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     )
 
 
+def fit_defaults(dataset: Dataset, sizes: Mapping[str, int], asked: Iterable[str]) -> tuple[dict[str, int], str]:
+    """`sizes` (train, val, test), those not `asked` (sbpc's defaults) scaled down in proportion where their pool
+    holds fewer rows than they add up to, so a small file is split rather than refused; the sizes asked for are
+    kept (make_splits refuses them when they do not fit). With what was scaled said in words ("" when nothing)."""
+    asked = set(asked)
+    fitted = dict(sizes)
+    for pool, splits in _pools_of(dataset).items():
+        mine = {split: sizes[split] for split in splits}
+        available = len(dataset.pools.get(pool, ())) if pool else sum(map(len, dataset.pools.values()))
+        free = {split: size for split, size in mine.items() if split not in asked and size}
+        room = available - sum(size for split, size in mine.items() if split in asked)
+        if sum(mine.values()) > available and free and room > 0:
+            fitted.update(_fitting(free, room) or {})
+    changed = [split for split in _CARVE_ORDER if fitted[split] != sizes[split]]
+    if not changed:
+        return fitted, ""
+    rows = sum(map(len, dataset.pools.values()))
+    default = " + ".join(f"{sizes[split]} {split}" for split in changed)
+    now = " + ".join(f"{fitted[split]} {split}" for split in changed)
+    return (
+        fitted,
+        f"{dataset.name} has {rows} rows, fewer than the default sizes ask ({default}): split in proportion, {now}",
+    )
+
+
+def _pools_of(dataset: Dataset) -> dict[str, tuple[str, ...]]:
+    """The pool each split is drawn from, as make_splits draws it ("" for every pool merged)."""
+    if not any(pool in dataset.pools for pool in _OWN_POOL.values()):
+        return {"": _CARVE_ORDER}
+    own = {split: pool for split, pool in _OWN_POOL.items() if pool in dataset.pools}
+    return {"train": tuple(split for split in _CARVE_ORDER if split not in own)} | {
+        pool: (split,) for split, pool in own.items()
+    }
+
+
 def _from_own_pools(dataset: Dataset, sizes: Mapping[str, int], rng: random.Random) -> Splits:
     """val and test each from a pool of its own when the data set has one ("validation", "test"); train, and the
     splits without one, carved in that order from "train"."""
@@ -356,6 +392,9 @@ def eval_splits(
     own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
     before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
     sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
+        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
+        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
