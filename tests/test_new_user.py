@@ -95,3 +95,38 @@ def test_eval_of_the_val_split_scores_the_rows_a_small_file_gates_on():
     gated = from_dataset(data, Method(), {}, asked=()).splits[1]
     scored = eval_splits(data, None, None, None, 0, (20, 20, 100), split="val").val
     assert len(scored) == 11 and scored == tuple(gated)
+
+
+def checked(tmp_path, capsys, rows: str, block: str = "") -> tuple[int, str]:
+    (tmp_path / "d.jsonl").write_text(rows)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(source + f'data {{ file = "d.jsonl" {block} }}\n')
+    code = main(["check", str(tmp_path / "p.sbp")])
+    return code, "".join(capsys.readouterr())
+
+
+def test_check_names_a_row_without_a_field_an_input_reads(tmp_path, capsys):
+    rows = '{"q": "a", "answer": "x"}\n{"answer": "y"}\n{"q": "c", "answer": "z"}\n'
+    code, said = checked(tmp_path, capsys, rows)
+    assert code == 1 and "error[E135]: input 'q' reads the field 'q', which d.jsonl:2 does not have" in said
+
+
+def test_check_refuses_sizes_that_add_up_to_more_rows_than_the_file_has(tmp_path, capsys):
+    rows = "".join(f'{{"q": "{i}", "answer": "x"}}\n' for i in range(4))
+    code, said = checked(tmp_path, capsys, rows, "train = 3  validation = 3")
+    assert code == 1 and "error[E160]: the sizes add up to 6 rows (3 train + 3 validation), but d.jsonl has 4" in said
+    assert checked(tmp_path, capsys, rows, "train = 2  validation = 2")[0] == 0
+    assert checked(tmp_path, capsys, rows)[0] == 0  # sbpc's defaults are scaled to fit, never refused
+
+
+def test_check_of_a_large_file_reads_a_bounded_head_and_counts_its_rows(tmp_path, capsys, monkeypatch):
+    from sembp_dsl.runtime import datasets
+
+    monkeypatch.setattr(datasets, "CHECK_BYTES", 200)
+    rows = "".join(f'{{"q": "{i}", "answer": "x"}}\n' for i in range(40))  # ~1 KB: read in part
+    (tmp_path / "d.jsonl").write_text(rows)
+    read = datasets.fields_of(str(tmp_path / "d.jsonl"))
+    assert read.columns == ("q", "answer") and read.rows == 41  # a bound: every line, and one past the last
+    code, said = checked(tmp_path, capsys, rows, "train = 30  validation = 12")
+    assert code == 1 and "but d.jsonl has 41" in said
+    assert checked(tmp_path, capsys, rows, "train = 30  validation = 10")[0] == 0

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import Option, OptionError
-from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, same_file
+from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, Fields, same_file
 from ..language.diagnostics import did_you_mean
 
 __all__ = [
@@ -492,9 +492,19 @@ def _find_folder(sub: str, flag: str | None) -> Path:
     raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n", *_HOW_TO_GET)
 
 
-def _read_text(path: Path) -> str:
-    """Whole file as text; every I/O or decoding failure becomes a DataError."""
-    raw = _read_bytes(path)
+def _head_text(path: Path, head: int | None) -> tuple[str, bool]:
+    """The file as text, or with `head` its whole lines in the first `head` bytes; and whether it goes on."""
+    if head is None:
+        return _read_text(path), False
+    raw = _read_bytes(path, head + 1)
+    if len(raw) <= head:
+        return _read_text(path, raw), False
+    return _read_text(path, raw[: raw.rfind(b"\n", 0, head) + 1] or raw[:head]), True
+
+
+def _read_text(path: Path, raw: bytes | None = None) -> str:
+    """Whole file (or its bytes `raw`) as text; every I/O or decoding failure becomes a DataError."""
+    raw = _read_bytes(path) if raw is None else raw
     try:
         text = raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -505,7 +515,7 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, most: int | None = None) -> bytes:
     """A regular file's bytes, as many as its size says: a FIFO or device (which would block or never end) is
     refused from the descriptor it opened without blocking, so a file swapped for one after a check is refused
     too; a file of a virtual file system (/proc/self/environ, size 0) reads as empty, not as its content."""
@@ -516,7 +526,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         found = _regular(path, os.fstat(fd))
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(found.st_size)
+            return file.read(found.st_size if most is None else min(most, found.st_size))
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except MemoryError:
@@ -578,10 +588,11 @@ def _csv_read(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterat
             yield reader.line_num, row
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    """(line number, object) pairs of a JSON-lines file, skipping blank lines; every bad line is named, at the end."""
+def _json_lines(path: Path, head: int | None = None) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, object) pairs of a JSON-lines file (with `head`, of its first bytes' whole lines), skipping blank
+    lines; every bad line is named, at the end."""
     bad: list[tuple[int, str]] = []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+    for number, line in enumerate(_head_text(path, head)[0].split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -759,10 +770,13 @@ def _load_folder(folder: Path) -> Dataset:
     return _user_data(folder.name, folder_splits(folder), folder)
 
 
-def _user_data(name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None) -> Dataset:
+def _user_data(
+    name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None, head: int | None = None
+) -> Dataset:
     """A user's files as one data set, a pool per split; its answer column the first file's, when it has one. Every
-    bad row of every file is named at once. A folder's samples are named by their file's path in it."""
-    read = {split: [(path, _file_records(path)) for path in paths] for split, paths in files.items()}
+    bad row of every file is named at once. A folder's samples are named by their file's path in it. With `head`,
+    only the rows in each file's first `head` bytes are read."""
+    read = {split: [(path, _file_records(path, head)) for path in paths] for split, paths in files.items()}
     rows = [record for parts in read.values() for _, records in parts for _, record in records]
     if not rows:
         raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
@@ -791,13 +805,13 @@ def _samples(path: Path, label: str, records: Records, answer: object | None) ->
     return tuple(_sample(f"{label}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
 
 
-def _file_records(path: Path) -> Records:
+def _file_records(path: Path, head: int | None = None) -> Records:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_json_lines(path))
+        return list(_json_lines(path, head))
     if suffix in TABLE_SUFFIXES:
         return _arrow_records(path)
-    return _table_records(path, suffix)
+    return _table_records(path, suffix, head)
 
 
 def _user_files(path: str) -> dict[str, list[Path]]:
@@ -816,15 +830,40 @@ def rows_of(path: str) -> list[Mapping[str, object]]:
     return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
 
 
-def fields_of(path: str) -> tuple[str, ...] | str:
-    """The fields of a user's data file or folder (its answer column among them), or why a run could not use it."""
+# What `check` reads of each data file: its first rows, this many bytes of them, so a file of millions of rows is
+# checked in a moment (a run reads the rest, and names any bad row of it then).
+CHECK_BYTES = 4 << 20
+
+
+def fields_of(path: str) -> Fields | str:
+    """The fields of a user's data file or folder (its answer column among them), the first row lacking each, and
+    how many rows a file has at most; or why a run could not use it. Every bad row of the first CHECK_BYTES of
+    each file is named, as a run would find them."""
     try:
         files = _user_files(path)
-        return _user_data(
-            path, files, Path(path).expanduser() if Path(path).is_dir() else None
-        ).columns  # every bad row, as a run would find them
+        folder = Path(path).expanduser() if Path(path).is_dir() else None
+        dataset = _user_data(path, files, folder, head=CHECK_BYTES)
+        rows = None if folder else _rows_at_most(files["all"][0], dataset)
     except DataError as exc:
         return str(exc)
+    lacking: dict[str, str] = {}
+    for sample in (s for pool in dataset.pools.values() for s in pool):
+        for column in set(dataset.columns) - set(sample.fields) - {sample.answer_column} - set(lacking):
+            lacking[column] = sample.id
+    return Fields(dataset.columns, MappingProxyType(lacking), rows)
+
+
+def _rows_at_most(path: Path, dataset: Dataset) -> int | None:
+    """The rows of a file read whole, else its lines past the header (a row is one line or more): a bound."""
+    read = sum(map(len, dataset.pools.values()))
+    try:
+        size = path.stat().st_size
+        if size <= CHECK_BYTES or path.suffix.lower() in TABLE_SUFFIXES:
+            return read
+        with open(path, "rb") as file:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b"")) + 1
+    except OSError:
+        return None
 
 
 def fingerprint(*paths: str | None) -> str | None:
@@ -865,12 +904,16 @@ def _sample(
     return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
-def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
-    """Rows of a CSV/TSV with a header row, as column -> value dicts."""
+def _table_records(path: Path, suffix: str, head: int | None = None) -> list[tuple[int, dict[str, str]]]:
+    """Rows of a CSV/TSV with a header row, as column -> value dicts (with `head`, those of its first bytes, the
+    last one dropped when the file goes on: a quoted value may run past them)."""
     # TSV is read like LIAR (no quoting, one record per line); CSV needs quoting
     # because commas inside values are common.
     tsv = suffix == ".tsv"
-    rows = _csv_rows(path, _read_text(path), "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    text, cut = _head_text(path, head)
+    rows = _csv_rows(path, text, "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    if cut:
+        rows = iter(list(rows)[:-1])
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")
