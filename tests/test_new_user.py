@@ -130,3 +130,55 @@ def test_check_of_a_large_file_reads_a_bounded_head_and_counts_its_rows(tmp_path
     code, said = checked(tmp_path, capsys, rows, "train = 30  validation = 12")
     assert code == 1 and "but d.jsonl has 41" in said
     assert checked(tmp_path, capsys, rows, "train = 30  validation = 10")[0] == 0
+
+
+@pytest.fixture
+def secret_link(tmp_path):
+    """A pipeline whose data block names `data.csv`, a link to a file of secrets outside its folder."""
+    (tmp_path / "secrets.env").write_text("API_KEY=sk-live-abc123,OTHER\nx,y\nx,y\nx,y\n")
+    folder = tmp_path / "project"
+    folder.mkdir()
+    (folder / "data.csv").symlink_to(tmp_path / "secrets.env")
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (folder / "p.sbp").write_text(source + 'data { file = "data.csv" }\n')
+    return folder / "p.sbp"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["check"], ["eval", "--model", "openai/x"], ["optimize", "--plan"], ["optimize", "--plan", "--json"]],
+    ids=" ".join,
+)
+def test_the_fields_of_a_data_file_outside_the_folder_are_shown_by_no_command(secret_link, argv, capsys):
+    code = main(
+        [argv[0], str(secret_link), *argv[1:], *(["--runs-dir", str(secret_link.parent)] * (argv[0] == "eval"))]
+    )
+    said = "".join(capsys.readouterr())
+    assert code != 0 and "sk-live" not in said and "OTHER" not in said, said
+    assert "not shown: the file is outside the pipeline's folder" in said
+
+
+LONG = "a" * 300
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "long.sbp"],
+        ["eval", "long.sbp", "--model", "openai/x"],
+        ["optimize", "long.sbp", "--plan"],
+        ["init", "--data", f"{LONG}.csv", "a task"],
+        ["eval", "long.sbp", "--data", f"{LONG}.jsonl", "--model", "openai/x"],
+    ],
+    ids=lambda argv: argv[0] + " " + argv[-2][:8],
+)
+def test_a_data_file_name_too_long_for_the_file_system_is_a_clear_error(tmp_path, monkeypatch, capsys, argv):
+    monkeypatch.chdir(tmp_path)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "long.sbp").write_text(source + f'data {{ file = "{LONG}.csv" }}\n')
+    try:
+        code = main(argv)
+    except SystemExit as exc:
+        code = exc.code
+    said = "".join(capsys.readouterr())
+    assert code != 0 and "Traceback" not in said and "a name longer than the file system allows" in said, said

@@ -278,6 +278,21 @@ def _nearby(path: str, written: str) -> str:
     return suggestion(written, [os.path.join(os.path.dirname(written), name) for name in names])
 
 
+def hides_fields(pipeline: ir.Pipeline, where: str) -> bool:
+    """Whether the data file a row was read from (`where`, "path" or "path:line") is one the data block names that
+    lies outside the pipeline's folder, whose fields no message shows: a stranger's pipeline could link `x.csv` to a
+    file of secrets, and what a run says before any call lands in public CI logs as check's output does."""
+    block = data_block(pipeline)
+    if block is None or not where:
+        return False
+    path = os.path.realpath(where.rpartition(":")[0] if ":" in os.path.basename(where) else where)
+    for literal in named_files(block).values():
+        named = os.path.realpath(resolved(pipeline, str(literal.value)))
+        if (path == named or path.startswith(os.path.join(named, ""))) and not _inside(pipeline, named):
+            return True
+    return False
+
+
 def _inside(pipeline: ir.Pipeline, path: str) -> bool:
     """Whether a data file is, links resolved, in the pipeline's folder (or below it)."""
     folder = os.path.realpath(os.path.dirname(pipeline.path) or ".")

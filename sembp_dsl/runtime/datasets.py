@@ -222,7 +222,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _read_once(_load_gsm8k, folder, files=[folder / f"{split}.jsonl" for split in _GSM8K_FILES])
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
-    if Path(name).expanduser().is_dir():  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
+    if _is_folder(Path(name).expanduser()):  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
         return _load_folder(Path(name).expanduser())
     if name.lower().endswith(USER_SUFFIXES):
         path = Path(name).expanduser()
@@ -239,14 +239,14 @@ def _distinct_files(spec: str, own: Mapping[str, str]) -> None:
     be trained on and scored alike. A folder's split that a file of its own replaces is no other split's."""
     named = Path(spec).expanduser()
     sources: dict[object, tuple[str, str]] = {}  # the file -> (the split reading it, as named)
-    if named.is_dir():
+    if _is_folder(named):
         for split, files in folder_splits(named).items():
             for file in files:
                 sources.setdefault(same_file(str(file)), (split, str(file)))
     elif spec.lower().endswith(USER_SUFFIXES):
         sources[same_file(spec)] = ("train", spec)
     for pool, path in own.items():
-        if Path(path).expanduser().is_dir():
+        if _is_folder(Path(path).expanduser()):
             raise DataError(f"{path}: {NOT_A_FOLDER}")
         if not path.lower().endswith(USER_SUFFIXES):
             raise DataError(
@@ -544,8 +544,16 @@ def _regular(path: Path, found: os.stat_result) -> os.stat_result:
     return found
 
 
+def _is_folder(path: Path) -> bool:
+    """Whether a folder is there; False for a name no file can have (longer than the file system allows: Path.is_dir
+    raises on it), which opening it then says in the user's words."""
+    return os.path.isdir(path)
+
+
 def _unopenable(path: Path, exc: OSError) -> str:
     """Why a data file could not be opened, in the user's words: a link that leads nowhere said as one."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return "a name longer than the file system allows (a file or folder name holds at most 255 bytes)"
     if exc.errno == errno.ELOOP:
         return "a symbolic link that leads back to itself (a loop of links); give a file"
     if isinstance(exc, FileNotFoundError) and path.is_symlink():
@@ -817,7 +825,7 @@ def _file_records(path: Path, head: int | None = None) -> Records:
 def _user_files(path: str) -> dict[str, list[Path]]:
     """A user's data by split: a folder's splits, or one file; DataError for anything else."""
     given = Path(path).expanduser()
-    if given.is_dir():
+    if _is_folder(given):
         return folder_splits(given)
     if given.suffix.lower() not in USER_SUFFIXES:
         raise DataError(f"{path}: a data file is .jsonl, .csv, .tsv, .parquet or .arrow, or a Hugging Face folder")
@@ -841,7 +849,7 @@ def fields_of(path: str) -> Fields | str:
     each file is named, as a run would find them."""
     try:
         files = _user_files(path)
-        folder = Path(path).expanduser() if Path(path).is_dir() else None
+        folder = Path(path).expanduser() if _is_folder(Path(path)) else None
         dataset = _user_data(path, files, folder, head=CHECK_BYTES)
         rows = None if folder else _rows_at_most(files["all"][0], dataset)
     except DataError as exc:
@@ -872,12 +880,12 @@ def fingerprint(*paths: str | None) -> str | None:
     each file after the first with its length, so a row moved from one file to the next is one too."""
     digest = hashlib.sha256()
     try:
-        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or Path(p).expanduser().is_dir())]
+        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or _is_folder(Path(p).expanduser()))]
         if not named:
             return None
         for number, given in enumerate(named):
             folder = Path(given).expanduser()
-            if not folder.is_dir():
+            if not _is_folder(folder):
                 content = _read_bytes(folder)  # a pipe or device there now is refused, not waited on
                 digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
                 digest.update(content)
