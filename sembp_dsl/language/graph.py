@@ -21,7 +21,7 @@ from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
 from .maps import each_of
-from .method import Method
+from .method import SIZES, Method
 from .metrics import parse_scale
 from .node import NO_RECORDS, GraphNode, model_param
 from .shapes import SENTENCE, Field, Shape, prompt_shape
@@ -136,6 +136,13 @@ class Graph:
         """The type of what is scored: the output node's, or that of its field."""
         node = self.nodes[self.output]
         return node.type.field(self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
+
+    @property
+    def sizes_given(self) -> frozenset[str]:
+        """The split sizes the file asks for (its optimize block's and data block's), which a run never scales to fit
+        a small file as it does sbpc's defaults."""
+        named = {s.key for b in self.pipeline.blocks if b.kind == "optimize" for s in b.settings}
+        return frozenset((named | set(self.data.method if self.data else ())) & set(SIZES))
 
     @property
     def trainable_demos(self) -> tuple[str, ...]:
