@@ -35,7 +35,7 @@ from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimit, RateLimits, Slots
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
-from .retry import BACKOFF, NO_RETRIES, Retries
+from .retry import BACKOFF, NO_RETRIES, Retries, beyond_waiting, bounded
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
 from .transport import FastPath, Reply, Transport, default_model, serving
@@ -298,6 +298,8 @@ class LLM:
             if failure.kind == CONFIG:
                 self.ledger.add(role, spec.role, failures=1)
                 raise self.stops.cannot_work(role, spec, failure)
+            if beyond_waiting(failure):
+                self.stops.refused_past_waiting(role, spec, failure)
             wait = retries.wait(failure, attempt)
             if wait is None:
                 self.ledger.add(role, spec.role, failures=1)
@@ -332,7 +334,7 @@ class LLM:
         elif overloaded(reply):
             self.ledger.count("refused for load (429, 503, 529)")
             self.ledger.refused(window.name)
-            window.refused(ticket, reply.retry_after)
+            window.refused(ticket, None if reply.retry_after is None else bounded(reply.retry_after))
         else:
             window.released()
 
