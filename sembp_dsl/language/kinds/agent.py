@@ -62,6 +62,11 @@ class ToolLoop(NodeKind):
     name = "tools"
     marker = "tools"
     settings = {"tools": (tuple,), "max_steps": (int,)}
+    help = {
+        "tools": "declared functions the model may call, e.g. [lookup, calc]: each one's JSON Schema is read from "
+        "its signature and docstring, never by importing it",
+        "max_steps": f"the most model replies one sample makes, the last one answering (default {DEFAULT_MAX_STEPS})",
+    }
     trace_keys = ("steps",)
 
     def check(self, cx: Checking, node: ir.Node) -> None:
