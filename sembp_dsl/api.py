@@ -527,7 +527,8 @@ class Pipeline:
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
         judged = spec if spec is not None and spec.kind == "judge" else None
         check_fields(self.graph, [sample for split in run.cut.splits for sample in split], mapping or {})
-        return plan(self.graph, LLM(self._session.models), run.cut.method, *run.cut.splits, mapping or {}, judged)
+        found = plan(self.graph, LLM(self._session.models), run.cut.method, *run.cut.splits, mapping or {}, judged)
+        return replace(found, data=run.cut.note)
 
     async def aoptimize(
         self,

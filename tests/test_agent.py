@@ -309,10 +309,81 @@ def test_in_optimize_the_tool_description_is_a_param_written_back_to_the_sbp(tmp
         optimized = optimize(path, tmp_path / "agent.jsonl")
     [iteration] = optimized.outcome.iterations
     assert {c.param for c in iteration.candidates} == {"solve_task", "lookup_doc"}
-    [optimizer] = [p for p in script.of_kind("optimizer") if 'The instruction "lookup_doc"' in p]
+    [optimizer] = script.of_kind("optimizer")  # one call proposes the instruction and the tool's description
     assert re.search(WHOLE_QUESTION, optimizer)  # the loss the output node received shows its calls
     assert 'param lookup_doc           = "Improved instruction for lookup_doc."' in path.read_text()
+    assert 'param solve_task           = "Improved instruction for solve_task."' in path.read_text()
     assert (tmp_path / "agent_tools.py").read_text() == (AGENT / "agent_tools.py").read_text()
+
+
+def tool_optimizer_prompts(tmp_path, frozen: str | None = None) -> list[str]:
+    """The optimizer prompts of one iteration on the shipped agent (with `frozen` param frozen), answered by
+    `Whole`, which calls lookup with the whole question: every sample wrong, every call a wrong one."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    path = tmp_path / "agent.sbp"
+    script = Whole()
+    with FakeServer(reply=script) as server:
+        text = with_fake_model(path.read_text(), server.url)
+        path.write_text(text.replace(f"param {frozen} ", f"frozen param {frozen} ") if frozen else text)
+        optimize(path, tmp_path / "agent.jsonl")
+    return script.of_kind("optimizer")
+
+
+def test_a_tools_description_is_proposed_with_its_nodes_instruction_the_tool_and_its_schema_in_view(tmp_path):
+    """It read 'The instruction "lookup_doc" is used by the component "solve" ... Write an improved instruction for
+    "solve"': never told the text describes the tool lookup, never shown its arguments, rewritten apart from the
+    node's instruction, and each example listed its tool calls twice (in its output and again in its loss)."""
+    [prompt] = tool_optimizer_prompts(tmp_path)
+    assert 'The instruction "solve_task" is used by the component "solve"' in prompt
+    assert 'The component may call the tool lookup, described to it by the text "lookup_doc"' in prompt
+    assert '"place": {"type": "string", "description": "the place\'s name alone' in prompt  # its argument schema
+    assert '"fact": {"enum": ["kind", "population"' in prompt
+    assert "inside <prompt>...</prompt>, then an improved description of the tool lookup" in prompt
+    assert '<tool name="lookup">...</tool>' in prompt and 'The instruction "lookup_doc"' not in prompt
+    examples = prompt.split("## Example ")[1:]
+    assert len(examples) == 2
+    for example in examples:  # its calls once: in its output, not again in how the output should change
+        [call] = re.findall(WHOLE_QUESTION, example)
+        assert example.count("Its tool calls, in order:") == 1
+
+
+def test_a_tools_description_alone_is_asked_for_as_that_tools_description(tmp_path):
+    """The node's instruction frozen: the description is proposed alone, as the description of the tool lookup,
+    with its arguments' schema, and how the component called it right (none here) and wrong (under each example)."""
+    [prompt] = tool_optimizer_prompts(tmp_path, frozen="solve_task")
+    assert prompt.startswith("You are improving the description of a tool")
+    assert 'The text "lookup_doc" is the description of the tool lookup, which the component "solve" is shown' in prompt
+    assert "The tool's arguments (JSON Schema): {" in prompt and '"required": ["place", "fact"]' in prompt
+    assert "How it called lookup on the inputs it answered wrongly is under each example below." in prompt
+    assert "Write an improved description of the tool lookup" in prompt and "improved instruction" not in prompt
+
+
+def test_the_optimizer_is_shown_the_calls_of_samples_answered_right(tmp_path):
+    """Right calls come from the trajectories of training samples the pipeline answered right."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    path = tmp_path / "agent.sbp"
+    script = Whole()
+    kesh = "What is the population of Kesh?"
+    plain = script.__call__
+
+    def answer(messages):  # Kesh asked as a place, and answered right; every other question wrong
+        prompt = messages[-1]["content"]
+        if messages[-1]["role"] != "tool" and script.kind(prompt) == "forward" and kesh in prompt:
+            script.prompts.append(prompt)
+            return {"content": None, "tool_calls": [call("lookup", {"place": "Kesh", "fact": "population"}, "k")]}
+        return plain(messages)
+
+    with FakeServer(reply=answer) as server:
+        path.write_text(with_fake_model(path.read_text(), server.url))
+        optimize(path, tmp_path / "agent.jsonl")
+    [prompt] = script.of_kind("optimizer")
+    assert 'How the component called lookup on inputs the system answered right:\n- lookup(place="Kesh"' in prompt
 
 
 @pytest.mark.slow

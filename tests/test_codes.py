@@ -182,6 +182,10 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
     "E139": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  test = "t.jsonl" }\n'),
     "E140": ("p.sbp", HEADER + OK + 'data { train = "d.jsonl"  test = "./d.jsonl" }\n'),
+    "E160": (
+        "p.sbp",
+        HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}"  train = 20  validation = 20 }}\n',
+    ),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "W020": (
         "p.sbp",

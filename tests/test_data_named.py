@@ -184,7 +184,7 @@ def test_a_field_no_row_has_is_one_cause_said_once_by_eval_and_by_the_plan(tmp_p
 def test_data_with_no_answer_column_name_it_in_the_output(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "ok"
     path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "gold": "ok"}) + "\n" for i in range(4)))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "gold": "ok"}) + "\n" for i in range(5)))
     assert cli.main(["check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "E135" in err and "no column named answer, label or target" not in err
@@ -198,4 +198,4 @@ def test_data_with_no_answer_column_name_it_in_the_output(tmp_path, fake_llm, sc
     assert cli.main(["check", str(path)]) == 0
     assert cli.main(["eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out.split("\n", 1)[1])["correct"] == 4, out
+    assert json.loads(out.split("\n", 1)[1])["correct"] == 5, out

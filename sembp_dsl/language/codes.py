@@ -987,6 +987,16 @@ _CODES = [
         "def lookup(order_id, fact): ...\n\norder_id -> facts",
         'def lookup(order_id, fact="status"): ...\n\norder_id -> facts',
     ),
+    # E16x: data a run would refuse, found by check
+    Code(
+        "E160",
+        "sizes larger than the data",
+        "The sizes the data block (or the optimize block) gives add up to more rows than the data file\n"
+        "holds, so `eval` and `optimize` would refuse to cut it. Sizes left out are never refused: a run\n"
+        "scales sbpc's defaults down to fit a small file, and says so.",
+        'data { file = "tickets.jsonl"  train = 20  validation = 20 }   # the file has 22 rows',
+        'data { file = "tickets.jsonl"  train = 11  validation = 11 }',
+    ),
     # W00x: warnings
     Code(
         "W001",

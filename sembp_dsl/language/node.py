@@ -93,7 +93,8 @@ class GraphNode:
         return values.get(self.each.item, values[self.each.over])
 
     def shown_input(self, name: str, values: Mapping[str, str]) -> tuple[str, str]:
-        """An input as the default template lists it: a mapped node's run shows its item in place of the list."""
+        """An input as the default template lists it: a mapped node's run shows its item in place of the list (the
+        whole list when no item is given, as `variables` reads it: a plan's bound)."""
         if self.each is not None and name == self.each.over:
             return label(self.each.item if self.each.item in values else name), self.item(values)
         return label(name), values[name]

@@ -32,7 +32,7 @@ from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
 from .backward import backward, backward_calls, feedback_wanted
 from .bootstrap import propose_demos
-from .descent import propose
+from .descent import groups, propose
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
 
@@ -52,6 +52,7 @@ class Learnt:
     failures: Sequence[Result]
     reused: bool  # nothing was evaluated: the results the run had held them all
     rejected: Sequence[Mapping[str, str | None]] = ()  # the steps the gate rejected earlier in the run
+    unanswering: frozenset[str] = frozenset()  # models a step moved to earlier in the run that did not answer
 
 
 class Candidate(Protocol):
@@ -112,7 +113,8 @@ class Strategy(Protocol):
 @dataclass(frozen=True)
 class SemanticGradients:
     """The paper's step: the backward pass turns each error into feedback for every node (backward.py), and the
-    optimizer model rewrites each prompt from the feedback its nodes received (descent.py)."""
+    optimizer model rewrites each prompt from the feedback its nodes received (descent.py); a tool's description
+    is rewritten with its node's instruction, in one call, where both are trained."""
 
     method: Method
     name: str = "gradients"
@@ -147,9 +149,12 @@ class SemanticGradients:
         ]
         if len(fed) < len(params):
             llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
-        candidates = await each(f"iteration {learnt.index}: optimizer", fed, lambda p: propose(graph, llm, p, samples))
+        right = [r.trace for r in learnt.train.results if r.correct and not r.lost]
+        answers = await each(
+            f"iteration {learnt.index}: optimizer", groups(graph, fed), lambda g: propose(graph, llm, g, samples, right)
+        )
         return Proposed(
-            candidates,
+            [candidate for answer in answers for candidate in answer],
             [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed],
             [
                 Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
@@ -241,8 +246,9 @@ class Move:
 class Models:
     """The model of each node as a param: a step moves one node to another of the models the method names
     (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
-    non-inferiority at `margin`; with objective accuracy, to a dearer one, held to the ordinary gate. A move the
-    gate rejected is not proposed again in the run: the next model in line is."""
+    non-inferiority at `margin`, and kept only when its measured cost per sample falls (optimize.py); with objective
+    accuracy, to a dearer one, held to the ordinary gate. A move the gate rejected is not proposed again in the run,
+    nor any move to a model that did not answer: the next model in line is."""
 
     method: Method
     name: str = "models"
@@ -279,7 +285,7 @@ class Models:
             old, old_price = node.model, price.get(node.model)
             for new in self.allowed(node):
                 new_price = price.get(new)
-                if old_price is None or new_price is None or (param, new) in tried:
+                if old_price is None or new_price is None or (param, new) in tried or new in learnt.unanswering:
                     continue
                 if (new_price < old_price) if cheaper else (new_price > old_price):
                     moves.append(Move(param, new, None, old, (old_price, new_price)))

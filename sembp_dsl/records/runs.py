@@ -28,6 +28,7 @@ from ..language.source import load
 from ..language.trace import answer_words, extra_of
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
+from .costs import Compared
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -146,12 +147,13 @@ class Run:
         return f"{fmt(self.record.initial_score)} -> {fmt(self.record.best_score)}", tested
 
     def per_1000_words(self) -> str | None:
-        """What 1,000 samples cost the pipeline, initial -> kept (by its gate's tokens), or None when unknown."""
-        initial, kept = self.record.initial_per_1000, self.record.kept()[-1][1]
-        if initial is None:
-            return None
-        after = initial if kept is None else kept.per_1000
-        return f"${initial:.4f} -> " + ("unknown" if after is None else f"${after:.4f}")
+        """What 1,000 samples cost the pipeline, initial -> kept, measured on the gate samples both ran, or None
+        when unknown."""
+        kept = self.record.cost_kept()
+        if kept is None:
+            initial = self.record.initial_per_1000
+            return None if initial is None else f"${initial:.4f} -> unknown"
+        return kept.words()
 
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
@@ -448,8 +450,18 @@ def verdict(it: Iteration) -> str:
 
 def spend(it: Iteration) -> str:
     """What the iteration's calls cost, and what 1,000 samples cost the pipeline its gate evaluated."""
-    pipeline = f"; that pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else ""
-    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{pipeline}"
+    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{step_cost(it)}"
+
+
+def step_cost(it: Iteration) -> str:
+    """What 1,000 samples cost the step's pipeline: against the one it was gated against, on the same samples,
+    where the record has both."""
+    if it.per_1000 is None:
+        return ""
+    if it.per_1000_before is None or it.per_1000_samples is None:
+        return f"; that pipeline ${it.per_1000:.4f} per 1,000 samples"
+    measured = Compared(it.per_1000_before, it.per_1000, it.per_1000_samples).words()
+    return f"; per 1,000 samples, the step's pipeline against the one before: {measured}"
 
 
 def train_words(it: Iteration, size: int) -> str:

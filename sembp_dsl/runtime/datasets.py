@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import Option, OptionError
-from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, same_file
+from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, Fields, same_file
 from ..language.diagnostics import did_you_mean
 
 __all__ = [
@@ -43,6 +43,7 @@ __all__ = [
     "eval_splits",
     "fields_of",
     "fingerprint",
+    "fit_defaults",
     "rows_of",
     "from_records",
     "load",
@@ -221,7 +222,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _read_once(_load_gsm8k, folder, files=[folder / f"{split}.jsonl" for split in _GSM8K_FILES])
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
-    if Path(name).expanduser().is_dir():  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
+    if _is_folder(Path(name).expanduser()):  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
         return _load_folder(Path(name).expanduser())
     if name.lower().endswith(USER_SUFFIXES):
         path = Path(name).expanduser()
@@ -238,14 +239,14 @@ def _distinct_files(spec: str, own: Mapping[str, str]) -> None:
     be trained on and scored alike. A folder's split that a file of its own replaces is no other split's."""
     named = Path(spec).expanduser()
     sources: dict[object, tuple[str, str]] = {}  # the file -> (the split reading it, as named)
-    if named.is_dir():
+    if _is_folder(named):
         for split, files in folder_splits(named).items():
             for file in files:
                 sources.setdefault(same_file(str(file)), (split, str(file)))
     elif spec.lower().endswith(USER_SUFFIXES):
         sources[same_file(spec)] = ("train", spec)
     for pool, path in own.items():
-        if Path(path).expanduser().is_dir():
+        if _is_folder(Path(path).expanduser()):
             raise DataError(f"{path}: {NOT_A_FOLDER}")
         if not path.lower().endswith(USER_SUFFIXES):
             raise DataError(
@@ -313,6 +314,41 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     )
 
 
+def fit_defaults(dataset: Dataset, sizes: Mapping[str, int], asked: Iterable[str]) -> tuple[dict[str, int], str]:
+    """`sizes` (train, val, test), those not `asked` (sbpc's defaults) scaled down in proportion where their pool
+    holds fewer rows than they add up to, so a small file is split rather than refused; the sizes asked for are
+    kept (make_splits refuses them when they do not fit). With what was scaled said in words ("" when nothing)."""
+    asked = set(asked)
+    fitted = dict(sizes)
+    for pool, splits in _pools_of(dataset).items():
+        mine = {split: sizes[split] for split in splits}
+        available = len(dataset.pools.get(pool, ())) if pool else sum(map(len, dataset.pools.values()))
+        free = {split: size for split, size in mine.items() if split not in asked and size}
+        room = available - sum(size for split, size in mine.items() if split in asked)
+        if sum(mine.values()) > available and free and room > 0:
+            fitted.update(_fitting(free, room) or {})
+    changed = [split for split in _CARVE_ORDER if fitted[split] != sizes[split]]
+    if not changed:
+        return fitted, ""
+    rows = sum(map(len, dataset.pools.values()))
+    default = " + ".join(f"{sizes[split]} {split}" for split in changed)
+    now = " + ".join(f"{fitted[split]} {split}" for split in changed)
+    return (
+        fitted,
+        f"{dataset.name} has {rows} rows, fewer than the default sizes ask ({default}): split in proportion, {now}",
+    )
+
+
+def _pools_of(dataset: Dataset) -> dict[str, tuple[str, ...]]:
+    """The pool each split is drawn from, as make_splits draws it ("" for every pool merged)."""
+    if not any(pool in dataset.pools for pool in _OWN_POOL.values()):
+        return {"": _CARVE_ORDER}
+    own = {split: pool for split, pool in _OWN_POOL.items() if pool in dataset.pools}
+    return {"train": tuple(split for split in _CARVE_ORDER if split not in own)} | {
+        pool: (split,) for split, pool in own.items()
+    }
+
+
 def _from_own_pools(dataset: Dataset, sizes: Mapping[str, int], rng: random.Random) -> Splits:
     """val and test each from a pool of its own when the data set has one ("validation", "test"); train, and the
     splits without one, carved in that order from "train"."""
@@ -356,6 +392,9 @@ def eval_splits(
     own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
     before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
     sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
+        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
+        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
@@ -453,9 +492,19 @@ def _find_folder(sub: str, flag: str | None) -> Path:
     raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n", *_HOW_TO_GET)
 
 
-def _read_text(path: Path) -> str:
-    """Whole file as text; every I/O or decoding failure becomes a DataError."""
-    raw = _read_bytes(path)
+def _head_text(path: Path, head: int | None) -> tuple[str, bool]:
+    """The file as text, or with `head` its whole lines in the first `head` bytes; and whether it goes on."""
+    if head is None:
+        return _read_text(path), False
+    raw = _read_bytes(path, head + 1)
+    if len(raw) <= head:
+        return _read_text(path, raw), False
+    return _read_text(path, raw[: raw.rfind(b"\n", 0, head) + 1] or raw[:head]), True
+
+
+def _read_text(path: Path, raw: bytes | None = None) -> str:
+    """Whole file (or its bytes `raw`) as text; every I/O or decoding failure becomes a DataError."""
+    raw = _read_bytes(path) if raw is None else raw
     try:
         text = raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -466,7 +515,7 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _read_bytes(path: Path) -> bytes:
+def _read_bytes(path: Path, most: int | None = None) -> bytes:
     """A regular file's bytes, as many as its size says: a FIFO or device (which would block or never end) is
     refused from the descriptor it opened without blocking, so a file swapped for one after a check is refused
     too; a file of a virtual file system (/proc/self/environ, size 0) reads as empty, not as its content."""
@@ -477,7 +526,7 @@ def _read_bytes(path: Path) -> bytes:
     try:
         found = _regular(path, os.fstat(fd))
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(found.st_size)
+            return file.read(found.st_size if most is None else min(most, found.st_size))
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except MemoryError:
@@ -495,8 +544,16 @@ def _regular(path: Path, found: os.stat_result) -> os.stat_result:
     return found
 
 
+def _is_folder(path: Path) -> bool:
+    """Whether a folder is there; False for a name no file can have (longer than the file system allows: Path.is_dir
+    raises on it), which opening it then says in the user's words."""
+    return os.path.isdir(path)
+
+
 def _unopenable(path: Path, exc: OSError) -> str:
     """Why a data file could not be opened, in the user's words: a link that leads nowhere said as one."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return "a name longer than the file system allows (a file or folder name holds at most 255 bytes)"
     if exc.errno == errno.ELOOP:
         return "a symbolic link that leads back to itself (a loop of links); give a file"
     if isinstance(exc, FileNotFoundError) and path.is_symlink():
@@ -539,10 +596,11 @@ def _csv_read(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterat
             yield reader.line_num, row
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    """(line number, object) pairs of a JSON-lines file, skipping blank lines; every bad line is named, at the end."""
+def _json_lines(path: Path, head: int | None = None) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, object) pairs of a JSON-lines file (with `head`, of its first bytes' whole lines), skipping blank
+    lines; every bad line is named, at the end."""
     bad: list[tuple[int, str]] = []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+    for number, line in enumerate(_head_text(path, head)[0].split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -720,10 +778,13 @@ def _load_folder(folder: Path) -> Dataset:
     return _user_data(folder.name, folder_splits(folder), folder)
 
 
-def _user_data(name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None) -> Dataset:
+def _user_data(
+    name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None, head: int | None = None
+) -> Dataset:
     """A user's files as one data set, a pool per split; its answer column the first file's, when it has one. Every
-    bad row of every file is named at once. A folder's samples are named by their file's path in it."""
-    read = {split: [(path, _file_records(path)) for path in paths] for split, paths in files.items()}
+    bad row of every file is named at once. A folder's samples are named by their file's path in it. With `head`,
+    only the rows in each file's first `head` bytes are read."""
+    read = {split: [(path, _file_records(path, head)) for path in paths] for split, paths in files.items()}
     rows = [record for parts in read.values() for _, records in parts for _, record in records]
     if not rows:
         raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
@@ -752,19 +813,19 @@ def _samples(path: Path, label: str, records: Records, answer: object | None) ->
     return tuple(_sample(f"{label}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
 
 
-def _file_records(path: Path) -> Records:
+def _file_records(path: Path, head: int | None = None) -> Records:
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_json_lines(path))
+        return list(_json_lines(path, head))
     if suffix in TABLE_SUFFIXES:
         return _arrow_records(path)
-    return _table_records(path, suffix)
+    return _table_records(path, suffix, head)
 
 
 def _user_files(path: str) -> dict[str, list[Path]]:
     """A user's data by split: a folder's splits, or one file; DataError for anything else."""
     given = Path(path).expanduser()
-    if given.is_dir():
+    if _is_folder(given):
         return folder_splits(given)
     if given.suffix.lower() not in USER_SUFFIXES:
         raise DataError(f"{path}: a data file is .jsonl, .csv, .tsv, .parquet or .arrow, or a Hugging Face folder")
@@ -777,15 +838,40 @@ def rows_of(path: str) -> list[Mapping[str, object]]:
     return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
 
 
-def fields_of(path: str) -> tuple[str, ...] | str:
-    """The fields of a user's data file or folder (its answer column among them), or why a run could not use it."""
+# What `check` reads of each data file: its first rows, this many bytes of them, so a file of millions of rows is
+# checked in a moment (a run reads the rest, and names any bad row of it then).
+CHECK_BYTES = 4 << 20
+
+
+def fields_of(path: str) -> Fields | str:
+    """The fields of a user's data file or folder (its answer column among them), the first row lacking each, and
+    how many rows a file has at most; or why a run could not use it. Every bad row of the first CHECK_BYTES of
+    each file is named, as a run would find them."""
     try:
         files = _user_files(path)
-        return _user_data(
-            path, files, Path(path).expanduser() if Path(path).is_dir() else None
-        ).columns  # every bad row, as a run would find them
+        folder = Path(path).expanduser() if _is_folder(Path(path)) else None
+        dataset = _user_data(path, files, folder, head=CHECK_BYTES)
+        rows = None if folder else _rows_at_most(files["all"][0], dataset)
     except DataError as exc:
         return str(exc)
+    lacking: dict[str, str] = {}
+    for sample in (s for pool in dataset.pools.values() for s in pool):
+        for column in set(dataset.columns) - set(sample.fields) - {sample.answer_column} - set(lacking):
+            lacking[column] = sample.id
+    return Fields(dataset.columns, MappingProxyType(lacking), rows)
+
+
+def _rows_at_most(path: Path, dataset: Dataset) -> int | None:
+    """The rows of a file read whole, else its lines past the header (a row is one line or more): a bound."""
+    read = sum(map(len, dataset.pools.values()))
+    try:
+        size = path.stat().st_size
+        if size <= CHECK_BYTES or path.suffix.lower() in TABLE_SUFFIXES:
+            return read
+        with open(path, "rb") as file:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b"")) + 1
+    except OSError:
+        return None
 
 
 def fingerprint(*paths: str | None) -> str | None:
@@ -794,12 +880,12 @@ def fingerprint(*paths: str | None) -> str | None:
     each file after the first with its length, so a row moved from one file to the next is one too."""
     digest = hashlib.sha256()
     try:
-        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or Path(p).expanduser().is_dir())]
+        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or _is_folder(Path(p).expanduser()))]
         if not named:
             return None
         for number, given in enumerate(named):
             folder = Path(given).expanduser()
-            if not folder.is_dir():
+            if not _is_folder(folder):
                 content = _read_bytes(folder)  # a pipe or device there now is refused, not waited on
                 digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
                 digest.update(content)
@@ -826,12 +912,16 @@ def _sample(
     return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
-def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
-    """Rows of a CSV/TSV with a header row, as column -> value dicts."""
+def _table_records(path: Path, suffix: str, head: int | None = None) -> list[tuple[int, dict[str, str]]]:
+    """Rows of a CSV/TSV with a header row, as column -> value dicts (with `head`, those of its first bytes, the
+    last one dropped when the file goes on: a quoted value may run past them)."""
     # TSV is read like LIAR (no quoting, one record per line); CSV needs quoting
     # because commas inside values are common.
     tsv = suffix == ".tsv"
-    rows = _csv_rows(path, _read_text(path), "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    text, cut = _head_text(path, head)
+    rows = _csv_rows(path, text, "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    if cut:
+        rows = iter(list(rows)[:-1])
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")

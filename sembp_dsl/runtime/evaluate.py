@@ -15,7 +15,7 @@ from typing import Any
 from .. import telemetry
 from ..errors import Option, SbpcError
 from ..language import kinds
-from ..language.data import ANSWER_COLUMNS
+from ..language.data import ANSWER_COLUMNS, hides_fields
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, check
@@ -302,11 +302,11 @@ def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Scorer)
     if not isinstance(metric, str) or metric in graph.metrics:
         return
     if samples and not graph.answer_field and not any(s.answer for s in samples):
-        fields = list(dict.fromkeys(f for s in samples for f in s.fields))
+        fields = _shown_fields(graph, samples)
         raise DataError(
             f"{samples[0].where}: no example has an expected output: the data have no column named "
             f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}; name the one that holds it in the pipeline, "
-            f'for example output {graph.output} from "{fields[-1] if fields else "COLUMN"}" (fields: {", ".join(fields)})'
+            f'for example output {graph.output} from "{fields[-1] if fields else "COLUMN"}" ({_listed(fields)})'
         )
     node = graph.nodes[graph.output]
     found = [(s.where, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
@@ -323,25 +323,40 @@ def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, 
     missing = [(s, [w for w in wanted if not s.has(w[0]) and not s.has(w[2])]) for s in samples]
     absent = [w for w in wanted if samples and all(w in lacks for _, lacks in missing)]
     if absent:
-        raise _absent_fields(absent, samples)
-    bad = [
-        (
-            s.where,
-            "; ".join(f"no field '{f}' for {who}{did_you_mean(f, s.fields)}" for f, who, _ in lacks)
-            + f" (fields: {', '.join(s.fields)})",
-        )
-        for s, lacks in missing
-        if lacks
-    ]
+        raise _absent_fields(graph, absent, samples)
+    bad = [(s.where, _row_lacks(graph, s, lacks)) for s, lacks in missing if lacks]
     if bad:
         raise bad_samples(bad, "", *_map_it([w for _, lacks in missing for w in lacks]))
 
 
-def _absent_fields(absent: Sequence[tuple[str, str, str]], samples: Sequence[Sample]) -> DataError:
+def _row_lacks(graph: Graph, sample: Sample, lacks: Sequence[tuple[str, str, str]]) -> str:
+    """What one row lacks (field, who reads it, the input's name), with the fields it has when they may be shown."""
+    shown = _shown_fields(graph, [sample])
+    said = "; ".join(f"no field '{f}' for {who}{did_you_mean(f, shown or ())}" for f, who, _ in lacks)
+    return f"{said} ({_listed(shown)})"
+
+
+def _absent_fields(graph: Graph, absent: Sequence[tuple[str, str, str]], samples: Sequence[Sample]) -> DataError:
     """Fields no row has (field, who reads it, the input's name): one cause each, said once, not once a row."""
-    fields = list(dict.fromkeys(f for s in samples for f in s.fields))
-    said = [f"{who} reads field '{field}', which no row has{did_you_mean(field, fields)}" for field, who, _ in absent]
-    return DataError("\n".join(said) + f" (fields: {', '.join(fields)})", *_map_it(absent))
+    fields = _shown_fields(graph, samples)
+    said = [
+        f"{who} reads field '{field}', which no row has{did_you_mean(field, fields or ())}" for field, who, _ in absent
+    ]
+    return DataError("\n".join(said) + f" ({_listed(fields)})", *_map_it(absent))
+
+
+def _shown_fields(graph: Graph, samples: Sequence[Sample]) -> list[str] | None:
+    """The fields of these rows a message may name; None for those of a file the data block names outside the
+    pipeline's folder (hides_fields), as `check` shows none."""
+    if samples and hides_fields(graph.pipeline, samples[0].origin):
+        return None
+    return list(dict.fromkeys(f for s in samples for f in s.fields))
+
+
+def _listed(fields: Sequence[str] | None) -> str:
+    if fields is None:
+        return "its fields are not shown: the file is outside the pipeline's folder"
+    return f"fields: {', '.join(fields)}"
 
 
 def _map_it(missing: Sequence[tuple[str, str, str]]) -> tuple[str | Option, ...]:

@@ -62,6 +62,11 @@ class ToolLoop(NodeKind):
     name = "tools"
     marker = "tools"
     settings = {"tools": (tuple,), "max_steps": (int,)}
+    help = {
+        "tools": "declared functions the model may call, e.g. [lookup, calc]: each one's JSON Schema is read from "
+        "its signature and docstring, never by importing it",
+        "max_steps": f"the most model replies one sample makes, the last one answering (default {DEFAULT_MAX_STEPS})",
+    }
     trace_keys = ("steps",)
 
     def check(self, cx: Checking, node: ir.Node) -> None:
@@ -161,6 +166,39 @@ def answering(node: GraphNode, prompt: str) -> str:
     Schema holds the answer of a tool loop. A node that reads its answer from a tag has said how in its template."""
     words = answer_format(node.type) if node.parse != "tag" else None
     return f"{prompt}\n\n{words}" if words else prompt
+
+
+@dataclass(frozen=True)
+class DescribedTool:
+    """A tool a node may call whose description is a param: what the optimizer is shown of it."""
+
+    name: str
+    param: str
+    arguments: Mapping[str, Any]  # its arguments' JSON Schema, as the model is offered it
+
+
+def described_tools(node: GraphNode, graph: Compiled) -> tuple[DescribedTool, ...]:
+    """The tools of a node whose descriptions are params, in the order it names them (none when a tool cannot be
+    read: the forward pass says why)."""
+    toolbox = Toolbox.of(node, graph) if tools_of(node) else None
+    if not isinstance(toolbox, Toolbox):
+        return ()
+    named = {name: description_param(toolbox.declared[name]) for name in toolbox.specs}
+    return tuple(
+        DescribedTool(name, param, toolbox.specs[name].schema())
+        for name, param in named.items()
+        if param is not None and param in graph.prompts
+    )
+
+
+def calls_of(trace: NodeTrace, tool: str) -> list[tuple[ToolCall, ToolResult | None]]:
+    """The calls a tool loop made of one tool on one sample, each with its result (None: not run)."""
+    return [
+        (call, result)
+        for step in steps_of(trace)
+        for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls))))
+        if call.name == tool
+    ]
 
 
 def steps_of(trace: NodeTrace) -> tuple[Step, ...]:

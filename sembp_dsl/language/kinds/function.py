@@ -35,6 +35,10 @@ class FunctionCall(NodeKind):
     name = "function"
     marker = "function"
     settings = {"function": (str,), "timeout": (int, float)}  # it sends no prompt
+    help = {
+        "function": "a declared function: the node calls it (its inputs as keyword arguments) instead of a model",
+        "timeout": "seconds its call may take (default 60); past it, the sample's failure",
+    }
     prompted = False
 
     def refuse(self, cx: Checking, node: ir.Node, setting: ir.Setting) -> None:
