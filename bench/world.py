@@ -29,6 +29,7 @@ of a second.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import re
 import statistics
@@ -41,6 +42,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import sembp_dsl as sbp  # noqa: E402
+from sembp_dsl.learning.stats import NonInferiority  # noqa: E402
 from sembp_dsl.models import faults  # noqa: E402
 from sembp_dsl.models import llm as llm_module  # noqa: E402
 from sembp_dsl.models.mock import MockTransport, Sent  # noqa: E402
@@ -170,6 +172,8 @@ class Tally:
     worse: int = 0  # accepted, truly worse
     better: int = 0  # gated, truly better (a cheaper model: within the margin)
     found: int = 0  # accepted of those
+    big: int = 0  # gated, better by 0.05 or more
+    big_found: int = 0  # accepted of those
     runs: int = 0
     runs_false: int = 0  # runs that accepted any step not truly better
     true_gain: list[float] = field(default_factory=list)
@@ -214,9 +218,11 @@ def prompt_steps(args: argparse.Namespace, arm: str, folder: Path) -> Tally:
             before, after = world.accuracy(current, "strong"), world.accuracy(new, "strong")
             tally.steps += 1
             tally.better += after > before
+            tally.big += after >= before + 0.05
             if it.accepted:
                 tally.accepted += 1
                 tally.found += after > before
+                tally.big_found += after >= before + 0.05
                 tally.false += after <= before
                 tally.worse += after < before
                 any_false |= after <= before
@@ -275,6 +281,65 @@ def model_moves(args: argparse.Namespace, arm: str, case: str, folder: Path) -> 
     return tally
 
 
+def old_test(losses: int, samples: int, margin: float, alpha: float) -> bool:
+    """The test before issue 43: an exact binomial on the losses alone, n the whole split, a lost sample a tie."""
+    p = sum(math.comb(samples, k) * margin**k * (1 - margin) ** (samples - k) for k in range(losses + 1))
+    return p <= alpha
+
+
+def binary(rng: random.Random, win: float, loss: float, right: float = 0.6) -> tuple[float, float]:
+    """A sample's (start, step) scores: a win, a loss, or both right or both wrong."""
+    r = rng.random()
+    if r < win:
+        return 0.0, 1.0
+    if r < win + loss:
+        return 1.0, 0.0
+    return (1.0, 1.0) if rng.random() < right else (0.0, 0.0)
+
+
+def one_sample(rng: random.Random, case: str, margin: float) -> tuple[float, float | None]:
+    """A sample's (start, step) scores in one case of `TEST_CASES`; the step's None: lost (in use, a 0)."""
+    if case == "equal accuracy, 5% discordance each way":
+        return binary(rng, 0.05, 0.05)
+    if case == "at the margin, 5% and 10% discordance":
+        return binary(rng, 0.05, 0.05 + margin)
+    if case == "at the margin, 30% lost at random":  # the answered ones better, so that in all it is at the margin
+        before, after = binary(rng, (0.221 - margin) / 0.88, 0.05)  # 0.7 E[step] - E[start] = -margin
+        return before, None if rng.random() < 0.3 else after
+    if case == "at the margin, the hardest 30% lost":  # lost where both are wrong: the truth does not move
+        if rng.random() < 0.3:
+            return 0.0, None
+        return binary(rng, 0.05 / 0.7, (0.05 + margin) / 0.7, right=1.0)
+    before = 0.2 + 0.6 * rng.random()  # partial credit: the step's score lower by the margin, give or take 0.15
+    return before, before - margin + 0.3 * (rng.random() - 0.5)
+
+
+TEST_CASES = (
+    "equal accuracy, 5% discordance each way",
+    "at the margin, 5% and 10% discordance",
+    "at the margin, 30% lost at random",
+    "at the margin, the hardest 30% lost",
+    "partial credit, at the margin",
+)
+
+
+def test_alone(case: str, trials: int, n: int, margin: float, alpha: float) -> tuple[float, float, float]:
+    """(truth: the step's true loss, sbpc's accept rate, the old test's accept rate) for one case."""
+    rng = random.Random(f"test:{case}")
+    rule = NonInferiority(alpha, margin, n)
+    new = old = 0
+    truth = 0.0
+    for _ in range(trials):
+        pairs = [one_sample(rng, case, margin) for _ in range(n)]
+        answered = [(b, a) for b, a in pairs if a is not None]
+        up = sum(max(a - b, 0.0) for b, a in answered)
+        down = sum(max(b - a, 0.0) for b, a in answered)
+        new += rule.passes(up, down, len(answered), n - len(answered))
+        old += old_test(sum(1 for b, a in answered if a < b), n, margin, alpha)
+        truth += sum((a or 0.0) - b for b, a in pairs) / n
+    return truth / trials, new / trials, old / trials
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=200)
@@ -284,8 +349,18 @@ def main() -> None:
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--shift", type=float, default=-0.02)
     parser.add_argument("--spread", type=float, default=0.05)
+    parser.add_argument("--trials", type=int, default=4000)
+    parser.add_argument("--only-test", action="store_true", help="the test alone, not the runs")
     args = parser.parse_args()
     shm = Path("/dev/shm")  # run records are written with fsync: in memory, a run waits on no disk
+    print(f"the non-inferiority test alone: n = {args.val}, margin 0.05, alpha {args.alpha}, {args.trials} trials")
+    print("case                                        true change  sbpc accepts  before issue 43")
+    for case in TEST_CASES:
+        truth, new, old = test_alone(case, args.trials, args.val, 0.05, args.alpha)
+        print(f"{case:43} {truth:+.3f}       {new:.3f}         {old:.3f}")
+    print()
+    if args.only_test:
+        return
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as tmp:
         folder = Path(tmp)
         print(f"prompt steps: {args.runs} runs of {args.iterations} iterations, train {args.train}, val {args.val}")
@@ -296,8 +371,8 @@ def main() -> None:
             t = prompt_steps(args, arm, folder)
             print(
                 f"{arm:8} {t.steps:5}  {t.accepted:8}  {t.rate(t.false, t.accepted):19}  "
-                f"{t.rate(t.worse, t.accepted):14}  {t.rate(t.runs_false, t.runs):13}  "
-                f"{t.rate(t.found, t.better):5}  {statistics.mean(t.true_gain):+.3f}     "
+                f"{t.rate(t.runs_false, t.runs):14}  {t.rate(t.found, t.better):14}  {t.rate(t.big_found, t.big):13}  "
+                f"{statistics.mean(t.true_gain):+.3f}     "
                 f"{statistics.mean(t.reported_gain) if t.reported_gain else float('nan'):+.3f}"
             )
         print(f"\na cheaper model, margin 0.05: {args.runs} runs each, val {args.val}")
