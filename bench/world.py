@@ -158,7 +158,7 @@ class World:
         return 1000 * (40 * prices[0] + m.reply_tokens * prices[1]) / 1e6 * (1 - m.fails)
 
 
-def rows(world: World, n: int, start: int) -> list[dict]:
+def rows(n: int, start: int) -> list[dict]:
     return [{"q": f"question {i}", "answer": "Yes" if i % 2 else "No"} for i in range(start, start + n)]
 
 
@@ -192,8 +192,8 @@ def run_once(source: str, world: World, arm: str, args: argparse.Namespace, fold
     path = folder / "world.sbp"
     path.write_text(source)
     settings = {"gate": "val", "gate_alpha": args.alpha} if arm == "sbpc" else {"gate": "train", "gate_alpha": 1.0}
-    train = rows(world, args.train, 0)
-    val = rows(world, args.val, 10_000)
+    train = rows(args.train, 0)
+    val = rows(args.val, 10_000)
     with sbp.load(path, cache=False) as pipeline:
         return pipeline.optimize(
             train, val, iterations=args.iterations, runs_dir=folder / "runs", seed=world.seed, **settings
