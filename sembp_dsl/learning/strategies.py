@@ -32,7 +32,7 @@ from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
 from .backward import backward, backward_calls, feedback_wanted
 from .bootstrap import propose_demos
-from .descent import groups, propose
+from .descent import groups, propose, tools_chars
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
 
@@ -158,12 +158,14 @@ class SemanticGradients:
 
     def cost(self, scale: Scale) -> tuple[Demand, ...]:
         """Per error: a backward question per node whose hints reach an optimized prompt (each showing a node's
-        prompt and its feedback); per optimized prompt: one optimizer call showing every error's example."""
+        prompt and its feedback); per optimized prompt: one optimizer call showing every error's example (and the
+        tools whose descriptions it rewrites: fewer calls when one proposes several)."""
         errors = min(self.method.errors_per_gradient, scale.train)
         params = self.params(scale.graph)
+        tools = max((tools_chars(scale.graph, group) for group in groups(scale.graph, params)), default=0)
         return (
             Demand("backward", errors * backward_calls(scale.graph, self.method.gradient, params), scale.widest + 800),
-            Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200),
+            Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200 + tools),
         )
 
     def unforeseen(self, graph: Graph) -> tuple[str, ...]:
