@@ -350,6 +350,29 @@ def test_a_tools_description_is_proposed_with_its_nodes_instruction_the_tool_and
         assert example.count("Its tool calls, in order:") == 1
 
 
+@pytest.mark.parametrize("frozen", [None, "solve_task"])
+def test_the_plan_bounds_the_optimizer_prompts_that_show_a_tool(tmp_path, capsys, monkeypatch, frozen):
+    """The tool's description, schema and calls lengthen the optimizer's prompt: --plan's bound holds them."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "agent.sbp"
+    with FakeServer(reply=Whole()) as server:
+        text = with_fake_model(path.read_text(), server.url)
+        path.write_text(text.replace(f"param {frozen} ", f"frozen param {frozen} ") if frozen else text)
+        argv = ["optimize", "agent.sbp", "--data", "agent.jsonl", "--train-size", "4", "--val-size", "0"]
+        argv += ["--iters", "1", "--no-gate"]
+        assert main([*argv, "--plan", "--json"]) == 0
+        bound = json.loads(capsys.readouterr().out)
+        assert main(argv) == 0
+    [record] = list((tmp_path / ".sbpc" / "runs").glob("*/run.json"))
+    used = json.loads(record.read_text())["ledger"]["roles"]["optimizer"]
+    assert used["calls"] == 1 and used["calls"] <= bound["calls"]["optimizer"]
+    assert 0 < used["prompt_tokens"] <= bound["prompt_tokens"]["optimizer"]
+
+
 def test_a_tools_description_alone_is_asked_for_as_that_tools_description(tmp_path):
     """The node's instruction frozen: the description is proposed alone, as the description of the tool lookup,
     with its arguments' schema, and how the component called it right (none here) and wrong (under each example)."""

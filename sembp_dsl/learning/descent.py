@@ -29,7 +29,7 @@ from ..language.graph import Graph, describe, max_chars
 from ..language.kinds import kind_of
 from ..language.kinds.agent import DescribedTool, calls_of, described_tools
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
-from ..language.toolcalls import call_line
+from ..language.toolcalls import SHOWN_ARGUMENT, SHOWN_RESULT, call_line
 from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..records.record import Proposal
@@ -105,6 +105,17 @@ def tool_shown(graph: Graph, tool: DescribedTool, samples: Samples, right: Seque
         "wrong": calls([trace for trace, _ in samples]),
         "max_chars": max_chars(graph.prompts[tool.param]),
     }
+
+
+def tools_chars(graph: Graph, group: Sequence[str]) -> int:
+    """The most characters the tools a group's optimizer call shows add to its prompt (`tool_shown`): each one's
+    description and schema, its calls at their longest, and the words around them."""
+    total = 0
+    for tool in filter(None, (described(graph, param) for param in group)):
+        call = len(tool.name) + sum(len(key) + SHOWN_ARGUMENT + 4 for key in tool.arguments.get("properties", {}))
+        schema = len(json.dumps(tool.arguments, ensure_ascii=False))
+        total += 400 + max_chars(graph.prompts[tool.param]) + schema + CALLS_SHOWN * (call + SHOWN_RESULT + 16)
+    return total
 
 
 def described(graph: Graph, param: str) -> DescribedTool | None:

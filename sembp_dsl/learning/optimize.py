@@ -81,6 +81,7 @@ class Outcome:
 
 
 BATCH = 16  # model calls the loop starts at once where fewer could do: a gate round, an error draw
+COST_SAMPLES = 16  # the fewest gate samples a step chosen for cost is measured on (paired: both pipelines on each)
 SAME_STEP = "the step the gate rejected in iteration {}, proposed again from the same prompts"
 GATE_REJECTED = "rejected by the gate"  # a gated candidate's fate begins so, its tally after it
 NO_ANSWER = "the model it moves to does not answer"  # then the model, and the cause
@@ -136,6 +137,15 @@ def costs_less(iteration: Iteration, measured: Compared | None) -> bool:
         return True
     iteration.note = f"{COST_NOT_LOWER}: " + (measured.words() if measured else "its cost could not be measured")
     return False
+
+
+def moved_failing(current: Graph, proposed: Graph, results: Sequence[Result], gate: Gate) -> tuple[str, str] | None:
+    """The model a step moved to and why, when its failed calls lost most of the samples the gate evaluated."""
+    own = lost_to_move(current, proposed, results)
+    if own is None or 2 * sum(own[1].values()) <= len(gate.evaluated):
+        return None
+    causes = ", ".join(f"{cause} x{n}" for cause, n in own[1].items())
+    return own[0], f"{sum(own[1].values())} of {len(gate.evaluated)} samples lost: {causes}"
 
 
 def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str], step: Mapping[str, str]) -> int | None:
@@ -701,8 +711,9 @@ class Optimizer:
                 lost_current.extend([result] if result.lost else [])
             gate.add_current([result.sample.id], *outcomes(Evaluation((result,), 1, None)))
 
-        async def rounds() -> None:
-            while batch := gate.next_round():
+        async def next_round() -> bool:
+            batch = gate.next_round()
+            if batch:
                 what = f"iteration {iteration.index}: gate, round {gate.rounds}"
                 await self.until_settled(
                     gate,
@@ -712,8 +723,9 @@ class Optimizer:
                     ],
                     by_id,
                 )
+            return bool(batch)
 
-        unanswered = await self.on_trial(current, proposed, rounds, results, gate)
+        unanswered = await self.on_trial(current, proposed, next_round, results, gate)
         if unanswered is not None:
             return await self.unanswered(current, iteration, gate, *unanswered)
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
@@ -731,7 +743,8 @@ class Optimizer:
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         answered = sorted([*results, *late], key=lambda r: position[r.sample.id])
         evaluation = scored(Evaluation(tuple(answered), len(answered), None), f"iteration {iteration.index}: gate")
-        measured = await self.cost_measured(current, proposed, iteration, evaluation, by_id, accept and bool(margin))
+        deciding = accept and margin is not None
+        measured, evaluation = await self.cost_measured(current, proposed, iteration, evaluation, by_id, deciding)
         if len(answered) == gate.size:
             iteration.gate_after = evaluation.accuracy
         if accept and margin is not None:  # a step chosen for cost is kept only when it costs less, measured
@@ -764,26 +777,24 @@ class Optimizer:
         self,
         current: Graph,
         proposed: Graph,
-        rounds: Callable[[], Awaitable[None]],
+        next_round: Callable[[], Awaitable[bool]],
         results: Sequence[Result],
         gate: Gate,
     ) -> tuple[str, object] | None:
         """The gate's rounds, with the models the step moves to on trial (stops.py): the model and the cause when
-        one of them could not be called at all, or its failed calls lost most of the samples the gate evaluated;
-        None when the gate could decide."""
+        one of them could not be called at all, or its failed calls lost most of the samples the gate evaluated
+        (said after the round that shows it: the rest would be lost alike); None when the gate could decide."""
         trial = new_models(current, proposed)
         try:
             with self.llm.stops.trying(trial):
-                await rounds()
+                while await next_round():
+                    if (failing := moved_failing(current, proposed, results, gate)) is not None:
+                        return failing
         except LLMError as exc:  # a model on trial cannot be called at all (a bad key, an unknown model)
             if exc.model not in trial:
                 raise
             return exc.model, exc.text
-        own = lost_to_move(current, proposed, results)
-        if own is None or 2 * sum(own[1].values()) <= len(gate.evaluated):
-            return None
-        causes = ", ".join(f"{cause} x{n}" for cause, n in own[1].items())
-        return own[0], f"{sum(own[1].values())} samples lost: {causes}"
+        return moved_failing(current, proposed, results, gate)
 
     async def cost_measured(
         self,
@@ -793,10 +804,20 @@ class Optimizer:
         evaluation: Evaluation,
         by_id: Mapping[str, Sample],
         deciding: bool,
-    ) -> Compared | None:
+    ) -> tuple[Compared | None, Evaluation]:
         """What 1,000 samples cost the step's pipeline and the current one on the gate samples both ran, kept in
-        the iteration. When the step is to be decided on it (`deciding`: chosen for cost, and the gate passed it),
-        the current pipeline is evaluated where its cost is unknown, so both are measured on the same samples."""
+        the iteration, and the step's results with any the measure added. When the step is to be decided on it
+        (`deciding`: chosen for cost, and the gate passed it), both are measured on the same samples, at least
+        COST_SAMPLES of them: the step is evaluated on more where its gate settled on fewer (one that cannot lose
+        settles on none), the current pipeline where its cost is unknown."""
+        if deciding and len(evaluation.results) < min(COST_SAMPLES, len(by_id)):
+            ran = {r.sample.id for r in evaluation.results}
+            more = sorted((i for i in by_id if i not in ran), key=lambda i: i not in self.known.costs)
+            what = f"iteration {iteration.index}: cost of the step"
+            extra = await self.evaluate(proposed, [by_id[i] for i in more[: COST_SAMPLES - len(ran)]], what)
+            evaluation = Evaluation(
+                (*evaluation.results, *extra.results), len(evaluation.results) + extra.requested, None
+            )
         after = sample_costs(proposed, self.llm, evaluation) or {}
         missing = [by_id[i] for i in after if i not in self.known.costs]
         if deciding and missing:
@@ -807,7 +828,7 @@ class Optimizer:
         iteration.per_1000 = per_thousand(after) if measured is None else measured.after
         if measured is not None:
             iteration.per_1000_before, iteration.per_1000_samples = measured.before, measured.samples
-        return measured
+        return measured, evaluation
 
     async def unanswered(self, current: Graph, iteration: Iteration, gate: Gate, model: str, cause: object) -> bool:
         """The step moved a node to a model whose calls failed on most of its gate samples: the step's rejection,

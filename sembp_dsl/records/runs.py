@@ -461,7 +461,7 @@ def step_cost(it: Iteration) -> str:
     if it.per_1000_before is None or it.per_1000_samples is None:
         return f"; that pipeline ${it.per_1000:.4f} per 1,000 samples"
     measured = Compared(it.per_1000_before, it.per_1000, it.per_1000_samples).words()
-    return f"; per 1,000 samples, the step's pipeline against the one before: {measured}"
+    return f"; per 1,000 samples, the pipeline before -> with the step: {measured}"
 
 
 def train_words(it: Iteration, size: int) -> str:
