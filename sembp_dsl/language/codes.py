@@ -779,8 +779,10 @@ _CODES = [
         "a signature that cannot become a tool's schema",
         "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
         "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
-        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
-        "the pipeline is read, never imported.",
+        "parameters and types with no JSON form (a socket, a class of your own) have none, nor has a function\n"
+        "with no Python source (`math:sqrt`, built into Python or compiled). The module beside the pipeline\n"
+        "(or an allowed one) is read, never imported; a module that is not UTF-8 text, or nested too deeply\n"
+        "to read, cannot be read.",
         "def lookup(*places): ...",
         'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
         '    """Look up one fact about a place."""',

@@ -192,7 +192,10 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
     place = beside(folder, target.module) if folder and os.path.isfile(pipeline.path) else None
     path = place.path if place is not None else None
     if path is None and bound is not None:
-        path = inspect.getsourcefile(bound)
+        try:
+            path = inspect.getsourcefile(bound)
+        except TypeError:  # `math:sqrt`: built into Python or compiled
+            return "it has no Python source to read its signature from (a built-in or compiled function)"
     if path is None:
         return None
     try:
@@ -204,7 +207,7 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
 @functools.lru_cache(maxsize=256)
 def read_spec(path: str, stamp: int, attr: str, name: str) -> ToolSpec | str:
     """A tool read from a file (once per version of it: `stamp`)."""
-    with open(path, encoding="utf-8") as file:
+    with open(path, "rb") as file:  # bytes: read as Python reads a module (a BOM, a `coding:` line)
         return read_tool(file.read(), attr, shown_as=name)
 
 
