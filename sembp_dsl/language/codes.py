@@ -206,8 +206,9 @@ _CODES = [
     Code(
         "E024",
         "undefined node or input",
-        "An edge names something that is neither an input nor a node. Each misspelt name is reported once\n"
-        "per statement, and the node it probably meant gets no template errors on top.",
+        "An edge, or a map's `for each ... in NAME`, names something that is neither an input nor a node.\n"
+        "Each misspelt name is reported once per statement, and the node it probably meant gets no template\n"
+        "errors on top.",
         "node judge: text {}\nq -> juge",
         "node judge: text {}\nq -> judge",
     ),
