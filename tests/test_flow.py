@@ -166,6 +166,8 @@ def test_backward_skips_the_nodes_not_taken(flow):
         (("passages: list[text]", "passages: text"), "E125"),
         (("max_items = 3", ""), "E126"),
         (("passages -> note", "question -> note"), "E127"),
+        # over a name that is no input and no node, with no edge from it: passed check, a KeyError in run
+        (("in passages {", "in pasages {"), "E024"),
     ],
 )
 def test_check_refuses_each_branch_and_map_error(change, code):
@@ -191,6 +193,12 @@ def test_an_alternative_output_is_held_to_a_mapped_nodes_value_the_list_of_its_r
         assert [d.code for d in diagnostics if d.severity == "error"] == codes, diagnostics
     _, diagnostics = check(parse(mapped.replace("OTHER", "text"), "flow.sbp"))
     assert "'other' is text, but the output 'note' is list[text]" in diagnostics[0].message
+
+
+def test_a_map_over_an_undefined_name_says_which_was_meant():
+    _, diagnostics = check(parse(FLOW.replace("in passages {", "in pasages {"), "flow.sbp"))
+    assert diagnostics[0].message == "node 'note' maps over 'pasages', which is no input and no node"
+    assert diagnostics[0].help == "did you mean 'passages'?"
 
 
 def test_check_names_the_option_meant_and_the_cases_where_the_output_is_missing():

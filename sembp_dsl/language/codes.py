@@ -206,8 +206,9 @@ _CODES = [
     Code(
         "E024",
         "undefined node or input",
-        "An edge names something that is neither an input nor a node. Each misspelt name is reported once\n"
-        "per statement, and the node it probably meant gets no template errors on top.",
+        "An edge, or a map's `for each ... in NAME`, names something that is neither an input nor a node.\n"
+        "Each misspelt name is reported once per statement, and the node it probably meant gets no template\n"
+        "errors on top.",
         "node judge: text {}\nq -> juge",
         "node judge: text {}\nq -> judge",
     ),
@@ -779,8 +780,10 @@ _CODES = [
         "a signature that cannot become a tool's schema",
         "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
         "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
-        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
-        "the pipeline is read, never imported.",
+        "parameters and types with no JSON form (a socket, a class of your own) have none, nor has a function\n"
+        "with no Python source (`math:sqrt`, built into Python or compiled). The module beside the pipeline\n"
+        "(or an allowed one) is read, never imported; a module that is not UTF-8 text, or nested too deeply\n"
+        "to read, cannot be read.",
         "def lookup(*places): ...",
         'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
         '    """Look up one fact about a place."""',

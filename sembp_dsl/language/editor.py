@@ -222,14 +222,13 @@ class Document:
                     namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
                     yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
                 elif spaces and isinstance(setting.value, tuple):  # `tools = [lookup, calc]`: each a name
-                    yield from self.listed(spaces[-1], setting)
+                    yield from self.listed(spaces[-1], setting.value, setting.value_span)
 
-    def listed(self, namespace: str, setting: ir.Setting) -> Iterator[Named]:
+    def listed(self, namespace: str, names: tuple[str, ...], span: ir.Span) -> Iterator[Named]:
         """The names a list setting holds, each where the text writes it (a name spelt otherwise: nowhere)."""
-        span = setting.value_span
         written = self.source[span.start : span.end]
         for match in re.finditer(r"[A-Za-z_][\w.]*", written):
-            if match.group() in setting.value:
+            if match.group() in names:
                 start, end = span.start + match.start(), span.start + match.end()
                 yield namespace, match.group(), self.span_of(span, start, end), False
 
@@ -367,7 +366,8 @@ class Document:
         if self.pipeline is None:
             return None
         p = self.pipeline
-        settings = [s for holder in (*p.nodes, *p.blocks, *p.functions, *p.metric_defs) for s in holder.settings]
+        holders: list[ir.Node | ir.Block | ir.Function | ir.MetricDef] = [*p.nodes, *p.blocks, *p.functions]
+        settings = [s for holder in (*holders, *p.metric_defs) for s in holder.settings]
         return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
 
     def describe(self, namespace: str, name: str) -> str | None:

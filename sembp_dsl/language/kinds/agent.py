@@ -231,6 +231,8 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
     """A declared function as a tool, read from its module's source without importing it (function.source_of);
     None: no source to read here (a module allowed by name, at check time)."""
     target, path = parse_target(function.target), source_of(pipeline, function, bound)
+    if path is None and bound is not None:  # `math:sqrt`: built into Python or compiled
+        return "it has no Python source to read its signature from (a built-in or compiled function)"
     if path is None or isinstance(target, str):
         return None
     try:
@@ -242,7 +244,7 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
 @functools.lru_cache(maxsize=256)
 def read_spec(path: str, stamp: int, attr: str, name: str) -> ToolSpec | str:
     """A tool read from a file (once per version of it: `stamp`)."""
-    with open(path, encoding="utf-8") as file:
+    with open(path, "rb") as file:  # bytes: read as Python reads a module (a BOM, a `coding:` line)
         return read_tool(file.read(), attr, shown_as=name)
 
 
