@@ -296,7 +296,10 @@ def cmd_eval(args) -> int:
             raise UsageError(f"nothing to score: {why}")
         metric = args.metric or metric_for(pipeline.graph, dataset.metric)
         whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
-        scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
+        rows = sum(map(len, dataset.pools.values()))
+        scored = (
+            f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split} ({len(samples)} of {rows} rows)"
+        )
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
             evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
                 args.examples,

@@ -13,6 +13,7 @@ import csv
 import errno
 import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -391,10 +392,7 @@ def eval_splits(
         return Splits((), (), whole)
     own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
     before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
-    sizes = _eval_sizes(given, defaults, placing=(*before, split))
-    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
-        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
-        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
+    sizes = _scored_sizes(dataset, given, defaults, split, before)
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
@@ -403,6 +401,28 @@ def eval_splits(
         if not why:
             raise
         raise DataError(Option(str(exc), exc.cli), *why) from None
+
+
+def _scored_sizes(
+    dataset: Dataset, given: Mapping[str, int | None], defaults: tuple[int, int, int], split: str, before: tuple
+) -> dict[str, int]:
+    """The sizes `eval` cuts with to score `split` (`before`: the splits carved before it from its pool)."""
+    sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    if dataset.user and split == "test" and given["test"] is None:  # a user's test split: the rows the others leave
+        sizes["test"] = _rows_left(dataset, sizes, own=not before)
+    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
+        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
+        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
+    return sizes
+
+
+def _rows_left(dataset: Dataset, sizes: Mapping[str, int], own: bool) -> int:
+    """A user's test split when no size is given: its own pool whole, else the rows train and val leave (when they
+    leave none, the default size, which the error then names with sizes that fit)."""
+    if own:
+        return len(dataset.pools["test"])
+    left = sum(map(len, dataset.pools.values())) - sizes["train"] - sizes["val"]
+    return left if left > 0 else sizes["test"]
 
 
 def _eval_sizes(
@@ -600,9 +620,13 @@ def _json_lines(path: Path, head: int | None = None) -> Iterator[tuple[int, dict
     """(line number, object) pairs of a JSON-lines file (with `head`, of its first bytes' whole lines), skipping blank
     lines; every bad line is named, at the end."""
     bad: list[tuple[int, str]] = []
+    read = 0
     for number, line in enumerate(_head_text(path, head)[0].split("\n"), start=1):
         if not line.strip():
             continue
+        read += 1
+        if head is not None and read > CHECK_ROWS:
+            break
         try:
             record = _json_value(line)
         except json.JSONDecodeError as exc:
@@ -838,9 +862,10 @@ def rows_of(path: str) -> list[Mapping[str, object]]:
     return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
 
 
-# What `check` reads of each data file: its first rows, this many bytes of them, so a file of millions of rows is
-# checked in a moment (a run reads the rest, and names any bad row of it then).
-CHECK_BYTES = 4 << 20
+# What `check` reads of each data file: its first rows, at most this many and in this many bytes, so a file of
+# millions of rows is checked in a moment (a run reads the rest, and names any bad row of it then).
+CHECK_BYTES = 1 << 20
+CHECK_ROWS = 2_000
 
 
 def fields_of(path: str) -> Fields | str:
@@ -866,7 +891,7 @@ def _rows_at_most(path: Path, dataset: Dataset) -> int | None:
     read = sum(map(len, dataset.pools.values()))
     try:
         size = path.stat().st_size
-        if size <= CHECK_BYTES or path.suffix.lower() in TABLE_SUFFIXES:
+        if (size <= CHECK_BYTES and read < CHECK_ROWS) or path.suffix.lower() in TABLE_SUFFIXES:
             return read
         with open(path, "rb") as file:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b"")) + 1
@@ -920,8 +945,9 @@ def _table_records(path: Path, suffix: str, head: int | None = None) -> list[tup
     tsv = suffix == ".tsv"
     text, cut = _head_text(path, head)
     rows = _csv_rows(path, text, "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
-    if cut:
-        rows = iter(list(rows)[:-1])
+    if head is not None:  # the header and CHECK_ROWS rows, and one more to tell a row cut off by `head`
+        read = list(itertools.islice(rows, CHECK_ROWS + 2))
+        rows = iter(read[: -1 if cut and len(read) < CHECK_ROWS + 2 else CHECK_ROWS + 1])
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")

@@ -461,6 +461,9 @@ def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[st
             raise TypeError(f"unknown split setting {name!r}{did_you_mean(name, SPLIT_SETTINGS)}")
         check(name, value)
     o = graph.optimize
+    # the sizes the file gives (its data and optimize blocks) cut the data as they cut it for optimize, so the test
+    # split a record is labelled with is the rows they leave, not every row
+    sizes = {name: getattr(o, name) for name in sorted(graph.sizes_given)} | dict(sizes)
     splits = eval_splits(
         dataset,
         sizes.get("train_size"),
