@@ -200,3 +200,35 @@ def test_eval_of_a_data_block_with_sizes_scores_the_test_split_they_leave(tmp_pa
     assert code == 0 and out["scored"] == 2 and [e["id"] for e in out["errors"]] == [s.id for s in held_out]
     main(["eval", str(tmp_path / "p.sbp"), "--runs-dir", str(tmp_path / "runs")])
     assert "on d.jsonl/test (2 of 8 rows): accuracy" in capsys.readouterr().out
+
+
+def test_eval_limit_on_a_file_scored_whole_reads_its_first_rows_only(tmp_path, fake_llm, capsys):
+    from conftest import with_fake_model
+
+    rows = [f'{{"q": "q{i}", "answer": "analysis"}}\n' for i in range(6)] + ["{not json\n"]  # the rest is unread
+    (tmp_path / "d.jsonl").write_text("".join(rows))
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source, fake_llm.url))
+    argv = ["eval", str(tmp_path / "p.sbp"), "--data", str(tmp_path / "d.jsonl"), "--runs-dir", str(tmp_path / "r")]
+    assert main([*argv, "--limit", "2"]) == 0
+    assert "on d.jsonl (its first 2 rows): accuracy" in capsys.readouterr().out
+    assert main(argv) == 1 and "d.jsonl:7: invalid JSON" in capsys.readouterr().err  # whole, it is read whole
+    assert main([*argv, "--limit", "2", "--train-size", "2"]) == 1  # a seeded split needs every row
+    assert "d.jsonl:7: invalid JSON" in capsys.readouterr().err
+
+
+def test_init_reads_a_bounded_head_of_the_file_once(tmp_path, monkeypatch, capsys):
+    from sembp_dsl.runtime import datasets
+
+    monkeypatch.setattr(datasets, "CHECK_ROWS", 3)
+    monkeypatch.chdir(tmp_path)
+    rows = [f'{{"q": "q{i}", "answer": "yes"}}\n' for i in range(6)] + ["{not json\n"]
+    (tmp_path / "d.jsonl").write_text("".join(rows))
+    reads = []
+    monkeypatch.setattr(
+        datasets,
+        "_read_bytes",
+        lambda path, most=None, read=datasets._read_bytes: reads.append(most) or read(path, most),
+    )
+    assert main(["init", "--data", "d.jsonl", "Answer", "--model", "openai/x"]) == 0, capsys.readouterr()
+    assert reads[0] is not None  # init's own read, bounded (the check after it reads the pipeline's data block)

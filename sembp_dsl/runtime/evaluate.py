@@ -451,6 +451,13 @@ async def scored_sample(
 SPLIT_SETTINGS = (*SIZES, "seed")  # what cuts a data set into the split `eval` scores
 
 
+def first_needed(graph: Graph, split: str, sizes: Mapping[str, int], limit: int | None) -> int | None:
+    """The rows of a user's file `eval` needs when it scores the file whole (no size given, here or in the
+    pipeline file) and `limit` cuts it: its first `limit`; None when it needs every row (a seeded split of them)."""
+    whole = split == "test" and not set(sizes) & set(SPLIT_SETTINGS) and not graph.sizes_given
+    return limit if whole else None
+
+
 def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[str, int]) -> tuple[Sample, ...]:
     """The samples `eval` scores: a user's file with no size given whole (as `split` "test"); otherwise the
     seeded split `optimize` would draw with these sizes (train_size, val_size, test_size, seed), so test never
