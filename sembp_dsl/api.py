@@ -42,6 +42,7 @@ from .runtime.evaluate import (
     check_answers,
     check_fields,
     evaluate,
+    first_needed,
     metric_for,
     split_to_score,
 )
@@ -459,7 +460,7 @@ class Pipeline:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         data = splits.named(self.graph, examples)  # a Data, or examples given in Python
         if isinstance(data, Data):
-            dataset = data.load()
+            dataset = data.load(first_needed(self.graph, split, sizes, limit))
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"

@@ -182,3 +182,53 @@ def test_a_data_file_name_too_long_for_the_file_system_is_a_clear_error(tmp_path
         code = exc.code
     said = "".join(capsys.readouterr())
     assert code != 0 and "Traceback" not in said and "a name longer than the file system allows" in said, said
+
+
+def test_eval_of_a_data_block_with_sizes_scores_the_test_split_they_leave(tmp_path, fake_llm, capsys):
+    from conftest import with_fake_model
+
+    from sembp_dsl.runtime.datasets import load, make_splits
+
+    rows = "".join(f'{{"q": "q{i}", "answer": "right"}}\n' for i in range(8))
+    (tmp_path / "d.jsonl").write_text(rows)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    block = 'data { file = "d.jsonl"  train = 3  validation = 3 }'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source + block, fake_llm.url))
+    code = main(["eval", str(tmp_path / "p.sbp"), "--runs-dir", str(tmp_path / "runs"), "--json", "--errors", "9"])
+    out = json.loads(capsys.readouterr().out)
+    held_out = make_splits(load(str(tmp_path / "d.jsonl")), 3, 3, 2, seed=0).test
+    assert code == 0 and out["scored"] == 2 and [e["id"] for e in out["errors"]] == [s.id for s in held_out]
+    main(["eval", str(tmp_path / "p.sbp"), "--runs-dir", str(tmp_path / "runs")])
+    assert "on d.jsonl/test (2 of 8 rows): accuracy" in capsys.readouterr().out
+
+
+def test_eval_limit_on_a_file_scored_whole_reads_its_first_rows_only(tmp_path, fake_llm, capsys):
+    from conftest import with_fake_model
+
+    rows = [f'{{"q": "q{i}", "answer": "analysis"}}\n' for i in range(6)] + ["{not json\n"]  # the rest is unread
+    (tmp_path / "d.jsonl").write_text("".join(rows))
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source, fake_llm.url))
+    argv = ["eval", str(tmp_path / "p.sbp"), "--data", str(tmp_path / "d.jsonl"), "--runs-dir", str(tmp_path / "r")]
+    assert main([*argv, "--limit", "2"]) == 0
+    assert "on d.jsonl (its first 2 rows): accuracy" in capsys.readouterr().out
+    assert main(argv) == 1 and "d.jsonl:7: invalid JSON" in capsys.readouterr().err  # whole, it is read whole
+    assert main([*argv, "--limit", "2", "--train-size", "2"]) == 1  # a seeded split needs every row
+    assert "d.jsonl:7: invalid JSON" in capsys.readouterr().err
+
+
+def test_init_reads_a_bounded_head_of_the_file_once(tmp_path, monkeypatch, capsys):
+    from sembp_dsl.runtime import datasets
+
+    monkeypatch.setattr(datasets, "CHECK_ROWS", 3)
+    monkeypatch.chdir(tmp_path)
+    rows = [f'{{"q": "q{i}", "answer": "yes"}}\n' for i in range(6)] + ["{not json\n"]
+    (tmp_path / "d.jsonl").write_text("".join(rows))
+    reads = []
+    monkeypatch.setattr(
+        datasets,
+        "_read_bytes",
+        lambda path, most=None, read=datasets._read_bytes: reads.append(most) or read(path, most),
+    )
+    assert main(["init", "--data", "d.jsonl", "Answer", "--model", "openai/x"]) == 0, capsys.readouterr()
+    assert reads[0] is not None  # init's own read, bounded (the check after it reads the pipeline's data block)

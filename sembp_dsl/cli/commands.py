@@ -291,10 +291,10 @@ def cmd_run(args) -> int:
 
 def cmd_eval(args) -> int:
     # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..runtime.evaluate import metric_for, split_to_score
+    from ..runtime.evaluate import first_needed, metric_for, split_to_score
 
     with load_pipeline(args) as pipeline:
-        dataset = args.examples.load()
+        dataset = args.examples.load(first_needed(pipeline.graph, args.split, method_settings(args), args.limit))
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
         samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
@@ -304,8 +304,7 @@ def cmd_eval(args) -> int:
             why = "--limit 0" if args.limit == 0 else f"the {args.split} split of {dataset.name} is empty{given}"
             raise UsageError(f"nothing to score: {why}")
         metric = args.metric or metric_for(pipeline.graph, dataset.metric)
-        whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
-        scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
+        scored = _scored(dataset, args.split, len(samples), args.limit)
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
             evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
                 args.examples,
@@ -345,6 +344,14 @@ def cmd_eval(args) -> int:
                 file=sys.stderr,
             )
     return code
+
+
+def _scored(dataset, split: str, count: int, limit: int | None) -> str:
+    """What `eval` scored, as its report names it: a user's file whole (or its first rows), else a split of it."""
+    rows = sum(map(len, dataset.pools.values()))
+    if not (dataset.user and count == rows):
+        return f"{dataset.name}/{split} ({count} of {rows} rows)"
+    return f"{dataset.name} (its first {count} rows)" if limit is not None else f"{dataset.name} (every row)"
 
 
 def cmd_optimize(args) -> int:

@@ -13,6 +13,7 @@ import csv
 import errno
 import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -43,8 +44,9 @@ __all__ = [
     "eval_splits",
     "fields_of",
     "fingerprint",
+    "first_rows",
     "fit_defaults",
-    "rows_of",
+    "head_of",
     "from_records",
     "load",
     "make_splits",
@@ -90,6 +92,10 @@ SPLIT_WORDS = MappingProxyType(
     }
 )
 _OWN_POOL = MappingProxyType({"val": "validation", "test": "test"})  # a split drawn from a pool of its own
+# What `check` reads of each data file: its first rows, at most this many and in this many bytes, so a file of
+# millions of rows is checked in a moment (a run reads the rest, and names any bad row of it then).
+CHECK_BYTES = 1 << 20
+CHECK_ROWS = 2_000
 
 
 class DataError(OptionError):
@@ -187,16 +193,24 @@ def as_text(value: object) -> str:
 
 
 def load(
-    spec: str, data_dir: str | None = None, test_data: str | None = None, validation_data: str | None = None
+    spec: str,
+    data_dir: str | None = None,
+    test_data: str | None = None,
+    validation_data: str | None = None,
+    first: int | None = None,
 ) -> Dataset:
     """Load "liar", "gsm8k", "bbh:<task>", a user's data file or a Hugging Face folder.
 
     With `test_data` (a user file), the test split comes from that file and
     train/val from `spec` only, so what is scored is never trained on; with
     `validation_data`, val comes from that file, as from a folder's validation split.
+    `first`: of a user's one .jsonl, .csv or .tsv file, only its first rows are needed (`eval --limit`).
     """
-    dataset = _load(spec, data_dir)
     own = {pool: path for pool, path in (("validation", validation_data), ("test", test_data)) if path}
+    path = Path(spec.strip()).expanduser()
+    if first is not None and not own and path.suffix.lower() in (".jsonl", ".csv", ".tsv") and not _is_folder(path):
+        return first_rows(path, first)
+    dataset = _load(spec, data_dir)
     if not own:
         return dataset
     _distinct_files(spec, own)
@@ -391,10 +405,7 @@ def eval_splits(
         return Splits((), (), whole)
     own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
     before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
-    sizes = _eval_sizes(given, defaults, placing=(*before, split))
-    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
-        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
-        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
+    sizes = _scored_sizes(dataset, given, defaults, split, before)
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
@@ -403,6 +414,28 @@ def eval_splits(
         if not why:
             raise
         raise DataError(Option(str(exc), exc.cli), *why) from None
+
+
+def _scored_sizes(
+    dataset: Dataset, given: Mapping[str, int | None], defaults: tuple[int, int, int], split: str, before: tuple
+) -> dict[str, int]:
+    """The sizes `eval` cuts with to score `split` (`before`: the splits carved before it from its pool)."""
+    sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    if dataset.user and split == "test" and given["test"] is None:  # a user's test split: the rows the others leave
+        sizes["test"] = _rows_left(dataset, sizes, own=not before)
+    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
+        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
+        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
+    return sizes
+
+
+def _rows_left(dataset: Dataset, sizes: Mapping[str, int], own: bool) -> int:
+    """A user's test split when no size is given: its own pool whole, else the rows train and val leave (when they
+    leave none, the default size, which the error then names with sizes that fit)."""
+    if own:
+        return len(dataset.pools["test"])
+    left = sum(map(len, dataset.pools.values())) - sizes["train"] - sizes["val"]
+    return left if left > 0 else sizes["test"]
 
 
 def _eval_sizes(
@@ -563,6 +596,13 @@ def _unopenable(path: Path, exc: OSError) -> str:
     return f"cannot read: {exc.strerror or exc}"
 
 
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # reading it says why, in the user's words
+        return 0
+
+
 def _size(path: Path) -> str:
     try:
         return f"{path.stat().st_size:,} bytes"
@@ -596,13 +636,17 @@ def _csv_read(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterat
             yield reader.line_num, row
 
 
-def _json_lines(path: Path, head: int | None = None) -> Iterator[tuple[int, dict[str, object]]]:
+def _json_lines(path: Path, head: int | None = None, most: int = 0) -> Iterator[tuple[int, dict[str, object]]]:
     """(line number, object) pairs of a JSON-lines file (with `head`, of its first bytes' whole lines), skipping blank
     lines; every bad line is named, at the end."""
     bad: list[tuple[int, str]] = []
+    read = 0
     for number, line in enumerate(_head_text(path, head)[0].split("\n"), start=1):
         if not line.strip():
             continue
+        read += 1
+        if head is not None and read > most:
+            break
         try:
             record = _json_value(line)
         except json.JSONDecodeError as exc:
@@ -779,12 +823,17 @@ def _load_folder(folder: Path) -> Dataset:
 
 
 def _user_data(
-    name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None, head: int | None = None
+    name: str,
+    files: Mapping[str, Sequence[Path]],
+    folder: Path | None = None,
+    head: int | None = None,
+    read: Mapping[str, Sequence[tuple[Path, Records]]] | None = None,
 ) -> Dataset:
     """A user's files as one data set, a pool per split; its answer column the first file's, when it has one. Every
     bad row of every file is named at once. A folder's samples are named by their file's path in it. With `head`,
-    only the rows in each file's first `head` bytes are read."""
-    read = {split: [(path, _file_records(path, head)) for path in paths] for split, paths in files.items()}
+    only the rows in each file's first `head` bytes are read; `read`: the rows, read already."""
+    if read is None:
+        read = {split: [(path, _file_records(path, head)) for path in paths] for split, paths in files.items()}
     rows = [record for parts in read.values() for _, records in parts for _, record in records]
     if not rows:
         raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
@@ -813,13 +862,26 @@ def _samples(path: Path, label: str, records: Records, answer: object | None) ->
     return tuple(_sample(f"{label}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
 
 
-def _file_records(path: Path, head: int | None = None) -> Records:
+def _file_records(path: Path, head: int | None = None, most: int | None = None) -> Records:
+    """A file's rows; with `head`, at most `most` (CHECK_ROWS) of those in its first `head` bytes."""
+    most = CHECK_ROWS if most is None else most
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_json_lines(path, head))
+        return list(_json_lines(path, head, most))
     if suffix in TABLE_SUFFIXES:
         return _arrow_records(path)
-    return _table_records(path, suffix, head)
+    return _table_records(path, suffix, head, most)
+
+
+def first_rows(path: Path, count: int) -> Dataset:
+    """A user's data file's first `count` rows (in file order), read from as few of its bytes as hold them: what
+    `eval --limit N` scores of a file it scores whole, in a moment however long the file."""
+    head = 1 << 20
+    while True:
+        records = _file_records(path, head, count)
+        if len(records) >= count or head >= _size_of(path):
+            return _user_data(path.name, {"all": [path]}, read={"all": [(path, records[:count])]})
+        head *= 4
 
 
 def _user_files(path: str) -> dict[str, list[Path]]:
@@ -832,15 +894,14 @@ def _user_files(path: str) -> dict[str, list[Path]]:
     return {"all": [given]}
 
 
-def rows_of(path: str) -> list[Mapping[str, object]]:
-    """The rows of a user's data file or folder (every split's) as they are, before a column is taken for the
-    answer."""
-    return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
-
-
-# What `check` reads of each data file: its first rows, this many bytes of them, so a file of millions of rows is
-# checked in a moment (a run reads the rest, and names any bad row of it then).
-CHECK_BYTES = 4 << 20
+def head_of(path: str) -> tuple[list[Mapping[str, object]], Dataset]:
+    """The first rows of a user's data file or folder (each file's, as `check` reads them: CHECK_ROWS in
+    CHECK_BYTES), read once: as they are, before a column is taken for the answer, and as a data set."""
+    files = _user_files(path)
+    read = {split: [(file, _file_records(file, CHECK_BYTES)) for file in paths] for split, paths in files.items()}
+    folder = Path(path).expanduser() if _is_folder(Path(path).expanduser()) else None
+    dataset = _user_data(Path(path).name, files, folder, read=read)
+    return [record for parts in read.values() for _, records in parts for _, record in records], dataset
 
 
 def fields_of(path: str) -> Fields | str:
@@ -866,7 +927,7 @@ def _rows_at_most(path: Path, dataset: Dataset) -> int | None:
     read = sum(map(len, dataset.pools.values()))
     try:
         size = path.stat().st_size
-        if size <= CHECK_BYTES or path.suffix.lower() in TABLE_SUFFIXES:
+        if (size <= CHECK_BYTES and read < CHECK_ROWS) or path.suffix.lower() in TABLE_SUFFIXES:
             return read
         with open(path, "rb") as file:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b"")) + 1
@@ -912,7 +973,7 @@ def _sample(
     return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
-def _table_records(path: Path, suffix: str, head: int | None = None) -> list[tuple[int, dict[str, str]]]:
+def _table_records(path: Path, suffix: str, head: int | None = None, most: int = 0) -> list[tuple[int, dict[str, str]]]:
     """Rows of a CSV/TSV with a header row, as column -> value dicts (with `head`, those of its first bytes, the
     last one dropped when the file goes on: a quoted value may run past them)."""
     # TSV is read like LIAR (no quoting, one record per line); CSV needs quoting
@@ -920,8 +981,9 @@ def _table_records(path: Path, suffix: str, head: int | None = None) -> list[tup
     tsv = suffix == ".tsv"
     text, cut = _head_text(path, head)
     rows = _csv_rows(path, text, "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
-    if cut:
-        rows = iter(list(rows)[:-1])
+    if head is not None:  # the header and `most` rows, and one more to tell a row cut off by `head`
+        read = list(itertools.islice(rows, most + 2))
+        rows = iter(read[: -1 if cut and len(read) < most + 2 else most + 1])
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")

@@ -454,6 +454,13 @@ async def scored_sample(
 SPLIT_SETTINGS = (*SIZES, "seed")  # what cuts a data set into the split `eval` scores
 
 
+def first_needed(graph: Graph, split: str, sizes: Mapping[str, int], limit: int | None) -> int | None:
+    """The rows of a user's file `eval` needs when it scores the file whole (no size given, here or in the
+    pipeline file) and `limit` cuts it: its first `limit`; None when it needs every row (a seeded split of them)."""
+    whole = split == "test" and not set(sizes) & set(SPLIT_SETTINGS) and not graph.sizes_given
+    return limit if whole else None
+
+
 def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[str, int]) -> tuple[Sample, ...]:
     """The samples `eval` scores: a user's file with no size given whole (as `split` "test"); otherwise the
     seeded split `optimize` would draw with these sizes (train_size, val_size, test_size, seed), so test never
@@ -464,6 +471,9 @@ def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[st
             raise TypeError(f"unknown split setting {name!r}{did_you_mean(name, SPLIT_SETTINGS)}")
         check(name, value)
     o = graph.optimize
+    # the sizes the file gives (its data and optimize blocks) cut the data as they cut it for optimize, so the test
+    # split a record is labelled with is the rows they leave, not every row
+    sizes = {name: getattr(o, name) for name in sorted(graph.sizes_given)} | dict(sizes)
     splits = eval_splits(
         dataset,
         sizes.get("train_size"),

@@ -29,8 +29,9 @@ class Data:
     test_data: str | None = None
     validation_data: str | None = None
 
-    def load(self) -> Dataset:
-        return datasets.load(self.name, self.data_dir, self.test_data, self.validation_data)
+    def load(self, first: int | None = None) -> Dataset:
+        """The data set; `first`: only a single file's first rows are needed (datasets.load)."""
+        return datasets.load(self.name, self.data_dir, self.test_data, self.validation_data, first)
 
     def fingerprint(self) -> str | None:
         """Of the data files' content, as a run record keeps it (None for a built-in data set)."""
