@@ -49,9 +49,12 @@ class ToolSpec:
     name: str
     description: str
     params: tuple[ToolParam, ...]
+    input_schema: dict | None = field(default=None, hash=False)  # a server's tool: its schema, as it gave it
 
     def schema(self) -> dict:
-        """The JSON Schema of its arguments: an object, no property but its own."""
+        """The JSON Schema of its arguments: an object, no property but its own (a server's tool: its own)."""
+        if self.input_schema is not None:
+            return self.input_schema
         properties = {}
         for p in self.params:
             properties[p.name] = {**p.schema, **({"description": p.description} if p.description else {})}
@@ -90,6 +93,15 @@ def read_tool(source: str, name: str, shown_as: str | None = None) -> ToolSpec |
         summary(doc),
         tuple(ToolParam(p.name, p.schema, p.required, described.get(p.name, "")) for p in params),
     )
+
+
+def module_functions(source: str) -> list[str]:
+    """The functions a module's source defines at its top level, by name (none when it does not parse)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
 
 
 def aliases(tree: ast.Module) -> dict[str, ast.expr]:
