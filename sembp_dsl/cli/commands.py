@@ -451,6 +451,38 @@ def cmd_serve(args) -> int:
     return 0
 
 
+def cmd_tools_sync(args) -> int:
+    """Start each MCP server a file declares once, list its tools, and write their schemas to the lock."""
+    # the parser and the MCP client (the mcp package, when a file has servers): only this command pays them
+    from ..language.mcp_servers import LOCK
+    from ..language.source import load
+    from ..runtime.mcp_client import sync
+
+    for path in args.files:
+        locked = sync(load(path))
+        if not locked:
+            print(f"{path}: declares no MCP server (mcp NAME {{ command = ... }}): nothing to lock", file=sys.stderr)
+        for server, count in locked:
+            print(f"{path}: locked {count} tool(s) of the MCP server '{server}' in {LOCK} beside it")
+    return 0
+
+
+def _add_tools(sub) -> None:
+    """`sbpc tools sync`: the lock of the tools MCP servers give (check reads it, never starting a server)."""
+    tools = sub.add_parser("tools", help="lock the tools of a pipeline's MCP servers (sbpc tools sync FILE)")
+    actions = tools.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    sync = actions.add_parser(
+        "sync",
+        help="start each MCP server once, list its tools, and write their schemas to .sbpc/mcp.lock.json",
+        description="Start each MCP server FILE declares once, list its tools, and write their schemas to\n"
+        ".sbpc/mcp.lock.json beside FILE (commit it): `sbpc check` reads it and starts no server, and a run\n"
+        "stops if a server's tools differ from it.",
+    )
+    sync.add_argument("files", nargs="+", metavar="FILE")
+    sync.set_defaults(run=cmd_tools_sync, parser=sync)
+
+
 def held_out_change(before, after) -> str:
     """The test split, initial vs final, as a paired difference with its 95% t interval, in words when it fell.
 
@@ -718,9 +750,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_and_eval(sub)
     _add_optimize(sub)
     _add_serve(sub)
+    _add_tools(sub)
     add_run_commands(sub)
     for command in sub.choices.values():
-        command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
+        if command.get_default("parser") is None:
+            command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 

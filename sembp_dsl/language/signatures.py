@@ -54,9 +54,12 @@ class ToolSpec:
     name: str
     description: str
     params: tuple[ToolParam, ...]
+    input_schema: dict | None = field(default=None, hash=False)  # a server's tool: its schema, as it gave it
 
     def schema(self) -> dict:
-        """The JSON Schema of its arguments: an object, no property but its own."""
+        """The JSON Schema of its arguments: an object, no property but its own (a server's tool: its own)."""
+        if self.input_schema is not None:
+            return self.input_schema
         properties = {}
         for p in self.params:
             properties[p.name] = {**p.schema, **({"description": p.description} if p.description else {})}
@@ -116,6 +119,12 @@ def read_tool(source: str | bytes, name: str, shown_as: str | None = None) -> To
         summary(doc),
         tuple(ToolParam(p.name, p.schema, p.required, described.get(p.name, "")) for p in params),
     )
+
+
+def module_functions(source: str | bytes) -> list[str]:
+    """The functions a module's source defines at its top level, by name (none when it does not parse)."""
+    module = parsed(source)
+    return [] if isinstance(module, str) else list(module.functions)
 
 
 def aliases(tree: ast.Module) -> dict[str, ast.expr]:
@@ -330,16 +339,11 @@ class Accepted:
         return f"({', '.join([*self.names, *(['**kwargs'] if self.any_keyword else [])])})"
 
 
-def read_accepted(source: str, name: str) -> Accepted | None:
+def read_accepted(source: str | bytes, name: str) -> Accepted | None:
     """The keywords function `name` of a module's source takes; None when the module has no such function to
     read (a name bound otherwise, a module that does not parse: other checks say so)."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError):
-        return None
-    function = next(
-        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name), None
-    )
+    module = parsed(source)
+    function = None if isinstance(module, str) else module.functions.get(name)
     if function is None:
         return None
     args = function.args

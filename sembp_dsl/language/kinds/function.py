@@ -196,7 +196,7 @@ def accepted_of(pipeline: ir.Pipeline, function: ir.Function) -> Accepted | None
 
 @functools.lru_cache(maxsize=256)
 def read_source_accepted(path: str, stamp: int, attr: str) -> Accepted | None:
-    with open(path, encoding="utf-8", errors="replace") as file:
+    with open(path, "rb") as file:  # bytes: read as Python reads a module (a BOM, a `coding:` line)
         return read_accepted(file.read(), attr)
 
 
