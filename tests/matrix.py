@@ -184,9 +184,13 @@ class Workspace:
     def models(self) -> tuple[str, ...]:
         return ("--model", MODEL, "--api-base", self.url)
 
+    #: the splits every command that reads data draws (a file's optimize block may ask for more than it has rows,
+    #: or for no test split): eval scores the test split of optimize's
+    SIZES = {"train_size": 3, "val_size": 3, "test_size": 2, "seed": 0}
+
     @property
     def sizes(self) -> tuple[str, ...]:
-        return ("--train-size", "3", "--val-size", "3", "--test-size", "2", "--seed", "0")
+        return tuple(part for key, n in self.SIZES.items() for part in (f"--{key.replace('_', '-')}", str(n)))
 
     @property
     def runs_dir(self) -> Path:
@@ -244,7 +248,7 @@ class Workspace:
             if kind not in self.runs:
                 if kind == "eval":
                     self.runs[kind] = sbpc(
-                        "eval", self.path, "--data", self.data, "--limit", "4", *self.models,
+                        "eval", self.path, "--data", self.data, *self.sizes, *self.models,
                         "--runs-dir", self.runs_dir, "--errors", "2",
                     )  # fmt: skip
                 else:

@@ -170,7 +170,7 @@ def api(space: Workspace, command: str) -> None:
     with sbp.load(space.path, model=MODEL, api_base=space.url, cache=False) as pipeline:
         prediction = pipeline(**space.first_row())
         assert not prediction.failed, prediction.error
-        evaluation = pipeline.evaluate(str(space.data), limit=3)
+        evaluation = pipeline.evaluate(str(space.data), **space.SIZES)
         assert evaluation.results
 
 
