@@ -299,7 +299,8 @@ def answer_of(type_: ir.OutputType, i: int):
 
 
 def serve_one(workspace: Workspace) -> tuple[int, dict]:
-    """One request through `sbpc serve`'s application (serve.start on a loop of its own): its status and body."""
+    """One request through `sbpc serve`'s application (serve.start on a loop of its own, traces allowed, the
+    request asking for one): its status and body."""
     import sembp_dsl as sbp
     from sembp_dsl import serve
 
@@ -308,8 +309,10 @@ def serve_one(workspace: Workspace) -> tuple[int, dict]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        runner = asyncio.run_coroutine_threadsafe(serve.start(pipeline, "127.0.0.1", 0), loop).result(30)
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        runner = asyncio.run_coroutine_threadsafe(serve.start(pipeline, "127.0.0.1", 0, allow_trace=True), loop).result(
+            30
+        )
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/?trace=1"
         body = json.dumps(workspace.first_row()).encode()
         request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
         try:

@@ -154,16 +154,30 @@ def recording(space: Workspace, command: str) -> None:
         sound(sbpc("runs", "--json", *runs))
 
 
+def running(space: Workspace, command: str) -> None:
+    """run --trace as a user reads it, then --json: every node has its say, in JSON that parses."""
+    row = ("--input-json", json.dumps(space.first_row()))
+    sound(sbpc("run", space.path, "--trace", *row, *space.models))
+    as_json = sbpc("run", space.path, "--json", *row, *space.models)
+    sound(as_json)
+    assert json.loads(as_json.out)["trace"]["output"] is not None, as_json.out
+
+
 def planning(space: Workspace, command: str) -> None:
     planned = sbpc(
         "optimize", space.path, "--plan", "--data", space.data, *space.sizes, *space.models, *space.model_choice
     )
     sound(planned, 0 if space.strategies() else 2)  # 2: a usage error, nothing in the pipeline to change
+    if space.strategies():
+        as_json = sbpc("optimize", space.path, "--plan", "--json", "--data", space.data, *space.sizes, *space.models)
+        sound(as_json)
+        assert json.loads(as_json.out)["calls"]["forward"] > 0, as_json.out
 
 
 def serving(space: Workspace, command: str) -> None:
     status, answer = serve_one(space)
     assert status == 200 and answer.get("error") is None, (status, answer)
+    assert set(answer["trace"]["nodes"]) == set(space.graph.nodes), answer["trace"]
 
 
 def api(space: Workspace, command: str) -> None:
@@ -179,9 +193,7 @@ RUN = {
     "fmt": formatting,
     "compile": compiling,
     "plan": planning,
-    "run": lambda space, _: sound(
-        sbpc("run", space.path, "--trace", "--input-json", json.dumps(space.first_row()), *space.models)
-    ),
+    "run": running,
     "eval": lambda space, _: sound(space.recorded("eval")),
     "optimize": optimizing,
     "show": recording,
