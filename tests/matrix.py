@@ -255,6 +255,13 @@ class Workspace:
                     self.runs[kind] = self.optimize("--gate", "none", *self.model_choice)
             return self.runs[kind]
 
+    def folder(self, kind: str) -> str:
+        """The record folder of the eval or optimize run, as the command printed it (the runs' numbers depend on
+        which case made its run first)."""
+        found = re.search(r"^run record: (.+)/run\.json$", self.recorded(kind).text, re.M)
+        assert found, f"the {kind} run names no record:\n{self.recorded(kind).text[-2000:]}"
+        return found.group(1)
+
 
 def made_rows(graph: Graph) -> list[dict]:
     """A few rows for a pipeline that ships no data: each input a value of its type, and an answer of the

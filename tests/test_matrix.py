@@ -125,6 +125,7 @@ def optimizing(space: Workspace, command: str) -> None:
     written = space.path.with_name(f"optimized-{strategy}{space.path.suffix}")
     if written.exists():
         sound(sbpc("check", written))
+        assert written.read_text() != space.path.read_text()
     else:  # nothing to learn from on this data (every answer right, or none right for demos): said so
         assert "not written, as no prompt changed" in outcome.out, outcome.text[-2000:]
 
@@ -134,24 +135,30 @@ def recording(space: Workspace, command: str) -> None:
     if optimized:
         sound(space.recorded("optimize"))
     sound(space.recorded("eval"))
-    runs = ("--runs-dir", space.runs_dir)
+    runs = [space.folder("eval"), *([space.folder("optimize")] if optimized else [])]
     if command == "show":
-        for run in ("-1", "-2")[: 1 + optimized]:  # the eval, then the optimize run
-            sound(sbpc("show", run, *runs))
-            sound(sbpc("show", run, "--json", *runs))
+        for run in runs:
+            sound(sbpc("show", run))
+            sound(sbpc("show", run, "--json"))
     elif command == "report":
-        if optimized:
-            sound(sbpc("report", "-2", *runs, "--out", space.path.with_name("optimize.html")))
-        sound(sbpc("report", "-1", *runs, "--out", space.path.with_name("eval.html")))
-    elif command == "apply" and optimized:
+        for run in runs:
+            sound(sbpc("report", run, "--out", space.path.with_name(f"{Path(run).name}.html")))
+    elif command == "apply":
+        if not optimized:
+            pytest.skip("no optimize run to apply: nothing in the pipeline to change")
         target = space.path.with_name(f"applied{space.path.suffix}")
         target.write_text(space.path.read_text())
-        sound(sbpc("apply", "-2", target, *runs))
+        sound(sbpc("apply", space.folder("optimize"), target))
         sound(sbpc("check", target))
+        written = space.path.with_name(f"optimized{space.path.suffix}")  # what that run wrote, if it changed a prompt
+        assert target.read_text() == (written if written.exists() else space.path).read_text()
     else:
-        listed = sbpc("runs", *runs)
+        listed = sbpc("runs", "--runs-dir", space.runs_dir)
         sound(listed)
-        sound(sbpc("runs", "--json", *runs))
+        as_json = sbpc("runs", "--json", "--runs-dir", space.runs_dir)
+        sound(as_json)
+        listed_json = json.loads(as_json.out)  # the optimize cases' runs are in the same folder
+        assert len(listed.out.strip().splitlines()) == len(listed_json) >= len(runs), listed.out
 
 
 def running(space: Workspace, command: str) -> None:
