@@ -60,7 +60,7 @@ from ..toolcalls import (
 from ..trace import FUNCTION_FAILED, NodeTrace, Shown
 from .function import DEFAULT_TIMEOUT, source_of
 from .kind import Checking, Compiled, Model, NodeKind
-from .model import parse_reply, render
+from .model import parse_reply, render, system_section
 
 DEFAULT_MAX_STEPS = 4  # model calls one sample may make at a tool loop, unless it says `max_steps`
 SHOWN_CALLS = 100  # the most calls `run --trace` lists of one sample (`show` and the report: compact's default)
@@ -156,7 +156,9 @@ class ToolLoop(NodeKind):
         return f"{node.name}: {node.type}, tools {', '.join(tools_of(node))}"
 
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
-        """Its forward prompt, and the tools as a model that calls them natively is offered them."""
+        """Its system message (if any), its forward prompt, and the tools as a model that calls them natively is
+        offered them."""
+        yield from system_section(node, graph, values)
         head = f"=== {node.name}: forward, calling tools (at most {max_steps(node)} model replies) ==="
         yield f"{head}\n{answering(node, node.render(values, graph.prompts))}"
         toolbox = Toolbox.of(node, graph)
