@@ -225,3 +225,19 @@ def test_three_small_losses_in_a_row_are_not_all_accepted(in_world):
     assert len(gated[1].gate.losses) == 8
     kept = sum(it.accepted for it in gated)
     assert 0.04 * kept <= 0.1  # the kept pipeline lost no more than the margin
+
+
+def test_the_plan_and_the_run_say_when_the_split_is_too_small_for_a_cheaper_model(in_world, tmp_path):
+    """The default 20 validation samples: no move can pass non-inferiority (the old test: 0.95^20 = 0.358 > alpha,
+    said nowhere). The plan names the least split, before any call; the run says it too, and the move fails."""
+    path = tmp_path / "world.sbp"
+    path.write_text(world.MODEL_MOVES)
+    with sbp.load(path, cache=False) as pipeline:
+        plan = pipeline.plan(world.rows(4, 0), world.rows(20, 10_000), iterations=3)
+    assert plan.warning is not None
+    assert "needs at least 68 answered (every one a tie)" in str(plan.warning) and "margin 0.05" in str(plan.warning)
+    truth = world.World(3, rho=0.0, models={"strong": world.Model(), "fast": world.Model()})
+    lines: list[str] = []
+    found = in_world(world.MODEL_MOVES, truth.reply, 4, 20, iterations=3, log=lines.append)
+    assert any("a move to a cheaper model needs at least 68 answered" in line for line in lines)
+    assert not any(it.accepted for it in found.outcome.iterations)  # 20 identical answers of 20: too few to tell

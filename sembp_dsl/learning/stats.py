@@ -174,30 +174,36 @@ class NonInferiority:
         return 1 - _NORMAL.cdf(self.z(up, down, answered, proposal_lost))
 
     def least_split(self) -> int | None:
-        """The fewest answered samples on which any outcome passes (all ties does, first); None past 2,000. Only
-        the outcomes at least as extreme as all ties are summed at a size (all ties passes when they all fit within
-        alpha); the sizes are searched by doubling steps, then halving, from where the all-ties z nears the normal
-        quantile (the test's discreteness may let a size just below pass too: the plan's warning is about that
-        precise)."""
-        if not 0 < self.alpha or self.margin <= 0:
-            return None
-        if self.alpha >= 1:
-            return 1
-        floor = _NORMAL.inv_cdf(1 - self.alpha) - 0.5
-        low = next((n for n in range(1, 2001) if noninferiority_z(0, 0, n, self.margin) >= floor), 2001) - 1
-        high, step = low + 1, 1  # sizes above `low` doubling their step until all ties passes, then halved back
-        while not self._ties_pass(high):
-            if high >= 2000:
-                return None
-            low, high, step = high, min(high + step, 2000), step * 2
-        while high - low > 1:
-            middle = (low + high) // 2
-            low, high = (low, middle) if self._ties_pass(middle) else (middle, high)
-        return high
+        """The fewest answered samples on which any outcome passes (all ties does, first); None past 2,000."""
+        return least_split(self.margin, self.alpha)
 
-    def _ties_pass(self, answered: int) -> bool:
-        z = noninferiority_z(0, 0, answered, self.margin)  # all ties: the outcome likeliest to pass
-        return _exact_critical(answered, self.margin, self.alpha, z - 1e-9) <= z
+
+@lru_cache(maxsize=256)
+def least_split(margin: float, alpha: float) -> int | None:
+    """`NonInferiority.least_split`. Only the outcomes at least as extreme as all ties are summed at a size (all
+    ties passes when they all fit within alpha); the sizes are searched by doubling steps, then halving, from
+    where the all-ties z nears the normal quantile (the test's discreteness may let a size just below pass too:
+    the warnings that name it are about that precise)."""
+    if not 0 < alpha or margin <= 0:
+        return None
+    if alpha >= 1:
+        return 1
+    floor = _NORMAL.inv_cdf(1 - alpha) - 0.5
+    low = next((n for n in range(1, 2001) if noninferiority_z(0, 0, n, margin) >= floor), 2001) - 1
+    high, step = low + 1, 1  # sizes above `low` doubling their step until all ties passes, then halved back
+    while not _ties_pass(high, margin, alpha):
+        if high >= 2000:
+            return None
+        low, high, step = high, min(high + step, 2000), step * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _ties_pass(middle, margin, alpha) else (middle, high)
+    return high
+
+
+def _ties_pass(answered: int, margin: float, alpha: float) -> bool:
+    z = noninferiority_z(0, 0, answered, margin)  # all ties: the outcome likeliest to pass
+    return _exact_critical(answered, margin, alpha, z - 1e-9) <= z
 
 
 def wins_needed(alpha: float) -> int:
