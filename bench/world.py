@@ -248,7 +248,7 @@ CASES: dict[str, Callable[[], dict[str, Model]]] = {
     "0.10 worse": lambda: {"strong": Model(), "fast": Model(-0.10)},
     "fails on 45% at random": lambda: {"strong": Model(), "fast": Model(0.0, 0.45)},
     "fails on its 30% hardest": lambda: {"strong": Model(), "fast": Model(0.0, 0.30, hard=True)},
-    "as good, 8x the reply tokens": lambda: {"strong": Model(), "fast": Model(0.0, reply_tokens=200)},
+    "as good, 200-token replies": lambda: {"strong": Model(), "fast": Model(0.0, reply_tokens=200)},
 }
 
 

@@ -785,6 +785,8 @@ class Optimizer:
 def gate_rule(gate: GateDecision, passed: bool) -> str:
     """The gate's tally against its rule, in words that read right at every alpha: the sign test's p against
     alpha, or at alpha 1 (no test) that wins must beat losses; with partial credit, that the mean must rise."""
+    if gate.test is not None:
+        return f"{gate_tally(gate)}{noninferiority_words(gate)}: {'passes' if passed else 'does not pass'}"
     if gate.alpha >= 1:
         rule, mean = "; at gate_alpha 1 wins must beat losses", ", and the mean rise"
     else:
@@ -793,6 +795,20 @@ def gate_rule(gate: GateDecision, passed: bool) -> str:
         change = f"fall by {-gate.gain:.3f}" if gate.gain < 0 else "do not change"
         rule += f"{mean} (the scores {change} in all)"
     return f"{gate_tally(gate)}{rule}: {'passes' if passed else 'does not pass'}"
+
+
+def noninferiority_words(gate: GateDecision) -> str:
+    """A non-inferiority gate's figures: the samples it counted, z against the exact critical value at the step's
+    level, and the margin left once the step's own lost samples are charged."""
+    lost = f", {len(gate.own_lost)} lost by the step leave a margin of {gate.margin_left:g}" if gate.own_lost else ""
+    if gate.alpha >= 1:
+        return f" on {gate.answered} answered{lost}; at gate_alpha 1 the mean must not fall"
+    if gate.z is None or gate.critical is None:
+        return f" on {gate.answered} answered{lost}: no outcome can pass at {gate.alpha:.3g}"
+    sign = ">=" if gate.z >= gate.critical else "<"
+    return (
+        f" on {gate.answered} answered{lost}; z = {gate.z:.2f} {sign} {gate.critical:.2f} (exact, at {gate.alpha:.3g})"
+    )
 
 
 def summary(it: Iteration, iterations: int, train_size: int) -> str:
