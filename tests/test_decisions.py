@@ -25,6 +25,7 @@ from sembp_dsl.learning.stats import (
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.mock import MockTransport, Sent
 from sembp_dsl.models.transport import Reply
+from sembp_dsl.records.runs import gate_words
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import world  # noqa: E402
@@ -174,6 +175,9 @@ def test_a_cheaper_model_as_good_is_accepted(in_world):
     [it] = found.outcome.iterations
     assert it.accepted and it.gate.losses == [] and it.gate.z >= it.gate.critical
     assert it.gate.alpha == 0.1 and it.gate.run_alpha == 0.1
+    words = gate_words(it)  # what `sbpc show` says of the step: why it was taken, at what error rate
+    assert words is not None and f"on 100 answered; z = {it.gate.z:.2f} >= {it.gate.critical:.2f}" in words
+    assert "(alpha 0.1, non-inferiority margin 0.05 against the run's start)" in words
 
 
 RELAY = """\

@@ -38,7 +38,7 @@ from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores
-from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, train_words
+from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, noninferiority_words, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
@@ -795,20 +795,6 @@ def gate_rule(gate: GateDecision, passed: bool) -> str:
         change = f"fall by {-gate.gain:.3f}" if gate.gain < 0 else "do not change"
         rule += f"{mean} (the scores {change} in all)"
     return f"{gate_tally(gate)}{rule}: {'passes' if passed else 'does not pass'}"
-
-
-def noninferiority_words(gate: GateDecision) -> str:
-    """A non-inferiority gate's figures: the samples it counted, z against the exact critical value at the step's
-    level, and the margin left once the step's own lost samples are charged."""
-    lost = f", {len(gate.own_lost)} lost by the step leave a margin of {gate.margin_left:g}" if gate.own_lost else ""
-    if gate.alpha >= 1:
-        return f" on {gate.answered} answered{lost}; at gate_alpha 1 the mean must not fall"
-    if gate.z is None or gate.critical is None:
-        return f" on {gate.answered} answered{lost}: no outcome can pass at {gate.alpha:.3g}"
-    sign = ">=" if gate.z >= gate.critical else "<"
-    return (
-        f" on {gate.answered} answered{lost}; z = {gate.z:.2f} {sign} {gate.critical:.2f} (exact, at {gate.alpha:.3g})"
-    )
 
 
 def summary(it: Iteration, iterations: int, train_size: int) -> str:
