@@ -245,3 +245,18 @@ def test_the_plan_and_the_run_say_when_the_split_is_too_small_for_a_cheaper_mode
     found = in_world(world.MODEL_MOVES, truth.reply, 4, 20, iterations=3, log=lines.append)
     assert any("a move to a cheaper model needs at least 68 answered" in line for line in lines)
     assert not any(it.accepted for it in found.outcome.iterations)  # 20 identical answers of 20: too few to tell
+
+
+def test_a_run_tests_each_step_at_its_share_and_spends_no_more_than_gate_alpha(in_world):
+    """Steps no better than the prompts they replace (every proposal as accurate as its parent), 4 iterations:
+    each gate is tested at its share (stats.step_alpha), and the levels the rejected ones used add up to at most
+    gate_alpha, the run's rate of accepting a step that is not better."""
+    truth = world.World(5, shift=0.0, spread=0.0)
+    found = in_world(world.PROMPT_STEPS, truth.reply, 10, 40, iterations=4)
+    spent = 0.0
+    gated = [it for it in found.outcome.iterations if it.gate is not None]
+    assert len(gated) >= 2
+    for it in gated:
+        assert it.gate.alpha == pytest.approx(step_alpha(0.1, it.index, 4, spent)) and it.gate.run_alpha == 0.1
+        spent += 0.0 if it.accepted else it.gate.alpha
+    assert spent <= 0.1 + 1e-12
