@@ -711,7 +711,7 @@ class Optimizer:
         s, split = self.method, self.gate_split()
         held_out = self.held_out(iteration)
         by_id = {sample.id: sample for sample in split if sample.id not in held_out}
-        known = self.known.gate
+        known, before = self.known.gate, current  # `before`: the pipeline the step changes (its cost, its models)
         if margin is not None:  # against the pipeline the run started from: the margin bounds the run's whole loss
             current, known = self.start(), self.start_scores()
         gate = Gate(
@@ -753,9 +753,9 @@ class Optimizer:
                 )
             return bool(batch)
 
-        unanswered = await self.on_trial(current, proposed, next_round, results, gate)
+        unanswered = await self.on_trial(before, proposed, next_round, results, gate)
         if unanswered is not None:
-            return await self.unanswered(current, iteration, gate, *unanswered)
+            return await self.unanswered(before, iteration, gate, *unanswered)
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
@@ -771,12 +771,9 @@ class Optimizer:
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         answered = sorted([*results, *late], key=lambda r: position[r.sample.id])
         evaluation = scored(Evaluation(tuple(answered), len(answered), None), f"iteration {iteration.index}: gate")
-        deciding = accept and margin is not None
-        measured, evaluation = await self.cost_measured(current, proposed, iteration, evaluation, by_id, deciding)
         if len(answered) == gate.size:
             iteration.gate_after = evaluation.accuracy
-        if accept and margin is not None:  # a step chosen for cost is kept only when it costs less, measured
-            accept = costs_less(iteration, measured)
+        accept, evaluation = await self.cost_decided(before, proposed, iteration, evaluation, by_id, accept, margin)
         if accept:
             self.known = Known(dict(proposed.prompts))
             self.learn(proposed, split, evaluation)
@@ -823,6 +820,22 @@ class Optimizer:
                 raise
             return exc.model, exc.text
         return moved_failing(current, proposed, results, gate)
+
+    async def cost_decided(
+        self,
+        before: Graph,
+        proposed: Graph,
+        iteration: Iteration,
+        evaluation: Evaluation,
+        by_id: Mapping[str, Sample],
+        passed: bool,
+        margin: float | None,
+    ) -> tuple[bool, Evaluation]:
+        """Whether the step is kept, the gate having `passed` it: a step chosen for cost (held to a `margin`) only
+        when its measured cost per sample falls too. With the step's results, and any the measure added."""
+        deciding = passed and margin is not None
+        measured, evaluation = await self.cost_measured(before, proposed, iteration, evaluation, by_id, deciding)
+        return (costs_less(iteration, measured) if deciding else passed), evaluation
 
     async def cost_measured(
         self,
