@@ -180,6 +180,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
     "E139": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  test = "t.jsonl" }\n'),
     "E140": ("p.sbp", HEADER + OK + 'data { train = "d.jsonl"  test = "./d.jsonl" }\n'),
+    "E150": ("p.sbp", "<async metric>"),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "W020": (
         "p.sbp",
@@ -240,6 +241,9 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<tool *args>":  # read beside the pipeline, never imported
         (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
         path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
+    elif content == "<async metric>":  # read beside the pipeline, never imported
+        (tmp_path / "metrics.py").write_text("async def overlap(prediction, example):\n    return 1.0\n")
+        path.write_text(HEADER + OK + 'metric overlap = "metrics:overlap"\n')
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")

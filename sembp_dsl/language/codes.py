@@ -7,7 +7,7 @@ E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name 
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
 metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps, E13x data
 named in the file (E136-E138: what optimize may change and what models cost; E139-E140: each split's own
-data file); W0xx warnings.
+data file), E15x code the file names, read before it runs; W0xx warnings.
 """
 
 from __future__ import annotations
@@ -970,6 +970,17 @@ _CODES = [
         "A link, a hard link or another spelling of the path names the same file, and is the same mistake.",
         'data { train = "rows.jsonl"  test = "rows.jsonl" }',
         'data { file = "rows.jsonl"  train = 20  test = 50 }',
+    ),
+    # E150-E159: code the file names, read before it runs
+    Code(
+        "E150",
+        "an async metric",
+        "A Python metric is called with (prediction, example) and returns a score: a bool, a number from 0 to\n"
+        "1, or (score, reason). sbpc calls it in a worker thread and does not await what it returns, so an\n"
+        "`async def` metric can never score. `check` reads the module beside the pipeline (never imports it)\n"
+        "and refuses one; a metric from an allowed module is refused when a run first scores with it.",
+        "async def overlap(prediction, example):\n    return 1.0",
+        "def overlap(prediction, example):\n    return 1.0",
     ),
     # W00x: warnings
     Code(
