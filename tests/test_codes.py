@@ -187,6 +187,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}"  train = 20  validation = 20 }}\n',
     ),
+    "E150": ("p.sbp", "<async metric>"),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "E170": ("p.sbp", HEADER + OK + "mcp docs { env = [DOCS_ROOT] }\n"),
     "E171": (
@@ -288,6 +289,9 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
             HEADER
             + 'param t = "x"\nfunction f = "tools:f"\nnode a: text { prompt = t  tools = [f] }\nq -> a\noutput a\n'
         )
+    elif content == "<async metric>":  # read beside the pipeline, never imported
+        (tmp_path / "metrics.py").write_text("async def overlap(prediction, example):\n    return 1.0\n")
+        path.write_text(HEADER + OK + 'metric overlap = "metrics:overlap"\n')
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")

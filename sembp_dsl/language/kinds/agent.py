@@ -54,6 +54,7 @@ from ..toolcalls import (
     bounded,
     compact,
     describe_tools,
+    kept_arguments,
     read_reply,
     reply_schema,
 )
@@ -460,8 +461,8 @@ class Toolbox:
     async def called(self, call: ToolCall) -> ToolResult:
         """One call, made: its result, or why it could not be."""
         problem = argument_problem(call, self.specs)
-        if problem is not None:
-            return ToolResult(call, problem, error=True)
+        if problem is not None:  # it may quote what the model sent: megabytes
+            return ToolResult(call, bounded(problem), error=True)
         function = self.callables.get(call.name)
         if function is None:
             return ToolResult(call, f"{call.name} is not loaded (run the pipeline through sembp_dsl.load)", error=True)
@@ -556,7 +557,10 @@ class Loop:
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False)},
+                        "function": {
+                            "name": c.name,
+                            "arguments": json.dumps(kept_arguments(c.arguments), ensure_ascii=False),
+                        },
                     }
                     for c in turn.calls
                 ],
