@@ -232,3 +232,32 @@ def test_init_reads_a_bounded_head_of_the_file_once(tmp_path, monkeypatch, capsy
     )
     assert main(["init", "--data", "d.jsonl", "Answer", "--model", "openai/x"]) == 0, capsys.readouterr()
     assert reads[0] is not None  # init's own read, bounded (the check after it reads the pipeline's data block)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "task"),
+    [
+        ("index.csv", ",q,answer\n1,a,yes\n2,b,no\n3,c,yes\n", "Answer it"),  # a column with no name
+        ("blank.csv", "q,answer\na,\nb,\nc,\n", "Answer it"),  # an answer column blank in every row
+        ("cases.csv", "q,Answer,answer,ANSWER\na,x,y,z\nb,x,y,z\n", "Answer it"),  # three answer columns
+        ("t.csv", "q,answer\na,yes\nb,no\nc,yes\n", "Answer {{ q }} now {% if x %} {# #} {% endraw %}"),
+        (
+            "ok.jsonl",
+            '{"text": "a", "label": "yes"}\n{"text": "b", "label": "no"}\n{"text": "c", "label": "no"}\n',
+            "Sort",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and "." in value and len(value) < 12 else "",
+)
+def test_what_init_writes_passes_its_own_check(tmp_path, monkeypatch, capsys, name, data, task):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(data)
+    code = main(["init", "--data", name, task, "--model", "openai/x"])
+    said = capsys.readouterr().out
+    assert code == 0 and "checked: ok" in said, said
+    assert main(["check", name.rsplit(".", 1)[0] + ".sbp"]) == 0, capsys.readouterr()
+    if task.startswith("Answer {{"):  # the task reaches the prompt as written, not as template code
+        from sembp_dsl.language.source import compile_file
+
+        graph = compile_file(name.rsplit(".", 1)[0] + ".sbp")
+        assert graph.nodes["answer"].render({"q": "x"}, graph.prompts).startswith(task.replace("endraw", "end raw"))
