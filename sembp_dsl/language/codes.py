@@ -978,6 +978,16 @@ _CODES = [
         'data { file = "tickets.jsonl"  train = 20  validation = 20 }   # the file has 22 rows',
         'data { file = "tickets.jsonl"  train = 11  validation = 11 }',
     ),
+    Code(
+        "E161",
+        "a model name with no provider",
+        "A model name is `provider/model`; a bare name is looked up in litellm's table of models (gpt-4o-mini,\n"
+        "claude-3-5-sonnet-latest, ...), and a name it does not know is refused before any request is sent\n"
+        "(`LLM Provider NOT provided`). Name the provider (`openai/...` with `api_base` reaches any\n"
+        "OpenAI-compatible server), or fix the spelling.",
+        'model forward { name = "gpt-4o-mni" }',
+        'model forward { name = "gpt-4o-mini" }',
+    ),
     # W00x: warnings
     Code(
         "W001",
