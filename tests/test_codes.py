@@ -155,7 +155,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
     ),
-    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "openai/m" }\n'),
     "W009": ("p.sbp", HEADER + 'function shell = "os:system"\nnode a: text { function = shell }\nq -> a\noutput a\n'),
     "W010": ("p.sbp", HEADER + 'function f = "tools:f"\n' + OK),
     "W011": (
@@ -175,6 +175,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
     ),
     "E128": ("p.sbp", HEADER + OK + 'model forward { name = "opneai/gpt-4o-mini" }\n'),
+    "E161": ("p.sbp", HEADER + OK + 'model forward { name = "gpt-4o-mni" }\n'),
     "E130": ("p.sbp", HEADER + OK + 'data mine { file = "d.jsonl" }\n'),
     "E131": ("p.sbp", HEADER + OK + "data { train = 3 }\n"),
     "E132": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  seed = 1 }\noptimize { seed = 2 }\n'),

@@ -27,7 +27,7 @@ from .kinds import KINDS, kind_of, taken
 from .kinds.agent import declared_tools
 from .method import SETTINGS, STRATEGIES, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
-from .providers import PROVIDERS, provider_of
+from .providers import PROVIDERS, no_provider, provider_of
 from .signatures import defined_async
 from .templates import (
     BUILTIN,
@@ -482,6 +482,9 @@ def check_provider(cx: Context, block: ir.Block) -> None:
     keys = {s.key for s in block.settings}
     name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
     provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    bare = no_provider(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and bare is not None:
+        cx.report("E161", name.value_span, bare[0], help=bare[1])
     if name is not None and provider is not None and provider not in PROVIDERS:
         cx.report(
             "E128",

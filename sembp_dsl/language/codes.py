@@ -1080,6 +1080,16 @@ _CODES = [
         "async def overlap(prediction, example):\n    return 1.0",
         "def overlap(prediction, example):\n    return 1.0",
     ),
+    Code(
+        "E161",
+        "a model name with no provider",
+        "A model name is `provider/model`; a bare name is looked up in litellm's table of models (gpt-4o-mini,\n"
+        "claude-3-5-sonnet-latest, ...), and a name it does not know is refused before any request is sent\n"
+        "(`LLM Provider NOT provided`). Name the provider (`openai/...` with `api_base` reaches any\n"
+        "OpenAI-compatible server), or fix the spelling.",
+        'model forward { name = "gpt-4o-mni" }',
+        'model forward { name = "gpt-4o-mini" }',
+    ),
     # W00x: warnings
     Code(
         "W001",
