@@ -178,6 +178,7 @@ class Link:
     async def close(self) -> None:
         """Stop the server, and wait (a few seconds at most) for every process this link started to end."""
         self.drop()
+        self.restarts = 0  # closed on purpose: a later call starts it afresh
         if self.closing:
             await asyncio.wait(set(self.closing), timeout=9)
 
@@ -239,13 +240,11 @@ class Servers:
         return self.run(self.links[server].call(tool, arguments, timeout, f"{server}.{tool}"))
 
     def close(self) -> None:
-        """Stop every server (a stdio server's process ends), once."""
-        if not self.loop.is_running():
+        """Stop every server (a stdio server's process ends); a later call starts its server again."""
+        if not any(link.holder or link.closing for link in self.links.values()):
             return
         with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
             asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(10)  # waits out a hung one
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        atexit.unregister(self.close)
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
@@ -261,6 +260,9 @@ class ServerTool:
     def __call__(self, **arguments: Any) -> str:
         server, tool = split(self.name)
         return self.servers.call(server, tool, arguments, self.timeout)
+
+    def close(self) -> None:
+        self.servers.close()
 
 
 def used_servers(pipeline: ir.Pipeline, called: set[str]) -> dict[str, ir.Block]:
