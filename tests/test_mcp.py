@@ -285,3 +285,103 @@ def test_a_server_that_cannot_start_again_stops_the_run_saying_so(tmp_path, call
             moved.unlink()  # and cannot start again
             with pytest.raises(sbp.ServerStopped, match=r"stopped, and could not be started again for docs\.search"):
                 loaded(question="refunds")
+
+
+# --- a pipeline served as an MCP tool ---------------------------------------------------------------------------
+
+
+def lookup_then_answer(messages):
+    """The agent's model: looks the population of Kesh up, then answers with the number it was told."""
+    last = messages[-1]
+    if last["role"] == "tool":
+        return last["content"].rsplit(": ", 1)[-1]
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "lookup", "arguments": '{"place": "Kesh", "fact": "population"}'},
+    }
+    return {"content": None, "tool_calls": [call]}
+
+
+def served_agent(tmp_path: Path, url: str) -> Path:
+    for name in ("agent.sbp", "agent_tools.py"):
+        (tmp_path / name).write_text((ROOT / "pipelines" / name).read_text())
+    path = tmp_path / "agent.sbp"
+    path.write_text(with_fake_model(path.read_text(), url))
+    return path
+
+
+async def listed_and_called(streams) -> tuple[list, object]:
+    from mcp.client.session import ClientSession
+
+    async with ClientSession(streams[0], streams[1]) as session:
+        await session.initialize()
+        tools = (await session.list_tools()).tools
+        result = await session.call_tool(tools[0].name, {"question": "How many people live in Kesh?"})
+        return tools, result
+
+
+def assert_the_agent_tool(tools, result) -> None:
+    [tool] = tools
+    assert tool.name == "agent"
+    assert tool.description == "Answer a question about the Vellmar Islands by looking facts up and computing"
+    assert tool.input_schema["properties"]["question"]["type"] == "string"
+    assert tool.input_schema["required"] == ["question"]
+    assert not result.is_error and result.content[0].text == "18400"
+
+
+def test_serve_mcp_answers_the_mcp_packages_own_client_on_stdio(tmp_path, monkeypatch):
+    import asyncio
+
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    with FakeServer(reply=lookup_then_answer) as model:
+        path = served_agent(tmp_path, model.url)
+        command = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "sembp_dsl.cli", "serve", str(path), "--mcp"],
+            env={"OPENAI_API_KEY": "dummy"},
+        )
+
+        async def session():
+            async with stdio_client(command) as streams:
+                return await listed_and_called(streams)
+
+        tools, result = asyncio.run(asyncio.wait_for(session(), 60))
+        assert model.requests == 2  # the lookup call, then the answer
+    assert_the_agent_tool(tools, result)
+
+
+def test_serve_mcp_http_answers_mcp_clients_beside_the_json_service(tmp_path, monkeypatch):
+    import asyncio
+    import urllib.request
+
+    from mcp.client.streamable_http import streamable_http_client
+
+    with FakeServer(reply=lookup_then_answer) as model:
+        path = served_agent(tmp_path, model.url)
+        process = subprocess.Popen(
+            [sys.executable, "-m", "sembp_dsl.cli", "serve", str(path), "--mcp", "http", "--port", "0", "--no-cache"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env={**__import__("os").environ, "OPENAI_API_KEY": "dummy"},
+        )
+        try:
+            line = process.stdout.readline()
+            url = re.search(r"on (http://\S+)", line).group(1)
+            assert f"MCP clients at {url}/mcp" in line
+
+            async def session():
+                async with streamable_http_client(f"{url}/mcp") as streams:
+                    return await listed_and_called(streams)
+
+            tools, result = asyncio.run(asyncio.wait_for(session(), 60))
+            request = urllib.request.Request(url, data=b'{"question": "How many people live in Kesh?"}', method="POST")
+            with urllib.request.urlopen(request, timeout=30) as answer:
+                assert json.loads(answer.read())["output"] == "18400"  # the JSON service, beside it
+        finally:
+            process.terminate()
+            process.wait(10)
+    assert_the_agent_tool(tools, result)
