@@ -385,3 +385,17 @@ def test_serve_mcp_http_answers_mcp_clients_beside_the_json_service(tmp_path, mo
             process.terminate()
             process.wait(10)
     assert_the_agent_tool(tools, result)
+
+
+def test_check_of_a_pipeline_with_servers_imports_no_mcp(tmp_path, calls):
+    path = pipeline(tmp_path, "http://127.0.0.1:9/v1")
+    assert cli("tools", "sync", str(path))[0] == 0
+    probe = (
+        "import json, sys\nfrom sembp_dsl.cli import main\nstatus = main(['check', sys.argv[1]])\n"
+        "print(json.dumps([status, sorted(sys.modules)]))"
+    )
+    done = subprocess.run([sys.executable, "-c", probe, str(path)], capture_output=True, text=True, timeout=60)
+    status, modules = json.loads(done.stdout.splitlines()[-1])
+    assert status == 0, done.stderr
+    assert not [m for m in modules if m.split(".")[0] in ("mcp", "mcp_types", "httpx2", "anyio", "starlette")]
+    assert "sembp_dsl.runtime.mcp_client" not in modules
