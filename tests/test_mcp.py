@@ -399,3 +399,32 @@ def test_check_of_a_pipeline_with_servers_imports_no_mcp(tmp_path, calls):
     assert status == 0, done.stderr
     assert not [m for m in modules if m.split(".")[0] in ("mcp", "mcp_types", "httpx2", "anyio", "starlette")]
     assert "sembp_dsl.runtime.mcp_client" not in modules
+
+
+def test_the_editor_indexes_servers_their_tools_and_description_params(tmp_path):
+    from sembp_dsl.language.editor import Document
+
+    text = PIPELINE.replace("WHERE", 'command = "python docs_server.py"')
+    document = Document(text=text, path=str(tmp_path / "support.sbp"))
+    servers = [(o.declaration, text[o.start : o.end]) for o in document.occurrences if o.namespace == "mcp"]
+    assert servers == [(True, "docs"), (False, "docs")]  # `mcp docs {`, and `docs.search` in the tools list
+    params = [o.declaration for o in document.occurrences if o.name == "search_doc"]
+    assert params == [True, False]  # declared, and named by `search.description`
+    assert "MCP server **docs**: `python docs_server.py`" in document.describe("mcp", "docs")
+
+
+def test_the_yaml_twin_compiles_to_the_same_servers(tmp_path):
+    from sembp_dsl.language.source import parse_text
+
+    sbp_form = parse_text(PIPELINE.replace("WHERE", 'command = "python docs_server.py"'), str(tmp_path / "a.sbp"))
+    yaml_form = parse_text(
+        "pipeline: support\ndescription: Answer a customer's question from the shop's help pages\n"
+        "inputs: {question: text}\n"
+        "params: {task: Answer the customer's question from the help pages., search_doc: Search the shop's help pages.}\n"
+        "mcp:\n  docs:\n    command: python docs_server.py\n    timeout: 5\n    tools: {search: {description: search_doc}}\n"
+        'templates:\n  asking: "{{ prompt }}\\nQuestion: {{ question }}"\n'
+        "nodes:\n  answer: {type: text, prompt: task, template: asking, tools: [docs.search], max_steps: 3}\n"
+        'edges: ["question -> answer"]\noutput: answer\nmetric: exact\n',
+        str(tmp_path / "a.yaml"),
+    )
+    assert yaml_form.blocks == sbp_form.blocks and yaml_form.nodes == sbp_form.nodes

@@ -199,6 +199,8 @@ class Document:
         for block in p.blocks:
             if block.kind == "model":
                 yield "model", block.name or "model", self.block_name(block), True
+            elif block.kind == "mcp" and block.name:  # `mcp docs { }`: its tools are `docs.search`
+                yield "mcp", block.name, self.block_name(block), True
 
     def used_names(self, p: ir.Pipeline) -> Iterator[Named]:
         """The inputs and nodes edges and outputs name."""
@@ -218,6 +220,21 @@ class Document:
                     # `system` names a param when there is one of that name, else a template
                     namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
                     yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
+            tools = holder.setting("tools") if isinstance(holder, ir.Node) else None
+            if tools is not None and isinstance(tools.value, tuple) and self.sbp:
+                yield from self.tool_names(tools)
+        for block in p.blocks:  # `search.description = search_doc` in an mcp block names a param
+            for setting in block.settings if block.kind == "mcp" else ():
+                if setting.key.endswith(".description") and isinstance(setting.value, str):
+                    yield "param", setting.value, self.unquoted(setting.value_span, setting.value), False
+
+    def tool_names(self, tools: ir.Setting) -> Iterator[Named]:
+        """The functions a `tools = [...]` list names, and the server of each `docs.search` in it."""
+        listed = self.source[tools.value_span.start : tools.value_span.end]
+        for match in re.finditer(r"(\w+)(?:\s*\.\s*\w+)?", listed):
+            start = tools.value_span.start + match.start(1)
+            span = ir.Span(tools.value_span.file, 0, 0, 0, 0, start, start + len(match.group(1)))
+            yield ("mcp" if "." in match.group() else "function"), match.group(1), span, False
 
     def block_name(self, block: ir.Block) -> ir.Span:
         """The role's name in `model forward {`, or the word `model` of an unnamed block."""
@@ -358,6 +375,7 @@ class Document:
             "function": self.describe_function,
             "node": self.describe_node,
             "model": self.describe_model,
+            "mcp": self.describe_server,
         }
         describer = describers.get(namespace)
         return describer(name) if describer else None
@@ -423,6 +441,19 @@ class Document:
         return (
             f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
             f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
+        )
+
+    def describe_server(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        block = next((b for b in p.blocks if b.kind == "mcp" and b.name == name), None)
+        if block is None:
+            return None
+        where = next((f"`{s.value}`" for s in block.settings if s.key in ("command", "url")), "nowhere yet")
+        users = [n.name for n in p.nodes if any(t.startswith(f"{name}.") for t in kind_of(n).functions(n))]
+        return (
+            f"MCP server **{name}**: {where}\n\nits tools are `{name}.TOOL`, their schemas from the lock "
+            f"(`sbpc tools sync`)\n\nused by: {', '.join(users) or 'no node'}"
         )
 
     def describe_model(self, name: str) -> str:
@@ -624,13 +655,21 @@ class Document:
 
     def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
         p = self.pipeline
-        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": [], "function": []}
+        names: dict[str, list[tuple[str, str]]] = {
+            "node": [],
+            "param": [],
+            "template": [],
+            "model": [],
+            "function": [],
+            "mcp": [],
+        }
         if p is None:
             return names
         names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
         names["param"] = [(x.name, "param") for x in p.params]
         names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
         names["function"] = [(f.name, "function") for f in p.functions]
+        names["mcp"] = [(b.name, "MCP server") for b in p.blocks if b.kind == "mcp" and b.name]
         named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
         names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
         return names
