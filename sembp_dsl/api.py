@@ -598,15 +598,13 @@ class Pipeline:
 
     def close(self) -> None:
         """Close the connections that sync calls opened (they also close when the pipeline is collected).
-        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing. The MCP
-        servers its tools come from are stopped."""
+        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
         self._session.close()
-        release(self.graph)
+        release(self.graph)  # the MCP servers its tools come from
 
     async def aclose(self) -> None:
         """Close the connections this event loop's calls opened, and stop its tools' MCP servers."""
-        await self._session.aclose()
-        await asyncio.to_thread(release, self.graph)
+        await asyncio.gather(self._session.aclose(), asyncio.to_thread(release, self.graph))
 
     def __enter__(self) -> Pipeline:
         return self
