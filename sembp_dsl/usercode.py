@@ -1,5 +1,6 @@
 """Calling code a pipeline names (a function node's callable, a tool, a Python metric) so that whatever it does
-stays that call's failure: it raises, calls sys.exit, blocks, never returns, or prints.
+stays that call's failure: it raises (any BaseException, a class of its own too), calls sys.exit, blocks, never
+returns, or prints.
 
     result, raised = await call_function(search, {"query": "q"}, timeout=10)  # raised: an exception, or None
 
@@ -173,7 +174,7 @@ def _outcome(job: _Job) -> tuple[object, BaseException | None]:
         if inspect.isawaitable(result):
             result = _await_here(job, result)
         return result, None
-    except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
+    except BaseException as exc:  # noqa: BLE001 (any class of its own too: uncaught, it killed the worker)
         return None, exc
 
 

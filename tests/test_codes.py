@@ -139,6 +139,8 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'function f = "tools:f"\nnode a: text { tools = [f]  max_steps = 0 }\nq -> a\noutput a\n',
     ),
     "E112": ("p.sbp", "<tool *args>"),
+    "E141": ("p.sbp", "<function: input not taken>"),
+    "E142": ("p.sbp", "<function: parameter not fed>"),
     "E113": (
         "p.sbp",
         HEADER + 'function f = "tools:f" { description = nope }\nnode a: text { tools = [f] }\nq -> a\noutput a\n',
@@ -181,6 +183,10 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
     "E139": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  test = "t.jsonl" }\n'),
     "E140": ("p.sbp", HEADER + OK + 'data { train = "d.jsonl"  test = "./d.jsonl" }\n'),
+    "E160": (
+        "p.sbp",
+        HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}"  train = 20  validation = 20 }}\n',
+    ),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "E170": ("p.sbp", HEADER + OK + "mcp docs { env = [DOCS_ROOT] }\n"),
     "E171": (
@@ -262,6 +268,13 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<tool *args>":  # read beside the pipeline, never imported
         (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
         path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
+    elif content in ("<function: input not taken>", "<function: parameter not fed>"):  # read, never imported
+        (tmp_path / "tools.py").write_text("def look(q, fact):\n    return ''\n")
+        fed = "input fact: text\nq, fact, r -> a" if "taken" in content else "q -> a"
+        path.write_text(
+            HEADER
+            + f'input r: text\nfunction look = "tools:look"\nnode a: text {{ function = look }}\n{fed}\noutput a\n'
+        )
     elif isinstance(content, str) and content.startswith(("<mcp:", "<run: mcp")):
         path = mcp_pipeline(path, content)
     elif isinstance(content, str) and content.startswith("<tool:"):

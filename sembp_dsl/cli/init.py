@@ -12,20 +12,19 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import WriteBackError
 from ..language.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
-from ..runtime.datasets import DataError, answer_key, as_text, fields_of, load, rows_of
+from ..runtime.datasets import DataError, answer_key, as_text, fields_of, head_of
 from .flags import UsageError
 from .routers import router_problem
 
 MAX_LABELS = 12  # more distinct answers than this, or longer ones, read as free text
 MAX_LABEL_CHARS = 40
-FULL_SPLIT = 20  # the method's default train and validation sizes; a smaller file is cut in two
 # Names an answer column goes by, most telling first: those a run reads by default, then common ones.
 ANSWER_NAMES = (
     *ANSWER_COLUMNS,
@@ -126,15 +125,14 @@ def quoted(text: str) -> str:
 
 @dataclass(frozen=True)
 class Starter:
-    """What the starter pipeline is written from: the task, the data as the pipeline names it, its inputs, answer
-    and split sizes, and the model."""
+    """What the starter pipeline is written from: the task, the data as the pipeline names it, its inputs and
+    answer, and the model."""
 
     task: str
     name: str
     data: str
     inputs: tuple[str, ...]
     answer: Answer
-    sizes: tuple[int, int]  # train, validation
     model: str
 
     def text(self) -> str:
@@ -158,8 +156,8 @@ class Starter:
             f"output {node} from {quoted(answer.field)}",
         ]
         lines += _metric_lines(answer)
-        train, validation = self.sizes
-        lines += ["", f"data {{ file = {quoted(self.data)}  train = {train}  validation = {validation} }}"]
+        # no sizes: a run cuts sbpc's defaults to fit the file, and `eval` scores it whole
+        lines += ["", f"data {{ file = {quoted(self.data)} }}"]
         lines.append(f"model {{ name = {quoted(self.model)} }}")
         return "\n".join(lines) + "\n"
 
@@ -175,17 +173,6 @@ def _metric_lines(answer: Answer) -> list[str]:
         '  """',
         "metric quality { prompt = rubric  scale = 1..5 }",
     ]
-
-
-def split_sizes(pools: Mapping[str, Sequence]) -> tuple[int, int]:
-    """Train and validation sizes the data can give (the method's defaults at most): a validation split's own
-    size, else the train pool (the whole file, without named splits) cut in two."""
-    own = "validation" in pools or "test" in pools
-    carved = len(pools.get("train", ())) if own else sum(map(len, pools.values()))
-    if "validation" in pools:
-        return min(FULL_SPLIT, carved), min(FULL_SPLIT, len(pools["validation"]))
-    train = min(FULL_SPLIT, max(1, carved // 2))
-    return train, min(FULL_SPLIT, carved - train)
 
 
 TEMPLATE = """\
@@ -251,7 +238,7 @@ def write(args, model: str) -> Written:
         source = Path(args.data).expanduser()
         out = Path(args.out or f"{source.stem or 'pipeline'}.sbp")
         try:
-            rows, pools = rows_of(str(source)), load(str(source)).pools
+            rows = head_of(str(source))[0]  # its first rows: enough to guess from, and quick however long
         except DataError as exc:
             raise UsageError(str(exc)) from None
         fields = list(dict.fromkeys(str(key) for row in rows for key in row))
@@ -265,7 +252,7 @@ def write(args, model: str) -> Written:
             )
         data = os.path.relpath(source.absolute(), out.absolute().parent)
         task = ask_task(args.task, source)
-        text = Starter(task, name_of(out.stem), data, inputs, answer, split_sizes(pools), model).text()
+        text = Starter(task, name_of(out.stem), data, inputs, answer, model).text()
     # the formatter and the parser (lark) cost about 0.6 s to import: --help and the other commands never pay it
     from ..language.fmt import format_text
     from ..language.source import diagnose_file

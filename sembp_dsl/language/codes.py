@@ -206,8 +206,9 @@ _CODES = [
     Code(
         "E024",
         "undefined node or input",
-        "An edge names something that is neither an input nor a node. Each misspelt name is reported once\n"
-        "per statement, and the node it probably meant gets no template errors on top.",
+        "An edge, or a map's `for each ... in NAME`, names something that is neither an input nor a node.\n"
+        "Each misspelt name is reported once per statement, and the node it probably meant gets no template\n"
+        "errors on top.",
         "node judge: text {}\nq -> juge",
         "node judge: text {}\nq -> judge",
     ),
@@ -779,8 +780,10 @@ _CODES = [
         "a signature that cannot become a tool's schema",
         "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
         "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
-        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
-        "the pipeline is read, never imported.",
+        "parameters and types with no JSON form (a socket, a class of your own) have none, nor has a function\n"
+        "with no Python source (`math:sqrt`, built into Python or compiled). The module beside the pipeline\n"
+        "(or an allowed one) is read, never imported; a module that is not UTF-8 text, or nested too deeply\n"
+        "to read, cannot be read.",
         "def lookup(*places): ...",
         'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
         '    """Look up one fact about a place."""',
@@ -1035,6 +1038,35 @@ _CODES = [
         "A link, a hard link or another spelling of the path names the same file, and is the same mistake.",
         'data { train = "rows.jsonl"  test = "rows.jsonl" }',
         'data { file = "rows.jsonl"  train = 20  test = 50 }',
+    ),
+    Code(
+        "E141",
+        "a function node given an input its function does not take",
+        "A function node calls its function with each input as a keyword argument (a map's item by the map's\n"
+        "name for it). An input the signature does not name would fail every call, so it is refused before\n"
+        "any: add the parameter, or stop feeding the input. A branch's deciding node is the exception: it\n"
+        "must feed the branch, and is passed only when the function takes it. The module beside the\n"
+        "pipeline is read, never imported.",
+        "def lookup(order_id): ...\n\nkind, order_id -> facts",
+        "def lookup(order_id, kind): ...\n\nkind, order_id -> facts",
+    ),
+    Code(
+        "E142",
+        "a function node's parameter that nothing feeds",
+        "Each parameter of a function node's function without a default needs an input of that name (or the\n"
+        "map's item): the call would fail on every sample without it.",
+        "def lookup(order_id, fact): ...\n\norder_id -> facts",
+        'def lookup(order_id, fact="status"): ...\n\norder_id -> facts',
+    ),
+    # E16x: data a run would refuse, found by check
+    Code(
+        "E160",
+        "sizes larger than the data",
+        "The sizes the data block (or the optimize block) gives add up to more rows than the data file\n"
+        "holds, so `eval` and `optimize` would refuse to cut it. Sizes left out are never refused: a run\n"
+        "scales sbpc's defaults down to fit a small file, and says so.",
+        'data { file = "tickets.jsonl"  train = 20  validation = 20 }   # the file has 22 rows',
+        'data { file = "tickets.jsonl"  train = 11  validation = 11 }',
     ),
     # W00x: warnings
     Code(

@@ -21,7 +21,7 @@ from jinja2 import TemplateSyntaxError
 from lark.exceptions import LarkError
 
 from ..errors import SbpcError
-from . import ir
+from . import ir, maps
 from .checker import (
     BLOCKS,
     IDENTIFIER,
@@ -35,7 +35,7 @@ from .demos import limit
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
-from .kinds import kind_of
+from .kinds import KINDS, kind_of
 from .method import SETTINGS as METHOD
 from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
@@ -50,6 +50,7 @@ REFERENCES = {
     "system": ("param", "template"),
     "function": ("function",),
     "demos": ("param",),
+    "tools": ("function",),
 }
 KEYWORDS = (
     "input",
@@ -66,13 +67,15 @@ KEYWORDS = (
     "optimize",
 )
 TYPES = ("text", "number", "json", "choice()")
-SETTING_HELP = {
+SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declaration's and a block's
+    **{key: text for kind in KINDS.values() for key, text in kind.help.items()},
+    **maps.HELP,
+    "description": "a function's description as a tool: a param (trained, written back) or, by default, its docstring",
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
     "template": "a declared template, or inline Jinja2; default: the prompt, then one `Label: value` line per input",
     "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
     "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
     "system": "a param or template sent as the system message, rendered with the node's inputs",
-    "function": "a declared function: the node calls it (its predecessors as keyword arguments) instead of a model",
     "demos": "a demos param: examples of this node's inputs and output, shown where its template names it",
     "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
     "temperature": "sampling temperature, 0 to 2 (default 0)",
@@ -220,21 +223,34 @@ class Document:
                     # `system` names a param when there is one of that name, else a template
                     namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
                     yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
-            tools = holder.setting("tools") if isinstance(holder, ir.Node) else None
-            if tools is not None and isinstance(tools.value, tuple) and self.sbp:
-                yield from self.tool_names(tools)
+                elif spaces and isinstance(setting.value, tuple):  # `tools = [lookup, calc]`: each a name
+                    yield from self.listed(spaces[-1], setting.value, setting.value_span)
         for block in p.blocks:  # `search.description = search_doc` in an mcp block names a param
             for setting in block.settings if block.kind == "mcp" else ():
                 if setting.key.endswith(".description") and isinstance(setting.value, str):
                     yield "param", setting.value, self.unquoted(setting.value_span, setting.value), False
 
-    def tool_names(self, tools: ir.Setting) -> Iterator[Named]:
-        """The functions a `tools = [...]` list names, and the server of each `docs.search` in it."""
-        listed = self.source[tools.value_span.start : tools.value_span.end]
-        for match in re.finditer(r"(\w+)(?:\s*\.\s*\w+)?", listed):
-            start = tools.value_span.start + match.start(1)
-            span = ir.Span(tools.value_span.file, 0, 0, 0, 0, start, start + len(match.group(1)))
-            yield ("mcp" if "." in match.group() else "function"), match.group(1), span, False
+    def listed(self, namespace: str, names: tuple[str, ...], span: ir.Span) -> Iterator[Named]:
+        """The names a list setting holds, each where the text writes it (a name spelt otherwise: nowhere); of a
+        server's tool, `docs.search`, the server's name."""
+        written = self.source[span.start : span.end]
+        for match in re.finditer(r"[A-Za-z_][\w.]*", written):
+            if match.group() in names:
+                start = span.start + match.start()
+                server, dot, _ = match.group().partition(".")
+                end = start + len(server) if dot else span.start + match.end()
+                yield (
+                    ("mcp" if dot else namespace),
+                    server if dot else match.group(),
+                    self.span_of(span, start, end),
+                    False,
+                )
+
+    def span_of(self, within: ir.Span, start: int, end: int) -> ir.Span:
+        """A span of the text from `start` to `end`, on a line of `within` (lines and columns counted from it)."""
+        line = within.line + self.source.count("\n", within.start, start)
+        column = start - (self.source.rfind("\n", 0, start) + 1) + 1
+        return ir.Span(within.file, line, column, line, column + end - start, start, end)
 
     def block_name(self, block: ir.Block) -> ir.Span:
         """The role's name in `model forward {`, or the word `model` of an unnamed block."""
@@ -363,8 +379,9 @@ class Document:
     def setting_at(self, offset: int) -> str | None:
         if self.pipeline is None:
             return None
-        settings = [s for n in self.pipeline.nodes for s in n.settings]
-        settings += [s for b in self.pipeline.blocks for s in b.settings]
+        p = self.pipeline
+        holders: list[ir.Node | ir.Block | ir.Function | ir.MetricDef] = [*p.nodes, *p.blocks, *p.functions]
+        settings = [s for holder in (*holders, *p.metric_defs) for s in holder.settings]
         return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
 
     def describe(self, namespace: str, name: str) -> str | None:

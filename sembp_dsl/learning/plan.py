@@ -66,9 +66,12 @@ class Plan:
     names: dict[str, str] = field(default_factory=dict)  # the model each role or named model that is called calls
     # what each strategy's own proposals may make, and the loop's forward passes (`loop`): calls and dollars
     strategies: dict[str, dict] = field(default_factory=dict)
+    data: str = ""  # how sbpc's default sizes were scaled to fit a small data set
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
+        if self.data:
+            lines.append(f"  data: {self.data}")
 
         def line(name: str, calls: int, completion: int | None, prompt: int) -> str:
             bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"

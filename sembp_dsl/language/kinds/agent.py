@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import json
 import os
 import time
@@ -29,7 +28,7 @@ from typing import Any
 from ... import telemetry
 from ...usercode import Overran, ServerStopped, ToolFailed, call_function
 from .. import ir
-from ..callables import beside, parse_target
+from ..callables import parse_target
 from ..diagnostics import suggestion
 from ..mcp_servers import (
     Server,
@@ -43,6 +42,7 @@ from ..mcp_servers import (
 )
 from ..mcp_servers import tool_spec as server_spec
 from ..node import GraphNode
+from ..shapes import answer_format
 from ..signatures import ToolSpec, module_functions, read_tool
 from ..toolcalls import (
     Answer,
@@ -58,7 +58,7 @@ from ..toolcalls import (
     reply_schema,
 )
 from ..trace import FUNCTION_FAILED, NodeTrace, Shown
-from .function import DEFAULT_TIMEOUT
+from .function import DEFAULT_TIMEOUT, source_of
 from .kind import Checking, Compiled, Model, NodeKind
 from .model import parse_reply, render
 
@@ -73,6 +73,11 @@ class ToolLoop(NodeKind):
     name = "tools"
     marker = "tools"
     settings = {"tools": (tuple,), "max_steps": (int,)}
+    help = {
+        "tools": "declared functions the model may call, e.g. [lookup, calc]: each one's JSON Schema is read from "
+        "its signature and docstring, never by importing it",
+        "max_steps": f"the most model replies one sample makes, the last one answering (default {DEFAULT_MAX_STEPS})",
+    }
     trace_keys = ("steps",)
 
     def check(self, cx: Checking, node: ir.Node) -> None:
@@ -124,7 +129,8 @@ class ToolLoop(NodeKind):
         toolbox = Toolbox.of(node, graph)
         if isinstance(toolbox, str):
             return NodeTrace.without_reply(node.name, rendered[0], f"{FUNCTION_FAILED}: {toolbox}")
-        loop = Loop(node, toolbox, model, model.takes_tools(node.model), *rendered)
+        prompt, system = rendered
+        loop = Loop(node, toolbox, model, model.takes_tools(node.model), answering(node, prompt), system)
         trace = await loop.run()
         telemetry.current().set({"sbpc.node.steps": len(steps_of(trace)) or None})  # the node's span
         return trace
@@ -152,7 +158,7 @@ class ToolLoop(NodeKind):
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
         """Its forward prompt, and the tools as a model that calls them natively is offered them."""
         head = f"=== {node.name}: forward, calling tools (at most {max_steps(node)} model replies) ==="
-        yield f"{head}\n{node.render(values, graph.prompts)}"
+        yield f"{head}\n{answering(node, node.render(values, graph.prompts))}"
         toolbox = Toolbox.of(node, graph)
         offered = toolbox if isinstance(toolbox, str) else json.dumps(toolbox.offered(), indent=2, ensure_ascii=False)
         yield f"=== {node.name}: tools ===\n{offered}"
@@ -166,6 +172,46 @@ class ToolLoop(NodeKind):
         """Its calls, so a gradient can name the call that went wrong."""
         steps = steps_of(trace)
         return f"Its tool calls, in order:\n{compact(steps)}" if steps else None
+
+
+def answering(node: GraphNode, prompt: str) -> str:
+    """The loop's first prompt, with the answer's type in words (a record's fields, a choice's options): no JSON
+    Schema holds the answer of a tool loop. A node that reads its answer from a tag has said how in its template."""
+    words = answer_format(node.type) if node.parse != "tag" else None
+    return f"{prompt}\n\n{words}" if words else prompt
+
+
+@dataclass(frozen=True)
+class DescribedTool:
+    """A tool a node may call whose description is a param: what the optimizer is shown of it."""
+
+    name: str
+    param: str
+    arguments: Mapping[str, Any]  # its arguments' JSON Schema, as the model is offered it
+
+
+def described_tools(node: GraphNode, graph: Compiled) -> tuple[DescribedTool, ...]:
+    """The tools of a node whose descriptions are params, in the order it names them (none when a tool cannot be
+    read: the forward pass says why)."""
+    toolbox = Toolbox.of(node, graph) if tools_of(node) else None
+    if not isinstance(toolbox, Toolbox):
+        return ()
+    named = {name: description_param(toolbox.declared[name]) for name in toolbox.specs}
+    return tuple(
+        DescribedTool(name, param, toolbox.specs[name].schema())
+        for name, param in named.items()
+        if param is not None and param in graph.prompts
+    )
+
+
+def calls_of(trace: NodeTrace, tool: str) -> list[tuple[ToolCall, ToolResult | None]]:
+    """The calls a tool loop made of one tool on one sample, each with its result (None: not run)."""
+    return [
+        (call, result)
+        for step in steps_of(trace)
+        for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls))))
+        if call.name == tool
+    ]
 
 
 def steps_of(trace: NodeTrace) -> tuple[Step, ...]:
@@ -225,15 +271,13 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
     if is_server_tool(function.name):
         spec = server_tool_spec(pipeline, function.name)
         return Unusable(spec, "run `sbpc tools sync FILE`") if isinstance(spec, str) else spec
-    target = parse_target(function.target)
-    if isinstance(target, str):
-        return None  # E080 says why
-    folder = os.path.dirname(os.path.abspath(pipeline.path)) if pipeline.path else ""
-    place = beside(folder, target.module) if folder and os.path.isfile(pipeline.path) else None
-    path = place.path if place is not None else None
-    if path is None and bound is not None:
-        path = inspect.getsourcefile(bound)
-    if path is None:
+    target, path = parse_target(function.target), source_of(pipeline, function, bound)
+    if path is None and bound is not None:  # `math:sqrt`: built into Python or compiled
+        return Unusable(
+            "it has no Python source to read its signature from (a built-in or compiled function)",
+            "declare a Python function of your own that calls it",
+        )
+    if path is None or isinstance(target, str):
         return None
     try:
         return read_spec(path, os.stat(path).st_mtime_ns, target.attr, function.name)
@@ -244,7 +288,7 @@ def tool_spec(pipeline: ir.Pipeline, function: ir.Function, bound: Callable | No
 @functools.lru_cache(maxsize=256)
 def read_spec(path: str, stamp: int, attr: str, name: str) -> ToolSpec | Unusable:
     """A tool read from a file (once per version of it: `stamp`)."""
-    with open(path, encoding="utf-8") as file:
+    with open(path, "rb") as file:  # bytes: read as Python reads a module (a BOM, a `coding:` line)
         source = file.read()
     spec = read_tool(source, attr, shown_as=name)
     if not isinstance(spec, str):
