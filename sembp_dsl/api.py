@@ -33,7 +33,7 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
 from .runtime import splits
-from .runtime.code import bind
+from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
     Evaluation,
@@ -599,13 +599,13 @@ class Pipeline:
     # --- the event loops -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connections that sync calls opened (they also close when the pipeline is collected).
-        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
+        """Close what sync calls opened, and its tools' MCP servers; later calls (a twin's too) raise PipelineClosed."""
         self._session.close()
+        release(self.graph)
 
     async def aclose(self) -> None:
-        """Close the connections this event loop's calls opened."""
-        await self._session.aclose()
+        """Close the connections this event loop's calls opened, and stop its tools' MCP servers."""
+        await asyncio.gather(self._session.aclose(), asyncio.to_thread(release, self.graph))
 
     def __enter__(self) -> Pipeline:
         return self

@@ -424,6 +424,49 @@ def test_the_shipped_agent_runs_on_the_embedded_model_with_well_formed_calls(tmp
         assert all(not r.error or "raised" in r.content for r in step.results), step.results
 
 
+def test_check_warns_of_a_tool_without_types_or_descriptions_and_says_the_fix(tmp_path):
+    """The schema a model is sent says what each argument is and what the tool does; check says what it lacks."""
+    (tmp_path / "order_tools.py").write_text(
+        "def get_order(order_id: str, category) -> str:\n"
+        '    """The status of an order.\n\n    Args:\n        order_id: the order\'s number\n    """\n'
+        "    return order_id\n\n"
+        "def refund(order_id: str) -> str:\n    return order_id\n"
+    )
+    path = tmp_path / "support.sbp"
+    path.write_text(
+        'pipeline s\ninput q: text\nparam t = "Help."\nfunction get_order = "order_tools:get_order"\n'
+        'function refund = "order_tools:refund"\nnode a: text { prompt = t  tools = [get_order, refund] }\nq -> a\noutput a\n'
+    )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["check", str(path)]) == 0  # warnings: it still runs
+    said = err.getvalue()
+    assert "warning[W035]: function 'get_order': argument category has no type" in said
+    assert "annotate it: category: str" in said
+    assert "warning[W037]: function 'get_order': argument category is not described" in said
+    assert "warning[W036]: function 'refund' has no description: the model is not told what it does" in said
+    assert "warning[W037]: function 'refund': argument order_id is not described" in said
+    assert "order_id is not described" not in said.split("refund")[0]  # get_order's docstring describes it
+
+
+def test_e112_suggests_the_nearest_function_with_a_help_that_fits_the_cause(tmp_path):
+    (tmp_path / "order_tools.py").write_text(
+        'def get_order(order_id: str) -> str:\n    """The status of an order."""\n    return order_id\n'
+    )
+    source = (
+        'pipeline s\ninput q: text\nparam t = "Help."\nfunction get_order = "order_tools:get_ordr"\n'
+        "node a: text { prompt = t  tools = [get_order] }\nq -> a\noutput a\n"
+    )
+    path = tmp_path / "support.sbp"
+    path.write_text(source)
+    with pytest.raises(sbp.PipelineError) as found:
+        build(parse_text(source, str(path)))
+    [e112] = [d for d in found.value.diagnostics if d.code == "E112"]
+    assert "the module defines no function 'get_ordr'" in e112.message
+    assert e112.help == "did you mean 'get_order'? (it defines get_order)"
+    assert "type" not in e112.help  # the signature's help is for a signature that has no JSON form
+
+
 @pytest.mark.parametrize(
     "type_, words, answer, output",
     [

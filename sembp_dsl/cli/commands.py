@@ -436,18 +436,25 @@ def _plan_json(plan) -> dict:
 
 def cmd_serve(args) -> int:
     # aiohttp and the model runtime cost about 2 s to import: only `sbpc serve` pays it
-    from ..serve import serve
+    from ..serve import MCP_PATH, serve, serve_mcp_stdio
 
     pipeline = load_pipeline(args)
+    if args.mcp == "stdio":  # stdout is the protocol's: nothing else is written there
+        print(
+            f"serving {args.file} as the MCP tool '{pipeline.graph.pipeline.name}' on stdin and stdout", file=sys.stderr
+        )
+        serve_mcp_stdio(pipeline)
+        return 0
 
     def announce(url: str) -> None:
         print(
             f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
-            "GET /health; Ctrl-C stops)",
+            + (f"MCP clients at {url}{MCP_PATH}; " if args.mcp else "")
+            + "GET /health; Ctrl-C stops)",
             flush=True,
         )
 
-    serve(pipeline, args.host, args.port, announce, allow_trace=args.allow_trace)
+    serve(pipeline, args.host, args.port, announce, allow_trace=args.allow_trace, mcp=args.mcp == "http")
     return 0
 
 
@@ -726,6 +733,14 @@ def _add_serve(sub) -> None:
         "--allow-trace",
         action="store_true",
         help="answer ?trace=1 with every prompt and reply (off: anyone who reaches the port would see them)",
+    )
+    srv.add_argument(
+        "--mcp",
+        nargs="?",
+        const="stdio",
+        choices=("stdio", "http"),
+        help="serve the pipeline as one MCP tool (its inputs the tool's schema, its title the description): on stdin "
+        "and stdout (--mcp, what an IDE or a desktop assistant starts), or at /mcp beside POST / (--mcp http)",
     )
     add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)

@@ -202,6 +202,8 @@ class Document:
         for block in p.blocks:
             if block.kind == "model":
                 yield "model", block.name or "model", self.block_name(block), True
+            elif block.kind == "mcp" and block.name:  # `mcp docs { }`: its tools are `docs.search`
+                yield "mcp", block.name, self.block_name(block), True
 
     def used_names(self, p: ir.Pipeline) -> Iterator[Named]:
         """The inputs and nodes edges and outputs name."""
@@ -223,14 +225,26 @@ class Document:
                     yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
                 elif spaces and isinstance(setting.value, tuple):  # `tools = [lookup, calc]`: each a name
                     yield from self.listed(spaces[-1], setting.value, setting.value_span)
+        for block in p.blocks:  # `search.description = search_doc` in an mcp block names a param
+            for setting in block.settings if block.kind == "mcp" else ():
+                if setting.key.endswith(".description") and isinstance(setting.value, str):
+                    yield "param", setting.value, self.unquoted(setting.value_span, setting.value), False
 
     def listed(self, namespace: str, names: tuple[str, ...], span: ir.Span) -> Iterator[Named]:
-        """The names a list setting holds, each where the text writes it (a name spelt otherwise: nowhere)."""
+        """The names a list setting holds, each where the text writes it (a name spelt otherwise: nowhere); of a
+        server's tool, `docs.search`, the server's name."""
         written = self.source[span.start : span.end]
         for match in re.finditer(r"[A-Za-z_][\w.]*", written):
             if match.group() in names:
-                start, end = span.start + match.start(), span.start + match.end()
-                yield namespace, match.group(), self.span_of(span, start, end), False
+                start = span.start + match.start()
+                server, dot, _ = match.group().partition(".")
+                end = start + len(server) if dot else span.start + match.end()
+                yield (
+                    ("mcp" if dot else namespace),
+                    server if dot else match.group(),
+                    self.span_of(span, start, end),
+                    False,
+                )
 
     def span_of(self, within: ir.Span, start: int, end: int) -> ir.Span:
         """A span of the text from `start` to `end`, on a line of `within` (lines and columns counted from it)."""
@@ -378,6 +392,7 @@ class Document:
             "function": self.describe_function,
             "node": self.describe_node,
             "model": self.describe_model,
+            "mcp": self.describe_server,
         }
         describer = describers.get(namespace)
         return describer(name) if describer else None
@@ -443,6 +458,19 @@ class Document:
         return (
             f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
             f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
+        )
+
+    def describe_server(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        block = next((b for b in p.blocks if b.kind == "mcp" and b.name == name), None)
+        if block is None:
+            return None
+        where = next((f"`{s.value}`" for s in block.settings if s.key in ("command", "url")), "nowhere yet")
+        users = [n.name for n in p.nodes if any(t.startswith(f"{name}.") for t in kind_of(n).functions(n))]
+        return (
+            f"MCP server **{name}**: {where}\n\nits tools are `{name}.TOOL`, their schemas from the lock "
+            f"(`sbpc tools sync`)\n\nused by: {', '.join(users) or 'no node'}"
         )
 
     def describe_model(self, name: str) -> str:
@@ -644,13 +672,21 @@ class Document:
 
     def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
         p = self.pipeline
-        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": [], "function": []}
+        names: dict[str, list[tuple[str, str]]] = {
+            "node": [],
+            "param": [],
+            "template": [],
+            "model": [],
+            "function": [],
+            "mcp": [],
+        }
         if p is None:
             return names
         names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
         names["param"] = [(x.name, "param") for x in p.params]
         names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
         names["function"] = [(f.name, "function") for f in p.functions]
+        names["mcp"] = [(b.name, "MCP server") for b in p.blocks if b.kind == "mcp" and b.name]
         named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
         names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
         return names

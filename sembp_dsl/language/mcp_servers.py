@@ -43,7 +43,7 @@ KEY_SHAPES = re.compile(
     r"(?<![A-Za-z0-9])(?:sk-[A-Za-z0-9_-]{12,}|gh[pousr]_[A-Za-z0-9]{20,}|xox[abpr]-[A-Za-z0-9-]{10,}"
     r"|AKIA[0-9A-Z]{16}|AIza[0-9A-Za-z_-]{30,})"
 )
-LONG_TOKEN = re.compile(r"[A-Za-z0-9_\-+/=.]{32,}")
+LONG_TOKEN = re.compile(r"(?<![A-Za-z0-9])[A-Za-z0-9+=]{24,}(?![A-Za-z0-9])")  # no separator: not a path or words
 SECRET_QUERY = re.compile(r"[?&](?:api[_-]?key|key|token|access[_-]?token|secret)=([^&${]+)", re.I)
 
 
@@ -202,7 +202,7 @@ def key_problem(text: str) -> str | None:
     for found in (KEY_SHAPES.search(bare), SECRET_QUERY.search(bare)):
         if found is not None:
             return "it holds what looks like a key written out"
-    if any(re.search(r"[A-Za-z]", t) and re.search(r"[0-9]", t) for t in LONG_TOKEN.findall(bare)):
+    if any(sum(bool(re.search(c, t)) for c in ("[a-z]", "[A-Z]", "[0-9]")) >= 2 for t in LONG_TOKEN.findall(bare)):
         return "it holds a long token that looks like a key written out"
     return None
 

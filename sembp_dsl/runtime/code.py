@@ -170,6 +170,14 @@ def bind(graph: Graph, given: Mapping[str, Callable[..., Any]] | None = None, al
     return graph.with_functions({**given, **found})
 
 
+def release(graph: Graph) -> None:
+    """Stop the MCP servers whose tools the graph was bound to (a later call starts them again)."""
+    for function in graph.functions.values():
+        close = getattr(function, "close", None)
+        if getattr(function, "answer_grace", None) is not None and callable(close):  # a server's tool
+            close()
+
+
 def _import(name: str) -> ModuleType:
     """An allowed module, by Python's rules; what its import raises is the user's to see, not a traceback."""
     with _IMPORTING:

@@ -23,6 +23,7 @@ import concurrent.futures
 import contextlib
 import json
 import os
+import signal
 import sys
 import threading
 from collections.abc import Mapping
@@ -51,6 +52,7 @@ from ..usercode import ServerStopped, ToolFailed
 
 START_TIMEOUT = 30.0  # seconds a server has to start and answer `initialize` and `tools/list`
 MAX_RESULT_BYTES = 1 << 20  # a tool result past this is that call's error: megabytes would only be cut anyway
+MAX_LINE_BYTES = 4 << 20  # one message from a stdio server, read no further (a result comes twice: text, structure)
 CONNECTION_CLOSED = -32000  # JSON-RPC's code for a connection that closed: the server died, not refused
 MAX_RESTARTS = 3  # a server that keeps dying stops the run after this many restarts
 ANSWER_GRACE = 2.0  # seconds a server's tool is given past its timeout to say why it failed (call_function's)
@@ -61,12 +63,11 @@ def _mcp() -> Any:
     try:
         import mcp  # noqa: F401  (the SDK: ~300 ms to import, only for a pipeline that has servers)
         from mcp.client.session import ClientSession
-        from mcp.client.stdio import StdioServerParameters, stdio_client
         from mcp.client.streamable_http import streamable_http_client
         from mcp.shared._httpx_utils import create_mcp_http_client
     except ImportError:
         raise SbpcError(INSTALL) from None
-    return ClientSession, StdioServerParameters, stdio_client, streamable_http_client, create_mcp_http_client
+    return ClientSession, streamable_http_client, create_mcp_http_client
 
 
 def expand(text: str, what: str) -> str:
@@ -115,6 +116,81 @@ def result_text(result: Any, name: str) -> str:
     return text
 
 
+@contextlib.asynccontextmanager
+async def bounded_stdio(command: tuple[str, ...], env: Mapping[str, str], folder: str, overflowed: Any):
+    """A stdio server's messages, as the `mcp` package's stdio_client gives them, but none read past
+    MAX_LINE_BYTES (its reader joins a long line's chunks over and over: minutes for 50 MB): a longer one closes
+    the connection, after `overflowed()`. The process runs in a session of its own, ended with its group."""
+    import anyio  # the mcp package's own dependency, imported with it
+    import mcp_types as types
+    from mcp.client.stdio import get_default_environment
+    from mcp.shared.message import SessionMessage
+
+    program, *args = command
+    process = await asyncio.create_subprocess_exec(
+        program,
+        *args,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=server_log(),
+        env={**get_default_environment(), **env},
+        cwd=folder,
+        limit=MAX_LINE_BYTES,
+        start_new_session=True,
+    )
+    assert process.stdin is not None and process.stdout is not None  # both piped
+    stdin, stdout = process.stdin, process.stdout
+    send_in, incoming = anyio.create_memory_object_stream[Any](16)
+    outgoing, receive_out = anyio.create_memory_object_stream[Any](16)
+
+    async def read() -> None:
+        async with send_in:  # closed when the server's output ends: the session sees the connection close
+            while True:
+                try:
+                    line = await stdout.readline()
+                except ValueError:  # past the limit
+                    overflowed()
+                    return
+                if not line:
+                    return
+                try:
+                    message: Any = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+                except ValueError as exc:
+                    message = exc
+                await send_in.send(message)
+
+    async def write() -> None:
+        async with receive_out:
+            async for message in receive_out:
+                text = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                stdin.write(text.encode() + b"\n")
+                await stdin.drain()
+
+    tasks = [asyncio.ensure_future(read()), asyncio.ensure_future(write())]
+    try:
+        yield incoming, outgoing
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.shield(ended(process))
+
+
+async def ended(process: asyncio.subprocess.Process) -> None:
+    """Its stdin closed, a moment to leave, then its group terminated, then killed."""
+    with contextlib.suppress(OSError):
+        if process.stdin is not None:
+            process.stdin.close()
+    for stop in (None, signal.SIGTERM, signal.SIGKILL):
+        if stop is not None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, stop)
+        try:
+            await asyncio.wait_for(process.wait(), 2)
+            return
+        except asyncio.TimeoutError:
+            continue
+
+
 class Link:
     """One server's connection, held open by a task of the servers' loop until it is closed or dies."""
 
@@ -124,16 +200,19 @@ class Link:
         self.holder: asyncio.Task | None = None
         self.stop: asyncio.Event | None = None
         self.closing: set[asyncio.Task] = set()  # holders told to stop, still ending their server's process
+        self.overflow = False  # the server sent a line past MAX_LINE_BYTES: its connection was closed
         self.restarts = 0
 
     def transport(self) -> Any:
-        _, Params, stdio, http, client = _mcp()
+        http, client = _mcp()[1:]
         if self.server.command:
             env = {name: expand("${" + name + "}", "env") for name in self.server.env}
-            program, *args = self.server.command
-            return stdio(Params(command=program, args=args, env=env, cwd=self.folder), errlog=server_log())
+            return bounded_stdio(self.server.command, env, self.folder, self.overflowed)
         headers = {name: expand(value, "headers") for name, value in self.server.headers}
         return http(expand(self.server.url, "url"), http_client=client(headers=headers))
+
+    def overflowed(self) -> None:
+        self.overflow = True
 
     async def open(self) -> dict[str, dict]:
         """Start the server (or connect to it) and list its tools, in the lock's form."""
@@ -178,6 +257,7 @@ class Link:
     async def close(self) -> None:
         """Stop the server, and wait (a few seconds at most) for every process this link started to end."""
         self.drop()
+        self.restarts = 0  # closed on purpose: a later call starts it afresh
         if self.closing:
             await asyncio.wait(set(self.closing), timeout=9)
 
@@ -198,6 +278,12 @@ class Link:
             if code is not None and code != CONNECTION_CLOSED:  # the server refused the call, and lives on
                 raise ToolFailed(bounded(f"{name} failed: {exc}")) from None
             self.drop()
+            if self.overflow:
+                self.overflow = False
+                raise ToolFailed(
+                    f"{name} returned more than {MAX_LINE_BYTES >> 20} MB (a tool's result may be "
+                    f"{MAX_RESULT_BYTES >> 20} MB); the MCP server '{self.server.name}' is started again for the next call"
+                ) from None
             raise ToolFailed(
                 f"the MCP server '{self.server.name}' stopped during the call of {name} ({exc}); it is started "
                 "again for the next call"
@@ -239,13 +325,11 @@ class Servers:
         return self.run(self.links[server].call(tool, arguments, timeout, f"{server}.{tool}"))
 
     def close(self) -> None:
-        """Stop every server (a stdio server's process ends), once."""
-        if not self.loop.is_running():
+        """Stop every server (a stdio server's process ends); a later call starts its server again."""
+        if not any(link.holder or link.closing for link in self.links.values()):
             return
         with contextlib.suppress(concurrent.futures.TimeoutError, RuntimeError):
             asyncio.run_coroutine_threadsafe(self._close_all(), self.loop).result(10)  # waits out a hung one
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        atexit.unregister(self.close)
 
     async def _close_all(self) -> None:
         await asyncio.gather(*(link.close() for link in self.links.values()), return_exceptions=True)
@@ -261,6 +345,9 @@ class ServerTool:
     def __call__(self, **arguments: Any) -> str:
         server, tool = split(self.name)
         return self.servers.call(server, tool, arguments, self.timeout)
+
+    def close(self) -> None:
+        self.servers.close()
 
 
 def used_servers(pipeline: ir.Pipeline, called: set[str]) -> dict[str, ir.Block]:
