@@ -466,8 +466,8 @@ class Pipeline:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
-        for name in models.values():  # before any call
-            check_callable(name)
+        for key, name in models.items():  # before any call
+            check_callable(name, routed=self._session.routed(key))
         llm = self._session.llm()
         scorer = self._scorer(chosen, llm)
         if not isinstance(data, Data) and isinstance(
@@ -567,8 +567,8 @@ class Pipeline:
         check_acting(self.graph, run.cut.method)
         # a model for every role, which a plan does not need
         asked = RunSettings(self.path, method=run.cut.method, models=self.models, **run.source)
-        for name in asked.models.values():  # before a run record is made
-            check_callable(name)
+        for key, name in asked.models.items():  # before a run record is made
+            check_callable(name, routed=self._session.routed(key))
         every = [sample for split in run.cut.splits for sample in split]
         log = log or (lambda line: None)
         llm = self._session.llm()

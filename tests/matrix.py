@@ -184,9 +184,13 @@ class Workspace:
     def models(self) -> tuple[str, ...]:
         return ("--model", MODEL, "--api-base", self.url)
 
+    #: the splits every command that reads data draws (a file's optimize block may ask for more than it has rows,
+    #: or for no test split): eval scores the test split of optimize's
+    SIZES = {"train_size": 3, "val_size": 3, "test_size": 2, "seed": 0}
+
     @property
     def sizes(self) -> tuple[str, ...]:
-        return ("--train-size", "3", "--val-size", "3", "--test-size", "2", "--seed", "0")
+        return tuple(part for key, n in self.SIZES.items() for part in (f"--{key.replace('_', '-')}", str(n)))
 
     @property
     def runs_dir(self) -> Path:
@@ -244,12 +248,19 @@ class Workspace:
             if kind not in self.runs:
                 if kind == "eval":
                     self.runs[kind] = sbpc(
-                        "eval", self.path, "--data", self.data, "--limit", "4", *self.models,
+                        "eval", self.path, "--data", self.data, *self.sizes, *self.models,
                         "--runs-dir", self.runs_dir, "--errors", "2",
                     )  # fmt: skip
                 else:
                     self.runs[kind] = self.optimize("--gate", "none", *self.model_choice)
             return self.runs[kind]
+
+    def folder(self, kind: str) -> str:
+        """The record folder of the eval or optimize run, as the command printed it (the runs' numbers depend on
+        which case made its run first)."""
+        found = re.search(r"^run record: (.+)/run\.json$", self.recorded(kind).text, re.M)
+        assert found, f"the {kind} run names no record:\n{self.recorded(kind).text[-2000:]}"
+        return found.group(1)
 
 
 def made_rows(graph: Graph) -> list[dict]:
@@ -295,7 +306,8 @@ def answer_of(type_: ir.OutputType, i: int):
 
 
 def serve_one(workspace: Workspace) -> tuple[int, dict]:
-    """One request through `sbpc serve`'s application (serve.start on a loop of its own): its status and body."""
+    """One request through `sbpc serve`'s application (serve.start on a loop of its own, traces allowed, the
+    request asking for one): its status and body."""
     import sembp_dsl as sbp
     from sembp_dsl import serve
 
@@ -304,8 +316,10 @@ def serve_one(workspace: Workspace) -> tuple[int, dict]:
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        runner = asyncio.run_coroutine_threadsafe(serve.start(pipeline, "127.0.0.1", 0), loop).result(30)
-        url = f"http://127.0.0.1:{runner.addresses[0][1]}/"
+        runner = asyncio.run_coroutine_threadsafe(serve.start(pipeline, "127.0.0.1", 0, allow_trace=True), loop).result(
+            30
+        )
+        url = f"http://127.0.0.1:{runner.addresses[0][1]}/?trace=1"
         body = json.dumps(workspace.first_row()).encode()
         request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
         try:

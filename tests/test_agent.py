@@ -542,3 +542,19 @@ def test_eval_errors_shows_a_wrong_answers_tool_calls_as_show_does(tmp_path, mon
         [error] = json.loads(capsys.readouterr().out)["errors"]
     assert "--- wrong: " in out and '1. lookup(place="Kesh") -> population of Kesh: 18400' in out
     assert error["steps"][0]["calls"][0]["name"] == "lookup"
+
+
+def test_emit_prompts_shows_an_agents_system_message_as_it_does_a_model_calls(tmp_path):
+    """The loop sends the system message first; `compile --emit prompts` showed it for a model call only (the
+    matrix found it)."""
+    (tmp_path / "tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.sbp"
+    path.write_text(
+        'pipeline a\ninput question: text\nparam task = "Answer."\nparam rules = "Be brief."\n'
+        'function lookup = "tools:lookup"\nnode solve: text { prompt = task  tools = [lookup]  system = rules }\n'
+        "question -> solve\noutput solve\n"
+    )
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        assert main(["compile", str(path), "--emit", "prompts"]) == 0
+    assert shown.getvalue().startswith("=== solve: system message ===\nBe brief.\n\n=== solve: forward, calling tools")

@@ -155,7 +155,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
     ),
-    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "openai/m" }\n'),
     "W009": ("p.sbp", HEADER + 'function shell = "os:system"\nnode a: text { function = shell }\nq -> a\noutput a\n'),
     "W010": ("p.sbp", HEADER + 'function f = "tools:f"\n' + OK),
     "W011": (
@@ -175,6 +175,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
     ),
     "E128": ("p.sbp", HEADER + OK + 'model forward { name = "opneai/gpt-4o-mini" }\n'),
+    "E161": ("p.sbp", HEADER + OK + 'model forward { name = "gpt-4o-mni" }\n'),
     "E130": ("p.sbp", HEADER + OK + 'data mine { file = "d.jsonl" }\n'),
     "E131": ("p.sbp", HEADER + OK + "data { train = 3 }\n"),
     "E132": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  seed = 1 }\noptimize { seed = 2 }\n'),
@@ -187,6 +188,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}"  train = 20  validation = 20 }}\n',
     ),
+    "E150": ("p.sbp", "<async metric>"),
     "W013": ("p.sbp", "<plan: remote nodes>"),
     "E170": ("p.sbp", HEADER + OK + "mcp docs { env = [DOCS_ROOT] }\n"),
     "E171": (
@@ -288,6 +290,9 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
             HEADER
             + 'param t = "x"\nfunction f = "tools:f"\nnode a: text { prompt = t  tools = [f] }\nq -> a\noutput a\n'
         )
+    elif content == "<async metric>":  # read beside the pipeline, never imported
+        (tmp_path / "metrics.py").write_text("async def overlap(prediction, example):\n    return 1.0\n")
+        path.write_text(HEADER + OK + 'metric overlap = "metrics:overlap"\n')
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")

@@ -25,6 +25,7 @@ from sembp_dsl.learning.stats import (
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.mock import MockTransport, Sent
 from sembp_dsl.models.transport import Reply
+from sembp_dsl.records.runs import gate_words
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "bench"))
 import world  # noqa: E402
@@ -174,6 +175,9 @@ def test_a_cheaper_model_as_good_is_accepted(in_world):
     [it] = found.outcome.iterations
     assert it.accepted and it.gate.losses == [] and it.gate.z >= it.gate.critical
     assert it.gate.alpha == 0.1 and it.gate.run_alpha == 0.1
+    words = gate_words(it)  # what `sbpc show` says of the step: why it was taken, at what error rate
+    assert words is not None and f"on 100 answered; z = {it.gate.z:.2f} >= {it.gate.critical:.2f}" in words
+    assert "(alpha 0.1, non-inferiority margin 0.05 against the run's start)" in words
 
 
 RELAY = """\
@@ -225,3 +229,34 @@ def test_three_small_losses_in_a_row_are_not_all_accepted(in_world):
     assert len(gated[1].gate.losses) == 8
     kept = sum(it.accepted for it in gated)
     assert 0.04 * kept <= 0.1  # the kept pipeline lost no more than the margin
+
+
+def test_the_plan_and_the_run_say_when_the_split_is_too_small_for_a_cheaper_model(in_world, tmp_path):
+    """The default 20 validation samples: no move can pass non-inferiority (the old test: 0.95^20 = 0.358 > alpha,
+    said nowhere). The plan names the least split, before any call; the run says it too, and the move fails."""
+    path = tmp_path / "world.sbp"
+    path.write_text(world.MODEL_MOVES)
+    with sbp.load(path, cache=False) as pipeline:
+        plan = pipeline.plan(world.rows(4, 0), world.rows(20, 10_000), iterations=3)
+    assert plan.warning is not None
+    assert "needs at least 68 answered (every one a tie)" in str(plan.warning) and "margin 0.05" in str(plan.warning)
+    truth = world.World(3, rho=0.0, models={"strong": world.Model(), "fast": world.Model()})
+    lines: list[str] = []
+    found = in_world(world.MODEL_MOVES, truth.reply, 4, 20, iterations=3, log=lines.append)
+    assert any("a move to a cheaper model needs at least 68 answered" in line for line in lines)
+    assert not any(it.accepted for it in found.outcome.iterations)  # 20 identical answers of 20: too few to tell
+
+
+def test_a_run_tests_each_step_at_its_share_and_spends_no_more_than_gate_alpha(in_world):
+    """Steps no better than the prompts they replace (every proposal as accurate as its parent), 4 iterations:
+    each gate is tested at its share (stats.step_alpha), and the levels the rejected ones used add up to at most
+    gate_alpha, the run's rate of accepting a step that is not better."""
+    truth = world.World(5, shift=0.0, spread=0.0)
+    found = in_world(world.PROMPT_STEPS, truth.reply, 10, 40, iterations=4)
+    spent = 0.0
+    gated = [it for it in found.outcome.iterations if it.gate is not None]
+    assert len(gated) >= 2
+    for it in gated:
+        assert it.gate.alpha == pytest.approx(step_alpha(0.1, it.index, 4, spent)) and it.gate.run_alpha == 0.1
+        spent += 0.0 if it.accepted else it.gate.alpha
+    assert spent <= 0.1 + 1e-12

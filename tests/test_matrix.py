@@ -125,6 +125,7 @@ def optimizing(space: Workspace, command: str) -> None:
     written = space.path.with_name(f"optimized-{strategy}{space.path.suffix}")
     if written.exists():
         sound(sbpc("check", written))
+        assert written.read_text() != space.path.read_text()
     else:  # nothing to learn from on this data (every answer right, or none right for demos): said so
         assert "not written, as no prompt changed" in outcome.out, outcome.text[-2000:]
 
@@ -134,24 +135,39 @@ def recording(space: Workspace, command: str) -> None:
     if optimized:
         sound(space.recorded("optimize"))
     sound(space.recorded("eval"))
-    runs = ("--runs-dir", space.runs_dir)
+    runs = [space.folder("eval"), *([space.folder("optimize")] if optimized else [])]
     if command == "show":
-        for run in ("-1", "-2")[: 1 + optimized]:  # the eval, then the optimize run
-            sound(sbpc("show", run, *runs))
-            sound(sbpc("show", run, "--json", *runs))
+        for run in runs:
+            sound(sbpc("show", run))
+            sound(sbpc("show", run, "--json"))
     elif command == "report":
-        if optimized:
-            sound(sbpc("report", "-2", *runs, "--out", space.path.with_name("optimize.html")))
-        sound(sbpc("report", "-1", *runs, "--out", space.path.with_name("eval.html")))
-    elif command == "apply" and optimized:
+        for run in runs:
+            sound(sbpc("report", run, "--out", space.path.with_name(f"{Path(run).name}.html")))
+    elif command == "apply":
+        if not optimized:
+            pytest.skip("no optimize run to apply: nothing in the pipeline to change")
         target = space.path.with_name(f"applied{space.path.suffix}")
         target.write_text(space.path.read_text())
-        sound(sbpc("apply", "-2", target, *runs))
+        sound(sbpc("apply", space.folder("optimize"), target))
         sound(sbpc("check", target))
+        written = space.path.with_name(f"optimized{space.path.suffix}")  # what that run wrote, if it changed a prompt
+        assert target.read_text() == (written if written.exists() else space.path).read_text()
     else:
-        listed = sbpc("runs", *runs)
+        listed = sbpc("runs", "--runs-dir", space.runs_dir)
         sound(listed)
-        sound(sbpc("runs", "--json", *runs))
+        as_json = sbpc("runs", "--json", "--runs-dir", space.runs_dir)
+        sound(as_json)
+        listed_json = json.loads(as_json.out)  # the optimize cases' runs are in the same folder
+        assert len(listed.out.strip().splitlines()) == len(listed_json) >= len(runs), listed.out
+
+
+def running(space: Workspace, command: str) -> None:
+    """run --trace as a user reads it, then --json: every node has its say, in JSON that parses."""
+    row = ("--input-json", json.dumps(space.first_row()))
+    sound(sbpc("run", space.path, "--trace", *row, *space.models))
+    as_json = sbpc("run", space.path, "--json", *row, *space.models)
+    sound(as_json)
+    assert json.loads(as_json.out)["trace"]["output"] is not None, as_json.out
 
 
 def planning(space: Workspace, command: str) -> None:
@@ -159,18 +175,23 @@ def planning(space: Workspace, command: str) -> None:
         "optimize", space.path, "--plan", "--data", space.data, *space.sizes, *space.models, *space.model_choice
     )
     sound(planned, 0 if space.strategies() else 2)  # 2: a usage error, nothing in the pipeline to change
+    if space.strategies():
+        as_json = sbpc("optimize", space.path, "--plan", "--json", "--data", space.data, *space.sizes, *space.models)
+        sound(as_json)
+        assert json.loads(as_json.out)["calls"]["forward"] > 0, as_json.out
 
 
 def serving(space: Workspace, command: str) -> None:
     status, answer = serve_one(space)
     assert status == 200 and answer.get("error") is None, (status, answer)
+    assert set(answer["trace"]["nodes"]) == set(space.graph.nodes), answer["trace"]
 
 
 def api(space: Workspace, command: str) -> None:
     with sbp.load(space.path, model=MODEL, api_base=space.url, cache=False) as pipeline:
         prediction = pipeline(**space.first_row())
         assert not prediction.failed, prediction.error
-        evaluation = pipeline.evaluate(str(space.data), limit=3)
+        evaluation = pipeline.evaluate(str(space.data), **space.SIZES)
         assert evaluation.results
 
 
@@ -179,9 +200,7 @@ RUN = {
     "fmt": formatting,
     "compile": compiling,
     "plan": planning,
-    "run": lambda space, _: sound(
-        sbpc("run", space.path, "--trace", "--input-json", json.dumps(space.first_row()), *space.models)
-    ),
+    "run": running,
     "eval": lambda space, _: sound(space.recorded("eval")),
     "optimize": optimizing,
     "show": recording,

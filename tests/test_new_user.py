@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, sbpc
@@ -232,3 +234,63 @@ def test_init_reads_a_bounded_head_of_the_file_once(tmp_path, monkeypatch, capsy
     )
     assert main(["init", "--data", "d.jsonl", "Answer", "--model", "openai/x"]) == 0, capsys.readouterr()
     assert reads[0] is not None  # init's own read, bounded (the check after it reads the pipeline's data block)
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "task"),
+    [
+        ("index.csv", ",q,answer\n1,a,yes\n2,b,no\n3,c,yes\n", "Answer it"),  # a column with no name
+        ("blank.csv", "q,answer\na,\nb,\nc,\n", "Answer it"),  # an answer column blank in every row
+        ("cases.csv", "q,Answer,answer,ANSWER\na,x,y,z\nb,x,y,z\n", "Answer it"),  # three answer columns
+        ("t.csv", "q,answer\na,yes\nb,no\nc,yes\n", "Answer {{ q }} now {% if x %} {# #} {% endraw %}"),
+        (
+            "ok.jsonl",
+            '{"text": "a", "label": "yes"}\n{"text": "b", "label": "no"}\n{"text": "c", "label": "no"}\n',
+            "Sort",
+        ),
+    ],
+    ids=lambda value: value if isinstance(value, str) and "." in value and len(value) < 12 else "",
+)
+def test_what_init_writes_passes_its_own_check(tmp_path, monkeypatch, capsys, name, data, task):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / name).write_text(data)
+    code = main(["init", "--data", name, task, "--model", "openai/x"])
+    said = capsys.readouterr().out
+    assert code == 0 and "checked: ok" in said, said
+    assert main(["check", name.rsplit(".", 1)[0] + ".sbp"]) == 0, capsys.readouterr()
+    if task.startswith("Answer {{"):  # the task reaches the prompt as written, not as template code
+        from sembp_dsl.language.source import compile_file
+
+        graph = compile_file(name.rsplit(".", 1)[0] + ".sbp")
+        assert graph.nodes["answer"].render({"q": "x"}, graph.prompts).startswith(task.replace("endraw", "end raw"))
+
+
+def test_check_knows_a_model_name_with_no_provider_and_suggests_litellms_own(tmp_path, capsys):
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(source + 'model { name = "gpt-4o-mni" }\n')
+    assert main(["check", str(tmp_path / "p.sbp")]) == 1
+    said = capsys.readouterr().err
+    assert "error[E161]: model name 'gpt-4o-mni' names no provider" in said and "did you mean 'gpt-4o-mini'?" in said
+    probe = f"from sembp_dsl.cli import main; main(['check', {str(tmp_path / 'p.sbp')!r}]); import sys; "
+    probe += "print('litellm' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert "E161" in done.stderr and done.stdout.splitlines()[-1] == "False"  # its table read as a file, never imported
+    (tmp_path / "p.sbp").write_text(source + 'model { name = "gpt-4o-mini" }\n')
+    assert main(["check", str(tmp_path / "p.sbp")]) == 0
+
+
+def test_a_run_of_a_model_with_no_provider_blames_no_server(tmp_path, fake_llm, capsys):
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(source)
+    code = main(["run", str(tmp_path / "p.sbp"), "--input", "q=hi", "--model", "fake", "--api-base", fake_llm.url])
+    said = "".join(capsys.readouterr())
+    assert code == 1 and "model name 'fake' names no provider" in said and "openai/fake" in said
+    assert fake_llm.url not in said and "Bad Request" not in said and fake_llm.requests == 0
+
+
+def test_litellms_refusal_of_a_bare_name_names_no_server():
+    from sembp_dsl.models.faults import CallError, classify
+
+    refused = CallError("LLM Provider NOT provided. You passed model=fake", 400, name="BadRequestError")
+    failure = classify(refused, "http://127.0.0.1:9/v1", reached=False)
+    assert "127.0.0.1" not in failure.describe() and "provider/model" in failure.describe()

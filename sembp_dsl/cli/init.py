@@ -57,7 +57,9 @@ class Answer:
 
 
 def _values(rows: list, field: str) -> list[str]:
-    return [as_text(row[field]).strip() for row in rows if row.get(field) is not None]
+    """The column's answers, blank ones left out: no label is blank (E048), and a column blank in every row reads
+    as free text."""
+    return [text for row in rows if row.get(field) is not None and (text := as_text(row[field]).strip())]
 
 
 def _labels(values: list[str]) -> tuple[str, ...]:
@@ -107,20 +109,28 @@ def name_of(field: str) -> str:
     return f"{name}_" if name in RESERVED else name
 
 
-def names_of(fields: Sequence[str]) -> list[str]:
-    """Each field's name as a pipeline name (name_of), one of its own: "a b" and "a_b" are a_b and a_b_2, since two
-    inputs of one name are an error (E020)."""
-    names: list[str] = []
+def names_of(fields: Sequence[str], taken: Sequence[str] = ()) -> list[str]:
+    """Each field's name as a pipeline name (name_of), one of its own and none of `taken` (the node's): "a b" and
+    "a_b" are a_b and a_b_2, since two inputs of one name, or an input named as a node, are an error (E020)."""
+    names: list[str] = [*taken]
     for field in fields:
         name, number = name_of(field), 1
         while (name if number == 1 else f"{name}_{number}") in names:
             number += 1
         names.append(name if number == 1 else f"{name}_{number}")
-    return names
+    return names[len(taken) :]
 
 
 def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
+
+
+def as_literal(task: str) -> str:
+    """The task as a param's text that says it as written: a param holding `{{`, `{%` or `{#` is a template, so such
+    a task is kept in a raw block (one that cannot end early: the task's own `endraw` is spaced out)."""
+    if not re.search(r"\{[{%#]", task):
+        return task
+    return "{% raw %}" + re.sub(r"endraw", "end raw", task) + "{% endraw %}"
 
 
 @dataclass(frozen=True)
@@ -141,13 +151,13 @@ class Starter:
         answer, node = self.answer, "answer"  # no input is named so: a run reads that column as the answer
         lines = [f"pipeline {self.name} {quoted(self.task)}", ""]
         lines += [f"# Written by `sbpc init` from {quoted(self.data)}."]  # quoted: a name may hold a line break
-        names = names_of(self.inputs)
+        names = names_of(self.inputs, taken=(node,))
         for field, own in zip(self.inputs, names):
             lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
         kind = {"labels": f"choice({', '.join(map(quoted, answer.labels))})", "numbers": "number", "text": "text"}
         lines += [
             "",
-            f"param instruction = {quoted(self.task)}",
+            f"param instruction = {quoted(as_literal(self.task))}",
             f"node {node}: {kind[answer.kind]} {{ prompt = instruction }}",
         ]
         lines += [f"{', '.join(names)} -> {node}"]
@@ -244,7 +254,8 @@ def write(args, model: str) -> Written:
         fields = list(dict.fromkeys(str(key) for row in rows for key in row))
         answer = Answer.of(rows, fields, args.answer)
         default = answer_key(fields)  # a run reads this column as the answer, so no input can
-        inputs = tuple(f for f in fields if f not in (answer.field, default))
+        # a column with no name (a table's index, as pandas writes one) is one no input can name: left out
+        inputs = tuple(f for f in fields if f not in (answer.field, default, ""))
         if not inputs:
             also = f", and {default!r}, which a run reads as the answer" if default not in (None, answer.field) else ""
             raise UsageError(

@@ -9,6 +9,7 @@ order (which fixes hint numbering), successors and a topological order.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import time
 from collections import deque
@@ -18,7 +19,7 @@ from typing import NamedTuple
 
 from . import ir, maps, mcp_servers
 from .branches import check_conditions, check_output_alternatives, check_paths
-from .callables import parse_target
+from .callables import Target, beside, parse_target
 from .data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
@@ -26,7 +27,8 @@ from .kinds import KINDS, kind_of, taken
 from .kinds.agent import declared_tools
 from .method import SETTINGS, STRATEGIES, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
-from .providers import PROVIDERS, provider_of
+from .providers import PROVIDERS, no_provider, provider_of
+from .signatures import defined_async
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -480,6 +482,9 @@ def check_provider(cx: Context, block: ir.Block) -> None:
     keys = {s.key for s in block.settings}
     name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
     provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    bare = no_provider(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and bare is not None:
+        cx.report("E161", name.value_span, bare[0], help=bare[1])
     if name is not None and provider is not None and provider not in PROVIDERS:
         cx.report(
             "E128",
@@ -791,6 +796,14 @@ def check_metric(cx: Context, output: ir.Node | None, label: str) -> str:
     return ref.name
 
 
+def async_beside(path: str | None, target: Target) -> bool:
+    """Whether the module beside the pipeline at `path` defines `target` with `async def` (read, not imported)."""
+    if not path or not os.path.isfile(path):
+        return False
+    place = beside(os.path.dirname(os.path.abspath(path)), target.module)
+    return place.path is not None and defined_async(place.path, target.attr)
+
+
 def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
     """A metric the file defines: a name of its own, and a function's `module:function` or a judge's rubric (a
     frozen param reading only what a judge is shown), model and scale."""
@@ -804,6 +817,14 @@ def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
                 metric.value_span,
                 f"function metric '{metric.name}': {target}",
                 help='for a function overlap in metrics.py beside the pipeline: "metrics:overlap"',
+            )
+        elif async_beside(cx.p.path, target):
+            cx.report(
+                "E150",
+                metric.value_span,
+                f"metric '{metric.name}' is an async function; a metric is a plain function (prediction, example)"
+                " -> score",
+                help="define it with `def`; to await something inside it, use asyncio.run(...)",
             )
         return
     check_settings(cx, f"metric '{metric.name}'", metric.settings, JUDGE_SETTINGS)

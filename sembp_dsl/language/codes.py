@@ -7,7 +7,8 @@ E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name 
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
 metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps, E13x data
 named in the file (E136-E138: what optimize may change and what models cost; E139-E140: each split's own
-data file), E17x tools from MCP servers; W0xx warnings.
+data file), E15x code the file names, read before it runs, E16x data a run would refuse, E17x tools
+from MCP servers; W0xx warnings.
 """
 
 from __future__ import annotations
@@ -1067,6 +1068,27 @@ _CODES = [
         "scales sbpc's defaults down to fit a small file, and says so.",
         'data { file = "tickets.jsonl"  train = 20  validation = 20 }   # the file has 22 rows',
         'data { file = "tickets.jsonl"  train = 11  validation = 11 }',
+    ),
+    # E150-E159: code the file names, read before it runs
+    Code(
+        "E150",
+        "an async metric",
+        "A Python metric is called with (prediction, example) and returns a score: a bool, a number from 0 to\n"
+        "1, or (score, reason). sbpc calls it in a worker thread and does not await what it returns, so an\n"
+        "`async def` metric can never score. `check` reads the module beside the pipeline (never imports it)\n"
+        "and refuses one; a metric from an allowed module is refused when a run first scores with it.",
+        "async def overlap(prediction, example):\n    return 1.0",
+        "def overlap(prediction, example):\n    return 1.0",
+    ),
+    Code(
+        "E161",
+        "a model name with no provider",
+        "A model name is `provider/model`; a bare name is looked up in litellm's table of models (gpt-4o-mini,\n"
+        "claude-3-5-sonnet-latest, ...), and a name it does not know is refused before any request is sent\n"
+        "(`LLM Provider NOT provided`). Name the provider (`openai/...` with `api_base` reaches any\n"
+        "OpenAI-compatible server), or fix the spelling.",
+        'model forward { name = "gpt-4o-mni" }',
+        'model forward { name = "gpt-4o-mini" }',
     ),
     # W00x: warnings
     Code(

@@ -100,6 +100,16 @@ def parsed(source: str | bytes) -> Module | str:
     return Module(functions, aliases(tree))
 
 
+def defined_async(path: str, name: str) -> bool:
+    """Whether the module file `path` defines `name` as an `async def` (read, never imported)."""
+    try:
+        with open(path, "rb") as file:
+            module = parsed(file.read())
+    except OSError:
+        return False
+    return not isinstance(module, str) and isinstance(module.functions.get(name), ast.AsyncFunctionDef)
+
+
 def read_tool(source: str | bytes, name: str, shown_as: str | None = None) -> ToolSpec | str:
     """The tool `name` of a module's source (a file's bytes, or text), or (a str) why it cannot be one.
     `shown_as`: the name the model sees (the pipeline's declared name), by default the function's own."""

@@ -35,11 +35,18 @@ class ToolCall:
     arguments: Mapping = field(hash=False)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        return {"id": self.id, "name": self.name, "arguments": kept_arguments(self.arguments)}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ToolCall:
         return cls(str(data.get("id", "")), str(data.get("name", "")), dict(data.get("arguments") or {}))
+
+
+def kept_arguments(arguments: Mapping) -> dict:
+    """A call's arguments as the record and the conversation keep them: whole, or past RESULT_CHARS of JSON cut
+    as a result is (a model's 5 MB argument was echoed back and recorded whole)."""
+    text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    return dict(arguments) if len(text) <= RESULT_CHARS else {"(cut)": bounded(text)}
 
 
 @dataclass(frozen=True)
@@ -227,7 +234,7 @@ def read_reply(text: str, tools: Mapping[str, ToolSpec], step: int) -> ToolCall 
     if not isinstance(name, str):
         return Unreadable('the JSON object has neither "tool" nor "answer"')
     arguments = value.get("arguments", {})
-    return ToolCall(f"call_{step}", name, arguments if isinstance(arguments, dict) else {"": arguments})
+    return ToolCall(f"call_{step}", bounded(name), arguments if isinstance(arguments, dict) else {"": arguments})
 
 
 def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | None:

@@ -40,13 +40,13 @@ from ..language.trace import CALL_FAILED
 from ..models.llm import LLM, BudgetExceeded, CallFailed, LLMError
 from ..records.costs import Compared, compared, per_thousand
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores
-from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, step_cost, train_words
+from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, noninferiority_words, step_cost, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
 from .pricing import sample_costs
-from .stats import NO_GAIN, step_alpha, wins_needed
+from .stats import NO_GAIN, NonInferiority, step_alpha, wins_needed
 from .strategies import Candidate, Learnt, Proposed, strategies
 
 
@@ -455,7 +455,7 @@ class Optimizer:
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return None
-        hopeless = self.initial is None and self.no_step_can_pass()  # after the first step (its initial score in)
+        hopeless = self.initial is None and self.no_step_can_pass(learnt.index)  # after the first step (score in)
         if hopeless:
             iteration.note = f"no step can pass the gate: {hopeless}"
             return None
@@ -573,14 +573,17 @@ class Optimizer:
                 failures.append(result)
         return failures, fresh
 
-    def no_step_can_pass(self) -> str | None:
-        """Why no step can pass: a gate split too small for the wins a step needs, or one the current prompts already
-        mostly get right (while no step passes the prompts stay, and so does that); None when one can."""
+    def no_step_can_pass(self, index: int) -> str | None:
+        """Why no step of iteration `index` can pass: a gate split too small for the wins a step needs at its level,
+        or one the current prompts already mostly get right (while no step passes the prompts stay, and so does
+        that); None when one can."""
         if self.method.gate == "none" or any(strategy.margin() is not None for strategy in self.strategies):
-            return None  # a step held to non-inferiority passes with no win
-        size, alpha = len(self.gate_split()), self.method.gate_alpha
-        least = wins_needed(alpha)
-        needed = f"{least} win{'s' * (least != 1)} and no loss to pass at gate_alpha {alpha:g}"
+            return None  # a step held to non-inferiority passes with no win (warn_if_no_step_can_pass says when)
+        size, level = len(self.gate_split()), self.level(index)
+        if level <= 0:
+            return f"the run's gate_alpha {self.method.gate_alpha:g} is spent (each rejected step used its share)"
+        least = wins_needed(level)
+        needed = f"{least} win{'s' * (least != 1)} and no loss to pass at {self.level_words(level)}"
         right = sum(score >= 1.0 for score in self.known.gate.values())
         if size < least:
             return f"the gate split has {size} samples, but a step needs {needed}"
@@ -591,15 +594,34 @@ class Optimizer:
             )
         return None
 
+    def level_words(self, level: float) -> str:
+        """A step's level in words: gate_alpha itself, or its share of it."""
+        alpha = self.method.gate_alpha
+        return f"gate_alpha {alpha:g}" if level == alpha else f"{level:.3g} (its share of gate_alpha {alpha:g})"
+
     def warn_if_no_step_can_pass(self) -> None:
         """Said as soon as the initial score shows it, with what would give a step room (of a split too small
-        whatever its scores, the plan has warned before the run)."""
-        why = self.no_step_can_pass()
+        whatever its scores, the plan has warned before the run). A move held to non-inferiority: when the split
+        is smaller than the least on which any move can pass (stats.NonInferiority.least_split)."""
+        index = len(self.record.data.iterations) + 1
+        why = self.no_step_can_pass(index)
         if why is not None and len(self.gate_split()) >= wins_needed(self.method.gate_alpha):
             self.log(
                 f"warning: {why}: no step can be accepted, and no further step is proposed. Use a larger "
                 f"{SETTINGS[f'{self.method.gate}_size'].option}, or a larger --gate-alpha."
             )
+        margin = min((m for m in (strategy.margin() for strategy in self.strategies) if m is not None), default=None)
+        if margin is not None and self.method.gate != "none":
+            level, size = self.level(index), len(self.gate_split())
+            least = NonInferiority(level, margin, size).least_split()
+            if least is None or size < least:
+                self.log(
+                    f"warning: the gate split has {size} samples, but a move to a cheaper model needs "
+                    f"{'more than 2,000' if least is None else f'at least {least}'} answered on both sides (every "
+                    f"one a tie) to pass non-inferiority at margin {margin:g} and "
+                    f"{self.level_words(level)}: no such move can be accepted. Use a larger "
+                    f"{SETTINGS[f'{self.method.gate}_size'].option}, a larger --margin or --gate-alpha."
+                )
 
     def why_unchanged(self, iterations: Sequence[Iteration]) -> str:
         """What each iteration tried and how it fared, and what the gate asks: the story of a run that kept
@@ -628,11 +650,17 @@ class Optimizer:
         if gated:
             size, alpha = len(self.gate_split()), self.method.gate_alpha
             split = "training" if self.method.gate == "train" else "validation"
+            shared = (
+                f" at its share of gate_alpha {alpha:g}, which the run's {self.method.iterations} iterations share "
+                "(a rejected step uses its share up)"
+                if self.method.iterations > 1
+                else ""
+            )
             rule = (
                 "when its wins beat its losses (gate_alpha 1: by any number)"
                 if alpha >= 1
-                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
-                f"at least {wins_needed(alpha)} wins and no loss"
+                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}{shared}): that "
+                f"takes at least {wins_needed(alpha)} wins and no loss, more at a smaller share"
             )
             lines.append(
                 f"  The gate runs the new prompts on the {size} {split} samples beside the current ones. A win is a "
@@ -683,7 +711,7 @@ class Optimizer:
         s, split = self.method, self.gate_split()
         held_out = self.held_out(iteration)
         by_id = {sample.id: sample for sample in split if sample.id not in held_out}
-        known = self.known.gate
+        known, before = self.known.gate, current  # `before`: the pipeline the step changes (its cost, its models)
         if margin is not None:  # against the pipeline the run started from: the margin bounds the run's whole loss
             current, known = self.start(), self.start_scores()
         gate = Gate(
@@ -725,9 +753,9 @@ class Optimizer:
                 )
             return bool(batch)
 
-        unanswered = await self.on_trial(current, proposed, next_round, results, gate)
+        unanswered = await self.on_trial(before, proposed, next_round, results, gate)
         if unanswered is not None:
-            return await self.unanswered(current, iteration, gate, *unanswered)
+            return await self.unanswered(before, iteration, gate, *unanswered)
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
@@ -743,12 +771,9 @@ class Optimizer:
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         answered = sorted([*results, *late], key=lambda r: position[r.sample.id])
         evaluation = scored(Evaluation(tuple(answered), len(answered), None), f"iteration {iteration.index}: gate")
-        deciding = accept and margin is not None
-        measured, evaluation = await self.cost_measured(current, proposed, iteration, evaluation, by_id, deciding)
         if len(answered) == gate.size:
             iteration.gate_after = evaluation.accuracy
-        if accept and margin is not None:  # a step chosen for cost is kept only when it costs less, measured
-            accept = costs_less(iteration, measured)
+        accept, evaluation = await self.cost_decided(before, proposed, iteration, evaluation, by_id, accept, margin)
         if accept:
             self.known = Known(dict(proposed.prompts))
             self.learn(proposed, split, evaluation)
@@ -795,6 +820,22 @@ class Optimizer:
                 raise
             return exc.model, exc.text
         return moved_failing(current, proposed, results, gate)
+
+    async def cost_decided(
+        self,
+        before: Graph,
+        proposed: Graph,
+        iteration: Iteration,
+        evaluation: Evaluation,
+        by_id: Mapping[str, Sample],
+        passed: bool,
+        margin: float | None,
+    ) -> tuple[bool, Evaluation]:
+        """Whether the step is kept, the gate having `passed` it: a step chosen for cost (held to a `margin`) only
+        when its measured cost per sample falls too. With the step's results, and any the measure added."""
+        deciding = passed and margin is not None
+        measured, evaluation = await self.cost_measured(before, proposed, iteration, evaluation, by_id, deciding)
+        return (costs_less(iteration, measured) if deciding else passed), evaluation
 
     async def cost_measured(
         self,
@@ -902,6 +943,8 @@ class Optimizer:
 def gate_rule(gate: GateDecision, passed: bool) -> str:
     """The gate's tally against its rule, in words that read right at every alpha: the sign test's p against
     alpha, or at alpha 1 (no test) that wins must beat losses; with partial credit, that the mean must rise."""
+    if gate.test is not None:
+        return f"{gate_tally(gate)}{noninferiority_words(gate)}: {'passes' if passed else 'does not pass'}"
     if gate.alpha >= 1:
         rule, mean = "; at gate_alpha 1 wins must beat losses", ", and the mean rise"
     else:

@@ -58,13 +58,16 @@ GRID_SLACK = 0.99  # the size on those points is held to 0.99 alpha: between the
 
 
 def _trinomial_cells(answered: int, margin: float, floor: float) -> list[tuple[float, int, int]]:
-    """(z, wins, losses) of every outcome of `answered` samples whose z is at least `floor`, highest z first."""
+    """(z, wins, losses) of every outcome of `answered` samples whose z is at least `floor`, highest z first. z
+    grows with the wins at any number of losses (checked over sizes to 400 and margins 0.01 to 0.5), so each
+    number of losses is read from the most wins down, until z falls below the floor."""
     cells = []
     for losses in range(answered + 1):
-        for wins in range(answered - losses + 1):
+        for wins in range(answered - losses, -1, -1):
             z = noninferiority_z(wins, losses, answered, margin)
-            if z >= floor:
-                cells.append((z, wins, losses))
+            if z < floor:
+                break
+            cells.append((z, wins, losses))
     return sorted(cells, reverse=True)
 
 
@@ -78,11 +81,16 @@ def critical_z(answered: int, margin: float, alpha: float) -> float:
         return math.inf
     if alpha >= 1:
         return -math.inf
+    return _exact_critical(answered, margin, alpha, _NORMAL.inv_cdf(1 - alpha) - 1.0)
+
+
+def _exact_critical(answered: int, margin: float, alpha: float, floor: float) -> float:
+    """`critical_z` among the outcomes whose z is at least `floor` (the least z taken, inf when none fits)."""
     logf = [math.lgamma(k + 1) for k in range(answered + 1)]
     rates = [margin + ((1 + margin) / 2 - margin) * i / (NUISANCE_POINTS - 1) for i in range(NUISANCE_POINTS)]
     logs = [(_log(rate - margin), _log(rate), _log(1 - 2 * rate + margin)) for rate in rates]
     size = [0.0] * NUISANCE_POINTS
-    cells = _trinomial_cells(answered, margin, _NORMAL.inv_cdf(1 - alpha) - 1.0)
+    cells = _trinomial_cells(answered, margin, floor)
     critical = math.inf
     for k, (z, wins, losses) in enumerate(cells):
         ties = answered - wins - losses
@@ -167,10 +175,35 @@ class NonInferiority:
 
     def least_split(self) -> int | None:
         """The fewest answered samples on which any outcome passes (all ties does, first); None past 2,000."""
-        for answered in range(1, 2001):
-            if noninferiority_z(0, 0, answered, self.margin) >= critical_z(answered, self.margin, self.alpha):
-                return answered
+        return least_split(self.margin, self.alpha)
+
+
+@lru_cache(maxsize=256)
+def least_split(margin: float, alpha: float) -> int | None:
+    """`NonInferiority.least_split`. Only the outcomes at least as extreme as all ties are summed at a size (all
+    ties passes when they all fit within alpha); the sizes are searched by doubling steps, then halving, from
+    where the all-ties z nears the normal quantile (the test's discreteness may let a size just below pass too:
+    the warnings that name it are about that precise)."""
+    if not 0 < alpha or margin <= 0:
         return None
+    if alpha >= 1:
+        return 1
+    floor = _NORMAL.inv_cdf(1 - alpha) - 0.5
+    low = next((n for n in range(1, 2001) if noninferiority_z(0, 0, n, margin) >= floor), 2001) - 1
+    high, step = low + 1, 1  # sizes above `low` doubling their step until all ties passes, then halved back
+    while not _ties_pass(high, margin, alpha):
+        if high >= 2000:
+            return None
+        low, high, step = high, min(high + step, 2000), step * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _ties_pass(middle, margin, alpha) else (middle, high)
+    return high
+
+
+def _ties_pass(answered: int, margin: float, alpha: float) -> bool:
+    z = noninferiority_z(0, 0, answered, margin)  # all ties: the outcome likeliest to pass
+    return _exact_critical(answered, margin, alpha, z - 1e-9) <= z
 
 
 def wins_needed(alpha: float) -> int:

@@ -139,14 +139,7 @@ class SemanticGradients:
             lambda r: backward(graph, llm, r.trace, r.expected, mode, wanted, Verdict(r.score, r.reason)),
         )
         samples = [(r.trace, g) for r, g in zip(failures, gradients)]
-        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for; and
-        # one whose nodes ran on no error (a branch not taken) has no example of its work either
-        ran = {p for p in params if any(r.trace.nodes[n.name].taken for r in failures for n in graph.users(p))}
-        fed = [
-            p
-            for p in params
-            if p in ran and (mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p)))
-        ]
+        fed = fed_params(graph, params, failures, gradients, mode)
         if len(fed) < len(params):
             llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
         right = [r.trace for r in learnt.train.results if r.correct and not r.lost]
@@ -182,6 +175,20 @@ class SemanticGradients:
 
     def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
         return {}
+
+
+def fed_params(
+    graph: Graph, params: Sequence[str], failures: Sequence[Result], gradients: Sequence[Mapping[str, str]], mode: str
+) -> list[str]:
+    """The params worth an optimizer call: a prompt no feedback reached would be rewritten from examples alone (not
+    what the method asks for), and one whose nodes ran on no error (a branch not taken) has no example of its work
+    either."""
+    ran = {p for p in params if any(r.trace.nodes[n.name].taken for r in failures for n in graph.users(p))}
+    return [
+        p
+        for p in params
+        if p in ran and (mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p)))
+    ]
 
 
 @dataclass(frozen=True)

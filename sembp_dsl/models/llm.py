@@ -26,6 +26,7 @@ from typing import TypeVar
 from .. import telemetry
 from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
+from ..language.providers import no_provider
 from ..language.shapes import Shape
 from . import constraints, prices, spans
 from .adaptive import Ticket, Window, Windows, overloaded
@@ -63,9 +64,13 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     return ResolvedModel(spec.role, name, spec.settings)
 
 
-def check_callable(name: str, transport: Transport | None = None) -> None:
-    """LLMError unless calls to the model `name` can be made here: what its transport needs is installed.
-    `transport`: the one that will send them (default: the model's own, `serving`)."""
+def check_callable(name: str, transport: Transport | None = None, routed: bool = False) -> None:
+    """LLMError unless calls to the model `name` can be made here: what its transport needs is installed, and a
+    name with no provider is one litellm knows (else it refuses every call before sending it). `transport`: the
+    one that will send them (default: the model's own, `serving`); `routed`: `name` is a Router's model group."""
+    bare = None if routed else no_provider(name)
+    if bare is not None:
+        raise LLMError(f"{bare[0]}: no call can be sent ({bare[1]})")
     missing = (transport or serving(name)()).missing()
     if missing:
         raise LLMError(f"model '{name}' needs {missing}")
@@ -185,7 +190,7 @@ class LLM:
         message sent before the prompt."""
         spec = self.model(model or role)
         transport = self.transport(spec.name)
-        check_callable(spec.name, transport)
+        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
         request = prepare(spec, messages_of(prompt, system), self.timeout, transport, self.routers, shape)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
@@ -224,7 +229,7 @@ class LLM:
         messages and the tools; the reply keeps its native tool calls."""
         spec = self.model(model or role)
         transport = self.transport(spec.name)
-        check_callable(spec.name, transport)
+        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
         request = prepare(spec, messages, self.timeout, transport, self.routers, None, list(tools), schema)
         if request.settings.get("response_format"):
             self.ledger.count(f"constrained replies ({constraints.form(spec.name, spec.settings, transport)})")

@@ -503,6 +503,20 @@ def gate_unreadable(gate: GateDecision) -> str:
     )
 
 
+def noninferiority_words(gate: GateDecision) -> str:
+    """A non-inferiority gate's figures: the samples it counted, z against the exact critical value at the step's
+    level, and the margin left once the step's own lost samples are charged."""
+    lost = f", {len(gate.own_lost)} lost by the step leave a margin of {gate.margin_left:g}" if gate.own_lost else ""
+    if gate.alpha >= 1:
+        return f" on {gate.answered} answered{lost}; at gate_alpha 1 the mean must not fall"
+    if gate.z is None or gate.critical is None:
+        return f" on {gate.answered} answered{lost}: no outcome can pass at {gate.alpha:.3g}"
+    sign = ">=" if gate.z >= gate.critical else "<"
+    return (
+        f" on {gate.answered} answered{lost}; z = {gate.z:.2f} {sign} {gate.critical:.2f} (exact, at {gate.alpha:.3g})"
+    )
+
+
 def gate_words(it: Iteration) -> str | None:
     """The gate's decision of an iteration, or None when no proposal met the gate."""
     gate = it.gate
@@ -511,8 +525,16 @@ def gate_words(it: Iteration) -> str | None:
     scores = f"gate {fmt(it.gate_before)} -> {fmt(it.gate_after)}"
     if it.gate_after is None and gate.stopped_early:
         scores = f"gate {fmt(it.gate_before)} -> not scored (stopped once settled)"
-    rule = f"alpha {gate.alpha}" + (f", non-inferiority margin {gate.margin}" if gate.margin is not None else "")
-    return f"{scores}: {gate_tally(gate)} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
+    rule = f"alpha {gate.alpha:.3g}" + (
+        f", its share of the run's gate_alpha {gate.run_alpha:g}"
+        if gate.run_alpha is not None and gate.run_alpha != gate.alpha
+        else ""
+    )
+    if gate.margin is not None:
+        start = " against the run's start" if gate.baseline == "start" else ""
+        rule += f", non-inferiority margin {gate.margin}{start}"
+    figures = noninferiority_words(gate) if gate.test is not None else ""
+    return f"{scores}: {gate_tally(gate)}{figures} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
 def render_iteration(run: Run, it: Iteration) -> list[str]:

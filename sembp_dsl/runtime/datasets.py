@@ -549,21 +549,34 @@ def _read_text(path: Path, raw: bytes | None = None) -> str:
 
 
 def _read_bytes(path: Path, most: int | None = None) -> bytes:
-    """A regular file's bytes, as many as its size says: a FIFO or device (which would block or never end) is
-    refused from the descriptor it opened without blocking, so a file swapped for one after a check is refused
-    too; a file of a virtual file system (/proc/self/environ, size 0) reads as empty, not as its content."""
+    """A regular file's bytes, as many as its size says (at most `most`): see _pieces."""
+    try:
+        return b"".join(_pieces(path, most))
+    except MemoryError:
+        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
+
+
+def _pieces(path: Path, most: int | None = None, piece: int | None = None) -> Iterator[bytes]:
+    """A regular file's bytes, as many as its size says (at most `most`), in pieces of `piece` bytes (None: one): a
+    FIFO or device (which would block or never end) is refused from the descriptor it opened without blocking, so a
+    file swapped for one after a check is refused too; a file of a virtual file system (/proc/self/environ, size 0)
+    reads as empty, not as its content."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise DataError(f"{path}: {_unopenable(path, exc)}") from None
     try:
         found = _regular(path, os.fstat(fd))
+        left = found.st_size if most is None else min(most, found.st_size)
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(found.st_size if most is None else min(most, found.st_size))
+            while left > 0:
+                read = file.read(min(piece or left, left))
+                if not read:
+                    return
+                left -= len(read)
+                yield read
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except MemoryError:
-        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
     finally:
         os.close(fd)
 
@@ -946,13 +959,15 @@ def fingerprint(*paths: str | None) -> str | None:
             return None
         for number, given in enumerate(named):
             folder = Path(given).expanduser()
-            if not _is_folder(folder):
-                content = _read_bytes(folder)  # a pipe or device there now is refused, not waited on
-                digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
-                digest.update(content)
+            if not _is_folder(folder):  # a pipe or device there now is refused, not waited on
+                digest.update(b"%d\0" % folder.stat().st_size if number else b"")  # one file hashes as it always has
+                for piece in _pieces(folder, piece=1 << 20):  # a long file in pieces, never whole in memory
+                    digest.update(piece)
                 continue
             for file in sorted(f for files in folder_splits(folder).values() for f in files):
-                digest.update(str(file.relative_to(folder)).encode() + b"\0" + _read_bytes(file))
+                digest.update(str(file.relative_to(folder)).encode() + b"\0")
+                for piece in _pieces(file, piece=1 << 20):
+                    digest.update(piece)
     except (OSError, DataError):
         return None
     return digest.hexdigest()

@@ -23,8 +23,8 @@ from ..language.graph import Graph
 from ..language.kinds import kind_of
 from ..language.maps import items
 from ..language.node import GraphNode
-from ..language.shapes import Shape, python_value
-from ..language.toolcalls import ToolCall, Turn
+from ..language.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
+from ..language.toolcalls import ToolCall, Turn, bounded
 from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -86,17 +86,19 @@ class Calls:
 
 
 def tool_call(sent: Mapping) -> ToolCall:
-    """A native tool call as the loop reads it; arguments that are not a JSON object are kept under a key no
-    schema takes, so the model is told they do not fit."""
+    """A native tool call as the loop reads it; arguments that are not a JSON object (or one nested past
+    MAX_JSON_DEPTH, which no schema, record or request could carry) are kept, cut, under a key no schema takes,
+    so the model is told they do not fit."""
+    text = sent["arguments"] or "{}"
     try:
-        arguments = json.loads(sent["arguments"] or "{}")
-    except ValueError:
+        arguments = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: `[[[...]]]` 20,000 deep
         arguments = None
-    return ToolCall(
-        sent["id"],
-        sent["name"],
-        arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]},
-    )
+    if not isinstance(arguments, dict):
+        arguments = {"(not a JSON object)": bounded(text)}
+    elif nesting(arguments) > MAX_JSON_DEPTH:
+        arguments = {"(nested too deeply)": bounded(text)}
+    return ToolCall(sent["id"], bounded(sent["name"]), arguments)
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:

@@ -54,13 +54,14 @@ from ..toolcalls import (
     bounded,
     compact,
     describe_tools,
+    kept_arguments,
     read_reply,
     reply_schema,
 )
 from ..trace import FUNCTION_FAILED, NodeTrace, Shown
 from .function import DEFAULT_TIMEOUT, source_of
 from .kind import Checking, Compiled, Model, NodeKind
-from .model import parse_reply, render
+from .model import parse_reply, render, system_section
 
 DEFAULT_MAX_STEPS = 4  # model calls one sample may make at a tool loop, unless it says `max_steps`
 SHOWN_CALLS = 100  # the most calls `run --trace` lists of one sample (`show` and the report: compact's default)
@@ -156,7 +157,9 @@ class ToolLoop(NodeKind):
         return f"{node.name}: {node.type}, tools {', '.join(tools_of(node))}"
 
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
-        """Its forward prompt, and the tools as a model that calls them natively is offered them."""
+        """Its system message (if any), its forward prompt, and the tools as a model that calls them natively is
+        offered them."""
+        yield from system_section(node, graph, values)
         head = f"=== {node.name}: forward, calling tools (at most {max_steps(node)} model replies) ==="
         yield f"{head}\n{answering(node, node.render(values, graph.prompts))}"
         toolbox = Toolbox.of(node, graph)
@@ -458,8 +461,8 @@ class Toolbox:
     async def called(self, call: ToolCall) -> ToolResult:
         """One call, made: its result, or why it could not be."""
         problem = argument_problem(call, self.specs)
-        if problem is not None:
-            return ToolResult(call, problem, error=True)
+        if problem is not None:  # it may quote what the model sent: megabytes
+            return ToolResult(call, bounded(problem), error=True)
         function = self.callables.get(call.name)
         if function is None:
             return ToolResult(call, f"{call.name} is not loaded (run the pipeline through sembp_dsl.load)", error=True)
@@ -554,7 +557,10 @@ class Loop:
                     {
                         "id": c.id,
                         "type": "function",
-                        "function": {"name": c.name, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False)},
+                        "function": {
+                            "name": c.name,
+                            "arguments": json.dumps(kept_arguments(c.arguments), ensure_ascii=False),
+                        },
                     }
                     for c in turn.calls
                 ],
