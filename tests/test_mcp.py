@@ -429,3 +429,12 @@ def test_the_yaml_twin_compiles_to_the_same_servers(tmp_path):
         str(tmp_path / "a.yaml"),
     )
     assert yaml_form.blocks == sbp_form.blocks and yaml_form.nodes == sbp_form.nodes
+
+
+def test_a_tool_setting_of_a_tool_the_server_lacks_is_said(tmp_path, calls):
+    path = pipeline(tmp_path, "http://127.0.0.1:9/v1")
+    assert cli("tools", "sync", str(path))[0] == 0
+    path.write_text(path.read_text().replace("search.description", "serch.description"))
+    status, _, err = cli("check", str(path))
+    assert status == 1 and "error[E175]: the MCP server 'docs' has no tool 'serch' (as locked)" in err
+    assert "did you mean 'search'?" in err

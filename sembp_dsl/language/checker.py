@@ -374,11 +374,15 @@ def check_locks(cx: Context) -> None:
     starting a server)."""
     lock = mcp_servers.read_lock(mcp_servers.lock_path(cx.p.path)) if cx.servers and cx.p.path else None
     for block in cx.servers.values():
-        problem = mcp_servers.locked_tools(lock, mcp_servers.Server.of(block))
-        if isinstance(problem, str):
-            cx.report(
-                "E173", block.span, problem, help=f"start it once and lock its tools: sbpc tools sync {cx.p.path}"
-            )
+        tools = mcp_servers.locked_tools(lock, mcp_servers.Server.of(block))
+        if isinstance(tools, str):
+            cx.report("E173", block.span, tools, help=f"start it once and lock its tools: sbpc tools sync {cx.p.path}")
+            continue
+        for setting in block.settings:  # `serch.description = ...`: a tool the server does not have
+            tool = setting.key.partition(".")[0]
+            if "." in setting.key and tool not in tools:
+                message = f"the MCP server '{block.name}' has no tool '{tool}' (as locked)"
+                cx.report("E175", setting.span, message, help=suggestion_or_list(tool, tools))
 
 
 def check_node_demos(cx: Context, node: ir.Node) -> None:

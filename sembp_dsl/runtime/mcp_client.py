@@ -117,6 +117,13 @@ def result_text(result: Any, name: str) -> str:
 
 
 @contextlib.asynccontextmanager
+async def http_streams(http: Any, client: Any, url: str):
+    """A streamable HTTP server's messages, over a client of our own (its headers) closed with them."""
+    async with client, http(url, http_client=client) as streams:
+        yield streams
+
+
+@contextlib.asynccontextmanager
 async def bounded_stdio(command: tuple[str, ...], env: Mapping[str, str], folder: str, overflowed: Any):
     """A stdio server's messages, as the `mcp` package's stdio_client gives them, but none read past
     MAX_LINE_BYTES (its reader joins a long line's chunks over and over: minutes for 50 MB): a longer one closes
@@ -209,7 +216,7 @@ class Link:
             env = {name: expand("${" + name + "}", "env") for name in self.server.env}
             return bounded_stdio(self.server.command, env, self.folder, self.overflowed)
         headers = {name: expand(value, "headers") for name, value in self.server.headers}
-        return http(expand(self.server.url, "url"), http_client=client(headers=headers))
+        return http_streams(http, client(headers=headers), expand(self.server.url, "url"))
 
     def overflowed(self) -> None:
         self.overflow = True
