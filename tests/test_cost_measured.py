@@ -182,3 +182,32 @@ def test_the_pipelines_own_models_failing_still_stop_the_run_with_the_cause(tmp_
     assert (tmp_path / "p.sbp").read_text() == before
     run = resolve("-1", tmp_path / ".sbpc/runs")
     assert not any(it.note.startswith("the model it moves to does not answer") for it in run.iterations)
+
+
+def test_resume_after_a_model_that_cannot_answer_does_not_try_it_again(tmp_path, capsys, monkeypatch):
+    """The issue's loop: the run stopped at the failing move, and `--resume` proposed the same move and stopped the
+    same way, every time. Now the rejection is in the record, and a resumed run goes on from it: a budget stops the
+    run in its second iteration, `--resume` finishes it, and no move to the failing model is proposed again."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(llm_module, "BACKOFF", 0.01)
+    one_node = RELAY.replace("node b: text { prompt = b_task  model = strong }\n", "").replace("a -> b", "a")
+    rows = [{"q": f"claim {i}", "answer": "Yes"} for i in range(104)]
+    argv = [*OPTIMIZE, *COST, "--no-cache", "--runs-dir"]
+    with FakeServer(reply="Yes") as good, FakeServer(fault_rate=1.0, fault_kinds=[500]) as dead:
+        write(
+            tmp_path, one_node.replace("output b", "output a").replace("GOOD", good.url).replace("DEAD", dead.url), rows
+        )
+        assert cli.main([*argv, "first", "--iters", "1"]) == 0, capsys.readouterr().err
+        first = resolve("-1", tmp_path / "first").record.ledger["cost"]
+        assert first > 0
+        cli.main([*argv, "runs", "--iters", "3", "--max-cost", f"{first * 1.01:.10f}"])
+        stopped = resolve("-1", tmp_path / "runs")
+        assert not stopped.record.finished and len(stopped.iterations) == 1
+        assert stopped.iterations[0].note.startswith("the model it moves to does not answer ('dead')")
+        dead.reset()
+        assert cli.main([*argv, "runs", "--iters", "3", "--resume"]) == 0, capsys.readouterr().err
+        assert dead.requests == 0  # the resumed run never called it
+    resumed = resolve("-1", tmp_path / "runs")
+    assert resumed.record.finished and len(resumed.iterations) == 3
+    assert all(c.new != "dead" for it in resumed.iterations[1:] for c in it.candidates)
+    assert resumed.iterations[1].accepted and "model = fast" in (tmp_path / "p.sbp").read_text()

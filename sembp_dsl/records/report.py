@@ -399,7 +399,8 @@ def iteration_html(run: Run, it: Iteration) -> str:
 
 def progress_table(run: Run) -> str:
     """Accuracy and cost iteration by iteration: the gate score and the cost per 1,000 samples of the pipeline the
-    run kept after each, and what the iteration's calls cost."""
+    run kept after each (measured on the gate samples its step's gate ran: the header's initial -> kept compares
+    two on the same samples), and what the iteration's calls cost."""
     record = run.record
     scores, costs = dict(record.gate_scores()), dict(record.kept_per_1000())
     money = lambda value: "-" if value is None else f"${value:.4f}"  # noqa: E731
@@ -408,7 +409,14 @@ def progress_table(run: Run) -> str:
         [it.index, verdict(it), fmt(scores.get(it.index)), money(costs.get(it.index)), it.calls, f"${it.cost:.4f}"]
         for it in run.iterations
     ]
-    header = ["iteration", "step", "gate score kept", "kept pipeline per 1,000 samples", "calls", "spent"]
+    header = [
+        "iteration",
+        "step",
+        "gate score kept",
+        "kept pipeline per 1,000 samples (on its gate's)",
+        "calls",
+        "spent",
+    ]
     return "<h3>accuracy and cost per iteration</h3>" + table(header, rows)
 
 
