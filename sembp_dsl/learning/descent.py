@@ -43,6 +43,29 @@ class Candidate:
         return Proposal(self.param, fate, self.new, self.reply)
 
 
+#: Why a candidate was rejected, by kind: each reason's opening words, and what a span says of it without
+#: --otel-content (the rest of a reason may quote the optimizer's reply, a template error or a server).
+REASON_KINDS = (
+    ("cut off by the token limit", "cut off by the token limit"),
+    ("no closed <prompt>", "no closed <prompt>...</prompt> in the reply"),
+    ("empty prompt", "empty prompt"),
+    ("too long", "too long"),
+    ("unchanged", "unchanged"),
+    ("mentions 'feedback'", "mentions 'feedback'"),
+    ("breaks the template", "breaks the template"),
+    ("is template code", "is template code"),
+    ("uses ", "uses a name its node does not receive"),
+    ("copies text from an example", "copies text from an example"),
+    ("does not render on a training sample", "does not render on a training sample"),
+    ("the optimizer call failed", "the optimizer call failed"),
+)
+
+
+def kind_of(reason: str) -> str:
+    """A rejection's reason by kind alone, in none of the words a model, a server or a template sent."""
+    return next((kind for opening, kind in REASON_KINDS if reason.startswith(opening)), "not text a prompt may hold")
+
+
 Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient of each of its nodes
 
 
@@ -139,7 +162,8 @@ async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candi
     """A candidate for one prompt, in its span: the optimizer's call under it, the candidate's fate on it."""
     with telemetry.span("optimizer", {"sbpc.param": param, "sbpc.samples": len(samples)}) as span:
         candidate = await proposed(graph, llm, param, samples)
-        span.set({"sbpc.candidate.valid": candidate.new is not None, "sbpc.candidate.rejected": candidate.reason})
+        reason = candidate.reason if telemetry.content() or candidate.reason is None else kind_of(candidate.reason)
+        span.set({"sbpc.candidate.valid": candidate.new is not None, "sbpc.candidate.rejected": reason})
         return candidate
 
 
