@@ -39,6 +39,15 @@ class Overran(SbpcError, TimeoutError):
     """The call took longer than its timeout (not a TimeoutError the code itself raised)."""
 
 
+class ToolFailed(SbpcError):
+    """A tool that is no Python function (an MCP server's) failed one call, saying why in words for the model:
+    it hung, its server died during the call, or it answered an error or too much. The run goes on."""
+
+
+class ServerStopped(SbpcError):
+    """A tool's server could not be started again after it hung or died, or died too often: the run stops."""
+
+
 _USER = threading.local()  # .active: this thread is running user code, and prints to stderr
 
 

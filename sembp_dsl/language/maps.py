@@ -16,6 +16,7 @@ from . import ir
 from .diagnostics import Note, suggestion
 
 SETTINGS: Mapping[str, tuple] = {"max_items": (int,)}  # what a mapped node takes beyond its kind's settings
+HELP = {"max_items": "the most items of the list one sample runs (required: the plan counts them); past it, not run"}
 MAX_ITEMS = 100_000
 
 

@@ -438,6 +438,19 @@ def describe(type_: ir.OutputType) -> str:
     return "\n".join(lines)
 
 
+def answer_format(type_: ir.OutputType) -> str | None:
+    """How a reply that no JSON Schema holds (a tool loop's answer) must answer, in words that the parsers read: a
+    record's fields, a choice's options first, a number last, a JSON array or value. None for text: any reply is."""
+    if type_.kind == "record":
+        return describe(type_)
+    return {
+        "choice": f"Begin the answer with one of: {', '.join(type_.choices)}.",
+        "number": "End the answer with the number.",
+        "list": "Answer with a JSON array.",
+        "json": "Answer with a JSON value.",
+    }.get(type_.kind)
+
+
 def read_record(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
     """A record reply as compact JSON of its fields, in declared order, or (None, why it does not fit)."""
     found = first_object(text)

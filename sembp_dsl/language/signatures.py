@@ -54,9 +54,12 @@ class ToolSpec:
     name: str
     description: str
     params: tuple[ToolParam, ...]
+    input_schema: dict | None = field(default=None, hash=False)  # a server's tool: its schema, as it gave it
 
     def schema(self) -> dict:
-        """The JSON Schema of its arguments: an object, no property but its own."""
+        """The JSON Schema of its arguments: an object, no property but its own (a server's tool: its own)."""
+        if self.input_schema is not None:
+            return self.input_schema
         properties = {}
         for p in self.params:
             properties[p.name] = {**p.schema, **({"description": p.description} if p.description else {})}
@@ -126,6 +129,12 @@ def read_tool(source: str | bytes, name: str, shown_as: str | None = None) -> To
         summary(doc),
         tuple(ToolParam(p.name, p.schema, p.required, described.get(p.name, "")) for p in params),
     )
+
+
+def module_functions(source: str | bytes) -> list[str]:
+    """The functions a module's source defines at its top level, by name (none when it does not parse)."""
+    module = parsed(source)
+    return [] if isinstance(module, str) else list(module.functions)
 
 
 def aliases(tree: ast.Module) -> dict[str, ast.expr]:
@@ -325,3 +334,31 @@ def argument_descriptions(doc: str) -> dict[str, str]:
         elif last is not None and line.strip():
             found[last] = f"{found[last]} {line.strip()}".strip()
     return found
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """What a function node's callable takes by keyword, read from its signature: every name, the required
+    ones, and whether `**kwargs` takes any other."""
+
+    names: tuple[str, ...]
+    required: tuple[str, ...]
+    any_keyword: bool
+
+    def __str__(self) -> str:
+        return f"({', '.join([*self.names, *(['**kwargs'] if self.any_keyword else [])])})"
+
+
+def read_accepted(source: str | bytes, name: str) -> Accepted | None:
+    """The keywords function `name` of a module's source takes; None when the module has no such function to
+    read (a name bound otherwise, a module that does not parse: other checks say so)."""
+    module = parsed(source)
+    function = None if isinstance(module, str) else module.functions.get(name)
+    if function is None:
+        return None
+    args = function.args
+    named = [*args.args, *args.kwonlyargs]
+    optional = {a.arg for a in args.args[len(args.args) - len(args.defaults) :]}
+    optional |= {a.arg for a, default in zip(args.kwonlyargs, args.kw_defaults) if default is not None}
+    required = tuple(a.arg for a in named if a.arg not in optional)
+    return Accepted(tuple(a.arg for a in named), required, args.kwarg is not None)

@@ -307,7 +307,7 @@ BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error", "reason", "grade"},
     "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
-    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences"},
+    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences", "tool", "tools"},
 }
 
 
@@ -427,12 +427,25 @@ class Demos(tuple):
         return "\n\n".join(f"Example {n}:\n{example}" for n, example in enumerate(self, start=1))
 
 
+# A tool whose description the optimizer rewrites, as it is shown it (learning/descent.py `tool_shown`).
+TOOL_SHAPE = {
+    "name": "<tool>",
+    "param": "<param>",
+    "text": "<text>",
+    "arguments": "<schema>",
+    "right": ["<call>"],
+    "wrong": ["<call>"],
+    "max_chars": 400,
+}
+
 # What the built-in templates are given, in shape: lists of records, not text.
 BUILTIN_SHAPES = {
     "hints": [{"name": "<hint>", "value": "<value>"}],
     "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
     "max_chars": 400,
     "max_sentences": 3,
+    "tool": TOOL_SHAPE,
+    "tools": [TOOL_SHAPE],
 }
 
 

@@ -125,19 +125,21 @@ def compact(steps: Sequence[Step], limit: int = 12) -> str:
                 f"{len(lines) + 1}. (a reply that neither calls a tool nor answers: {clip(step.reply, SHOWN_ARGUMENT)})"
             )
         for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls)))):
-            shown = ", ".join(
-                f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}"
-                for key, value in call.arguments.items()
-            )
-            outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
-            lines.append(
-                f"{len(lines) + 1}. {call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}"
-            )
+            lines.append(f"{len(lines) + 1}. {call_line(call, result)}")
     left = len(lines) - limit
     lines = lines[:limit] + ([f"... {left} more calls"] if left > 0 else [])
     if steps and not steps[-1].calls:
         lines.append(f"then answered: {clip(' '.join(steps[-1].reply.split()), SHOWN_RESULT)}")
     return "\n".join(lines)
+
+
+def call_line(call: ToolCall, result: ToolResult | None) -> str:
+    """One call and what it returned, each value cut short: `lookup(place="Kesh") -> population of Kesh: 18400`."""
+    shown = ", ".join(
+        f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}" for key, value in call.arguments.items()
+    )
+    outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
+    return f"{call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}"
 
 
 def clip(text: str, limit: int) -> str:

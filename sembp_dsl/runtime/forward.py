@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from .. import telemetry
 from ..language.branches import record_value, runs
@@ -140,10 +141,28 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
         for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
             tasks[node.name] = asyncio.ensure_future(start(node))
         traces = {t.node: t for t in await together(tasks.values())}
-        output = next((name for name in graph.outputs if traces[name].taken), graph.output)
+        output = next((name for name in graph.outputs if traces[name].taken), None)
+        if output is None:  # no branch to an output was taken: the sample has no answer, and says why
+            output = graph.output
+            traces[output] = replace(traces[output], error=no_output(graph, traces))
         trace = Trace(dict(inputs), traces, output, graph.output_field)
         failed(span, trace.final)
         return trace
+
+
+def no_output(graph: Graph, traces: Mapping[str, NodeTrace]) -> str:
+    """Why no output ran on a sample: no branch to one was taken, and the replies that decided, if any could not
+    be read (a choice the model did not make)."""
+    deciders = dict.fromkeys(gate.subject for node in graph.nodes.values() for gate in node.gates)
+    unread = [
+        f"'{name}' could not be read ({traces[name].error})"
+        for name in deciders
+        if name in traces and traces[name].error
+    ]
+    outputs = " | ".join(graph.outputs)
+    return f"{NOT_REACHED}: no branch to the output ({outputs}) was taken" + (
+        f": {'; '.join(unread)}" if unread else ""
+    )
 
 
 async def ran(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, str]) -> NodeTrace:
