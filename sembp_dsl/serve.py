@@ -241,6 +241,8 @@ def _quiet_accept_failures() -> Callable[[asyncio.AbstractEventLoop, dict], None
         if context.get("message") == "socket.accept() out of system resource":
             reason = getattr(context.get("exception"), "strerror", None) or "out of system resource"
             out.happened(f"not accepting connections for a second: {reason}")
+        elif isinstance(context.get("exception"), ValueError) and "_start_serving" in repr(context.get("handle")):
+            pass  # that retry, due after the server stopped and closed its socket: nothing is lost
         else:
             loop.default_exception_handler(context)
 

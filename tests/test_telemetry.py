@@ -566,8 +566,9 @@ def test_without_content_a_rejected_candidate_is_said_by_kind_never_in_the_optim
         done = sbpc([*args, "--otel", "--runs-dir", str(tmp_path / "runs")], receiver, tmp_path)
         spans, raw = receiver.spans(), receiver.raw()
     assert done.returncode == 0, done.stderr[-3000:]
-    rejected = sorted(s.attributes["sbpc.candidate.rejected"] for s in spans if s.name == "optimizer")
-    assert "uses a name its node does not receive" in rejected and "breaks the template" in rejected, rejected
+    rejected = "; ".join(sorted(s.attributes["sbpc.candidate.rejected"] for s in spans if s.name == "optimizer"))
+    assert "look: uses a name its node does not receive" in rejected, rejected
+    assert "check: breaks the template" in rejected, rejected
     assert b"OPTREPLYSECRET" not in raw
 
 

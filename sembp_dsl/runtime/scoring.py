@@ -12,7 +12,7 @@ from typing import Any
 from ..errors import Option
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
-from ..language.method import SettingError
+from ..language.method import SettingError, SettingTypeError
 from ..language.metrics import METRICS
 from ..language.trace import Trace
 from ..models.llm import LLM
@@ -53,9 +53,9 @@ def python_scorer(metric: Callable, name: str, view: View) -> Scorer:
     1, or with a reason, `(score, reason)`. One that raises, exits, hangs or returns anything else fails for that
     sample (MetricFailed, runtime/evaluate.python_verdict), not for the run."""
     if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
-        raise SettingError(
+        raise SettingTypeError(
             Option("metric", "--metric"),
-            f": {name!r} is an async function; a metric is a plain function (prediction, example) -> score "
+            f": the metric {name!r} is async; a metric is a plain function (prediction, example) -> score "
             "(to await something inside it, use asyncio.run(...))",
         )
 
