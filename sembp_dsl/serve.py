@@ -10,8 +10,9 @@ seconds would cost money), so a model server that is down shows as 502s on POST,
 Bad input is the client's to fix: 400 with the reason (413 past the size limit, 408 for a
 body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
 Hostile clients are bounded: headers must arrive within HEADER_TIMEOUT, and past MAX_CONNECTIONS
-open connections a new one is answered 503 with Retry-After (never reset), so half-sent requests cannot
-lock others out for longer than the header timeout.
+open connections a new one is answered 503 with Retry-After (never reset) and closed within BUSY_LINGER,
+so half-sent requests cannot lock others out for longer than the header timeout nor use up the file
+descriptors. Refusals, and accept() finding no free descriptor, are logged once a burst.
 Every request is logged on stderr, one line each (address, request line, status, size, seconds).
 Bytes that are not HTTP get aiohttp's plain-text 400 (there is no request to answer in JSON) and a
 log line with the parser's reason.
@@ -28,6 +29,7 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 
 from aiohttp import web
@@ -43,6 +45,8 @@ GRACE = 30.0  # seconds requests in flight get to finish once the server is told
 HEADER_TIMEOUT = 10.0  # seconds a connection may sit without a whole request line and headers (or idle)
 MAX_CONNECTIONS = 256  # open connections at most: well below the process's file descriptors (1,024 here)
 RETRY_AFTER = 1  # seconds a client past MAX_CONNECTIONS is told to wait: half-open ones go by HEADER_TIMEOUT
+BUSY_LINGER = 1.0  # seconds a connection past the cap stays open for its client to read the 503, at most
+BURST_QUIET = 1.0  # seconds without a refusal that end a burst of them: one log line as it starts, one as it ends
 ACCESS_FORMAT = '%a "%r" %s %b %Tfs'
 
 
@@ -152,6 +156,7 @@ class _CappedSite(web.TCPSite):
         super().__init__(runner, host, port)
         self.most = most
         self.opening = 0  # handlers made whose connection is not yet among the server's (registered a turn later)
+        self.refused = _Burst("refused a connection past the limit")
 
     def _opened(self) -> None:
         self.opening -= 1
@@ -166,7 +171,7 @@ class _CappedSite(web.TCPSite):
             # connections accepted together (a loop that was busy finds them all at once) get their protocols
             # before the first is registered: counting only the registered ones would let them all past the cap
             if len(server.connections) + self.opening >= self.most:
-                return _Busy()
+                return _Busy(self.refused)
             self.opening += 1
             loop.call_soon(self._opened)  # runs just before the transport's own connection_made registers it
             return server()
@@ -181,6 +186,9 @@ class _Busy(asyncio.Protocol):
     What the client sends is read and dropped: closing with it unread would reset the connection, and a
     reset can destroy the answer before the client reads it."""
 
+    def __init__(self, refused: _Burst):
+        self.refused = refused
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)  # a TCP connection
         body = json.dumps({"error": f"the server is at its limit of {MAX_CONNECTIONS} connections: try again"})
@@ -189,14 +197,56 @@ class _Busy(asyncio.Protocol):
             b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (RETRY_AFTER, len(body), body.encode())
         )
         transport.write_eof()  # the client reads the answer, then the end, and closes its side
-        asyncio.get_running_loop().call_later(HEADER_TIMEOUT, transport.close)  # one that never closes
-        _log("sbpc.serve").info("refused a connection: %d open, the limit (503)", MAX_CONNECTIONS)
+        # one that never closes, at once: past the cap, each held its descriptor for the header timeout, and a
+        # flood of them used up the process's (accept() failing for everyone: "Too many open files")
+        asyncio.get_running_loop().call_later(BUSY_LINGER, transport.close)
+        self.refused.happened(f"refusing connections: {MAX_CONNECTIONS} open, the limit (503 with Retry-After)")
 
     def data_received(self, data: bytes) -> None:
         """The request of a connection past the cap: dropped, its answer is already sent."""
 
     def eof_received(self) -> None:
         """The client is done: the transport closes (returning None says so)."""
+
+
+class _Burst:
+    """Something that happens many times a second under a flood (a refusal, accept() out of descriptors), logged
+    as one line when it starts and one with its count when it stops: a line each was thousands a minute."""
+
+    def __init__(self, what: str, quiet: float = BURST_QUIET):
+        self.what, self.count, self.seconds = what, 0, quiet  # `quiet`: seconds without one that end a burst
+        self.quiet: asyncio.TimerHandle | None = None
+
+    def happened(self, first_line: str) -> None:
+        if self.count == 0:
+            _log("sbpc.serve").info("%s", first_line)
+        self.count += 1
+        if self.quiet is not None:
+            self.quiet.cancel()
+        self.quiet = asyncio.get_running_loop().call_later(self.seconds, self.ended)
+
+    def ended(self) -> None:
+        if self.count > 1:
+            _log("sbpc.serve").info("%s %d times in this burst", self.what, self.count)
+        self.count, self.quiet = 0, None
+
+
+def _quiet_accept_failures() -> Callable[[asyncio.AbstractEventLoop, dict], None]:
+    """A loop's exception handler: accept() out of file descriptors (asyncio then pauses accepting for a second,
+    and tries up to 128 times at once) is one line a burst, not a traceback a try; anything else as asyncio says
+    it."""
+    out = _Burst("accept() found no free file descriptor", quiet=10.0)  # a burst outlasts asyncio's retries
+
+    def handle(loop: asyncio.AbstractEventLoop, context: dict) -> None:
+        if context.get("message") == "socket.accept() out of system resource":
+            reason = getattr(context.get("exception"), "strerror", None) or "out of system resource"
+            out.happened(f"not accepting connections for a second: {reason}")
+        elif isinstance(context.get("exception"), ValueError) and "_start_serving" in repr(context.get("handle")):
+            pass  # that retry, due after the server stopped and closed its socket: nothing is lost
+        else:
+            loop.default_exception_handler(context)
+
+    return handle
 
 
 class _Stderr(logging.StreamHandler):
@@ -265,6 +315,7 @@ def serve(pipeline: Pipeline, host: str, port: int, announce, allow_trace: bool 
     """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
 
     async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(_quiet_accept_failures())
         runner = await start(pipeline, host, port, allow_trace, mcp)
         host_bound, port_bound = runner.addresses[0][:2]  # the real port when 0 was asked
         announce(f"http://{host_bound}:{port_bound}")

@@ -395,7 +395,7 @@ def test_an_async_function_metric_is_refused_by_check_saying_why(functions):
         async def waiting(prediction, example):
             return 1.0
 
-        with pytest.raises(TypeError, match="the metric 'waiting' is async; a metric is a plain function"):
+        with pytest.raises(sbp.SbpcError, match="the metric 'waiting' is async; a metric is a plain function"):
             pipeline.evaluate("partial.jsonl", metric=waiting)
     with open(path.parent / "metrics.py", "a") as file:
         file.write("\n\nasync def waiting(prediction, example):\n    return 1.0\n")

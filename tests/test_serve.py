@@ -7,6 +7,7 @@ The fake model stops a request whose client closed its connection (as vLLM does)
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -326,3 +327,64 @@ def answer_raw(client: socket.socket) -> bytes:
         reply += chunk
     client.close()
     return reply
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_past_the_cap_connections_are_closed_promptly_and_refusals_logged_once_a_burst(tmp_path, monkeypatch, capfd):
+    """Each connection past the cap held its descriptor for the header timeout and logged a line: a flood of them
+    used up the process's descriptors, and the log grew by thousands of lines a minute."""
+    from sembp_dsl import serve
+
+    monkeypatch.setattr(serve, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(serve, "HEADER_TIMEOUT", 60.0)
+    with FakeServer(reply="something") as model:
+        served = Serving(tmp_path, model.url)
+        clients: list[socket.socket] = []
+        try:
+            clients = [half_sent(served.url) for _ in range(4)]
+            wait_until(lambda: len(served.runner.server.connections) == 4, within=10)
+            before = open_descriptors()
+            clients += [half_sent(served.url) for _ in range(40)]  # they never read, never close
+            took = wait_until(lambda: open_descriptors() <= before + 40, within=15)  # the server's 40 closed
+            assert took < serve.BUSY_LINGER + 5
+            time.sleep(serve.BURST_QUIET + 0.5)
+        finally:
+            for client in clients:
+                client.close()
+            served.close()
+    logged = capfd.readouterr().err
+    assert logged.count("refusing connections") == 1, logged
+    assert re.search(r"refused a connection past the limit (\d+) times in this burst", logged), logged
+
+
+def test_a_process_out_of_descriptors_logs_it_once_a_burst(tmp_path):
+    """`sbpc serve` beside 1,100 half-sent requests at `ulimit -n 1024` logged "Too many open files" 8,391 times in
+    80 s. Here: a limit of 160 descriptors, a cap above it, and 200 half-sent requests."""
+    import resource
+
+    path = tmp_path / "echo.sbp"
+    path.write_text(ECHO)
+    with FakeServer(reply="something") as model:
+        argv = ["serve", str(path), "--port", "0", "--model", "openai/fake", "--api-base", model.url, "--no-cache"]
+        proc = subprocess.Popen(
+            [sys.executable, "-c", LIMITED, "30", "1000", *argv],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (160, 160)),
+        )
+        holding: list[socket.socket] = []
+        try:
+            url = re.search(r"http://\S+", proc.stdout.readline()).group(0)
+            holding = [half_sent(url) for _ in range(200)]
+            time.sleep(5)
+        finally:
+            for client in holding:
+                client.close()
+            proc.terminate()
+            _, logged = proc.communicate(timeout=30)
+    assert logged.count("Too many open files") == 1, logged[-3000:]
+    assert "Traceback" not in logged, logged[-3000:]

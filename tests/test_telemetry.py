@@ -553,3 +553,38 @@ def test_the_embedded_model_calls_export_spans_with_its_token_counts(tmp_path):
         assert s.attributes["gen_ai.request.temperature"] == 0 and s.attributes["gen_ai.request.max_tokens"] >= 8
     [root] = [s for s in spans if not s.parent_id]
     assert root.name == "forward" and SECRET.encode() not in raw and b"2 times 3" not in raw
+
+
+def test_without_content_a_rejected_candidate_is_said_by_kind_never_in_the_optimizers_words(tmp_path, script):
+    """The reason a candidate was rejected quoted the optimizer's reply (`uses OPTREPLYSECRET, which node 'a' does
+    not receive`; Jinja's syntax messages quoting it) into spans the user never opted in to text for."""
+    bad = {"look": "Check {{ OPTREPLYSECRET }} now.", "check": "Check {{ a OPTREPLYSECRET }}."}
+    script.improve = lambda param, prompt: bad.get(param, "OPTREPLYSECRET {% for x in OPTREPLYSECRET %}")
+    with FakeServer(reply=script) as server, Receiver() as receiver:
+        path, data = toy(tmp_path, server.url)
+        args = ["optimize", str(path), "--data", str(data), "--train-size", "3", "--val-size", "3", "--iters", "1"]
+        done = sbpc([*args, "--otel", "--runs-dir", str(tmp_path / "runs")], receiver, tmp_path)
+        spans, raw = receiver.spans(), receiver.raw()
+    assert done.returncode == 0, done.stderr[-3000:]
+    rejected = "; ".join(sorted(s.attributes["sbpc.candidate.rejected"] for s in spans if s.name == "optimizer"))
+    assert "look: uses a name its node does not receive" in rejected, rejected
+    assert "check: breaks the template" in rejected, rejected
+    assert b"OPTREPLYSECRET" not in raw
+
+
+def test_without_content_a_servers_words_are_no_failures_cause_in_spans(tmp_path):
+    """A reply that is not JSON (a proxy's error page that repeats the request) became the cause on every retry
+    event and the error status."""
+    memory, tracing_of = in_memory()
+    with FakeServer(failures=["malformed"] * 9) as server:
+        path, _ = toy(tmp_path, server.url)
+        with sbp.load(path) as pipeline:
+            pipeline._session.tracing = tracing_of(False)
+            with pytest.raises(sbp.CallFailed):
+                pipeline(q="a claim")
+    spans = memory.get_finished_spans()
+    said = [s.status.description or "" for s in spans]
+    said += [json.dumps(dict(e.attributes or {})) for s in spans for e in s.events]
+    said += [json.dumps(dict(s.attributes or {}), default=str) for s in spans]
+    assert any("malformed reply" in text for text in said), said
+    assert not [text for text in said if "choices" in text or "not JSON (" in text], said  # the body's words

@@ -53,6 +53,35 @@ class Candidate:
         return Proposal(self.param, fate, self.new, self.reply)
 
 
+#: Why a candidate was rejected, by kind: each reason's opening words, and what a span says of it without
+#: --otel-content (the rest of a reason may quote the optimizer's reply, a template error or a server).
+REASON_KINDS = (
+    ("cut off by the token limit", "cut off by the token limit"),
+    ("no closed <prompt>", "no closed <prompt>...</prompt> in the reply"),
+    ("no closed <tool", "no closed <tool>...</tool> in the reply"),
+    ("empty prompt", "empty prompt"),
+    ("too long", "too long"),
+    ("unchanged", "unchanged"),
+    ("mentions 'feedback'", "mentions 'feedback'"),
+    ("breaks the template", "breaks the template"),
+    ("is template code", "is template code"),
+    ("uses ", "uses a name its node does not receive"),
+    ("copies text from an example", "copies text from an example"),
+    ("does not render on a training sample", "does not render on a training sample"),
+    ("the optimizer call failed", "the optimizer call failed"),
+)
+
+
+def traced(reason: str) -> str:
+    """A rejection's reason as a span carries it: in full only where the user opted in to text in spans."""
+    return reason if telemetry.content() else reason_kind(reason)
+
+
+def reason_kind(reason: str) -> str:
+    """A rejection's reason by kind alone, in none of the words a model, a server or a template sent."""
+    return next((kind for opening, kind in REASON_KINDS if reason.startswith(opening)), "not text a prompt may hold")
+
+
 Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient of each of its nodes
 
 
@@ -235,7 +264,8 @@ async def propose(
         span.set(
             {
                 "sbpc.candidate.valid": all(c.new is not None for c in candidates),
-                "sbpc.candidate.rejected": "; ".join(f"{c.param}: {c.reason}" for c in candidates if c.reason) or None,
+                "sbpc.candidate.rejected": "; ".join(f"{c.param}: {traced(c.reason)}" for c in candidates if c.reason)
+                or None,
             }
         )
         return candidates

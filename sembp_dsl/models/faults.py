@@ -125,6 +125,14 @@ class Failure:
             return f"{self.status} {_phrase(self.status)}".strip()
         return self.error if self.error != "BadReply" else f"malformed reply: {self.message}"
 
+    @property
+    def kind_of_cause(self) -> str:
+        """The cause by kind alone, as spans carry it without --otel-content: the HTTP status or the error's class,
+        never what the server sent (a proxy's error page may repeat the prompt)."""
+        if self.status and self.status != 200:
+            return self.cause
+        return self.error if self.error != "BadReply" else "malformed reply"
+
     def describe(self) -> Option:
         """One line: the cause, where, the provider's words, and what to do (in each front end's words)."""
         where = f" from {self.endpoint}" if self.endpoint else ""

@@ -47,6 +47,11 @@ T = TypeVar("T")
 CANCELLED = "calls cancelled in flight"  # the ledger's counter: sent and counted as calls, never as failures
 
 
+def traced_cause(failure: Failure) -> str:
+    """A failure's cause as a span carries it: in full only where the user opted in to text in spans."""
+    return failure.cause if telemetry.content() else failure.kind_of_cause
+
+
 def resolve_model(spec: ModelSpec) -> ResolvedModel:
     """The model a role's (or a named model's) calls go to: the one named, else the embedded model; LLMError
     when there is none. A named embedded model resolves whether or not it is installed (a plan or a record
@@ -244,7 +249,7 @@ class LLM:
                 result = await self._answer(role, spec, request)
             except CallFailed as exc:
                 kind = exc.failure.error if exc.failure else "CallFailed"
-                span.fail(f"CallFailed: {exc.failure.cause if exc.failure else exc}", kind)
+                span.fail(f"CallFailed: {traced_cause(exc.failure) if exc.failure else 'CallFailed'}", kind)
                 raise
             span.set(spans.answered(result))
             if telemetry.content():
@@ -311,7 +316,7 @@ class LLM:
                 self.stops.gave_up(role, spec, failure)
                 raise CallFailed(failure, attempt + 1)
             self.ledger.add(role, spec.role, retries=1)
-            telemetry.current().event("sbpc.retry", {"sbpc.cause": failure.cause, "sbpc.wait_s": wait})
+            telemetry.current().event("sbpc.retry", {"sbpc.cause": traced_cause(failure), "sbpc.wait_s": wait})
             await asyncio.sleep(wait)
             attempt += 1
 
