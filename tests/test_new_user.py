@@ -294,3 +294,14 @@ def test_litellms_refusal_of_a_bare_name_names_no_server():
     refused = CallError("LLM Provider NOT provided. You passed model=fake", 400, name="BadRequestError")
     failure = classify(refused, "http://127.0.0.1:9/v1", reached=False)
     assert "127.0.0.1" not in failure.describe() and "provider/model" in failure.describe()
+
+
+def test_an_output_no_input_reaches_is_an_error_naming_the_edge(tmp_path, capsys):
+    source = 'pipeline p "p"\ninput q, extra: text\nparam t = "Answer."\nnode a: text { prompt = t }\n'
+    source += "node b: text { prompt = t }\na -> b\noutput b\n"
+    (tmp_path / "p.sbp").write_text(source)
+    assert main(["check", str(tmp_path / "p.sbp")]) == 1
+    said = capsys.readouterr().err
+    assert "error[E162]: output 'b' depends on no input" in said and "add the edge that feeds it, e.g. `q -> a`" in said
+    (tmp_path / "p.sbp").write_text(source.replace("a -> b", "q -> a -> b"))  # extra reaches nothing: a warning
+    assert main(["check", str(tmp_path / "p.sbp")]) == 0 and "W003" in capsys.readouterr().err
