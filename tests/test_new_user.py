@@ -305,3 +305,10 @@ def test_an_output_no_input_reaches_is_an_error_naming_the_edge(tmp_path, capsys
     assert "error[E162]: output 'b' depends on no input" in said and "add the edge that feeds it, e.g. `q -> a`" in said
     (tmp_path / "p.sbp").write_text(source.replace("a -> b", "q -> a -> b"))  # extra reaches nothing: a warning
     assert main(["check", str(tmp_path / "p.sbp")]) == 0 and "W003" in capsys.readouterr().err
+
+
+def test_the_readme_says_the_install_without_the_embedded_model_and_keeps_its_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    commands = [line.strip() for line in lines[:10] if line.startswith("    python3 -m venv")]
+    assert len(commands) == 2 and all(".[embedded,test]" in command for command in commands)  # .ci/run's two
+    assert "`python3 -m venv .venv && .venv/bin/pip install -q -e .`" in " ".join(lines)
