@@ -312,3 +312,19 @@ def test_the_readme_says_the_install_without_the_embedded_model_and_keeps_its_tw
     commands = [line.strip() for line in lines[:10] if line.startswith("    python3 -m venv")]
     assert len(commands) == 2 and all(".[embedded,test]" in command for command in commands)  # .ci/run's two
     assert "`python3 -m venv .venv && .venv/bin/pip install -q -e .`" in " ".join(lines)
+
+
+def test_the_first_iteration_says_where_the_gate_started(tmp_path, fake_llm, script, capsys):
+    from conftest import with_fake_model
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    rows = "".join(f'{{"q": "claim {i}", "answer": "Yes"}}\n' for i in range(12))
+    (tmp_path / "d.jsonl").write_text(rows)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Do it."\nnode verdict: text { prompt = t }\nq -> verdict\n'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source + "output verdict\n", fake_llm.url))
+    argv = ["optimize", str(tmp_path / "p.sbp"), "--data", str(tmp_path / "d.jsonl"), "--iters", "1", "--dry-run"]
+    assert main([*argv, "--train-size", "6", "--val-size", "6", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    [record] = (tmp_path / "runs").glob("*/run.json")
+    initial = json.loads(record.read_text())["initial_score"]
+    assert initial is not None and f"iteration 1/1: train 0.000 (the gate starts at {initial:.3f})" in out, out
