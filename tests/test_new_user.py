@@ -328,3 +328,26 @@ def test_the_first_iteration_says_where_the_gate_started(tmp_path, fake_llm, scr
     [record] = (tmp_path / "runs").glob("*/run.json")
     initial = json.loads(record.read_text())["initial_score"]
     assert initial is not None and f"iteration 1/1: train 0.000 (the gate starts at {initial:.3f})" in out, out
+
+
+def test_the_ab_of_two_evaluations_shows_every_changed_output_even_when_scores_are_equal(
+    tmp_path, fake_llm, script, monkeypatch, capsys
+):
+    """Both prompts are wrong on every row, so no score moves; the outputs do, and the page shows each side by side."""
+    from conftest import with_fake_model
+
+    monkeypatch.chdir(tmp_path)
+    script.verdict = lambda prompt: "second wording"
+    rows = [{"q": f"q{i}", "answer": "never said"} for i in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    source = 'pipeline p "p"\ninput q: text\nparam ask = "Answer."\nnode answer: text { prompt = ask }\nq -> answer\n'
+    for ask in ("Answer.", "VERDICT please."):
+        (tmp_path / "p.sbp").write_text(with_fake_model(source.replace("Answer.", ask) + "output answer\n", fake_llm.url))
+        assert main(["eval", "p.sbp", "--data", "rows.jsonl"]) == 0
+    assert main(["report", "1", "2", "--out", "cmp.html"]) == 0
+    page = (tmp_path / "cmp.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "0 wrong -> right, 0 right -> wrong" in text and "outputs changed (4 of 4)" in text
+    changed = re.findall(r'<tr class="changed">(.*?)</tr>', page)
+    assert len(changed) == 4 and all("An analysis." in row and "second wording" in row for row in changed)
+    assert 'id="only-changed" checked' in page and "#only-changed:checked ~ * .same" in page and "<script" not in page
