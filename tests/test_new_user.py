@@ -342,7 +342,9 @@ def test_the_ab_of_two_evaluations_shows_every_changed_output_even_when_scores_a
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     source = 'pipeline p "p"\ninput q: text\nparam ask = "Answer."\nnode answer: text { prompt = ask }\nq -> answer\n'
     for ask in ("Answer.", "VERDICT please."):
-        (tmp_path / "p.sbp").write_text(with_fake_model(source.replace("Answer.", ask) + "output answer\n", fake_llm.url))
+        (tmp_path / "p.sbp").write_text(
+            with_fake_model(source.replace("Answer.", ask) + "output answer\n", fake_llm.url)
+        )
         assert main(["eval", "p.sbp", "--data", "rows.jsonl"]) == 0
     assert main(["report", "1", "2", "--out", "cmp.html"]) == 0
     page = (tmp_path / "cmp.html").read_text()
