@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 from types import MappingProxyType
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]  # the fake model server is test code
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]  # the fake model server is test code
 
 from fake_server import FakeServer  # noqa: E402
 
@@ -53,14 +55,65 @@ def median_of(rounds: int, run) -> tuple[float, ...]:
     return tuple(statistics.median(column) for column in zip(*results))
 
 
+def optimize_runs(delay: float, iters: int, cases: list[tuple[int, float]], paper: Path) -> None:
+    """A default `sbpc optimize pipelines/liar_paper.sbp --no-cache` (bench/paper_calls.py's fake model and 50
+    samples) against servers refusing past `limit` in flight with `Retry-After: wait`, each beside the same run at
+    `--concurrency limit` on the same server, alternating: (wall ratio, share of requests refused)."""
+    import paper_calls
+
+    tsv = Path(os.environ.get("SBPC_DATA_DIR", ROOT.parent / "shared" / "datasets")) / "liar" / "train.tsv"
+    why = paper_calls.missing(paper, tsv)
+    if why:
+        print(f"optimize runs skipped: {why}")
+        return
+    records = [paper_calls.record_fields(s) for s in paper_calls.paper_samples(paper, tsv)]
+    model = paper_calls.FakeModel({r["statement"]: r["answer"] for r in records}, "0")
+    print(f"optimize of pipelines/liar_paper.sbp, {iters} iterations, --no-cache, {delay * 1000:.0f} ms a call:")
+    with tempfile.TemporaryDirectory() as tmp, FakeServer(delay=delay, reply=model) as server:
+        work = Path(tmp)
+        data = work / "liar50.jsonl"
+        data.write_text("".join(json.dumps(r) + "\n" for r in records))
+        for limit, wait in cases:
+            server.configure(limit=limit, retry_after=wait)
+            fixed, _ = paper_calls.run_sbpc(work, data, server.url, iters, False, str(limit))
+            before, refused = server.requests, server.rate_limited
+            wall, record = paper_calls.run_sbpc(work, data, server.url, iters, False, "adaptive")
+            if os.environ.get("BENCH_DEBUG"):
+                print({k: len(v) for k, v in record["ledger"].get("refusals", {}).items()})
+                print({k: [n for _, n in v] for k, v in record["ledger"].get("concurrency", {}).items()})
+            sent, refused = server.requests - before, server.rate_limited - refused
+            ratio, share = wall / fixed, refused / sent
+            print(
+                f"  past {limit} in flight refused, Retry-After {wait:g}: --concurrency {limit} {fixed:.1f} s, "
+                f"adaptive {wall:.1f} s ({ratio:.2f}x, target <= 1.15x: {'met' if ratio <= 1.15 else 'NOT met'}), "
+                f"{refused} of {sent} refused ({share:.1%}, target <= 3%: {'met' if share <= 0.03 else 'NOT met'})"
+            )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--delay", type=float, default=0.2, help="seconds each call takes (default 0.2)")
+    ap.add_argument("--iters", type=int, default=2, help="iterations of each optimize run (default 2)")
+    ap.add_argument(
+        "--optimize",
+        nargs="*",
+        default=["8:1", "8:0", "8:5", "40:1"],
+        metavar="LIMIT:RETRY_AFTER",
+        help="optimize runs against a server refusing past LIMIT in flight with Retry-After (default 8:1 8:0 8:5 "
+        "40:1; none: skip them)",
+    )
+    ap.add_argument("--only-optimize", action="store_true", help="only the optimize runs")
+    ap.add_argument("--paper-code", type=Path, default=ROOT.parent / "shared" / "paper" / "code")
     args = ap.parse_args()
     os.environ.setdefault("OPENAI_API_KEY", "fake-key")
     delay, rounds = args.delay, args.rounds
     print(f"{delay * 1000:.0f} ms per call, median of {rounds} rounds; load average {os.getloadavg()[0]:.2f}")
+    cases = [(int(case.split(":")[0]), float(case.split(":")[1])) for case in args.optimize]
+    if cases:
+        optimize_runs(delay, args.iters, cases, args.paper_code)
+    if args.only_optimize:
+        return
 
     with FakeServer(reply="ok", delay=delay, limit=8) as server:
         pairs = [(one(server, 200, 8), one(server, 200, None)) for _ in range(rounds)]

@@ -33,7 +33,7 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
 from .runtime import splits
-from .runtime.code import bind
+from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
     Evaluation,
@@ -475,7 +475,7 @@ class Pipeline:
         ):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
         # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing):
+        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
@@ -485,7 +485,7 @@ class Pipeline:
         # the split's sizes
         settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
+        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
         return replace(evaluation, record=record.folder)
 
     evaluate = _blocking(aevaluate)
@@ -599,13 +599,13 @@ class Pipeline:
     # --- the event loops -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connections that sync calls opened (they also close when the pipeline is collected).
-        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
+        """Close what sync calls opened, and its tools' MCP servers; later calls (a twin's too) raise PipelineClosed."""
         self._session.close()
+        release(self.graph)
 
     async def aclose(self) -> None:
-        """Close the connections this event loop's calls opened."""
-        await self._session.aclose()
+        """Close the connections this event loop's calls opened, and stop its tools' MCP servers."""
+        await asyncio.gather(self._session.aclose(), asyncio.to_thread(release, self.graph))
 
     def __enter__(self) -> Pipeline:
         return self

@@ -162,7 +162,7 @@ class _State:
         failures: Sequence,
         hang: bool,
         hang_seconds: float,
-        retry_after: float | None,
+        retry_after: float | str | None,
         record: bool = True,
         fault_rate: float = 0.0,
         fault_kinds: Sequence = TRANSIENT_FAULTS,
@@ -366,16 +366,14 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
         status = int(fault)
         extra = []
         if state.retry_after is not None and status in (429, 503, 529):
-            extra.append(("Retry-After", f"{state.retry_after:g}"))
+            extra.append(_retry_after(state.retry_after))
         message = f"scripted failure {status}"
         if status == 401:  # as some servers do: echo the key, which the client must never print
             message = f"Incorrect API key provided: {headers.get('authorization', '').removeprefix('Bearer ')}"
         return answer(status, _error_body(status, message), extra=extra)
     elif fault == "429-retry-after":
         wait = state.retry_after if state.retry_after is not None else 1
-        return answer(
-            429, _error_body(429, "Rate limit reached, please retry later"), extra=[("Retry-After", f"{wait:g}")]
-        )
+        return answer(429, _error_body(429, "Rate limit reached, please retry later"), extra=[_retry_after(wait)])
     elif fault == "missing-credentials":
         return answer(500, _error_body(500, MISSING_CREDENTIALS))
     elif fault in ("html-502", "html-404"):
@@ -397,6 +395,15 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
         body = json.dumps(_completion_body("this reply never arrives whole")).encode()
         return _response(200, body, keep_alive=True)[: -len(body) // 2], True
     raise ValueError(f"unknown fault {fault!r}")
+
+
+def _retry_after(value: float | str) -> tuple[str, str]:
+    """The header a refusal carries: a number is Retry-After's seconds; text is sent as it is (an HTTP date), and
+    text of the form "name: value" names its own header ("retry-after-ms: 1e12")."""
+    if not isinstance(value, str):
+        return "Retry-After", f"{value:g}"
+    name, colon, rest = value.partition(": ")
+    return (name, rest) if colon else ("Retry-After", value)
 
 
 async def _wait(seconds: float, reader: asyncio.StreamReader) -> None:
@@ -469,7 +476,7 @@ async def _answer(
             429,
             _error_body(429, f"rate limit: {state.limit} requests in flight"),
             keep_alive=keep_alive,
-            extra_headers=[("Retry-After", f"{wait:g}")],
+            extra_headers=[_retry_after(wait)],
         ), False
     if state.rpm:
         now = time.monotonic()
@@ -500,7 +507,7 @@ async def _answer(
     if reply is None:
         text = default_reply(messages)
     elif callable(reply):
-        answered = reply(messages)
+        answered = reply(messages, request) if getattr(reply, "reads_request", False) else reply(messages)
         message = answered if isinstance(answered, dict) else {}
         text = str(message.get("content") or "") if message else str(answered)
     else:
@@ -576,7 +583,8 @@ class FakeServer:
         delay: seconds every request waits before answering (asyncio.sleep).
         reply: ``None`` (echo the last message), a fixed string, or a callable
             ``(messages) -> str`` called in the server thread (or ``-> dict``: the whole assistant message,
-            such as ``{"content": None, "tool_calls": [...]}``).
+            such as ``{"content": None, "tool_calls": [...]}``); one with ``reads_request = True`` is called
+            ``(messages, request)``, to answer by the request's ``tools`` or ``response_format``.
         failures: HTTP status codes answered to the first ``len(failures)``
             requests, in order (e.g. ``[429, 500, 503]`` then success).  An
             entry of ``200``/``None`` means "answer normally", ``HANG`` means
@@ -585,7 +593,9 @@ class FakeServer:
         hang_seconds: how long a hanging request sleeps (longer than any
             client timeout); hanging requests are cancelled on ``stop()``.
         retry_after: if set, 429/503/529 failures carry ``Retry-After``
-            (and ``429-retry-after`` faults carry it instead of 1 s).
+            (and ``429-retry-after`` faults carry it instead of 1 s): seconds,
+            or text sent as it is (an HTTP date), or "name: value" for
+            another header ("retry-after-ms: 1e12").
         fault_rate: probability that a request after the script gets a
             fault, drawn from ``fault_kinds`` (statuses or ``FAULTS``).
         seed: seed of those draws (``reset()`` re-seeds).
@@ -612,7 +622,7 @@ class FakeServer:
         failures: Sequence = (),
         hang: bool = False,
         hang_seconds: float = 3600.0,
-        retry_after: float | None = None,
+        retry_after: float | str | None = None,
         fault_rate: float = 0.0,
         fault_kinds: Sequence = TRANSIENT_FAULTS,
         seed: int = 0,

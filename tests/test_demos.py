@@ -487,3 +487,32 @@ def test_with_no_training_sample_answered_right_labelled_examples_are_offered_an
     chosen = json.loads(shots.new)
     assert len(chosen) == 2 and all(e["answer"] == str(2 * int(e["question"].split()[2])) for e in chosen)
     assert all(e["answer"] != "0" for e in chosen)  # the rows' own answers, never what the node said
+
+
+def test_a_node_behind_a_branch_that_ran_on_no_right_sample_is_said_so():
+    """Right answers from the other side of a branch give the node no example, and its reason says why (the matrix
+    found it blamed unreadable or cut-off replies)."""
+    import random
+
+    from sembp_dsl.language.trace import NodeTrace, Trace
+    from sembp_dsl.learning.bootstrap import propose_demos
+    from sembp_dsl.runtime.datasets import Sample
+    from sembp_dsl.runtime.evaluate import Result
+
+    graph = build(
+        parse(
+            'pipeline b\ninput q: text\nparam t = "Answer."\nparam s = "Go?"\ndemos shots max 2 = []\n'
+            "node route: choice(go, stop) { prompt = s }\nnode a: text { prompt = t  demos = shots }\n"
+            "node other: text { prompt = t }\nq -> route\nroute, q -> a when route == go\n"
+            "route, q -> other when route == stop\noutput a | other\n",
+            "b.sbp",
+        )
+    )
+    traced = {"route": NodeTrace("route", "", "stop", "stop", None, 0, 0, 0.0, False)}
+    traced |= {"a": NodeTrace.not_taken("a"), "other": NodeTrace("other", "", "4", "4", None, 0, 0, 0.0, False)}
+    right = Result(Sample("1", {"q": "2+2"}, "4"), "4", Trace({"q": "2+2"}, traced, "other"), 1.0)
+    candidate = propose_demos(graph, "shots", [right], random.Random(0))
+    assert (
+        candidate.new is None
+        and candidate.reason == "'a' ran on no training sample answered right (a branch passed it by)"
+    )

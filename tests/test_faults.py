@@ -27,6 +27,7 @@ from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.cache import ResponseCache, default_path
 from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, first_line, redact
 from sembp_dsl.models.llm import LLM, CallFailed, LLMError
+from sembp_dsl.models.retry import Retries
 
 KEY = "sk-test-not-a-real-key"  # conftest's OPENAI_API_KEY
 
@@ -205,6 +206,44 @@ def test_retry_after_is_honoured_and_bounded(monkeypatch):
         ask(LLM(models(server.url)), "hi")
         assert time.perf_counter() - start < 2 and server.requests == 2
     assert faults.retry_after({"Retry-After": "Wed, 21 Oct 2015 07:28:00 GMT"}) == 0.0  # a date in the past
+
+
+def test_retry_after_is_read_as_asked_in_every_form_and_bounded_only_as_a_wait(monkeypatch):
+    """A server may ask for days: the ask is kept as it is (it tells a command that cannot work now), the wait
+    bounded."""
+    assert faults.retry_after({"retry-after-ms": "1e12"}) == 1e9
+    assert faults.retry_after({"Retry-After": "100000"}) == 100000
+    assert faults.retry_after({"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}) > 2e9
+    assert faults.retry_after({"Retry-After": "soon"}) is None and faults.retry_after({}) is None
+    refused = faults.Failure(TRANSIENT, "RateLimitError", 429, None, "busy", retry_after=1e9)
+    assert Retries(4, 1.0).wait(refused, 0) == faults.MAX_RETRY_AFTER == 30.0
+
+
+@pytest.mark.parametrize(
+    "status, asked",
+    [(429, 100000), (503, 100000), (429, "Fri, 01 Jan 2100 00:00:00 GMT"), (429, "retry-after-ms: 1e12")],
+)
+def test_a_server_that_only_refuses_and_asks_for_days_stops_eval_after_one_capped_wait(
+    tmp_path, monkeypatch, capsys, status, asked
+):
+    """Each refusal used to be waited on for the cap and sent again, 5 tries a call, a call at a time: tens of
+    minutes of a command that could not work. Now no answer over one capped wait stops it, saying why."""
+    monkeypatch.setattr(faults, "MAX_RETRY_AFTER", 1.0)
+    with FakeServer(reply="Yes", fault_rate=1.0, fault_kinds=[status], retry_after=asked) as server:
+        start = time.monotonic()
+        code = cli.main(eval_args(pipeline(tmp_path, server.url), rows(12, tmp_path), "--test-size", "12"))
+        took = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert code == 1 and f"sbpc: error: forward model 'openai/fake': {status} " in err
+    assert "no call answered for 1 s, and the server asks to wait" in err and "longer than a call waits" in err
+    assert 1.0 <= took < 2.5  # one capped wait, not the 5 tries of 3 calls (about 5 s at a 1 s cap)
+
+
+def test_a_refusal_asking_for_days_while_other_calls_are_answered_only_waits(tmp_path, monkeypatch):
+    monkeypatch.setattr(faults, "MAX_RETRY_AFTER", 0.3)
+    with FakeServer(reply="Yes", delay=0.05, failures=[429, 429, 429], retry_after=100000) as server:
+        code = cli.main(eval_args(pipeline(tmp_path, server.url), rows(12, tmp_path), "--test-size", "12"))
+    assert code == 0 and server.requests == 15  # every call answered, the refused ones after their wait
 
 
 def test_a_hang_past_the_timeout_is_retried():

@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 from ..errors import Option, OptionError, SbpcError, worded
 
 TRANSIENT, REQUEST, CONFIG = "transient", "request", "config"
-MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again
+MAX_RETRY_AFTER = 30.0  # seconds: a server asking for longer is waited on this long, then asked again (retry.py)
 
 KEY_HINT = (
     "set OPENAI_API_KEY (a local OpenAI-compatible server accepts any value, e.g. OPENAI_API_KEY=dummy), "
@@ -116,7 +116,7 @@ class Failure:
     endpoint: str | None  # scheme://host:port/path, never credentials
     message: str  # the provider's first meaningful line
     hint: str = ""  # what to set or do; an Option when it names one
-    retry_after: float | None = None  # seconds the server asked us to wait (bounded)
+    retry_after: float | None = None  # seconds the server asked us to wait, as asked (retry.py bounds the wait)
 
     @property
     def cause(self) -> str:
@@ -173,7 +173,8 @@ def first_line(text: str, status: int | None = None) -> str:
 
 
 def retry_after(headers) -> float | None:
-    """Seconds from a Retry-After header (seconds or an HTTP date), bounded by MAX_RETRY_AFTER."""
+    """Seconds a Retry-After header (seconds or an HTTP date) or retry-after-ms asks for, as asked: a wait far
+    past MAX_RETRY_AFTER tells a command it cannot work now (llm.py), so it is not cut here."""
     value = None
     for name, v in (headers or {}).items():
         if str(name).lower() in ("retry-after", "retry-after-ms"):
@@ -191,7 +192,7 @@ def retry_after(headers) -> float | None:
             return None
     if seconds != seconds:  # NaN
         return None
-    return min(max(seconds, 0.0), MAX_RETRY_AFTER)
+    return max(seconds, 0.0)
 
 
 NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)  # litellm's words for a bare name it lacks
@@ -220,7 +221,7 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
         no_status = status in (408, 500)  # litellm's stand-ins: no reply came, so no status either
         return Failure(TRANSIENT, error, None if no_status else status, endpoint, message)
     kind, hint = _answered(error, status, message)
-    wait = retry_after(_headers(exc)) if kind == TRANSIENT and status in (429, 503) else None
+    wait = retry_after(_headers(exc)) if kind == TRANSIENT and status in (429, 503, 529) else None
     return Failure(kind, error, status, endpoint, message, hint, wait)
 
 
@@ -283,4 +284,9 @@ class CallFailed(SbpcError):
 
 class LLMError(OptionError):
     """A call that cannot succeed (bad key, unknown model, no model): stop with this message, which names
-    options as the caller gave them (`model=` in Python, `--model` on the command line)."""
+    options as the caller gave them (`model=` in Python, `--model` on the command line). `model`: the named model
+    whose calls cannot work, when they were on trial (stops.py `trying`) and the command goes on without it."""
+
+    def __init__(self, *parts: str, model: str | None = None):
+        super().__init__(*parts)
+        self.model = model

@@ -36,7 +36,7 @@ from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimit, RateLimits, Slots
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
-from .retry import BACKOFF, NO_RETRIES, Retries
+from .retry import BACKOFF, NO_RETRIES, Retries, beyond_waiting, bounded
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
 from .transport import FastPath, Reply, Transport, default_model, serving
@@ -200,6 +200,15 @@ class LLM:
             return replace(result, text=text, finish_reason="length")
         return result if text == result.text else replace(result, text=text)
 
+    async def probe(self, role: str, model: str) -> None:
+        """One short call to a named model past the cache (a cached reply says what it once answered, not that it
+        answers now), counted as `role`'s: returns when it answers, raises CallFailed or LLMError when not."""
+        spec = self.model(model)
+        transport = self.transport(spec.name)
+        check_callable(spec.name, transport)
+        request = prepare(spec, messages_of("Reply with the word OK.", None), self.timeout, transport, self.routers)
+        await self._call(role, spec, request)
+
     def takes_tools(self, model: str) -> bool:
         """Whether this model (a role's or a named one) calls tools natively; else a tool loop holds it to the
         text form (a Router's model group is held to it too: its deployments may differ)."""
@@ -294,6 +303,8 @@ class LLM:
             if failure.kind == CONFIG:
                 self.ledger.add(role, spec.role, failures=1)
                 raise self.stops.cannot_work(role, spec, failure)
+            if beyond_waiting(failure):
+                self.stops.refused_past_waiting(role, spec, failure)
             wait = retries.wait(failure, attempt)
             if wait is None:
                 self.ledger.add(role, spec.role, failures=1)
@@ -328,7 +339,7 @@ class LLM:
         elif overloaded(reply):
             self.ledger.count("refused for load (429, 503, 529)")
             self.ledger.refused(window.name)
-            window.refused(ticket, reply.retry_after)
+            window.refused(ticket, None if reply.retry_after is None else bounded(reply.retry_after))
         else:
             window.released()
 

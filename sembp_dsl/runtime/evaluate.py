@@ -14,13 +14,14 @@ from typing import Any
 
 from .. import telemetry
 from ..errors import Option, SbpcError
+from ..language import kinds
 from ..language.data import ANSWER_COLUMNS, hides_fields
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
-from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
+from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
 from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
@@ -226,9 +227,10 @@ class Evaluation:
             final = r.trace.final
             what = "lost" if r.lost else f"score {r.score:.2f}" if r.score else "wrong"
             error = r.metric_error or final.error
+            how = "".join(f"\n{part.title}:\n{part.text}" for part in kinds.shown(final.extra))  # a tool loop's calls
             lines.append(
-                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}"
+                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {answer_words(r.trace.output)}"
+                f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}{how}"
                 + (f"\nwhy: {r.reason}" if r.reason else "")
             )
         return "\n".join(lines)
@@ -254,6 +256,7 @@ class Evaluation:
                     "score": None if r.lost else r.score,  # a lost sample has no score
                     "reason": r.reason,
                     "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None,
+                    **r.trace.final.extra,  # what its kind keeps (a tool loop's calls), as `run --json` has it
                 }
                 for r in self.wrong[:errors]
             ],

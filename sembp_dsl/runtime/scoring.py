@@ -53,7 +53,11 @@ def python_scorer(metric: Callable, name: str, view: View) -> Scorer:
     1, or with a reason, `(score, reason)`. One that raises, exits, hangs or returns anything else fails for that
     sample (MetricFailed, runtime/evaluate.python_verdict), not for the run."""
     if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
-        raise TypeError(f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score")
+        raise SettingError(
+            Option("metric", "--metric"),
+            f": {name!r} is an async function; a metric is a plain function (prediction, example) -> score "
+            "(to await something inside it, use asyncio.run(...))",
+        )
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
         return await python_verdict(
