@@ -22,7 +22,17 @@ from .errors import SbpcError
 from .language.graph import Graph
 from .language.method import SETTINGS, SIZES, SettingError, check
 from .learning.stats import t_interval
-from .records.report import diff_html, escape, eval_facts, page, plot_intervals, sample_html, score_changes_html, table
+from .records.report import (
+    diff_html,
+    escape,
+    eval_facts,
+    output_changes_html,
+    page,
+    plot_intervals,
+    sample_html,
+    score_changes_html,
+    table,
+)
 from .records.runs import Run, RunsError, is_right
 
 if TYPE_CHECKING:
@@ -386,7 +396,8 @@ def compare_evals(a: Run, b: Run) -> str:
     ]
     if (a.settings.data, a.evaluation.get("split")) != (b.settings.data, b.evaluation.get("split")):
         body.append('<p class="rejected">the two evaluations scored different data; only shared ids are paired</p>')
-    body += _flips_html(fixed, broken) + [score_changes_html(pairs)] + _prompt_changes_html(a, b)
+    body += [output_changes_html(pairs)] + _flips_html(fixed, broken) + [score_changes_html(pairs)]
+    body += _prompt_changes_html(a, b)
     body += [f"<h2>A: {escape(a.name)}</h2>", eval_facts(a), f"<h2>B: {escape(b.name)}</h2>", eval_facts(b)]
     return page(f"sbpc: {a.name} vs {b.name}", "\n".join(body))
 

@@ -175,6 +175,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
     ),
     "E128": ("p.sbp", HEADER + OK + 'model forward { name = "opneai/gpt-4o-mini" }\n'),
+    "E162": ("p.sbp", HEADER + "node a: text {}\noutput a\n"),
     "E161": ("p.sbp", HEADER + OK + 'model forward { name = "gpt-4o-mni" }\n'),
     "E130": ("p.sbp", HEADER + OK + 'data mine { file = "d.jsonl" }\n'),
     "E131": ("p.sbp", HEADER + OK + "data { train = 3 }\n"),

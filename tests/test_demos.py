@@ -476,6 +476,19 @@ def test_at_low_accuracy_the_demos_still_see_every_right_answer_of_the_split(tmp
     assert shots.samples == ["train:8"] and iteration.train_samples == 8
 
 
+def test_with_no_training_sample_answered_right_labelled_examples_are_offered_and_gated(tmp_path, adder):
+    """As DSPy's LabeledFewShot: the output node's examples are what it saw and each sample's own answer."""
+    server, script = adder
+    path = pipeline_file(tmp_path, server)
+    optimized = optimize(path, train=(3, 5, 7), val=(11, 13, 15, 17), only=("shots",))  # odd: all answered 0
+    [iteration] = optimized.outcome.iterations
+    [shots] = iteration.candidates
+    assert iteration.train_score == 0 and shots.fate == "taken" and iteration.gate.wins
+    chosen = json.loads(shots.new)
+    assert len(chosen) == 2 and all(e["answer"] == str(2 * int(e["question"].split()[2])) for e in chosen)
+    assert all(e["answer"] != "0" for e in chosen)  # the rows' own answers, never what the node said
+
+
 def test_a_node_behind_a_branch_that_ran_on_no_right_sample_is_said_so():
     """Right answers from the other side of a branch give the node no example, and its reason says why (the matrix
     found it blamed unreadable or cut-off replies)."""

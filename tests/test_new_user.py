@@ -294,3 +294,62 @@ def test_litellms_refusal_of_a_bare_name_names_no_server():
     refused = CallError("LLM Provider NOT provided. You passed model=fake", 400, name="BadRequestError")
     failure = classify(refused, "http://127.0.0.1:9/v1", reached=False)
     assert "127.0.0.1" not in failure.describe() and "provider/model" in failure.describe()
+
+
+def test_an_output_no_input_reaches_is_an_error_naming_the_edge(tmp_path, capsys):
+    source = 'pipeline p "p"\ninput q, extra: text\nparam t = "Answer."\nnode a: text { prompt = t }\n'
+    source += "node b: text { prompt = t }\na -> b\noutput b\n"
+    (tmp_path / "p.sbp").write_text(source)
+    assert main(["check", str(tmp_path / "p.sbp")]) == 1
+    said = capsys.readouterr().err
+    assert "error[E162]: output 'b' depends on no input" in said and "add the edge that feeds it, e.g. `q -> a`" in said
+    (tmp_path / "p.sbp").write_text(source.replace("a -> b", "q -> a -> b"))  # extra reaches nothing: a warning
+    assert main(["check", str(tmp_path / "p.sbp")]) == 0 and "W003" in capsys.readouterr().err
+
+
+def test_the_readme_says_the_install_without_the_embedded_model_and_keeps_its_two_commands():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    commands = [line.strip() for line in lines[:10] if line.startswith("    python3 -m venv")]
+    assert len(commands) == 2 and all(".[embedded,test]" in command for command in commands)  # .ci/run's two
+    assert "`python3 -m venv .venv && .venv/bin/pip install -q -e .`" in " ".join(lines)
+
+
+def test_the_first_iteration_says_where_the_gate_started(tmp_path, fake_llm, script, capsys):
+    from conftest import with_fake_model
+
+    script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
+    rows = "".join(f'{{"q": "claim {i}", "answer": "Yes"}}\n' for i in range(12))
+    (tmp_path / "d.jsonl").write_text(rows)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Do it."\nnode verdict: text { prompt = t }\nq -> verdict\n'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source + "output verdict\n", fake_llm.url))
+    argv = ["optimize", str(tmp_path / "p.sbp"), "--data", str(tmp_path / "d.jsonl"), "--iters", "1", "--dry-run"]
+    assert main([*argv, "--train-size", "6", "--val-size", "6", "--runs-dir", str(tmp_path / "runs")]) == 0
+    out = capsys.readouterr().out
+    [record] = (tmp_path / "runs").glob("*/run.json")
+    initial = json.loads(record.read_text())["initial_score"]
+    assert initial is not None and f"iteration 1/1: train 0.000 (the gate starts at {initial:.3f})" in out, out
+
+
+def test_the_ab_of_two_evaluations_shows_every_changed_output_even_when_scores_are_equal(
+    tmp_path, fake_llm, script, monkeypatch, capsys
+):
+    """Both prompts are wrong on every row, so no score moves; the outputs do, and the page shows each side by side."""
+    from conftest import with_fake_model
+
+    monkeypatch.chdir(tmp_path)
+    script.verdict = lambda prompt: "second wording"
+    rows = [{"q": f"q{i}", "answer": "never said"} for i in range(4)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    source = 'pipeline p "p"\ninput q: text\nparam ask = "Answer."\nnode answer: text { prompt = ask }\nq -> answer\n'
+    for ask in ("Answer.", "VERDICT please."):
+        (tmp_path / "p.sbp").write_text(
+            with_fake_model(source.replace("Answer.", ask) + "output answer\n", fake_llm.url)
+        )
+        assert main(["eval", "p.sbp", "--data", "rows.jsonl"]) == 0
+    assert main(["report", "1", "2", "--out", "cmp.html"]) == 0
+    page = (tmp_path / "cmp.html").read_text()
+    text = re.sub(r"<[^>]+>", "", page)
+    assert "0 wrong -> right, 0 right -> wrong" in text and "outputs changed (4 of 4)" in text
+    changed = re.findall(r'<tr class="changed">(.*?)</tr>', page)
+    assert len(changed) == 4 and all("An analysis." in row and "second wording" in row for row in changed)
+    assert 'id="only-changed" checked' in page and "#only-changed:checked ~ * .same" in page and "<script" not in page

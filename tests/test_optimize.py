@@ -593,7 +593,7 @@ def test_gate_on_the_training_batch(tmp_path, fake_llm, script, capsys):
         "train",
         capsys=capsys,
     )
-    assert code == 0 and "train 0.000, accepted" in out
+    assert code == 0 and "train 0.000 (the gate starts at 0.000), accepted" in out
     assert re.search(r"gate: (0\.000 -> 1\.000; )?4 wins, 0 losses so far, p = 0\.062", out)
 
 

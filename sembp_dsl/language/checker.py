@@ -1291,6 +1291,23 @@ def warn_unused(cx: Context, predecessors, successors, output: ir.Node | None) -
                 cx.report("W004", node.span, f"node '{node.name}' cannot reach the output '{output.name}'")
 
 
+def check_output_fed(cx: Context, predecessors, output: ir.Node | None) -> None:
+    """E162: an output no input reaches, through any path: every sample would send the same prompts and get the
+    same answer, so no score could say anything. Named with an edge that would feed it."""
+    if output is None or not cx.p.inputs or any(d.severity == "error" for d in cx.diagnostics):
+        return  # the graph's own errors first: an undefined name in an edge would look like a missing edge
+    reaches = set().union(*(reaching(ref.name, predecessors) for ref in cx.p.outputs[0].candidates))
+    if any(item.name in reaches for item in cx.p.inputs):
+        return
+    first = next((n.name for n in cx.p.nodes if n.name in reaches and not predecessors.get(n.name)), output.name)
+    cx.report(
+        "E162",
+        cx.p.outputs[0].span,
+        f"output '{output.name}' depends on no input: every sample would be sent the same prompts",
+        help=f"add the edge that feeds it, e.g. `{cx.p.inputs[0].name} -> {first}`",
+    )
+
+
 def warn_unused_params(cx: Context) -> None:
     used = {str(s.value) for n in cx.p.nodes for key in ("prompt", "system", "demos") if (s := n.setting(key))}
     used.update(str(s.value) for m in cx.p.metric_defs if (s := m.setting("prompt")))  # rubrics
@@ -1350,5 +1367,6 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
     check_models(cx)
     check_model_lists(cx)
     warn_unused(cx, predecessors, successors, output)
+    check_output_fed(cx, predecessors, output)
     warn_format_in_trainable(cx, output)
     return Analysis(predecessors, successors, order, metric, cx.node_params, cx.demos), cx.diagnostics

@@ -1090,6 +1090,15 @@ _CODES = [
         'model forward { name = "gpt-4o-mni" }',
         'model forward { name = "gpt-4o-mini" }',
     ),
+    Code(
+        "E162",
+        "an output no input reaches",
+        "No path of edges leads from any input to the output, so every sample would send the same prompts and\n"
+        "get the same answer: no score could tell one prompt from another. (An input that reaches no node is\n"
+        "only a warning, W003, while another feeds the output.) Add the edge that feeds it.",
+        "input q: text\nnode a: text { prompt = p }\noutput a",
+        "input q: text\nnode a: text { prompt = p }\nq -> a\noutput a",
+    ),
     # W00x: warnings
     Code(
         "W001",

@@ -5,6 +5,10 @@ pipeline got right: the values of its inputs and its own parsed output, taken fr
 iteration already ran (no call is made here). Each iteration proposes, for every trainable demos param, a
 set of up to its `max` such examples drawn at random; the set then goes through the gate with the step's
 other candidates, so it is kept only when the pipeline with it beats the pipeline without it.
+
+When no training sample was answered right (a weak model on a small split), the output node's examples are
+labelled ones, as DSPy's LabeledFewShot gives: what the node saw on a training sample, and the sample's own
+expected answer, gated the same way.
 """
 
 from __future__ import annotations
@@ -68,14 +72,45 @@ def pool(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     return Pool(out, tuple(left_out))
 
 
+def labelled(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
+    """(sample id, example) of the training samples, each what the output node saw and the sample's own expected
+    answer, for a demos param of the output node (not of a record's field: no whole record to show); an answer the
+    node could not give (a choice it does not offer) is none, nor is a sample an earlier node's failure left
+    without every value the node reads."""
+    node = graph.nodes[graph.demos[param].node]
+    if node.name != graph.output or graph.output_field or node.type.kind not in ("text", "choice"):
+        return Pool([], ())
+    seen, out, left_out = set(), [], []
+    for result in results:
+        values, expected = result.trace.values, result.expected
+        fits = expected and (node.type.kind == "text" or expected in node.type.choices)
+        if not fits or any(name not in values for name in node.inputs):
+            continue
+        example = {**{name: str(values[name]) for name in node.inputs}, node.name: expected}
+        bad = next(
+            (f"{result.sample.id}: {name}: {why}" for name, text in example.items() if (why := bad_characters(text))),
+            None,
+        )
+        key = json.dumps(example, sort_keys=True)
+        if bad is not None:
+            left_out.append(bad)
+        elif key not in seen:
+            seen.add(key)
+            out.append((result.sample.id, example))
+    return Pool(out, tuple(left_out))
+
+
 def ran(result: Result, node: str) -> bool:
     trace = result.trace.nodes.get(node)
     return trace is not None and trace.taken
 
 
 def propose_demos(graph: Graph, param: str, results: Sequence[Result], rng: random.Random) -> DemosCandidate:
-    """A new set for a demos param: up to its max examples from the training samples answered right."""
+    """A new set for a demos param: up to its max examples from the training samples answered right; with none
+    answered right, labelled examples (`labelled`) for the output node's."""
     found = pool(graph, param, results)
+    if not any(result.correct for result in results):
+        found = labelled(graph, param, results)
     if not found.examples and found.left_out:
         why = "every example answered right holds what the pipeline file cannot hold"
         return DemosCandidate(param, None, why, left_out=found.left_out)
@@ -86,7 +121,12 @@ def propose_demos(graph: Graph, param: str, results: Sequence[Result], rng: rand
     if not found.examples and right:
         return DemosCandidate(param, None, "no sample answered right gave a whole example (unreadable, or cut off)")
     if not found.examples:
-        return DemosCandidate(param, None, "no training sample was answered right, so no example to take")
+        return DemosCandidate(
+            param,
+            None,
+            "no training sample was answered right, and none gives a labelled example (its answer is the output "
+            "node's only when the node gives the whole output, as text or one of its choices)",
+        )
     chosen = rng.sample(found.examples, min(graph.demos[param].max, len(found.examples)))
     new = as_text([example for _, example in chosen])
     samples = tuple(sample for sample, _ in chosen)

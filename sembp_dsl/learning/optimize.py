@@ -238,6 +238,7 @@ class Optimizer:
         self.strategies = strategies(method)
         self.initial: asyncio.Future[None] | None = None  # the initial gate score, under way while iteration 1 learns
         self.pending: dict[str, asyncio.Future[None]] = {}  # training samples it is still evaluating
+        self.start_said = False  # whether a summary has said the gate's starting score
 
     async def score(self, graph: Graph, samples: Sequence[Sample], what: str) -> Evaluation:
         return scored(await self.evaluate(graph, samples, what), what)
@@ -320,8 +321,10 @@ class Optimizer:
             for index in range(done + 1, self.method.iterations + 1):
                 iteration = await self.step(index, outcome)
                 self.record.add_iteration(iteration, spent())
-                self.log(summary(iteration, self.method.iterations, len(self.train)))
+                self.log(summary(iteration, self.method.iterations, len(self.train), self.gate_start()))
             await self.initial_score(outcome)
+            if (initial_gate := self.gate_start()) is not None:  # known only now: no gate ran before the end
+                self.log(f"gate: the initial prompts scored {fmt(initial_gate)} on the gate split")
             if self.test:
                 outcome.test_before = await self.score(self.graph, self.test, "test, initial")
                 outcome.test_after = await self.score(outcome.graph, self.test, "test, final")
@@ -341,6 +344,14 @@ class Optimizer:
         test = None if before is None or after is None else TestScores(before.accuracy, after.accuracy, len(self.test))
         self.record.finish(spent(), outcome.stopped, test)
         return outcome
+
+    def gate_start(self) -> float | None:
+        """The initial prompts' gate score, the first time a summary can say it (once it is known), else None."""
+        start = self.record.data.initial_score
+        if self.start_said or start is None:
+            return None
+        self.start_said = True
+        return start
 
     def baseline(self, index: int, outcome: Outcome) -> None:
         """What the gate's first step must beat: the initial prompts' score on the gate split, kept in the record;
@@ -955,8 +966,9 @@ def gate_rule(gate: GateDecision, passed: bool) -> str:
     return f"{gate_tally(gate)}{rule}: {'passes' if passed else 'does not pass'}"
 
 
-def summary(it: Iteration, iterations: int, train_size: int) -> str:
-    """What an iteration tried, what it kept and why, in words."""
+def summary(it: Iteration, iterations: int, train_size: int, gate_start: float | None = None) -> str:
+    """What an iteration tried, what it kept and why, in words; `gate_start`: where the gate started (the initial
+    prompts' score on its split), said beside the first iteration that knows it."""
     if it.accepted:
         verdict = "accepted"
     elif it.note:
@@ -964,8 +976,9 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
     else:
         verdict = GATE_REJECTED
     lines = [
-        f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
-        f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{step_cost(it)}"
+        f"iteration {it.index}/{iterations}: {train_words(it, train_size)}"
+        + ("" if gate_start is None else f" (the gate starts at {fmt(gate_start)})")
+        + f", {verdict}; {it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{step_cost(it)}"
     ]
     if it.lost:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")

@@ -62,6 +62,7 @@ del { background: #fdd; color: #900; } ins { background: #dfd; color: #060; text
 details { margin: .4em 0; } summary { cursor: pointer; }
 pre .add { color: #060; } pre .del { color: #900; } pre .hunk { color: #559; }
 #only-wrong:checked ~ * .right { display: none; }
+#only-changed:checked ~ * .same { display: none; }
 """
 
 PALETTE = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"]
@@ -124,6 +125,26 @@ def score_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
     rows = [[x["id"], fmt(x["score"]), fmt(y["score"]), f"{y['score'] - x['score']:+.3f}"] for x, y in moved]
     header = f"<h2>scores changed ({len(moved)})</h2>"
     return header + table(["sample", "A's score", "B's score", "B - A"], rows) if moved else header
+
+
+def output_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
+    """Every sample both scored, A's output beside B's, with a filter (checked: only those whose output changed):
+    scores can stay equal while outputs change (partial credit, a judge), and only this shows them. The filter is
+    a checkbox the page's own style reads, as the page allows no script."""
+    changed = sum(x.get("output") != y.get("output") for x, y in pairs)
+    head = "".join(f"<th>{escape(h)}</th>" for h in ("sample", "expected", "A's output", "B's output", "A", "B"))
+    rows = "\n".join(
+        f'<tr class="{"changed" if x.get("output") != y.get("output") else "same"}">'
+        + "".join(f"<td>{escape(str(v))}</td>" for v in (x["id"], x.get("expected"), x.get("output"), y.get("output")))
+        + f'<td class="num">{fmt(x["score"])}</td><td class="num">{fmt(y["score"])}</td></tr>'
+        for x, y in pairs
+    )
+    return (
+        f"<h2>outputs changed ({changed} of {len(pairs)})</h2>"
+        '<div class="samples"><input type="checkbox" id="only-changed" checked>'
+        '<label for="only-changed"> only samples whose output changed</label>'
+        f"<div><table>\n<tr>{head}</tr>\n{rows}\n</table></div></div>"
+    )
 
 
 def diff_html(old: str, new: str) -> str:
