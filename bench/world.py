@@ -142,6 +142,8 @@ class World:
             return Reply(f"<prompt>Answer Yes or No. Variant {self.propose(parent)}.</prompt>", 100, 10, 0.0, "stop")
         if "# Feedback on the output" in prompt:
             return Reply("Hint 1: say more.", 100, 5, 0.0, "stop")
+        if not QUESTION.search(prompt):  # a probe of whether the model answers at all: it does
+            return Reply("OK", 10, 1, 0.0, "stop")
         model = request.model.removeprefix("openai/")
         variant, sample = int(VARIANT.findall(prompt)[0]), int(QUESTION.findall(prompt)[0])
         right = self.answer(variant, model, sample)

@@ -33,8 +33,11 @@ settled is not counted (it could not change it), and is kept with the cancelled 
 A step that makes the pipeline cheaper is held to non-inferiority instead (`margin`, stats.NonInferiority): wins
 and losses both count, a sample lost on either side is no evidence (left out of the samples the test counts; one
 the step's own model lost is charged to the margin), and ties count for it. The number of samples the test counts
-is then known only at the end, and its exact critical value changes with it, so that gate takes the whole split
-in one round: it has no early look to account for.
+is then known only at the end, and its exact critical value changes with it, so that gate stops early only to
+reject: when even every sample left at its best (a win, or a tie, every number of ties tried) keeps the score
+statistic below the least critical value any number of samples can have. A first round takes the samples the
+current pipeline gets right (an always-wrong model loses them at once), the second all the rest. Stopping so
+gives the decision the whole split would give, so it adds no error.
 """
 
 from __future__ import annotations
@@ -172,11 +175,24 @@ class Gate:
             if not self.pending and not self.asking:
                 self._decided = self.rule.passes(self.up, self.down, self.answered, len(self.own_lost))
                 self.decided_after = len(self.evaluated)
+            elif not self._could_pass():
+                self._decided = False
+                self.decided_after = len(self.evaluated)
         elif self._decided is None:
             self._decided = settled(len(self.wins), len(self.losses), *self.possible, self.sign, self.gains)
             if self._decided is not None:
                 self.decided_after = len(self.evaluated)
         return self._decided
+
+    def _could_pass(self) -> bool:
+        """Whether a non-inferiority step could still pass: every sample left at its highest score change (a rise,
+        counted) or a tie, each number of those ties tried (stats.NonInferiority.best)."""
+        assert isinstance(self.rule, NonInferiority)
+        highs = [self.change(sample)[1] for sample in self.pending]
+        rises = [high for high in highs if high > 0]
+        return self.rule.best(
+            self.up, self.down, self.answered, len(self.own_lost), sum(rises), len(rises), len(highs) - len(rises)
+        )
 
     @property
     def p(self) -> float:
@@ -201,8 +217,9 @@ class Gate:
         settled."""
         if self.decision is not None:
             return Round([], [])
-        if isinstance(self.rule, NonInferiority):  # the whole split, at once
-            taken = [i for i in self.open if i not in self.asking] + self.unseen
+        if isinstance(self.rule, NonInferiority):  # a first round that could fail it, then all the rest at once
+            left = [i for i in self.open if i not in self.asking] + self.unseen
+            taken = left if self.used else sorted(left, key=lambda i: not self.could_lose(i))[: self.least]
         else:
             order = self._order() or self._grouped(True, everything=True)
             taken = order[: max(min(self._fewest(order), len(order)), self._expected(order), self.least)]

@@ -159,6 +159,22 @@ class NonInferiority:
         margin = self.effective_margin(proposal_lost)
         return noninferiority_z(up, down, answered, margin) if margin > 0 else -math.inf
 
+    def best(
+        self, up: float, down: float, answered: int, proposal_lost: int, rises: float, counted: int, rest: int
+    ) -> bool:
+        """Whether any completion can still pass: `rises` more of rise over `counted` more samples, and up to
+        `rest` more ties. z grows with the rises; the ties move it either way, so each count of them is tried.
+        No critical value falls below the calibration's floor (`critical_z` never takes an outcome under it), so
+        a best z under that floor fails on every completion."""
+        if self.alpha >= 1:
+            return True
+        margin = self.effective_margin(proposal_lost)
+        if margin <= 0:
+            return False
+        floor = _NORMAL.inv_cdf(1 - self.alpha) - 1.0
+        n = answered + counted
+        return any(noninferiority_z(up + rises, down, n + ties, margin) >= floor for ties in range(rest + 1))
+
     def critical(self, answered: int, proposal_lost: int = 0) -> float:
         return critical_z(answered, self.effective_margin(proposal_lost), self.alpha)
 
