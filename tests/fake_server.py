@@ -177,6 +177,8 @@ class _State:
         self.refusal_delay = 0.0  # seconds that 429 takes (a provider's takes a network round trip), holding no place
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
+        self.tpm = 0  # prompt tokens admitted per window of `tpm_window` s (0: any number); the others get 429
+        self.tpm_window = 60.0
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -191,6 +193,8 @@ class _State:
 
     def reset(self) -> None:
         self.random = random.Random(self.seed)
+        self.tpm_start: float | None = None  # time.monotonic() when the current token window began
+        self.tpm_used = 0
         self.faults = 0  # faults injected (scripted or at random)
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
@@ -397,6 +401,37 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
     raise ValueError(f"unknown fault {fault!r}")
 
 
+def _spend_tokens(state: _State, request: dict, keep_alive: bool) -> bytes | None:
+    """Count a request's prompt tokens against ``tpm`` (a fixed window of ``tpm_window`` seconds from its first
+    request, as OpenAI's limits reset whole); the 429 when they do not fit, else None."""
+    tokens = sum(_count_tokens(_message_text(m)) for m in request.get("messages") or [])
+    now = time.monotonic()
+    if state.tpm_start is None or now >= state.tpm_start + state.tpm_window:
+        state.tpm_start, state.tpm_used = now, 0
+    if state.tpm_used + tokens <= state.tpm:
+        state.tpm_used += tokens
+        return None
+    state.rate_limited += 1
+    return _response(
+        429,
+        _error_body(429, f"rate limit: {state.tpm} tokens per {state.tpm_window:g} s"),
+        keep_alive=keep_alive,
+        extra_headers=[_retry_after(round(state.tpm_start + state.tpm_window - now, 3)), *_quota_headers(state)],
+    )
+
+
+def _quota_headers(state: _State) -> list[tuple[str, str]]:
+    """OpenAI's rate-limit headers for ``tpm``: the limit, what is left, and when it is whole again."""
+    if not state.tpm or state.tpm_start is None:
+        return []
+    reset = max(0.0, state.tpm_start + state.tpm_window - time.monotonic())
+    return [
+        ("x-ratelimit-limit-tokens", str(state.tpm)),
+        ("x-ratelimit-remaining-tokens", str(max(0, state.tpm - state.tpm_used))),
+        ("x-ratelimit-reset-tokens", f"{reset:.3f}s"),
+    ]
+
+
 def _retry_after(value: float | str) -> tuple[str, str]:
     """The header a refusal carries: a number is Retry-After's seconds; text is sent as it is (an HTTP date), and
     text of the form "name: value" names its own header ("retry-after-ms: 1e12")."""
@@ -490,6 +525,10 @@ async def _answer(
                 extra_headers=[("Retry-After", "1")],
             ), False
         state.admitted.append(now)
+    if state.tpm:
+        refused = _spend_tokens(state, request, keep_alive)
+        if refused is not None:
+            return refused, False
     if state.slots and state._slots is None:
         state._slots = asyncio.Semaphore(state.slots)
     async with state._slots or _NO_LIMIT:
@@ -546,7 +585,7 @@ async def _answer(
             "usage": usage,
         }
     ).encode()
-    return _response(200, payload, keep_alive=keep_alive), False
+    return _response(200, payload, keep_alive=keep_alive, extra_headers=_quota_headers(state)), False
 
 
 def _sse_body(completion_id: str, created: int, model: str, text: str, usage: dict) -> bytes:
@@ -713,7 +752,9 @@ class FakeServer:
     def configure(self, **options: Any) -> None:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
         ``hang_seconds``, ``retry_after``, ``limit``, ``refusal_delay`` (seconds a 429 past ``limit``
-        takes) or ``keep_alive`` while running."""
+        takes), ``tpm`` and ``tpm_window`` (prompt tokens admitted per window of that many seconds, told in
+        OpenAI's ``x-ratelimit-*-tokens`` headers on every answer; past it, 429) or ``keep_alive`` while
+        running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -725,6 +766,8 @@ class FakeServer:
                 "fault_rate",
                 "fault_kinds",
                 "limit",
+                "tpm",
+                "tpm_window",
                 "refusal_delay",
                 "keep_alive",
             ):

@@ -40,6 +40,7 @@ from yarl import URL  # noqa: E402
 
 from . import embedded, prices
 from .faults import BadReply, CallError, NoConnection, PlainHttp, first_line, redact
+from .limits import Quota, quota
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
 OPENAI_BASE = "https://api.openai.com/v1"
@@ -66,6 +67,7 @@ class Reply(NamedTuple):
     tool_calls: tuple[dict, ...] = ()  # a native tool call each: {"id", "name", "arguments" (JSON text)}
     response_model: str | None = None  # the model that answered, as the reply names it (a dated version, say)
     response_id: str | None = None  # the reply's own id, as the provider's logs know it
+    quota: Quota | None = None  # what the provider's rate-limit headers say is left (limits.py)
 
 
 class Transport(ABC):
@@ -301,7 +303,7 @@ class FastPath(Litellm):
             raise CallError(str(exc) or type(exc).__name__, name="APIConnectionError") from exc
         if status >= 400:
             raise CallError(_error_message(payload, status, reason), status, resp_headers)
-        return _reply(_completion(payload), route.model)
+        return _reply(_completion(payload), route.model)._replace(quota=quota(resp_headers))
 
     async def _speaks_http(self, url: str) -> bool:
         """Whether the server of an https:// URL answers a plain http request (then TLS can never work)."""
