@@ -193,6 +193,7 @@ class _State:
 
     def reset(self) -> None:
         self.random = random.Random(self.seed)
+        self.prefixes: set = set()  # hashes of the prompt prefixes seen (a provider's prompt cache)
         self.tpm_start: float | None = None  # time.monotonic() when the current token window began
         self.tpm_used = 0
         self.faults = 0  # faults injected (scripted or at random)
@@ -401,6 +402,23 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
     raise ValueError(f"unknown fault {fault!r}")
 
 
+CACHE_MIN, CACHE_STEP = 1024, 128  # OpenAI's prompt cache: prefixes of 1,024 tokens and more, in steps of 128
+
+
+def _cached_prefix(state: _State, messages: list) -> int:
+    """Prompt tokens a provider's cache would serve, as OpenAI's does: the longest prefix of the prompt (its
+    messages' words in order), at least CACHE_MIN long and a multiple of CACHE_STEP, that an earlier request began
+    with. Every such prefix of this prompt is remembered for later ones."""
+    words = [w for m in messages for w in _message_text(m).split()]
+    cached = 0
+    for end in range(CACHE_MIN, len(words) + 1, CACHE_STEP):
+        key = hash(tuple(words[:end]))
+        if key in state.prefixes:
+            cached = end
+        state.prefixes.add(key)
+    return cached
+
+
 def _spend_tokens(state: _State, request: dict, keep_alive: bool) -> bytes | None:
     """Count a request's prompt tokens against ``tpm`` (a fixed window of ``tpm_window`` seconds from its first
     request, as OpenAI's limits reset whole); the 429 when they do not fit, else None."""
@@ -564,6 +582,7 @@ async def _answer(
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": _cached_prefix(state, messages)},
     }
     if request.get("stream"):
         payload = _sse_body(completion_id, created, model, text, usage)

@@ -68,6 +68,7 @@ class Reply(NamedTuple):
     response_model: str | None = None  # the model that answered, as the reply names it (a dated version, say)
     response_id: str | None = None  # the reply's own id, as the provider's logs know it
     quota: Quota | None = None  # what the provider's rate-limit headers say is left (limits.py)
+    cached_tokens: int = 0  # of the prompt tokens, those the provider's prompt cache served (priced lower)
 
 
 class Transport(ABC):
@@ -444,16 +445,28 @@ def _reply(body: dict, model: str) -> Reply:
     usage = body.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
+    cached = cached_tokens(usage, prompt_tokens)
     return Reply(
         text,
         prompt_tokens,
         completion_tokens,
-        prices.cost(model, prompt_tokens, completion_tokens),
+        prices.cost(model, prompt_tokens, completion_tokens, cached),
         choice.get("finish_reason"),
         calls,
         _text(body.get("model")),
         _text(body.get("id")),
+        cached_tokens=cached,
     )
+
+
+def cached_tokens(usage: dict, prompt_tokens: int) -> int:
+    """The prompt tokens a provider's prompt cache served (OpenAI's `prompt_tokens_details.cached_tokens`,
+    Anthropic's `cache_read_input_tokens`, which litellm keeps), at most the prompt's."""
+    details = usage.get("prompt_tokens_details")
+    found = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not found:
+        found = usage.get("cache_read_input_tokens")
+    return min(int(found), prompt_tokens) if isinstance(found, (int, float)) and found > 0 else 0
 
 
 def _text(value: Any) -> str | None:
