@@ -179,6 +179,7 @@ class _State:
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
         self.tpm = 0  # prompt tokens admitted per window of `tpm_window` s (0: any number); the others get 429
         self.tpm_window = 60.0
+        self.cache_min, self.cache_step = 1024, 128  # OpenAI's prompt cache: prefixes of 1,024 tokens on, in 128s
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -402,16 +403,13 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
     raise ValueError(f"unknown fault {fault!r}")
 
 
-CACHE_MIN, CACHE_STEP = 1024, 128  # OpenAI's prompt cache: prefixes of 1,024 tokens and more, in steps of 128
-
-
 def _cached_prefix(state: _State, messages: list) -> int:
     """Prompt tokens a provider's cache would serve, as OpenAI's does: the longest prefix of the prompt (its
-    messages' words in order), at least CACHE_MIN long and a multiple of CACHE_STEP, that an earlier request began
-    with. Every such prefix of this prompt is remembered for later ones."""
+    messages' words in order), at least ``cache_min`` long (1,024) and a multiple of ``cache_step`` (128), that an
+    earlier request began with. Every such prefix of this prompt is remembered for later ones."""
     words = [w for m in messages for w in _message_text(m).split()]
     cached = 0
-    for end in range(CACHE_MIN, len(words) + 1, CACHE_STEP):
+    for end in range(max(state.cache_min, state.cache_step), len(words) + 1, state.cache_step):
         key = hash(tuple(words[:end]))
         if key in state.prefixes:
             cached = end
@@ -772,8 +770,9 @@ class FakeServer:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
         ``hang_seconds``, ``retry_after``, ``limit``, ``refusal_delay`` (seconds a 429 past ``limit``
         takes), ``tpm`` and ``tpm_window`` (prompt tokens admitted per window of that many seconds, told in
-        OpenAI's ``x-ratelimit-*-tokens`` headers on every answer; past it, 429) or ``keep_alive`` while
-        running."""
+        OpenAI's ``x-ratelimit-*-tokens`` headers on every answer; past it, 429), ``cache_min`` and
+        ``cache_step`` (the repeated prompt prefixes reported as ``cached_tokens``: at least that many words,
+        in steps of that many; OpenAI's 1,024 and 128) or ``keep_alive`` while running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -787,6 +786,8 @@ class FakeServer:
                 "limit",
                 "tpm",
                 "tpm_window",
+                "cache_min",
+                "cache_step",
                 "refusal_delay",
                 "keep_alive",
             ):
