@@ -4,15 +4,20 @@ Targets (issue 2): 5,000 nodes / 20,000 edges from text to compiled graph in und
 2 s; 10x the nodes costs at most about 12x the time; one edge statement of n x n
 nodes costs time linear in n (twice the names, about twice the time); `sbpc check`
 of the LIAR example under 0.5 s as a whole process, without importing litellm.
+Issue 47: `check` of one node offering n tools from one module is linear in n (each
+tool parsed the module twice: 4x the tools cost 17x the time).
 
-    python bench/compile_scaling.py [--nodes 5000] [--factor 10] [--product 1500]
+    python bench/compile_scaling.py [--nodes 5000] [--factor 10] [--product 1500] [--tools 150]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -21,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tests"))  # the generators the tests use too
 
 from generated import layered, node_product  # noqa: E402
 
+from sembp_dsl.cli.commands import main as sbpc  # noqa: E402
 from sembp_dsl.language.graph import build  # noqa: E402
 from sembp_dsl.language.parser import parse  # noqa: E402
 
@@ -34,11 +40,31 @@ def best_of(runs: int, fn) -> float:
     return min(times)
 
 
+def check_of_tools(folder: Path, count: int) -> float:
+    """Seconds `sbpc check` takes (in this process) on a node offering `count` tools, all from one module."""
+    home = folder / str(count)
+    home.mkdir()
+    (home / "tools.py").write_text(
+        "".join(f'def t{i}(q: str, n: int = 3) -> str:\n    """Tool {i}."""\n    return q\n' for i in range(count))
+    )
+    declared = "".join(f'function t{i} = "tools:t{i}"\n' for i in range(count))
+    names = ", ".join(f"t{i}" for i in range(count))
+    (home / "a.sbp").write_text(
+        f'pipeline a\ninput q: text\nparam t = "x"\n{declared}node s: text {{ prompt = t  tools = [{names}] }}\n'
+        "q -> s\noutput s\n"
+    )
+    start = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert sbpc(["check", str(home / "a.sbp")]) == 0
+    return time.perf_counter() - start
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=5000)
     ap.add_argument("--factor", type=int, default=10)
     ap.add_argument("--product", type=int, default=1500, help="names on each side of the n x n statement")
+    ap.add_argument("--tools", type=int, default=150, help="tools one node offers from one module (then 4x)")
     args = ap.parse_args()
 
     build(parse(layered(10)))  # warm the grammar cache and imports
@@ -58,6 +84,14 @@ def main() -> None:
     print(
         f"one statement of {args.product:,} x {args.product:,} nodes: {product:6.3f} s text -> compiled graph; "
         f"ratio {product / half:4.2f}x for 2x the names   (linear 2x, quadratic 4x)"
+    )
+
+    with tempfile.TemporaryDirectory() as folder:
+        check_of_tools(Path(folder), 20)  # warm
+        few, many = check_of_tools(Path(folder), args.tools), check_of_tools(Path(folder), 4 * args.tools)
+    print(
+        f"sbpc check of one node offering {args.tools} / {4 * args.tools} tools from one module: {few:6.3f} s / "
+        f"{many:6.3f} s; ratio {many / few:4.2f}x for 4x the tools   (linear 4x, quadratic 16x)"
     )
 
     cmd = [sys.executable, "-m", "sembp_dsl.cli", "check", str(ROOT / "pipelines" / "liar.sbp")]

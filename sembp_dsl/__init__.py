@@ -52,6 +52,8 @@ _HOMES = {
     "DataError": "runtime.datasets",
     "MetricFailed": "runtime.evaluate",
     "Overran": "usercode",
+    "ToolFailed": "usercode",
+    "ServerStopped": "usercode",
     "RecordError": "records.record",
     "ResumeError": "records.record",
     "RunsError": "records.runs",
@@ -86,6 +88,8 @@ __all__ = [
     "OptionError",
     "Overran",
     "Pipeline",
+    "ServerStopped",
+    "ToolFailed",
     "PipelineClosed",
     "PipelineError",
     "PlainHttp",
@@ -134,7 +138,7 @@ if TYPE_CHECKING:
     from .runtime.session import PipelineClosed
     from .serve import ServeError
     from .telemetry import TelemetryError
-    from .usercode import Overran
+    from .usercode import Overran, ServerStopped, ToolFailed
 
 
 def __getattr__(name: str):

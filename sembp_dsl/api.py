@@ -33,7 +33,7 @@ from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
 from .runtime import splits
-from .runtime.code import bind
+from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
 from .runtime.evaluate import (
     Evaluation,
@@ -42,6 +42,7 @@ from .runtime.evaluate import (
     check_answers,
     check_fields,
     evaluate,
+    first_needed,
     metric_for,
     split_to_score,
 )
@@ -459,14 +460,14 @@ class Pipeline:
             raise ValueError(f"limit must be 0 or more, got {limit}")
         data = splits.named(self.graph, examples)  # a Data, or examples given in Python
         if isinstance(data, Data):
-            dataset = data.load()
+            dataset = data.load(first_needed(self.graph, split, sizes, limit))
             samples, default_metric = list(split_to_score(self.graph, dataset, split, sizes)[:limit]), dataset.metric
         else:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
-        for name in models.values():  # before any call
-            check_callable(name)
+        for key, name in models.items():  # before any call
+            check_callable(name, routed=self._session.routed(key))
         llm = self._session.llm()
         scorer = self._scorer(chosen, llm)
         if not isinstance(data, Data) and isinstance(
@@ -474,7 +475,7 @@ class Pipeline:
         ):  # a built-in metric needs the answers examples in Python lack
             splits.require_answers(self.graph, samples)
         # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing):
+        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
         if runs_dir is None:
             return evaluation
@@ -484,7 +485,7 @@ class Pipeline:
         # the split's sizes
         settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored)
+        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
         return replace(evaluation, record=record.folder)
 
     evaluate = _blocking(aevaluate)
@@ -527,7 +528,8 @@ class Pipeline:
         spec = self.graph.metrics.get(chosen) if isinstance(chosen, str) else None
         judged = spec if spec is not None and spec.kind == "judge" else None
         check_fields(self.graph, [sample for split in run.cut.splits for sample in split], mapping or {})
-        return plan(self.graph, LLM(self._session.models), run.cut.method, *run.cut.splits, mapping or {}, judged)
+        found = plan(self.graph, LLM(self._session.models), run.cut.method, *run.cut.splits, mapping or {}, judged)
+        return replace(found, data=run.cut.note)
 
     async def aoptimize(
         self,
@@ -565,8 +567,8 @@ class Pipeline:
         check_acting(self.graph, run.cut.method)
         # a model for every role, which a plan does not need
         asked = RunSettings(self.path, method=run.cut.method, models=self.models, **run.source)
-        for name in asked.models.values():  # before a run record is made
-            check_callable(name)
+        for key, name in asked.models.items():  # before a run record is made
+            check_callable(name, routed=self._session.routed(key))
         every = [sample for split in run.cut.splits for sample in split]
         log = log or (lambda line: None)
         llm = self._session.llm()
@@ -597,13 +599,13 @@ class Pipeline:
     # --- the event loops -----------------------------------------------------------
 
     def close(self) -> None:
-        """Close the connections that sync calls opened (they also close when the pipeline is collected).
-        Every later call, here or on a `with_prompts` twin, raises PipelineClosed; closing again does nothing."""
+        """Close what sync calls opened, and its tools' MCP servers; later calls (a twin's too) raise PipelineClosed."""
         self._session.close()
+        release(self.graph)
 
     async def aclose(self) -> None:
-        """Close the connections this event loop's calls opened."""
-        await self._session.aclose()
+        """Close the connections this event loop's calls opened, and stop its tools' MCP servers."""
+        await asyncio.gather(self._session.aclose(), asyncio.to_thread(release, self.graph))
 
     def __enter__(self) -> Pipeline:
         return self

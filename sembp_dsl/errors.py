@@ -39,6 +39,9 @@ where it is raised and turned into what the line says, never met by a user):
   * CodeError (runtime.code) - a pipeline's Python callable that may not or could not be imported
   * Overran (usercode) [TimeoutError] - inside sbpc: a call of the pipeline's code ran past its timeout; that
     call fails
+  * ToolFailed (usercode) - inside sbpc: one call of an MCP server's tool failed (it hung, its server died,
+    it answered an error or too much); the model is told, the run goes on
+  * ServerStopped (usercode) - an MCP server could not be started again after it hung or died: the run stops
   * MetricFailed (runtime.evaluate) - inside sbpc: a metric could not score one answer; that sample is unscored
   * RunsError (records.runs) - no such run or iteration, or a file the run's prompts do not fit
   * InputError (runtime.inputs) [ValueError] - inputs a pipeline cannot take: unknown, missing or not sendable

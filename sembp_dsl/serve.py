@@ -46,8 +46,9 @@ RETRY_AFTER = 1  # seconds a client past MAX_CONNECTIONS is told to wait: half-o
 ACCESS_FORMAT = '%a "%r" %s %b %Tfs'
 
 
-def app(pipeline: Pipeline, allow_trace: bool = False) -> web.Application:
-    """The aiohttp application serving `pipeline`."""
+def app(pipeline: Pipeline, allow_trace: bool = False, mcp_host: str | None = None) -> web.Application:
+    """The aiohttp application serving `pipeline` (`mcp_host`: the address it listens on, when it also answers
+    MCP clients at MCP_PATH)."""
     usage = f"POST / takes a JSON object of inputs ({', '.join(pipeline.inputs)}); GET /health says what is served"
 
     @web.middleware
@@ -116,6 +117,8 @@ def app(pipeline: Pipeline, allow_trace: bool = False) -> web.Application:
 
     application.router.add_get("/health", health)
     application.router.add_post("/", predict)
+    if mcp_host is not None:
+        mount_mcp(application, pipeline, mcp_host)
     application.on_cleanup.append(close)
     return application
 
@@ -232,12 +235,15 @@ def _log(name: str) -> logging.Logger:
     return log
 
 
-async def start(pipeline: Pipeline, host: str, port: int, allow_trace: bool = False) -> web.AppRunner:
-    """The service, listening: its runner (`runner.addresses` says where; `runner.cleanup()` stops it)."""
+async def start(
+    pipeline: Pipeline, host: str, port: int, allow_trace: bool = False, mcp: bool = False
+) -> web.AppRunner:
+    """The service, listening: its runner (`runner.addresses` says where; `runner.cleanup()` stops it). `mcp`:
+    it also answers MCP clients at MCP_PATH."""
     # handler_cancellation: a client's disconnect cancels its handler, and so its model calls;
     # keepalive_timeout: aiohttp closes a connection idle that long, one whose headers never end included
     runner = web.AppRunner(
-        app(pipeline, allow_trace),
+        app(pipeline, allow_trace, host if mcp else None),
         access_log=_log("sbpc.serve.access"),
         logger=_log("sbpc.serve"),
         access_log_format=ACCESS_FORMAT,
@@ -255,11 +261,11 @@ async def start(pipeline: Pipeline, host: str, port: int, allow_trace: bool = Fa
     return runner
 
 
-def serve(pipeline: Pipeline, host: str, port: int, announce, allow_trace: bool = False) -> None:
+def serve(pipeline: Pipeline, host: str, port: int, announce, allow_trace: bool = False, mcp: bool = False) -> None:
     """Serve until SIGTERM or Ctrl-C; `announce(url)` is told where, once the socket is bound (port 0 picks a free one)."""
 
     async def main() -> None:
-        runner = await start(pipeline, host, port, allow_trace)
+        runner = await start(pipeline, host, port, allow_trace, mcp)
         host_bound, port_bound = runner.addresses[0][:2]  # the real port when 0 was asked
         announce(f"http://{host_bound}:{port_bound}")
         stop = asyncio.Event()
@@ -270,3 +276,150 @@ def serve(pipeline: Pipeline, host: str, port: int, announce, allow_trace: bool 
             await runner.cleanup()
 
     asyncio.run(main())
+
+
+# --- the pipeline as an MCP tool (`sbpc serve FILE --mcp`) -------------------------------------------------------
+
+MCP_PATH = "/mcp"  # where the HTTP service answers MCP clients, beside POST /
+
+
+def input_schema(pipeline: Pipeline) -> dict:
+    """The JSON Schema of the pipeline's inputs, as an MCP client sends them to its one tool."""
+    kinds = {"text": {"type": "string"}, "number": {"type": "number"}, "list": {"type": "array"}}
+    kinds["record"] = {"type": "object"}
+    properties = {}
+    for item in pipeline.graph.pipeline.inputs:
+        schema = {"enum": list(item.type.choices)} if item.type.kind == "choice" else kinds.get(item.type.kind, {})
+        properties[item.name] = {**schema, "description": f"the input {item.name} ({item.type})"}
+    return {"type": "object", "properties": properties, "required": list(properties)}
+
+
+def mcp_app(pipeline: Pipeline):
+    """An MCP server (the `mcp` package's) whose one tool, named after the pipeline, runs it: its description is
+    the pipeline's title, its input schema the pipeline's inputs. A failed run is the call's error, in words."""
+    try:
+        import mcp_types as types  # the mcp package's: ~300 ms to import, only `sbpc serve --mcp` pays it
+        from mcp.server.lowlevel import Server
+    except ImportError:
+        raise ServeError("serving a pipeline as an MCP tool needs the mcp package: pip install 'sbpc[mcp]'") from None
+    spec = pipeline.graph.pipeline
+    tool = types.Tool(name=spec.name, description=spec.description or spec.name, input_schema=input_schema(pipeline))
+
+    async def list_tools(ctx, params) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=[tool])
+
+    async def call_tool(ctx, params) -> types.CallToolResult:
+        def answer(text: str, error: bool = False) -> types.CallToolResult:
+            return types.CallToolResult(content=[types.TextContent(type="text", text=text)], is_error=error)
+
+        if params.name != spec.name:
+            return answer(f"there is no tool '{params.name}'; the tool is {spec.name}", True)
+        try:
+            prediction = await predict_for_client(pipeline, dict(params.arguments or {}))
+        except InputError as exc:
+            return answer(str(exc), True)
+        except (CallFailed, LLMError) as exc:
+            return answer(f"the model call failed: {getattr(exc, 'cli', exc)}", True)
+        except BudgetExceeded as exc:
+            return answer(exc.cli, True)
+        if prediction.error is not None:
+            return answer(prediction.error, True)
+        output = prediction.output
+        return answer(output if isinstance(output, str) else json.dumps(output, ensure_ascii=False))
+
+    return Server(spec.name, on_list_tools=list_tools, on_call_tool=call_tool)
+
+
+def serve_mcp_stdio(pipeline: Pipeline) -> None:
+    """Answer one MCP client on stdin and stdout (what an IDE or a desktop assistant starts) until it leaves."""
+    server = mcp_app(pipeline)
+    from mcp.server.stdio import stdio_server  # the mcp package, imported by mcp_app above
+
+    async def main() -> None:
+        try:
+            async with stdio_server() as (reading, writing):
+                await server.run(reading, writing, server.create_initialization_options())
+        finally:
+            await pipeline.aclose()
+
+    asyncio.run(main())
+
+
+def mount_mcp(application: web.Application, pipeline: Pipeline, host: str) -> None:
+    """The pipeline as an MCP tool at MCP_PATH of the HTTP service (streamable HTTP, stateless, JSON answers):
+    the `mcp` package's ASGI handler, called from aiohttp."""
+    server = mcp_app(pipeline)
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager  # imported by mcp_app above
+    from mcp.server.transport_security import TransportSecuritySettings
+
+    local = host in ("127.0.0.1", "localhost", "::1")
+    security = TransportSecuritySettings(
+        enable_dns_rebinding_protection=local,  # a web page cannot reach a service on this machine by a name it owns
+        allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+        allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+    )
+    manager = StreamableHTTPSessionManager(app=server, json_response=True, stateless=True, security_settings=security)
+    stop = asyncio.Event()
+
+    async def running(application: web.Application):
+        """The manager's task group lives in a task of its own (it must end in the task that began it)."""
+        ready = asyncio.Event()
+
+        async def hold() -> None:
+            async with manager.run():
+                ready.set()
+                await stop.wait()
+
+        task = asyncio.ensure_future(hold())
+        await ready.wait()
+        yield
+        stop.set()
+        await task
+
+    async def endpoint(request: web.Request) -> web.StreamResponse:
+        return await asgi(manager.handle_request, request)
+
+    application.cleanup_ctx.append(running)
+    for method in ("GET", "POST", "DELETE"):
+        application.router.add_route(method, MCP_PATH, endpoint)
+
+
+async def asgi(handler, request: web.Request) -> web.StreamResponse:
+    """One aiohttp request through an ASGI handler: its body in one message, the answer streamed back."""
+    body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.encode(),
+        "query_string": request.query_string.encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()],
+        "client": (request.remote or "", 0),
+        "server": (request.host, 0),
+    }
+    sent = False
+    response = web.StreamResponse()
+
+    async def receive() -> dict:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # until the request is done with (its task is cancelled)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            response.set_status(message["status"])
+            for key, value in message.get("headers", ()):
+                response.headers.add(key.decode("latin-1"), value.decode("latin-1"))
+            await response.prepare(request)
+        elif message["type"] == "http.response.body":
+            await response.write(message.get("body", b""))
+
+    await handler(scope, receive, send)
+    return response

@@ -1,5 +1,6 @@
 """Calling code a pipeline names (a function node's callable, a tool, a Python metric) so that whatever it does
-stays that call's failure: it raises, calls sys.exit, blocks, never returns, or prints.
+stays that call's failure: it raises (any BaseException, a class of its own too), calls sys.exit, blocks, never
+returns, or prints.
 
     result, raised = await call_function(search, {"query": "q"}, timeout=10)  # raised: an exception, or None
 
@@ -36,6 +37,15 @@ WORKERS = 32  # calls of user code running at once; the others wait for a worker
 
 class Overran(SbpcError, TimeoutError):
     """The call took longer than its timeout (not a TimeoutError the code itself raised)."""
+
+
+class ToolFailed(SbpcError):
+    """A tool that is no Python function (an MCP server's) failed one call, saying why in words for the model:
+    it hung, its server died during the call, or it answered an error or too much. The run goes on."""
+
+
+class ServerStopped(SbpcError):
+    """A tool's server could not be started again after it hung or died, or died too often: the run stops."""
 
 
 _USER = threading.local()  # .active: this thread is running user code, and prints to stderr
@@ -164,7 +174,7 @@ def _outcome(job: _Job) -> tuple[object, BaseException | None]:
         if inspect.isawaitable(result):
             result = _await_here(job, result)
         return result, None
-    except (Exception, SystemExit, KeyboardInterrupt, asyncio.CancelledError) as exc:
+    except BaseException as exc:  # noqa: BLE001 (any class of its own too: uncaught, it killed the worker)
         return None, exc
 
 

@@ -47,7 +47,7 @@ class Script:
         self.backward_reply = None
 
     def kind(self, prompt: str) -> str:
-        if "Reply with only the new instruction inside <prompt>" in prompt:
+        if re.search(r"Reply with only the new (instruction|description) inside <prompt>", prompt):
             return "optimizer"
         if "# Feedback on the output" in prompt:
             return "backward"
@@ -57,9 +57,11 @@ class Script:
         prompt = messages[-1]["content"]
         self.prompts.append(prompt)
         kind = self.kind(prompt)
-        if kind == "optimizer":
-            param = re.search(r'The instruction "(\w+)"', prompt).group(1)
-            return f"Sure.\n<prompt>{self.improve(param, prompt)}</prompt>"
+        if kind == "optimizer":  # a tool's description alone, or an instruction and the tools it proposes with it
+            param = re.search(r'The (?:instruction|text) "(\w+)"', prompt).group(1)
+            tools = re.findall(r'The component may call the tool (\w+), described to it by the text "(\w+)"', prompt)
+            along = "".join(f'\n<tool name="{t}">{self.improve(p, prompt)}</tool>' for t, p in tools)
+            return f"Sure.\n<prompt>{self.improve(param, prompt)}</prompt>{along}"
         if kind == "backward":
             if self.backward_reply is not None:
                 return self.backward_reply

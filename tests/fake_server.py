@@ -562,7 +562,7 @@ async def _answer(
     if reply is None:
         text = default_reply(messages)
     elif callable(reply):
-        answered = reply(messages)
+        answered = reply(messages, request) if getattr(reply, "reads_request", False) else reply(messages)
         message = answered if isinstance(answered, dict) else {}
         text = str(message.get("content") or "") if message else str(answered)
     else:
@@ -639,7 +639,8 @@ class FakeServer:
         delay: seconds every request waits before answering (asyncio.sleep).
         reply: ``None`` (echo the last message), a fixed string, or a callable
             ``(messages) -> str`` called in the server thread (or ``-> dict``: the whole assistant message,
-            such as ``{"content": None, "tool_calls": [...]}``).
+            such as ``{"content": None, "tool_calls": [...]}``); one with ``reads_request = True`` is called
+            ``(messages, request)``, to answer by the request's ``tools`` or ``response_format``.
         failures: HTTP status codes answered to the first ``len(failures)``
             requests, in order (e.g. ``[429, 500, 503]`` then success).  An
             entry of ``200``/``None`` means "answer normally", ``HANG`` means

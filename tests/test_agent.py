@@ -309,10 +309,104 @@ def test_in_optimize_the_tool_description_is_a_param_written_back_to_the_sbp(tmp
         optimized = optimize(path, tmp_path / "agent.jsonl")
     [iteration] = optimized.outcome.iterations
     assert {c.param for c in iteration.candidates} == {"solve_task", "lookup_doc"}
-    [optimizer] = [p for p in script.of_kind("optimizer") if 'The instruction "lookup_doc"' in p]
+    [optimizer] = script.of_kind("optimizer")  # one call proposes the instruction and the tool's description
     assert re.search(WHOLE_QUESTION, optimizer)  # the loss the output node received shows its calls
     assert 'param lookup_doc           = "Improved instruction for lookup_doc."' in path.read_text()
+    assert 'param solve_task           = "Improved instruction for solve_task."' in path.read_text()
     assert (tmp_path / "agent_tools.py").read_text() == (AGENT / "agent_tools.py").read_text()
+
+
+def tool_optimizer_prompts(tmp_path, frozen: str | None = None) -> list[str]:
+    """The optimizer prompts of one iteration on the shipped agent (with `frozen` param frozen), answered by
+    `Whole`, which calls lookup with the whole question: every sample wrong, every call a wrong one."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    path = tmp_path / "agent.sbp"
+    script = Whole()
+    with FakeServer(reply=script) as server:
+        text = with_fake_model(path.read_text(), server.url)
+        path.write_text(text.replace(f"param {frozen} ", f"frozen param {frozen} ") if frozen else text)
+        optimize(path, tmp_path / "agent.jsonl")
+    return script.of_kind("optimizer")
+
+
+def test_a_tools_description_is_proposed_with_its_nodes_instruction_the_tool_and_its_schema_in_view(tmp_path):
+    """It read 'The instruction "lookup_doc" is used by the component "solve" ... Write an improved instruction for
+    "solve"': never told the text describes the tool lookup, never shown its arguments, rewritten apart from the
+    node's instruction, and each example listed its tool calls twice (in its output and again in its loss)."""
+    [prompt] = tool_optimizer_prompts(tmp_path)
+    assert 'The instruction "solve_task" is used by the component "solve"' in prompt
+    assert 'The component may call the tool lookup, described to it by the text "lookup_doc"' in prompt
+    assert '"place": {"type": "string", "description": "the place\'s name alone' in prompt  # its argument schema
+    assert '"fact": {"enum": ["kind", "population"' in prompt
+    assert "inside <prompt>...</prompt>, then an improved description of the tool lookup" in prompt
+    assert '<tool name="lookup">...</tool>' in prompt and 'The instruction "lookup_doc"' not in prompt
+    examples = prompt.split("## Example ")[1:]
+    assert len(examples) == 2
+    for example in examples:  # its calls once: in its output, not again in how the output should change
+        [call] = re.findall(WHOLE_QUESTION, example)
+        assert example.count("Its tool calls, in order:") == 1
+
+
+@pytest.mark.parametrize("frozen", [None, "solve_task"])
+def test_the_plan_bounds_the_optimizer_prompts_that_show_a_tool(tmp_path, capsys, monkeypatch, frozen):
+    """The tool's description, schema and calls lengthen the optimizer's prompt: --plan's bound holds them."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "agent.sbp"
+    with FakeServer(reply=Whole()) as server:
+        text = with_fake_model(path.read_text(), server.url)
+        path.write_text(text.replace(f"param {frozen} ", f"frozen param {frozen} ") if frozen else text)
+        argv = ["optimize", "agent.sbp", "--data", "agent.jsonl", "--train-size", "4", "--val-size", "0"]
+        argv += ["--iters", "1", "--no-gate"]
+        assert main([*argv, "--plan", "--json"]) == 0
+        bound = json.loads(capsys.readouterr().out)
+        assert main(argv) == 0
+    [record] = list((tmp_path / ".sbpc" / "runs").glob("*/run.json"))
+    used = json.loads(record.read_text())["ledger"]["roles"]["optimizer"]
+    assert used["calls"] == 1 and used["calls"] <= bound["calls"]["optimizer"]
+    assert 0 < used["prompt_tokens"] <= bound["prompt_tokens"]["optimizer"]
+
+
+def test_a_tools_description_alone_is_asked_for_as_that_tools_description(tmp_path):
+    """The node's instruction frozen: the description is proposed alone, as the description of the tool lookup,
+    with its arguments' schema, and how the component called it right (none here) and wrong (under each example)."""
+    [prompt] = tool_optimizer_prompts(tmp_path, frozen="solve_task")
+    assert prompt.startswith("You are improving the description of a tool")
+    assert 'The text "lookup_doc" is the description of the tool lookup, which the component "solve" is shown' in prompt
+    assert "The tool's arguments (JSON Schema): {" in prompt and '"required": ["place", "fact"]' in prompt
+    assert "How it called lookup on the inputs it answered wrongly is under each example below." in prompt
+    assert "Write an improved description of the tool lookup" in prompt and "improved instruction" not in prompt
+
+
+def test_the_optimizer_is_shown_the_calls_of_samples_answered_right(tmp_path):
+    """Right calls come from the trajectories of training samples the pipeline answered right."""
+    from fake_server import FakeServer
+
+    for name in ("agent.sbp", "agent_tools.py", "agent.jsonl"):
+        shutil.copy(AGENT / name, tmp_path / name)
+    path = tmp_path / "agent.sbp"
+    script = Whole()
+    kesh = "What is the population of Kesh?"
+    plain = script.__call__
+
+    def answer(messages):  # Kesh asked as a place, and answered right; every other question wrong
+        prompt = messages[-1]["content"]
+        if messages[-1]["role"] != "tool" and script.kind(prompt) == "forward" and kesh in prompt:
+            script.prompts.append(prompt)
+            return {"content": None, "tool_calls": [call("lookup", {"place": "Kesh", "fact": "population"}, "k")]}
+        return plain(messages)
+
+    with FakeServer(reply=answer) as server:
+        path.write_text(with_fake_model(path.read_text(), server.url))
+        optimize(path, tmp_path / "agent.jsonl")
+    [prompt] = script.of_kind("optimizer")
+    assert 'How the component called lookup on inputs the system answered right:\n- lookup(place="Kesh"' in prompt
 
 
 @pytest.mark.slow
@@ -328,3 +422,139 @@ def test_the_shipped_agent_runs_on_the_embedded_model_with_well_formed_calls(tmp
         reply = json.loads(step.reply)
         assert set(reply) in ({"tool", "arguments"}, {"answer"}), step.reply
         assert all(not r.error or "raised" in r.content for r in step.results), step.results
+
+
+def test_check_warns_of_a_tool_without_types_or_descriptions_and_says_the_fix(tmp_path):
+    """The schema a model is sent says what each argument is and what the tool does; check says what it lacks."""
+    (tmp_path / "order_tools.py").write_text(
+        "def get_order(order_id: str, category) -> str:\n"
+        '    """The status of an order.\n\n    Args:\n        order_id: the order\'s number\n    """\n'
+        "    return order_id\n\n"
+        "def refund(order_id: str) -> str:\n    return order_id\n"
+    )
+    path = tmp_path / "support.sbp"
+    path.write_text(
+        'pipeline s\ninput q: text\nparam t = "Help."\nfunction get_order = "order_tools:get_order"\n'
+        'function refund = "order_tools:refund"\nnode a: text { prompt = t  tools = [get_order, refund] }\nq -> a\noutput a\n'
+    )
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["check", str(path)]) == 0  # warnings: it still runs
+    said = err.getvalue()
+    assert "warning[W035]: function 'get_order': argument category has no type" in said
+    assert "annotate it: category: str" in said
+    assert "warning[W037]: function 'get_order': argument category is not described" in said
+    assert "warning[W036]: function 'refund' has no description: the model is not told what it does" in said
+    assert "warning[W037]: function 'refund': argument order_id is not described" in said
+    assert "order_id is not described" not in said.split("refund")[0]  # get_order's docstring describes it
+
+
+def test_e112_suggests_the_nearest_function_with_a_help_that_fits_the_cause(tmp_path):
+    (tmp_path / "order_tools.py").write_text(
+        'def get_order(order_id: str) -> str:\n    """The status of an order."""\n    return order_id\n'
+    )
+    source = (
+        'pipeline s\ninput q: text\nparam t = "Help."\nfunction get_order = "order_tools:get_ordr"\n'
+        "node a: text { prompt = t  tools = [get_order] }\nq -> a\noutput a\n"
+    )
+    path = tmp_path / "support.sbp"
+    path.write_text(source)
+    with pytest.raises(sbp.PipelineError) as found:
+        build(parse_text(source, str(path)))
+    [e112] = [d for d in found.value.diagnostics if d.code == "E112"]
+    assert "the module defines no function 'get_ordr'" in e112.message
+    assert e112.help == "did you mean 'get_order'? (it defines get_order)"
+    assert "type" not in e112.help  # the signature's help is for a signature that has no JSON form
+
+
+@pytest.mark.parametrize(
+    "type_, words, answer, output",
+    [
+        (
+            "{place: text, people: number}",
+            'Reply with a JSON object with exactly these fields:\n- "place": text\n- "people": a number',
+            '{"place": "Kesh", "people": 18400}',
+            {"place": "Kesh", "people": 18400},
+        ),
+        ("choice(many, few)", "Begin the answer with one of: many, few.", "many: 18400 people", "many"),
+        ("number", "End the answer with the number.", "About 18400", 18400),
+        ("text", None, "18400", "18400"),
+    ],
+)
+def test_the_answers_type_is_in_words_since_no_schema_holds_a_tool_loops_answer(tmp_path, type_, words, answer, output):
+    """A tool loop sends no JSON Schema for its answer (the matrix found a record agent on a schema-taking model told
+    nothing of its fields): a typed answer is described in its first prompt, and read as that type."""
+    from fake_server import FakeServer
+
+    (tmp_path / "tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.sbp"
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")], answer=answer)) as server:
+        path.write_text(
+            'pipeline a\ninput question: text\nparam task = "Answer."\nfunction lookup = "tools:lookup"\n'
+            f"node solve: {type_} {{ prompt = task  tools = [lookup] }}\nquestion -> solve\n"
+            f'output solve\nmodel forward {{ name = "openai/gpt-4o-mini"  api_base = "{server.url}" }}\n'
+        )
+        with sbp.load(path) as pipeline:
+            prediction = pipeline(question="How many live in Kesh?")
+        first = server.bodies[0]
+    assert "response_format" not in first
+    sent = first["messages"][-1]["content"]
+    assert sent.endswith(
+        f"Question: How many live in Kesh?\n\n{words}" if words else "Question: How many live in Kesh?"
+    )
+    assert prediction.output == output
+    prompts = io.StringIO()
+    with contextlib.redirect_stdout(prompts):
+        assert main(["compile", str(path), "--emit", "prompts"]) == 0
+    assert words is None or words in prompts.getvalue()
+
+
+def test_an_evaluations_record_counts_model_calls_as_its_ledger_does(tmp_path, monkeypatch, capsys):
+    """Two turns a sample (a tool call, then the answer): four calls for two samples, in the printed ledger and
+    in the run record alike; a node's run is not a call."""
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"question": f"Population of Kesh {i}?", "answer": "18400"}) + "\n" for i in range(2))
+    )
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--no-cache"]) == 0
+        sent = server.requests
+    printed = capsys.readouterr().err
+    assert sent == 4 and re.search(r"^forward +4 ", printed, re.M), printed
+    assert main(["runs", "--json"]) == 0
+    [listed] = json.loads(capsys.readouterr().out)
+    assert listed["calls"] == 4
+
+
+def test_eval_errors_shows_a_wrong_answers_tool_calls_as_show_does(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"question": "Population of Kesh?", "answer": "9"}) + "\n")
+    with FakeServer(reply=Agent([call("lookup", {"place": "Kesh"}, "c1")])) as server:
+        path = write(tmp_path, server.url)
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1"]) == 0
+        out = capsys.readouterr().out
+        assert main(["eval", str(path), "--data", "rows.jsonl", "--errors", "1", "--json"]) == 0
+        [error] = json.loads(capsys.readouterr().out)["errors"]
+    assert "--- wrong: " in out and '1. lookup(place="Kesh") -> population of Kesh: 18400' in out
+    assert error["steps"][0]["calls"][0]["name"] == "lookup"
+
+
+def test_emit_prompts_shows_an_agents_system_message_as_it_does_a_model_calls(tmp_path):
+    """The loop sends the system message first; `compile --emit prompts` showed it for a model call only (the
+    matrix found it)."""
+    (tmp_path / "tools.py").write_text(TOOLS)
+    path = tmp_path / "agent.sbp"
+    path.write_text(
+        'pipeline a\ninput question: text\nparam task = "Answer."\nparam rules = "Be brief."\n'
+        'function lookup = "tools:lookup"\nnode solve: text { prompt = task  tools = [lookup]  system = rules }\n'
+        "question -> solve\noutput solve\n"
+    )
+    shown = io.StringIO()
+    with contextlib.redirect_stdout(shown):
+        assert main(["compile", str(path), "--emit", "prompts"]) == 0
+    assert shown.getvalue().startswith("=== solve: system message ===\nBe brief.\n\n=== solve: forward, calling tools")

@@ -585,7 +585,9 @@ def test_a_plan_needs_no_model_for_backward_calls_and_imports_no_function_module
     from sembp_dsl.models import embedded
 
     monkeypatch.setattr(embedded, "available", lambda: False)
-    (tmp_path / "tools.py").write_text('open(__file__ + ".imported", "w").close()\ndef f(q):\n    return q\n')
+    (tmp_path / "tools.py").write_text(
+        'open(__file__ + ".imported", "w").close()\ndef f(question):\n    return question\n'
+    )
     path = tmp_path / "p.sbp"
     path.write_text(
         'pipeline t "A test"\ninput question: text\nfunction look = "tools:f"\nparam p = "Answer."\n'

@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,8 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         HEADER + 'function f = "tools:f"\nnode a: text { tools = [f]  max_steps = 0 }\nq -> a\noutput a\n',
     ),
     "E112": ("p.sbp", "<tool *args>"),
+    "E141": ("p.sbp", "<function: input not taken>"),
+    "E142": ("p.sbp", "<function: parameter not fed>"),
     "E113": (
         "p.sbp",
         HEADER + 'function f = "tools:f" { description = nope }\nnode a: text { tools = [f] }\nq -> a\noutput a\n',
@@ -152,7 +155,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "p.sbp",
         HEADER + 'param v = "Answer Yes or No."\nnode a: choice(Yes, No) { prompt = v }\nq -> a\noutput a\n',
     ),
-    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "m" }\n'),
+    "W008": ("p.sbp", HEADER + OK + 'model critic { name = "openai/m" }\n'),
     "W009": ("p.sbp", HEADER + 'function shell = "os:system"\nnode a: text { function = shell }\nq -> a\noutput a\n'),
     "W010": ("p.sbp", HEADER + 'function f = "tools:f"\n' + OK),
     "W011": (
@@ -172,6 +175,7 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
         "pipeline t\ninput q: list[text]\ninput r: text\nnode a: text for each x in q { max_items = 2 }\nr -> a\noutput a\n",
     ),
     "E128": ("p.sbp", HEADER + OK + 'model forward { name = "opneai/gpt-4o-mini" }\n'),
+    "E161": ("p.sbp", HEADER + OK + 'model forward { name = "gpt-4o-mni" }\n'),
     "E130": ("p.sbp", HEADER + OK + 'data mine { file = "d.jsonl" }\n'),
     "E131": ("p.sbp", HEADER + OK + "data { train = 3 }\n"),
     "E132": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  seed = 1 }\noptimize { seed = 2 }\n'),
@@ -180,7 +184,29 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     "E135": ("p.sbp", HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}" }}\n'),
     "E139": ("p.sbp", HEADER + OK + 'data { file = "d.jsonl"  test = "t.jsonl" }\n'),
     "E140": ("p.sbp", HEADER + OK + 'data { train = "d.jsonl"  test = "./d.jsonl" }\n'),
+    "E160": (
+        "p.sbp",
+        HEADER + OK + f'data {{ file = "{ROOT / "pipelines/triage.jsonl"}"  train = 20  validation = 20 }}\n',
+    ),
+    "E150": ("p.sbp", "<async metric>"),
     "W013": ("p.sbp", "<plan: remote nodes>"),
+    "E170": ("p.sbp", HEADER + OK + "mcp docs { env = [DOCS_ROOT] }\n"),
+    "E171": (
+        "p.sbp",
+        HEADER + OK + 'mcp docs { url = "http://localhost:8000/mcp"  headers = "X-Key: sk-4f9a8b7c6d5e4f3a2b1c" }\n',
+    ),
+    "E172": (
+        "p.sbp",
+        HEADER + OK + 'mcp docs { url = "http://localhost:8000/mcp"  headers = "Bearer ${DOCS_TOKEN}" }\n',
+    ),
+    "E173": ("p.sbp", HEADER + OK + 'mcp docs { command = "python docs_server.py" }\n'),
+    "E174": ("p.sbp", HEADER + 'param t = "x"\nnode a: text { prompt = t  tools = [dcos.search] }\nq -> a\noutput a\n'),
+    "E175": ("p.sbp", "<mcp: locked>"),
+    "E176": ("p.sbp", "<run: mcp changed>"),
+    "E177": ("p.sbp", "<run: mcp cannot start>"),
+    "W035": ("p.sbp", "<tool: untyped>"),
+    "W036": ("p.sbp", "<tool: undocumented>"),
+    "W037": ("p.sbp", "<tool: arguments undescribed>"),
     "W020": (
         "p.sbp",
         HEADER + "node t: choice(x, y) {}\nnode a: text {}\nnode b: text {}\nnode c: text {}\nq -> t\n"
@@ -188,7 +214,11 @@ REACHED: dict[str, tuple[str, str | bytes]] = {
     ),
 }
 FUNCTION = HEADER + 'function search = "tools:search"\nnode a: json { function = search }\nq -> a\noutput a\n'
-AT_RUN = {"E084"}  # only a run imports a function's module: `sbpc run` reaches these, before any model call
+AT_RUN = {
+    "E084",
+    "E176",
+    "E177",
+}  # only a run imports a function's module: `sbpc run` reaches these, before any model call
 AT_PLAN = {"W013"}  # which model each role gets is known once a run is planned: `optimize --plan` reaches these
 UNREACHABLE: dict[str, str] = {}  # code -> why no test can produce it (none so far)
 
@@ -240,6 +270,29 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
     elif content == "<tool *args>":  # read beside the pipeline, never imported
         (tmp_path / "tools.py").write_text("def f(*places):\n    return ''\n")
         path.write_text(HEADER + 'function f = "tools:f"\nnode a: text { tools = [f] }\nq -> a\noutput a\n')
+    elif content in ("<function: input not taken>", "<function: parameter not fed>"):  # read, never imported
+        (tmp_path / "tools.py").write_text("def look(q, fact):\n    return ''\n")
+        fed = "input fact: text\nq, fact, r -> a" if "taken" in content else "q -> a"
+        path.write_text(
+            HEADER
+            + f'input r: text\nfunction look = "tools:look"\nnode a: text {{ function = look }}\n{fed}\noutput a\n'
+        )
+    elif isinstance(content, str) and content.startswith(("<mcp:", "<run: mcp")):
+        path = mcp_pipeline(path, content)
+    elif isinstance(content, str) and content.startswith("<tool:"):
+        body = {
+            "<tool: untyped>": 'def f(x) -> str:\n    """Say x.\n\n    Args:\n        x: what to say\n    """\n    return x\n',
+            "<tool: undocumented>": "def f(x: str) -> str:\n    return x\n",
+            "<tool: arguments undescribed>": 'def f(x: str) -> str:\n    """Say x."""\n    return x\n',
+        }[content]
+        (tmp_path / "tools.py").write_text(body)
+        path.write_text(
+            HEADER
+            + 'param t = "x"\nfunction f = "tools:f"\nnode a: text { prompt = t  tools = [f] }\nq -> a\noutput a\n'
+        )
+    elif content == "<async metric>":  # read beside the pipeline, never imported
+        (tmp_path / "metrics.py").write_text("async def overlap(prediction, example):\n    return 1.0\n")
+        path.write_text(HEADER + OK + 'metric overlap = "metrics:overlap"\n')
     elif content == "<plan: remote nodes>":  # nodes on a remote model; backward and optimizer named nowhere
         remote = 'param p = "Say."\nnode a: text { prompt = p  model = fast }\nmodel fast { name = "openai/m" }\n'
         path.write_text(HEADER + remote + "q -> a\noutput a\n")
@@ -248,6 +301,28 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
         path.write_bytes(content)
     elif content is not None:
         path.write_text(content)
+    return path
+
+
+def mcp_pipeline(path: Path, content: str) -> Path:
+    """A pipeline calling the tests' MCP server (tests/mcp_docs_server.py), and a lock: as the server has it, with
+    a schema it no longer has (E176), or for a command that is not there (E177)."""
+    from sembp_dsl.language.mcp_servers import Server, lock_path
+    from sembp_dsl.language.source import parse_text
+    from sembp_dsl.runtime.mcp_client import write_lock
+
+    command = {"<run: mcp cannot start>": "sbpc-no-such-server --stdio"}.get(
+        content, f"{sys.executable} {ROOT / 'tests' / 'mcp_docs_server.py'}"
+    )
+    tool = "serch" if content == "<mcp: locked>" else "search"
+    text = HEADER + f'param t = "x"\nmcp docs {{ command = "{command}" }}\n'
+    text += f"node a: text {{ prompt = t  tools = [docs.{tool}] }}\nq -> a\noutput a\n"
+    path.write_text(text)
+    block = parse_text(text, str(path)).blocks[0]
+    schema = {"type": "object", "properties": {"words": {"type": "string"}}}  # the server's says `query`
+    tools = {"search": {"description": "Search the shop's help pages.", "input_schema": schema}}
+    server = Server.of(block)
+    write_lock(lock_path(str(path)), {"docs": {"settings": server.settings_hash(), "tools": tools}})
     return path
 
 

@@ -123,8 +123,8 @@ def test_eval_and_optimize_run_on_the_named_data_and_runs_tells_when_it_changed(
     path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
     runs = str(tmp_path / "runs")
     assert cli.main(["eval", str(path), "--json", "--runs-dir", runs]) == 0
-    report = json.loads(capsys.readouterr().out)
-    assert report["scored"] == 8 and report["data"] == str(tmp_path / "rows.jsonl")
+    report = json.loads(capsys.readouterr().out)  # the test split: the 3 rows the block's 3 train and 2 val leave
+    assert report["scored"] == 3 and report["data"] == str(tmp_path / "rows.jsonl")
     settings = json.loads((Path(report["run"]) / "run.json").read_text())["settings"]
     assert settings["data_sha256"] == datasets.fingerprint(str(tmp_path / "rows.jsonl"))
 
@@ -154,7 +154,8 @@ def test_every_row_lacking_a_field_is_named_by_its_line_with_the_field_it_may_me
         {"x": "d", "answer": "ok"},
     ]
     (tmp_path / "rows.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    every_row = ["--train-size", "0", "--val-size", "0"]  # the block's sizes would leave no test row
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs"), *every_row]) == 1
     err = capsys.readouterr().err
     assert "2 bad rows:" in err and fake_llm.requests == 0
     assert f"{tmp_path / 'rows.jsonl'}:2: no field 'q' for input 'q'; did you mean 'qq'?" in err
@@ -184,18 +185,19 @@ def test_a_field_no_row_has_is_one_cause_said_once_by_eval_and_by_the_plan(tmp_p
 def test_data_with_no_answer_column_name_it_in_the_output(tmp_path, fake_llm, script, capsys):
     script.verdict = lambda prompt: "ok"
     path = folder_with(tmp_path, with_fake_model(NAMED, fake_llm.url))
-    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "gold": "ok"}) + "\n" for i in range(4)))
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps({"q": f"q{i}", "gold": "ok"}) + "\n" for i in range(5)))
     assert cli.main(["check", str(path)]) == 1
     err = capsys.readouterr().err
     assert "E135" in err and "no column named answer, label or target" not in err
     assert "output 'answer' is scored against the column named answer, label or target" in err
     assert 'output answer from "gold"' in err
-    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs")]) == 1
+    every_row = ["--train-size", "0", "--val-size", "0"]  # the block's sizes would leave no test row
+    assert cli.main(["eval", str(path), "--runs-dir", str(tmp_path / "runs"), *every_row]) == 1
     assert "no example has an expected output" in capsys.readouterr().err and fake_llm.requests == 0
     path.write_text(
         path.read_text().replace("output answer", 'output answer from "gold"').replace("Answer.", "VERDICT")
     )
     assert cli.main(["check", str(path)]) == 0
-    assert cli.main(["eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert cli.main(["eval", str(path), "--json", "--runs-dir", str(tmp_path / "runs"), *every_row]) == 0
     out = capsys.readouterr().out
-    assert json.loads(out.split("\n", 1)[1])["correct"] == 4, out
+    assert json.loads(out.split("\n", 1)[1])["correct"] == 5, out

@@ -162,7 +162,7 @@ def test_the_splits_come_each_from_its_own_file(tmp_path):
         assert sorted(s.fields["q"] for s in samples) == sorted(f"{split}-row-{i}" for i in range(SPLITS[split]))
     assert run.source["validation_data"] == str(tmp_path / "data" / "dev.jsonl")
     with pytest.raises(datasets.DataError, match="'validation' pool has only 6"):
-        splits.for_run(graph, None, [], [], method.changed({"val_size": 7}), {})
+        splits.for_run(graph, None, [], [], method.changed({"val_size": 7}), {"val_size": 7})
 
 
 def seen(script, kind: str) -> set[str]:

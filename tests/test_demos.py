@@ -474,3 +474,32 @@ def test_at_low_accuracy_the_demos_still_see_every_right_answer_of_the_split(tmp
     [iteration] = optimized.outcome.iterations
     [shots] = iteration.candidates
     assert shots.samples == ["train:8"] and iteration.train_samples == 8
+
+
+def test_a_node_behind_a_branch_that_ran_on_no_right_sample_is_said_so():
+    """Right answers from the other side of a branch give the node no example, and its reason says why (the matrix
+    found it blamed unreadable or cut-off replies)."""
+    import random
+
+    from sembp_dsl.language.trace import NodeTrace, Trace
+    from sembp_dsl.learning.bootstrap import propose_demos
+    from sembp_dsl.runtime.datasets import Sample
+    from sembp_dsl.runtime.evaluate import Result
+
+    graph = build(
+        parse(
+            'pipeline b\ninput q: text\nparam t = "Answer."\nparam s = "Go?"\ndemos shots max 2 = []\n'
+            "node route: choice(go, stop) { prompt = s }\nnode a: text { prompt = t  demos = shots }\n"
+            "node other: text { prompt = t }\nq -> route\nroute, q -> a when route == go\n"
+            "route, q -> other when route == stop\noutput a | other\n",
+            "b.sbp",
+        )
+    )
+    traced = {"route": NodeTrace("route", "", "stop", "stop", None, 0, 0, 0.0, False)}
+    traced |= {"a": NodeTrace.not_taken("a"), "other": NodeTrace("other", "", "4", "4", None, 0, 0, 0.0, False)}
+    right = Result(Sample("1", {"q": "2+2"}, "4"), "4", Trace({"q": "2+2"}, traced, "other"), 1.0)
+    candidate = propose_demos(graph, "shots", [right], random.Random(0))
+    assert (
+        candidate.new is None
+        and candidate.reason == "'a' ran on no training sample answered right (a branch passed it by)"
+    )

@@ -66,7 +66,7 @@ def test_a_typo_does_not_cascade_into_template_errors(tmp_path):
             "did you mean 'prompt'?",
         ),
         (
-            'node a: text {}\nq -> a\noutput a\nmodel fowrard { name = "m" }\n',
+            'node a: text {}\nq -> a\noutput a\nmodel fowrard { name = "openai/m" }\n',
             "error[E036]: unknown model role 'fowrard'",
             "did you mean 'forward'?",
         ),

@@ -234,3 +234,20 @@ def test_report_of_two_evaluations_with_partial_credit_shows_every_score_that_mo
         ("1", "0.400", "0.700", "+0.300"),
         ("3", "0.500", "0.450", "-0.050"),
     ]
+
+
+def test_a_sample_without_an_answer_is_said_so_in_eval_errors_show_and_the_report(
+    tmp_path, fake_llm, monkeypatch, capsys
+):
+    """A reply no choice can be read from: `got no answer`, never Python's `None` (the matrix found it)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(json.dumps({"q": "q0", "answer": "Yes"}) + "\n")
+    (tmp_path / "pick.sbp").write_text(
+        with_fake_model(ECHO.replace("node answer: text", "node answer: choice(Yes, No)"), fake_llm.url)
+    )
+    assert cli.main(["eval", "pick.sbp", "--data", "rows.jsonl", "--errors", "1"]) == 0
+    assert "(expected 'Yes', got no answer, the reply does not start with one of Yes, No)" in capsys.readouterr().out
+    assert cli.main(["show", "-1"]) == 0
+    assert "expected 'Yes', got no answer" in capsys.readouterr().out
+    assert cli.main(["report", "-1", "--out", "eval.html"]) == 0
+    assert "got <b>no answer</b>" in (tmp_path / "eval.html").read_text()

@@ -387,6 +387,26 @@ def test_a_function_metric_that_raises_or_returns_out_of_range_fails_each_sample
         assert "Traceback" not in err
 
 
+def test_an_async_function_metric_is_refused_by_check_saying_why(functions):
+    """It ended eval in "this is a bug in sbpc", whose own message said what was wrong."""
+    path, marker = functions
+    with sbp.load(path) as pipeline:  # one handed over in Python: refused before any call, saying why
+
+        async def waiting(prediction, example):
+            return 1.0
+
+        with pytest.raises(TypeError, match="the metric 'waiting' is async; a metric is a plain function"):
+            pipeline.evaluate("partial.jsonl", metric=waiting)
+    with open(path.parent / "metrics.py", "a") as file:
+        file.write("\n\nasync def waiting(prediction, example):\n    return 1.0\n")
+    path.write_text(path.read_text() + 'metric waiting = "metrics:waiting"\n')
+    code, out, err = run("check", str(path))
+    assert code == 1 and not marker.exists(), out + err
+    assert "error[E150]: metric 'waiting' is an async function" in out + err, out + err
+    code, out, err = run("eval", str(path), "--data", "partial.jsonl", "--metric", "waiting")
+    assert code == 1 and "E150" in err and "bug in sbpc" not in out + err and "Traceback" not in err, out + err
+
+
 def test_a_function_metric_from_a_module_not_beside_the_pipeline_is_refused(functions):
     path, _ = functions
     code, out, err = run("eval", str(path), "--data", "partial.jsonl", "--metric", "gone")

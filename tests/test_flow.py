@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import with_fake_model
 
+import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
 from sembp_dsl.language.checker import check
 from sembp_dsl.language.emit import emit_dot, emit_mermaid
@@ -165,12 +166,39 @@ def test_backward_skips_the_nodes_not_taken(flow):
         (("passages: list[text]", "passages: text"), "E125"),
         (("max_items = 3", ""), "E126"),
         (("passages -> note", "question -> note"), "E127"),
+        # over a name that is no input and no node, with no edge from it: passed check, a KeyError in run
+        (("in passages {", "in pasages {"), "E024"),
     ],
 )
 def test_check_refuses_each_branch_and_map_error(change, code):
     _, diagnostics = check(parse(FLOW.replace(*change), "flow.sbp"))
     errors = [d for d in diagnostics if d.severity == "error"]
     assert [d.code for d in errors] == [code], errors
+
+
+def test_an_alternative_output_is_held_to_a_mapped_nodes_value_the_list_of_its_runs():
+    """`output note | other`: a mapped node's value is a list of its declared type (the matrix found E124 comparing
+    the declared type, refusing the list[text] alternative a list of notes is and taking a plain text one)."""
+    mapped = FLOW.replace(
+        "output easy | hard", "node other: OTHER { prompt = fast }\ntriage -> other when triage == No\n"
+    )
+    mapped = (
+        mapped.replace("triage, question -> easy when triage != Yes\n", "").replace(
+            "passages -> note", "triage, passages -> note when triage == Yes"
+        )
+        + "output note | other\n"
+    )
+    for other, codes in (("list[text]", []), ("text", ["E124"])):
+        _, diagnostics = check(parse(mapped.replace("OTHER", other), "flow.sbp"))
+        assert [d.code for d in diagnostics if d.severity == "error"] == codes, diagnostics
+    _, diagnostics = check(parse(mapped.replace("OTHER", "text"), "flow.sbp"))
+    assert "'other' is text, but the output 'note' is list[text]" in diagnostics[0].message
+
+
+def test_a_map_over_an_undefined_name_says_which_was_meant():
+    _, diagnostics = check(parse(FLOW.replace("in passages {", "in pasages {"), "flow.sbp"))
+    assert diagnostics[0].message == "node 'note' maps over 'pasages', which is no input and no node"
+    assert diagnostics[0].help == "did you mean 'passages'?"
 
 
 def test_check_names_the_option_meant_and_the_cases_where_the_output_is_missing():
@@ -292,3 +320,176 @@ def test_the_shipped_triage_runs_on_the_embedded_model(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["lost"] == 0
+
+
+class Trainer(Desk):
+    """Desk's forward replies, a hint per backward question, and a new instruction per optimizer question."""
+
+    def __call__(self, messages) -> str:
+        prompt = messages[-1]["content"]
+        if "# Feedback on the output" in prompt:
+            self.prompts.append(prompt)
+            return "\n".join(f"Hint {k}: say more." for k in range(1, prompt.count("\nHint ") + 2))
+        if "Reply with only the new instruction inside <prompt>" in prompt:
+            self.prompts.append(prompt)
+            return "<prompt>Read the article against the ticket, then say in one line what it offers.</prompt>"
+        return super().__call__(messages)
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_a_pipeline_with_a_map_plans_optimizes_and_writes_back(frozen, monkeypatch, tmp_path, capsys):
+    """The shipped triage maps `notes` over the articles: the plan, the descent (whose candidate for `read` is
+    validated by rendering it) and the backward pass all render a mapped node's prompt without its item."""
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text((SHIPPED.parent / "triage.jsonl").read_text())
+    desk = Trainer()
+    with FakeServer(delay=0.0, reply=desk) as server:
+        text = with_fake_model(SHIPPED.read_text(), server.url)
+        if frozen:  # the mapped node's own prompt frozen: the others are still trained, and still render it
+            text = text.replace("param read ", "frozen param read ")
+        (tmp_path / "triage.sbp").write_text(text)
+        sizes = ["--train-size", "8", "--val-size", "8", "--test-size", "0"]
+        assert main(["optimize", "triage.sbp", "--data", "rows.jsonl", "--plan", *sizes]) == 0
+        assert "plan: at most" in capsys.readouterr().out
+        args = ["optimize", "triage.sbp", "--data", "rows.jsonl", "--iters", "1", "--gate", "none", *sizes]
+        assert main(args) == 0
+    assert any("# Feedback on the output" in p for p in desk.prompts)
+    changed = (tmp_path / "triage.sbp").read_text()
+    assert changed != text and "Read the article against the ticket" in changed
+
+
+TOOLS = '''\
+def lookup(order_id: str) -> str:
+    """One fact about an order."""
+    return f"order {order_id} shipped"
+
+
+def refund(ticket: str) -> str:
+    return f"refund for {ticket}"
+'''
+
+FUNCTIONS = """\
+pipeline orders "Facts about each order, and a refund when one is asked"
+input ticket: text
+input order_ids: list[text]
+function lookup = "tools:lookup"
+function refund = "tools:refund"
+param sort = "TRIAGE: is a refund asked?"
+node kind: choice(refund, other) { prompt = sort }
+node facts: text for each order_id in order_ids { function = lookup  max_items = 4 }
+node money: text { function = refund }
+node answer: text {}
+ticket -> kind
+order_ids -> facts
+kind, ticket -> money when kind == refund
+kind, facts, ticket -> answer when kind == other
+output money | answer
+"""
+
+
+def test_a_mapped_function_gets_one_item_a_call_and_a_branch_passes_no_decider_it_does_not_take(tmp_path, monkeypatch):
+    from fake_server import FakeServer
+
+    import sembp_dsl as sbp
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    (tmp_path / "tools.py").write_text(TOOLS)
+    replies = {"TRIAGE": "other"}
+    with FakeServer(delay=0.0, reply=lambda m: replies.get(m[-1]["content"][:6], "an answer")) as server:
+        path = tmp_path / "orders.sbp"
+        path.write_text(with_fake_model(FUNCTIONS, server.url))
+        with sbp.load(path) as pipeline:
+            facts = pipeline(ticket="where are my orders?", order_ids=["A1", "B2", "C3"]).trace.nodes["facts"]
+            assert json.loads(facts.output) == ["order A1 shipped", "order B2 shipped", "order C3 shipped"]
+            assert [item.prompt for item in facts.items] == [f'lookup(order_id="{i}")' for i in ("A1", "B2", "C3")]
+            replies["TRIAGE"] = "refund"
+            money = pipeline(ticket="refund me", order_ids=["A1"]).trace.nodes["money"]
+            assert money.output == "refund for refund me" and money.prompt == 'refund(ticket="refund me")'
+
+
+@pytest.mark.parametrize(
+    "tools, said",
+    [
+        (
+            TOOLS.replace("def refund(ticket: str)", "def refund(amount: str)"),
+            {"E141": "'ticket', which refund(amount) does not take", "E142": "refund(amount) needs 'amount'"},
+        ),
+        (
+            TOOLS.replace("def lookup(order_id: str)", "def lookup(order: str)"),
+            {"E141": "'order_id', which lookup(order) does not take", "E142": "lookup(order) needs 'order'"},
+        ),
+        (TOOLS.replace("def lookup(order_id: str)", "def lookup(**given)"), {}),
+    ],
+)
+def test_check_holds_a_function_nodes_signature_to_what_feeds_it(tools, said, tmp_path):
+    """Every cause at once, each naming the signature; `kind` decides `money`'s branch and refund() need not take
+    it; a map's item goes by the map's name for it."""
+    (tmp_path / "tools.py").write_text(tools)
+    path = tmp_path / "orders.sbp"
+    path.write_text(FUNCTIONS)
+    _, diagnostics = check(parse_text(path.read_text(), str(path)))
+    errors = {d.code: d.message for d in diagnostics if d.severity == "error"}
+    assert errors.keys() == said.keys()
+    assert all(said[code] in message for code, message in errors.items())
+
+
+@pytest.mark.parametrize("gradient", ["sibling", "none"])
+def test_the_optimizer_sees_a_node_behind_a_branch_only_on_the_samples_it_ran(gradient, tmp_path, monkeypatch):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    script = Flow()
+
+    def reply(messages):
+        prompt = messages[-1]["content"]
+        if "Reply with only the new instruction inside <prompt>" in prompt:
+            script.prompts.append(prompt)
+            return "<prompt>Answer with care, step by step.</prompt>"
+        return script(messages)
+
+    with FakeServer(delay=0.0, reply=reply) as server:
+        path = tmp_path / "flow.sbp"
+        path.write_text(with_fake_model(FLOW, server.url))
+        examples = [
+            {"question": f"{kind} question {i}", "passages": ["p"], "answer": "right"}
+            for i, kind in enumerate(["hard", "plain"])
+        ]
+        with sbp.load(path) as pipeline:
+            pipeline.optimize(examples, iterations=1, gate="none", gradient=gradient, runs_dir=tmp_path / "runs")
+    asked = [p for p in script.prompts if 'The instruction "slow"' in p]
+    assert len(asked) == 1 and "Question: hard question" in asked[0]
+    assert "plain question" not in asked[0]  # `hard` did not run on those: no example of its work
+
+
+def test_run_says_why_a_sample_has_no_answer_when_the_deciding_reply_could_not_be_read(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    with FakeServer(delay=0.0, reply=lambda m: "maybe" if m[-1]["content"].startswith("Can this") else "x") as server:
+        (tmp_path / "triage.sbp").write_text(with_fake_model(SHIPPED.read_text(), server.url))
+        inputs = json.dumps({"ticket": "hello", "articles": ["a"]})
+        assert main(["run", "triage.sbp", "--input-json", inputs]) == 1
+    out = capsys.readouterr().out
+    assert "(no answer: not reached: no branch to the output (reply | handoff) was taken: 'kind' could not be" in out
+    assert "None" not in out
+
+
+def test_run_trace_shows_every_item_of_a_map(tmp_path, monkeypatch, capsys):
+    from fake_server import FakeServer
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    monkeypatch.chdir(tmp_path)
+    with FakeServer(delay=0.0, reply=Desk()) as server:
+        (tmp_path / "triage.sbp").write_text(with_fake_model(SHIPPED.read_text(), server.url))
+        inputs = json.dumps({"ticket": "where is the setting?", "articles": ["First: one", "Second: two", "Third"]})
+        assert main(["run", "triage.sbp", "--input-json", inputs, "--trace"]) == 0
+    notes = capsys.readouterr().out.split("=== notes ===\n")[1].split("\n=== ")[0]
+    for k, article in enumerate(["First: one", "Second: two", "Third"], 1):
+        assert (
+            f"--- item {k} of 3: prompt ---\n" in notes and f"Article: {article}\n--- item {k} of 3: reply ---" in notes
+        )
+    assert notes.count("It says where the setting is.") == 6  # each item's reply, and the list's three

@@ -198,7 +198,7 @@ def test_feedback_on_the_answer_reaches_the_query_prompt_through_the_function(ra
 
 def test_no_sibling_asks_a_function_node_once_per_input(rag):
     make, _, script = rag
-    path = make()
+    path = make(tools=TOOLS.replace("def search(query):", "def search(query, second=None):"))
     text = path.read_text().replace("node passages:", "node second: text { prompt = write_query }\nnode passages:")
     path.write_text(text.replace("question -> query -> passages", "question -> query, second -> passages"))
     with sbp.load(path) as pipeline:

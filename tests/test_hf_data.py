@@ -147,7 +147,10 @@ def test_init_from_a_saved_data_set_writes_the_class_names_and_runs_eval_on_its_
     assert code == 0 and said["ok"] and said["data"] == "reviews" and said["answer"]["field"] == "label"
     graph = compile_file("reviews.sbp")
     assert graph.nodes["answer"].type.choices == tuple(LABELS)
-    assert (graph.optimize.train_size, graph.optimize.val_size) == (6, 4)  # the validation split's own size
+    from sembp_dsl.runtime import splits
+
+    cut = splits.for_run(graph, None, [], [], graph.optimize, {}).cut.method  # sbpc's defaults, cut to fit
+    assert not graph.sizes_given and (cut.train_size, cut.val_size) == (6, 4)  # the validation split's own size
 
     script.verdict = lambda prompt: "positive"
     Path("reviews.sbp").write_text(with_fake_model(Path("reviews.sbp").read_text(), fake_llm.url))

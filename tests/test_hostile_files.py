@@ -56,6 +56,13 @@ def template_file(tmp_path, template: str, name: str = "p.sbp"):
         ("{% extends 'base.j2' %}", "'{% extends %}' is not allowed"),
         # each call takes about a second and a loop of 60 never reaches the next step check: 60 s before
         ("{% for i in range(60) %}{{ ('a ' * 200000) | urlize }}{% endfor %}", "took more than 3 s"),
+        # a quarter second per power, and a loop of 400 never reached the next step check: 106 s before
+        ("{% for i in range(400) %}{{ (3**3000000) % 7 }}{% endfor %}", "took more than 3 s"),
+        # long division is quadratic: one `//` of two big numbers took a minute
+        ("{{ (3**2500000) // (7**800000) }}", "'//' would take"),
+        ("{{ (3**2500000) % (7**800000) }}", "'%' would take"),
+        # Jinja folds a filter of constants while compiling, before any render began: 0.8 s each, unbounded
+        ("{{ 'a'|center(400000)|replace(' ', 'a ')|urlize }}" * 40, "took more than 3 s"),
     ],
 )
 def test_a_hostile_template_is_a_located_error_in_check(tmp_path, template, message):

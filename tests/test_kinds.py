@@ -177,3 +177,14 @@ def test_a_kinds_data_it_cannot_read_is_shown_as_json_and_no_kind_may_hide_a_fie
         NodeTrace("n", "", "", None, None, 0, 0, 0.0, False, extra={"reply": "hidden"})
     owned = [key for kind in KINDS.values() for key in kind.trace_keys]
     assert len(owned) == len(set(owned)) and not set(owned) & FIELDS  # each key is one kind's, and no field's
+
+
+def test_every_setting_of_every_kind_has_its_hover_text():
+    """A kind's settings and their words live together: the editor's hover reads them from the kind."""
+    from sembp_dsl.language import maps
+    from sembp_dsl.language.editor import SETTING_HELP
+    from sembp_dsl.language.kinds import KINDS
+
+    taken = {key for kind in KINDS.values() for key in kind.accepts} | set(maps.SETTINGS)
+    assert taken - SETTING_HELP.keys() == set()
+    assert all(set(kind.help) <= set(kind.settings) for kind in KINDS.values())

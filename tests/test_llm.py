@@ -213,7 +213,8 @@ def test_a_model_name_without_a_provider_is_a_clear_failure_not_a_crash(tmp_path
     code = cli.main(
         ["run", str(path), "--input", "q=x", "--model", "bare-model", "--api-base", fake_llm.url, "--no-cache"]
     )
-    assert code == 1 and "bare-model" in capsys.readouterr().out
+    said = capsys.readouterr()  # refused before any call: litellm knows no such model, and it names no provider
+    assert code == 1 and "model name 'bare-model' names no provider" in said.err and fake_llm.requests == 0
 
 
 def test_a_caller_leaving_a_shared_call_does_not_cancel_it_for_the_others(fake_llm):

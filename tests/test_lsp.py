@@ -506,3 +506,38 @@ def test_formatting_a_115_kb_file_is_answered_within_a_second(tmp_path):
             assert apply(text, edits) == format_text(text)
 
     run(test)
+
+
+AGENT = (ROOT / "pipelines/agent.sbp").read_text()
+FLOW = """\
+pipeline notes
+input question: text
+input passages: list[text]
+param read = "What does this passage say about the question?"
+node note: text for each passage in passages { prompt = read  max_items = 8 }
+passages, question -> note
+output note
+"""
+
+
+def test_a_tool_renames_with_its_function_and_hover_answers_on_every_kinds_settings(tmp_path):
+    """`tools = [lookup, calc]` names functions: renaming one reaches the list; every setting a kind, a map or a
+    function declaration takes has its hover text, which the kind itself gives."""
+    (tmp_path / "agent_tools.py").write_text((ROOT / "pipelines/agent_tools.py").read_text())
+
+    async def test():
+        async with Session(tmp_path) as lsp:
+            uri = (tmp_path / "agent.sbp").as_uri()
+            assert await lsp.open(uri, AGENT) == []
+            edit = await lsp.rename(uri, position(AGENT, AGENT.index("function lookup") + 9), "find")
+            renamed = apply(AGENT, edit.changes[uri])
+            assert 'function find = "agent_tools:lookup"' in renamed and "tools = [find, calc]" in renamed
+            for key in ("tools", "max_steps", "timeout", "description"):
+                hover = await lsp.hover(uri, position(AGENT, AGENT.index(f"{key} =")))
+                assert hover is not None and hover.contents.value.startswith(f"**{key}**: "), key
+            flow = (tmp_path / "flow.sbp").as_uri()
+            await lsp.open(flow, FLOW)
+            hover = await lsp.hover(flow, position(FLOW, FLOW.index("max_items")))
+            assert hover is not None and "the plan counts them" in hover.contents.value
+
+    run(test)

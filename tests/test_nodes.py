@@ -435,7 +435,7 @@ def test_a_system_name_that_is_both_a_param_and_a_template_is_an_error(tmp_path)
 
 
 def test_an_unused_named_model_is_a_warning(tmp_path):
-    code, err = check(tmp_path, DESK + 'model spare { name = "x" }\n')
+    code, err = check(tmp_path, DESK + 'model spare { name = "openai/x" }\n')
     assert code == 0 and "p.sbp:41:1: warning[W008]: model 'spare' is not used by any node" in err
 
 

@@ -253,7 +253,7 @@ def test_gate_rejects_a_prompt_that_does_not_score_higher(tmp_path, fake_llm, sc
     assert "  iteration 1: 3 new prompts tried together (look, check, verdict_task): 0 wins, 0 losses" in story
     assert (
         "  iteration 2: nothing to try (no step can pass the gate: the gate split has 3 samples, but a step needs "
-        "4 wins and no loss to pass at gate_alpha 0.1)\n"
+        "5 wins and no loss to pass at 0.05 (its share of gate_alpha 0.1))\n"
     ) in story
     assert "on the 3 validation samples" in story and "at least 4 wins and no loss" in story
 

@@ -111,6 +111,24 @@ MALFORMED = {
         "model_list: [{model_name: pool, litellm_params: {model: openai/x, seed: !!binary aGVsbG8=}}]\n",
         "model_list[0].litellm_params.seed: bytes",
     ),
+    # these ended check and run in a KeyError and an AttributeError from inside PyYAML
+    "a !!bool that is no boolean": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x, stream: !!bool maybe}}]\n",
+        "a value YAML cannot read (!!bool 'maybe'",
+    ),
+    "a !!timestamp that is no date": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x, seed: !!timestamp never}}]\n",
+        "a value YAML cannot read (!!timestamp 'never'",
+    ),
+    # a list holding itself twice: walked until memory ran out (each level's path a longer string)
+    "an alias that contains itself": (
+        "model_list: [{model_name: pool, litellm_params: {model: openai/x, tags: &loop [*loop, *loop]}}]\n",
+        "model_list[0].litellm_params.tags[0]: a YAML alias that contains itself",
+    ),
+    "a mapping alias that contains itself": (
+        "model_list: [{model_name: pool, litellm_params: &loop {model: openai/x, again: *loop}}]\n",
+        "model_list[0].litellm_params.again: a YAML alias that contains itself",
+    ),
 }
 
 

@@ -46,10 +46,11 @@ def sbpc(capsys, *argv) -> tuple[int, str, str]:
 
 @pytest.fixture
 def accepted(tmp_path, fake_llm, script, capsys):
-    """A finished run whose first iteration was accepted and written back; at gate_alpha 0.05 it takes 5 wins of
-    5, so the gate settles on its last sample and knows the step's score."""
+    """A finished run whose first iteration was accepted and written back; gate_alpha 0.1 spent over 2 iterations
+    tests the first step at 0.05, which takes 5 wins of 5, so the gate settles on its last sample and knows the
+    step's score."""
     script.verdict = lambda prompt: "Yes" if "Improved" in prompt else "No"
-    path, original = optimize(tmp_path, fake_llm, script, "--iters", "2", "--gate-alpha", "0.05")
+    path, original = optimize(tmp_path, fake_llm, script, "--iters", "2", "--gate-alpha", "0.1")
     capsys.readouterr()
     return path, original, tmp_path / "runs"
 
@@ -62,7 +63,7 @@ def test_runs_lists_every_run_with_its_scores(accepted, capsys):
     assert line["file"] == str(path) and line["finished"] and line["status"] == "finished"
     assert (line["initial_score"], line["best_score"]) == (0.0, 1.0)
     assert line["test"] == {"initial": 0.0, "final": 1.0, "samples": 4}
-    assert line["settings"] == {"iterations": 2, "model": "openai/fake", "gate_alpha": 0.05}  # what is not default
+    assert line["settings"] == {"iterations": 2, "model": "openai/fake"}  # what is not default
     assert line["calls"] > 0
     code, out, _ = sbpc(capsys, "runs", "--runs-dir", str(runs))
     assert "gate 0.000 -> 1.000" in out and "test 0.000 -> 1.000" in out and out.rstrip().endswith("finished")

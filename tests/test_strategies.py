@@ -139,7 +139,7 @@ class Rewrite:
         return True
 
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
-        return Proposed([await propose(learnt.graph, llm, p, []) for p in self.params(learnt.graph)])
+        return Proposed([c for p in self.params(learnt.graph) for c in await propose(learnt.graph, llm, (p,), [])])
 
     def cost(self, scale: Scale) -> tuple[Demand, ...]:
         return (Demand("optimizer", len(self.params(scale.graph)), 5000),)

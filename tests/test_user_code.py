@@ -46,6 +46,14 @@ def surrogate(s):
 def chatty(s):
     print("hello from the function")
     return s.upper()
+
+
+class Halt(BaseException):
+    "Not an Exception: caught by no except Exception."
+
+
+def look(s):
+    raise Halt("the index is gone")
 """
 
 
@@ -161,3 +169,28 @@ def test_evals_summary_counts_function_failures_by_cause(tmp_path):
     assert "2 of 2 samples scored wrong after a failure: function failed x2" in done.stdout, done.stdout + done.stderr
     done = sbpc("eval", str(folder_with(tmp_path, "surrogate")), "--data", str(rows), "--json")
     assert json.loads(done.stdout)["failure_causes"] == {"function failed": 2}
+
+
+def test_a_base_exception_of_its_own_is_that_calls_error_at_once():
+    """A BaseException other than SystemExit and KeyboardInterrupt killed the worker thread: a thread traceback
+    on stderr, and the call waited out its whole timeout."""
+
+    class Halt(BaseException):
+        pass
+
+    def look() -> None:
+        raise Halt("the index is gone")
+
+    started = time.monotonic()
+    result, raised = asyncio.run(call_function(look, {}, 20.0))
+    assert time.monotonic() - started < 2
+    assert result is None and isinstance(raised, Halt) and str(raised) == "the index is gone"
+
+
+def test_a_function_node_raising_a_base_exception_of_its_own_fails_its_sample_without_a_thread_traceback(tmp_path):
+    started = time.monotonic()
+    done = sbpc("run", str(folder_with(tmp_path, "look", timeout=20)), "--input", "s=x", timeout=60)
+    assert time.monotonic() - started < 15  # not the 20 s timeout
+    assert done.returncode == 1, done.stderr
+    assert "function failed: f raised Halt: the index is gone" in done.stdout + done.stderr
+    assert "Traceback" not in done.stderr and "Exception in thread" not in done.stderr, done.stderr

@@ -92,6 +92,7 @@ The same pipeline can be written in YAML (.yaml/.yml); see docs/language.md.
 
 
 MOST_DIAGNOSTICS_SHOWN = 50  # a generated file can carry thousands of warnings: the first ones, then a count
+SHOWN_ITEMS = 100  # a map's items `run --trace` prints in full; `run --json` has them all
 
 
 def _report(diagnostics, text) -> None:
@@ -232,19 +233,27 @@ def failure_text(node) -> str:
 
 
 def trace_text(t: NodeTrace) -> str:
-    """A node's part of `run --trace`: its system message, prompt and reply, what its kind says of its own data
-    (and of each mapped item's), then its output or what failed; a node its sample's branch skipped, said so."""
+    """A node's part of `run --trace`: its system message, prompt and reply, what its kind says of its own data,
+    then its output or what failed; a mapped node's every item so (up to SHOWN_ITEMS), then the list; a node its
+    sample's branch skipped, said so."""
     if not t.taken:
         return f"=== {t.node} (not taken: a branch this sample did not take) ===\n"
-    system = f"--- system ---\n{t.system}\n" if t.system is not None else ""
+    head = f"=== {t.node}{' (cached)' if t.cached else ''} ===\n"
+    if not t.items:
+        return head + exchange(t, "") + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+    shown = [exchange(item, f"item {k} of {len(t.items)}: ") for k, item in enumerate(t.items[:SHOWN_ITEMS], 1)]
+    more = len(t.items) - SHOWN_ITEMS
+    shown += [f"--- {more} more items (run --json lists them all) ---"] if more > 0 else []
+    return head + "\n".join(shown) + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+
+
+def exchange(t: NodeTrace, item: str) -> str:
+    """One run's system message, prompt, reply and what its kind keeps, each headed (`item 2 of 3: prompt`)."""
     parts = [(part.title, part.text) for part in kinds.shown(t.extra, full=True)]
-    parts += [(f"item {k}: {p.title}", p.text) for k, i in enumerate(t.items, 1) for p in kinds.shown(i.extra, True)]
-    return (
-        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n{system}--- prompt ---\n{t.prompt}"
-        f"\n--- reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
-        + "".join(f"\n--- {title} ---\n{text}" for title, text in parts)
-        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
-    )
+    system = f"--- {item}system ---\n{t.system}\n" if t.system is not None else ""
+    text = f"{system}--- {item}prompt ---\n{t.prompt}\n--- {item}reply{' (cut off by its length limit)' if t.cut_off else ''} ---\n{t.reply}"
+    text += "".join(f"\n--- {item}{title} ---\n{shown}" for title, shown in parts)
+    return text + (f"\n--- {item}error ---\n{t.error}" if item and t.error is not None else "")
 
 
 def cmd_run(args) -> int:
@@ -282,10 +291,10 @@ def cmd_run(args) -> int:
 
 def cmd_eval(args) -> int:
     # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..runtime.evaluate import metric_for, split_to_score
+    from ..runtime.evaluate import first_needed, metric_for, split_to_score
 
     with load_pipeline(args) as pipeline:
-        dataset = args.examples.load()
+        dataset = args.examples.load(first_needed(pipeline.graph, args.split, method_settings(args), args.limit))
         # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
         # the user's own file with no size given is scored whole
         samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
@@ -295,8 +304,7 @@ def cmd_eval(args) -> int:
             why = "--limit 0" if args.limit == 0 else f"the {args.split} split of {dataset.name} is empty{given}"
             raise UsageError(f"nothing to score: {why}")
         metric = args.metric or metric_for(pipeline.graph, dataset.metric)
-        whole = dataset.user and len(samples) == sum(map(len, dataset.pools.values()))
-        scored = f"{dataset.name} (every row)" if whole else f"{dataset.name}/{args.split}"
+        scored = _scored(dataset, args.split, len(samples), args.limit)
         with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
             evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
                 args.examples,
@@ -336,6 +344,14 @@ def cmd_eval(args) -> int:
                 file=sys.stderr,
             )
     return code
+
+
+def _scored(dataset, split: str, count: int, limit: int | None) -> str:
+    """What `eval` scored, as its report names it: a user's file whole (or its first rows), else a split of it."""
+    rows = sum(map(len, dataset.pools.values()))
+    if not (dataset.user and count == rows):
+        return f"{dataset.name}/{split} ({count} of {rows} rows)"
+    return f"{dataset.name} (its first {count} rows)" if limit is not None else f"{dataset.name} (every row)"
 
 
 def cmd_optimize(args) -> int:
@@ -420,19 +436,58 @@ def _plan_json(plan) -> dict:
 
 def cmd_serve(args) -> int:
     # aiohttp and the model runtime cost about 2 s to import: only `sbpc serve` pays it
-    from ..serve import serve
+    from ..serve import MCP_PATH, serve, serve_mcp_stdio
 
     pipeline = load_pipeline(args)
+    if args.mcp == "stdio":  # stdout is the protocol's: nothing else is written there
+        print(
+            f"serving {args.file} as the MCP tool '{pipeline.graph.pipeline.name}' on stdin and stdout", file=sys.stderr
+        )
+        serve_mcp_stdio(pipeline)
+        return 0
 
     def announce(url: str) -> None:
         print(
             f"serving {args.file} on {url}  (POST / with a JSON object of {', '.join(pipeline.inputs)}; "
-            "GET /health; Ctrl-C stops)",
+            + (f"MCP clients at {url}{MCP_PATH}; " if args.mcp else "")
+            + "GET /health; Ctrl-C stops)",
             flush=True,
         )
 
-    serve(pipeline, args.host, args.port, announce, allow_trace=args.allow_trace)
+    serve(pipeline, args.host, args.port, announce, allow_trace=args.allow_trace, mcp=args.mcp == "http")
     return 0
+
+
+def cmd_tools_sync(args) -> int:
+    """Start each MCP server a file declares once, list its tools, and write their schemas to the lock."""
+    # the parser and the MCP client (the mcp package, when a file has servers): only this command pays them
+    from ..language.mcp_servers import LOCK
+    from ..language.source import load
+    from ..runtime.mcp_client import sync
+
+    for path in args.files:
+        locked = sync(load(path))
+        if not locked:
+            print(f"{path}: declares no MCP server (mcp NAME {{ command = ... }}): nothing to lock", file=sys.stderr)
+        for server, count in locked:
+            print(f"{path}: locked {count} tool(s) of the MCP server '{server}' in {LOCK} beside it")
+    return 0
+
+
+def _add_tools(sub) -> None:
+    """`sbpc tools sync`: the lock of the tools MCP servers give (check reads it, never starting a server)."""
+    tools = sub.add_parser("tools", help="lock the tools of a pipeline's MCP servers (sbpc tools sync FILE)")
+    actions = tools.add_subparsers(dest="action", metavar="ACTION")
+    actions.required = True
+    sync = actions.add_parser(
+        "sync",
+        help="start each MCP server once, list its tools, and write their schemas to .sbpc/mcp.lock.json",
+        description="Start each MCP server FILE declares once, list its tools, and write their schemas to\n"
+        ".sbpc/mcp.lock.json beside FILE (commit it): `sbpc check` reads it and starts no server, and a run\n"
+        "stops if a server's tools differ from it.",
+    )
+    sync.add_argument("files", nargs="+", metavar="FILE")
+    sync.set_defaults(run=cmd_tools_sync, parser=sync)
 
 
 def held_out_change(before, after) -> str:
@@ -679,6 +734,14 @@ def _add_serve(sub) -> None:
         action="store_true",
         help="answer ?trace=1 with every prompt and reply (off: anyone who reaches the port would see them)",
     )
+    srv.add_argument(
+        "--mcp",
+        nargs="?",
+        const="stdio",
+        choices=("stdio", "http"),
+        help="serve the pipeline as one MCP tool (its inputs the tool's schema, its title the description): on stdin "
+        "and stdout (--mcp, what an IDE or a desktop assistant starts), or at /mcp beside POST / (--mcp http)",
+    )
     add_model_flags(srv)
     srv.set_defaults(run=cmd_serve)
 
@@ -702,9 +765,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_and_eval(sub)
     _add_optimize(sub)
     _add_serve(sub)
+    _add_tools(sub)
     add_run_commands(sub)
     for command in sub.choices.values():
-        command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
+        if command.get_default("parser") is None:
+            command.set_defaults(parser=command)  # a usage error prints the usage of the subcommand given
     return parser
 
 

@@ -12,20 +12,19 @@ import math
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import WriteBackError
 from ..language.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
-from ..runtime.datasets import DataError, answer_key, as_text, fields_of, load, rows_of
+from ..runtime.datasets import DataError, answer_key, as_text, fields_of, head_of
 from .flags import UsageError
 from .routers import router_problem
 
 MAX_LABELS = 12  # more distinct answers than this, or longer ones, read as free text
 MAX_LABEL_CHARS = 40
-FULL_SPLIT = 20  # the method's default train and validation sizes; a smaller file is cut in two
 # Names an answer column goes by, most telling first: those a run reads by default, then common ones.
 ANSWER_NAMES = (
     *ANSWER_COLUMNS,
@@ -58,7 +57,9 @@ class Answer:
 
 
 def _values(rows: list, field: str) -> list[str]:
-    return [as_text(row[field]).strip() for row in rows if row.get(field) is not None]
+    """The column's answers, blank ones left out: no label is blank (E048), and a column blank in every row reads
+    as free text."""
+    return [text for row in rows if row.get(field) is not None and (text := as_text(row[field]).strip())]
 
 
 def _labels(values: list[str]) -> tuple[str, ...]:
@@ -108,33 +109,40 @@ def name_of(field: str) -> str:
     return f"{name}_" if name in RESERVED else name
 
 
-def names_of(fields: Sequence[str]) -> list[str]:
-    """Each field's name as a pipeline name (name_of), one of its own: "a b" and "a_b" are a_b and a_b_2, since two
-    inputs of one name are an error (E020)."""
-    names: list[str] = []
+def names_of(fields: Sequence[str], taken: Sequence[str] = ()) -> list[str]:
+    """Each field's name as a pipeline name (name_of), one of its own and none of `taken` (the node's): "a b" and
+    "a_b" are a_b and a_b_2, since two inputs of one name, or an input named as a node, are an error (E020)."""
+    names: list[str] = [*taken]
     for field in fields:
         name, number = name_of(field), 1
         while (name if number == 1 else f"{name}_{number}") in names:
             number += 1
         names.append(name if number == 1 else f"{name}_{number}")
-    return names
+    return names[len(taken) :]
 
 
 def quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def as_literal(task: str) -> str:
+    """The task as a param's text that says it as written: a param holding `{{`, `{%` or `{#` is a template, so such
+    a task is kept in a raw block (one that cannot end early: the task's own `endraw` is spaced out)."""
+    if not re.search(r"\{[{%#]", task):
+        return task
+    return "{% raw %}" + re.sub(r"endraw", "end raw", task) + "{% endraw %}"
+
+
 @dataclass(frozen=True)
 class Starter:
-    """What the starter pipeline is written from: the task, the data as the pipeline names it, its inputs, answer
-    and split sizes, and the model."""
+    """What the starter pipeline is written from: the task, the data as the pipeline names it, its inputs and
+    answer, and the model."""
 
     task: str
     name: str
     data: str
     inputs: tuple[str, ...]
     answer: Answer
-    sizes: tuple[int, int]  # train, validation
     model: str
 
     def text(self) -> str:
@@ -143,13 +151,13 @@ class Starter:
         answer, node = self.answer, "answer"  # no input is named so: a run reads that column as the answer
         lines = [f"pipeline {self.name} {quoted(self.task)}", ""]
         lines += [f"# Written by `sbpc init` from {quoted(self.data)}."]  # quoted: a name may hold a line break
-        names = names_of(self.inputs)
+        names = names_of(self.inputs, taken=(node,))
         for field, own in zip(self.inputs, names):
             lines.append(f"input {own}: text" + (f" from {quoted(field)}" if own != field else ""))
         kind = {"labels": f"choice({', '.join(map(quoted, answer.labels))})", "numbers": "number", "text": "text"}
         lines += [
             "",
-            f"param instruction = {quoted(self.task)}",
+            f"param instruction = {quoted(as_literal(self.task))}",
             f"node {node}: {kind[answer.kind]} {{ prompt = instruction }}",
         ]
         lines += [f"{', '.join(names)} -> {node}"]
@@ -158,8 +166,8 @@ class Starter:
             f"output {node} from {quoted(answer.field)}",
         ]
         lines += _metric_lines(answer)
-        train, validation = self.sizes
-        lines += ["", f"data {{ file = {quoted(self.data)}  train = {train}  validation = {validation} }}"]
+        # no sizes: a run cuts sbpc's defaults to fit the file, and `eval` scores it whole
+        lines += ["", f"data {{ file = {quoted(self.data)} }}"]
         lines.append(f"model {{ name = {quoted(self.model)} }}")
         return "\n".join(lines) + "\n"
 
@@ -175,17 +183,6 @@ def _metric_lines(answer: Answer) -> list[str]:
         '  """',
         "metric quality { prompt = rubric  scale = 1..5 }",
     ]
-
-
-def split_sizes(pools: Mapping[str, Sequence]) -> tuple[int, int]:
-    """Train and validation sizes the data can give (the method's defaults at most): a validation split's own
-    size, else the train pool (the whole file, without named splits) cut in two."""
-    own = "validation" in pools or "test" in pools
-    carved = len(pools.get("train", ())) if own else sum(map(len, pools.values()))
-    if "validation" in pools:
-        return min(FULL_SPLIT, carved), min(FULL_SPLIT, len(pools["validation"]))
-    train = min(FULL_SPLIT, max(1, carved // 2))
-    return train, min(FULL_SPLIT, carved - train)
 
 
 TEMPLATE = """\
@@ -251,13 +248,14 @@ def write(args, model: str) -> Written:
         source = Path(args.data).expanduser()
         out = Path(args.out or f"{source.stem or 'pipeline'}.sbp")
         try:
-            rows, pools = rows_of(str(source)), load(str(source)).pools
+            rows = head_of(str(source))[0]  # its first rows: enough to guess from, and quick however long
         except DataError as exc:
             raise UsageError(str(exc)) from None
         fields = list(dict.fromkeys(str(key) for row in rows for key in row))
         answer = Answer.of(rows, fields, args.answer)
         default = answer_key(fields)  # a run reads this column as the answer, so no input can
-        inputs = tuple(f for f in fields if f not in (answer.field, default))
+        # a column with no name (a table's index, as pandas writes one) is one no input can name: left out
+        inputs = tuple(f for f in fields if f not in (answer.field, default, ""))
         if not inputs:
             also = f", and {default!r}, which a run reads as the answer" if default not in (None, answer.field) else ""
             raise UsageError(
@@ -265,7 +263,7 @@ def write(args, model: str) -> Written:
             )
         data = os.path.relpath(source.absolute(), out.absolute().parent)
         task = ask_task(args.task, source)
-        text = Starter(task, name_of(out.stem), data, inputs, answer, split_sizes(pools), model).text()
+        text = Starter(task, name_of(out.stem), data, inputs, answer, model).text()
     # the formatter and the parser (lark) cost about 0.6 s to import: --help and the other commands never pay it
     from ..language.fmt import format_text
     from ..language.source import diagnose_file

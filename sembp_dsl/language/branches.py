@@ -17,6 +17,7 @@ from typing import Protocol
 
 from . import ir
 from .diagnostics import Note, suggestion
+from .maps import value_type
 
 MAX_COMBINATIONS = 4096  # deciding values checked together; past it the path checks are skipped, not guessed
 OTHER = "\x00other"  # a free field's value that is none of the options its conditions name
@@ -171,8 +172,8 @@ def check_output_alternatives(cx: Checking, output: ir.Output) -> None:
                 f"undefined node '{ref.name}'",
                 help=suggestion(ref.name, [n.name for n in cx.p.nodes]),
             )
-        elif isinstance(first, ir.Node) and other.type != first.type:
-            message = f"'{ref.name}' is {other.type}, but the output '{first.name}' is {first.type}"
+        elif isinstance(first, ir.Node) and value_type(other) != value_type(first):  # a mapped node's: a list
+            message = f"'{ref.name}' is {value_type(other)}, but the output '{first.name}' is {value_type(first)}"
             cx.report("E124", ref.span, message, help="every node the output may come from has the output's type")
 
 

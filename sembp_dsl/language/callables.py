@@ -5,6 +5,8 @@ importing, at run time, from the places this module finds (or those the user all
 from __future__ import annotations
 
 import ast
+import functools
+import importlib.machinery
 import os
 import re
 from typing import NamedTuple
@@ -95,25 +97,59 @@ def _imports(path: str, folder: str) -> set[tuple[str, str]]:
     """The (folder, top-level name) of each module a Python file imports, read without running it: absolute
     imports are looked for in the pipeline's folder, relative ones in the file's package."""
     try:
-        with open(path, encoding="utf-8") as file:
-            tree = ast.parse(file.read())
-    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):  # the import itself will say what is wrong
+        with open(path, "rb") as file:  # bytes: read as Python reads a module (a BOM, a `coding:` line)
+            imported = _imported(file.read())
+    except OSError:  # the import itself will say what is wrong
         return set()
     found = set()
+    for level, names in imported:
+        package = folder
+        if level:
+            package = os.path.dirname(path)
+            for _ in range(level - 1):
+                package = os.path.dirname(package)
+        found |= {(package, name) for name in names}
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _imported(source: bytes) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """Each import statement of a module's source, as (its level, the top-level names it imports), parsed once
+    per source: a module of 600 tools was parsed twice for each of them."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the import itself will say what is wrong
+        return ()
+    found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found |= {(folder, alias.name.split(".")[0]) for alias in node.names}
+            found.append((0, tuple(alias.name.split(".")[0] for alias in node.names)))
         elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
-            found.add((folder, node.module.split(".")[0]))
+            found.append((0, (node.module.split(".")[0],)))
         elif isinstance(node, ast.ImportFrom):
-            package = os.path.dirname(path)
-            for _ in range(node.level - 1):
-                package = os.path.dirname(package)
             names = [node.module.split(".")[0]] if node.module else [alias.name for alias in node.names]
-            found |= {(package, name) for name in names}
-    return found
+            found.append((node.level, tuple(names)))
+    return tuple(found)
 
 
 def allowed_by(module: str, allowed: tuple[str, ...] | list[str] | frozenset[str]) -> str | None:
     """The allowed module name that covers `module` (itself, or a package holding it), or None."""
     return next((name for name in allowed if module == name or module.startswith(name + ".")), None)
+
+
+def compiled(module: str) -> str | None:
+    """Why an importable module has no Python source to read a tool's signature from (built into Python, or a
+    compiled extension), found as an import would find it but without running any of it (a package's
+    `__init__` included); None when it has source, or is not found."""
+    if "." not in module and importlib.machinery.BuiltinImporter.find_spec(module) is not None:
+        return f"module '{module}' is built into Python"
+    spec, search = None, None
+    for depth in range(module.count(".") + 1):
+        name = ".".join(module.split(".")[: depth + 1])
+        spec = importlib.machinery.PathFinder.find_spec(name, search)
+        if spec is None:
+            return None
+        search = spec.submodule_search_locations
+    if spec is not None and isinstance(spec.loader, importlib.machinery.ExtensionFileLoader):
+        return f"module '{module}' is compiled ({os.path.basename(spec.origin or '')})"
+    return None

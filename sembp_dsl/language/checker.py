@@ -9,6 +9,7 @@ order (which fixes hint numbering), successors and a topological order.
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import time
 from collections import deque
@@ -16,16 +17,18 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import ir, maps
+from . import ir, maps, mcp_servers
 from .branches import check_conditions, check_output_alternatives, check_paths
-from .callables import parse_target
+from .callables import Target, beside, parse_target
 from .data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
+from .kinds.agent import declared_tools
 from .method import SETTINGS, STRATEGIES, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
-from .providers import PROVIDERS, provider_of
+from .providers import PROVIDERS, no_provider, provider_of
+from .signatures import defined_async
 from .templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -86,7 +89,12 @@ PRICES = ("input_price", "output_price")
 # What a `function` declaration's block takes: how a model is told of it as a tool (a param), and how long a call
 # of it may take.
 FUNCTION_SETTINGS: dict[str, tuple] = {"description": (str,), "timeout": (int, float)}
-BLOCKS: dict[str, dict[str, tuple]] = {"model": MODEL_SETTINGS, "optimize": OPTIMIZE_SETTINGS, "data": DATA_SETTINGS}
+BLOCKS: dict[str, dict[str, tuple]] = {
+    "model": MODEL_SETTINGS,
+    "optimize": OPTIMIZE_SETTINGS,
+    "data": DATA_SETTINGS,
+    mcp_servers.KIND: mcp_servers.SERVER_SETTINGS,
+}
 # Number settings: (smallest, largest, smallest excluded). Beyond these a run would surely fail or never end.
 BOUNDS = {
     "temperature": (0, 2, False),
@@ -181,6 +189,8 @@ class Context:
         self.params = self.unique("param", pipeline.params)
         self.templates = self.unique("template", pipeline.templates)
         self.functions = self.unique("function", pipeline.functions)
+        self.servers = self.unique("mcp server", [b for b in pipeline.blocks if b.kind == mcp_servers.KIND and b.name])
+        self.tools = {**declared_tools(pipeline), **self.functions}  # a node's tools: functions, servers' tools
         self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
         self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
@@ -359,6 +369,22 @@ def check_functions(cx: Context) -> None:
             )
 
 
+def check_locks(cx: Context) -> None:
+    """Each MCP server's tools are in the lock, made from its settings as they are (reading the lock, never
+    starting a server)."""
+    lock = mcp_servers.read_lock(mcp_servers.lock_path(cx.p.path)) if cx.servers and cx.p.path else None
+    for block in cx.servers.values():
+        tools = mcp_servers.locked_tools(lock, mcp_servers.Server.of(block))
+        if isinstance(tools, str):
+            cx.report("E173", block.span, tools, help=f"start it once and lock its tools: sbpc tools sync {cx.p.path}")
+            continue
+        for setting in block.settings:  # `serch.description = ...`: a tool the server does not have
+            tool = setting.key.partition(".")[0]
+            if "." in setting.key and tool not in tools:
+                message = f"the MCP server '{block.name}' has no tool '{tool}' (as locked)"
+                cx.report("E175", setting.span, message, help=suggestion_or_list(tool, tools))
+
+
 def check_node_demos(cx: Context, node: ir.Node) -> None:
     """`demos = NAME` names a demos param (a node that renders no prompt refuses it); a demos param is no
     prompt."""
@@ -423,6 +449,11 @@ def check_block(cx: Context, block: ir.Block) -> None:
         )
     if block.kind == "optimize" and block.name is not None:
         cx.report("E037", block.span, "an optimize block takes no name")
+    if block.kind == mcp_servers.KIND:
+        own = [s for s in block.settings if "." not in s.key]  # `search.description`: its tool's, checked there
+        check_settings(cx, f"mcp block '{block.name}'", own, allowed)
+        mcp_servers.check_server(cx.report, block, cx.params)
+        return
     check_settings(cx, f"{block.kind} block", block.settings, allowed)
     base = next((s for s in block.settings if s.key == "api_base" and isinstance(s.value, str)), None)
     problem = url_problem(str(base.value)) if base is not None else None
@@ -455,6 +486,9 @@ def check_provider(cx: Context, block: ir.Block) -> None:
     keys = {s.key for s in block.settings}
     name = next((s for s in block.settings if s.key == "name" and isinstance(s.value, str)), None)
     provider = provider_of(str(name.value)) if name is not None and "router" not in keys else None
+    bare = no_provider(str(name.value)) if name is not None and "router" not in keys else None
+    if name is not None and bare is not None:
+        cx.report("E161", name.value_span, bare[0], help=bare[1])
     if name is not None and provider is not None and provider not in PROVIDERS:
         cx.report(
             "E128",
@@ -766,6 +800,14 @@ def check_metric(cx: Context, output: ir.Node | None, label: str) -> str:
     return ref.name
 
 
+def async_beside(path: str | None, target: Target) -> bool:
+    """Whether the module beside the pipeline at `path` defines `target` with `async def` (read, not imported)."""
+    if not path or not os.path.isfile(path):
+        return False
+    place = beside(os.path.dirname(os.path.abspath(path)), target.module)
+    return place.path is not None and defined_async(place.path, target.attr)
+
+
 def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
     """A metric the file defines: a name of its own, and a function's `module:function` or a judge's rubric (a
     frozen param reading only what a judge is shown), model and scale."""
@@ -779,6 +821,14 @@ def check_metric_def(cx: Context, metric: ir.MetricDef) -> None:
                 metric.value_span,
                 f"function metric '{metric.name}': {target}",
                 help='for a function overlap in metrics.py beside the pipeline: "metrics:overlap"',
+            )
+        elif async_beside(cx.p.path, target):
+            cx.report(
+                "E150",
+                metric.value_span,
+                f"metric '{metric.name}' is an async function; a metric is a plain function (prediction, example)"
+                " -> score",
+                help="define it with `def`; to await something inside it, use asyncio.run(...)",
             )
         return
     check_settings(cx, f"metric '{metric.name}'", metric.settings, JUDGE_SETTINGS)
@@ -962,7 +1012,7 @@ def check_template_variables(cx: Context, node: ir.Node, received: tuple[str, ..
             help=f"put {{{{ {own} }}}} in the template where the examples belong",
         )
     uses = params_named(cx, node, sources, found)
-    bound = kind_of(node).bound_params(node, cx.functions, cx.params)  # e.g. its tools' descriptions
+    bound = kind_of(node).bound_params(node, cx.tools, cx.params)  # e.g. its tools' descriptions
     uses = uses._replace(instruction=tuple(dict.fromkeys(uses.instruction + bound)))
     cx.node_params[node.name] = uses
     for name in dict.fromkeys(uses.instruction + uses.system):
@@ -1278,6 +1328,7 @@ def check(pipeline: ir.Pipeline) -> tuple[Analysis, list[Diagnostic]]:
         check_block(cx, block)
     check_data_blocks(pipeline, cx.report)
     check_functions(cx)
+    check_locks(cx)
     predecessors, successors, statements = check_edges(cx)
     order = check_cycles(cx, predecessors, statements)
     output, label = check_output(cx)

@@ -7,7 +7,8 @@ E05x templates, E06x the YAML form, E07x models (blocks and the nodes that name 
 record outputs, E08x function nodes (Python code in the graph), E09x demonstrations (demos params), E10x
 metrics the file defines (a judge, a function), E11x nodes that call tools, E12x branches and maps, E13x data
 named in the file (E136-E138: what optimize may change and what models cost; E139-E140: each split's own
-data file); W0xx warnings.
+data file), E15x code the file names, read before it runs, E16x data a run would refuse, E17x tools
+from MCP servers; W0xx warnings.
 """
 
 from __future__ import annotations
@@ -206,8 +207,9 @@ _CODES = [
     Code(
         "E024",
         "undefined node or input",
-        "An edge names something that is neither an input nor a node. Each misspelt name is reported once\n"
-        "per statement, and the node it probably meant gets no template errors on top.",
+        "An edge, or a map's `for each ... in NAME`, names something that is neither an input nor a node.\n"
+        "Each misspelt name is reported once per statement, and the node it probably meant gets no template\n"
+        "errors on top.",
         "node judge: text {}\nq -> juge",
         "node judge: text {}\nq -> judge",
     ),
@@ -779,8 +781,10 @@ _CODES = [
         "a signature that cannot become a tool's schema",
         "A model calls a tool with named arguments, as a JSON object whose schema sbpc reads from the\n"
         "function's signature (type hints and defaults) and docstring. `*args`, `**kwargs`, positional-only\n"
-        "parameters and types with no JSON form (a socket, a class of your own) have none. The module beside\n"
-        "the pipeline is read, never imported.",
+        "parameters and types with no JSON form (a socket, a class of your own) have none, nor has a function\n"
+        "with no Python source (`math:sqrt`, built into Python or compiled). The module beside the pipeline\n"
+        "(or an allowed one) is read, never imported; a module that is not UTF-8 text, or nested too deeply\n"
+        "to read, cannot be read.",
         "def lookup(*places): ...",
         'def lookup(place: str, fact: Literal["population", "area"] = "population") -> str:\n'
         '    """Look up one fact about a place."""',
@@ -794,6 +798,74 @@ _CODES = [
         'function lookup = "tools:lookup" { description = lookup_dc }',
         'param lookup_doc = "Look up one fact about a place."\n'
         'function lookup = "tools:lookup" { description = lookup_doc }',
+    ),
+    # E17x: tools from MCP servers (language/mcp_servers.py; E176-E177 at run time)
+    Code(
+        "E170",
+        "an MCP server block that names no server",
+        "`mcp NAME { ... }` declares a Model Context Protocol server whose tools nodes call as `NAME.tool`. It\n"
+        "needs exactly one of `command` (a program sbpc starts, spoken to on its stdin and stdout) and `url` (a\n"
+        "streamable HTTP server), and a name.",
+        "mcp docs { env = [DOCS_ROOT] }",
+        'mcp docs { command = "python docs_server.py"  env = [DOCS_ROOT] }',
+    ),
+    Code(
+        "E171",
+        "a key written out in an MCP server's settings",
+        "A pipeline file is shared, committed and shown in diffs: a key written in it leaks. A server's command,\n"
+        "url and headers take keys from variables: `${NAME}` in a header or the url, `env = [NAME]` for a\n"
+        "command's server. A literal that looks like a key (`sk-...`, a long random token) is refused.",
+        'mcp docs { url = "https://docs.example.com/mcp"  headers = "Authorization: Bearer sk-4f9a8b7c6d5e4f3a2b1c" }',
+        'mcp docs { url = "https://docs.example.com/mcp"  headers = "Authorization: Bearer ${DOCS_TOKEN}" }',
+    ),
+    Code(
+        "E172",
+        "headers that are no HTTP headers",
+        "`headers` is one `Name: value` a line (a block string holds several), sent to a server reached by\n"
+        "`url`; a server sbpc starts with `command` takes its settings from `env` instead.",
+        'mcp docs { url = "http://localhost:8000/mcp"  headers = "Bearer ${DOCS_TOKEN}" }',
+        'mcp docs { url = "http://localhost:8000/mcp"  headers = "Authorization: Bearer ${DOCS_TOKEN}" }',
+    ),
+    Code(
+        "E173",
+        "an MCP server's tools are not locked",
+        "`check` starts no server: the tools' schemas come from the lock, `.sbpc/mcp.lock.json` beside the\n"
+        "pipeline, which `sbpc tools sync FILE` writes by starting each server once and listing its tools. The\n"
+        "lock keeps a hash of each server's settings: a changed command, url, env or headers needs a new sync.",
+        "sbpc check agent.sbp        # before any sync",
+        "sbpc tools sync agent.sbp\nsbpc check agent.sbp",
+    ),
+    Code(
+        "E174",
+        "a tool of an MCP server that is not declared",
+        "`tools = [docs.search]` names the tool `search` of the server declared by `mcp docs { ... }`.",
+        "node a: text { prompt = task  tools = [dcos.search] }",
+        "node a: text { prompt = task  tools = [docs.search] }",
+    ),
+    Code(
+        "E175",
+        "an MCP server has no such tool",
+        "The lock lists the tools the server had when `sbpc tools sync` ran; the name must be one of them.\n"
+        "If the server has gained the tool since, sync again.",
+        "node a: text { prompt = task  tools = [docs.serch] }",
+        "node a: text { prompt = task  tools = [docs.search] }",
+    ),
+    Code(
+        "E176",
+        "an MCP server's tools differ from the lock",
+        "At run time each server's tools are listed and compared with the lock before any call: a tool whose\n"
+        "schema or description changed (or that is gone) would be offered to the model as it no longer is, and\n"
+        "what was checked would not be what runs. The run stops before any model call.",
+        "sbpc run agent.sbp ...     # the server changed since the lock was written",
+        "sbpc tools sync agent.sbp  # then check and run again",
+    ),
+    Code(
+        "E177",
+        "an MCP server that cannot be started or reached",
+        "The server's command failed to start or exited, its URL did not answer as an MCP server, or a variable\n"
+        "its env or headers name is not set. The run stops before any model call, saying which.",
+        'mcp docs { command = "python docs_servr.py" }',
+        'mcp docs { command = "python docs_server.py" }',
     ),
     # E12x: branches (conditional edges, the output's alternatives) and maps (`for each`)
     Code(
@@ -968,6 +1040,56 @@ _CODES = [
         'data { train = "rows.jsonl"  test = "rows.jsonl" }',
         'data { file = "rows.jsonl"  train = 20  test = 50 }',
     ),
+    Code(
+        "E141",
+        "a function node given an input its function does not take",
+        "A function node calls its function with each input as a keyword argument (a map's item by the map's\n"
+        "name for it). An input the signature does not name would fail every call, so it is refused before\n"
+        "any: add the parameter, or stop feeding the input. A branch's deciding node is the exception: it\n"
+        "must feed the branch, and is passed only when the function takes it. The module beside the\n"
+        "pipeline is read, never imported.",
+        "def lookup(order_id): ...\n\nkind, order_id -> facts",
+        "def lookup(order_id, kind): ...\n\nkind, order_id -> facts",
+    ),
+    Code(
+        "E142",
+        "a function node's parameter that nothing feeds",
+        "Each parameter of a function node's function without a default needs an input of that name (or the\n"
+        "map's item): the call would fail on every sample without it.",
+        "def lookup(order_id, fact): ...\n\norder_id -> facts",
+        'def lookup(order_id, fact="status"): ...\n\norder_id -> facts',
+    ),
+    # E16x: data a run would refuse, found by check
+    Code(
+        "E160",
+        "sizes larger than the data",
+        "The sizes the data block (or the optimize block) gives add up to more rows than the data file\n"
+        "holds, so `eval` and `optimize` would refuse to cut it. Sizes left out are never refused: a run\n"
+        "scales sbpc's defaults down to fit a small file, and says so.",
+        'data { file = "tickets.jsonl"  train = 20  validation = 20 }   # the file has 22 rows',
+        'data { file = "tickets.jsonl"  train = 11  validation = 11 }',
+    ),
+    # E150-E159: code the file names, read before it runs
+    Code(
+        "E150",
+        "an async metric",
+        "A Python metric is called with (prediction, example) and returns a score: a bool, a number from 0 to\n"
+        "1, or (score, reason). sbpc calls it in a worker thread and does not await what it returns, so an\n"
+        "`async def` metric can never score. `check` reads the module beside the pipeline (never imports it)\n"
+        "and refuses one; a metric from an allowed module is refused when a run first scores with it.",
+        "async def overlap(prediction, example):\n    return 1.0",
+        "def overlap(prediction, example):\n    return 1.0",
+    ),
+    Code(
+        "E161",
+        "a model name with no provider",
+        "A model name is `provider/model`; a bare name is looked up in litellm's table of models (gpt-4o-mini,\n"
+        "claude-3-5-sonnet-latest, ...), and a name it does not know is refused before any request is sent\n"
+        "(`LLM Provider NOT provided`). Name the provider (`openai/...` with `api_base` reaches any\n"
+        "OpenAI-compatible server), or fix the spelling.",
+        'model forward { name = "gpt-4o-mni" }',
+        'model forward { name = "gpt-4o-mini" }',
+    ),
     # W00x: warnings
     Code(
         "W001",
@@ -1078,6 +1200,31 @@ _CODES = [
         "to it, so it is never called and never learns.",
         "triage -> a when triage == Yes\na, triage -> b when triage == No",
         "triage -> b when triage == No",
+    ),
+    Code(
+        "W035",
+        "a tool argument without a type",
+        "An argument with no type hint (or a server's property with no type) is offered to the model as any\n"
+        "JSON value, so nothing tells it what to send and nothing checks what it sends.",
+        "def lookup(place, fact: str) -> str: ...",
+        "def lookup(place: str, fact: str) -> str: ...",
+    ),
+    Code(
+        "W036",
+        "a tool without a description",
+        "A tool with no docstring (or a server's tool with no description) is offered with an empty description:\n"
+        "the model sees its name alone. A description param (`description = lookup_doc`) also lets the\n"
+        "optimizer improve it.",
+        "def lookup(place: str) -> str:\n    return FACTS[place]",
+        'def lookup(place: str) -> str:\n    """Look up one fact about a place."""',
+    ),
+    Code(
+        "W037",
+        "a tool argument without a description",
+        "Each argument's description comes from the docstring's `Args:` lines (or the server's schema); one\n"
+        "without leaves the model to guess from its name.",
+        'def lookup(place: str) -> str:\n    """Look up one fact about a place."""',
+        'def lookup(place: str) -> str:\n    """Look up one fact about a place.\n\n    Args:\n        place: the place\'s name alone\n    """',
     ),
 ]
 

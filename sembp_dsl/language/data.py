@@ -35,8 +35,20 @@ METHOD_SETTINGS = MappingProxyType(
 #: The columns a run reads the expected output from, first found first, when the output names none
 #: (`output answer from "verdict"` names one).
 ANSWER_COLUMNS = ("answer", "label", "target")
+
+
+@dataclass(frozen=True)
+class Fields:
+    """What `check` reads of a data file: its fields (every row's), where the first row without each of them is
+    (a run refuses that row), and how many rows it has at most (None: not counted)."""
+
+    columns: tuple[str, ...]
+    lacking: Mapping[str, str]  # field -> "tickets.jsonl:7", the first row without it
+    rows: int | None
+
+
 #: The fields of the data file at a path, or why it cannot be used (the runtime reads it; the language cannot).
-FieldsOf = Callable[[str], "Sequence[str] | str"]
+FieldsOf = Callable[[str], "Fields | Sequence[str] | str"]
 #: How the checker reports: code, where, message, help.
 Report = Callable[..., None]
 
@@ -171,8 +183,14 @@ def check_data_fields(pipeline: ir.Pipeline, fields_of: FieldsOf) -> list[Diagno
         if isinstance(fields, str):
             found.append(diagnostic("E134", literal.value_span, fields, file=pipeline.path, help=_nearby(path, name)))
             continue
-        for span, what, help in _lacks(pipeline, fields, shown=_inside(pipeline, path)):
+        read = fields if isinstance(fields, Fields) else Fields(tuple(fields), {}, None)
+        shown = _inside(pipeline, path)
+        for span, what, help in _lacks(pipeline, read.columns, shown=shown):
             lacking.setdefault((span, what), (help, []))[1].append(name)
+        for span, what, row in _rows_lacking(pipeline, read):
+            help = "a run refuses a row without it: fill it in, or drop the row"
+            lacking.setdefault((span, what), (help, []))[1].append(row if shown else f"a row of {name}")
+        found += _too_few_rows(pipeline, block, literal, read.rows)
     for (span, what), (help, names) in lacking.items():
         verb = "do" if len(names) > 1 else "does"
         found.append(
@@ -181,6 +199,49 @@ def check_data_fields(pipeline: ir.Pipeline, fields_of: FieldsOf) -> list[Diagno
             )
         )
     return found
+
+
+def _rows_lacking(pipeline: ir.Pipeline, read: Fields) -> Iterator[tuple[ir.Span, str, str]]:
+    """(where, what, the row) for each field an input reads that the file has but one of its rows lacks."""
+    for i in pipeline.inputs:
+        field = i.field or i.name
+        if field in read.columns and field in read.lacking:
+            yield i.span, f"input '{i.name}' reads the field '{field}'", read.lacking[field]
+
+
+def _too_few_rows(pipeline: ir.Pipeline, block: ir.Block, literal: ir.Setting, rows: int | None) -> list[Diagnostic]:
+    """E160: the sizes the file asks for (its data and optimize blocks') add up to more rows than the pool a file
+    holds: a run would refuse them. sbpc's own defaults are never counted: a run scales them to fit."""
+    if rows is None:
+        return []
+    asked = _sizes_asked(pipeline, block, literal)
+    wanted = sum(s.value for s in asked.values() if isinstance(s.value, int))
+    if wanted <= rows or not asked:
+        return []
+    sizes = " + ".join(f"{s.value} {split}" for split, s in asked.items())
+    return [
+        diagnostic(
+            "E160",
+            next(iter(asked.values())).span,
+            f"the sizes add up to {wanted} rows ({sizes}), but {literal.value} has {rows}",
+            file=pipeline.path,
+            help=f"give sizes that add up to at most {rows}, or leave them out: a run then splits the file in "
+            "proportion",
+        )
+    ]
+
+
+def _sizes_asked(pipeline: ir.Pipeline, block: ir.Block, literal: ir.Setting) -> dict[str, ir.Setting]:
+    """The sizes of the splits drawn from the file `literal` names, by split, as the data block or else the
+    optimize block gives them."""
+    own = {key for key in OWN_FILES if key in named_files(block)}
+    pool = [split for split in SPLITS if split not in own] if literal.key in ("file", "train") else [literal.key]
+    sized = {s.key: s for s in block.settings if isinstance(s.value, int)}
+    optimize = {
+        s.key: s for b in pipeline.blocks if b.kind == "optimize" for s in b.settings if isinstance(s.value, int)
+    }
+    found = {split: sized.get(split) or optimize.get(METHOD_SETTINGS[split]) for split in pool}
+    return {split: s for split, s in found.items() if s is not None}
 
 
 def _files_to_read(pipeline: ir.Pipeline, block: ir.Block) -> list[ir.Setting]:
@@ -215,6 +276,21 @@ def _nearby(path: str, written: str) -> str:
     except OSError:  # no such folder either, or one that cannot be listed: nothing to suggest
         return ""
     return suggestion(written, [os.path.join(os.path.dirname(written), name) for name in names])
+
+
+def hides_fields(pipeline: ir.Pipeline, where: str) -> bool:
+    """Whether the data file a row was read from (`where`, "path" or "path:line") is one the data block names that
+    lies outside the pipeline's folder, whose fields no message shows: a stranger's pipeline could link `x.csv` to a
+    file of secrets, and what a run says before any call lands in public CI logs as check's output does."""
+    block = data_block(pipeline)
+    if block is None or not where:
+        return False
+    path = os.path.realpath(where.rpartition(":")[0] if ":" in os.path.basename(where) else where)
+    for literal in named_files(block).values():
+        named = os.path.realpath(resolved(pipeline, str(literal.value)))
+        if (path == named or path.startswith(os.path.join(named, ""))) and not _inside(pipeline, named):
+            return True
+    return False
 
 
 def _inside(pipeline: ir.Pipeline, path: str) -> bool:

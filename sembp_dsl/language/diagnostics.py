@@ -99,8 +99,14 @@ def visible(text: str) -> str:
 
 def for_terminal(text: str, stream: TextIO) -> str:
     """Strangers' text (model replies, data, function outputs) as printed to `stream`: `visible` on a terminal,
-    which their escape sequences would drive; exact when piped, for the script that reads it."""
-    return visible(text) if stream.isatty() else text
+    which their escape sequences would drive; exact when piped, for the script that reads it, but for a lone
+    surrogate (a reply's `\\ud800`: half a UTF-16 pair, which no UTF-8 stream can write), written as its escape."""
+    shown = visible(text) if stream.isatty() else text
+    try:
+        shown.encode("utf-8")
+    except UnicodeEncodeError:
+        return shown.encode("utf-8", "backslashreplace").decode("utf-8")
+    return shown
 
 
 def point(file: str, text: str, offset: int, length: int = 1) -> Span:

@@ -21,7 +21,7 @@ from jinja2 import TemplateSyntaxError
 from lark.exceptions import LarkError
 
 from ..errors import SbpcError
-from . import ir
+from . import ir, maps
 from .checker import (
     BLOCKS,
     IDENTIFIER,
@@ -35,7 +35,7 @@ from .demos import limit
 from .diagnostics import Diagnostic, PipelineError
 from .fmt import format_text
 from .graph import model_specs
-from .kinds import kind_of
+from .kinds import KINDS, kind_of
 from .method import SETTINGS as METHOD
 from .metrics import JUDGE_SETTINGS, METRICS
 from .source import RouterCheck, diagnose
@@ -50,6 +50,7 @@ REFERENCES = {
     "system": ("param", "template"),
     "function": ("function",),
     "demos": ("param",),
+    "tools": ("function",),
 }
 KEYWORDS = (
     "input",
@@ -66,13 +67,15 @@ KEYWORDS = (
     "optimize",
 )
 TYPES = ("text", "number", "json", "choice()")
-SETTING_HELP = {
+SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declaration's and a block's
+    **{key: text for kind in KINDS.values() for key, text in kind.help.items()},
+    **maps.HELP,
+    "description": "a function's description as a tool: a param (trained, written back) or, by default, its docstring",
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
     "template": "a declared template, or inline Jinja2; default: the prompt, then one `Label: value` line per input",
     "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
     "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
     "system": "a param or template sent as the system message, rendered with the node's inputs",
-    "function": "a declared function: the node calls it (its predecessors as keyword arguments) instead of a model",
     "demos": "a demos param: examples of this node's inputs and output, shown where its template names it",
     "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
     "temperature": "sampling temperature, 0 to 2 (default 0)",
@@ -199,6 +202,8 @@ class Document:
         for block in p.blocks:
             if block.kind == "model":
                 yield "model", block.name or "model", self.block_name(block), True
+            elif block.kind == "mcp" and block.name:  # `mcp docs { }`: its tools are `docs.search`
+                yield "mcp", block.name, self.block_name(block), True
 
     def used_names(self, p: ir.Pipeline) -> Iterator[Named]:
         """The inputs and nodes edges and outputs name."""
@@ -218,6 +223,34 @@ class Document:
                     # `system` names a param when there is one of that name, else a template
                     namespace = "param" if "param" in spaces and p.param(setting.value) else spaces[-1]
                     yield namespace, setting.value, self.unquoted(setting.value_span, setting.value), False
+                elif spaces and isinstance(setting.value, tuple):  # `tools = [lookup, calc]`: each a name
+                    yield from self.listed(spaces[-1], setting.value, setting.value_span)
+        for block in p.blocks:  # `search.description = search_doc` in an mcp block names a param
+            for setting in block.settings if block.kind == "mcp" else ():
+                if setting.key.endswith(".description") and isinstance(setting.value, str):
+                    yield "param", setting.value, self.unquoted(setting.value_span, setting.value), False
+
+    def listed(self, namespace: str, names: tuple[str, ...], span: ir.Span) -> Iterator[Named]:
+        """The names a list setting holds, each where the text writes it (a name spelt otherwise: nowhere); of a
+        server's tool, `docs.search`, the server's name."""
+        written = self.source[span.start : span.end]
+        for match in re.finditer(r"[A-Za-z_][\w.]*", written):
+            if match.group() in names:
+                start = span.start + match.start()
+                server, dot, _ = match.group().partition(".")
+                end = start + len(server) if dot else span.start + match.end()
+                yield (
+                    ("mcp" if dot else namespace),
+                    server if dot else match.group(),
+                    self.span_of(span, start, end),
+                    False,
+                )
+
+    def span_of(self, within: ir.Span, start: int, end: int) -> ir.Span:
+        """A span of the text from `start` to `end`, on a line of `within` (lines and columns counted from it)."""
+        line = within.line + self.source.count("\n", within.start, start)
+        column = start - (self.source.rfind("\n", 0, start) + 1) + 1
+        return ir.Span(within.file, line, column, line, column + end - start, start, end)
 
     def block_name(self, block: ir.Block) -> ir.Span:
         """The role's name in `model forward {`, or the word `model` of an unnamed block."""
@@ -346,8 +379,9 @@ class Document:
     def setting_at(self, offset: int) -> str | None:
         if self.pipeline is None:
             return None
-        settings = [s for n in self.pipeline.nodes for s in n.settings]
-        settings += [s for b in self.pipeline.blocks for s in b.settings]
+        p = self.pipeline
+        holders: list[ir.Node | ir.Block | ir.Function | ir.MetricDef] = [*p.nodes, *p.blocks, *p.functions]
+        settings = [s for holder in (*holders, *p.metric_defs) for s in holder.settings]
         return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
 
     def describe(self, namespace: str, name: str) -> str | None:
@@ -358,6 +392,7 @@ class Document:
             "function": self.describe_function,
             "node": self.describe_node,
             "model": self.describe_model,
+            "mcp": self.describe_server,
         }
         describer = describers.get(namespace)
         return describer(name) if describer else None
@@ -423,6 +458,19 @@ class Document:
         return (
             f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
             f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
+        )
+
+    def describe_server(self, name: str) -> str | None:
+        p = self.pipeline
+        assert p is not None
+        block = next((b for b in p.blocks if b.kind == "mcp" and b.name == name), None)
+        if block is None:
+            return None
+        where = next((f"`{s.value}`" for s in block.settings if s.key in ("command", "url")), "nowhere yet")
+        users = [n.name for n in p.nodes if any(t.startswith(f"{name}.") for t in kind_of(n).functions(n))]
+        return (
+            f"MCP server **{name}**: {where}\n\nits tools are `{name}.TOOL`, their schemas from the lock "
+            f"(`sbpc tools sync`)\n\nused by: {', '.join(users) or 'no node'}"
         )
 
     def describe_model(self, name: str) -> str:
@@ -624,13 +672,21 @@ class Document:
 
     def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
         p = self.pipeline
-        names: dict[str, list[tuple[str, str]]] = {"node": [], "param": [], "template": [], "model": [], "function": []}
+        names: dict[str, list[tuple[str, str]]] = {
+            "node": [],
+            "param": [],
+            "template": [],
+            "model": [],
+            "function": [],
+            "mcp": [],
+        }
         if p is None:
             return names
         names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
         names["param"] = [(x.name, "param") for x in p.params]
         names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
         names["function"] = [(f.name, "function") for f in p.functions]
+        names["mcp"] = [(b.name, "MCP server") for b in p.blocks if b.kind == "mcp" and b.name]
         named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
         names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
         return names

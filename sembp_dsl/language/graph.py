@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from types import MappingProxyType
+from typing import Any
 
 from . import ir
 from .branches import gates_of
@@ -20,10 +21,10 @@ from .demos import as_text, examples, limit
 from .diagnostics import Diagnostic, PipelineError
 from .kinds import kind_of
 from .maps import each_of
-from .method import Method
+from .method import SIZES, Method
 from .metrics import parse_scale
 from .node import NO_RECORDS, GraphNode, model_param
-from .shapes import SENTENCE, Shape, prompt_shape
+from .shapes import SENTENCE, Field, Shape, prompt_shape
 from .templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
@@ -137,6 +138,13 @@ class Graph:
         return node.type.field(self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
 
     @property
+    def sizes_given(self) -> frozenset[str]:
+        """The split sizes the file asks for (its optimize block's and data block's), which a run never scales to fit
+        a small file as it does sbpc's defaults."""
+        named = {s.key for b in self.pipeline.blocks if b.kind == "optimize" for s in b.settings}
+        return frozenset((named | set(self.data.method if self.data else ())) & set(SIZES))
+
+    @property
     def trainable_demos(self) -> tuple[str, ...]:
         """The demos params the optimizer fills (not frozen), in declaration order."""
         return tuple(name for name, d in self.demos.items() if not d.frozen)
@@ -170,8 +178,17 @@ class Graph:
     def render_builtin(self, name: str, **values) -> str:
         return compile_template(self.builtins[name]).render(task=self.task, **values).strip()
 
-    def optimizer_prompt(self, param: str, node: str, examples: Sequence[Mapping[str, str]]) -> str:
-        """What the optimizer model is asked for a new `param`, from what its node `node` did on `examples`."""
+    def optimizer_prompt(
+        self,
+        param: str,
+        node: str,
+        examples: Sequence[Mapping[str, str]],
+        tool: Mapping[str, Any] | None = None,
+        tools: Sequence[Mapping[str, Any]] = (),
+    ) -> str:
+        """What the optimizer model is asked for a new `param`, from what its node `node` did on `examples`.
+        `tool`: the tool `param` describes, when it describes one; `tools`: the tools whose descriptions the same
+        call proposes (learning/descent.py `tool_shown` says what each holds)."""
         old = self.prompts[param]
         return self.render_builtin(
             "optimizer",
@@ -181,17 +198,30 @@ class Graph:
             examples=examples,
             max_chars=max_chars(old),
             max_sentences=max_sentences(old),
+            tool=tool,
+            tools=list(tools),
         )
 
-    def candidate_shape(self, param: str) -> Shape:
-        """The shape of the optimizer's reply for `param`, held to the limits its prompt states, and no other:
-        an overriding prompt (the paper's wording) that never names `max_chars` or `max_sentences` is not
-        held to a rule it never stated."""
-        stated, old = variables(self.builtins["optimizer"]), self.prompts[param]
-        return prompt_shape(
+    def stated(self, name: str) -> frozenset[str]:
+        """The variables a built-in template (or the file's override of it) uses."""
+        return variables(self.builtins[name])
+
+    def candidate_shape(self, param: str, tools: Sequence[Mapping[str, Any]] = ()) -> Shape:
+        """The shape of the optimizer's reply for `param` (and the descriptions of `tools` after it), held to the
+        limits its prompt states, and no other: an overriding prompt (the paper's wording) that never names
+        `max_chars` or `max_sentences` is not held to a rule it never stated."""
+        stated, old = self.stated("optimizer"), self.prompts[param]
+        shape = prompt_shape(
             max_chars(old) if "max_chars" in stated else None,
             max_sentences(old) if "max_sentences" in stated else None,
         )
+        if not tools:
+            return shape
+        parts = list(shape.parts)
+        for tool in tools:
+            cap = tool["max_chars"] if "max_chars" in stated else None
+            parts += [f'\n<tool name="{tool["name"]}">', Field(f"tool_{tool['name']}", "text", cap=cap), "</tool>"]
+        return Shape("<prompt> block and tool descriptions", tuple(parts))
 
     @property
     def limits_length(self) -> bool:

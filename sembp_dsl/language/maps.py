@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from . import ir
-from .diagnostics import Note
+from .diagnostics import Note, suggestion
 
 SETTINGS: Mapping[str, tuple] = {"max_items": (int,)}  # what a mapped node takes beyond its kind's settings
+HELP = {"max_items": "the most items of the list one sample runs (required: the plan counts them); past it, not run"}
 MAX_ITEMS = 100_000
 
 
@@ -80,8 +81,14 @@ def check_map(cx: Checking, node: ir.Node, received: tuple[str, ...]) -> None:
             help="add `max_items = 8` (the most items one sample runs; the plan counts them)",
         )
     over = cx.nodes.get(each.over.name)
-    if over is None:
-        return  # the edge from it reports the undefined name
+    if over is None:  # an edge from it would not be checked either: a run met a KeyError
+        cx.report(
+            "E024",
+            each.over.span,
+            f"node '{node.name}' maps over '{each.over.name}', which is no input and no node",
+            help=suggestion(each.over.name, cx.nodes),
+        )
+        return
     if each.over.name not in received:
         cx.report(
             "E127",

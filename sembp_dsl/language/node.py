@@ -65,9 +65,8 @@ class GraphNode:
         """What its template and system message read: each input's value (a record output as a record), each
         param it uses, rendered (a param may read the node's inputs: "Judge {{ party }}'s claim"), and `prompt`."""
         variables: dict = {name: values[name] for name in self.inputs}
-        if self.each is not None:  # a mapped node's run: the item it runs on (asked backward: all of them)
-            item, over = self.each.item, self.each.over
-            variables[item] = values[item] if item in values else values[over]
+        if self.each is not None:
+            variables[self.each.item] = self.item(values)
         for name, type_ in self.records.items():
             value = values[name]
             variables[name] = value if isinstance(value, Record) else as_record(type_, value)
@@ -87,10 +86,17 @@ class GraphNode:
         variables["inputs"] = [self.shown_input(name, values) for name in self.inputs]
         return compile_template(self.template).render(variables).strip()
 
+    def item(self, values: Mapping[str, str]) -> str:
+        """A mapped node's item: the one its run is on, or, where it is seen whole (asked backward, planned,
+        a candidate validated), the list, since the node's output is the list's."""
+        assert self.each is not None
+        return values.get(self.each.item, values[self.each.over])
+
     def shown_input(self, name: str, values: Mapping[str, str]) -> tuple[str, str]:
-        """An input as the default template lists it: a mapped node's run shows its item in place of the list."""
+        """An input as the default template lists it: a mapped node's run shows its item in place of the list (the
+        whole list when no item is given, as `variables` reads it: a plan's bound)."""
         if self.each is not None and name == self.each.over:
-            return label(self.each.item), values[self.each.item]
+            return label(self.each.item if self.each.item in values else name), self.item(values)
         return label(name), values[name]
 
     def system_message(self, values: Mapping[str, str], prompts: Mapping[str, str]) -> str | None:

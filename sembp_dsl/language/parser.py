@@ -127,7 +127,8 @@ class Builder(Transformer):
         return ir.OutputType("record", (), tuple(fields), span=span)
 
     def setting(self, children):
-        key, value = children
+        key, *part, value = children  # `search.description = doc`: a server's tool's setting
+        key = key.update(value=f"{key}.{part[0]}") if part else key
         if isinstance(value, ir.Setting):  # a list of names, spanned from `[` to `]`
             return ir.Setting(str(key), value.value, span=self.span(key), value_span=value.value_span)
         return ir.Setting(str(key), self.value(value), span=self.span(key), value_span=self.span(value))
@@ -137,7 +138,10 @@ class Builder(Transformer):
         opened, *names, closed = children
         start, end = self.span(opened), self.span(closed)
         span = ir.Span(self.file, start.line, start.column, end.end_line, end.end_column, start.start, end.end)
-        return ir.Setting("", tuple(str(name) for name in names), span=span, value_span=span)
+        return ir.Setting("", tuple(names), span=span, value_span=span)
+
+    def listed(self, children):
+        return ".".join(str(c) for c in children)
 
     @staticmethod
     def value(tok: Token) -> ir.Value:

@@ -6,6 +6,13 @@ a second of startup); tests/test_providers.py keeps this list equal to `litellm.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import json
+from pathlib import Path
+
+from .diagnostics import suggestion
+
 OWN = frozenset({"embedded"})  # served in-process (models/embedded.py), registered with litellm on use
 
 LITELLM = frozenset(
@@ -209,3 +216,36 @@ PROVIDERS = OWN | LITELLM
 def provider_of(name: str) -> str | None:
     """The provider a model name starts with (None: a bare name, which litellm looks up in its model table)."""
     return name.split("/", 1)[0] if "/" in name else None
+
+
+# The model table litellm ships in its package (prices and context windows, by model name), which it reads to
+# tell a bare name's provider: read here as the file it is, since importing litellm takes about a second.
+MODEL_TABLE = "model_prices_and_context_window_backup.json"
+
+
+@functools.cache
+def litellm_models() -> frozenset[str] | None:
+    """The model names litellm's table knows; None when litellm is not installed or its table cannot be read."""
+    found = importlib.util.find_spec("litellm")  # a top-level package's spec: found without importing it
+    for folder in (found and found.submodule_search_locations) or ():
+        try:
+            table = json.loads((Path(folder) / MODEL_TABLE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(table, dict):
+            return frozenset(str(name) for name in table if name != "sample_spec")
+    return None
+
+
+def no_provider(name: str) -> tuple[str, str] | None:
+    """Why no call to a model name could be sent, and what to write instead: a bare name (no `provider/`) litellm's
+    table does not know, which litellm refuses before any request ("LLM Provider NOT provided"). None when the
+    name has a provider, is known, or litellm's table cannot be read."""
+    known = litellm_models()
+    if provider_of(name) is not None or known is None or name in known:
+        return None
+    return (
+        f"model name '{name}' names no provider, and litellm knows no model of that name",
+        suggestion(name, sorted(n for n in known if "/" not in n))
+        or f"name its provider: openai/{name} for an OpenAI-compatible server (with api_base), anthropic/..., ...",
+    )

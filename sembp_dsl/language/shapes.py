@@ -197,28 +197,73 @@ def number_text(value: int | float) -> str:
     return str(value) if isinstance(value, int) else format(Decimal(repr(value)), "f")
 
 
+#: The deepest JSON value read out of a reply: deeper ones are never a pipeline's values, and each attempt at one
+#: would cost its whole span again for every level.
+MAX_JSON_DEPTH = 100
+_JSON_MARKS = re.compile(r'[\[\]{}"\\]')
+_OPENER = {"}": "{", "]": "["}
+
+
+def bracketed(text: str) -> list[tuple[int, int, int]]:
+    """(start, end, depth) of each `{...}` and `[...]` span of a text whose brackets match, in the order they
+    start, found in one pass: inside brackets a string is read as JSON's (a bracket in quotes is text, `\\"` is
+    a quote in it); outside any, a quote is prose's. A closer that matches no open bracket is prose's too."""
+    spans: list[tuple[int, int, int]] = []
+    stack: list[list] = []  # [opener, start, depth] of each bracket open here, outermost first
+    open_count = {"{": 0, "[": 0}
+    in_string, escaped = False, -1
+    for match in _JSON_MARKS.finditer(text):
+        mark, at = match.group(), match.start()
+        if in_string:
+            if at != escaped:
+                escaped, in_string = (at + 1, True) if mark == "\\" else (escaped, mark != '"')
+        elif mark == '"':
+            in_string = bool(stack)
+        elif mark in open_count:
+            stack.append([mark, at, 1])
+            open_count[mark] += 1
+        elif mark in _OPENER and open_count[_OPENER[mark]]:
+            while stack[-1][0] != _OPENER[mark]:  # brackets left open inside this one: none of them is JSON
+                open_count[stack.pop()[0]] -= 1
+            opener, begun, depth = stack.pop()
+            open_count[opener] -= 1
+            spans.append((begun, at + 1, depth))
+            if stack:
+                stack[-1][2] = max(stack[-1][2], depth + 1)
+    return sorted(spans)
+
+
+def json_values(text: str, openers: str = "{["):
+    """Each JSON object or array in a text (models wrap JSON in prose and code fences), in the order they start:
+    a parse of each balanced span up to MAX_JSON_DEPTH deep, so a reply of a million braces costs a pass, not a
+    parse (and an error message counting lines up to it) at every brace."""
+    for start, end, depth in bracketed(text):
+        if text[start] in openers and depth <= MAX_JSON_DEPTH:
+            try:
+                yield json.loads(text[start:end])
+            except (ValueError, RecursionError):
+                continue
+
+
+def nesting(value: object) -> int:
+    """How deep a JSON value nests (a scalar 0, `[]` 1), counted without recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            deepest = max(deepest, depth + 1)
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
+
+
 def first_json(text: str):
-    """The first JSON object or array in a text (models wrap JSON in prose and code fences)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"[{\[]", text):
-        try:
-            return decoder.raw_decode(text, match.start())[0]
-        except (ValueError, RecursionError):  # nested past Python's stack: no value a pipeline can use
-            continue
-    return None
+    """The first JSON object or array in a text."""
+    return next(json_values(text), None)
 
 
 def first_object(text: str) -> dict | None:
     """The first JSON object in a text (a provider may wrap it in a code fence)."""
-    decoder = json.JSONDecoder()
-    for match in re.finditer(r"\{", text):
-        try:
-            value = decoder.raw_decode(text, match.start())[0]
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(value, dict):
-            return value
-    return None
+    return next(json_values(text, "{"), None)
 
 
 def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
@@ -391,6 +436,19 @@ def describe(type_: ir.OutputType) -> str:
             what = {"text": "text", "number": "a number", "json": "any JSON value"}[f.type.kind]
         lines.append(f'- "{f.name}": {what}')
     return "\n".join(lines)
+
+
+def answer_format(type_: ir.OutputType) -> str | None:
+    """How a reply that no JSON Schema holds (a tool loop's answer) must answer, in words that the parsers read: a
+    record's fields, a choice's options first, a number last, a JSON array or value. None for text: any reply is."""
+    if type_.kind == "record":
+        return describe(type_)
+    return {
+        "choice": f"Begin the answer with one of: {', '.join(type_.choices)}.",
+        "number": "End the answer with the number.",
+        "list": "Answer with a JSON array.",
+        "json": "Answer with a JSON value.",
+    }.get(type_.kind)
 
 
 def read_record(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from ..files import interrupted_write
 from . import ir
-from .callables import allowed_by, beside, parse_target
+from .callables import allowed_by, beside, compiled, parse_target
 from .checker import check
 from .data import FieldsOf, check_data_fields
 from .diagnostics import Diagnostic, PipelineError, diagnostic, point
@@ -172,7 +172,10 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
     found = []
     for function in pipeline.functions:
         target = parse_target(function.target)
-        if function.name not in called or isinstance(target, str) or allowed_by(target.module, allowed):
+        if function.name not in called or isinstance(target, str):
+            continue
+        if allowed_by(target.module, allowed):
+            found.extend(unreadable_tool(pipeline, function, target.module, path))
             continue
         place = beside(folder, target.module)
         if place.problem:
@@ -184,6 +187,19 @@ def module_places(pipeline: ir.Pipeline, path: str, allowed: tuple[str, ...]) ->
             )
             found.append(diagnostic("W009", function.literal, message, file=path))
     return found
+
+
+def unreadable_tool(pipeline: ir.Pipeline, function: ir.Function, module: str, path: str) -> list[Diagnostic]:
+    """A tool in an allowed module that has no Python source (`"math:sqrt"`): a tool's schema is read from its
+    signature, so a run could offer it to no model."""
+    tools = {name for node in pipeline.nodes if kind_of(node).name == "tools" for name in kind_of(node).functions(node)}
+    problem = compiled(module) if function.name in tools else None
+    if problem is None:
+        return []
+    message = (
+        f"function '{function.name}' cannot be a tool: {problem}, with no Python source to read its signature from"
+    )
+    return [diagnostic("E112", function.literal, message, file=path)]
 
 
 def diagnose_file(

@@ -2,8 +2,9 @@
 Python, no file access, and a budget of work and output per render.
 
 Every way a template can make work grows a `Budget`: loop iterations, calls (macros and methods),
-filter results, operators that build big values (`'x' * 10**9`, `2 ** 10**9`), and the text each
-block or macro outputs. Spending past the budget, or any Python error while rendering (`{{ 1/0 }}`,
+filter results, operators that build big values (`'x' * 10**9`, `2 ** 10**9`) or divide big numbers, and
+the text each block or macro outputs. Filters are never run while compiling (Jinja folds a filter of
+constants at compile time, outside any budget), so all of a template's work happens in a render. Spending past the budget, or any Python error while rendering (`{{ 1/0 }}`,
 a recursive macro), raises `RenderError`, a `TemplateError` carrying the template line, so a render
 failure is a located error in `check` and a per-sample error at run time, never a traceback or a hang.
 """
@@ -20,7 +21,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import NamedTuple
 
-from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes
+from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError, meta, nodes, pass_context
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import generate_lorem_ipsum
 
@@ -33,6 +34,9 @@ CALL_STEPS = 20  # a call (a macro, a method) costs about twenty loop iterations
 MAX_SECONDS = 3.0  # a backstop for work the step count cannot see
 MAX_ARGUMENT = 1_000_000  # an integer passed to a call or filter (widths, counts, repeats)
 MAX_LIPSUM = 100  # paragraphs or words asked of `lipsum`
+# Long division (`//`, `%`) costs the product of its two numbers' sizes: past about 10**11 bits squared, a
+# tenth of a second, one operation could run for a minute between two checks of the clock.
+MAX_DIVISION_WORK = 10**11
 # A printf (`%9999999d`) or format() (`{:>9999999}`) width or precision of a million or more.
 WIDE_FORMAT = re.compile(r"%[-+ #0]*\d{7,}|%[-+ #0]*\d*\.\d{7,}|\{[^{}]*:[^{}]*?\d{7,}[^{}]*\}")
 FORBIDDEN = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "import", nodes.Extends: "extends"}
@@ -129,6 +133,13 @@ def _estimated_size(op: str, left, right) -> int:
     if op == "%" and isinstance(left, str):
         _check_format(left)
         _check_arguments(right if isinstance(right, tuple) else (right,), {})
+    if op in ("//", "%") and isinstance(left, int) and isinstance(right, int):
+        quotient_bits = max(left.bit_length() - right.bit_length(), 0)
+        if quotient_bits * right.bit_length() > MAX_DIVISION_WORK:
+            raise RenderError(
+                f"'{op}' would take too long: long division of two numbers of {_size(left):,} and "
+                f"{_size(right):,} digits"
+            )
     return 0
 
 
@@ -186,13 +197,16 @@ class BoundedEnvironment(SandboxedEnvironment):
     template_class = BoundedTemplate
 
     def call_binop(self, context, op, left, right):
-        _budget().step()
+        budget = _budget()
+        budget.step()
         size = _estimated_size(op, left, right)
         if size > MAX_VALUE_CHARS:
             raise RenderError(
                 f"'{op}' would build a value of {size:,} items or characters (the limit is {MAX_VALUE_CHARS:,})"
             )
-        return _check_value(super().call_binop(context, op, left, right))
+        result = _check_value(super().call_binop(context, op, left, right))
+        budget.check_time()  # a big power takes a quarter second: a loop of them between two step checks took minutes
+        return result
 
     def call(__self, __context, __obj, *args, **kwargs):  # noqa: N805 (Jinja's signature)
         budget = _budget()
@@ -217,17 +231,30 @@ class BoundedEnvironment(SandboxedEnvironment):
         return super()._generate(source, name, filename, defer_init)
 
 
+#: What a filter that asks for it is passed first, from the render's context.
+_PASSED = {
+    "context": lambda context: context,
+    "eval_context": lambda context: context.eval_ctx,
+    "environment": lambda context: context.environment,
+}
+
+
 def _bounded_filter(function):
+    """`function` within the budget. It asks for the render's context (and passes on what `function` asked
+    for): Jinja folds no such filter while compiling, so its work is always a render's."""
+    passed = getattr(getattr(function, "jinja_pass_arg", None), "name", None)
+
     @functools.wraps(function)
-    def bounded(*args, **kwargs):
-        _check_arguments(args[1:], kwargs)  # args[0] is the value filtered (or the context/environment)
-        result = _check_value(function(*args, **kwargs))
+    def bounded(context, *args, **kwargs):
+        _check_arguments(args[1:], kwargs)  # args[0] is the value filtered
+        first = (_PASSED[passed](context),) if passed in _PASSED else ()
+        result = _check_value(function(*first, *args, **kwargs))
         budget = _budget()
         budget.step(1 + _size(result) // 8)
         budget.check_time()
         return result
 
-    return bounded
+    return pass_context(bounded)
 
 
 def _counted(iterable):
@@ -280,7 +307,7 @@ BUILTIN = {
     "loss": {"task", "node", "output", "expected", "parse_error", "reason", "grade"},
     "backward": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
     "backward_no_sibling": {"task", "node", "prompt", "system", "context", "hints", "output", "feedback"},
-    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences"},
+    "optimizer": {"task", "node", "param", "prompt", "examples", "max_chars", "max_sentences", "tool", "tools"},
 }
 
 
@@ -400,12 +427,25 @@ class Demos(tuple):
         return "\n\n".join(f"Example {n}:\n{example}" for n, example in enumerate(self, start=1))
 
 
+# A tool whose description the optimizer rewrites, as it is shown it (learning/descent.py `tool_shown`).
+TOOL_SHAPE = {
+    "name": "<tool>",
+    "param": "<param>",
+    "text": "<text>",
+    "arguments": "<schema>",
+    "right": ["<call>"],
+    "wrong": ["<call>"],
+    "max_chars": 400,
+}
+
 # What the built-in templates are given, in shape: lists of records, not text.
 BUILTIN_SHAPES = {
     "hints": [{"name": "<hint>", "value": "<value>"}],
     "examples": [{"input": "<input>", "output": "<output>", "gradient": "<gradient>"}],
     "max_chars": 400,
     "max_sentences": 3,
+    "tool": TOOL_SHAPE,
+    "tools": [TOOL_SHAPE],
 }
 
 

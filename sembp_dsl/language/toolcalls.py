@@ -35,11 +35,18 @@ class ToolCall:
     arguments: Mapping = field(hash=False)
 
     def to_json(self) -> dict:
-        return {"id": self.id, "name": self.name, "arguments": dict(self.arguments)}
+        return {"id": self.id, "name": self.name, "arguments": kept_arguments(self.arguments)}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ToolCall:
         return cls(str(data.get("id", "")), str(data.get("name", "")), dict(data.get("arguments") or {}))
+
+
+def kept_arguments(arguments: Mapping) -> dict:
+    """A call's arguments as the record and the conversation keep them: whole, or past RESULT_CHARS of JSON cut
+    as a result is (a model's 5 MB argument was echoed back and recorded whole)."""
+    text = json.dumps(dict(arguments), ensure_ascii=False, default=str)
+    return dict(arguments) if len(text) <= RESULT_CHARS else {"(cut)": bounded(text)}
 
 
 @dataclass(frozen=True)
@@ -118,19 +125,21 @@ def compact(steps: Sequence[Step], limit: int = 12) -> str:
                 f"{len(lines) + 1}. (a reply that neither calls a tool nor answers: {clip(step.reply, SHOWN_ARGUMENT)})"
             )
         for call, result in zip(step.calls, (*step.results, *([None] * len(step.calls)))):
-            shown = ", ".join(
-                f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}"
-                for key, value in call.arguments.items()
-            )
-            outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
-            lines.append(
-                f"{len(lines) + 1}. {call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}"
-            )
+            lines.append(f"{len(lines) + 1}. {call_line(call, result)}")
     left = len(lines) - limit
     lines = lines[:limit] + ([f"... {left} more calls"] if left > 0 else [])
     if steps and not steps[-1].calls:
         lines.append(f"then answered: {clip(' '.join(steps[-1].reply.split()), SHOWN_RESULT)}")
     return "\n".join(lines)
+
+
+def call_line(call: ToolCall, result: ToolResult | None) -> str:
+    """One call and what it returned, each value cut short: `lookup(place="Kesh") -> population of Kesh: 18400`."""
+    shown = ", ".join(
+        f"{key}={clip(json.dumps(value, ensure_ascii=False), SHOWN_ARGUMENT)}" for key, value in call.arguments.items()
+    )
+    outcome = "(not run)" if result is None else clip(" ".join(result.content.split()), SHOWN_RESULT)
+    return f"{call.name}({shown}) -> {'error: ' if result and result.error else ''}{outcome}"
 
 
 def clip(text: str, limit: int) -> str:
@@ -225,7 +234,7 @@ def read_reply(text: str, tools: Mapping[str, ToolSpec], step: int) -> ToolCall 
     if not isinstance(name, str):
         return Unreadable('the JSON object has neither "tool" nor "answer"')
     arguments = value.get("arguments", {})
-    return ToolCall(f"call_{step}", name, arguments if isinstance(arguments, dict) else {"": arguments})
+    return ToolCall(f"call_{step}", bounded(name), arguments if isinstance(arguments, dict) else {"": arguments})
 
 
 def argument_problem(call: ToolCall, tools: Mapping[str, ToolSpec]) -> str | None:

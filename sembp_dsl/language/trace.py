@@ -22,6 +22,12 @@ FUNCTION_FAILED, NOT_REACHED = "function failed", "not reached"  # a sample's fa
 PARSE_ERROR = "parse error"  # any other error: a reply that could not be read as the node's type
 
 
+def answer_words(output: object) -> str:
+    """An answer as a listing says it beside the expected one: quoted, or `no answer` when there was none (a
+    Python None is no word of the user's)."""
+    return "no answer" if output is None else repr(output)
+
+
 @dataclass(frozen=True)
 class NodeTrace:
     node: str

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from functools import cache
 from importlib import resources
 
@@ -463,7 +464,17 @@ class Lowering:
             if kind in section:
                 key = next(k for k, _ in root.value if k.value == kind)
                 blocks.append(ir.Block(kind, None, self.settings(section[kind]), span=self.span(key)))
+        blocks += [self.server(k, v) for k, v in _entries(section, "mcp")]
         return tuple(blocks)
+
+    def server(self, key: yaml.Node, value: yaml.MappingNode) -> ir.Block:
+        """`docs: {command: ..., tools: {search: {description: search_doc}}}`: the .sbp's `mcp docs { ... }`, each
+        tool's settings as `search.description`."""
+        settings = list(self.settings(value, skip=("tools",)))
+        tools = next((v for k, v in value.value if k.value == "tools"), None)
+        for tool, own in tools.value if isinstance(tools, yaml.MappingNode) else ():
+            settings += [replace(s, key=f"{tool.value}.{s.key}") for s in self.settings(own)]
+        return ir.Block("mcp", key.value, tuple(settings), span=self.span(key))
 
 
 def _entries(section: dict[str, yaml.Node], key: str) -> list[tuple[yaml.Node, yaml.Node]]:

@@ -68,13 +68,22 @@ def pool(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     return Pool(out, tuple(left_out))
 
 
+def ran(result: Result, node: str) -> bool:
+    trace = result.trace.nodes.get(node)
+    return trace is not None and trace.taken
+
+
 def propose_demos(graph: Graph, param: str, results: Sequence[Result], rng: random.Random) -> DemosCandidate:
     """A new set for a demos param: up to its max examples from the training samples answered right."""
     found = pool(graph, param, results)
     if not found.examples and found.left_out:
         why = "every example answered right holds what the pipeline file cannot hold"
         return DemosCandidate(param, None, why, left_out=found.left_out)
-    if not found.examples and any(result.correct for result in results):
+    right = [result for result in results if result.correct]
+    node = graph.demos[param].node
+    if not found.examples and right and not any(ran(result, node) for result in right):
+        return DemosCandidate(param, None, f"'{node}' ran on no training sample answered right (a branch passed it by)")
+    if not found.examples and right:
         return DemosCandidate(param, None, "no sample answered right gave a whole example (unreadable, or cut off)")
     if not found.examples:
         return DemosCandidate(param, None, "no training sample was answered right, so no example to take")

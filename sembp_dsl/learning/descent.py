@@ -6,10 +6,17 @@ feedback it got; it answers with a new prompt in <prompt>...</prompt>. Candidate
 that cannot be right are rejected here, before any of them is tried: a reply cut
 off by the token limit, a prompt that is template code rather than text (a reply
 is data from a stranger), or one that does not render on the samples it came from.
+
+A param that describes a tool to a model (`function lookup = ... { description = lookup_doc }`) is shown as
+what it is: the tool's name, its arguments' schema, and how the node called it, in samples it answered right and
+in those it got wrong. Where the node's own instruction is trained too, one call proposes both (GEPA's way: the
+description is written with the instruction that tells the model when to call it), the description in
+<tool name="...">...</tool> after the <prompt> block.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,7 +26,10 @@ from jinja2 import nodes
 from .. import telemetry
 from ..language.diagnostics import bad_characters
 from ..language.graph import Graph, describe, max_chars
+from ..language.kinds import kind_of
+from ..language.kinds.agent import DescribedTool, calls_of, described_tools
 from ..language.templates import ENV, TemplateError, TemplateSyntaxError
+from ..language.toolcalls import SHOWN_ARGUMENT, SHOWN_RESULT, call_line
 from ..language.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..records.record import Proposal
@@ -47,19 +57,99 @@ Samples = Sequence[tuple[Trace, Mapping[str, str]]]  # a trace and the gradient 
 
 
 def examples_for(graph: Graph, param: str, samples: Samples) -> list[dict]:
-    """What the optimizer sees of each sample, for every node that uses this prompt."""
+    """What the optimizer sees of each sample, for every node that uses this prompt and ran on it (a node behind
+    a branch the sample did not take did no work to learn from). A tool loop's calls are in its output; the loss
+    repeats them for the backward model (backward.loss_feedback), so the gradient is shown without."""
     out = []
     for trace, gradients in samples:
         values = trace.values
         for node in graph.users(param):
+            if not trace.nodes[node.name].taken:
+                continue
+            gradient = gradients.get(node.name, "")
+            calls = kind_of(node).trajectory(trace.nodes[node.name])
             out.append(
                 {
                     "input": describe(node.inputs, values),
                     "output": shown(node, trace.nodes[node.name]),
-                    "gradient": gradients.get(node.name, ""),
+                    "gradient": gradient.replace(calls, "").strip() if calls else gradient,
                 }
             )
     return out
+
+
+CALLS_SHOWN = 4  # right calls and wrong calls of a tool the optimizer is shown, each
+
+
+def tool_shown(graph: Graph, tool: DescribedTool, samples: Samples, right: Sequence[Trace]) -> dict:
+    """What the optimizer is shown of a tool whose description it rewrites: its name, its param and text, its
+    arguments' JSON Schema, and its calls in samples the pipeline answered right and in those it got wrong (each
+    call with its result, once)."""
+
+    def calls(traces: Sequence[Trace]) -> list[str]:
+        lines = [
+            call_line(call, result)
+            for trace in traces
+            for node in graph.users(tool.param)
+            if node.name in trace.nodes
+            for call, result in calls_of(trace.nodes[node.name], tool.name)
+        ]
+        return list(dict.fromkeys(lines))[:CALLS_SHOWN]
+
+    return {
+        "name": tool.name,
+        "param": tool.param,
+        "text": graph.prompts[tool.param],
+        "arguments": json.dumps(tool.arguments, ensure_ascii=False),
+        "right": calls(right),
+        "wrong": calls([trace for trace, _ in samples]),
+        "max_chars": max_chars(graph.prompts[tool.param]),
+    }
+
+
+def tools_chars(graph: Graph, group: Sequence[str]) -> int:
+    """The most characters the tools a group's optimizer call shows add to its prompt (`tool_shown`): each one's
+    description and schema, its calls at their longest, and the words around them."""
+    total = 0
+    for tool in filter(None, (described(graph, param) for param in group)):
+        call = len(tool.name) + sum(len(key) + SHOWN_ARGUMENT + 4 for key in tool.arguments.get("properties", {}))
+        schema = len(json.dumps(tool.arguments, ensure_ascii=False))
+        total += 400 + max_chars(graph.prompts[tool.param]) + schema + CALLS_SHOWN * (call + SHOWN_RESULT + 16)
+    return total
+
+
+def described(graph: Graph, param: str) -> DescribedTool | None:
+    """The tool a param describes, if it describes one."""
+    for node in graph.users(param):
+        for tool in described_tools(node, graph):
+            if tool.param == param:
+                return tool
+    return None
+
+
+def groups(graph: Graph, params: Sequence[str]) -> list[tuple[str, ...]]:
+    """The params each optimizer call proposes, in the order given: a node's instruction with the descriptions of
+    its tools that are proposed too (when the optimizer prompt shows tools: the built-in one does), else each
+    alone."""
+    if "tools" not in graph.stated("optimizer"):
+        return [(param,) for param in params]
+    joined: dict[str, list[str]] = {}
+    for param in params:
+        if described(graph, param) is not None:
+            continue
+        for node in graph.users(param):
+            for tool in described_tools(node, graph):
+                taken = {p for ps in joined.values() for p in ps}
+                if tool.param in params and tool.param not in taken:
+                    joined.setdefault(param, []).append(tool.param)
+    taken = {p for ps in joined.values() for p in ps}
+    return [(param, *joined.get(param, ())) for param in params if param not in taken]
+
+
+def tool_block(reply: str, name: str) -> str | None:
+    """The last closed <tool name="NAME">...</tool> block of a reply, or None."""
+    blocks = re.findall(rf'<tool name="{re.escape(name)}">(.*?)</tool>', reply, re.S | re.I)
+    return blocks[-1].strip() if blocks else None
 
 
 def extract(reply: str, finish_reason: str | None = None) -> tuple[str | None, str | None]:
@@ -135,30 +225,62 @@ def validate(
     return None
 
 
-async def propose(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candidate:
-    """A candidate for one prompt, in its span: the optimizer's call under it, the candidate's fate on it."""
-    with telemetry.span("optimizer", {"sbpc.param": param, "sbpc.samples": len(samples)}) as span:
-        candidate = await proposed(graph, llm, param, samples)
-        span.set({"sbpc.candidate.valid": candidate.new is not None, "sbpc.candidate.rejected": candidate.reason})
-        return candidate
+async def propose(
+    graph: Graph, llm: LLM, group: Sequence[str], samples: Samples, right: Sequence[Trace] = ()
+) -> list[Candidate]:
+    """A candidate for each param of a group (`groups`), from one optimizer call, in its span: the call under it,
+    the candidates' fates on it. `right`: traces of samples the pipeline answered right (a tool's good calls)."""
+    with telemetry.span("optimizer", {"sbpc.param": group[0], "sbpc.samples": len(samples)}) as span:
+        candidates = await proposed(graph, llm, group, samples, right)
+        span.set(
+            {
+                "sbpc.candidate.valid": all(c.new is not None for c in candidates),
+                "sbpc.candidate.rejected": "; ".join(f"{c.param}: {c.reason}" for c in candidates if c.reason) or None,
+            }
+        )
+        return candidates
 
 
-async def proposed(graph: Graph, llm: LLM, param: str, samples: Samples) -> Candidate:
-    old = graph.prompts[param]
+async def proposed(
+    graph: Graph, llm: LLM, group: Sequence[str], samples: Samples, right: Sequence[Trace]
+) -> list[Candidate]:
+    param, *along = group
     examples = examples_for(graph, param, samples)
     node = graph.users(param)[0].name
-    prompt = graph.optimizer_prompt(param, node, examples)
-    shape = graph.candidate_shape(param)
+    tool = described(graph, param)
+    tools = [tool_shown(graph, t, samples, right) for t in map(lambda p: described(graph, p), along) if t]
+    shown_tool = tool_shown(graph, tool, samples, right) if tool is not None else None
+    prompt = graph.optimizer_prompt(param, node, examples, tool=shown_tool, tools=tools)
     try:
-        completion = await llm.complete("optimizer", prompt, shape)
+        completion = await llm.complete("optimizer", prompt, graph.candidate_shape(param, tools))
     except CallFailed as exc:
-        llm.ledger.count("candidates rejected")
-        return Candidate(param, None, f"the optimizer call failed: {exc}", "")
+        llm.ledger.count("candidates rejected", len(group))
+        return [Candidate(p, None, f"the optimizer call failed: {exc}", "") for p in group]
+    values = [trace.values for trace, _ in samples]
     new, reason = extract(completion.text, completion.finish_reason)
+    out = [checked(graph, llm, param, new, reason, examples, values, completion.text)]
+    for shown_along in tools:
+        text = tool_block(completion.text, shown_along["name"]) if new is not None else None
+        why = reason or (None if text else f'no closed <tool name="{shown_along["name"]}">...</tool> in the reply')
+        out.append(checked(graph, llm, shown_along["param"], text, why, examples, values, completion.text))
+    return out
+
+
+def checked(
+    graph: Graph,
+    llm: LLM,
+    param: str,
+    new: str | None,
+    reason: str | None,
+    examples: list[dict],
+    values: Sequence[Mapping[str, str]],
+    reply: str,
+) -> Candidate:
+    """A param's candidate from an optimizer reply, or why there is none (counted in the ledger)."""
     if new is None:
         llm.ledger.count("candidates rejected (format)")
     else:
-        reason = validate(graph, param, old, new, examples, [trace.values for trace, _ in samples])
+        reason = validate(graph, param, graph.prompts[param], new, examples, values)
     if reason is not None:
         llm.ledger.count("candidates rejected")
-    return Candidate(param, None if reason else new, reason, completion.text)
+    return Candidate(param, None if reason else new, reason, reply)

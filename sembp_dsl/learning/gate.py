@@ -30,9 +30,11 @@ Outcomes are added as they arrive, so a round can be settled before its end: the
 cancelled (`cancel`). Such a sample is unknown, neither a loss nor a tie; an outcome added once the decision is
 settled is not counted (it could not change it), and is kept with the cancelled ones.
 
-A step that makes the pipeline cheaper is held to non-inferiority instead (`margin`, stats.NonInferiority): it
-passes when its losses are few enough, wins aside; that rule too passes more with every win and fewer with every
-loss, so the same rounds settle it.
+A step that makes the pipeline cheaper is held to non-inferiority instead (`margin`, stats.NonInferiority): wins
+and losses both count, a sample lost on either side is no evidence (left out of the samples the test counts; one
+the step's own model lost is charged to the margin), and ties count for it. The number of samples the test counts
+is then known only at the end, and its exact critical value changes with it, so that gate takes the whole split
+in one round: it has no early look to account for.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ def settled(
     losses: int,
     possible_wins: int,
     possible_losses: int,
-    rule: Rule,
+    rule: Superiority,
     gains: tuple[float, float] | None = None,
 ) -> bool | None:
     """The gate's decision once no outcome of the samples left can change it, else None. `gains`: the lowest and
@@ -93,7 +95,11 @@ class Gate:
         other sample scored 0); `known`: the samples its score is known on (None: all of them); `margin`: the step
         need only not be worse by this much (a non-inferiority test), else it must be better."""
         self.size, self.alpha, self.least, self.margin = len(ids), alpha, max(1, least), margin
-        self.rule: Rule = Superiority(alpha) if margin is None else NonInferiority(alpha, margin, len(ids))
+        self.sign = Superiority(alpha)  # the rule of a step that must do better, which the early looks settle
+        self.rule: Rule = self.sign if margin is None else NonInferiority(alpha, margin, len(ids))
+        self.up = self.down = 0.0  # the sums of the score rises and falls on the samples tallied
+        self.answered = 0  # samples tallied: scored on both sides
+        self.own_lost: list[str] = []  # lost on the proposal's side (its own calls, or its metric)
         self.baseline = set(baseline)
         self.before: dict[str, float | None] = {
             i: (1.0 if i in self.baseline else partial.get(i, 0.0)) if known is None or i in known else None
@@ -162,14 +168,20 @@ class Gate:
 
     @property
     def decision(self) -> bool | None:
-        if self._decided is None:
-            self._decided = settled(len(self.wins), len(self.losses), *self.possible, self.rule, self.gains)
+        if self._decided is None and isinstance(self.rule, NonInferiority):
+            if not self.pending and not self.asking:
+                self._decided = self.rule.passes(self.up, self.down, self.answered, len(self.own_lost))
+                self.decided_after = len(self.evaluated)
+        elif self._decided is None:
+            self._decided = settled(len(self.wins), len(self.losses), *self.possible, self.sign, self.gains)
             if self._decided is not None:
                 self.decided_after = len(self.evaluated)
         return self._decided
 
     @property
     def p(self) -> float:
+        if isinstance(self.rule, NonInferiority):
+            return self.rule.p(self.up, self.down, self.answered, len(self.own_lost))
         return self.rule.p(len(self.wins), len(self.losses))
 
     def matters(self, win: bool, lose: bool) -> bool:
@@ -179,7 +191,7 @@ class Gate:
         wins, losses = len(self.wins), len(self.losses)
         possible_wins, possible_losses = self.possible
         others_wins, others_losses = possible_wins - win, possible_losses - lose
-        passes = lambda more_wins, more_losses: self.rule.passes(wins + more_wins, losses + more_losses)  # noqa: E731
+        passes = lambda more_wins, more_losses: self.sign.passes(wins + more_wins, losses + more_losses)  # noqa: E731
         return (
             lose and any(passes(extra, 0) != passes(extra, others_losses + 1) for extra in range(others_wins + 1))
         ) or (win and any(passes(others_wins + 1, extra) != passes(0, extra) for extra in range(others_losses + 1)))
@@ -189,8 +201,11 @@ class Gate:
         settled."""
         if self.decision is not None:
             return Round([], [])
-        order = self._order() or self._grouped(True, everything=True)
-        taken = order[: max(min(self._fewest(order), len(order)), self._expected(order), self.least)]
+        if isinstance(self.rule, NonInferiority):  # the whole split, at once
+            taken = [i for i in self.open if i not in self.asking] + self.unseen
+        else:
+            order = self._order() or self._grouped(True, everything=True)
+            taken = order[: max(min(self._fewest(order), len(order)), self._expected(order), self.least)]
         chosen = set(taken)
         self.unseen = [i for i in self.unseen if i not in chosen]
         self.rounds += 1
@@ -218,8 +233,8 @@ class Gate:
             could_lose += self.could_lose(sample)
             could_win += self.could_win(sample)
             # all of them going its way passes it for good, or all going against it fails it for good
-            passes = self.rule.passes(wins + could_win, losses + possible_losses - could_lose)
-            fails = not self.rule.passes(wins + possible_wins - could_win, losses + could_lose)
+            passes = self.sign.passes(wins + could_win, losses + possible_losses - could_lose)
+            fails = not self.sign.passes(wins + possible_wins - could_win, losses + could_lose)
             if (passes and way is not False) or (fails and way is not True):
                 return n
         return len(order) + 1
@@ -239,7 +254,7 @@ class Gate:
             wins += win_rate * self.could_win(sample)
             losses += loss_rate * self.could_lose(sample)
             tally = len(self.wins) + round(wins), len(self.losses) + round(losses)
-            if settled(*tally, possible_wins - could_win, possible_losses - could_lose, self.rule) is not None:
+            if settled(*tally, possible_wins - could_win, possible_losses - could_lose, self.sign) is not None:
                 return n
         return len(order)
 
@@ -268,6 +283,7 @@ class Gate:
             self.seen[False] += self.could_win(sample)
             if sample in lost:
                 self.lost.append(sample)
+                self.own_lost.append(sample)
                 continue
             after = 1.0 if sample in right else partial.get(sample, 0.0)
             if after >= 1.0:
@@ -305,10 +321,27 @@ class Gate:
                 self.baseline.add(sample)
             self._tally(sample, self.open.pop(sample))
 
+    def _noninferiority(self) -> dict:
+        """What a non-inferiority decision rests on: the samples it counted, the statistic against its exact critical
+        value, the margin left once the step's own lost samples are charged to it."""
+        assert isinstance(self.rule, NonInferiority)
+        own = len(self.own_lost)
+        return {
+            "test": "non-inferiority score test (restricted MLE), exact size",
+            "answered": self.answered,
+            "own_lost": sorted(self.own_lost),
+            "margin_left": self.rule.effective_margin(own),
+            "z": _finite(self.rule.z(self.up, self.down, self.answered, own)),
+            "critical": _finite(self.rule.critical(self.answered, own)),
+        }
+
     def _tally(self, sample: str, after: float) -> None:
         before = self.before[sample]
         assert before is not None
         self.gain += after - before
+        self.up += max(after - before, 0.0)
+        self.down += max(before - after, 0.0)
+        self.answered += 1
         if after > before:
             self.wins.append(sample)
         elif after < before:
@@ -329,7 +362,7 @@ class Gate:
             round(len(self.wins) + win_rate * possible_wins),
             round(len(self.losses) + loss_rate * possible_losses),
         )
-        if self.rule.passes(*expected):
+        if self.sign.passes(*expected):
             right_first = 1 - loss_rate >= win_rate
         else:
             right_first = loss_rate >= 1 - win_rate
@@ -357,7 +390,7 @@ class Gate:
             "losses": sorted(self.losses),
             "p": self.p,
             "alpha": self.alpha,
-            **({"margin": self.margin} if self.margin is not None else {}),
+            **({"margin": self.margin, **self._noninferiority()} if self.margin is not None else {}),
             "lost": sorted(self.lost),
             "right": sorted(self.right),
             **({"partial": dict(sorted(self.partial.items()))} if self.partial else {}),
@@ -371,3 +404,8 @@ class Gate:
             "current": self.current,
             **({"cancelled": sorted(self.cancelled)} if self.cancelled else {}),
         }
+
+
+def _finite(x: float) -> float | None:
+    """A statistic as JSON holds it: None for an infinite one (no outcome passes, or none counted)."""
+    return x if abs(x) != float("inf") else None

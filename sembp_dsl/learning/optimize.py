@@ -29,22 +29,24 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from .. import telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..language.graph import Graph
 from ..language.method import SETTINGS, Method
-from ..models.llm import LLM, BudgetExceeded, LLMError
+from ..language.trace import CALL_FAILED
+from ..models.llm import LLM, BudgetExceeded, CallFailed, LLMError
+from ..records.costs import Compared, compared, per_thousand
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores
-from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, train_words
+from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, noninferiority_words, step_cost, train_words
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import Evaluation, Result, Scorer, evaluate
 from ..runtime.tasks import together
 from .gate import Gate
-from .pricing import per_thousand
-from .stats import NO_GAIN, wins_needed
+from .pricing import sample_costs
+from .stats import NO_GAIN, NonInferiority, step_alpha, wins_needed
 from .strategies import Candidate, Learnt, Proposed, strategies
 
 
@@ -52,12 +54,14 @@ from .strategies import Candidate, Learnt, Proposed, strategies
 class Known:
     """What the run knows of the current prompts, each a partial map filled by whatever evaluated them: `train`,
     their results on training samples (the traces a forward pass would give); `gate`, their scores on gate samples
-    (the baseline a step must beat). A sample not in a map is unknown, as is one they lost (to failed calls or the
-    metric): counting it wrong would hand a step a free win."""
+    (the baseline a step must beat); `costs`, the dollars each gate sample cost them (what a step's cost is
+    compared with, on the same samples). A sample not in a map is unknown, as is one they lost (to failed calls or
+    the metric): counting it wrong would hand a step a free win."""
 
     prompts: dict[str, str]
     train: dict[str, Result] = field(default_factory=dict)
     gate: dict[str, float] = field(default_factory=dict)
+    costs: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,8 +81,11 @@ class Outcome:
 
 
 BATCH = 16  # model calls the loop starts at once where fewer could do: a gate round, an error draw
+COST_SAMPLES = 16  # the fewest gate samples a step chosen for cost is measured on (paired: both pipelines on each)
 SAME_STEP = "the step the gate rejected in iteration {}, proposed again from the same prompts"
 GATE_REJECTED = "rejected by the gate"  # a gated candidate's fate begins so, its tally after it
+NO_ANSWER = "the model it moves to does not answer"  # then the model, and the cause
+COST_NOT_LOWER = "the gate passed it, but its measured cost per sample does not fall"  # then the figures
 
 
 def scored(evaluation: Evaluation, what: str) -> Evaluation:
@@ -100,6 +107,45 @@ def decided_on_too_little(gate: Gate, lost: Sequence[Result], what: str) -> None
             f"the gate lost {len(gate.lost)} of the {len(gate.evaluated)} samples it evaluated ({what}), so it "
             f"decides nothing: {', '.join(f'{cause} x{n}' for cause, n in causes.items())}"
         )
+
+
+def new_models(current: Graph, proposed: Graph) -> set[str]:
+    """The named models the proposal calls and the current pipeline does not: those a move is trying."""
+    return {node.model for node in proposed.model_nodes} - {node.model for node in current.model_nodes}
+
+
+def lost_to_move(current: Graph, proposed: Graph, results: Sequence[Result]) -> tuple[str, dict[str, int]] | None:
+    """The model a step moved to, and the samples of the proposal lost to its failed calls, by cause; None when
+    none was (or the step moved no node to a model the current pipeline does not call)."""
+    trial = new_models(current, proposed)
+    moved = [node for node in proposed.model_nodes if node.model in trial]
+    causes: dict[str, int] = {}
+    model = ""
+    for result in results:
+        failed = [t for n in moved if (t := result.trace.nodes.get(n.name)) and (t.error or "").startswith(CALL_FAILED)]
+        if result.lost and failed:
+            cause = failed[0].failure.cause if failed[0].failure else failed[0].error or CALL_FAILED
+            causes[cause] = causes.get(cause, 0) + 1
+            model = proposed.nodes[failed[0].node].model
+    return (model, causes) if causes else None
+
+
+def costs_less(iteration: Iteration, measured: Compared | None) -> bool:
+    """Whether the step's measured cost per sample falls; when not, the iteration's note says so, with the
+    figures."""
+    if measured is not None and measured.falls:
+        return True
+    iteration.note = f"{COST_NOT_LOWER}: " + (measured.words() if measured else "its cost could not be measured")
+    return False
+
+
+def moved_failing(current: Graph, proposed: Graph, results: Sequence[Result], gate: Gate) -> tuple[str, str] | None:
+    """The model a step moved to and why, when its failed calls lost most of the samples the gate evaluated."""
+    own = lost_to_move(current, proposed, results)
+    if own is None or 2 * sum(own[1].values()) <= len(gate.evaluated):
+        return None
+    causes = ", ".join(f"{cause} x{n}" for cause, n in own[1].items())
+    return own[0], f"{sum(own[1].values())} of {len(gate.evaluated)} samples lost: {causes}"
 
 
 def rejected_before(iterations: Sequence[Iteration], prompts: Mapping[str, str], step: Mapping[str, str]) -> int | None:
@@ -209,6 +255,7 @@ class Optimizer:
         kept while the prompts stay."""
         if dict(graph.prompts) != self.known.prompts:
             return
+        costs = sample_costs(graph, self.llm, evaluation) if samples is self.gate_split() else None
         for result in evaluation.results:
             if samples is self.train:
                 self.known.train[result.sample.id] = result
@@ -217,6 +264,8 @@ class Optimizer:
                     self.known.gate.pop(result.sample.id, None)
                 else:
                     self.known.gate[result.sample.id] = result.score
+                if costs is not None and result.sample.id in costs:
+                    self.known.costs[result.sample.id] = costs[result.sample.id]
 
     def least(self, graph: Graph) -> int:
         """The fewest samples worth evaluating at once (a batch runs at once, so fewer saves little time): at most
@@ -304,6 +353,7 @@ class Optimizer:
             right, partial, known, lost = data.scores_kept()
             ids = [x.id for x in split if (known is None or x.id in known) and x.id not in lost]
             self.known.gate = {i: 1.0 if i in right else partial.get(i, 0.0) for i in ids}
+            self.known.costs = {i: cost for i, cost in data.costs_kept().items() if i in self.known.gate}
             outcome.best_score = data.best_score
             self.warn_if_no_step_can_pass()
             return
@@ -326,7 +376,7 @@ class Optimizer:
             results = tuple(sorted(evaluation.results, key=lambda r: position[r.sample.id]))
             score = scored(Evaluation(results, len(split), None), "gate, initial")
             right, lost, partial = outcomes(score)
-            self.record.begin(score.accuracy, right, partial, lost, per_thousand(self.graph, self.llm, score))
+            self.record.begin(score.accuracy, right, partial, lost, sample_costs(self.graph, self.llm, score))
 
         self.initial = asyncio.ensure_future(first())
 
@@ -405,7 +455,7 @@ class Optimizer:
                 f" ({iteration.lost} samples lost to failed calls)" if iteration.lost else ""
             )
             return None
-        hopeless = self.initial is None and self.no_step_can_pass()  # after the first step (its initial score in)
+        hopeless = self.initial is None and self.no_step_can_pass(learnt.index)  # after the first step (score in)
         if hopeless:
             iteration.note = f"no step can pass the gate: {hopeless}"
             return None
@@ -433,7 +483,7 @@ class Optimizer:
         failures, drawn = await self.draw(graph, index, read)
         known = tuple(self.known.train[x.id] for x in self.train if x.id in read)
         train = scored(Evaluation(known, len(known), None), f"iteration {index}: train")
-        return Learnt(index, graph, train, failures, fresh + drawn == 0, self.rejected())
+        return Learnt(index, graph, train, failures, fresh + drawn == 0, self.rejected(), self.unanswering())
 
     def rejected(self) -> list[dict[str, str | None]]:
         """The steps the gate rejected earlier in the run: a strategy that searches need not try them again."""
@@ -442,6 +492,16 @@ class Optimizer:
             for it in self.record.data.iterations
             if it.gate is not None and not it.accepted
         ]
+
+    def unanswering(self) -> frozenset[str]:
+        """The models a step moved to earlier in the run that did not answer: no move to them is worth a gate."""
+        return frozenset(
+            c.new
+            for it in self.record.data.iterations
+            if it.note.startswith(NO_ANSWER)
+            for c in it.candidates
+            if c.fate.startswith(GATE_REJECTED) and c.new is not None
+        )
 
     async def propose(self, learnt: Learnt, iteration: Iteration) -> tuple[list[Candidate], float | None]:
         """Every strategy's candidates, each in the iteration's record with its fate and strategy; those the step
@@ -513,14 +573,17 @@ class Optimizer:
                 failures.append(result)
         return failures, fresh
 
-    def no_step_can_pass(self) -> str | None:
-        """Why no step can pass: a gate split too small for the wins a step needs, or one the current prompts already
-        mostly get right (while no step passes the prompts stay, and so does that); None when one can."""
+    def no_step_can_pass(self, index: int) -> str | None:
+        """Why no step of iteration `index` can pass: a gate split too small for the wins a step needs at its level,
+        or one the current prompts already mostly get right (while no step passes the prompts stay, and so does
+        that); None when one can."""
         if self.method.gate == "none" or any(strategy.margin() is not None for strategy in self.strategies):
-            return None  # a step held to non-inferiority passes with no win
-        size, alpha = len(self.gate_split()), self.method.gate_alpha
-        least = wins_needed(alpha)
-        needed = f"{least} win{'s' * (least != 1)} and no loss to pass at gate_alpha {alpha:g}"
+            return None  # a step held to non-inferiority passes with no win (warn_if_no_step_can_pass says when)
+        size, level = len(self.gate_split()), self.level(index)
+        if level <= 0:
+            return f"the run's gate_alpha {self.method.gate_alpha:g} is spent (each rejected step used its share)"
+        least = wins_needed(level)
+        needed = f"{least} win{'s' * (least != 1)} and no loss to pass at {self.level_words(level)}"
         right = sum(score >= 1.0 for score in self.known.gate.values())
         if size < least:
             return f"the gate split has {size} samples, but a step needs {needed}"
@@ -531,15 +594,34 @@ class Optimizer:
             )
         return None
 
+    def level_words(self, level: float) -> str:
+        """A step's level in words: gate_alpha itself, or its share of it."""
+        alpha = self.method.gate_alpha
+        return f"gate_alpha {alpha:g}" if level == alpha else f"{level:.3g} (its share of gate_alpha {alpha:g})"
+
     def warn_if_no_step_can_pass(self) -> None:
         """Said as soon as the initial score shows it, with what would give a step room (of a split too small
-        whatever its scores, the plan has warned before the run)."""
-        why = self.no_step_can_pass()
+        whatever its scores, the plan has warned before the run). A move held to non-inferiority: when the split
+        is smaller than the least on which any move can pass (stats.NonInferiority.least_split)."""
+        index = len(self.record.data.iterations) + 1
+        why = self.no_step_can_pass(index)
         if why is not None and len(self.gate_split()) >= wins_needed(self.method.gate_alpha):
             self.log(
                 f"warning: {why}: no step can be accepted, and no further step is proposed. Use a larger "
                 f"{SETTINGS[f'{self.method.gate}_size'].option}, or a larger --gate-alpha."
             )
+        margin = min((m for m in (strategy.margin() for strategy in self.strategies) if m is not None), default=None)
+        if margin is not None and self.method.gate != "none":
+            level, size = self.level(index), len(self.gate_split())
+            least = NonInferiority(level, margin, size).least_split()
+            if least is None or size < least:
+                self.log(
+                    f"warning: the gate split has {size} samples, but a move to a cheaper model needs "
+                    f"{'more than 2,000' if least is None else f'at least {least}'} answered on both sides (every "
+                    f"one a tie) to pass non-inferiority at margin {margin:g} and "
+                    f"{self.level_words(level)}: no such move can be accepted. Use a larger "
+                    f"{SETTINGS[f'{self.method.gate}_size'].option}, a larger --margin or --gate-alpha."
+                )
 
     def why_unchanged(self, iterations: Sequence[Iteration]) -> str:
         """What each iteration tried and how it fared, and what the gate asks: the story of a run that kept
@@ -553,6 +635,7 @@ class Optimizer:
                 lines.append(
                     f"  iteration {it.index}: {what} ({', '.join(tried)}): {gate_tally(it.gate)} on the gate"
                     + gate_settled(it.gate)
+                    + (f"; {it.note}" if it.note else "")
                 )
                 continue
             if it.note.startswith(SAME_STEP.partition("{")[0]):  # it tried a step whose gate had already said no
@@ -567,11 +650,17 @@ class Optimizer:
         if gated:
             size, alpha = len(self.gate_split()), self.method.gate_alpha
             split = "training" if self.method.gate == "train" else "validation"
+            shared = (
+                f" at its share of gate_alpha {alpha:g}, which the run's {self.method.iterations} iterations share "
+                "(a rejected step uses its share up)"
+                if self.method.iterations > 1
+                else ""
+            )
             rule = (
                 "when its wins beat its losses (gate_alpha 1: by any number)"
                 if alpha >= 1
-                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}): that takes "
-                f"at least {wins_needed(alpha)} wins and no loss"
+                else f"when its wins beat its losses by more than chance (sign test, p <= {alpha:g}{shared}): that "
+                f"takes at least {wins_needed(alpha)} wins and no loss, more at a smaller share"
             )
             lines.append(
                 f"  The gate runs the new prompts on the {size} {split} samples beside the current ones. A win is a "
@@ -622,11 +711,13 @@ class Optimizer:
         s, split = self.method, self.gate_split()
         held_out = self.held_out(iteration)
         by_id = {sample.id: sample for sample in split if sample.id not in held_out}
-        known = self.known.gate
+        known, before = self.known.gate, current  # `before`: the pipeline the step changes (its cost, its models)
+        if margin is not None:  # against the pipeline the run started from: the margin bounds the run's whole loss
+            current, known = self.start(), self.start_scores()
         gate = Gate(
             list(by_id),
             {i for i, score in known.items() if score >= 1.0},
-            s.gate_alpha,
+            self.level(iteration.index),
             random.Random(f"{s.seed}:{iteration.index}:gate"),
             least=self.least(proposed),
             partial={i: score for i, score in known.items() if 0.0 < score < 1.0},
@@ -648,34 +739,154 @@ class Optimizer:
                 lost_current.extend([result] if result.lost else [])
             gate.add_current([result.sample.id], *outcomes(Evaluation((result,), 1, None)))
 
-        while batch := gate.next_round():
-            what = f"iteration {iteration.index}: gate, round {gate.rounds}"
-            await self.until_settled(
-                gate,
-                [
-                    (proposed, batch.proposal, what, proposal_done),
-                    (current, batch.current, f"{what}, current prompts", current_done),
-                ],
-                by_id,
-            )
+        async def next_round() -> bool:
+            batch = gate.next_round()
+            if batch:
+                what = f"iteration {iteration.index}: gate, round {gate.rounds}"
+                await self.until_settled(
+                    gate,
+                    [
+                        (proposed, batch.proposal, what, proposal_done),
+                        (current, batch.current, f"{what}, current prompts", current_done),
+                    ],
+                    by_id,
+                )
+            return bool(batch)
+
+        unanswered = await self.on_trial(before, proposed, next_round, results, gate)
+        if unanswered is not None:
+            return await self.unanswered(before, iteration, gate, *unanswered)
         decided_on_too_little(gate, [*lost_current, *(r for r in results if r.lost)], f"iteration {iteration.index}")
         accept = bool(gate.decision)
         unreadable = sorted(r.sample.id for r in results if r.trace.output is None and not r.trace.final.lost)
-        tally = iteration.gate = GateDecision(**gate.to_json(), unreadable=unreadable, held_out=sorted(held_out))
+        tally = iteration.gate = GateDecision(
+            **gate.to_json(),
+            unreadable=unreadable,
+            held_out=sorted(held_out),
+            run_alpha=s.gate_alpha,
+            baseline="start" if margin is not None else None,
+        )
         # every result of the proposal, those after the decision too (not counted by it, but known), in the split's
         # order as a forward pass gives them: its score when it has the whole split
         position = {sample_id: n for n, sample_id in enumerate(by_id)}
         answered = sorted([*results, *late], key=lambda r: position[r.sample.id])
         evaluation = scored(Evaluation(tuple(answered), len(answered), None), f"iteration {iteration.index}: gate")
-        iteration.per_1000 = per_thousand(proposed, self.llm, evaluation)
         if len(answered) == gate.size:
             iteration.gate_after = evaluation.accuracy
+        accept, evaluation = await self.cost_decided(before, proposed, iteration, evaluation, by_id, accept, margin)
         if accept:
             self.known = Known(dict(proposed.prompts))
             self.learn(proposed, split, evaluation)
         else:
             iteration.reject_taken(f"{GATE_REJECTED}: {gate_tally(tally)}{gate_settled(tally)}")
         return accept
+
+    def level(self, index: int) -> float:
+        """The level iteration `index` tests its step at: gate_alpha spent over the run (stats.step_alpha), only
+        rejected steps using theirs up, so the run accepts a step not truly better with chance at most gate_alpha."""
+        spent = sum(it.gate.alpha for it in self.record.data.iterations if it.gate is not None and not it.accepted)
+        return step_alpha(self.method.gate_alpha, index, self.method.iterations, spent)
+
+    def start(self) -> Graph:
+        """The pipeline the run started from (a resumed run's file holds its accepted steps)."""
+        initial = self.record.data.initial_prompts
+        return self.graph.with_prompts(initial) if initial else self.graph
+
+    def start_scores(self) -> dict[str, float]:
+        """The start's scores on the gate split, from the initial score (those it lost: unknown)."""
+        data = self.record.data
+        right, partial, lost = set(data.initial_right), data.initial_partial, set(data.initial_lost)
+        return {x.id: 1.0 if x.id in right else partial.get(x.id, 0.0) for x in self.gate_split() if x.id not in lost}
+
+    async def on_trial(
+        self,
+        current: Graph,
+        proposed: Graph,
+        next_round: Callable[[], Awaitable[bool]],
+        results: Sequence[Result],
+        gate: Gate,
+    ) -> tuple[str, object] | None:
+        """The gate's rounds, with the models the step moves to on trial (stops.py): the model and the cause when
+        one of them could not be called at all, or its failed calls lost most of the samples the gate evaluated
+        (said after the round that shows it: the rest would be lost alike); None when the gate could decide."""
+        trial = new_models(current, proposed)
+        try:
+            with self.llm.stops.trying(trial):
+                while await next_round():
+                    if (failing := moved_failing(current, proposed, results, gate)) is not None:
+                        return failing
+        except LLMError as exc:  # a model on trial cannot be called at all (a bad key, an unknown model)
+            if exc.model not in trial:
+                raise
+            return exc.model, exc.text
+        return moved_failing(current, proposed, results, gate)
+
+    async def cost_decided(
+        self,
+        before: Graph,
+        proposed: Graph,
+        iteration: Iteration,
+        evaluation: Evaluation,
+        by_id: Mapping[str, Sample],
+        passed: bool,
+        margin: float | None,
+    ) -> tuple[bool, Evaluation]:
+        """Whether the step is kept, the gate having `passed` it: a step chosen for cost (held to a `margin`) only
+        when its measured cost per sample falls too. With the step's results, and any the measure added."""
+        deciding = passed and margin is not None
+        measured, evaluation = await self.cost_measured(before, proposed, iteration, evaluation, by_id, deciding)
+        return (costs_less(iteration, measured) if deciding else passed), evaluation
+
+    async def cost_measured(
+        self,
+        current: Graph,
+        proposed: Graph,
+        iteration: Iteration,
+        evaluation: Evaluation,
+        by_id: Mapping[str, Sample],
+        deciding: bool,
+    ) -> tuple[Compared | None, Evaluation]:
+        """What 1,000 samples cost the step's pipeline and the current one on the gate samples both ran, kept in
+        the iteration, and the step's results with any the measure added. When the step is to be decided on it
+        (`deciding`: chosen for cost, and the gate passed it), both are measured on the same samples, at least
+        COST_SAMPLES of them: the step is evaluated on more where its gate settled on fewer (one that cannot lose
+        settles on none), the current pipeline where its cost is unknown."""
+        if deciding and len(evaluation.results) < min(COST_SAMPLES, len(by_id)):
+            ran = {r.sample.id for r in evaluation.results}
+            more = sorted((i for i in by_id if i not in ran), key=lambda i: i not in self.known.costs)
+            what = f"iteration {iteration.index}: cost of the step"
+            extra = await self.evaluate(proposed, [by_id[i] for i in more[: COST_SAMPLES - len(ran)]], what)
+            evaluation = Evaluation(
+                (*evaluation.results, *extra.results), len(evaluation.results) + extra.requested, None
+            )
+        after = sample_costs(proposed, self.llm, evaluation) or {}
+        missing = [by_id[i] for i in after if i not in self.known.costs]
+        if deciding and missing:
+            what = f"iteration {iteration.index}: cost of the current prompts"
+            self.learn(current, self.gate_split(), await self.evaluate(current, missing, what))
+        measured = compared(self.known.costs, after)
+        iteration.costs = after
+        iteration.per_1000 = per_thousand(after) if measured is None else measured.after
+        if measured is not None:
+            iteration.per_1000_before, iteration.per_1000_samples = measured.before, measured.samples
+        return measured, evaluation
+
+    async def unanswered(self, current: Graph, iteration: Iteration, gate: Gate, model: str, cause: object) -> bool:
+        """The step moved a node to a model whose calls failed on most of its gate samples: the step's rejection,
+        once the models the current pipeline uses answer a call past the cache (when they do not either, the
+        failure is not the model's, and the run stops with it)."""
+        for used in sorted({node.model for node in current.model_nodes}):
+            try:
+                await self.llm.probe("forward", used)
+            except CallFailed as exc:
+                raise LLMError(
+                    f"the gate lost its samples to failed calls (iteration {iteration.index}: {cause}), and the "
+                    f"model '{used}' the pipeline uses does not answer either: {exc}"
+                ) from None
+        iteration.gate = GateDecision(**gate.to_json())
+        iteration.note = f"{NO_ANSWER} ('{model}'): {cause}"
+        iteration.reject_taken(f"{GATE_REJECTED}: {iteration.note}")
+        return False
 
     async def until_settled(
         self,
@@ -732,6 +943,8 @@ class Optimizer:
 def gate_rule(gate: GateDecision, passed: bool) -> str:
     """The gate's tally against its rule, in words that read right at every alpha: the sign test's p against
     alpha, or at alpha 1 (no test) that wins must beat losses; with partial credit, that the mean must rise."""
+    if gate.test is not None:
+        return f"{gate_tally(gate)}{noninferiority_words(gate)}: {'passes' if passed else 'does not pass'}"
     if gate.alpha >= 1:
         rule, mean = "; at gate_alpha 1 wins must beat losses", ", and the mean rise"
     else:
@@ -752,16 +965,14 @@ def summary(it: Iteration, iterations: int, train_size: int) -> str:
         verdict = GATE_REJECTED
     lines = [
         f"iteration {it.index}/{iterations}: {train_words(it, train_size)}, {verdict}; "
-        f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}"
-        + (f"; the step's pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else "")
+        f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{step_cost(it)}"
     ]
     if it.lost:
         lines.append(f"  {it.lost} training sample(s) lost to failed calls: not learnt from")
-    if it.gate:
+    if it.gate and not it.note.startswith(NO_ANSWER):
         scores = "" if it.gate_after is None else f"{fmt(it.gate_before)} -> {fmt(it.gate_after)}; "
-        lines.append(
-            f"  gate: {scores}{gate_rule(it.gate, it.accepted)}" + gate_settled(it.gate) + gate_unreadable(it.gate)
-        )
+        passed = it.accepted or it.note.startswith(COST_NOT_LOWER)
+        lines.append(f"  gate: {scores}{gate_rule(it.gate, passed)}" + gate_settled(it.gate) + gate_unreadable(it.gate))
         if it.gate.held_out:
             lines.append(f"  left out of the gate: {', '.join(it.gate.held_out)} (the step's examples came from them)")
     for c in it.candidates:

@@ -22,7 +22,7 @@ from ..models.llm import LLM, LLMError
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .optimize import forward_passes, savings
-from .stats import wins_needed
+from .stats import NonInferiority, step_alpha, wins_needed
 from .strategies import PRICED_CALL, Scale, check_acting, check_priced, strategies
 
 #: Why the plan's prompt tokens are far above what a run uses: what a prompt holds of earlier nodes' replies
@@ -66,9 +66,12 @@ class Plan:
     names: dict[str, str] = field(default_factory=dict)  # the model each role or named model that is called calls
     # what each strategy's own proposals may make, and the loop's forward passes (`loop`): calls and dollars
     strategies: dict[str, dict] = field(default_factory=dict)
+    data: str = ""  # how sbpc's default sizes were scaled to fit a small data set
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
+        if self.data:
+            lines.append(f"  data: {self.data}")
 
         def line(name: str, calls: int, completion: int | None, prompt: int) -> str:
             bound = "no max_tokens: unbounded" if completion is None else f"at most {completion} completion tokens"
@@ -302,17 +305,39 @@ def embedded_learners(names: Mapping[str, str]) -> str | None:
 
 
 def gate_warning(method: Method, samples: int) -> Option | None:
-    """Why no step can pass the gate on this many samples, with what would let one, or None."""
-    needed = wins_needed(method.gate_alpha)
-    if method.gate == "none" or samples >= needed:
+    """Why no step can pass the gate on this many samples, with what would let one, or None: a prompt step needs
+    wins at gate_alpha (the most any gate of the run is tested at); a move to a cheaper model (objective cost)
+    needs enough samples for non-inferiority at the first gate's level."""
+    if method.gate == "none":
         return None
     size = Option("val_size", "--val-size") if method.gate == "val" else Option("train_size", "--train-size")
+    needed = wins_needed(method.gate_alpha)
+    if samples < needed:
+        return worded(
+            f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
+            f"gate_alpha {method.gate_alpha:g}: no step can be accepted, and none is proposed after the first. "
+            "Use a larger ",
+            size,
+            " (50 or more with a capable model), or a larger ",
+            Option("gate_alpha", "--gate-alpha"),
+            ".",
+        )
+    if method.objective != "cost" or "models" not in method.strategies:
+        return None
+    level = step_alpha(method.gate_alpha, 1, method.iterations, 0.0)
+    least = NonInferiority(level, method.margin, samples).least_split()
+    if least is not None and samples >= least:
+        return None
+    share = "" if level == method.gate_alpha else f", its share of gate_alpha {method.gate_alpha:g},"
     return worded(
-        f"the gate split has {samples} samples, but a step needs at least {needed} wins and no loss to pass at "
-        f"gate_alpha {method.gate_alpha:g}: no step can be accepted, and none is proposed after the first. "
-        "Use a larger ",
+        f"the gate split has {samples} samples, but a move to a cheaper model needs "
+        f"{'more than 2,000' if least is None else f'at least {least}'} answered (every one a tie) to pass "
+        f"non-inferiority at margin {method.margin:g} at the first gate's level {level:.3g}{share}: no such move "
+        "can be accepted. Use a larger ",
         size,
-        " (50 or more with a capable model), or a larger ",
+        ", a larger ",
+        Option("margin", "--margin"),
+        " or ",
         Option("gate_alpha", "--gate-alpha"),
         ".",
     )

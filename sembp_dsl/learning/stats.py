@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
+from statistics import NormalDist
 
 
 def sign_test(wins: int, losses: int) -> float:
@@ -28,12 +30,101 @@ def gate_passes(wins: int, losses: int, alpha: float, gain: float | None = None)
     return wins > losses and (gain is None or gain > NO_GAIN) and sign_test(wins, losses) <= alpha
 
 
-def noninferiority_p(losses: int, samples: int, margin: float) -> float:
-    """One-sided exact binomial test of "the step loses at least `margin` of accuracy": the chance of at most
-    `losses` samples scoring lower in `samples`, were each to score lower with chance `margin`. Scores lie in
-    [0, 1], so a mean drop of `margin` or more needs a drop on at least that share of samples: rejecting that
-    share rejects the drop. Wins are not counted, which only makes the test stricter."""
-    return sum(math.comb(samples, k) * margin**k * (1 - margin) ** (samples - k) for k in range(losses + 1))
+def restricted_loss_rate(up: float, down: float, answered: int, margin: float) -> float:
+    """The likeliest share of losses were the step exactly `margin` worse (wins = losses - margin): the root of
+    the score equation of a trinomial (win, loss, tie) under that constraint, kept inside its range."""
+    ties = answered - up - down
+    b = up * (1 + margin) + down * (1 + 3 * margin) + 2 * ties * margin
+    c = down * margin * (1 + margin)
+    root = (b + math.sqrt(max(b * b - 8 * answered * c, 0.0))) / (4 * answered)
+    return min(max(root, margin), (1 + margin) / 2)
+
+
+def noninferiority_z(up: float, down: float, answered: int, margin: float) -> float:
+    """The restricted-MLE score statistic (Nam, Tango) of "the step loses `margin` of the mean score": the
+    mean change plus the margin over its standard error at the likeliest rates with that loss. `up` and `down`
+    are the sums of the score rises and falls (wins and losses with scores of 0 or 1): a change in [-1, 1] with
+    those masses varies at most as a trinomial does, so partial credit only makes the test stricter."""
+    if answered <= 0:
+        return -math.inf
+    loss_rate = restricted_loss_rate(up, down, answered, margin)
+    variance = 2 * loss_rate - margin - margin * margin
+    return (up - down + answered * margin) / math.sqrt(answered * variance)
+
+
+_NORMAL = NormalDist()
+NUISANCE_POINTS = 61  # loss rates the exact size is taken over, from `margin` (no wins) to no ties
+GRID_SLACK = 0.99  # the size on those points is held to 0.99 alpha: between them it may rise a little (< 0.2%)
+
+
+def _trinomial_cells(answered: int, margin: float, floor: float) -> list[tuple[float, int, int]]:
+    """(z, wins, losses) of every outcome of `answered` samples whose z is at least `floor`, highest z first. z
+    grows with the wins at any number of losses (checked over sizes to 400 and margins 0.01 to 0.5), so each
+    number of losses is read from the most wins down, until z falls below the floor."""
+    cells = []
+    for losses in range(answered + 1):
+        for wins in range(answered - losses, -1, -1):
+            z = noninferiority_z(wins, losses, answered, margin)
+            if z < floor:
+                break
+            cells.append((z, wins, losses))
+    return sorted(cells, reverse=True)
+
+
+@lru_cache(maxsize=4096)
+def critical_z(answered: int, margin: float, alpha: float) -> float:
+    """The least z that rejects "`margin` worse" with exact size at most `alpha` on `answered` samples: the
+    outcomes are taken by z, highest first, while the chance of all taken stays within `alpha` at every loss
+    rate the null allows (an exact unconditional test; the score test's normal quantile alone runs up to 1.3
+    alpha at the sizes a gate has). inf: no outcome of so few samples can pass."""
+    if margin <= 0 or answered <= 0 or alpha <= 0:
+        return math.inf
+    if alpha >= 1:
+        return -math.inf
+    return _exact_critical(answered, margin, alpha, _NORMAL.inv_cdf(1 - alpha) - 1.0)
+
+
+def _exact_critical(answered: int, margin: float, alpha: float, floor: float) -> float:
+    """`critical_z` among the outcomes whose z is at least `floor` (the least z taken, inf when none fits)."""
+    logf = [math.lgamma(k + 1) for k in range(answered + 1)]
+    rates = [margin + ((1 + margin) / 2 - margin) * i / (NUISANCE_POINTS - 1) for i in range(NUISANCE_POINTS)]
+    logs = [(_log(rate - margin), _log(rate), _log(1 - 2 * rate + margin)) for rate in rates]
+    size = [0.0] * NUISANCE_POINTS
+    cells = _trinomial_cells(answered, margin, floor)
+    critical = math.inf
+    for k, (z, wins, losses) in enumerate(cells):
+        ties = answered - wins - losses
+        base = logf[answered] - logf[wins] - logf[losses] - logf[ties]
+        for i, (log_win, log_loss, log_tie) in enumerate(logs):
+            log_p = base + _times(wins, log_win) + _times(losses, log_loss) + _times(ties, log_tie)
+            size[i] += math.exp(log_p) if log_p > -700 else 0.0
+        if max(size) > alpha * GRID_SLACK:
+            return critical
+        if k + 1 == len(cells) or cells[k + 1][0] < z - 1e-12:  # a z shared by several outcomes takes them all
+            critical = z
+    return critical
+
+
+def _log(x: float) -> float:
+    return math.log(x) if x > 0 else -math.inf
+
+
+def _times(count: int, log: float) -> float:
+    """count * log, where 0 * log 0 is 0."""
+    return 0.0 if count == 0 else count * log
+
+
+def step_alpha(alpha: float, iteration: int, iterations: int, spent: float) -> float:
+    """The level iteration `iteration` (from 1) of `iterations` tests its step at, so that the chance a run accepts
+    any step not truly better is at most `alpha`: each iteration adds `alpha / iterations` to the level, and only a
+    rejected step uses its level up (`spent`: the sum of the levels of the steps rejected so far). A step accepted,
+    or no step at all, passes its level on (a fallback procedure: along any run, the levels at which steps that are
+    not better are tested, up to the first one accepted, add up to at most `alpha`). At alpha 1 (no test, the
+    paper's rule) nothing is spent."""
+    if alpha >= 1:
+        return alpha
+    share = alpha * min(max(iteration, 1), max(iterations, 1)) / max(iterations, 1)
+    return max(share - spent, 0.0)
 
 
 @dataclass(frozen=True)
@@ -51,18 +142,68 @@ class Superiority:
 
 @dataclass(frozen=True)
 class NonInferiority:
-    """The gate's rule for a step that may do as well for less: on `samples` gate samples, its losses must be
-    few enough that a drop of `margin` in accuracy is rejected at `alpha` (`noninferiority_p`)."""
+    """The gate's rule for a step that may do as well for less (a cheaper model): the score test of "the step
+    loses `margin` of the mean score" rejected at exact size `alpha` (`critical_z`). Only samples answered on
+    both sides are evidence (`answered`); a sample the step itself lost (a call of its model that failed) is
+    charged to the margin, as in use it would get no answer: the step must hold `margin - lost share` on the
+    rest, so a model failing on more of the split than the margin cannot pass."""
 
     alpha: float
     margin: float
-    samples: int
+    samples: int  # the split's size, which the lost share is a share of
 
-    def passes(self, wins: int, losses: int, gain: float | None = None) -> bool:
-        return self.p(wins, losses) <= self.alpha
+    def effective_margin(self, proposal_lost: int) -> float:
+        return round(self.margin - proposal_lost / max(self.samples, 1), 9)
 
-    def p(self, wins: int, losses: int) -> float:
-        return noninferiority_p(losses, self.samples, self.margin)
+    def z(self, up: float, down: float, answered: int, proposal_lost: int = 0) -> float:
+        margin = self.effective_margin(proposal_lost)
+        return noninferiority_z(up, down, answered, margin) if margin > 0 else -math.inf
+
+    def critical(self, answered: int, proposal_lost: int = 0) -> float:
+        return critical_z(answered, self.effective_margin(proposal_lost), self.alpha)
+
+    def passes(self, up: float, down: float, answered: int, proposal_lost: int = 0) -> bool:
+        """At alpha 1 (no test, the paper's spirit) the step passes when its mean does not fall."""
+        if self.alpha >= 1:
+            return answered > 0 and up - down >= -NO_GAIN
+        z = self.z(up, down, answered, proposal_lost)
+        return z > -math.inf and z >= self.critical(answered, proposal_lost)
+
+    def p(self, up: float, down: float, answered: int, proposal_lost: int = 0) -> float:
+        """The score test's p (normal): what the record shows beside the exact critical value."""
+        return 1 - _NORMAL.cdf(self.z(up, down, answered, proposal_lost))
+
+    def least_split(self) -> int | None:
+        """The fewest answered samples on which any outcome passes (all ties does, first); None past 2,000."""
+        return least_split(self.margin, self.alpha)
+
+
+@lru_cache(maxsize=256)
+def least_split(margin: float, alpha: float) -> int | None:
+    """`NonInferiority.least_split`. Only the outcomes at least as extreme as all ties are summed at a size (all
+    ties passes when they all fit within alpha); the sizes are searched by doubling steps, then halving, from
+    where the all-ties z nears the normal quantile (the test's discreteness may let a size just below pass too:
+    the warnings that name it are about that precise)."""
+    if not 0 < alpha or margin <= 0:
+        return None
+    if alpha >= 1:
+        return 1
+    floor = _NORMAL.inv_cdf(1 - alpha) - 0.5
+    low = next((n for n in range(1, 2001) if noninferiority_z(0, 0, n, margin) >= floor), 2001) - 1
+    high, step = low + 1, 1  # sizes above `low` doubling their step until all ties passes, then halved back
+    while not _ties_pass(high, margin, alpha):
+        if high >= 2000:
+            return None
+        low, high, step = high, min(high + step, 2000), step * 2
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (low, middle) if _ties_pass(middle, margin, alpha) else (middle, high)
+    return high
+
+
+def _ties_pass(answered: int, margin: float, alpha: float) -> bool:
+    z = noninferiority_z(0, 0, answered, margin)  # all ties: the outcome likeliest to pass
+    return _exact_critical(answered, margin, alpha, z - 1e-9) <= z
 
 
 def wins_needed(alpha: float) -> int:

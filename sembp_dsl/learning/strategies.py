@@ -32,7 +32,7 @@ from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
 from .backward import backward, backward_calls, feedback_wanted
 from .bootstrap import propose_demos
-from .descent import propose
+from .descent import groups, propose, tools_chars
 
 NO_FEEDBACK = "no feedback reached it, so no optimizer call"
 
@@ -52,6 +52,7 @@ class Learnt:
     failures: Sequence[Result]
     reused: bool  # nothing was evaluated: the results the run had held them all
     rejected: Sequence[Mapping[str, str | None]] = ()  # the steps the gate rejected earlier in the run
+    unanswering: frozenset[str] = frozenset()  # models a step moved to earlier in the run that did not answer
 
 
 class Candidate(Protocol):
@@ -112,7 +113,8 @@ class Strategy(Protocol):
 @dataclass(frozen=True)
 class SemanticGradients:
     """The paper's step: the backward pass turns each error into feedback for every node (backward.py), and the
-    optimizer model rewrites each prompt from the feedback its nodes received (descent.py)."""
+    optimizer model rewrites each prompt from the feedback its nodes received (descent.py); a tool's description
+    is rewritten with its node's instruction, in one call, where both are trained."""
 
     method: Method
     name: str = "gradients"
@@ -137,13 +139,15 @@ class SemanticGradients:
             lambda r: backward(graph, llm, r.trace, r.expected, mode, wanted, Verdict(r.score, r.reason)),
         )
         samples = [(r.trace, g) for r, g in zip(failures, gradients)]
-        # a prompt no feedback reached would be rewritten from examples alone: not what the method asks for
-        fed = [p for p in params if mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p))]
+        fed = fed_params(graph, params, failures, gradients, mode)
         if len(fed) < len(params):
             llm.ledger.count("optimizer calls skipped: no feedback", len(params) - len(fed))
-        candidates = await each(f"iteration {learnt.index}: optimizer", fed, lambda p: propose(graph, llm, p, samples))
+        right = [r.trace for r in learnt.train.results if r.correct and not r.lost]
+        answers = await each(
+            f"iteration {learnt.index}: optimizer", groups(graph, fed), lambda g: propose(graph, llm, g, samples, right)
+        )
         return Proposed(
-            candidates,
+            [candidate for answer in answers for candidate in answer],
             [Proposal(p, f"skipped: {NO_FEEDBACK}", None, "") for p in params if p not in fed],
             [
                 Feedback(r.sample.id, r.expected, r.trace.output, {n: g for n, g in grads.items() if g})
@@ -153,12 +157,14 @@ class SemanticGradients:
 
     def cost(self, scale: Scale) -> tuple[Demand, ...]:
         """Per error: a backward question per node whose hints reach an optimized prompt (each showing a node's
-        prompt and its feedback); per optimized prompt: one optimizer call showing every error's example."""
+        prompt and its feedback); per optimized prompt: one optimizer call showing every error's example (and the
+        tools whose descriptions it rewrites: fewer calls when one proposes several)."""
         errors = min(self.method.errors_per_gradient, scale.train)
         params = self.params(scale.graph)
+        tools = max((tools_chars(scale.graph, group) for group in groups(scale.graph, params)), default=0)
         return (
             Demand("backward", errors * backward_calls(scale.graph, self.method.gradient, params), scale.widest + 800),
-            Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200),
+            Demand("optimizer", len(params), errors * (scale.widest + 400) + 1200 + tools),
         )
 
     def unforeseen(self, graph: Graph) -> tuple[str, ...]:
@@ -169,6 +175,20 @@ class SemanticGradients:
 
     def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
         return {}
+
+
+def fed_params(
+    graph: Graph, params: Sequence[str], failures: Sequence[Result], gradients: Sequence[Mapping[str, str]], mode: str
+) -> list[str]:
+    """The params worth an optimizer call: a prompt no feedback reached would be rewritten from examples alone (not
+    what the method asks for), and one whose nodes ran on no error (a branch not taken) has no example of its work
+    either."""
+    ran = {p for p in params if any(r.trace.nodes[n.name].taken for r in failures for n in graph.users(p))}
+    return [
+        p
+        for p in params
+        if p in ran and (mode == "none" or any(g.get(n.name) for g in gradients for n in graph.users(p)))
+    ]
 
 
 @dataclass(frozen=True)
@@ -207,8 +227,22 @@ class Demos:
         return {}
 
 
-#: The call a model's price is compared by: tokens in and out of a typical node call.
+#: The call a model's price is compared by where a node's own is not known yet: tokens in and out of a typical call.
 PRICED_CALL = (1000, 200)
+
+
+def node_tokens(learnt: Learnt, node: str) -> tuple[int, int]:
+    """The tokens in and out the node took on a training sample, on average over those the iteration evaluated (every
+    call of a mapped node or a tool loop), else PRICED_CALL: what a move's price is ranked by. The model moved to
+    may answer at another length; its measured cost decides (optimize.py)."""
+    traces = [t for r in learnt.train.results if not r.lost and (t := r.trace.nodes.get(node)) is not None]
+    if not traces:
+        return PRICED_CALL
+    calls = [call for t in traces for call in (t, *t.items)]
+    return (
+        round(sum(c.prompt_tokens for c in calls) / len(traces)),
+        round(sum(c.completion_tokens for c in calls) / len(traces)),
+    )
 
 
 @dataclass(frozen=True)
@@ -219,15 +253,16 @@ class Move:
     new: str | None
     reason: str | None
     old: str
-    prices: tuple[float, float]  # the old model's and the new one's, per PRICED_CALL
+    prices: tuple[float, float]  # the old model's and the new one's, of `tokens`
+    tokens: tuple[int, int] = PRICED_CALL  # in and out, what the node took on a sample
 
     def proposal(self, fate: str) -> Proposal:
         return Proposal(
             self.param,
             fate,
             self.new,
-            f"{self.old} -> {self.new} (${self.prices[0]:.6f} -> "
-            f"${self.prices[1]:.6f} a call of {PRICED_CALL[0]} + {PRICED_CALL[1]} tokens)",
+            f"{self.old} -> {self.new} (${self.prices[0]:.6f} -> ${self.prices[1]:.6f} at the node's "
+            f"{self.tokens[0]} + {self.tokens[1]} tokens a sample, by list price)",
         )
 
 
@@ -235,8 +270,9 @@ class Move:
 class Models:
     """The model of each node as a param: a step moves one node to another of the models the method names
     (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
-    non-inferiority at `margin`; with objective accuracy, to a dearer one, held to the ordinary gate. A move the
-    gate rejected is not proposed again in the run: the next model in line is."""
+    non-inferiority at `margin`, and kept only when its measured cost per sample falls (optimize.py); with objective
+    accuracy, to a dearer one, held to the ordinary gate. A move the gate rejected is not proposed again in the run,
+    nor any move to a model that did not answer: the next model in line is."""
 
     method: Method
     name: str = "models"
@@ -264,23 +300,22 @@ class Models:
 
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
         graph, cheaper = learnt.graph, self.method.objective == "cost"
-        named = {m for n in graph.nodes.values() for m in (n.model, *self.allowed(n))}
-        price = {m: llm.price(m, *PRICED_CALL) for m in named if m in graph.models}
         tried = {(param, model) for step in learnt.rejected for param, model in step.items()}
         moves = []
         for param in self.params(graph):
             node = graph.nodes[param.removesuffix(".model")]
-            old, old_price = node.model, price.get(node.model)
+            tokens = node_tokens(learnt, node.name)
+            old, old_price = node.model, llm.price(node.model, *tokens)
             for new in self.allowed(node):
-                new_price = price.get(new)
-                if old_price is None or new_price is None or (param, new) in tried:
+                new_price = llm.price(new, *tokens) if new in graph.models else None
+                if old_price is None or new_price is None or (param, new) in tried or new in learnt.unanswering:
                     continue
                 if (new_price < old_price) if cheaper else (new_price > old_price):
-                    moves.append(Move(param, new, None, old, (old_price, new_price)))
+                    moves.append(Move(param, new, None, old, (old_price, new_price), tokens))
         if not moves:
             return Proposed()
-        # cheapest first (a dearer one, the least dear first); on a tie, the node that saves most
-        best = min(moves, key=lambda m: (m.prices[1], m.prices[1] - m.prices[0]))
+        # the one that saves most at the node's own tokens first (with objective accuracy, the least dear first)
+        best = min(moves, key=lambda m: (m.prices[1] - m.prices[0], m.prices[1]) if cheaper else (m.prices[1],))
         return Proposed([best])
 
     def cost(self, scale: Scale) -> tuple[Demand, ...]:

@@ -196,6 +196,9 @@ def retry_after(headers) -> float | None:
     return max(seconds, 0.0)
 
 
+NO_PROVIDER = re.compile(r"LLM Provider NOT provided", re.IGNORECASE)  # litellm's words for a bare name it lacks
+
+
 def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: tuple[str, ...] = ()) -> Failure:
     """What a failed attempt means. `reached`: a call to this endpoint has succeeded before, so a
     refused connection is a server restarting, not a wrong address. Judged by the HTTP status and
@@ -208,6 +211,8 @@ def classify(exc: BaseException, endpoint: str | None, reached: bool, secrets: t
         return Failure(TRANSIENT, error, status, endpoint, message)
     if isinstance(exc, PlainHttp):
         return Failure(CONFIG, error, status, endpoint, message, exc.hint)
+    if NO_PROVIDER.search(message):  # litellm refused the call itself: no server was asked, so none is named
+        return Failure(CONFIG, error, None, None, message, "a model name is provider/model, e.g. openai/gpt-4o-mini")
     unreachable = _unreachable(exc)
     if unreachable:  # no reply came, so no status: the connection's failure is the message
         return Failure(
@@ -280,4 +285,9 @@ class CallFailed(SbpcError):
 
 class LLMError(OptionError):
     """A call that cannot succeed (bad key, unknown model, no model): stop with this message, which names
-    options as the caller gave them (`model=` in Python, `--model` on the command line)."""
+    options as the caller gave them (`model=` in Python, `--model` on the command line). `model`: the named model
+    whose calls cannot work, when they were on trial (stops.py `trying`) and the command goes on without it."""
+
+    def __init__(self, *parts: str, model: str | None = None):
+        super().__init__(*parts)
+        self.model = model

@@ -27,6 +27,7 @@ from typing import TypeVar
 from .. import telemetry
 from ..errors import Option
 from ..language.graph import MODEL_ROLES, ModelSpec
+from ..language.providers import no_provider
 from ..language.shapes import Shape
 from . import constraints, prices, spans
 from .adaptive import Ticket, Window, Windows, overloaded
@@ -64,9 +65,13 @@ def resolve_model(spec: ModelSpec) -> ResolvedModel:
     return ResolvedModel(spec.role, name, spec.settings)
 
 
-def check_callable(name: str, transport: Transport | None = None) -> None:
-    """LLMError unless calls to the model `name` can be made here: what its transport needs is installed.
-    `transport`: the one that will send them (default: the model's own, `serving`)."""
+def check_callable(name: str, transport: Transport | None = None, routed: bool = False) -> None:
+    """LLMError unless calls to the model `name` can be made here: what its transport needs is installed, and a
+    name with no provider is one litellm knows (else it refuses every call before sending it). `transport`: the
+    one that will send them (default: the model's own, `serving`); `routed`: `name` is a Router's model group."""
+    bare = None if routed else no_provider(name)
+    if bare is not None:
+        raise LLMError(f"{bare[0]}: no call can be sent ({bare[1]})")
     missing = (transport or serving(name)()).missing()
     if missing:
         raise LLMError(f"model '{name}' needs {missing}")
@@ -186,7 +191,7 @@ class LLM:
         message sent before the prompt."""
         spec = self.model(model or role)
         transport = self.transport(spec.name)
-        check_callable(spec.name, transport)
+        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
         request = prepare(spec, messages_of(prompt, system), self.timeout, transport, self.routers, shape)
         if request.constraint:
             self.ledger.count(f"constrained replies ({request.constraint})")
@@ -195,6 +200,15 @@ class LLM:
         if constraints.cut_at_bound(shape, request.constraint, constraints.max_tokens(spec.settings), text):
             return replace(result, text=text, finish_reason="length")
         return result if text == result.text else replace(result, text=text)
+
+    async def probe(self, role: str, model: str) -> None:
+        """One short call to a named model past the cache (a cached reply says what it once answered, not that it
+        answers now), counted as `role`'s: returns when it answers, raises CallFailed or LLMError when not."""
+        spec = self.model(model)
+        transport = self.transport(spec.name)
+        check_callable(spec.name, transport)
+        request = prepare(spec, messages_of("Reply with the word OK.", None), self.timeout, transport, self.routers)
+        await self._call(role, spec, request)
 
     def takes_tools(self, model: str) -> bool:
         """Whether this model (a role's or a named one) calls tools natively; else a tool loop holds it to the
@@ -216,7 +230,7 @@ class LLM:
         messages and the tools; the reply keeps its native tool calls."""
         spec = self.model(model or role)
         transport = self.transport(spec.name)
-        check_callable(spec.name, transport)
+        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
         request = prepare(spec, messages, self.timeout, transport, self.routers, None, list(tools), schema)
         if request.settings.get("response_format"):
             self.ledger.count(f"constrained replies ({constraints.form(spec.name, spec.settings, transport)})")

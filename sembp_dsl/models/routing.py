@@ -286,6 +286,8 @@ def router_config(path: str) -> dict:
         raise RouterConfigError(f"router config {path}: nested too deeply to be a router config") from None
     except (ValueError, TypeError) as exc:  # a value its tag cannot hold: `!!int abc`, `!!timestamp 2020-13-45`
         raise RouterConfigError(f"router config {path}: a value YAML cannot read ({exc})") from None
+    except (KeyError, AttributeError, IndexError):  # PyYAML's own, on `!!bool maybe`, `!!timestamp never`
+        raise RouterConfigError(f"router config {path}: a value YAML cannot read ({_tagged(path)})") from None
     problem = _data_problem(config, MAX_ROUTER_VALUES)
     if problem:
         raise RouterConfigError(f"router config {path}: {problem}")
@@ -298,6 +300,27 @@ def router_config(path: str) -> dict:
     if problem:
         raise RouterConfigError(f"router config {path}: {problem}")
     return config
+
+
+def _tagged(path: str) -> str:
+    """Which tagged value PyYAML failed on without saying so (a KeyError for `!!bool maybe`): the first whose
+    tag cannot hold it, found by reading the file again tag by tag."""
+    import yaml  # as router_config: only a router file needs it
+
+    try:
+        with open(path, encoding="utf-8") as file:
+            events = list(yaml.parse(file))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):  # changed since it was read
+        return "a tagged value"
+    for event in events:
+        tag = getattr(event, "tag", None)
+        if isinstance(event, yaml.ScalarEvent) and tag and tag.startswith("tag:yaml.org,2002:"):
+            node = yaml.ScalarNode(tag, event.value, event.start_mark, event.end_mark)
+            try:
+                yaml.SafeLoader("").construct_object(node)
+            except Exception:  # noqa: BLE001 (PyYAML's own KeyError, AttributeError...: this value is the one)
+                return f"!!{tag.rsplit(':', 1)[-1]} {event.value!r:.40}, line {event.start_mark.line + 1}"
+    return "a tagged value"
 
 
 #: Deployment settings the Router does arithmetic with (litellm checks only some of them itself).
@@ -428,25 +451,56 @@ def _is_number(value: Any) -> bool:
 def _data_problem(config: Any, limit: int) -> str | None:
     """What makes a router file's YAML more than plain data, in its own words: more than `limit` values
     (counting an aliased one each time it is used, and stopping at the limit, so an alias bomb costs no more
-    than a large honest file), a key that is not a string, or a value JSON cannot hold (`!!timestamp`,
-    `!!binary`, `!!omap`), which litellm would fail on at the first call; None: plain data."""
-    stack: list[tuple[Any, str]] = [(config, "")]
+    than a large honest file), a list or mapping that contains itself (`&a [*a]`), a key that is not a string,
+    or a value JSON cannot hold (`!!timestamp`, `!!binary`, `!!omap`), which litellm would fail on at the first
+    call; None: plain data. Where a value is, is kept as a link to its parent's place and spelt only for the
+    error: a spelt path per value cost memory with the square of the nesting."""
+    stack: list[tuple[Any, Place]] = [(config, None)]
+    inside: list[int] = []  # the ids of the lists and mappings holding the value walked now, outermost first
     seen = 0
     while stack:
         item, where = stack.pop()
+        if item is _LEFT:
+            inside.pop()
+            continue
         seen += 1
         if seen > limit:
             return f"more than {limit:,} values once its YAML aliases are expanded"
-        if isinstance(item, dict):
-            for key, value in item.items():
-                if not isinstance(key, str):
-                    return f"{where or 'the top level'}: the key {str(key):.40} is not a string (quote it)"
-                stack.append((value, f"{where}.{key}" if where else key))
-        elif isinstance(item, list):
-            stack.extend((value, f"{where}[{index}]") for index, value in enumerate(item))
-        elif not isinstance(item, PLAIN):
-            return f"{where}: {_kind_of(item)}, where a router file holds text, numbers, true/false, lists and mappings"
+        problem = _value_problem(item, inside)
+        if problem:
+            return f"{_spelt(where) or 'the top level'}: {problem}"
+        if isinstance(item, (dict, list)):
+            inside.append(id(item))
+            stack.append((_LEFT, None))
+            pairs = list(item.items() if isinstance(item, dict) else enumerate(item))
+            stack.extend((value, (where, key)) for key, value in reversed(pairs))  # the first on top
     return None
+
+
+#: Where a value is in a router file: None at the top, else (its parent's place, its key or index).
+Place = tuple[Any, str | int] | None
+_LEFT = object()  # on the walk's stack: the innermost container walked now is done
+
+
+def _value_problem(item: Any, inside: list[int]) -> str | None:
+    """What makes one value more than plain data (its own keys included), not looking inside it."""
+    if isinstance(item, (dict, list)):
+        if id(item) in inside:
+            return "a YAML alias that contains itself"
+        key = next((k for k in item if not isinstance(k, str)), None) if isinstance(item, dict) else None
+        return None if key is None else f"the key {str(key):.40} is not a string (quote it)"
+    if not isinstance(item, PLAIN):
+        return f"{_kind_of(item)}, where a router file holds text, numbers, true/false, lists and mappings"
+    return None
+
+
+def _spelt(where: Place) -> str:
+    """`model_list[0].litellm_params.seed`: a place as the file's reader finds it."""
+    parts: list[str] = []
+    while where is not None:
+        where, key = where
+        parts.append(f"[{key}]" if isinstance(key, int) else f".{key}")
+    return "".join(reversed(parts)).lstrip(".")
 
 
 #: What a router file's values may be: what JSON holds, as litellm sends it.

@@ -3,7 +3,9 @@
 Within one batch command (eval, optimize, compare: a `command()`), a failure no request can get past (no
 key, unknown model, nothing listening) stops the command at once; so do its first calls when they all
 fail for good for the same reason: a run that cannot work says why instead of scoring every sample wrong.
-Once stopped, every later call of that command fails at once. A call outside any command (a request to
+Once stopped, every later call of that command fails at once. Models on trial (`trying`: an optimize run's
+move to a model it has not used) are the exception: such a failure fails that model's calls, not the command. A
+call outside any command (a request to
 `sbpc serve`, a direct call of a long-lived Pipeline) fails alone: the next one tries again, since the
 server may be back and one client's bad inputs are no reason to refuse another's.
 """
@@ -11,7 +13,7 @@ server may be back and one client's bad inputs are no reason to refuse another's
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -67,6 +69,7 @@ class Stops:
         self._refusing_since: float | None = None  # time.monotonic() of the first refusal past waiting since an answer
         self._session = _Command() if whole_session else None
         self._command: ContextVar[_Command | None] = ContextVar("sbpc_command", default=None)
+        self._trial: ContextVar[frozenset[str]] = ContextVar("sbpc_trial", default=frozenset())
 
     @property
     def stopped(self) -> Option | None:
@@ -89,6 +92,16 @@ class Stops:
             yield
         finally:
             self._command.reset(token)
+
+    @contextmanager
+    def trying(self, models: Collection[str]) -> Iterator[None]:
+        """Calls made in this block (and in the tasks it starts) to these named models are on trial: a failure no
+        request can get past fails the call with an LLMError naming the model, and leaves the command working."""
+        token = self._trial.set(frozenset(models))
+        try:
+            yield
+        finally:
+            self._trial.reset(token)
 
     def check_budget(self) -> None:
         if self.max_calls is not None and self.ledger.calls >= self.max_calls:
@@ -113,6 +126,8 @@ class Stops:
         made a transient failure final, when one did."""
         reason = worded(f"{role} model '{spec.name}': ", failure.describe(), why)
         current = self._current()
+        if spec.role in self._trial.get():
+            return LLMError(reason, model=spec.role)
         if current is None:
             return LLMError(reason)
         current.stopped = current.stopped or reason
@@ -131,9 +146,10 @@ class Stops:
             raise self.cannot_work(role, spec, failure, refusing(failure.retry_after or 0.0, waited))
 
     def gave_up(self, role: str, spec: ModelSpec, failure: Failure) -> None:
-        """A call failed for good: when the first calls of the command all did, for the same reason, stop."""
+        """A call failed for good: when the first calls of the command all did, for the same reason, stop (not
+        for a model on trial: its failures are its own)."""
         current = self._current()
-        if current is None or current.succeeded:
+        if current is None or current.succeeded or spec.role in self._trial.get():
             return
         seen = current.given_up[failure.cause] = current.given_up.get(failure.cause, 0) + 1
         if seen >= STOP_AFTER:

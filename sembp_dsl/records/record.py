@@ -26,9 +26,11 @@ from typing import TYPE_CHECKING, Any
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.method import Method, SettingError
+from .costs import Compared, compared, per_thousand
 from .schema import Check, compile_schema
 
 if TYPE_CHECKING:  # the runtime and its model layer (aiohttp) are no reader's to import
+    from ..models.ledger import RoleUsage
     from ..runtime.evaluate import Evaluation
 
 VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
@@ -130,6 +132,14 @@ class GateDecision:
     current: int = 0  # evaluations of the current prompts it needed, where their score was unknown
     held_out: list[str] = field(default_factory=list)  # gated on training: the samples the step's examples came from
     cancelled: list[str] = field(default_factory=list)  # in flight when the decision was settled: left unknown
+    run_alpha: float | None = None  # the run's rate of accepting a step not truly better, `alpha` this gate's share
+    baseline: str | None = None  # "start": tested against the pipeline the run started from (None: the current one)
+    test: str | None = None  # a non-inferiority gate's test; the fields below are its figures
+    answered: int | None = None  # samples scored on both sides: those the test counts
+    own_lost: list[str] = field(default_factory=list)  # lost on the step's side: charged to the margin
+    margin_left: float | None = None  # the margin less the share of the split the step lost
+    z: float | None = None  # the score statistic (None: no sample counted, or no margin left)
+    critical: float | None = None  # the least z that passes at exact size alpha (None: no outcome can)
 
     def __repr__(self) -> str:  # the sample ids it lists run long
         settled = f", settled after {self.samples} of {self.of} samples" if self.stopped_early else ""
@@ -162,7 +172,10 @@ class Iteration:
     calls: int = 0
     tokens: int = 0
     cost: float = 0.0
-    per_1000: float | None = None  # dollars 1,000 samples cost the pipeline its gate evaluated (learning/pricing)
+    per_1000: float | None = None  # dollars 1,000 samples cost the step's pipeline (learning/pricing)
+    per_1000_before: float | None = None  # and the pipeline it was gated against, on the same samples
+    per_1000_samples: int | None = None  # how many samples both figures are over (None: per_1000 over its own)
+    costs: dict[str, float] = field(default_factory=dict)  # dollars each gate sample cost the step's pipeline
 
     def __repr__(self) -> str:  # its prompts, candidates and gradients run long
         gate = "" if self.gate is None else f", gate {self.gate!r}"
@@ -204,6 +217,7 @@ class Record:
     initial_partial: dict[str, float] = field(default_factory=dict)  # and their scores between 0 and 1
     initial_lost: list[str] = field(default_factory=list)  # and those they lost (unknown, not wrong)
     initial_per_1000: float | None = None  # dollars 1,000 samples cost the initial pipeline (learning/pricing)
+    initial_costs: dict[str, float] = field(default_factory=dict)  # dollars each gate sample cost it
     iterations: list[Iteration] = field(default_factory=list)
     finished: bool = False
     stopped: str | None = None  # why the run ended early, in the command line's words
@@ -235,6 +249,23 @@ class Record:
     def kept_per_1000(self) -> list[tuple[int, float | None]]:
         """(iterations done, dollars 1,000 samples cost the pipeline kept then: None where unknown)."""
         return [(done, self.initial_per_1000 if step is None else step.per_1000) for done, step in self.kept()]
+
+    def cost_kept(self) -> Compared | None:
+        """What 1,000 samples cost the initial pipeline and the one the run kept, on the gate samples both ran
+        (a record without per-sample costs: each on its own samples, `samples` None); None when unknown."""
+        step = self.kept()[-1][1]
+        if step is None:
+            return None if self.initial_per_1000 is None else Compared(self.initial_per_1000, self.initial_per_1000)
+        return compared(self.initial_costs, step.costs) or (
+            None
+            if self.initial_per_1000 is None or step.per_1000 is None
+            else Compared(self.initial_per_1000, step.per_1000)
+        )
+
+    def costs_kept(self) -> dict[str, float]:
+        """Dollars each gate sample cost the pipeline the run kept, where known."""
+        step = self.kept()[-1][1]
+        return dict(self.initial_costs if step is None else step.costs)
 
     @property
     def best_score(self) -> float | None:
@@ -355,11 +386,13 @@ class RunRecord:
         prompts: Mapping[str, str],
         evaluation: Evaluation,
         scored: Mapping[str, object],
+        spent: RoleUsage,
     ) -> RunRecord:
         """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
         limit), and per sample its inputs, every node's prompt, reply and output (NodeTrace.recorded: with what a
-        branch, a map or its kind keeps), the score, reason and error, and a judge's prompt and reply (its calls are
-        in the ledger)."""
+        branch, a map or its kind keeps), the score, reason and error, a judge's prompt and reply, and what its
+        model calls `spent` (the ledger's count: a tool loop's every turn and a map's every item are calls, a
+        function node's run is none)."""
         samples = [
             {
                 "id": r.sample.id,
@@ -375,16 +408,15 @@ class RunRecord:
             }
             for r in evaluation.results
         ]
-        nodes = [n for r in evaluation.results for n in (*r.trace.nodes.values(), *filter(None, [r.judged]))]
         record = Record(
             settings,
             dict(prompts),
             finished=evaluation.stopped is None,
             stopped=None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped),
             ledger={
-                "calls": sum(not n.cached and not n.lost for n in nodes),
-                "tokens": sum(n.prompt_tokens + n.completion_tokens for n in nodes),
-                "cost": sum(n.cost for n in nodes),
+                "calls": spent.calls,
+                "tokens": spent.prompt_tokens + spent.completion_tokens,
+                "cost": spent.cost,
             },
             kind="eval",
             evaluation={
@@ -480,14 +512,15 @@ class RunRecord:
         right: Collection[str],
         partial: Mapping[str, float],
         lost: Collection[str],
-        per_1000: float | None = None,
+        costs: Mapping[str, float] | None = None,
     ) -> None:
         """The initial prompts' score on the gate split, the samples they got right, their partial scores and the
         samples they lost: the baseline the first step must beat, kept so a resumed run need not pay for it
         again."""
         data = self.data
         data.initial_score, data.initial_right, data.initial_partial = score, sorted(right), dict(partial)
-        data.initial_lost, data.initial_per_1000 = sorted(lost), per_1000
+        data.initial_lost, data.initial_costs = sorted(lost), dict(costs or {})
+        data.initial_per_1000 = per_thousand(costs)
         self.save()
 
     def add_iteration(self, iteration: Iteration, ledger: dict) -> None:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ..language import kinds
 from ..language.diagnostics import visible
-from ..language.trace import extra_of
+from ..language.trace import answer_words, extra_of
 from .record import Iteration
 from .runs import (
     Run,
@@ -469,7 +469,7 @@ def sample_html(sample: dict, label: str = "") -> str:
     parts = [
         f'<details class="{"right" if what == "right" else "wrong"}"><summary>{escape(head)}</summary>',
         table(["input", "value"], [[k, v] for k, v in sample.get("inputs", {}).items()]),
-        f"<p>expected <b>{escape(repr(sample.get('expected')))}</b>, got <b>{escape(repr(sample.get('output')))}</b>"
+        f"<p>expected <b>{escape(repr(sample.get('expected')))}</b>, got <b>{escape(answer_words(sample.get('output')))}</b>"
         + (f" ({escape(str(sample['error']))})" if sample.get("error") else "")
         + "</p>",
         *([f"<p>why: {escape(str(sample['reason']))}</p>"] if sample.get("reason") else []),

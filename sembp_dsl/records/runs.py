@@ -25,9 +25,10 @@ from ..language.demos import DemosError, shown
 from ..language.diagnostics import PipelineError, visible
 from ..language.method import DEFAULT, SETTINGS, SIZES
 from ..language.source import load
-from ..language.trace import extra_of
+from ..language.trace import answer_words, extra_of
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
+from .costs import Compared
 from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
@@ -146,12 +147,13 @@ class Run:
         return f"{fmt(self.record.initial_score)} -> {fmt(self.record.best_score)}", tested
 
     def per_1000_words(self) -> str | None:
-        """What 1,000 samples cost the pipeline, initial -> kept (by its gate's tokens), or None when unknown."""
-        initial, kept = self.record.initial_per_1000, self.record.kept()[-1][1]
-        if initial is None:
-            return None
-        after = initial if kept is None else kept.per_1000
-        return f"${initial:.4f} -> " + ("unknown" if after is None else f"${after:.4f}")
+        """What 1,000 samples cost the pipeline, initial -> kept, measured on the gate samples both ran, or None
+        when unknown."""
+        kept = self.record.cost_kept()
+        if kept is None:
+            initial = self.record.initial_per_1000
+            return None if initial is None else f"${initial:.4f} -> unknown"
+        return kept.words()
 
     def summary(self) -> dict:
         """One run in a line's worth of facts (`sbpc runs --json`)."""
@@ -389,7 +391,7 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         score = "" if sample.get("lost") else f"score {fmt(sample['score'])}  "
         lines.append(
             f"\n{sample_verdict(sample)}: {sample['id']}  {score}"
-            f"expected {sample.get('expected')!r}, got {sample.get('output')!r}{error}"
+            f"expected {sample.get('expected')!r}, got {answer_words(sample.get('output'))}{error}"
         )
         lines += [_indent(f"{name}: {value}", "    ") for name, value in sample.get("inputs", {}).items()]
         if sample.get("reason"):
@@ -448,8 +450,18 @@ def verdict(it: Iteration) -> str:
 
 def spend(it: Iteration) -> str:
     """What the iteration's calls cost, and what 1,000 samples cost the pipeline its gate evaluated."""
-    pipeline = f"; that pipeline ${it.per_1000:.4f} per 1,000 samples" if it.per_1000 is not None else ""
-    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{pipeline}"
+    return f"{it.calls} calls, {it.tokens} tokens, ${it.cost:.4f}{step_cost(it)}"
+
+
+def step_cost(it: Iteration) -> str:
+    """What 1,000 samples cost the step's pipeline: against the one it was gated against, on the same samples,
+    where the record has both."""
+    if it.per_1000 is None:
+        return ""
+    if it.per_1000_before is None or it.per_1000_samples is None:
+        return f"; that pipeline ${it.per_1000:.4f} per 1,000 samples"
+    measured = Compared(it.per_1000_before, it.per_1000, it.per_1000_samples).words()
+    return f"; per 1,000 samples, the pipeline before -> with the step: {measured}"
 
 
 def train_words(it: Iteration, size: int) -> str:
@@ -491,6 +503,20 @@ def gate_unreadable(gate: GateDecision) -> str:
     )
 
 
+def noninferiority_words(gate: GateDecision) -> str:
+    """A non-inferiority gate's figures: the samples it counted, z against the exact critical value at the step's
+    level, and the margin left once the step's own lost samples are charged."""
+    lost = f", {len(gate.own_lost)} lost by the step leave a margin of {gate.margin_left:g}" if gate.own_lost else ""
+    if gate.alpha >= 1:
+        return f" on {gate.answered} answered{lost}; at gate_alpha 1 the mean must not fall"
+    if gate.z is None or gate.critical is None:
+        return f" on {gate.answered} answered{lost}: no outcome can pass at {gate.alpha:.3g}"
+    sign = ">=" if gate.z >= gate.critical else "<"
+    return (
+        f" on {gate.answered} answered{lost}; z = {gate.z:.2f} {sign} {gate.critical:.2f} (exact, at {gate.alpha:.3g})"
+    )
+
+
 def gate_words(it: Iteration) -> str | None:
     """The gate's decision of an iteration, or None when no proposal met the gate."""
     gate = it.gate
@@ -499,8 +525,16 @@ def gate_words(it: Iteration) -> str | None:
     scores = f"gate {fmt(it.gate_before)} -> {fmt(it.gate_after)}"
     if it.gate_after is None and gate.stopped_early:
         scores = f"gate {fmt(it.gate_before)} -> not scored (stopped once settled)"
-    rule = f"alpha {gate.alpha}" + (f", non-inferiority margin {gate.margin}" if gate.margin is not None else "")
-    return f"{scores}: {gate_tally(gate)} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
+    rule = f"alpha {gate.alpha:.3g}" + (
+        f", its share of the run's gate_alpha {gate.run_alpha:g}"
+        if gate.run_alpha is not None and gate.run_alpha != gate.alpha
+        else ""
+    )
+    if gate.margin is not None:
+        start = " against the run's start" if gate.baseline == "start" else ""
+        rule += f", non-inferiority margin {gate.margin}{start}"
+    figures = noninferiority_words(gate) if gate.test is not None else ""
+    return f"{scores}: {gate_tally(gate)}{figures} ({rule}){gate_settled(gate)}{gate_unreadable(gate)}"
 
 
 def render_iteration(run: Run, it: Iteration) -> list[str]:
@@ -522,7 +556,7 @@ def render_iteration(run: Run, it: Iteration) -> list[str]:
         else:
             lines.append(_indent("reply: " + _excerpt(c.reply or ""), "      "))
     for g in it.gradients:
-        lines.append(f"  gradients from sample {g.sample} (expected {g.expected!r}, got {g.output!r}):")
+        lines.append(f"  gradients from sample {g.sample} (expected {g.expected!r}, got {answer_words(g.output)}):")
         for node, text in g.nodes.items():
             lines.append(_indent(f"{node}: {text}", "      "))
     return lines

@@ -40,6 +40,8 @@ from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
 from ..language.graph import Graph
 from ..language.ir import Span
 from ..language.kinds import kind_of
+from ..language.kinds.agent import declared_tools, timeout
+from ..language.mcp_servers import is_server_tool
 from ..usercode import user_output
 
 REFUSED, UNLOADABLE = "E083", "E084"  # the module may not be imported; it may, but gives no callable
@@ -159,7 +161,21 @@ def bind(graph: Graph, given: Mapping[str, Callable[..., Any]] | None = None, al
     wanted = {name: (f.target, f.literal) for name, f in declared.items() if name in called and name not in given}
     folder = os.path.dirname(os.path.abspath(graph.pipeline.path))
     found = load_callables(wanted, folder, allowed, graph.pipeline.text) if wanted else {}
+    served = {name for name in called if is_server_tool(name) and name not in given}
+    if served:  # started before any model call: one that cannot start, or whose tools changed, stops the run here
+        from .mcp_client import connect  # the mcp package: only a pipeline with MCP servers imports it
+
+        tools = declared_tools(graph.pipeline)
+        found.update(connect(graph.pipeline, served, {name: timeout(tools[name]) for name in served}))
     return graph.with_functions({**given, **found})
+
+
+def release(graph: Graph) -> None:
+    """Stop the MCP servers whose tools the graph was bound to (a later call starts them again)."""
+    for function in graph.functions.values():
+        close = getattr(function, "close", None)
+        if getattr(function, "answer_grace", None) is not None and callable(close):  # a server's tool
+            close()
 
 
 def _import(name: str) -> ModuleType:

@@ -13,6 +13,7 @@ import csv
 import errno
 import hashlib
 import io
+import itertools
 import json
 import os
 import random
@@ -26,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import Option, OptionError
-from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, same_file
+from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, Fields, same_file
 from ..language.diagnostics import did_you_mean
 
 __all__ = [
@@ -43,7 +44,9 @@ __all__ = [
     "eval_splits",
     "fields_of",
     "fingerprint",
-    "rows_of",
+    "first_rows",
+    "fit_defaults",
+    "head_of",
     "from_records",
     "load",
     "make_splits",
@@ -89,6 +92,10 @@ SPLIT_WORDS = MappingProxyType(
     }
 )
 _OWN_POOL = MappingProxyType({"val": "validation", "test": "test"})  # a split drawn from a pool of its own
+# What `check` reads of each data file: its first rows, at most this many and in this many bytes, so a file of
+# millions of rows is checked in a moment (a run reads the rest, and names any bad row of it then).
+CHECK_BYTES = 1 << 20
+CHECK_ROWS = 2_000
 
 
 class DataError(OptionError):
@@ -186,16 +193,24 @@ def as_text(value: object) -> str:
 
 
 def load(
-    spec: str, data_dir: str | None = None, test_data: str | None = None, validation_data: str | None = None
+    spec: str,
+    data_dir: str | None = None,
+    test_data: str | None = None,
+    validation_data: str | None = None,
+    first: int | None = None,
 ) -> Dataset:
     """Load "liar", "gsm8k", "bbh:<task>", a user's data file or a Hugging Face folder.
 
     With `test_data` (a user file), the test split comes from that file and
     train/val from `spec` only, so what is scored is never trained on; with
     `validation_data`, val comes from that file, as from a folder's validation split.
+    `first`: of a user's one .jsonl, .csv or .tsv file, only its first rows are needed (`eval --limit`).
     """
-    dataset = _load(spec, data_dir)
     own = {pool: path for pool, path in (("validation", validation_data), ("test", test_data)) if path}
+    path = Path(spec.strip()).expanduser()
+    if first is not None and not own and path.suffix.lower() in (".jsonl", ".csv", ".tsv") and not _is_folder(path):
+        return first_rows(path, first)
+    dataset = _load(spec, data_dir)
     if not own:
         return dataset
     _distinct_files(spec, own)
@@ -221,7 +236,7 @@ def _load(spec: str, data_dir: str | None) -> Dataset:
         return _read_once(_load_gsm8k, folder, files=[folder / f"{split}.jsonl" for split in _GSM8K_FILES])
     if name == "bbh" or name.startswith("bbh:"):
         return _load_bbh(_find_folder("bbh", data_dir), name.partition(":")[2].strip())
-    if Path(name).expanduser().is_dir():  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
+    if _is_folder(Path(name).expanduser()):  # a folder named like a file (data.jsonl/) is one too, as `check` reads it
         return _load_folder(Path(name).expanduser())
     if name.lower().endswith(USER_SUFFIXES):
         path = Path(name).expanduser()
@@ -238,14 +253,14 @@ def _distinct_files(spec: str, own: Mapping[str, str]) -> None:
     be trained on and scored alike. A folder's split that a file of its own replaces is no other split's."""
     named = Path(spec).expanduser()
     sources: dict[object, tuple[str, str]] = {}  # the file -> (the split reading it, as named)
-    if named.is_dir():
+    if _is_folder(named):
         for split, files in folder_splits(named).items():
             for file in files:
                 sources.setdefault(same_file(str(file)), (split, str(file)))
     elif spec.lower().endswith(USER_SUFFIXES):
         sources[same_file(spec)] = ("train", spec)
     for pool, path in own.items():
-        if Path(path).expanduser().is_dir():
+        if _is_folder(Path(path).expanduser()):
             raise DataError(f"{path}: {NOT_A_FOLDER}")
         if not path.lower().endswith(USER_SUFFIXES):
             raise DataError(
@@ -313,6 +328,41 @@ def make_splits(dataset: Dataset, train: int, val: int, test: int, seed: int) ->
     )
 
 
+def fit_defaults(dataset: Dataset, sizes: Mapping[str, int], asked: Iterable[str]) -> tuple[dict[str, int], str]:
+    """`sizes` (train, val, test), those not `asked` (sbpc's defaults) scaled down in proportion where their pool
+    holds fewer rows than they add up to, so a small file is split rather than refused; the sizes asked for are
+    kept (make_splits refuses them when they do not fit). With what was scaled said in words ("" when nothing)."""
+    asked = set(asked)
+    fitted = dict(sizes)
+    for pool, splits in _pools_of(dataset).items():
+        mine = {split: sizes[split] for split in splits}
+        available = len(dataset.pools.get(pool, ())) if pool else sum(map(len, dataset.pools.values()))
+        free = {split: size for split, size in mine.items() if split not in asked and size}
+        room = available - sum(size for split, size in mine.items() if split in asked)
+        if sum(mine.values()) > available and free and room > 0:
+            fitted.update(_fitting(free, room) or {})
+    changed = [split for split in _CARVE_ORDER if fitted[split] != sizes[split]]
+    if not changed:
+        return fitted, ""
+    rows = sum(map(len, dataset.pools.values()))
+    default = " + ".join(f"{sizes[split]} {split}" for split in changed)
+    now = " + ".join(f"{fitted[split]} {split}" for split in changed)
+    return (
+        fitted,
+        f"{dataset.name} has {rows} rows, fewer than the default sizes ask ({default}): split in proportion, {now}",
+    )
+
+
+def _pools_of(dataset: Dataset) -> dict[str, tuple[str, ...]]:
+    """The pool each split is drawn from, as make_splits draws it ("" for every pool merged)."""
+    if not any(pool in dataset.pools for pool in _OWN_POOL.values()):
+        return {"": _CARVE_ORDER}
+    own = {split: pool for split, pool in _OWN_POOL.items() if pool in dataset.pools}
+    return {"train": tuple(split for split in _CARVE_ORDER if split not in own)} | {
+        pool: (split,) for split, pool in own.items()
+    }
+
+
 def _from_own_pools(dataset: Dataset, sizes: Mapping[str, int], rng: random.Random) -> Splits:
     """val and test each from a pool of its own when the data set has one ("validation", "test"); train, and the
     splits without one, carved in that order from "train"."""
@@ -355,7 +405,7 @@ def eval_splits(
         return Splits((), (), whole)
     own = _OWN_POOL.get(split) in dataset.pools  # drawn from a pool of its own, after nothing
     before = () if own else _CARVE_ORDER[: _CARVE_ORDER.index(split)]
-    sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    sizes = _scored_sizes(dataset, given, defaults, split, before)
     try:
         return make_splits(dataset, sizes["train"], sizes["val"], sizes["test"], seed)
     except DataError as exc:
@@ -364,6 +414,28 @@ def eval_splits(
         if not why:
             raise
         raise DataError(Option(str(exc), exc.cli), *why) from None
+
+
+def _scored_sizes(
+    dataset: Dataset, given: Mapping[str, int | None], defaults: tuple[int, int, int], split: str, before: tuple
+) -> dict[str, int]:
+    """The sizes `eval` cuts with to score `split` (`before`: the splits carved before it from its pool)."""
+    sizes = _eval_sizes(given, defaults, placing=(*before, split))
+    if dataset.user and split == "test" and given["test"] is None:  # a user's test split: the rows the others leave
+        sizes["test"] = _rows_left(dataset, sizes, own=not before)
+    if split != "test":  # the train or val split a small file holds as optimize cuts it (a test split is placed
+        # behind the sizes optimize draws by default, and refused when they do not fit: it must not overlap them)
+        sizes, _ = fit_defaults(dataset, sizes, [name for name, size in given.items() if size is not None])
+    return sizes
+
+
+def _rows_left(dataset: Dataset, sizes: Mapping[str, int], own: bool) -> int:
+    """A user's test split when no size is given: its own pool whole, else the rows train and val leave (when they
+    leave none, the default size, which the error then names with sizes that fit)."""
+    if own:
+        return len(dataset.pools["test"])
+    left = sum(map(len, dataset.pools.values())) - sizes["train"] - sizes["val"]
+    return left if left > 0 else sizes["test"]
 
 
 def _eval_sizes(
@@ -453,9 +525,19 @@ def _find_folder(sub: str, flag: str | None) -> Path:
     raise DataError(f"data set folder {sub}/ not found; looked in:\n{looked}\n", *_HOW_TO_GET)
 
 
-def _read_text(path: Path) -> str:
-    """Whole file as text; every I/O or decoding failure becomes a DataError."""
-    raw = _read_bytes(path)
+def _head_text(path: Path, head: int | None) -> tuple[str, bool]:
+    """The file as text, or with `head` its whole lines in the first `head` bytes; and whether it goes on."""
+    if head is None:
+        return _read_text(path), False
+    raw = _read_bytes(path, head + 1)
+    if len(raw) <= head:
+        return _read_text(path, raw), False
+    return _read_text(path, raw[: raw.rfind(b"\n", 0, head) + 1] or raw[:head]), True
+
+
+def _read_text(path: Path, raw: bytes | None = None) -> str:
+    """Whole file (or its bytes `raw`) as text; every I/O or decoding failure becomes a DataError."""
+    raw = _read_bytes(path) if raw is None else raw
     try:
         text = raw.decode("utf-8-sig")  # -sig: tolerate the BOM spreadsheets write
     except UnicodeDecodeError as exc:
@@ -466,22 +548,35 @@ def _read_text(path: Path) -> str:
     return text
 
 
-def _read_bytes(path: Path) -> bytes:
-    """A regular file's bytes, as many as its size says: a FIFO or device (which would block or never end) is
-    refused from the descriptor it opened without blocking, so a file swapped for one after a check is refused
-    too; a file of a virtual file system (/proc/self/environ, size 0) reads as empty, not as its content."""
+def _read_bytes(path: Path, most: int | None = None) -> bytes:
+    """A regular file's bytes, as many as its size says (at most `most`): see _pieces."""
+    try:
+        return b"".join(_pieces(path, most))
+    except MemoryError:
+        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
+
+
+def _pieces(path: Path, most: int | None = None, piece: int | None = None) -> Iterator[bytes]:
+    """A regular file's bytes, as many as its size says (at most `most`), in pieces of `piece` bytes (None: one): a
+    FIFO or device (which would block or never end) is refused from the descriptor it opened without blocking, so a
+    file swapped for one after a check is refused too; a file of a virtual file system (/proc/self/environ, size 0)
+    reads as empty, not as its content."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
         raise DataError(f"{path}: {_unopenable(path, exc)}") from None
     try:
         found = _regular(path, os.fstat(fd))
+        left = found.st_size if most is None else min(most, found.st_size)
         with os.fdopen(fd, "rb", closefd=False) as file:
-            return file.read(found.st_size)
+            while left > 0:
+                read = file.read(min(piece or left, left))
+                if not read:
+                    return
+                left -= len(read)
+                yield read
     except OSError as exc:
         raise DataError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except MemoryError:
-        raise DataError(f"{path}: too large to read into memory ({_size(path)}); give a smaller file") from None
     finally:
         os.close(fd)
 
@@ -495,8 +590,16 @@ def _regular(path: Path, found: os.stat_result) -> os.stat_result:
     return found
 
 
+def _is_folder(path: Path) -> bool:
+    """Whether a folder is there; False for a name no file can have (longer than the file system allows: Path.is_dir
+    raises on it), which opening it then says in the user's words."""
+    return os.path.isdir(path)
+
+
 def _unopenable(path: Path, exc: OSError) -> str:
     """Why a data file could not be opened, in the user's words: a link that leads nowhere said as one."""
+    if exc.errno == errno.ENAMETOOLONG:
+        return "a name longer than the file system allows (a file or folder name holds at most 255 bytes)"
     if exc.errno == errno.ELOOP:
         return "a symbolic link that leads back to itself (a loop of links); give a file"
     if isinstance(exc, FileNotFoundError) and path.is_symlink():
@@ -504,6 +607,13 @@ def _unopenable(path: Path, exc: OSError) -> str:
     if isinstance(exc, FileNotFoundError):
         return "file not found"
     return f"cannot read: {exc.strerror or exc}"
+
+
+def _size_of(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:  # reading it says why, in the user's words
+        return 0
 
 
 def _size(path: Path) -> str:
@@ -539,12 +649,17 @@ def _csv_read(path: Path, text: str, delimiter: str, quoting: Quoting) -> Iterat
             yield reader.line_num, row
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
-    """(line number, object) pairs of a JSON-lines file, skipping blank lines; every bad line is named, at the end."""
+def _json_lines(path: Path, head: int | None = None, most: int = 0) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, object) pairs of a JSON-lines file (with `head`, of its first bytes' whole lines), skipping blank
+    lines; every bad line is named, at the end."""
     bad: list[tuple[int, str]] = []
-    for number, line in enumerate(_read_text(path).split("\n"), start=1):
+    read = 0
+    for number, line in enumerate(_head_text(path, head)[0].split("\n"), start=1):
         if not line.strip():
             continue
+        read += 1
+        if head is not None and read > most:
+            break
         try:
             record = _json_value(line)
         except json.JSONDecodeError as exc:
@@ -720,10 +835,18 @@ def _load_folder(folder: Path) -> Dataset:
     return _user_data(folder.name, folder_splits(folder), folder)
 
 
-def _user_data(name: str, files: Mapping[str, Sequence[Path]], folder: Path | None = None) -> Dataset:
+def _user_data(
+    name: str,
+    files: Mapping[str, Sequence[Path]],
+    folder: Path | None = None,
+    head: int | None = None,
+    read: Mapping[str, Sequence[tuple[Path, Records]]] | None = None,
+) -> Dataset:
     """A user's files as one data set, a pool per split; its answer column the first file's, when it has one. Every
-    bad row of every file is named at once. A folder's samples are named by their file's path in it."""
-    read = {split: [(path, _file_records(path)) for path in paths] for split, paths in files.items()}
+    bad row of every file is named at once. A folder's samples are named by their file's path in it. With `head`,
+    only the rows in each file's first `head` bytes are read; `read`: the rows, read already."""
+    if read is None:
+        read = {split: [(path, _file_records(path, head)) for path in paths] for split, paths in files.items()}
     rows = [record for parts in read.values() for _, records in parts for _, record in records]
     if not rows:
         raise DataError(f"{', '.join(str(p) for paths in files.values() for p in paths)}: no data rows")
@@ -752,40 +875,77 @@ def _samples(path: Path, label: str, records: Records, answer: object | None) ->
     return tuple(_sample(f"{label}:{line}", record, answer, origin=f"{path}:{line}") for line, record in records)
 
 
-def _file_records(path: Path) -> Records:
+def _file_records(path: Path, head: int | None = None, most: int | None = None) -> Records:
+    """A file's rows; with `head`, at most `most` (CHECK_ROWS) of those in its first `head` bytes."""
+    most = CHECK_ROWS if most is None else most
     suffix = path.suffix.lower()
     if suffix == ".jsonl":
-        return list(_json_lines(path))
+        return list(_json_lines(path, head, most))
     if suffix in TABLE_SUFFIXES:
         return _arrow_records(path)
-    return _table_records(path, suffix)
+    return _table_records(path, suffix, head, most)
+
+
+def first_rows(path: Path, count: int) -> Dataset:
+    """A user's data file's first `count` rows (in file order), read from as few of its bytes as hold them: what
+    `eval --limit N` scores of a file it scores whole, in a moment however long the file."""
+    head = 1 << 20
+    while True:
+        records = _file_records(path, head, count)
+        if len(records) >= count or head >= _size_of(path):
+            return _user_data(path.name, {"all": [path]}, read={"all": [(path, records[:count])]})
+        head *= 4
 
 
 def _user_files(path: str) -> dict[str, list[Path]]:
     """A user's data by split: a folder's splits, or one file; DataError for anything else."""
     given = Path(path).expanduser()
-    if given.is_dir():
+    if _is_folder(given):
         return folder_splits(given)
     if given.suffix.lower() not in USER_SUFFIXES:
         raise DataError(f"{path}: a data file is .jsonl, .csv, .tsv, .parquet or .arrow, or a Hugging Face folder")
     return {"all": [given]}
 
 
-def rows_of(path: str) -> list[Mapping[str, object]]:
-    """The rows of a user's data file or folder (every split's) as they are, before a column is taken for the
-    answer."""
-    return [record for paths in _user_files(path).values() for file in paths for _, record in _file_records(file)]
+def head_of(path: str) -> tuple[list[Mapping[str, object]], Dataset]:
+    """The first rows of a user's data file or folder (each file's, as `check` reads them: CHECK_ROWS in
+    CHECK_BYTES), read once: as they are, before a column is taken for the answer, and as a data set."""
+    files = _user_files(path)
+    read = {split: [(file, _file_records(file, CHECK_BYTES)) for file in paths] for split, paths in files.items()}
+    folder = Path(path).expanduser() if _is_folder(Path(path).expanduser()) else None
+    dataset = _user_data(Path(path).name, files, folder, read=read)
+    return [record for parts in read.values() for _, records in parts for _, record in records], dataset
 
 
-def fields_of(path: str) -> tuple[str, ...] | str:
-    """The fields of a user's data file or folder (its answer column among them), or why a run could not use it."""
+def fields_of(path: str) -> Fields | str:
+    """The fields of a user's data file or folder (its answer column among them), the first row lacking each, and
+    how many rows a file has at most; or why a run could not use it. Every bad row of the first CHECK_BYTES of
+    each file is named, as a run would find them."""
     try:
         files = _user_files(path)
-        return _user_data(
-            path, files, Path(path).expanduser() if Path(path).is_dir() else None
-        ).columns  # every bad row, as a run would find them
+        folder = Path(path).expanduser() if _is_folder(Path(path)) else None
+        dataset = _user_data(path, files, folder, head=CHECK_BYTES)
+        rows = None if folder else _rows_at_most(files["all"][0], dataset)
     except DataError as exc:
         return str(exc)
+    lacking: dict[str, str] = {}
+    for sample in (s for pool in dataset.pools.values() for s in pool):
+        for column in set(dataset.columns) - set(sample.fields) - {sample.answer_column} - set(lacking):
+            lacking[column] = sample.id
+    return Fields(dataset.columns, MappingProxyType(lacking), rows)
+
+
+def _rows_at_most(path: Path, dataset: Dataset) -> int | None:
+    """The rows of a file read whole, else its lines past the header (a row is one line or more): a bound."""
+    read = sum(map(len, dataset.pools.values()))
+    try:
+        size = path.stat().st_size
+        if (size <= CHECK_BYTES and read < CHECK_ROWS) or path.suffix.lower() in TABLE_SUFFIXES:
+            return read
+        with open(path, "rb") as file:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: file.read(1 << 20), b"")) + 1
+    except OSError:
+        return None
 
 
 def fingerprint(*paths: str | None) -> str | None:
@@ -794,18 +954,20 @@ def fingerprint(*paths: str | None) -> str | None:
     each file after the first with its length, so a row moved from one file to the next is one too."""
     digest = hashlib.sha256()
     try:
-        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or Path(p).expanduser().is_dir())]
+        named = [p for p in paths if p and (p.lower().endswith(USER_SUFFIXES) or _is_folder(Path(p).expanduser()))]
         if not named:
             return None
         for number, given in enumerate(named):
             folder = Path(given).expanduser()
-            if not folder.is_dir():
-                content = _read_bytes(folder)  # a pipe or device there now is refused, not waited on
-                digest.update(b"%d\0" % len(content) if number else b"")  # one file hashes as it always has
-                digest.update(content)
+            if not _is_folder(folder):  # a pipe or device there now is refused, not waited on
+                digest.update(b"%d\0" % folder.stat().st_size if number else b"")  # one file hashes as it always has
+                for piece in _pieces(folder, piece=1 << 20):  # a long file in pieces, never whole in memory
+                    digest.update(piece)
                 continue
             for file in sorted(f for files in folder_splits(folder).values() for f in files):
-                digest.update(str(file.relative_to(folder)).encode() + b"\0" + _read_bytes(file))
+                digest.update(str(file.relative_to(folder)).encode() + b"\0")
+                for piece in _pieces(file, piece=1 << 20):
+                    digest.update(piece)
     except (OSError, DataError):
         return None
     return digest.hexdigest()
@@ -826,12 +988,17 @@ def _sample(
     return Sample(id, fields, expected, given=given, origin=origin, answer_column="" if answer is None else str(answer))
 
 
-def _table_records(path: Path, suffix: str) -> list[tuple[int, dict[str, str]]]:
-    """Rows of a CSV/TSV with a header row, as column -> value dicts."""
+def _table_records(path: Path, suffix: str, head: int | None = None, most: int = 0) -> list[tuple[int, dict[str, str]]]:
+    """Rows of a CSV/TSV with a header row, as column -> value dicts (with `head`, those of its first bytes, the
+    last one dropped when the file goes on: a quoted value may run past them)."""
     # TSV is read like LIAR (no quoting, one record per line); CSV needs quoting
     # because commas inside values are common.
     tsv = suffix == ".tsv"
-    rows = _csv_rows(path, _read_text(path), "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    text, cut = _head_text(path, head)
+    rows = _csv_rows(path, text, "\t" if tsv else ",", csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    if head is not None:  # the header and `most` rows, and one more to tell a row cut off by `head`
+        read = list(itertools.islice(rows, most + 2))
+        rows = iter(read[: -1 if cut and len(read) < most + 2 else most + 1])
     first = next(rows, None)
     if first is None:
         raise DataError(f"{path}: no header row")

@@ -14,13 +14,14 @@ from typing import Any
 
 from .. import telemetry
 from ..errors import Option, SbpcError
-from ..language.data import ANSWER_COLUMNS
+from ..language import kinds
+from ..language.data import ANSWER_COLUMNS, hides_fields
 from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, check
 from ..language.metrics import parse_number, score
 from ..language.node import GraphNode
-from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace
+from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
 from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
@@ -226,9 +227,10 @@ class Evaluation:
             final = r.trace.final
             what = "lost" if r.lost else f"score {r.score:.2f}" if r.score else "wrong"
             error = r.metric_error or final.error
+            how = "".join(f"\n{part.title}:\n{part.text}" for part in kinds.shown(final.extra))  # a tool loop's calls
             lines.append(
-                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {r.trace.output!r}"
-                f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}"
+                f"\n--- {what}: {r.sample.id} (expected {r.expected!r}, got {answer_words(r.trace.output)}"
+                f"{', ' + error if error else ''})\n{final.reply.strip()[:600]}{how}"
                 + (f"\nwhy: {r.reason}" if r.reason else "")
             )
         return "\n".join(lines)
@@ -254,6 +256,7 @@ class Evaluation:
                     "score": None if r.lost else r.score,  # a lost sample has no score
                     "reason": r.reason,
                     "failure": r.trace.final.failure.to_json() if r.trace.final.failure else None,
+                    **r.trace.final.extra,  # what its kind keeps (a tool loop's calls), as `run --json` has it
                 }
                 for r in self.wrong[:errors]
             ],
@@ -299,11 +302,11 @@ def check_answers(graph: Graph, samples: Sequence[Sample], metric: str | Scorer)
     if not isinstance(metric, str) or metric in graph.metrics:
         return
     if samples and not graph.answer_field and not any(s.answer for s in samples):
-        fields = list(dict.fromkeys(f for s in samples for f in s.fields))
+        fields = _shown_fields(graph, samples)
         raise DataError(
             f"{samples[0].where}: no example has an expected output: the data have no column named "
             f"{', '.join(ANSWER_COLUMNS[:-1])} or {ANSWER_COLUMNS[-1]}; name the one that holds it in the pipeline, "
-            f'for example output {graph.output} from "{fields[-1] if fields else "COLUMN"}" (fields: {", ".join(fields)})'
+            f'for example output {graph.output} from "{fields[-1] if fields else "COLUMN"}" ({_listed(fields)})'
         )
     node = graph.nodes[graph.output]
     found = [(s.where, why) for s in samples if (why := _never_matched(node, metric, expected_answer(graph, s)))]
@@ -320,25 +323,40 @@ def check_fields(graph: Graph, samples: Sequence[Sample], mapping: Mapping[str, 
     missing = [(s, [w for w in wanted if not s.has(w[0]) and not s.has(w[2])]) for s in samples]
     absent = [w for w in wanted if samples and all(w in lacks for _, lacks in missing)]
     if absent:
-        raise _absent_fields(absent, samples)
-    bad = [
-        (
-            s.where,
-            "; ".join(f"no field '{f}' for {who}{did_you_mean(f, s.fields)}" for f, who, _ in lacks)
-            + f" (fields: {', '.join(s.fields)})",
-        )
-        for s, lacks in missing
-        if lacks
-    ]
+        raise _absent_fields(graph, absent, samples)
+    bad = [(s.where, _row_lacks(graph, s, lacks)) for s, lacks in missing if lacks]
     if bad:
         raise bad_samples(bad, "", *_map_it([w for _, lacks in missing for w in lacks]))
 
 
-def _absent_fields(absent: Sequence[tuple[str, str, str]], samples: Sequence[Sample]) -> DataError:
+def _row_lacks(graph: Graph, sample: Sample, lacks: Sequence[tuple[str, str, str]]) -> str:
+    """What one row lacks (field, who reads it, the input's name), with the fields it has when they may be shown."""
+    shown = _shown_fields(graph, [sample])
+    said = "; ".join(f"no field '{f}' for {who}{did_you_mean(f, shown or ())}" for f, who, _ in lacks)
+    return f"{said} ({_listed(shown)})"
+
+
+def _absent_fields(graph: Graph, absent: Sequence[tuple[str, str, str]], samples: Sequence[Sample]) -> DataError:
     """Fields no row has (field, who reads it, the input's name): one cause each, said once, not once a row."""
-    fields = list(dict.fromkeys(f for s in samples for f in s.fields))
-    said = [f"{who} reads field '{field}', which no row has{did_you_mean(field, fields)}" for field, who, _ in absent]
-    return DataError("\n".join(said) + f" (fields: {', '.join(fields)})", *_map_it(absent))
+    fields = _shown_fields(graph, samples)
+    said = [
+        f"{who} reads field '{field}', which no row has{did_you_mean(field, fields or ())}" for field, who, _ in absent
+    ]
+    return DataError("\n".join(said) + f" ({_listed(fields)})", *_map_it(absent))
+
+
+def _shown_fields(graph: Graph, samples: Sequence[Sample]) -> list[str] | None:
+    """The fields of these rows a message may name; None for those of a file the data block names outside the
+    pipeline's folder (hides_fields), as `check` shows none."""
+    if samples and hides_fields(graph.pipeline, samples[0].origin):
+        return None
+    return list(dict.fromkeys(f for s in samples for f in s.fields))
+
+
+def _listed(fields: Sequence[str] | None) -> str:
+    if fields is None:
+        return "its fields are not shown: the file is outside the pipeline's folder"
+    return f"fields: {', '.join(fields)}"
 
 
 def _map_it(missing: Sequence[tuple[str, str, str]]) -> tuple[str | Option, ...]:
@@ -436,6 +454,13 @@ async def scored_sample(
 SPLIT_SETTINGS = (*SIZES, "seed")  # what cuts a data set into the split `eval` scores
 
 
+def first_needed(graph: Graph, split: str, sizes: Mapping[str, int], limit: int | None) -> int | None:
+    """The rows of a user's file `eval` needs when it scores the file whole (no size given, here or in the
+    pipeline file) and `limit` cuts it: its first `limit`; None when it needs every row (a seeded split of them)."""
+    whole = split == "test" and not set(sizes) & set(SPLIT_SETTINGS) and not graph.sizes_given
+    return limit if whole else None
+
+
 def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[str, int]) -> tuple[Sample, ...]:
     """The samples `eval` scores: a user's file with no size given whole (as `split` "test"); otherwise the
     seeded split `optimize` would draw with these sizes (train_size, val_size, test_size, seed), so test never
@@ -446,6 +471,9 @@ def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[st
             raise TypeError(f"unknown split setting {name!r}{did_you_mean(name, SPLIT_SETTINGS)}")
         check(name, value)
     o = graph.optimize
+    # the sizes the file gives (its data and optimize blocks) cut the data as they cut it for optimize, so the test
+    # split a record is labelled with is the rows they leave, not every row
+    sizes = {name: getattr(o, name) for name in sorted(graph.sizes_given)} | dict(sizes)
     splits = eval_splits(
         dataset,
         sizes.get("train_size"),

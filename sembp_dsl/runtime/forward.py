@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 from .. import telemetry
 from ..language.branches import record_value, runs
@@ -22,8 +23,8 @@ from ..language.graph import Graph
 from ..language.kinds import kind_of
 from ..language.maps import items
 from ..language.node import GraphNode
-from ..language.shapes import Shape, python_value
-from ..language.toolcalls import ToolCall, Turn
+from ..language.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
+from ..language.toolcalls import ToolCall, Turn, bounded
 from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -85,17 +86,19 @@ class Calls:
 
 
 def tool_call(sent: Mapping) -> ToolCall:
-    """A native tool call as the loop reads it; arguments that are not a JSON object are kept under a key no
-    schema takes, so the model is told they do not fit."""
+    """A native tool call as the loop reads it; arguments that are not a JSON object (or one nested past
+    MAX_JSON_DEPTH, which no schema, record or request could carry) are kept, cut, under a key no schema takes,
+    so the model is told they do not fit."""
+    text = sent["arguments"] or "{}"
     try:
-        arguments = json.loads(sent["arguments"] or "{}")
-    except ValueError:
+        arguments = json.loads(text)
+    except (ValueError, RecursionError):  # RecursionError: `[[[...]]]` 20,000 deep
         arguments = None
-    return ToolCall(
-        sent["id"],
-        sent["name"],
-        arguments if isinstance(arguments, dict) else {"(not a JSON object)": sent["arguments"]},
-    )
+    if not isinstance(arguments, dict):
+        arguments = {"(not a JSON object)": bounded(text)}
+    elif nesting(arguments) > MAX_JSON_DEPTH:
+        arguments = {"(nested too deeply)": bounded(text)}
+    return ToolCall(sent["id"], bounded(sent["name"]), arguments)
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:
@@ -138,10 +141,28 @@ async def run(graph: Graph, llm: LLM, inputs: Mapping[str, str]) -> Trace:
         for node in graph.nodes.values():  # topological order: predecessors' tasks already exist
             tasks[node.name] = asyncio.ensure_future(start(node))
         traces = {t.node: t for t in await together(tasks.values())}
-        output = next((name for name in graph.outputs if traces[name].taken), graph.output)
+        output = next((name for name in graph.outputs if traces[name].taken), None)
+        if output is None:  # no branch to an output was taken: the sample has no answer, and says why
+            output = graph.output
+            traces[output] = replace(traces[output], error=no_output(graph, traces))
         trace = Trace(dict(inputs), traces, output, graph.output_field)
         failed(span, trace.final)
         return trace
+
+
+def no_output(graph: Graph, traces: Mapping[str, NodeTrace]) -> str:
+    """Why no output ran on a sample: no branch to one was taken, and the replies that decided, if any could not
+    be read (a choice the model did not make)."""
+    deciders = dict.fromkeys(gate.subject for node in graph.nodes.values() for gate in node.gates)
+    unread = [
+        f"'{name}' could not be read ({traces[name].error})"
+        for name in deciders
+        if name in traces and traces[name].error
+    ]
+    outputs = " | ".join(graph.outputs)
+    return f"{NOT_REACHED}: no branch to the output ({outputs}) was taken" + (
+        f": {'; '.join(unread)}" if unread else ""
+    )
 
 
 async def ran(node: GraphNode, graph: Graph, calls: Calls, values: Mapping[str, str]) -> NodeTrace:

@@ -45,14 +45,25 @@ def scorer_for(graph: Graph, metric: str | Callable, llm: LLM, allowed: tuple[st
     # imported only now that a run scores with it (never by check, compile or load), and only from where a
     # function node's may be: the pipeline's folder, or a module the caller allowed (runtime/code.py)
     folder = os.path.dirname(os.path.abspath(graph.pipeline.path))
-    return python_scorer(load_callable(str(spec.function), folder, allowed), spec.name, view)
+    function = load_callable(str(spec.function), folder, allowed)
+    if is_async(function):  # the file's setting is wrong (check says E150 where it can read the module)
+        raise SettingError(
+            Option("metric", "--metric"),
+            f": {spec.name!r} is an async function; a metric is a plain function (prediction, example) -> score "
+            "(to await something inside it, use asyncio.run(...))",
+        )
+    return python_scorer(function, spec.name, view)
+
+
+def is_async(metric: Callable) -> bool:
+    return inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__)  # noqa: B004 (an async __call__)
 
 
 def python_scorer(metric: Callable, name: str, view: View) -> Scorer:
     """A metric written in Python, asked with `view(trace)` and the example as given: a bool or a number from 0 to
     1, or with a reason, `(score, reason)`. One that raises, exits, hangs or returns anything else fails for that
     sample (MetricFailed, runtime/evaluate.python_verdict), not for the run."""
-    if inspect.iscoroutinefunction(metric) or inspect.iscoroutinefunction(type(metric).__call__):  # noqa: B004 (an async __call__)
+    if is_async(metric):  # a callable given in Python: the caller's type error
         raise TypeError(f"the metric {name!r} is async; a metric is a plain function (prediction, example) -> score")
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:

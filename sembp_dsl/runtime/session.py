@@ -59,6 +59,11 @@ class Session:
         used |= {"backward", "optimizer"} if learning else set()
         return {key: str(resolve_model(spec).name) for key, spec in self.models.items() if key in used}
 
+    def routed(self, key: str) -> bool:
+        """Whether the role or named model `key` is a Router's model group (its name is the group's, no model's)."""
+        spec = self.models.get(key)
+        return bool(spec is not None and spec.settings.get("router"))
+
     def check_open(self) -> None:
         if self.closed:
             raise PipelineClosed(

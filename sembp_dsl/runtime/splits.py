@@ -4,7 +4,7 @@ are; either way a run that could not learn or gate is refused now."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -13,7 +13,7 @@ from ..language.diagnostics import did_you_mean
 from ..language.graph import Graph
 from ..language.method import SIZES, Method, SettingError
 from . import datasets
-from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, from_records, make_splits
+from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, fit_defaults, from_records, make_splits
 
 Examples = Sequence[Mapping[str, Any] | Sample]
 
@@ -29,8 +29,9 @@ class Data:
     test_data: str | None = None
     validation_data: str | None = None
 
-    def load(self) -> Dataset:
-        return datasets.load(self.name, self.data_dir, self.test_data, self.validation_data)
+    def load(self, first: int | None = None) -> Dataset:
+        """The data set; `first`: only a single file's first rows are needed (datasets.load)."""
+        return datasets.load(self.name, self.data_dir, self.test_data, self.validation_data, first)
 
     def fingerprint(self) -> str | None:
         """Of the data files' content, as a run record keeps it (None for a built-in data set)."""
@@ -68,6 +69,7 @@ class Cut:
     method: Method
     splits: tuple[list[Sample], list[Sample], list[Sample]]  # train, val, test
     metric: str
+    note: str = ""  # how sbpc's default sizes were scaled to fit a small data set, said before the run
 
 
 @dataclass(frozen=True)
@@ -96,19 +98,23 @@ def for_run(
     if isinstance(train, Data):
         if val or test:
             raise TypeError("val and test go with train examples; a data set is cut by the method's sizes")
-        return Run(from_dataset(train.load(), method, settings), source_of(train))
+        asked = graph.sizes_given | set(settings)
+        return Run(from_dataset(train.load(), method, settings, asked), source_of(train))
     return Run(from_examples(train, val, test, method, settings), source_of(train))
 
 
-def from_dataset(dataset: Dataset, method: Method, settings: Mapping[str, Any]) -> Cut:
-    """The data set cut by the method's sizes and seed; `settings` are those the caller gave."""
+def from_dataset(dataset: Dataset, method: Method, settings: Mapping[str, Any], asked: Collection[str] = SIZES) -> Cut:
+    """The data set cut by the method's sizes and seed; `settings` are those the caller gave, `asked` the sizes the
+    caller or the file gave: the others, sbpc's defaults, are scaled down in proportion to fit a small file."""
     # val is drawn for the gate, or when asked for (compare tests every row of a seed on the same samples)
     val_size = method.val_size if method.gate == "val" or "val_size" in settings else 0
-    splits = make_splits(dataset, method.train_size, val_size, method.test_size, method.seed)
-    method = replace(method, val_size=val_size)
+    sizes = {"train": method.train_size, "val": val_size, "test": method.test_size}
+    fitted, note = fit_defaults(dataset, sizes, [size.removesuffix("_size") for size in asked])
+    splits = make_splits(dataset, fitted["train"], fitted["val"], fitted["test"], method.seed)
+    method = replace(method, train_size=fitted["train"], val_size=fitted["val"], test_size=fitted["test"])
     gate = Option(*(("val_size", "--val-size") if method.gate == "val" else ("train_size", "--train-size")))
     return _checked(
-        Cut(method, (list(splits.train), list(splits.val), list(splits.test)), dataset.metric),
+        Cut(method, (list(splits.train), list(splits.val), list(splits.test)), dataset.metric, note),
         ("the train split is empty: give ", Option("train_size", "--train-size"), " of at least 1"),
         ("the gate split is empty: give ", gate, " of at least 1, or ", Option("gate='none'", "--no-gate")),
     )

@@ -100,6 +100,7 @@ class NodeKind(ABC):
     name: ClassVar[str]  # its key in KINDS and in a GraphNode's `kind`
     marker: ClassVar[str | None] = None  # the setting that makes a node of this kind; None: the default kind
     settings: ClassVar[Mapping[str, tuple]] = MappingProxyType({})  # its own settings, each with what it accepts
+    help: ClassVar[Mapping[str, str]] = MappingProxyType({})  # each of its own settings, in words (editor hover)
     prompted: ClassVar[bool] = True  # it renders a prompt: takes PROMPT_SETTINGS, its templates are checked
     trace_keys: ClassVar[tuple[str, ...]] = ()  # the keys of its own data on a trace (NodeTrace.extra), if any
 

@@ -68,9 +68,7 @@ class ModelCall(NodeKind):
 
     def sections(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
         """Its system message (if any) and forward prompt."""
-        system = node.system_message(values, graph.prompts)
-        if system is not None:
-            yield f"=== {node.name}: system message ===\n{system}"
+        yield from system_section(node, graph, values)
         forward = node.render(values, graph.prompts)
         if node.type.kind == "record":
             yield (
@@ -91,6 +89,13 @@ def render(node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> tuple
         return NodeTrace.without_reply(
             node.name, "", f"{NOT_RENDERED}: {exc}" + (f" (template line {line})" if line else "")
         )
+
+
+def system_section(node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> Iterator[str]:
+    """A node's system message as `--emit prompts` shows it, when it has one."""
+    system = node.system_message(values, graph.prompts)
+    if system is not None:
+        yield f"=== {node.name}: system message ===\n{system}"
 
 
 def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
