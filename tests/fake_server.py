@@ -177,6 +177,9 @@ class _State:
         self.refusal_delay = 0.0  # seconds that 429 takes (a provider's takes a network round trip), holding no place
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
         self.rpm = rpm  # requests admitted in any 60 s (0: any number); the others get 429
+        self.tpm = 0  # prompt tokens admitted per window of `tpm_window` s (0: any number); the others get 429
+        self.tpm_window = 60.0
+        self.cache_min, self.cache_step = 1024, 128  # OpenAI's prompt cache: prefixes of 1,024 tokens on, in 128s
         self.delay = delay
         self.record = record
         self.reply = reply
@@ -191,6 +194,9 @@ class _State:
 
     def reset(self) -> None:
         self.random = random.Random(self.seed)
+        self.prefixes: set = set()  # hashes of the prompt prefixes seen (a provider's prompt cache)
+        self.tpm_start: float | None = None  # time.monotonic() when the current token window began
+        self.tpm_used = 0
         self.faults = 0  # faults injected (scripted or at random)
         self.fault_counts: dict = {}
         self.fault_times: list = []  # time.monotonic() of each injected fault
@@ -397,6 +403,51 @@ def _inject(state: _State, fault, headers: dict, keep_alive: bool) -> tuple[byte
     raise ValueError(f"unknown fault {fault!r}")
 
 
+def _cached_prefix(state: _State, messages: list) -> int:
+    """Prompt tokens a provider's cache would serve, as OpenAI's does: the longest prefix of the prompt (its
+    messages' words in order), at least ``cache_min`` long (1,024) and a multiple of ``cache_step`` (128), that an
+    earlier request began with. Every such prefix of this prompt is remembered for later ones."""
+    words = [w for m in messages for w in _message_text(m).split()]
+    cached = 0
+    for end in range(max(state.cache_min, state.cache_step), len(words) + 1, state.cache_step):
+        key = hash(tuple(words[:end]))
+        if key in state.prefixes:
+            cached = end
+        state.prefixes.add(key)
+    return cached
+
+
+def _spend_tokens(state: _State, request: dict, keep_alive: bool) -> bytes | None:
+    """Count a request's prompt tokens against ``tpm`` (a fixed window of ``tpm_window`` seconds from its first
+    request, as OpenAI's limits reset whole); the 429 when they do not fit, else None."""
+    tokens = sum(_count_tokens(_message_text(m)) for m in request.get("messages") or [])
+    now = time.monotonic()
+    if state.tpm_start is None or now >= state.tpm_start + state.tpm_window:
+        state.tpm_start, state.tpm_used = now, 0
+    if state.tpm_used + tokens <= state.tpm:
+        state.tpm_used += tokens
+        return None
+    state.rate_limited += 1
+    return _response(
+        429,
+        _error_body(429, f"rate limit: {state.tpm} tokens per {state.tpm_window:g} s"),
+        keep_alive=keep_alive,
+        extra_headers=[_retry_after(round(state.tpm_start + state.tpm_window - now, 3)), *_quota_headers(state)],
+    )
+
+
+def _quota_headers(state: _State) -> list[tuple[str, str]]:
+    """OpenAI's rate-limit headers for ``tpm``: the limit, what is left, and when it is whole again."""
+    if not state.tpm or state.tpm_start is None:
+        return []
+    reset = max(0.0, state.tpm_start + state.tpm_window - time.monotonic())
+    return [
+        ("x-ratelimit-limit-tokens", str(state.tpm)),
+        ("x-ratelimit-remaining-tokens", str(max(0, state.tpm - state.tpm_used))),
+        ("x-ratelimit-reset-tokens", f"{reset:.3f}s"),
+    ]
+
+
 def _retry_after(value: float | str) -> tuple[str, str]:
     """The header a refusal carries: a number is Retry-After's seconds; text is sent as it is (an HTTP date), and
     text of the form "name: value" names its own header ("retry-after-ms: 1e12")."""
@@ -490,6 +541,10 @@ async def _answer(
                 extra_headers=[("Retry-After", "1")],
             ), False
         state.admitted.append(now)
+    if state.tpm:
+        refused = _spend_tokens(state, request, keep_alive)
+        if refused is not None:
+            return refused, False
     if state.slots and state._slots is None:
         state._slots = asyncio.Semaphore(state.slots)
     async with state._slots or _NO_LIMIT:
@@ -525,6 +580,7 @@ async def _answer(
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": _cached_prefix(state, messages)},
     }
     if request.get("stream"):
         payload = _sse_body(completion_id, created, model, text, usage)
@@ -546,7 +602,7 @@ async def _answer(
             "usage": usage,
         }
     ).encode()
-    return _response(200, payload, keep_alive=keep_alive), False
+    return _response(200, payload, keep_alive=keep_alive, extra_headers=_quota_headers(state)), False
 
 
 def _sse_body(completion_id: str, created: int, model: str, text: str, usage: dict) -> bytes:
@@ -714,7 +770,10 @@ class FakeServer:
     def configure(self, **options: Any) -> None:
         """Change ``delay``, ``reply``, ``failures``, ``hang``,
         ``hang_seconds``, ``retry_after``, ``limit``, ``refusal_delay`` (seconds a 429 past ``limit``
-        takes) or ``keep_alive`` while running."""
+        takes), ``tpm`` and ``tpm_window`` (prompt tokens admitted per window of that many seconds, told in
+        OpenAI's ``x-ratelimit-*-tokens`` headers on every answer; past it, 429), ``cache_min`` and
+        ``cache_step`` (the repeated prompt prefixes reported as ``cached_tokens``: at least that many words,
+        in steps of that many; OpenAI's 1,024 and 128) or ``keep_alive`` while running."""
         for key, value in options.items():
             if key not in (
                 "delay",
@@ -726,6 +785,10 @@ class FakeServer:
                 "fault_rate",
                 "fault_kinds",
                 "limit",
+                "tpm",
+                "tpm_window",
+                "cache_min",
+                "cache_step",
                 "refusal_delay",
                 "keep_alive",
             ):

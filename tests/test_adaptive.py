@@ -11,6 +11,7 @@ from sembp_dsl.language.graph import ModelSpec
 from sembp_dsl.learning.optimize import combined
 from sembp_dsl.models.adaptive import Windows, own_server
 from sembp_dsl.models.ledger import Ledger
+from sembp_dsl.models.limits import Quota, quota
 from sembp_dsl.models.llm import LLM
 
 REFUSED = "refused for load (429, 503, 529)"
@@ -210,3 +211,31 @@ def test_the_models_of_a_server_on_this_machine_share_its_window_a_providers_get
 
     local_a, local_b, provider_a, provider_b = asyncio.run(names())
     assert local_a == local_b == "http://127.0.0.1:9/v1/chat/completions" and provider_a != provider_b
+
+
+def test_a_tokens_per_minute_limit_the_headers_tell_is_met_before_it_refuses():
+    """OpenAI's replies say what is left of a key's limits (x-ratelimit-remaining-tokens and its reset): a call
+    that would pass it waits for the reset instead of being refused (the window sent 8 at a time into the limit,
+    and only a 429 slowed it)."""
+    with FakeServer(reply="ok", delay=0.02) as server:
+        server.configure(tpm=500, tpm_window=1.0)
+        llm = llm_for(server.url, backoff=0.05)
+        words = " ".join(["word"] * 49)
+
+        async def go():
+            return await asyncio.gather(*(llm.complete("forward", f"{n} {words}") for n in range(40)))
+
+        start = time.perf_counter()
+        answers = llm.run(go())
+        took = time.perf_counter() - start
+        assert len(answers) == 40 and server.rate_limited == 0 and server.requests == 40
+        assert took >= 3.0  # 2,000 tokens at 500 a second: the limit held them, not luck
+
+
+def test_rate_limit_headers_are_read_as_openai_writes_them():
+    left = quota({"X-RateLimit-Remaining-Tokens": "1499", "x-ratelimit-reset-tokens": "6m0.5s", "other": "1"})
+    assert left == Quota(None, 1499, None, 360.5, None, None)
+    assert quota({"x-ratelimit-reset-requests": "20ms", "x-ratelimit-remaining-requests": "0"}) == Quota(
+        0, None, 0.02, None
+    )
+    assert quota({"x-ratelimit-reset-tokens": "soon"}) == Quota(None, None, None, None) and quota({}) is None

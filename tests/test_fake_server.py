@@ -30,7 +30,12 @@ def test_completion_shape_and_echo():
         choice = body["choices"][0]
         assert choice["message"] == {"role": "assistant", "content": "echo: hello there world"}
         assert choice["finish_reason"] == "stop"
-        assert body["usage"] == {"prompt_tokens": 5, "completion_tokens": 4, "total_tokens": 9}
+        assert body["usage"] == {
+            "prompt_tokens": 5,
+            "completion_tokens": 4,
+            "total_tokens": 9,
+            "prompt_tokens_details": {"cached_tokens": 0},  # as OpenAI sends it: none of a new prompt
+        }
         # Path without the /v1 prefix is served too.
         assert (
             httpx.post(srv.base_url + "/chat/completions", json={"model": "m", "messages": MESSAGES}).status_code == 200
@@ -245,3 +250,17 @@ def test_a_refusal_past_the_limit_takes_its_delay_and_holds_no_place():
         assert sorted(status for status, _ in answers) == [200, 200, 429, 429]
         assert all(0.15 <= took < 0.35 for took in refused)  # the delay, not the answers' 0.4 s
         assert srv.max_in_flight == 3 and srv.in_flight == 0  # each refusal counted once, then out
+
+
+def test_a_repeated_prompt_prefix_is_reported_cached_as_openai_reports_it():
+    import openai
+
+    head = " ".join(f"w{n}" for n in range(1200))  # 1,200 words: a 1,152-word cached prefix, in 128s past 1,024
+    with FakeServer(reply="ok") as srv:
+        client = openai.OpenAI(base_url=srv.url, api_key="x")
+        first = client.chat.completions.create(model="m", messages=[{"role": "user", "content": head + " one"}])
+        again = client.chat.completions.create(model="m", messages=[{"role": "user", "content": head + " two"}])
+        short = client.chat.completions.create(model="m", messages=[{"role": "user", "content": "w0 w1 w2"}])
+    assert first.usage.prompt_tokens_details.cached_tokens == 0
+    assert again.usage.prompt_tokens_details.cached_tokens == 1152 and again.usage.prompt_tokens == 1201
+    assert short.usage.prompt_tokens_details.cached_tokens == 0

@@ -215,6 +215,7 @@ def test_retry_after_is_read_as_asked_in_every_form_and_bounded_only_as_a_wait(m
     assert faults.retry_after({"Retry-After": "100000"}) == 100000
     assert faults.retry_after({"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}) > 2e9
     assert faults.retry_after({"Retry-After": "soon"}) is None and faults.retry_after({}) is None
+    assert faults.retry_after({"Retry-After": "inf"}) is None  # no number a run record's JSON can hold
     refused = faults.Failure(TRANSIENT, "RateLimitError", 429, None, "busy", retry_after=1e9)
     assert Retries(4, 1.0).wait(refused, 0) == faults.MAX_RETRY_AFTER == 30.0
 

@@ -130,3 +130,27 @@ def test_a_completion_goes_into_the_cache_and_comes_back_as_a_hit():
     assert answered.text == "ok \ufffd" and not answered.cached  # half a surrogate pair is no character
     back = Completion.from_cache(answered.cache_entry())
     assert back == Completion("ok \ufffd", 3, 2, 0.0, True, 0.0, "length")
+
+
+def test_prompt_tokens_the_providers_cache_served_are_counted_and_priced_at_the_cached_rate(monkeypatch):
+    """OpenAI bills a repeated prompt prefix at its cached rate (usage.prompt_tokens_details.cached_tokens): the
+    ledger counted every prompt token at the full price."""
+    from fake_server import FakeServer
+
+    from sembp_dsl.language.graph import ModelSpec
+    from sembp_dsl.models import prices
+    from sembp_dsl.models.llm import LLM
+
+    monkeypatch.setenv("OPENAI_API_KEY", "dummy")
+    head = " ".join(f"w{n}" for n in range(1100))  # a 1,024-word prefix is served from the cache the second time
+    with FakeServer(reply="ok") as server:
+        spec = ModelSpec("forward", "openai/gpt-4o-mini", MappingProxyType({"api_base": server.url}))
+        llm = LLM({"forward": spec})
+        first = llm.run(llm.complete("forward", head + " one"))
+        second = llm.run(llm.complete("forward", head + " two"))
+    assert first.cost == prices.cost("openai/gpt-4o-mini", 1101, 1) and second.prompt_tokens == 1101
+    full, cached = 1.5e-07, 7.5e-08  # litellm's table: input_cost_per_token, cache_read_input_token_cost
+    assert second.cost == pytest.approx(77 * full + 1024 * cached + 6e-07)
+    usage = llm.ledger.to_json()
+    assert usage["roles"]["forward"]["cached_tokens"] == 1024 == usage["cached_tokens"]
+    assert "prompt tokens the provider's cache served: 1024 of 2202 (47%)" in llm.ledger.render()

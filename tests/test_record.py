@@ -269,3 +269,11 @@ def test_the_gate_score_a_run_keeps_is_one_rule_for_every_reader(tmp_path):
     shown = resolve("1", tmp_path / "runs")
     assert shown.summary()["best_score"] == 0.7 and report.score_series(shown)["gate"] == run.gate_scores()
     assert Record.read(record(initial_score=None)).best_score is None  # no gate: no score to keep
+
+
+def test_the_prompt_tokens_a_providers_cache_served_are_shown_and_an_older_record_reads_without_them():
+    ledger = {"calls": 3, "tokens": 3000, "cost": 0.01}
+    cached = Record.read(record(ledger={**ledger, "cached_tokens": 1024}))
+    assert cached.spent_words() == "3 calls, 3000 tokens (1024 prompt tokens from the provider's cache), $0.0100"
+    assert check(record(ledger={**ledger, "cached_tokens": 1024})) is None
+    assert Record.read(record(ledger=ledger)).spent_words() == "3 calls, 3000 tokens, $0.0100"

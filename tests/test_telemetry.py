@@ -231,8 +231,10 @@ def test_a_reply_names_its_model_and_id_only_as_short_text(hostile):
     """Whatever a server sends as the reply's model and id goes into every call's span: 1 MB of it, a number or a
     list is no name."""
     body = {"choices": [{"message": {"content": "Yes"}}], "model": "gpt-x-2026", "id": "chatcmpl-1"}
-    assert _reply(body, "openai/gpt-x")[-2:] == ("gpt-x-2026", "chatcmpl-1")
-    assert _reply({**body, "model": hostile, "id": hostile}, "openai/gpt-x")[-2:] == (None, None)
+    named = _reply(body, "openai/gpt-x")
+    assert (named.response_model, named.response_id) == ("gpt-x-2026", "chatcmpl-1")
+    hostile_reply = _reply({**body, "model": hostile, "id": hostile}, "openai/gpt-x")
+    assert (hostile_reply.response_model, hostile_reply.response_id) == (None, None)
 
 
 def test_the_standard_endpoint_variable_and_sbpc_otel_turn_spans_on_without_a_flag(tmp_path, script):

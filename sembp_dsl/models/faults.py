@@ -12,6 +12,7 @@ strings in providers' messages are masked.
 
 from __future__ import annotations
 
+import math
 import re
 import sys
 from dataclasses import asdict, dataclass
@@ -198,7 +199,7 @@ def retry_after(headers) -> float | None:
             seconds = parsedate_to_datetime(text).timestamp() - time()
         except (TypeError, ValueError, IndexError):
             return None
-    if seconds != seconds:  # NaN
+    if not math.isfinite(seconds):  # NaN or infinity: no wait a record could hold (JSON has neither)
         return None
     return max(seconds, 0.0)
 

@@ -20,6 +20,7 @@ class RoleUsage:
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    cached_tokens: int = 0  # of the prompt tokens, those the provider's prompt cache served
     cost: float = 0.0
     retries: int = 0
     failures: int = 0
@@ -107,7 +108,14 @@ class Ledger:
         if reply.cost is None:
             self.count("calls without a known price")
         cost = float(reply.cost or 0.0)
-        self.add(role, model, prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost=cost)
+        self.add(
+            role,
+            model,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            cached_tokens=reply.cached_tokens,
+            cost=cost,
+        )
         return cost
 
     def to_json(self) -> dict:
@@ -118,6 +126,7 @@ class Ledger:
             "faults": dict(self.faults),
             "calls": self.calls,
             "tokens": self.tokens,
+            "cached_tokens": sum(u.cached_tokens for u in self.roles.values()),
             "cost": self.cost,
             # over time, in seconds since the first window opened (lists, so several sessions' are concatenated)
             **(
@@ -152,6 +161,10 @@ class Ledger:
                 for model, u in self.models.items()
                 if u.calls or u.cache_hits
             ]
+        cached = sum(u.cached_tokens for u in self.roles.values())
+        if cached:
+            prompt = sum(u.prompt_tokens for u in self.roles.values())
+            lines.append(f"prompt tokens the provider's cache served: {cached} of {prompt} ({cached / prompt:.0%})")
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
         lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
         return "\n".join(lines)

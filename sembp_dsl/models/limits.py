@@ -16,13 +16,16 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import re
 import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
 from contextvars import ContextVar
+from typing import NamedTuple
 
 WINDOW = 60.0  # seconds
+RECHECK = 0.25  # seconds a call held by the rate-limit headers waits before it reads them again
 PRIORITY: ContextVar[int] = ContextVar("sbpc_call_priority", default=0)  # a waiting call's turn: lowest first
 
 
@@ -120,12 +123,116 @@ class RateLimit:
             self.used.append((time.monotonic(), tokens))
 
 
+class Quota(NamedTuple):
+    """What a provider's rate-limit headers say is left of its limits (OpenAI's `x-ratelimit-remaining-requests`,
+    `-tokens` and their `x-ratelimit-reset-*`): None where a header is absent."""
+
+    requests: int | None
+    tokens: int | None
+    requests_reset: float | None  # seconds until the requests' limit is whole again
+    tokens_reset: float | None
+    requests_limit: int | None = None  # what is left once whole (`x-ratelimit-limit-*`)
+    tokens_limit: int | None = None
+
+
+def quota(headers: Mapping[str, str]) -> Quota | None:
+    """The rate-limit headers of a reply, or None when it sent none."""
+    lower = {str(k).lower(): str(v) for k, v in headers.items() if str(k).lower().startswith("x-ratelimit-")}
+    if not lower:
+        return None
+    return Quota(
+        _count(lower.get("x-ratelimit-remaining-requests")),
+        _count(lower.get("x-ratelimit-remaining-tokens")),
+        _seconds(lower.get("x-ratelimit-reset-requests")),
+        _seconds(lower.get("x-ratelimit-reset-tokens")),
+        _count(lower.get("x-ratelimit-limit-requests")),
+        _count(lower.get("x-ratelimit-limit-tokens")),
+    )
+
+
+def _count(text: str | None) -> int | None:
+    return int(text) if text is not None and text.strip().isdigit() else None
+
+
+DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
+UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def _seconds(text: str | None) -> float | None:
+    """A reset time as OpenAI writes it ("20ms", "1.5s", "6m0s") or bare seconds; None when unreadable."""
+    text = (text or "").strip()
+    try:
+        return max(0.0, float(text))
+    except ValueError:
+        parts = DURATION.findall(text)
+        if not parts or "".join(n + u for n, u in parts) != text:
+            return None
+        return sum(float(n) * UNIT[u] for n, u in parts)
+
+
+class Allowance:
+    """What a deployment's rate-limit headers left, spent down by the calls sent since: a call that would pass what
+    is left waits for its reset, so a tokens- or requests-per-minute limit is met before it refuses. A call's
+    tokens are guessed from its prompt (`guess`); the next reply's headers correct the guess."""
+
+    def __init__(self) -> None:
+        self.tokens: float | None = None  # left, as the last reply said, less the guesses of calls sent since
+        self.requests: float | None = None
+        self.tokens_whole = self.requests_whole = 0.0  # time.monotonic() when each limit is whole again
+        self.tokens_limit: int | None = None  # what is left when whole (None: unknown until a reply says)
+        self.requests_limit: int | None = None
+
+    def note(self, left: Quota) -> None:
+        now = time.monotonic()
+        if left.tokens is not None:
+            self.tokens, self.tokens_limit = float(left.tokens), left.tokens_limit
+            self.tokens_whole = now + (left.tokens_reset or 0.0)
+        if left.requests is not None:
+            self.requests, self.requests_limit = float(left.requests), left.requests_limit
+            self.requests_whole = now + (left.requests_reset or 0.0)
+
+    async def acquire(self, tokens: int) -> None:
+        """Wait until the headers' limits have room for one more call of about `tokens`, then count it."""
+        while True:
+            now = time.monotonic()
+            if self.tokens is not None and now >= self.tokens_whole:  # whole again, and spent from there
+                self.tokens, self.tokens_whole = _whole(self.tokens_limit), now + WINDOW
+            if self.requests is not None and now >= self.requests_whole:
+                self.requests, self.requests_whole = _whole(self.requests_limit), now + WINDOW
+            waits = []
+            if self.tokens is not None and self.tokens < tokens:
+                waits.append(self.tokens_whole - now)
+            if self.requests is not None and self.requests < 1:
+                waits.append(self.requests_whole - now)
+            if not waits:
+                break
+            await asyncio.sleep(min(max(min(waits), 0.001), RECHECK))  # a reply may say more is left sooner
+        if self.tokens is not None:
+            self.tokens -= tokens
+        if self.requests is not None:
+            self.requests -= 1
+
+
+def _whole(limit: int | None) -> float | None:
+    return None if limit is None else float(limit)
+
+
+def guess(messages: list) -> int:
+    """A call's prompt tokens before it is sent: a character count over 4 (English runs about that), rounded up."""
+    return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict)) // 4 + 1
+
+
 class RateLimits:
     """The rate limit of each model and endpoint a model block sets `rpm` or `tpm` for, shared by every
     event loop (a window is time, not a loop's object)."""
 
     def __init__(self) -> None:
         self._windows: dict[tuple, RateLimit] = {}
+        self._allowances: dict[tuple, Allowance] = {}
+
+    def allowance(self, model: str, endpoint: str | None) -> Allowance:
+        """What the rate-limit headers of this model's replies at this endpoint left."""
+        return self._allowances.setdefault((model, endpoint), Allowance())
 
     def get(self, model: str, endpoint: str | None, limits: Mapping[str, int]) -> RateLimit | None:
         if not (limits.get("rpm") or limits.get("tpm")):

@@ -8,7 +8,8 @@ takes and costs, and composes the layers around it, each in its own module:
 
 - request.py: the request as sent, its cache key, and the secrets its errors must not show;
 - cache.py: answers already paid for; inflight.py: identical calls in flight, made once;
-- limits.py: calls in flight at once (per event loop) and rate limits (per model and endpoint);
+- limits.py: calls in flight at once (per event loop) and rate limits (per model and endpoint: declared, and as
+  the provider's rate-limit headers say);
 - adaptive.py: without a fixed concurrency, how many calls each deployment takes at once, learnt from its replies;
 - retry.py: which failures are tried again, and when (faults.py says which failure is which);
 - stops.py: budgets, and a session that turned out unable to work;
@@ -34,7 +35,7 @@ from .cache import ResponseCache
 from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_error
 from .inflight import InFlight
 from .ledger import Ledger
-from .limits import RateLimit, RateLimits, Slots
+from .limits import RateLimit, RateLimits, Slots, guess
 from .request import Completion, Request, ResolvedModel, messages_of, prepare
 from .retry import BACKOFF, NO_RETRIES, Retries, beyond_waiting, bounded
 from .routing import RouterConfigError, Routers
@@ -326,6 +327,8 @@ class LLM:
         """One attempt within the rate limit and the budgets, and how long the reply took."""
         if rate is not None:
             await rate.acquire()
+        allowance = self.rates.allowance(request.model, request.endpoint)
+        await allowance.acquire(guess(request.messages))
         self.stops.check_budget()
         self.stops.check_working()
         self.ledger.add(role, spec.role, calls=1)
@@ -335,6 +338,8 @@ class LLM:
         except asyncio.CancelledError:  # its caller left (a gate settled, a client gone): sent, not failed
             self.ledger.count(CANCELLED)
             raise
+        if isinstance(reply, Reply) and reply.quota is not None:
+            allowance.note(reply.quota)
         return reply, time.perf_counter() - start
 
     def _tell(self, window: Window, ticket: Ticket, reply: Reply | Failure, seconds: float) -> None:

@@ -2,8 +2,8 @@
 
 litellm ships its price table as a JSON file inside the package; reading that file needs no
 import of litellm (which takes seconds) and no network. The figures are litellm's own; the
-arithmetic is the plain one (tokens times the per-token price), which is what litellm's
-`cost_per_token` gives for a chat call without cached or reasoning tokens.
+arithmetic is the plain one (tokens times the per-token price, prompt tokens the provider's cache served at
+its cached price), which is what litellm's `cost_per_token` gives for a chat call without reasoning tokens.
 """
 
 from __future__ import annotations
@@ -42,13 +42,19 @@ def entry(model: str, key: str) -> dict:
     return {}
 
 
-def cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
-    """Dollars for these tokens on `model` (a litellm model string or a provider-side name); None when unpriced."""
+def cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> float | None:
+    """Dollars for these tokens on `model` (a litellm model string or a provider-side name); None when unpriced.
+    `cached_tokens` of the prompt's, served by the provider's prompt cache, cost the table's
+    `cache_read_input_token_cost` where it has one (else the full price)."""
     found = entry(model, "input_cost_per_token")
     if not found:
         return None
-    return prompt_tokens * float(found["input_cost_per_token"]) + completion_tokens * float(
-        found.get("output_cost_per_token", 0.0)
+    full = float(found["input_cost_per_token"])
+    cached = float(found.get("cache_read_input_token_cost") or full)
+    return (
+        (prompt_tokens - cached_tokens) * full
+        + cached_tokens * cached
+        + completion_tokens * float(found.get("output_cost_per_token", 0.0))
     )
 
 

@@ -40,6 +40,7 @@ from yarl import URL  # noqa: E402
 
 from . import embedded, prices
 from .faults import BadReply, CallError, NoConnection, PlainHttp, first_line, redact
+from .limits import Quota, quota
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
 OPENAI_BASE = "https://api.openai.com/v1"
@@ -66,6 +67,8 @@ class Reply(NamedTuple):
     tool_calls: tuple[dict, ...] = ()  # a native tool call each: {"id", "name", "arguments" (JSON text)}
     response_model: str | None = None  # the model that answered, as the reply names it (a dated version, say)
     response_id: str | None = None  # the reply's own id, as the provider's logs know it
+    quota: Quota | None = None  # what the provider's rate-limit headers say is left (limits.py)
+    cached_tokens: int = 0  # of the prompt tokens, those the provider's prompt cache served (priced lower)
 
 
 class Transport(ABC):
@@ -301,7 +304,7 @@ class FastPath(Litellm):
             raise CallError(str(exc) or type(exc).__name__, name="APIConnectionError") from exc
         if status >= 400:
             raise CallError(_error_message(payload, status, reason), status, resp_headers)
-        return _reply(_completion(payload), route.model)
+        return _reply(_completion(payload), route.model)._replace(quota=quota(resp_headers))
 
     async def _speaks_http(self, url: str) -> bool:
         """Whether the server of an https:// URL answers a plain http request (then TLS can never work)."""
@@ -442,16 +445,28 @@ def _reply(body: dict, model: str) -> Reply:
     usage = body.get("usage") or {}
     prompt_tokens = int(usage.get("prompt_tokens") or 0)
     completion_tokens = int(usage.get("completion_tokens") or 0)
+    cached = cached_tokens(usage, prompt_tokens)
     return Reply(
         text,
         prompt_tokens,
         completion_tokens,
-        prices.cost(model, prompt_tokens, completion_tokens),
+        prices.cost(model, prompt_tokens, completion_tokens, cached),
         choice.get("finish_reason"),
         calls,
         _text(body.get("model")),
         _text(body.get("id")),
+        cached_tokens=cached,
     )
+
+
+def cached_tokens(usage: dict, prompt_tokens: int) -> int:
+    """The prompt tokens a provider's prompt cache served (OpenAI's `prompt_tokens_details.cached_tokens`,
+    Anthropic's `cache_read_input_tokens`, which litellm keeps), at most the prompt's."""
+    details = usage.get("prompt_tokens_details")
+    found = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not found:
+        found = usage.get("cache_read_input_tokens")
+    return min(int(found), prompt_tokens) if isinstance(found, (int, float)) and found > 0 else 0
 
 
 def _text(value: Any) -> str | None:

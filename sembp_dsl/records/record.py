@@ -300,6 +300,16 @@ class Record:
     def cost(self) -> float:
         return self.ledger["cost"] if self.ledger else sum(it.cost for it in self.iterations)
 
+    @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the provider's prompt cache served (0 in a record from before sbpc counted them)."""
+        return int((self.ledger or {}).get("cached_tokens") or 0)
+
+    def spent_words(self) -> str:
+        """Calls, tokens (the provider's cached ones among them) and dollars, in one line's words."""
+        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache)" if self.cached_tokens else ""
+        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}"
+
     def to_json(self) -> dict:
         """As run.json holds it, in this sbpc's version (a record read from an older one is written anew)."""
         return {"version": VERSION, **asdict(self), "settings": self.settings.recorded()}

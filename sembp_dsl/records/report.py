@@ -362,7 +362,9 @@ def summary_table(runs: Sequence[Run]) -> str:
             *run.scores_words(),
             len(run.iterations),
             run.record.calls,
-            run.record.tokens,
+            f"{run.record.tokens} ({run.record.cached_tokens} cached)"
+            if run.record.cached_tokens
+            else run.record.tokens,
             f"{run.record.cost:.4f}",
             run.status,
         ]
@@ -540,7 +542,7 @@ def eval_facts(run: Run) -> str:
         [
             f"<p>{escape(run.settings.file)} on {escape(str(run.settings.data))}/{escape(str(e.get('split')))}, "
             f"metric {escape(str(e.get('metric')))}, started {escape(run.started)}; <b>{escape(run.status)}</b></p>",
-            f"<p>score {escape(eval_score(run))}; {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}</p>",
+            f"<p>score {escape(eval_score(run))}; {escape(record.spent_words())}</p>",
             "<details><summary>settings</summary>"
             + table(["setting", "value"], [[k, "-" if v is None else v] for k, v in asked.items()])
             + "</details>",

@@ -382,7 +382,7 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         f"started {run.started}; {run.status}",
         "  settings: " + run.settings_words(),
         f"  score: {eval_score(run)}",
-        f"  {run.record.calls} calls, {run.record.tokens} tokens, ${run.record.cost:.4f}",
+        f"  {run.record.spent_words()}",
     ]
     for sample in run.samples:
         if wrong_only and is_right(sample):
@@ -432,7 +432,7 @@ def render_show(run: Run, wrong_only: bool = False) -> str:
     ]
     if record.test:
         lines.append(f"  test ({record.test.samples} samples): " + run.scores_words()[1])
-    lines.append(f"  {record.calls} calls, {record.tokens} tokens, ${record.cost:.4f}")
+    lines.append(f"  {record.spent_words()}")
     if per_1000 := run.per_1000_words():
         lines.append(f"  the pipeline per 1,000 samples: {per_1000}")
     for it in run.iterations:
