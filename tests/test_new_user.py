@@ -353,3 +353,17 @@ def test_the_ab_of_two_evaluations_shows_every_changed_output_even_when_scores_a
     changed = re.findall(r'<tr class="changed">(.*?)</tr>', page)
     assert len(changed) == 4 and all("An analysis." in row and "second wording" in row for row in changed)
     assert 'id="only-changed" checked' in page and "#only-changed:checked ~ * .same" in page and "<script" not in page
+
+
+@pytest.mark.parametrize("sizes", ["train = 4  validation = 4", "train = 3  validation = 3  test = 0"])
+def test_eval_scores_every_row_when_the_files_sizes_hold_none_out(sizes, tmp_path, fake_llm, capsys):
+    """replies.sbp uses all 8 of its rows to train and gate on: eval with no size scores them all, as it did, and
+    says so, not 'nothing to score'."""
+    from conftest import with_fake_model
+
+    rows = "".join(f'{{"q": "q{i}", "answer": "right"}}\n' for i in range(8))
+    (tmp_path / "d.jsonl").write_text(rows)
+    source = 'pipeline p "p"\ninput q: text\nparam t = "Answer."\nnode n: text { prompt = t }\nq -> n\noutput n\n'
+    (tmp_path / "p.sbp").write_text(with_fake_model(source + f'data {{ file = "d.jsonl"  {sizes} }}', fake_llm.url))
+    code = main(["eval", str(tmp_path / "p.sbp"), "--runs-dir", str(tmp_path / "runs")])
+    assert code == 0 and "on d.jsonl (every row): accuracy 0.000 (0/8)" in capsys.readouterr().out

@@ -465,7 +465,8 @@ def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[st
     """The samples `eval` scores: a user's file with no size given whole (as `split` "test"); otherwise the
     seeded split `optimize` would draw with these sizes (train_size, val_size, test_size, seed), so test never
     overlaps training. Sizes not given come from the pipeline's `optimize` block (test: 100) for the scored
-    split and the splits cut before it from the same pool; the others are 0."""
+    split and the splits cut before it from the same pool; the others are 0. When the file's sizes hold no row
+    out of optimize and the caller gives none, every row."""
     for name, value in sizes.items():
         if name not in SPLIT_SETTINGS:
             raise TypeError(f"unknown split setting {name!r}{did_you_mean(name, SPLIT_SETTINGS)}")
@@ -473,14 +474,19 @@ def split_to_score(graph: Graph, dataset: Dataset, split: str, sizes: Mapping[st
     o = graph.optimize
     # the sizes the file gives (its data and optimize blocks) cut the data as they cut it for optimize, so the test
     # split a record is labelled with is the rows they leave, not every row
-    sizes = {name: getattr(o, name) for name in sorted(graph.sizes_given)} | dict(sizes)
-    splits = eval_splits(
-        dataset,
-        sizes.get("train_size"),
-        sizes.get("val_size"),
-        sizes.get("test_size"),
-        sizes.get("seed", o.seed),
-        (o.train_size, o.val_size, EVAL_TEST_SIZE),
-        split,
-    )
-    return getattr(splits, split)
+    asked = dict(sizes)
+    sizes = {name: getattr(o, name) for name in sorted(graph.sizes_given)} | asked
+    defaults = (o.train_size, o.val_size, EVAL_TEST_SIZE)
+    placed_by_file = split == "test" and not asked and bool(graph.sizes_given)
+    try:
+        train, val, test = (sizes.get(f"{name}_size") for name in ("train", "val", "test"))
+        scored = getattr(eval_splits(dataset, train, val, test, sizes.get("seed", o.seed), defaults, split), split)
+    except DataError:
+        if not placed_by_file:
+            raise
+        scored = ()
+    if placed_by_file and not scored:
+        # the file's sizes hold no row out of optimize (test_size = 0, or train and val take every row): eval scores
+        # every row, as it does a file that gives no size, and says so ("every row")
+        return eval_splits(dataset, None, None, None, o.seed, defaults).test
+    return scored
