@@ -33,18 +33,6 @@ def max_chars(old: str) -> int:
     return max(800, 3 * len(old))
 
 
-CHARS_PER_TOKEN = 3  # fewer than English text takes (about 4): a bound in characters that max_tokens holds
-REPLY_FRAME_TOKENS = 16  # the tags around a candidate, and a margin
-
-
-def room(max_tokens: object) -> int | None:
-    """The characters a reply of at most `max_tokens` has room for inside its tags: a grammar bound at this closes
-    the block before the token limit cuts it (None: no limit)."""
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool):
-        return None
-    return max(40, (max_tokens - REPLY_FRAME_TOKENS) * CHARS_PER_TOKEN)
-
-
 def max_sentences(old: str) -> int:
     """The most sentences a candidate prompt may have: one to three, or as many as the old one has."""
     return max(3, len(SENTENCE.findall(old)))
@@ -208,7 +196,7 @@ class Graph:
             param=param,
             prompt=old,
             examples=examples,
-            max_chars=self.candidate_chars(param),
+            max_chars=max_chars(old),
             max_sentences=max_sentences(old),
             tool=tool,
             tools=list(tools),
@@ -224,7 +212,7 @@ class Graph:
         `max_chars` or `max_sentences` is not held to a rule it never stated."""
         stated, old = self.stated("optimizer"), self.prompts[param]
         shape = prompt_shape(
-            self.candidate_chars(param) if "max_chars" in stated else None,
+            max_chars(old) if "max_chars" in stated else None,
             max_sentences(old) if "max_sentences" in stated else None,
         )
         if not tools:
@@ -234,13 +222,6 @@ class Graph:
             cap = tool["max_chars"] if "max_chars" in stated else None
             parts += [f'\n<tool name="{tool["name"]}">', Field(f"tool_{tool['name']}", "text", cap=cap), "</tool>"]
         return Shape("<prompt> block and tool descriptions", tuple(parts))
-
-    def candidate_chars(self, param: str) -> int:
-        """The longest candidate for `param`: room to grow (max_chars), but no more than the optimizer's max_tokens
-        can hold, so that a block is never cut by the token limit (a small model held to a grammar writes up to
-        its bound)."""
-        fits = room(self.models["optimizer"].settings.get("max_tokens"))
-        return min(max_chars(self.prompts[param]), fits) if fits is not None else max_chars(self.prompts[param])
 
     @property
     def limits_length(self) -> bool:
