@@ -175,8 +175,8 @@ def test_a_model_reply_with_an_item_that_does_not_fit_is_the_nodes_error_and_sco
 
 
 def test_an_agent_is_told_a_lists_item_type_in_words():
-    assert answer_format(NESTED) == "Reply with a JSON array, each item a JSON array, each item text."
+    assert answer_format(NESTED) == "Answer with a JSON array, each item a JSON array, each item text."
     assert answer_format(RECORDS) == (
-        'Reply with a JSON array, each item a JSON object with exactly the fields "verdict" (one of "Yes", "No"), '
+        'Answer with a JSON array, each item a JSON object with exactly the fields "verdict" (one of "Yes", "No"), '
         '"n" (a number).'
     )

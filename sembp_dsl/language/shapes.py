@@ -492,8 +492,10 @@ def words(type_: ir.OutputType) -> str:
 def answer_format(type_: ir.OutputType) -> str | None:
     """How a reply that no JSON Schema holds (a tool loop's answer) must answer, in words that the parsers read: a
     record's fields, a choice's options first, a number last, a JSON array or value. None for text: any reply is."""
-    if type_.kind in ("record", "list"):
+    if type_.kind == "record":
         return describe(type_)
+    if type_.kind == "list":
+        return f"Answer with {words(type_)}."
     return {
         "choice": f"Begin the answer with one of: {', '.join(type_.choices)}.",
         "number": "End the answer with the number.",
