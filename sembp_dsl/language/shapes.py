@@ -16,7 +16,9 @@ cut there (`Shape.ran_out`).
 A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
 reasoning, where the parser looks for it. A record (`{verdict: choice(Yes, No), reason: text}`) is one JSON
 object, its fields in order; a model held to no constraint is told its fields in words (`describe`), and
-whatever the reply, `read_record` checks it field by field.
+whatever the reply, `read_record` checks it field by field. A list (`list[number]`) is a JSON array of its
+item type: its JSON Schema names the items, its grammar is an array of them, a model held to neither is told
+the item type in words, and `read_list` reads each item as that type, the first that does not fit by its place.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class Field:
 
     kind: `option` (one of `options`), `line` (one line of text, not blank), `text` (any lines without
     `<`, which keeps a closing tag after it unambiguous; may be empty), `number` (a decimal number),
-    `json` (a JSON object or array), `list` (a JSON array, each item of the type `item`). `cap`: the most characters of a line or text, whatever the budget.
+    `json` (a JSON object or array), `list` (a JSON array, each item of the type `item`). `cap`: the most
+    characters of a line or text, whatever the budget.
     `sentences`: a text that is at most this many sentences, each closed by `.`, `!` or `?`, so it can end
     only where a sentence ends (a small model otherwise runs on until its bound cuts it off).
     """
