@@ -180,3 +180,8 @@ def test_an_agent_is_told_a_lists_item_type_in_words():
         'Answer with a JSON array, each item a JSON object with exactly the fields "verdict" (one of "Yes", "No"), '
         '"n" (a number).'
     )
+
+
+def test_a_list_of_json_keeps_its_objects_keys_sorted_and_a_records_fields_in_order():
+    assert parse_reply(node(T("list", item=T("json"))), '[{"b": 1, "a": 2}]') == ('[{"a": 2, "b": 1}]', None)
+    assert parse_reply(node(RECORDS), '[{"n": 1, "verdict": "No"}]') == ('[{"verdict": "No", "n": 1}]', None)

@@ -523,7 +523,8 @@ def read_list(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
     found = first_json(text)
     if not isinstance(found, list):
         return None, "no JSON array in the reply"
-    items, problem = read_field(type_, found)
+    # an object's keys sorted, as a json output's (and a function's list) are; a record's then put in its order
+    items, problem = read_field(type_, json.loads(json.dumps(found, sort_keys=True)))
     return (None, problem) if problem is not None else (json.dumps(items, ensure_ascii=False), None)
 
 
