@@ -185,3 +185,13 @@ def test_an_agent_is_told_a_lists_item_type_in_words():
 def test_a_list_of_json_keeps_its_objects_keys_sorted_and_a_records_fields_in_order():
     assert parse_reply(node(T("list", item=T("json"))), '[{"b": 1, "a": 2}]') == ('[{"a": 2, "b": 1}]', None)
     assert parse_reply(node(RECORDS), '[{"n": 1, "verdict": "No"}]') == ('[{"verdict": "No", "n": 1}]', None)
+
+
+def test_a_list_reply_under_a_grammar_closes_within_max_tokens_and_one_at_its_bound_was_cut():
+    """A small model lists on and on (1, 2, 3, ... to max_tokens, an array never closed): the grammar takes at
+    most a number's width of the budget an item, and an array that reached that bound was cut there."""
+    shape = node_shape(NUMBERS)
+    grammar = shape.grammar(46)  # 3 x 46 characters, 23 an item: 6 items
+    assert matches(grammar, "[1, 2, 3, 4, 5, 6]") and not matches(grammar, "[1, 2, 3, 4, 5, 6, 7]")
+    assert shape.ran_out("[1, 2, 3, 4, 5, 6]", 46) and not shape.ran_out("[1, 2]", 46)
+    assert not shape.ran_out("[1, 2, 3, 4, 5, 6, 7]", None) and matches(shape.grammar(None), "[" + "1, " * 50 + "1]")

@@ -93,9 +93,13 @@ class Field:
         return max(2, (limit - 2 * (self.sentences - 1)) // self.sentences)
 
     def ran_out(self, value: str, limit: int | None) -> bool:
-        """Whether a value the grammar bounded by `limit` reached the bound (of the whole, or of a sentence)."""
+        """Whether a value the grammar bounded by `limit` reached the bound (of the whole, or of a sentence; a
+        list's: its items)."""
         if limit is None:
             return False
+        if self.kind == "list":
+            found = first_json(value)
+            return isinstance(found, list) and len(found) >= limit
         each = self.sentence_limit(limit)
         if each is None:
             return len(value) >= limit
@@ -149,15 +153,17 @@ class Shape:
     def ran_out(self, text: str, max_tokens: int | None) -> bool:
         """Whether a reply decoded under `grammar(max_tokens)` filled a free field to its limit. The grammar
         closes the field there, so the reply is cut off, however closed it looks."""
-        values, limits = self.values(text), self.limits(max_tokens)
-        return any(f.ran_out(values.get(f.name, ""), limits[f.name]) for f in self.fields if f.free)
+        values, limits, most = self.values(text), self.limits(max_tokens), most_items(max_tokens)
+        bounded = (f for f in self.fields if f.free or f.kind == "list")
+        return any(f.ran_out(values.get(f.name, ""), limits.get(f.name, most)) for f in bounded)
 
     def grammar(self, max_tokens: int | None) -> str:
         """The GBNF grammar of the reply's text (llama.cpp), bounded to fit in max_tokens."""
         limits = self.limits(max_tokens)
         root = " ".join(literal(p) if isinstance(p, str) else rule_name(p.name) for p in self.parts)
         rules = [f"root ::= {root}"]
-        rules += [f"{rule_name(f.name)} ::= {field_grammar(f, limits.get(f.name))}" for f in self.fields]
+        most = most_items(max_tokens)
+        rules += [f"{rule_name(f.name)} ::= {field_grammar(f, limits.get(f.name, most))}" for f in self.fields]
         if any(f.kind in ("json", "list") for f in self.fields):
             rules.append(JSON_RULES)
         return "\n".join(rules) + "\n"
@@ -332,7 +338,8 @@ class RecordShape(Shape):
         limits = self.limits(max_tokens)
         root = " ".join(literal(p) if isinstance(p, str) else f"field-{rule_name(p.name)}" for p in self.parts)
         rules = [f"root ::= {root}"]
-        rules += [f"field-{rule_name(f.name)} ::= {json_value(f, limits.get(f.name))}" for f in self.fields]
+        most = most_items(max_tokens)
+        rules += [f"field-{rule_name(f.name)} ::= {json_value(f, limits.get(f.name, most))}" for f in self.fields]
         rules += [JSON_CHAR, JSON_RULES]
         return "\n".join(rules) + "\n"
 
@@ -395,7 +402,7 @@ def repeat(item: str, limit: int | None, least: int = 0) -> str:
 def json_value(field: Field, limit: int | None) -> str:
     """A field's value written as JSON: an option or text as a string, a number, a list, or any JSON value."""
     if field.kind == "list":
-        return array_grammar(field.item)
+        return array_grammar(field.item, limit)
     if field.kind == "option":
         return " | ".join(
             literal(json.dumps(o, ensure_ascii=False)) for o in sorted(field.options, key=len, reverse=True)
@@ -408,6 +415,7 @@ def json_value(field: Field, limit: int | None) -> str:
 
 
 def field_grammar(field: Field, limit: int | None) -> str:
+    """A field's text. `limit`: a free field's most characters, a list's most items."""
     if field.kind == "option":  # longest first: an option that is a prefix of another must not cut it short
         return " | ".join(literal(o) for o in sorted(field.options, key=len, reverse=True))
     if field.kind == "number":
@@ -415,7 +423,7 @@ def field_grammar(field: Field, limit: int | None) -> str:
     if field.kind == "json":
         return "json-object | json-array"
     if field.kind == "list":
-        return array_grammar(field.item)
+        return array_grammar(field.item, limit)
     if field.kind == "line":
         return LINE_START + ("" if limit == 1 else " " + repeat(LINE_CHAR, None if limit is None else limit - 1))
     if field.sentences is not None:
@@ -423,10 +431,17 @@ def field_grammar(field: Field, limit: int | None) -> str:
     return repeat("[^<]", limit)
 
 
-def array_grammar(item: ir.OutputType | None) -> str:
-    """A JSON array, each item a JSON value of the type `item` (any JSON value when None)."""
+def most_items(max_tokens: int | None) -> int | None:
+    """The most items a list reply's grammar takes (None: no limit): a number's width of the budget each, so a
+    model that would list on and on closes its array within max_tokens."""
+    return None if max_tokens is None else max(2, CHARS_PER_TOKEN * max_tokens // NUMBER_WIDTH)
+
+
+def array_grammar(item: ir.OutputType | None, most: int | None = None) -> str:
+    """A JSON array of at most `most` items, each a JSON value of the type `item` (any JSON value when None)."""
     value = "json-value" if item is None else f"({typed_json(item)})"
-    return f'"[" json-ws ({value} ("," json-ws {value})*)? "]" json-ws'
+    more = repeat(f'("," json-ws {value})', None if most is None else most - 1)
+    return f'"[" json-ws ({value} {more})? "]" json-ws'
 
 
 def typed_json(type_: ir.OutputType) -> str:
