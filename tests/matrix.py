@@ -85,7 +85,7 @@ def answer_in_words(prompt: str, salt: int) -> str:
         return f"{choices[salt % len(choices)]}: a short answer."
     if "End the answer with the number." in prompt:
         return f"The answer is {1 + salt % 2}."
-    if "Answer with a JSON array." in prompt:
+    if "Answer with a JSON array, each item text." in prompt:
         return json.dumps(["A short answer.", "Another answer."])
     return "A short answer."
 

@@ -39,6 +39,19 @@ def typed(kind: str, choices: tuple[str, ...] = (), parse: str = "reply") -> Gra
     return GraphNode("n", ir.OutputType(kind, choices, span=None), None, "", parse, (), (), (), ())
 
 
+def listed(item: ir.OutputType) -> GraphNode:
+    return GraphNode("n", ir.OutputType("list", item=item, span=None), None, "", "reply", (), (), (), ())
+
+
+VERDICT = ir.OutputType(
+    "record",
+    fields=(
+        ir.Field("answer", ir.OutputType("choice", ("Yes", "No"), span=None), span=None),
+        ir.Field("n", ir.OutputType("number", span=None), span=None),
+    ),
+    span=None,
+)
+
 CASES = [
     (typed("choice", ("Yes", "No")), "Is the sky green? Think about it carefully and explain.", 48),
     (typed("choice", ("(A)", "(B)", "(C)")), "Which animal barks? Options: (A) cat (B) dog (C) fish.", 48),
@@ -47,6 +60,8 @@ CASES = [
     (typed("text", parse="tag"), "Which is larger, 3 or 5? Put the answer in <output></output>.", 64),
     (typed("number", parse="tag"), "What is 6 times 7? Put the number in <output></output>.", 64),
     (typed("choice", ("Yes", "No"), parse="tag"), "Is 7 a prime number? Put Yes or No in <output></output>.", 64),
+    (listed(ir.OutputType("number", span=None)), "Name the first three prime numbers.", 64),
+    (listed(VERDICT), "Is 2 even? Is 3 even? Answer each, with the number.", 96),
 ]
 
 
@@ -61,6 +76,8 @@ def test_a_constrained_reply_of_each_type_parses(node, prompt, max_tokens):
     assert llm.ledger.counters["constrained replies (grammar)"] == 1
     if node.type.kind == "json":
         assert isinstance(json.loads(output), (dict, list))
+    if node.type.kind == "list":  # an array of the item type, never an object: every item read as that type
+        assert isinstance(json.loads(output), list) and completion.text.lstrip().startswith("["), completion.text
 
 
 def test_backward_and_optimizer_replies_are_in_shape_within_their_max_tokens():

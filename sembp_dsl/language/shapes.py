@@ -16,7 +16,9 @@ cut there (`Shape.ran_out`).
 A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
 reasoning, where the parser looks for it. A record (`{verdict: choice(Yes, No), reason: text}`) is one JSON
 object, its fields in order; a model held to no constraint is told its fields in words (`describe`), and
-whatever the reply, `read_record` checks it field by field.
+whatever the reply, `read_record` checks it field by field. A list (`list[number]`) is a JSON array of its
+item type: its JSON Schema names the items, its grammar is an array of them, a model held to neither is told
+the item type in words, and `read_list` reads each item as that type, the first that does not fit by its place.
 """
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class Field:
 
     kind: `option` (one of `options`), `line` (one line of text, not blank), `text` (any lines without
     `<`, which keeps a closing tag after it unambiguous; may be empty), `number` (a decimal number),
-    `json` (a JSON object or array). `cap`: the most characters of a line or text, whatever the budget.
+    `json` (a JSON object or array), `list` (a JSON array, each item of the type `item`). `cap`: the most
+    characters of a line or text, whatever the budget.
     `sentences`: a text that is at most this many sentences, each closed by `.`, `!` or `?`, so it can end
     only where a sentence ends (a small model otherwise runs on until its bound cuts it off).
     """
@@ -65,6 +68,7 @@ class Field:
     options: tuple[str, ...] = ()
     cap: int | None = None
     sentences: int | None = None
+    item: ir.OutputType | None = None
 
     @property
     def free(self) -> bool:
@@ -77,6 +81,8 @@ class Field:
             return {"type": "string", "enum": list(self.options)}
         if self.kind == "number":
             return {"type": "number"}
+        if self.kind == "list":
+            return array_schema(self.item)
         return None if self.kind == "json" else {"type": "string"}
 
     def sentence_limit(self, limit: int | None) -> int | None:
@@ -87,9 +93,13 @@ class Field:
         return max(2, (limit - 2 * (self.sentences - 1)) // self.sentences)
 
     def ran_out(self, value: str, limit: int | None) -> bool:
-        """Whether a value the grammar bounded by `limit` reached the bound (of the whole, or of a sentence)."""
+        """Whether a value the grammar bounded by `limit` reached the bound (of the whole, or of a sentence; a
+        list's: its items)."""
         if limit is None:
             return False
+        if self.kind == "list":
+            found = first_json(value)
+            return isinstance(found, list) and len(found) >= limit
         each = self.sentence_limit(limit)
         if each is None:
             return len(value) >= limit
@@ -143,31 +153,25 @@ class Shape:
     def ran_out(self, text: str, max_tokens: int | None) -> bool:
         """Whether a reply decoded under `grammar(max_tokens)` filled a free field to its limit. The grammar
         closes the field there, so the reply is cut off, however closed it looks."""
-        values, limits = self.values(text), self.limits(max_tokens)
-        return any(f.ran_out(values.get(f.name, ""), limits[f.name]) for f in self.fields if f.free)
+        values, limits, most = self.values(text), self.limits(max_tokens), most_items(max_tokens)
+        bounded = (f for f in self.fields if f.free or f.kind == "list")
+        return any(f.ran_out(values.get(f.name, ""), limits.get(f.name, most)) for f in bounded)
 
     def grammar(self, max_tokens: int | None) -> str:
         """The GBNF grammar of the reply's text (llama.cpp), bounded to fit in max_tokens."""
         limits = self.limits(max_tokens)
         root = " ".join(literal(p) if isinstance(p, str) else rule_name(p.name) for p in self.parts)
         rules = [f"root ::= {root}"]
-        rules += [f"{rule_name(f.name)} ::= {field_grammar(f, limits.get(f.name))}" for f in self.fields]
-        if any(f.kind == "json" for f in self.fields):
+        most = most_items(max_tokens)
+        rules += [f"{rule_name(f.name)} ::= {field_grammar(f, limits.get(f.name, most))}" for f in self.fields]
+        if any(f.kind in ("json", "list") for f in self.fields):
             rules.append(JSON_RULES)
         return "\n".join(rules) + "\n"
 
     def schema(self) -> dict | None:
         """The JSON Schema of the reply as an object with a property per field, in order; None when a field
         has none (then no JSON Schema is sent)."""
-        properties = {f.name: f.schema() for f in self.fields}
-        if any(value is None for value in properties.values()):
-            return None
-        return {
-            "type": "object",
-            "properties": properties,
-            "required": list(properties),
-            "additionalProperties": False,
-        }
+        return object_schema({f.name: f.schema() for f in self.fields})
 
     def text(self, reply: str) -> str:
         """A reply given as the JSON object of `schema`, written out as the text the parsers read; any other
@@ -188,6 +192,26 @@ class Shape:
                     item if isinstance(item, str) and part.kind != "json" else json.dumps(item, ensure_ascii=False)
                 )
         return "".join(out)
+
+
+def object_schema(properties: dict[str, dict | None]) -> dict | None:
+    """The JSON Schema of an object with exactly these properties, in order; None when one has none."""
+    if any(value is None for value in properties.values()):
+        return None
+    return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
+
+
+def array_schema(item: ir.OutputType | None) -> dict | None:
+    """The JSON Schema of a list of `item`s; None when the item's type has none (`json`)."""
+    items = type_schema(item) if item is not None else None
+    return None if items is None else {"type": "array", "items": items}
+
+
+def type_schema(type_: ir.OutputType) -> dict | None:
+    """The JSON Schema of a value of an output type, as a list item or a record field."""
+    if type_.kind == "record":
+        return object_schema({f.name: type_schema(f.type) for f in type_.fields})
+    return value_field("", type_).schema()
 
 
 def number_text(value: int | float) -> str:
@@ -268,10 +292,10 @@ def first_object(text: str) -> dict | None:
 
 def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
     """The field that holds a value of an output type (text as one line, or as free text)."""
-    kind = {"choice": "option", "number": "number", "json": "json", "list": "json"}.get(
+    kind = {"choice": "option", "number": "number", "json": "json", "list": "list"}.get(
         type_.kind, "line" if line else "text"
     )
-    return Field(name, kind, type_.choices)
+    return Field(name, kind, type_.choices, item=type_.item)
 
 
 @lru_cache(maxsize=256)
@@ -280,7 +304,7 @@ def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
 
     - `choice`: the option first, then a reason on the next line (the paper's form);
     - `number`: reasoning, then `Answer: ` and the number last (the parser takes the last number);
-    - `json`: a JSON object or array;
+    - `json`: a JSON object or array; a list: a JSON array of its items;
     - a record: one JSON object with its fields, in order (`record_shape`);
     - `parse = tag`: reasoning, then the value alone inside `<output>...</output>`.
     """
@@ -300,7 +324,7 @@ def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
     if type_.kind == "number":
         return Shape("number", (Field("reasoning", "text"), "\nAnswer: ", value_field("answer", type_)))
     if type_.kind in ("json", "list"):
-        return Shape("json", (value_field("value", type_),))
+        return Shape(str(type_), (value_field("value", type_),))
     return None
 
 
@@ -314,7 +338,8 @@ class RecordShape(Shape):
         limits = self.limits(max_tokens)
         root = " ".join(literal(p) if isinstance(p, str) else f"field-{rule_name(p.name)}" for p in self.parts)
         rules = [f"root ::= {root}"]
-        rules += [f"field-{rule_name(f.name)} ::= {json_value(f, limits.get(f.name))}" for f in self.fields]
+        most = most_items(max_tokens)
+        rules += [f"field-{rule_name(f.name)} ::= {json_value(f, limits.get(f.name, most))}" for f in self.fields]
         rules += [JSON_CHAR, JSON_RULES]
         return "\n".join(rules) + "\n"
 
@@ -375,7 +400,9 @@ def repeat(item: str, limit: int | None, least: int = 0) -> str:
 
 
 def json_value(field: Field, limit: int | None) -> str:
-    """A field's value written as JSON: an option or text as a string, a number, or any JSON value."""
+    """A field's value written as JSON: an option or text as a string, a number, a list, or any JSON value."""
+    if field.kind == "list":
+        return array_grammar(field.item, limit)
     if field.kind == "option":
         return " | ".join(
             literal(json.dumps(o, ensure_ascii=False)) for o in sorted(field.options, key=len, reverse=True)
@@ -388,17 +415,49 @@ def json_value(field: Field, limit: int | None) -> str:
 
 
 def field_grammar(field: Field, limit: int | None) -> str:
+    """A field's text. `limit`: a free field's most characters, a list's most items."""
     if field.kind == "option":  # longest first: an option that is a prefix of another must not cut it short
         return " | ".join(literal(o) for o in sorted(field.options, key=len, reverse=True))
     if field.kind == "number":
         return '"-"? [0-9]{1,15} ("." [0-9]{1,6})?'
     if field.kind == "json":
         return "json-object | json-array"
+    if field.kind == "list":
+        return array_grammar(field.item, limit)
     if field.kind == "line":
         return LINE_START + ("" if limit == 1 else " " + repeat(LINE_CHAR, None if limit is None else limit - 1))
     if field.sentences is not None:
         return sentences_grammar(field.sentences, field.sentence_limit(limit))
     return repeat("[^<]", limit)
+
+
+def most_items(max_tokens: int | None) -> int | None:
+    """The most items a list reply's grammar takes (None: no limit): a number's width of the budget each, so a
+    model that would list on and on closes its array within max_tokens."""
+    return None if max_tokens is None else max(2, CHARS_PER_TOKEN * max_tokens // NUMBER_WIDTH)
+
+
+def array_grammar(item: ir.OutputType | None, most: int | None = None) -> str:
+    """A JSON array of at most `most` items, each a JSON value of the type `item` (any JSON value when None)."""
+    value = "json-value" if item is None else f"({typed_json(item)})"
+    more = repeat(f'("," json-ws {value})', None if most is None else most - 1)
+    return f'"[" json-ws ({value} {more})? "]" json-ws'
+
+
+def typed_json(type_: ir.OutputType) -> str:
+    """A JSON value of an output type, as list items and record fields are written: an option as one of its
+    strings, a record as an object of exactly its fields in order, a list as an array of its items."""
+    if type_.kind == "list":
+        return array_grammar(type_.item)
+    if type_.kind == "record":
+        fields = ' "," json-ws '.join(
+            f"{literal(json.dumps(f.name, ensure_ascii=False) + ':')} json-ws {typed_json(f.type)}"
+            for f in type_.fields
+        )
+        return f'"{{" json-ws {fields} "}}" json-ws'
+    if type_.kind == "choice":
+        return f"({json_value(value_field('', type_), None)}) json-ws"
+    return {"number": "json-number", "json": "json-value"}.get(type_.kind, "json-string")
 
 
 def sentences_grammar(count: int, each: int | None) -> str:
@@ -427,15 +486,25 @@ NUMBER_TEXT = re.compile(r"\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*\Z")
 
 
 def describe(type_: ir.OutputType) -> str:
-    """A record's fields in words, for a model its JSON Schema does not reach: appended to its prompt."""
+    """A record's fields, or a list's item type, in words, for a model its JSON Schema does not reach: appended to
+    its prompt."""
+    if type_.kind == "list":
+        return f"Reply with {words(type_)}."
     lines = ["Reply with a JSON object with exactly these fields:"]
-    for f in type_.fields:
-        if f.type.kind == "choice":
-            what = "one of " + ", ".join(json.dumps(c, ensure_ascii=False) for c in f.type.choices)
-        else:
-            what = {"text": "text", "number": "a number", "json": "any JSON value"}[f.type.kind]
-        lines.append(f'- "{f.name}": {what}')
+    lines += [f'- "{f.name}": {words(f.type)}' for f in type_.fields]
     return "\n".join(lines)
+
+
+def words(type_: ir.OutputType) -> str:
+    """What a value of a type is, in words ("a JSON array, each item a number")."""
+    if type_.kind == "choice":
+        return "one of " + ", ".join(json.dumps(c, ensure_ascii=False) for c in type_.choices)
+    if type_.kind == "list" and type_.item is not None:
+        return f"a JSON array, each item {words(type_.item)}"
+    if type_.kind == "record":
+        fields = ", ".join(f"{json.dumps(f.name, ensure_ascii=False)} ({words(f.type)})" for f in type_.fields)
+        return f"a JSON object with exactly the fields {fields}"
+    return {"text": "text", "number": "a number", "json": "any JSON value", "list": "a JSON array"}[type_.kind]
 
 
 def answer_format(type_: ir.OutputType) -> str | None:
@@ -443,10 +512,11 @@ def answer_format(type_: ir.OutputType) -> str | None:
     record's fields, a choice's options first, a number last, a JSON array or value. None for text: any reply is."""
     if type_.kind == "record":
         return describe(type_)
+    if type_.kind == "list":
+        return f"Answer with {words(type_)}."
     return {
         "choice": f"Begin the answer with one of: {', '.join(type_.choices)}.",
         "number": "End the answer with the number.",
-        "list": "Answer with a JSON array.",
         "json": "Answer with a JSON value.",
     }.get(type_.kind)
 
@@ -456,22 +526,71 @@ def read_record(type_: ir.OutputType, text: str) -> tuple[str | None, str | None
     found = first_object(text)
     if found is None:
         return None, "no JSON object in the reply"
-    record = {}
-    for f in type_.fields:
-        if f.name not in found:
-            return None, f"the reply has no field '{f.name}'"
-        value, problem = read_field(f.type, found[f.name])
-        if problem is not None:
-            return None, f"field '{f.name}' {problem}"
-        record[f.name] = value
+    record, problem = record_fields(type_, found)
+    if problem is not None:
+        return None, f"the reply {problem}" if problem.startswith("has ") else problem
     return json.dumps(record, ensure_ascii=False), None
 
 
+def read_list(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
+    """A list reply as compact JSON of its items, each read as the item type reads it, or (None, why it does
+    not fit: the first item that does not, by its place from 1)."""
+    found = first_json(text)
+    if not isinstance(found, list):
+        return None, "no JSON array in the reply"
+    # an object's keys sorted, as a json output's (and a function's list) are; a record's then put in its order
+    items, problem = read_field(type_, json.loads(json.dumps(found, sort_keys=True)))
+    return (None, problem) if problem is not None else (json.dumps(items, ensure_ascii=False), None)
+
+
+def record_fields(type_: ir.OutputType, found: dict) -> tuple[dict, str | None]:
+    """A JSON object's fields of a record, in declared order (others dropped), or (what, what is wrong)."""
+    record: dict = {}
+    for f in type_.fields:
+        if f.name not in found:
+            return record, f"has no field '{f.name}'"
+        value, problem = read_field(f.type, found[f.name])
+        if problem is not None:
+            return record, located(f"field '{f.name}'", problem)
+        record[f.name] = value
+    return record, None
+
+
+def located(where: str, problem: str) -> str:
+    """A problem of a part of a value, said of that part ("item 2 is not a number", "item 2, field 'x' is ...")."""
+    return f"{where}{' ' if problem.startswith(('is ', 'has ')) else ', '}{problem}"
+
+
+def list_items(item: ir.OutputType, value, shown: str) -> tuple[list | None, str | None]:
+    """A list's items, each as `item` reads it, or (None, what is wrong with the first that does not fit)."""
+    if not isinstance(value, list):
+        return None, f"is not a JSON array: {shown}"
+    items = []
+    for index, each in enumerate(value, start=1):
+        read, problem = read_field(item, each)
+        if problem is not None:
+            return None, located(f"item {index}", problem)
+        items.append(read)
+    return items, None
+
+
 def read_field(type_: ir.OutputType, value) -> tuple[object, str | None]:
-    """One field's value as its type reads it, or (None, what is wrong with it)."""
+    """One field's value (or a list item's) as its type reads it, or (None, what is wrong with it)."""
     shown = json.dumps(value, ensure_ascii=False)[:80]
     if type_.kind == "json":
         return value, None
+    if type_.kind == "list" and type_.item is not None:
+        return list_items(type_.item, value, shown)
+    if type_.kind == "record":
+        if not isinstance(value, dict):
+            return None, f"is not {words(type_)}: {shown}"
+        record, problem = record_fields(type_, value)
+        return (None, problem) if problem is not None else (record, None)
+    return read_scalar(type_, value, shown)
+
+
+def read_scalar(type_: ir.OutputType, value, shown: str) -> tuple[object, str | None]:
+    """A number, a choice's option or text as its type reads it, or (None, what is wrong with it)."""
     if type_.kind == "number":
         if isinstance(value, str) and NUMBER_TEXT.match(value):
             value = float(value)
@@ -517,7 +636,12 @@ def output_text(type_: ir.OutputType, value) -> tuple[str | None, str | None]:
     if type_.kind == "json":
         return as_json, None
     if type_.kind == "list":
-        return (as_json, None) if isinstance(value, list) else (None, f"is a {type(value).__name__}, not a list")
+        if not isinstance(value, list):
+            return None, f"is a {type(value).__name__}, not a list"
+        items, problem = read_field(type_, json.loads(as_json))
+        if problem is not None:
+            return None, f"is a list whose {problem}"
+        return json.dumps(items, ensure_ascii=False), None
     if type_.kind == "record":
         if not isinstance(value, dict):
             fields = ", ".join(f.name for f in type_.fields)

@@ -13,7 +13,7 @@ from jinja2 import TemplateError
 from .. import ir
 from ..metrics import parse_number
 from ..node import GraphNode
-from ..shapes import describe, first_json, node_shape, read_record
+from ..shapes import describe, first_json, node_shape, read_list, read_record
 from ..trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
@@ -28,6 +28,8 @@ NEGATIVE = re.compile(r"-\s*\d")
 # What may not follow an option for the reply to start with it: a letter or digit ("Yesterday" is not
 # "Yes"), or a decimal part ("1.5" is not the option 1, though "1." ends a sentence).
 NOT_AN_END = r"(?:\w|[.,]\d)"
+# The output types a prompt describes in words to a model that no JSON Schema holds to them.
+DESCRIBED = ("record", "list")
 # Why a model call takes no setting another kind takes, by the setting.
 NOT_A_MODEL_CALLS = {"timeout": "only a function node has a timeout; a model's goes in its model block"}
 
@@ -50,8 +52,8 @@ class ModelCall(NodeKind):
             return rendered
         prompt, system = rendered
         shape = node_shape(node.type, node.parse)
-        if node.type.kind == "record" and (shape is None or not model.takes_schema(node.model, shape)):
-            prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: the fields in words
+        if node.type.kind in DESCRIBED and (shape is None or not model.takes_schema(node.model, shape)):
+            prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: its type in words
         called = await model.call(node.name, prompt, shape, node.model, system)
         if called.lost:
             return called
@@ -70,7 +72,7 @@ class ModelCall(NodeKind):
         """Its system message (if any) and forward prompt."""
         yield from system_section(node, graph, values)
         forward = node.render(values, graph.prompts)
-        if node.type.kind == "record":
+        if node.type.kind in DESCRIBED:
             yield (
                 f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
                 f"{forward}\n\n{describe(node.type)}"
@@ -111,10 +113,12 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         return text, None
     if node.type.kind == "record":
         return read_record(node.type, text)
-    if node.type.kind in ("json", "list"):
+    if node.type.kind == "list":
+        return read_list(node.type, text)
+    if node.type.kind == "json":
         value = first_json(text)
-        if value is None or (node.type.kind == "list" and not isinstance(value, list)):
-            return None, f"no JSON {'array' if node.type.kind == 'list' else 'value'} in the reply"
+        if value is None:
+            return None, "no JSON value in the reply"
         return json.dumps(value, ensure_ascii=False, sort_keys=True), None
     if node.type.kind == "number":
         number = parse_number(text)
