@@ -52,24 +52,16 @@ def pool(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     limit cut off is no example: it would be written into the user's file as it was cut. Nor is one holding what
     a pipeline file cannot (a control character, a lone surrogate): writing the run's result back would fail."""
     node = graph.nodes[graph.demos[param].node]
-    seen, out, left_out = set(), [], []
+    examples = []
     for result in results:
         trace = result.trace.nodes.get(node.name)
         if not result.correct or trace is None or trace.output is None or (trace.cut_off and node.type.free_text):
             continue
         values = result.trace.values
-        example = {**{name: str(values[name]) for name in node.inputs}, node.name: trace.output}
-        why = next(
-            (f"{result.sample.id}: {name}: {bad}" for name, text in example.items() if (bad := bad_characters(text))),
-            None,
+        examples.append(
+            (result.sample.id, {**{name: str(values[name]) for name in node.inputs}, node.name: trace.output})
         )
-        key = json.dumps(example, sort_keys=True)
-        if why is not None:
-            left_out.append(why)
-        elif key not in seen:
-            seen.add(key)
-            out.append((result.sample.id, example))
-    return Pool(out, tuple(left_out))
+    return pooled(examples)
 
 
 def labelled(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
@@ -80,23 +72,30 @@ def labelled(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     node = graph.nodes[graph.demos[param].node]
     if node.name != graph.output or graph.output_field or node.type.kind not in ("text", "choice"):
         return Pool([], ())
-    seen, out, left_out = set(), [], []
+    examples = []
     for result in results:
         values, expected = result.trace.values, result.expected
         fits = expected and (node.type.kind == "text" or expected in node.type.choices)
         if not fits or any(name not in values for name in node.inputs):
             continue
-        example = {**{name: str(values[name]) for name in node.inputs}, node.name: expected}
+        examples.append((result.sample.id, {**{name: str(values[name]) for name in node.inputs}, node.name: expected}))
+    return pooled(examples)
+
+
+def pooled(examples: Sequence[tuple[str, dict[str, str]]]) -> Pool:
+    """(sample id, example) pairs as a pool: each example once, and one holding characters a prompt cannot carry
+    left out, saying why."""
+    seen, out, left_out = set(), [], []
+    for sample, example in examples:
         bad = next(
-            (f"{result.sample.id}: {name}: {why}" for name, text in example.items() if (why := bad_characters(text))),
-            None,
+            (f"{sample}: {name}: {why}" for name, text in example.items() if (why := bad_characters(text))), None
         )
         key = json.dumps(example, sort_keys=True)
         if bad is not None:
             left_out.append(bad)
         elif key not in seen:
             seen.add(key)
-            out.append((result.sample.id, example))
+            out.append((sample, example))
     return Pool(out, tuple(left_out))
 
 
