@@ -64,7 +64,7 @@ import json
 import os
 import random
 import re
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -891,7 +891,9 @@ def spawn(
     if rpm:
         cmd += ["--rpm", str(rpm)]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-    ready, _, _ = select.select([proc.stdout], [], [], timeout)
+    with selectors.DefaultSelector() as waiting:  # not select(): a long test process may hold fds past 1024
+        waiting.register(proc.stdout, selectors.EVENT_READ)
+        ready = waiting.select(timeout)
     line = proc.stdout.readline().strip() if ready else ""
     if not line.startswith("http"):
         proc.kill()

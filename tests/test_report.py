@@ -172,10 +172,12 @@ class DevTools:
         raise TimeoutError(method)
 
     def receive(self, deadline: float) -> dict:
-        import select
+        import selectors
 
         while b"\0" not in self.buffer:
-            ready, _, _ = select.select([self.from_browser], [], [], max(0.0, deadline - time.time()))
+            with selectors.DefaultSelector() as waiting:  # not select(): a test process may hold fds past 1024
+                waiting.register(self.from_browser, selectors.EVENT_READ)
+                ready = waiting.select(max(0.0, deadline - time.time()))
             if not ready:
                 raise TimeoutError("no message from the browser")
             chunk = os.read(self.from_browser, 1 << 16)
