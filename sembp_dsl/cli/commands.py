@@ -238,13 +238,14 @@ def trace_text(t: NodeTrace) -> str:
     sample's branch skipped, said so."""
     if not t.taken:
         return f"=== {t.node} (not taken: a branch this sample did not take) ===\n"
-    head = f"=== {t.node}{' (cached)' if t.cached else ''} ===\n"
-    if not t.items:
-        return head + exchange(t, "") + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
-    shown = [exchange(item, f"item {k} of {len(t.items)}: ") for k, item in enumerate(t.items[:SHOWN_ITEMS], 1)]
+    runs = [exchange(item, f"item {k} of {len(t.items)}: ") for k, item in enumerate(t.items[:SHOWN_ITEMS], 1)]
     more = len(t.items) - SHOWN_ITEMS
-    shown += [f"--- {more} more items (run --json lists them all) ---"] if more > 0 else []
-    return head + "\n".join(shown) + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+    runs += [f"--- {more} more items (run --json lists them all) ---"] if more > 0 else []
+    return (
+        f"=== {t.node}{' (cached)' if t.cached else ''} ===\n"
+        + ("\n".join(runs) if t.items else exchange(t, ""))
+        + f"\n--- output ---\n{t.output if t.error is None else failure_text(t)}\n"
+    )
 
 
 def exchange(t: NodeTrace, item: str) -> str:

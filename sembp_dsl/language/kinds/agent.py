@@ -310,12 +310,7 @@ def server_tool_spec(pipeline: ir.Pipeline, name: str) -> ToolSpec | str:
     block = servers(pipeline).get(server_name)
     if block is None:
         return f"no MCP server '{server_name}' is declared"
-    path = lock_path(pipeline.path)
-    try:
-        stamp = os.stat(path).st_mtime_ns
-    except OSError:
-        stamp = 0
-    tools = locked_tools(cached_lock(path, stamp), Server.of(block))
+    tools = locked_tools(cached_lock(lock_path(pipeline.path), lock_stamp(pipeline.path)), Server.of(block))
     if isinstance(tools, str):
         return tools
     if tool not in tools:
