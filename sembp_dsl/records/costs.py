@@ -41,8 +41,10 @@ class Compared:
 
 def compared(before: Mapping[str, float] | None, after: Mapping[str, float] | None) -> Compared | None:
     """The two pipelines' costs on the samples both ran, or None when they share none (or one has no price)."""
-    shared = [i for i in after or () if i in (before or {})]
-    if not shared or before is None or after is None:
+    if before is None or after is None:
         return None
-    mean = lambda costs: 1000 * sum(costs[i] for i in shared) / len(shared)  # noqa: E731
-    return Compared(mean(before), mean(after), len(shared))
+    shared = [i for i in after if i in before]
+    if not shared:
+        return None
+    before_total, after_total = sum(before[i] for i in shared), sum(after[i] for i in shared)
+    return Compared(1000 * before_total / len(shared), 1000 * after_total / len(shared), len(shared))
