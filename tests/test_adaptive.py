@@ -123,7 +123,11 @@ def test_a_limit_found_is_not_sought_again_and_again():
     with FakeServer(reply="ok", delay=0.02, limit=8, retry_after=0) as server:
         llm = llm_for(server.url, backoff=0.05)
         call_all(llm, 800)
-        assert 0 < server.rate_limited <= 3
+        [times] = llm.ledger.refusals.values()
+        # refusals heard together are one search; how many calls one search costs depends on how fast this
+        # machine lets calls out before the first 429 comes back (2 idle, 6 under a loaded CI), not on the window
+        searches = 1 + sum(1 for before, after in zip(times, times[1:]) if after - before > 0.1)
+        assert searches <= 3 and len(times) == server.rate_limited <= 10
         after = sizes(llm)[sizes(llm).index(max(sizes(llm))) + 1 :]  # past the slow start's widest
         assert after and min(after) >= 7  # no halving after the limit was found
 
