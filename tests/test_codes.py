@@ -235,7 +235,8 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 
 def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
-    from sembp_dsl.language import checker, source
+    from sembp_dsl.language.check import checker
+    from sembp_dsl.language.syntax import source
 
     path = tmp_path / name
     if content == "<dir>":
@@ -251,7 +252,7 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
         monkeypatch.setattr(checker, "MAX_EDGES", 3)
         path.write_text(HEADER + "input r: text\nnode a: text {}\nnode b: text {}\nq, r -> a, b\noutput a\n")
     elif content == "<long param>":
-        from sembp_dsl.language import templates
+        from sembp_dsl.language.nodes import templates
 
         monkeypatch.setattr(checker, "MAX_OUTPUT_CHARS", 10)
         monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 10)
@@ -309,7 +310,7 @@ def mcp_pipeline(path: Path, content: str) -> Path:
     """A pipeline calling the tests' MCP server (tests/mcp_docs_server.py), and a lock: as the server has it, with
     a schema it no longer has (E176), or for a command that is not there (E177)."""
     from sembp_dsl.language.mcp_servers import Server, lock_path
-    from sembp_dsl.language.source import parse_text
+    from sembp_dsl.language.syntax.source import parse_text
     from sembp_dsl.runtime.mcp_client import write_lock
 
     command = {"<run: mcp cannot start>": "sbpc-no-such-server --stdio"}.get(

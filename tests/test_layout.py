@@ -24,7 +24,7 @@ LAYERS = [
 ]
 # A type a module names for the type checker only (under `if TYPE_CHECKING:`) imports nothing at run time; each
 # one from a later stage is listed here, so that none creeps in unseen.
-TYPE_ONLY = {"language/trace.py imports models.faults"}  # a NodeTrace's `failure`: why a model call failed
+TYPE_ONLY = {"language/nodes/trace.py imports models.faults"}  # a NodeTrace's `failure`: why a model call failed
 
 
 def _part(module: str) -> str:

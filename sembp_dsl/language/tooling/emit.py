@@ -7,11 +7,11 @@ import json
 import re
 from collections.abc import Iterator
 
-from . import ir
-from .graph import Graph, describe
-from .kinds import kind_of
-from .node import GraphNode
-from .templates import Record
+from .. import ir
+from ..graph.graph import Graph, describe
+from ..kinds import kind_of
+from ..nodes.node import GraphNode
+from ..nodes.templates import Record
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
 # every other output; the user name stays, so the reader still sees which account is meant.

@@ -25,7 +25,7 @@ from jinja2 import StrictUndefined, Template, TemplateError, TemplateSyntaxError
 from jinja2.sandbox import SandboxedEnvironment
 from jinja2.utils import generate_lorem_ipsum
 
-from ..errors import SbpcError
+from ...errors import SbpcError
 
 MAX_OUTPUT_CHARS = 16_000_000  # all text one render outputs, macros and blocks included
 MAX_VALUE_CHARS = 4_000_000  # one string, list or number (in digits) built by an operator, call or filter
@@ -313,9 +313,9 @@ BUILTIN = {
 
 @functools.cache
 def builtin_source(name: str) -> str:
-    """A built-in prompt's text (prompts/NAME.j2), read beside this module: importlib.resources would cost the
+    """A built-in prompt's text (language/prompts/NAME.j2), read as a file: importlib.resources would cost the
     first call ~8 ms of imports (zipfile among them) to read a file the package installs as a file."""
-    return (Path(__file__).parent / "prompts" / f"{name}.j2").read_text(encoding="utf-8")
+    return (Path(__file__).parents[1] / "prompts" / f"{name}.j2").read_text(encoding="utf-8")
 
 
 class TemplateProblem(SbpcError, TemplateError):

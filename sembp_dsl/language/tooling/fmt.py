@@ -17,7 +17,7 @@
   not fit or holds a block string, each field of it (demos.layout: what write-back writes).
 - A statement with a comment inside it anywhere else is kept as written.
 
-What write-back writes (language/writeback.py) is already in this layout. The result is proved: it must
+What write-back writes (language/tooling/writeback.py) is already in this layout. The result is proved: it must
 parse to the same IR as the input, or the file is left alone.
 """
 
@@ -25,11 +25,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SbpcError
-from . import ir
-from .demos import layout
-from .parser import parse
-from .syntax import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, read
+from ...errors import SbpcError
+from .. import ir
+from ..nodes.demos import layout
+from ..syntax.parser import parse
+from ..syntax.tokens import STRINGS, Block, Comment, Source, Statement, Tok, is_punct, read
 
 WIDTH = 100
 INDENT = "  "

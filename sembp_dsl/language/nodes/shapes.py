@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
 
-from . import ir
+from .. import ir
 from .templates import Record
 
 #: Characters a reply may take per token of max_tokens. English prose runs at 4 to 6 characters a token

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field, fields, replace
 from types import MappingProxyType
 from typing import Any
 
-from ..errors import Option, OptionError
-from .diagnostics import did_you_mean
+from ...errors import Option, OptionError
+from ..diagnostics import did_you_mean
 
 
 @dataclass(frozen=True)

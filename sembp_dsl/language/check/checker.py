@@ -17,19 +17,19 @@ from collections.abc import Callable, Mapping, Set
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from . import ir, maps, mcp_servers
-from .branches import check_conditions, check_output_alternatives, check_paths
-from .callables import Target, beside, parse_target
-from .data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
-from .demos import limit
-from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
-from .kinds import KINDS, kind_of, taken
-from .kinds.agent import declared_tools
-from .method import SETTINGS, STRATEGIES, within
-from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
-from .providers import PROVIDERS, no_provider, provider_of
-from .signatures import defined_async
-from .templates import (
+from .. import ir, mcp_servers
+from ..blocks.callables import Target, beside, parse_target
+from ..blocks.data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
+from ..blocks.method import SETTINGS, STRATEGIES, within
+from ..blocks.providers import PROVIDERS, no_provider, provider_of
+from ..diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
+from ..kinds import KINDS, kind_of, taken
+from ..kinds.agent import declared_tools
+from ..nodes import maps
+from ..nodes.branches import check_conditions, check_output_alternatives, check_paths
+from ..nodes.demos import limit
+from ..nodes.metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from ..nodes.templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
     MAX_OUTPUT_CHARS,
@@ -40,6 +40,7 @@ from .templates import (
     trial_render,
     variables,
 )
+from ..signatures import defined_async
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 RESERVED = {

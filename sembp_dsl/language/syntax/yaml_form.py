@@ -16,9 +16,9 @@ from importlib import resources
 
 import yaml
 
-from ..errors import SbpcError
-from . import ir
-from .diagnostics import (
+from ...errors import SbpcError
+from .. import ir
+from ..diagnostics import (
     Diagnostic,
     Note,
     PipelineError,
@@ -38,7 +38,9 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 def schema_text() -> str:
     """The shipped JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
-    return resources.files("sembp_dsl.language").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
+    return (
+        resources.files("sembp_dsl.language.syntax").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
+    )
 
 
 @cache

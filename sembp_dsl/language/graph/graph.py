@@ -13,19 +13,19 @@ from functools import cached_property
 from types import MappingProxyType
 from typing import Any
 
-from . import ir
-from .branches import gates_of
-from .checker import MODEL_ROLES, Analysis, check, system_source, template_source
-from .data import DataSpec, data_spec
-from .demos import as_text, examples, limit
-from .diagnostics import Diagnostic, PipelineError
-from .kinds import kind_of
-from .maps import each_of
-from .method import SIZES, Method
-from .metrics import parse_scale
-from .node import NO_RECORDS, GraphNode, model_param
-from .shapes import SENTENCE, Field, Shape, prompt_shape
-from .templates import BUILTIN, builtin_source, compile_template, label, variables
+from .. import ir
+from ..blocks.data import DataSpec, data_spec
+from ..blocks.method import SIZES, Method
+from ..check.checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from ..diagnostics import Diagnostic, PipelineError
+from ..kinds import kind_of
+from ..nodes.branches import gates_of
+from ..nodes.demos import as_text, examples, limit
+from ..nodes.maps import each_of
+from ..nodes.metrics import parse_scale
+from ..nodes.node import NO_RECORDS, GraphNode, model_param
+from ..nodes.shapes import SENTENCE, Field, Shape, prompt_shape
+from ..nodes.templates import BUILTIN, builtin_source, compile_template, label, variables
 
 
 def max_chars(old: str) -> int:

@@ -18,8 +18,8 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
-from ..errors import SbpcError
-from . import ir
+from ...errors import SbpcError
+from .. import ir
 from .templates import Demos
 
 DEFAULT_MAX = 4  # examples a trainable demos param may hold when the file sets no `max` (DSPy's default)

@@ -11,9 +11,9 @@ from pathlib import Path
 from lark import Lark, Token, Transformer
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from ..errors import SbpcError
-from . import ir
-from .diagnostics import Diagnostic, PipelineError, diagnostic, point, string_problem, suggestion
+from ...errors import SbpcError
+from .. import ir
+from ..diagnostics import Diagnostic, PipelineError, diagnostic, point, string_problem, suggestion
 
 MAX_SYNTAX_ERRORS = 20
 LONE_CR = re.compile(r"\r(?!\n)")

@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import ir
-from .diagnostics import Note, suggestion
+from .. import ir
+from ..diagnostics import Note, suggestion
 from .maps import value_type
 
 MAX_COMBINATIONS = 4096  # deciding values checked together; past it the path checks are skipped, not guessed

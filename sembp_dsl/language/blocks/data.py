@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from . import ir
-from .diagnostics import Diagnostic, diagnostic, suggestion
+from .. import ir
+from ..diagnostics import Diagnostic, diagnostic, suggestion
 
 SPLITS = ("train", "validation", "test")  # a split's size, or its own file
 SIZE_OR_FILE = (int, str)

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from . import ir
-from .diagnostics import Note, suggestion
+from .. import ir
+from ..diagnostics import Note, suggestion
 
 SETTINGS: Mapping[str, tuple] = {"max_items": (int,)}  # what a mapped node takes beyond its kind's settings
 HELP = {"max_items": "the most items of the list one sample runs (required: the plan counts them); past it, not run"}

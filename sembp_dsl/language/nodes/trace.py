@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # a type only: why a model call failed is the models stage's to say (models/faults.py)
-    from ..models.faults import Failure
+    from ...models.faults import Failure
 
 CALL_FAILED, NOT_RUN, NOT_RENDERED = "call failed", "not run", "template failed"  # a sample lost
 FUNCTION_FAILED, NOT_REACHED = "function failed", "not reached"  # a sample's failure, scored wrong (not lost)
@@ -43,8 +43,8 @@ class NodeTrace:
     cost: float = 0.0  # dollars, by the price table (0 from the cache, or when the model has no price)
     system: str | None = None  # the system message sent before the prompt, if any
     cut_off: bool = False  # the reply ended at a length limit (max_tokens, or its grammar's bound), not by itself
-    taken: bool = True  # False: a branch not taken (language/branches), so no call; neither an error nor lost
-    items: tuple[NodeTrace, ...] = ()  # a mapped node's runs, one per item (language/maps)
+    taken: bool = True  # False: a branch not taken (language/nodes/branches), so no call; neither an error nor lost
+    items: tuple[NodeTrace, ...] = ()  # a mapped node's runs, one per item (language/nodes/maps)
     extra: Mapping[str, Any] = field(default_factory=dict, hash=False)  # its kind's own data, as JSON (`steps`)
 
     def __post_init__(self) -> None:

@@ -11,7 +11,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from .diagnostics import suggestion
+from ..diagnostics import suggestion
 
 OWN = frozenset({"embedded"})  # served in-process (models/embedded.py), registered with litellm on use
 

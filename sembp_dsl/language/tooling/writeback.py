@@ -18,14 +18,14 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from ..errors import Option
-from ..files import WriteBackError, atomic_write, read_current
-from . import ir
-from .demos import DemosError, as_text, examples, from_text, layout
-from .diagnostics import PipelineError
-from .node import model_param
-from .parser import decode_block_string
-from .source import parse_text
+from ...errors import Option
+from ...files import WriteBackError, atomic_write, read_current
+from .. import ir
+from ..diagnostics import PipelineError
+from ..nodes.demos import DemosError, as_text, examples, from_text, layout
+from ..nodes.node import model_param
+from ..syntax.parser import decode_block_string
+from ..syntax.source import parse_text
 
 _YAML_KINDS = (".yaml", ".yml")
 

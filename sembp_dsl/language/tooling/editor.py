@@ -20,27 +20,20 @@ from functools import cached_property
 from jinja2 import TemplateSyntaxError
 from lark.exceptions import LarkError
 
-from ..errors import SbpcError
-from . import ir, maps
-from .checker import (
-    BLOCKS,
-    IDENTIFIER,
-    MODEL_ROLES,
-    NODE_SETTINGS,
-    RESERVED,
-    Analysis,
-    check,
-)
-from .demos import limit
-from .diagnostics import Diagnostic, PipelineError
+from ...errors import SbpcError
+from .. import ir
+from ..blocks.method import SETTINGS as METHOD
+from ..check.checker import BLOCKS, IDENTIFIER, MODEL_ROLES, NODE_SETTINGS, RESERVED, Analysis, check
+from ..diagnostics import Diagnostic, PipelineError
+from ..graph.compile import RouterCheck, diagnose
+from ..graph.graph import model_specs
+from ..kinds import KINDS, kind_of
+from ..nodes import maps
+from ..nodes.demos import limit
+from ..nodes.metrics import JUDGE_SETTINGS, METRICS
+from ..nodes.templates import BUILTIN, ENV, TemplateProblem, variables
+from ..syntax.tokens import Source, read
 from .fmt import format_text
-from .graph import model_specs
-from .kinds import KINDS, kind_of
-from .method import SETTINGS as METHOD
-from .metrics import JUDGE_SETTINGS, METRICS
-from .source import RouterCheck, diagnose
-from .syntax import Source, read
-from .templates import BUILTIN, ENV, TemplateProblem, variables
 
 # A node setting whose value names something declared elsewhere: the namespaces it may name.
 REFERENCES = {

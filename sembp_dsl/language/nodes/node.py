@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
-from . import ir
+from .. import ir
 from .branches import Gate
 from .demos import shown
 from .maps import Each
@@ -48,8 +48,8 @@ class GraphNode:
     demos: str | None = None  # its demos param (`demos = shots`): examples of its inputs and output
     kind: str = "model"  # its kind's name in language/kinds' KINDS, which runs it
     settings: Mapping[str, ir.Value] = field(default_factory=lambda: NO_SETTINGS)  # its kind's own (`function`)
-    gates: tuple[Gate, ...] = ()  # its conditional in-edges (language/branches): it runs when one is live
-    each: Each | None = None  # its map (language/maps): it runs once per item of a list
+    gates: tuple[Gate, ...] = ()  # its conditional in-edges (language/nodes/branches): it runs when one is live
+    each: Each | None = None  # its map (language/nodes/maps): it runs once per item of a list
 
     @property
     def most_runs(self) -> int:
