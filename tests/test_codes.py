@@ -235,7 +235,7 @@ def run(*argv: str) -> tuple[int, str, str]:
 
 
 def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
-    from sembp_dsl.language.check import checker
+    from sembp_dsl.language.check import edges, templates
     from sembp_dsl.language.syntax import source
 
     path = tmp_path / name
@@ -249,13 +249,13 @@ def make(tmp_path: Path, monkeypatch, name: str, content) -> Path:
         (tmp_path / "other.sbp").hardlink_to(path)
         (tmp_path / f".{name}.sbpc-tmp").write_text(HEADER + OK)
     elif content == "<edges>":
-        monkeypatch.setattr(checker, "MAX_EDGES", 3)
+        monkeypatch.setattr(edges, "MAX_EDGES", 3)
         path.write_text(HEADER + "input r: text\nnode a: text {}\nnode b: text {}\nq, r -> a, b\noutput a\n")
     elif content == "<long param>":
-        from sembp_dsl.language.nodes import templates
+        from sembp_dsl.language.nodes import templates as rendering
 
-        monkeypatch.setattr(checker, "MAX_OUTPUT_CHARS", 10)
-        monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 10)
+        monkeypatch.setattr(templates, "MAX_OUTPUT_CHARS", 10)  # the checker's limit on a param
+        monkeypatch.setattr(rendering, "MAX_OUTPUT_CHARS", 10)  # a render's
         path.write_text(
             HEADER + 'param p = "more than ten characters"\nnode a: text { prompt = p }\nq -> a\noutput a\n'
         )

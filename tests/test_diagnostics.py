@@ -249,7 +249,7 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     import jsonschema
     import yaml
 
-    from sembp_dsl.language.check import checker
+    from sembp_dsl.language.check import settings
     from sembp_dsl.language.nodes import maps
     from sembp_dsl.language.nodes.metrics import JUDGE_SETTINGS
     from sembp_dsl.language.syntax.yaml_form import schema
@@ -259,18 +259,18 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     for path in [root / "pipelines/liar.yaml"]:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema(), cls=jsonschema.Draft202012Validator)
     defs = schema()["$defs"]
-    for name, table in (("model", checker.MODEL_SETTINGS), ("optimize", checker.OPTIMIZE_SETTINGS)):
+    for name, table in (("model", settings.MODEL_SETTINGS), ("optimize", settings.OPTIMIZE_SETTINGS)):
         assert set(defs[name]["properties"]) == set(table), name
         for key, accepted in table.items():
             if isinstance(accepted[0], str):
                 assert defs[name]["properties"][key]["enum"] == list(accepted)
-            if key in checker.BOUNDS:
-                low, high, exclusive = checker.BOUNDS[key]
+            if key in settings.BOUNDS:
+                low, high, exclusive = settings.BOUNDS[key]
                 assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
                 assert defs[name]["properties"][key]["maximum"] == high
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
-    assert set(node) == {"type", "each", *checker.NODE_SETTINGS, *maps.SETTINGS}  # `each`: a map's `for each`
-    assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
+    assert set(node) == {"type", "each", *settings.NODE_SETTINGS, *maps.SETTINGS}  # `each`: a map's `for each`
+    assert node["timeout"]["maximum"] == settings.BOUNDS["timeout"][1]
     assert schema()["properties"]["metric"]["$ref"] == "#/$defs/name"  # a built-in, or a metric the file defines
     assert set(schema()["$defs"]["judge"]["properties"]) == set(JUDGE_SETTINGS)
     assert schema()["properties"]["models"]["propertyNames"] == {"$ref": "#/$defs/name"}  # roles and named models

@@ -206,9 +206,9 @@ def test_a_big_edge_statement_is_kept_as_a_product(tmp_path):
 
 
 def test_past_a_sane_size_the_edges_are_a_limit_error(tmp_path, monkeypatch):
-    from sembp_dsl.language.check import checker
+    from sembp_dsl.language.check import edges
 
-    monkeypatch.setattr(checker, "MAX_EDGES", 10_000)
+    monkeypatch.setattr(edges, "MAX_EDGES", 10_000)
     code, err = run_cli("check", str(_write(tmp_path, "big.sbp", edge_statement(101))))
     assert (
         code == 1

@@ -102,7 +102,7 @@ def _answer_field(rows: list, fields: list[str], given: str | None) -> tuple[str
 
 def name_of(field: str) -> str:
     """A field's name as a pipeline name: letters, digits and _, never a reserved word."""
-    from ..language.check.checker import RESERVED  # ~50 ms to import (measured): only init pays it, not every command
+    from ..language.check.context import RESERVED  # ~50 ms to import (measured): only init pays it, not every command
 
     name = re.sub(r"\W", "_", field, flags=re.ASCII) or "field"
     name = f"f_{name}" if name[0].isdigit() else name

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 from ..errors import Option
 from ..language.blocks.method import STRATEGIES, Method, SettingError
-from ..language.check.checker import MODEL_ROLES
+from ..language.check.context import MODEL_ROLES
 from ..language.diagnostics import suggestion_or_list
 from ..language.graph.graph import Graph
 from ..language.nodes.node import GraphNode, model_param

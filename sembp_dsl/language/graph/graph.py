@@ -16,7 +16,9 @@ from typing import Any
 from .. import ir
 from ..blocks.data import DataSpec, data_spec
 from ..blocks.method import SIZES, Method
-from ..check.checker import MODEL_ROLES, Analysis, check, system_source, template_source
+from ..check.checker import check
+from ..check.context import MODEL_ROLES, Analysis
+from ..check.templates import system_source, template_source
 from ..diagnostics import Diagnostic, PipelineError
 from ..kinds import kind_of
 from ..nodes.branches import gates_of

@@ -21,7 +21,7 @@ from ..nodes.trace import NodeTrace, Shown
 from ..toolcalls import Turn
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
-# tuple of allowed words (as checker.check_settings reads them).
+# tuple of allowed words (as check/settings.py's check_settings reads them).
 PROMPT_SETTINGS: Mapping[str, tuple] = {
     "prompt": (str,),
     "template": (str,),

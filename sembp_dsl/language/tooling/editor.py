@@ -23,7 +23,9 @@ from lark.exceptions import LarkError
 from ...errors import SbpcError
 from .. import ir
 from ..blocks.method import SETTINGS as METHOD
-from ..check.checker import BLOCKS, IDENTIFIER, MODEL_ROLES, NODE_SETTINGS, RESERVED, Analysis, check
+from ..check.checker import check
+from ..check.context import IDENTIFIER, MODEL_ROLES, RESERVED, Analysis
+from ..check.settings import BLOCKS, NODE_SETTINGS
 from ..diagnostics import Diagnostic, PipelineError
 from ..graph.compile import RouterCheck, diagnose
 from ..graph.graph import model_specs
