@@ -348,7 +348,7 @@ def test_the_code_table_and_the_code_agree():
     """Every code the package reports is in the registry, and every registered code is reported somewhere."""
     used = set()
     for path in (ROOT / "sembp_dsl").rglob("*.py"):
-        if path.name != "codes.py":
+        if path.parent.name != "codes":  # the registry itself
             used |= set(re.findall(r'"([EW]\d{3})"', path.read_text()))
     assert used == set(CODES), (used - set(CODES), set(CODES) - used)
 

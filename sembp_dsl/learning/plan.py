@@ -285,7 +285,7 @@ def is_embedded(name: str) -> bool:
     return name.startswith(f"{embedded.PROVIDER}/")
 
 
-EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains
+EMBEDDED_LEARNERS = "W013"  # its code (language/codes/warnings.py), which `sbpc explain` explains
 
 
 def embedded_learners(names: Mapping[str, str]) -> str | None:
