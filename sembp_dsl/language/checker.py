@@ -26,7 +26,7 @@ from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, sugges
 from .kinds import KINDS, kind_of, taken
 from .kinds.agent import declared_tools
 from .method import SETTINGS, STRATEGIES, within
-from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from .metrics import JUDGE_SETTINGS, METRICS, default_metric, parse_scale
 from .providers import PROVIDERS, no_provider, provider_of
 from .signatures import defined_async
 from .templates import (
@@ -169,11 +169,6 @@ def output_type(node: ir.Node | None, output: ir.Output | None) -> ir.OutputType
         return node.type if node is not None else None
     found = node.type.field(output.record_field.name)
     return found.type if found is not None else None
-
-
-def default_metric(output_type: ir.OutputType | None) -> str:
-    kind = output_type.kind if output_type is not None else "text"
-    return {"number": "numeric", "json": "json", "record": "json"}.get(kind, "exact")
 
 
 class Context:
@@ -792,11 +787,11 @@ def check_metric(cx: Context, output: ir.Node | None, label: str) -> str:
     if not cx.p.metrics:
         return cx.p.metric_defs[0].name if cx.p.metric_defs else default_metric(scored)
     ref = cx.p.metrics[0]
-    known = [*METRICS, *cx.metric_defs]
+    known, builtin = [*METRICS, *cx.metric_defs], METRICS.get(ref.name)
     if ref.name not in known:
         cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, known))
-    elif scored is not None and ref.name == "numeric" and scored.kind != "number":
-        cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{label}' is {scored}")
+    elif scored is not None and builtin is not None and builtin.accepts and scored.kind not in builtin.accepts:
+        cx.report("E046", ref.span, f"metric '{ref.name}' needs {builtin.needs}, but '{label}' is {scored}")
     return ref.name
 
 
