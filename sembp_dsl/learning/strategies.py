@@ -235,7 +235,7 @@ PRICED_CALL = (1000, 200)
 def node_tokens(learnt: Learnt, node: str) -> tuple[int, int]:
     """The tokens in and out the node took on a training sample, on average over those the iteration evaluated (every
     call of a mapped node or a tool loop), else PRICED_CALL: what a move's price is ranked by. The model moved to
-    may answer at another length; its measured cost decides (optimize.py)."""
+    may answer at another length; its measured cost decides (gating.py)."""
     traces = [t for r in learnt.train.results if not r.lost and (t := r.trace.nodes.get(node)) is not None]
     if not traces:
         return PRICED_CALL
@@ -270,7 +270,7 @@ class Move:
 class Models(Strategy):
     """The model of each node as a param: a step moves one node to another of the models the method names
     (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
-    non-inferiority at `margin`, and kept only when its measured cost per sample falls (optimize.py); with objective
+    non-inferiority at `margin`, and kept only when its measured cost per sample falls (gating.py); with objective
     accuracy, to a dearer one, held to the ordinary gate. A move the gate rejected is not proposed again in the run,
     nor any move to a model that did not answer: the next model in line is."""
 
