@@ -28,6 +28,7 @@ from .diagnostics import (
     suggestion,
     suggestion_or_list,
 )
+from .method import STRATEGIES
 
 TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
 LIST = re.compile(r"\s*list\s*\[(.*)\]\s*\Z", re.S)
@@ -37,13 +38,23 @@ NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
 def schema_text() -> str:
-    """The shipped JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
-    return resources.files("sembp_dsl.language").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
+    """The JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
+    return json.dumps(schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def schema() -> dict:
+    """The shipped JSON Schema of the YAML form, the names `strategies` takes read from STRATEGIES (one line there
+    adds a strategy to both forms)."""
+    return _schema(tuple(STRATEGIES))
 
 
 @cache
-def schema() -> dict:
-    return json.loads(schema_text())
+def _schema(strategies: tuple[str, ...]) -> dict:
+    shipped = json.loads(
+        resources.files("sembp_dsl.language").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
+    )
+    shipped["$defs"]["optimize"]["properties"]["strategies"]["items"]["enum"] = list(strategies)
+    return shipped
 
 
 def _span(file: str, node: yaml.Node) -> ir.Span:
