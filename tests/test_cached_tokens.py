@@ -90,3 +90,53 @@ def test_the_summary_show_and_report_say_the_cached_tokens_and_what_their_rate_s
         f"{ledger['tokens']} ({ledger['cached_tokens']} cached, ${ledger['cache_saving']:.4f} less at its cached rate)"
     )
     assert tokens in (folder / "report.html").read_text()
+
+
+RULES = " ".join(f"Rule {i}: weigh the claim's source and its date before anything else." for i in range(120))
+LONG = f'''pipeline long "Answer a question"
+input question: text
+param rules = "{RULES}"
+param answer_task = "Answer in one word."
+node notes: text {{ prompt = rules }}
+node answer: text {{ prompt = answer_task }}
+question -> notes
+question, notes -> answer
+output answer
+metric exact
+model {{ name = "openai/gpt-4o-mini"  max_tokens = 50 }}
+'''
+
+
+def planned(tmp_path, capsys, source: str, *flags: str) -> tuple[dict, str]:
+    """`optimize --plan` on a pipeline's text: the plan as --json gives it, and as it is printed."""
+    (tmp_path / "p.sbp").write_text(source)
+    rows = [{"question": f"Question {i}?", "answer": "a"} for i in range(10)]
+    (tmp_path / "rows.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["optimize", str(tmp_path / "p.sbp"), "--data", str(tmp_path / "rows.jsonl"), "--plan", *flags]
+    assert cli.main([*argv, "--train-size", "5", "--val-size", "5", "--iters", "2", "--json"]) == 0
+    bound = json.loads(capsys.readouterr().out)
+    assert cli.main([*argv, "--train-size", "5", "--val-size", "5", "--iters", "2"]) == 0
+    return bound, capsys.readouterr().out
+
+
+def test_the_plan_says_what_a_long_repeated_instruction_could_save_at_the_cached_rate(tmp_path, capsys):
+    """An instruction of 2,000 tokens starts every call of its node, and its optimizer question: the plan prices
+    them in full and says apart what the cached rate could save (OpenAI's rule: 1,024 tokens on, in 128s)."""
+    bound, printed = planned(tmp_path, capsys, LONG)
+    cached = bound["cached_tokens"]
+    assert cached["forward"] % 128 == 0 and cached["forward"] >= 1024 * (bound["calls"]["forward"] // 2 - 1)
+    assert cached["optimizer"] > 0 and cached["backward"] == 0  # the answer's instruction is one line
+    rates = prices.entry("openai/gpt-4o-mini", "input_cost_per_token")
+    per_token = rates["input_cost_per_token"] - rates["cache_read_input_token_cost"]
+    assert bound["cache_saving"] == pytest.approx(sum(cached.values()) * per_token)
+    assert 0 < bound["cache_saving"] < bound["cost"]
+    assert f"cached rate: up to about {sum(cached.values())} of those prompt tokens" in printed
+    assert f"at most about ${bound['cache_saving']:.4f} less than the cost above, which prices them in full" in printed
+    short, printed = planned(tmp_path, capsys, LONG.replace(RULES, "Take notes."))
+    assert short["cost"] < bound["cost"] and short["cache_saving"] == 0 and not any(short["cached_tokens"].values())
+    assert "cached rate: no prompt repeats a prefix of 1,024 tokens or more" in printed
+
+
+def test_a_plan_on_models_without_a_cached_rate_says_nothing_of_one(tmp_path, capsys):
+    bound, printed = planned(tmp_path, capsys, LONG, "--model", "embedded/smollm2-135m")
+    assert bound["cache_saving"] is None and "cached rate" not in printed
