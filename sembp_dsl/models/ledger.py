@@ -173,9 +173,9 @@ class Ledger:
         if cached:
             prompt = sum(u.prompt_tokens for u in self.roles.values())
             saving = sum(u.cache_saving for u in self.roles.values())
+            less = f", at its cached rate: ${saving:.4f} less than at the full rate" if saving else ""
             lines.append(
-                f"prompt tokens the provider's cache served: {cached} of {prompt} ({cached / prompt:.0%}), "
-                f"at its cached rate: ${saving:.4f} less than at the full rate"
+                f"prompt tokens the provider's cache served: {cached} of {prompt} ({cached / prompt:.0%}){less}"
             )
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
         lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
