@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from sembp_dsl.language.shapes import describe
 from sembp_dsl.language.source import compile_file
+from sembp_dsl.runtime.judge import VERDICT
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -76,10 +78,14 @@ def test_an_optimizer_question_shows_its_request_and_the_current_instruction_bef
 def test_a_judge_question_shows_its_rubric_and_scale_before_the_answer_it_grades():
     graph = compile_file(str(ROOT / "pipelines/replies.sbp"))
     spec = graph.metrics["helpful"]
-    asked = [graph.judge_question(spec, {"message": m}, f"Reply to {m}", "") for m in ("It broke.", "Refund me.")]
+    fields = describe(VERDICT)  # for a model no JSON Schema reaches
+    asked = [
+        graph.judge_question(spec, {"message": m}, f"Reply to {m}", "", fields) for m in ("It broke.", "Refund me.")
+    ]
     same = shared(*asked)
     assert asked[0].index("# Inputs\n") <= len(same)
     assert "A good reply is polite" in same and "Reply with one JSON object" in same and "from 1 (worst) to 5" in same
+    assert f"to 5.\n{fields}\n\n# Rubric" in same
 
 
 def test_the_default_template_shows_the_instruction_and_demos_before_the_inputs(tmp_path):
