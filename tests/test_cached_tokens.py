@@ -92,6 +92,27 @@ def test_the_summary_show_and_report_say_the_cached_tokens_and_what_their_rate_s
     assert tokens in (folder / "report.html").read_text()
 
 
+def test_an_evaluation_keeps_its_cached_tokens_and_what_they_saved(tmp_path, capsys, monkeypatch):
+    from fake_server import FakeServer
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(ROOT / "pipelines" / "liar_paper.sbp", tmp_path / "liar_paper.sbp")
+    row = {"job_title": "Senator", "state": "Ohio", "party": "red", "context": "a talk", "answer": "No"}
+    (tmp_path / "rows.jsonl").write_text(
+        "".join(json.dumps({"statement": f"Claim {i}.", **row}) + "\n" for i in range(4))
+    )
+    with FakeServer(reply=paper_model) as server:
+        server.configure(cache_min=16, cache_step=16)
+        argv = ["eval", "liar_paper.sbp", "--data", "rows.jsonl", "--split", "train", "--train-size", "4"]
+        assert cli.main([*argv, "--val-size", "0", "--test-size", "0", "--no-cache", "--api-base", server.url]) == 0
+    [folder] = (tmp_path / ".sbpc" / "runs").iterdir()
+    ledger = json.loads((folder / "run.json").read_text())["ledger"]
+    assert ledger["cached_tokens"] > 0 and ledger["cache_saving"] > 0
+    capsys.readouterr()
+    assert cli.main(["show", str(folder)]) == 0
+    assert f"{ledger['cached_tokens']} prompt tokens from the provider's cache, $" in capsys.readouterr().out
+
+
 RULES = " ".join(f"Rule {i}: weigh the claim's source and its date before anything else." for i in range(120))
 LONG = f'''pipeline long "Answer a question"
 input question: text
