@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 
-from ..language.graph import Graph, MetricSpec
+from ..language.graph.graph import Graph, MetricSpec
 from ..models import prices
 from ..models.llm import LLM, LLMError
 
