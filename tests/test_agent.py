@@ -242,8 +242,8 @@ def test_the_text_form_holds_a_model_without_native_calls_to_one_json_object_a_r
     schema = mock.requests[0].params["response_format"]["json_schema"]["schema"]
     assert {"tool": {"const": "lookup"}} == {"tool": schema["anyOf"][0]["properties"]["tool"]}
     assert "tools" not in mock.requests[0].params
-    assert mock.requests[1].messages[-1]["content"] == "Result of lookup: population of Kesh: 18400"
-    assert mock.requests[2].messages[-1]["content"].startswith("no JSON object in the reply")
+    assert mock.requests[1].messages[-1].content == "Result of lookup: population of Kesh: 18400"
+    assert mock.requests[2].messages[-1].content.startswith("no JSON object in the reply")
     assert llm.ledger.counters["tool steps"] == 1
 
 

@@ -9,6 +9,7 @@ from types import MappingProxyType
 
 import pytest
 
+from sembp_dsl.language.messages import Ask, prompted
 from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, Failure, LLMError
 from sembp_dsl.models.inflight import InFlight
 from sembp_dsl.models.ledger import Ledger
@@ -18,6 +19,8 @@ from sembp_dsl.models.retry import Retries
 from sembp_dsl.models.routing import Routers
 from sembp_dsl.models.stops import BudgetExceeded, Stops
 from sembp_dsl.models.transport import FastPath, Reply
+
+HI = Ask(prompted("hi"))
 
 
 def failure(kind: str = TRANSIENT, retry_after: float | None = None) -> Failure:
@@ -111,16 +114,16 @@ def test_the_cache_key_ignores_secrets_and_limits_and_secrets_are_named_for_mask
     transport = FastPath()
     routers = Routers(transport, Ledger().count)
     base = {"api_base": "http://127.0.0.1:1/v1", "temperature": 0}
-    plain = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(base)), "hi", 120.0, transport, routers)
+    plain = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(base)), HI, 120.0, transport, routers)
     limited = {**base, "api_key_env": "MY_KEY", "rpm": 10, "timeout": 5}
-    own = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(limited)), "hi", 120.0, transport, routers)
+    own = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(limited)), HI, 120.0, transport, routers)
     assert own.key == plain.key  # neither the key nor the bounds on sending change the answer
     assert own.limits == {"rpm": 10} and own.timeout == 5.0 and "rpm" not in own.settings
     assert own.settings["api_key"] == "sk-own-key-654321" and "sk-own" not in repr(own)
     assert own.secrets(routers) == ("sk-own-key-654321", "sk-usual-key-123456")
     hotter = {**base, "temperature": 1}
     assert (
-        prepare(ResolvedModel("forward", "openai/m", MappingProxyType(hotter)), "hi", 1, transport, routers).key
+        prepare(ResolvedModel("forward", "openai/m", MappingProxyType(hotter)), HI, 1, transport, routers).key
         != plain.key
     )
 

@@ -15,6 +15,7 @@ from conftest import TRIAGE
 
 from sembp_dsl.language import ir
 from sembp_dsl.language.graph import ModelSpec, build
+from sembp_dsl.language.messages import Message
 from sembp_dsl.language.shapes import CHARS_PER_TOKEN, node_shape
 from sembp_dsl.language.source import parse_text
 from sembp_dsl.models import embedded, prices
@@ -62,10 +63,7 @@ def test_a_mock_transport_drives_the_whole_layer_with_no_server(tmp_path, no_soc
     assert again.text == first.text and again.cached  # from the cache: the transport was asked once
     [sent] = mock.requests
     assert sent.model == "openai/gpt-4o-mini" and sent.timeout == 7.0
-    assert sent.messages == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Is the sky blue?"},
-    ]
+    assert sent.messages == (Message.system("Be brief."), Message.user("Is the sky blue?"))
     assert sent.params == {"temperature": 0}
     assert llm.ledger.roles["forward"].calls == 1 and llm.ledger.roles["forward"].cache_hits == 1
 
@@ -112,18 +110,18 @@ def test_the_constraint_is_the_transports_to_say_not_the_model_names(no_sockets)
     assert llm.run(llm.complete("forward", "Is it?", CHOICE)).text == "Yes\nbecause"
     [sent] = grammar.requests
     assert sent.params["grammar"] == CHOICE.grammar(10) and sent.params["max_tokens"] == CHARS_PER_TOKEN * 10
-    assert llm.reply_tokens("forward") == CHARS_PER_TOKEN * 10 and not llm.takes_schema("forward", CHOICE)
+    assert llm.reply_tokens("forward") == CHARS_PER_TOKEN * 10 and not llm.capabilities("forward").holds(CHOICE)
 
     schema = MockTransport(lambda r: json.dumps({"answer": "No", "reason": "r"}), schema=True)
     llm = LLM(models(), transport=schema)
     assert llm.run(llm.complete("forward", "Is it?", CHOICE)).text == "No\nr"  # JSON read back as the text form
     assert schema.requests[0].params["response_format"]["json_schema"]["schema"] == CHOICE.schema()
-    assert llm.takes_schema("forward", CHOICE)
+    assert llm.capabilities("forward").holds(CHOICE)
 
     plain = MockTransport(lambda r: "Yes")
     llm = LLM(models(), transport=plain)  # gpt-4o-mini takes a schema by litellm's table, but not from this one
     llm.run(llm.complete("forward", "Is it?", CHOICE))
-    assert plain.requests[0].params == {"temperature": 0} and not llm.takes_schema("forward", CHOICE)
+    assert plain.requests[0].params == {"temperature": 0} and not llm.capabilities("forward").holds(CHOICE)
 
 
 def test_price_and_what_to_install_are_the_transports(monkeypatch):

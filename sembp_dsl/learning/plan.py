@@ -16,9 +16,9 @@ from ..language.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
 from ..language.method import Method
 from ..language.shapes import node_shape
-from ..models import embedded
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
+from ..models.transport import serving
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .optimize import forward_passes, savings
@@ -282,7 +282,8 @@ def configured(llm: LLM, model: str) -> bool:
 
 
 def is_embedded(name: str) -> bool:
-    return name.startswith(f"{embedded.PROVIDER}/")
+    """Whether the model `name` runs on this machine, as the transport that sends its calls says."""
+    return bool(name) and serving(name)().capabilities(name).local
 
 
 EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains

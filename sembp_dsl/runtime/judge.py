@@ -45,7 +45,7 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
             prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected)
         except TemplateError as exc:
             raise MetricFailed(f"judge '{spec.name}': its rubric does not render for this sample: {exc}") from None
-        if shape is None or not llm.takes_schema(spec.model, shape):
+        if not llm.capabilities(spec.model).holds(shape):
             prompt = f"{prompt}\n\n{describe_fields(VERDICT)}"  # no JSON Schema reaches the model: the fields in words
         try:
             completion = await llm.complete(JUDGE_ROLE, prompt, shape, model=spec.model)

@@ -41,15 +41,14 @@ from ..mcp_servers import (
     tool_function,
 )
 from ..mcp_servers import tool_spec as server_spec
+from ..messages import Ask, Message, ToolCall, Turn, prompted
 from ..node import GraphNode
 from ..shapes import answer_format
 from ..signatures import ToolSpec, module_functions, read_tool
 from ..toolcalls import (
     Answer,
     Step,
-    ToolCall,
     ToolResult,
-    Turn,
     argument_problem,
     bounded,
     compact,
@@ -131,7 +130,7 @@ class ToolLoop(NodeKind):
         if isinstance(toolbox, str):
             return NodeTrace.without_reply(node.name, rendered[0], f"{FUNCTION_FAILED}: {toolbox}")
         prompt, system = rendered
-        loop = Loop(node, toolbox, model, model.takes_tools(node.model), answering(node, prompt), system)
+        loop = Loop(node, toolbox, model, model.capabilities(node.model).tools, answering(node, prompt), system)
         trace = await loop.run()
         telemetry.current().set({"sbpc.node.steps": len(steps_of(trace)) or None})  # the node's span
         return trace
@@ -506,7 +505,7 @@ class Loop:
     native: bool  # the model calls tools natively; else it is held to the text form
     prompt: str
     system: str | None
-    messages: list[dict] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
     steps: list[Step] = field(default_factory=list)
     turns: list[Turn] = field(default_factory=list)
     pending: Turn | None = None  # the turn whose calls run next
@@ -516,15 +515,15 @@ class Loop:
             self.prompt = (
                 f"{self.prompt}\n\n{describe_tools(list(self.toolbox.specs.values()), self.toolbox.descriptions)}"
             )
-        self.messages = [*([{"role": "system", "content": self.system}] if self.system else [])]
-        self.messages.append({"role": "user", "content": self.prompt})
+        self.messages = list(prompted(self.prompt, self.system))
 
     async def run(self) -> NodeTrace:
         started = time.monotonic()
-        tools = self.toolbox.offered() if self.native else ()
+        tools = tuple(self.toolbox.offered()) if self.native else ()
         schema = None if self.native else reply_schema(list(self.toolbox.specs.values()))
         for left in reversed(range(max_steps(self.node))):
-            turn = await self.model.converse(self.node.name, list(self.messages), tools, schema, self.node.model)
+            ask = Ask(tuple(self.messages), schema=schema, tools=tools)
+            turn = await self.model.ask(self.node.name, ask, self.node.model)
             if isinstance(turn, NodeTrace):  # the call failed for good: the sample is lost
                 return replace(turn, prompt=self.prompt, system=self.system, extra=kept(self.steps))
             self.turns.append(turn)
@@ -544,23 +543,8 @@ class Loop:
         if not turn.calls:
             self.steps.append(self.step(turn, ()))
             return parse_reply(self.node, turn.text)
-        self.messages.append(
-            {
-                "role": "assistant",
-                "content": turn.text or None,
-                "tool_calls": [
-                    {
-                        "id": c.id,
-                        "type": "function",
-                        "function": {
-                            "name": c.name,
-                            "arguments": json.dumps(kept_arguments(c.arguments), ensure_ascii=False),
-                        },
-                    }
-                    for c in turn.calls
-                ],
-            }
-        )
+        kept_calls = tuple(replace(c, arguments=kept_arguments(c.arguments)) for c in turn.calls)
+        self.messages.append(Message.assistant(turn.text or None, kept_calls))
         self.pending = turn
         return None
 
@@ -570,11 +554,11 @@ class Loop:
         if isinstance(said, Answer):
             self.steps.append(self.step(turn, ()))
             return parse_reply(self.node, said.text)
-        self.messages.append({"role": "assistant", "content": turn.text})
+        self.messages.append(Message.assistant(turn.text))
         self.pending = replace(turn, calls=(said,)) if isinstance(said, ToolCall) else turn
         if not isinstance(said, ToolCall):
             self.steps.append(self.step(turn, ()))
-            self.messages.append({"role": "user", "content": said.why})
+            self.messages.append(Message.user(said.why))
         return None
 
     def step(self, turn: Turn, results: Sequence[ToolResult]) -> Step:
@@ -591,9 +575,9 @@ class Loop:
         self.steps.append(self.step(turn, results))
         for result in results:
             if self.native:
-                self.messages.append({"role": "tool", "tool_call_id": result.call.id, "content": result.content})
+                self.messages.append(Message.tool(result.call.id, result.content))
             else:
-                self.messages.append({"role": "user", "content": f"Result of {result.call.name}: {result.content}"})
+                self.messages.append(Message.user(f"Result of {result.call.name}: {result.content}"))
 
     def trace(self, last: Turn, parsed: tuple[str | None, str | None], started: float) -> NodeTrace:
         output, error = parsed
