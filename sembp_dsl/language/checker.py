@@ -24,7 +24,7 @@ from .data import DATA_SETTINGS, SIZE_OR_FILE, check_data_blocks
 from .demos import limit
 from .diagnostics import Diagnostic, Note, diagnostic, point, suggestion, suggestion_or_list, url_problem
 from .kinds import KINDS, kind_of, taken
-from .kinds.agent import declared_tools
+from .kinds.agent.toolbox import declared_tools
 from .method import SETTINGS, STRATEGIES, within
 from .metrics import JUDGE_SETTINGS, METRICS, parse_scale
 from .providers import PROVIDERS, no_provider, provider_of

@@ -18,9 +18,9 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from ..language.kinds.agent.toolcalls import bounded
 from ..language.messages import Message, ToolCall
 from ..language.shapes import MAX_JSON_DEPTH, nesting
-from ..language.toolcalls import bounded
 from . import prices
 from .faults import BadReply
 from .reply import Reply

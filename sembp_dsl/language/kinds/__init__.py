@@ -15,9 +15,9 @@ from typing import Any
 
 from .. import ir
 from ..node import GraphNode
-from ..toolcalls import bounded
 from ..trace import Shown
 from .agent import ToolLoop
+from .agent.toolcalls import bounded
 from .function import FunctionCall
 from .kind import NodeKind
 from .model import ModelCall

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .messages import ToolCall
-from .shapes import first_object
-from .signatures import ToolSpec
+from ...messages import ToolCall
+from ...shapes import first_object
+from ...signatures import ToolSpec
 
 if TYPE_CHECKING:
     import jsonschema
