@@ -4,12 +4,14 @@ the request and its secrets. test_llm.py and test_faults.py test them together, 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from types import MappingProxyType
 
 import pytest
 
 from sembp_dsl.language.messages import Ask, prompted
+from sembp_dsl.models import spans, wire
 from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, Failure, LLMError
 from sembp_dsl.models.inflight import InFlight
 from sembp_dsl.models.ledger import Ledger
@@ -157,3 +159,18 @@ def test_prompt_tokens_the_providers_cache_served_are_counted_and_priced_at_the_
     usage = llm.ledger.to_json()
     assert usage["roles"]["forward"]["cached_tokens"] == 1024 == usage["cached_tokens"]
     assert "prompt tokens the provider's cache served: 1024 of 2202 (47%)" in llm.ledger.render()
+
+
+def test_a_tool_calls_arguments_keep_the_models_words_in_spans_and_the_cache():
+    """Decoded in the model layer, a call's arguments are a dict to the loop; its span and the cache keep the JSON
+    as the model wrote it (no space after the colon here), as they did before the calls were typed."""
+    [call] = wire.tool_calls(
+        [{"id": "c", "type": "function", "function": {"name": "lookup", "arguments": '{"place":"Kesh"}'}}]
+    )
+    assert call.arguments == {"place": "Kesh"}
+    done = Completion("", 3, 2, 0.0, False, 0.1, "tool_calls", (call,))
+    [message] = json.loads(spans.output_messages(done)["gen_ai.output.messages"])
+    assert message["parts"] == [{"type": "tool_call", "id": "c", "name": "lookup", "arguments": '{"place":"Kesh"}'}]
+    back = Completion.from_cache(done.cache_entry())
+    assert back.calls == (call,) and back.calls[0].arguments_text() == '{"place":"Kesh"}'
+    assert done.cache_entry()["tool_calls"] == [{"id": "c", "name": "lookup", "arguments": '{"place":"Kesh"}'}]

@@ -8,6 +8,7 @@ looks on the wire (OpenAI's chat-completions JSON) is models/wire.py's alone; no
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -24,6 +25,11 @@ class ToolCall:
     id: str
     name: str
     arguments: Mapping = field(hash=False)
+    written: str | None = field(default=None, compare=False, repr=False)  # the arguments as the model wrote them
+
+    def arguments_text(self) -> str:
+        """The arguments as JSON text: as the model wrote them, when it did (spans and the cache keep its words)."""
+        return self.written if self.written is not None else json.dumps(dict(self.arguments), ensure_ascii=False)
 
 
 @dataclass(frozen=True)

@@ -100,5 +100,4 @@ def _message(message: Message) -> dict:
 
 
 def _call(call: ToolCall) -> dict:
-    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
-    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": capped(arguments)}
+    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": capped(call.arguments_text())}

@@ -53,7 +53,7 @@ def _message(message: Message) -> dict:
                 {
                     "id": call.id,
                     "type": "function",
-                    "function": {"name": call.name, "arguments": json.dumps(dict(call.arguments), ensure_ascii=False)},
+                    "function": {"name": call.name, "arguments": call.arguments_text()},
                 }
                 for call in message.calls
             ],
@@ -116,7 +116,8 @@ def tool_calls(listed: Any) -> tuple[ToolCall, ...]:
         if isinstance(function.get("name"), str):
             sent = function.get("arguments")
             text = sent if isinstance(sent, str) else json.dumps(sent or {})
-            calls.append(ToolCall(str(call.get("id") or f"call_{index}"), bounded(function["name"]), arguments(text)))
+            id_ = str(call.get("id") or f"call_{index}")
+            calls.append(ToolCall(id_, bounded(function["name"]), arguments(text), text))
     return tuple(calls)
 
 
@@ -137,13 +138,14 @@ def arguments(text: str) -> dict:
 
 def calls_to_cache(calls: Sequence[ToolCall]) -> dict:
     """A reply's tool calls as a cache entry keeps them (none: nothing), each with its arguments' JSON text."""
-    kept = [{"id": c.id, "name": c.name, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False)} for c in calls]
+    kept = [{"id": c.id, "name": c.name, "arguments": c.arguments_text()} for c in calls]
     return {"tool_calls": kept} if kept else {}
 
 
 def cached_calls(entry: dict) -> tuple[ToolCall, ...]:
     """The tool calls a cache entry keeps."""
-    return tuple(ToolCall(str(c["id"]), str(c["name"]), arguments(c["arguments"])) for c in entry.get("tool_calls", ()))
+    listed = entry.get("tool_calls", ())
+    return tuple(ToolCall(str(c["id"]), str(c["name"]), arguments(c["arguments"]), c["arguments"]) for c in listed)
 
 
 def choice(reply: Reply) -> dict:

@@ -82,7 +82,7 @@ class Loop:
         if not turn.calls:
             self.steps.append(self.step(turn, ()))
             return parse_reply(self.node, turn.text)
-        kept_calls = tuple(replace(c, arguments=kept_arguments(c.arguments)) for c in turn.calls)
+        kept_calls = tuple(replace(c, arguments=kept_arguments(c.arguments), written=None) for c in turn.calls)
         self.messages.append(Message.assistant(turn.text or None, kept_calls))
         self.pending = turn
         return None
