@@ -15,8 +15,8 @@ from conftest import TRIAGE, Script
 
 import sembp_dsl as sbp
 from sembp_dsl.language.messages import Message
-from sembp_dsl.learning.optimize import summary
 from sembp_dsl.learning.stats import sign_test as p
+from sembp_dsl.learning.summary import summary
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models import wire
 from sembp_dsl.models.mock import MockTransport

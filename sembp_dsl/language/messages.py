@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from .shapes import Shape
+from .nodes.shapes import Shape
 
 Role = Literal["system", "user", "assistant", "tool"]
 

@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import Option, worded
-from ..language.demos import as_text
-from ..language.graph import Graph, MetricSpec
+from ..language.blocks.method import Method
+from ..language.graph.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
-from ..language.method import Method
-from ..language.shapes import node_shape
+from ..language.nodes.demos import as_text
+from ..language.nodes.shapes import node_shape
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
 from ..models.transport import serving
@@ -286,7 +286,7 @@ def is_embedded(name: str) -> bool:
     return bool(name) and serving(name)().capabilities(name).local
 
 
-EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains
+EMBEDDED_LEARNERS = "W013"  # its code (language/codes/warnings.py), which `sbpc explain` explains
 
 
 def embedded_learners(names: Mapping[str, str]) -> str | None:
@@ -323,7 +323,7 @@ def gate_warning(method: Method, samples: int) -> Option | None:
             Option("gate_alpha", "--gate-alpha"),
             ".",
         )
-    if method.objective != "cost" or "models" not in method.strategies:
+    if all(step.margin() is None for step in strategies(method)):
         return None
     level = step_alpha(method.gate_alpha, 1, method.iterations, 0.0)
     least = NonInferiority(level, method.margin, samples).least_split()

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..language.graph import ModelSpec
+from ..language.graph.graph import ModelSpec
 from ..language.messages import Ask, Message, Turn
 from . import constraints, wire
 from .cache import cache_key

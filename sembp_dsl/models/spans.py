@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
+from ..language.blocks.providers import LITELLM, OWN
 from ..language.messages import Message, ToolCall
-from ..language.providers import LITELLM, OWN
 from ..telemetry import Value, capped, server
 from .request import Completion, Request, ResolvedModel
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..language.kinds.agent.toolcalls import bounded
 from ..language.messages import Message, ToolCall
-from ..language.shapes import MAX_JSON_DEPTH, nesting
+from ..language.nodes.shapes import MAX_JSON_DEPTH, nesting
 from . import prices
 from .faults import BadReply
 from .reply import Reply

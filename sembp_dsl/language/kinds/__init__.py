@@ -14,8 +14,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import ir
-from ..node import GraphNode
-from ..trace import Shown
+from ..nodes.node import GraphNode
+from ..nodes.trace import Shown
 from .agent import ToolLoop
 from .agent.toolcalls import bounded
 from .function import FunctionCall

@@ -16,11 +16,11 @@ from typing import Any, ClassVar, Protocol
 from .. import ir
 from ..diagnostics import Note
 from ..messages import Ask, Capabilities, Turn
-from ..node import NO_SETTINGS, GraphNode
-from ..trace import NodeTrace, Shown
+from ..nodes.node import NO_SETTINGS, GraphNode
+from ..nodes.trace import NodeTrace, Shown
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
-# tuple of allowed words (as checker.check_settings reads them).
+# tuple of allowed words (as check/settings.py's check_settings reads them).
 PROMPT_SETTINGS: Mapping[str, tuple] = {
     "prompt": (str,),
     "template": (str,),
@@ -46,7 +46,7 @@ class Checking(Protocol):
 
 
 class Compiled(Protocol):
-    """What a kind reads of the graph it runs in: language/graph.py's Graph."""
+    """What a kind reads of the graph it runs in: language/graph/graph.py's Graph."""
 
     @property
     def pipeline(self) -> ir.Pipeline: ...

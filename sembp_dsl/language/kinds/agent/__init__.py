@@ -25,10 +25,10 @@ from .... import telemetry
 from ... import ir
 from ...diagnostics import suggestion
 from ...mcp_servers import is_server_tool
-from ...node import GraphNode
-from ...shapes import answer_format
+from ...nodes.node import GraphNode
+from ...nodes.shapes import answer_format
+from ...nodes.trace import FUNCTION_FAILED, NodeTrace, Shown
 from ...signatures import ToolSpec
-from ...trace import FUNCTION_FAILED, NodeTrace, Shown
 from ..kind import Checking, Compiled, Model, NodeKind
 from ..model import render, system_section
 from .loop import Loop

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...messages import Ask, Message, Turn, prompted
-from ...node import GraphNode
-from ...trace import NodeTrace
+from ...nodes.node import GraphNode
+from ...nodes.trace import NodeTrace
 from ..kind import Model
 from ..model import parse_reply
 from .toolbox import Toolbox, max_steps

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .... import telemetry
 from ....usercode import Overran, ServerStopped, ToolFailed, call_function
 from ... import ir
-from ...callables import parse_target
+from ...blocks.callables import parse_target
 from ...diagnostics import suggestion
 from ...mcp_servers import (
     Server,
@@ -30,7 +30,7 @@ from ...mcp_servers import (
 )
 from ...mcp_servers import tool_spec as server_spec
 from ...messages import ToolCall
-from ...node import GraphNode
+from ...nodes.node import GraphNode
 from ...signatures import ToolSpec, module_functions, read_tool
 from ..function import DEFAULT_TIMEOUT, source_of
 from ..kind import Checking, Compiled

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ...messages import ToolCall
-from ...shapes import first_object
+from ...nodes.shapes import first_object
 from ...signatures import ToolSpec
 
 if TYPE_CHECKING:
