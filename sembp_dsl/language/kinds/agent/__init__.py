@@ -12,6 +12,10 @@ said in a few numbered lines by `shown`, which `run --trace`, `sbpc show` and th
 
 A tool's description may be a param (`function lookup = "tools:lookup" { description = lookup_doc }`): it is
 part of the node's instruction, so the optimizer improves it like a prompt and write-back changes the .sbp.
+
+The kind is this package: the kind itself here, its tools in toolbox.py (read, checked, called), one sample's
+conversation in loop.py (typed messages, language/messages.py, asked through `Model.ask`), and the text form and
+the trajectory in toolcalls.py.
 """
 
 from __future__ import annotations
