@@ -18,6 +18,7 @@ waits finds its batches again (`resume`) instead of paying for them twice.
 from __future__ import annotations
 
 import asyncio
+import gc
 import hashlib
 import json
 import os
@@ -160,9 +161,14 @@ class Client:
         self.where = {"custom_llm_provider": "openai", "api_base": api_base, "api_key": api_key}
 
     async def _call(self, what: str, function: str, **arguments: Any) -> Any:
-        """litellm's `function`; a failure as a CallError saying `what` was being done, named as litellm names it."""
+        """litellm's `function`; a failure as a CallError saying `what` was being done, named as litellm names it.
+        A function without an `a` is sync and runs in a thread (litellm's `afile_content` leaves a coroutine
+        unawaited when called twice; its sync twin does not)."""
+        litellm = import_litellm()
         try:
-            return await getattr(import_litellm(), function)(**arguments, **self.where)
+            if function.startswith("a"):
+                return await getattr(litellm, function)(**arguments, **self.where)
+            return await asyncio.to_thread(getattr(litellm, function), **arguments, **self.where)
         except Exception as exc:
             if not is_call_error(exc):
                 raise
@@ -191,7 +197,7 @@ class Client:
         return await self._call(f"looking at batch {batch_id}", "aretrieve_batch", batch_id=batch_id)
 
     async def download(self, file_id: str) -> bytes:
-        content = await self._call(f"downloading file {file_id}", "afile_content", file_id=file_id)
+        content = await self._call(f"downloading file {file_id}", "file_content", file_id=file_id)
         return bytes(content.content)
 
 
@@ -279,6 +285,10 @@ class Batches(Transport):
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+        # litellm makes an OpenAI client per batch call and never closes it: collected here, each closes on this
+        # loop, not after it has closed ("Event loop is closed" logged when a later collection finds them)
+        gc.collect()
+        await asyncio.sleep(0)
 
     async def _group(self, where: tuple[str, str | None, str | None], asked: list[_Asked]) -> None:
         """One model's requests of a round: those a journal's batch holds are answered from it; the rest go in a new
