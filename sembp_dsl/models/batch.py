@@ -1,7 +1,7 @@
 """Model calls sent through a provider's batch API, at its batch price: OpenAI's files and batches endpoints
 (upload a JSON Lines file of requests, create a batch with a 24 h window, wait, download its output file and
-match each answer to its request by `custom_id`), through litellm's `acreate_file`, `acreate_batch`,
-`aretrieve_batch` and `afile_content`.
+match each answer to its request by `custom_id`), through litellm's `create_file`, `create_batch`,
+`retrieve_batch` and `file_content` (each in a thread).
 
 `Batches` is a transport (transport.py): the LLM layer above it keeps its cache, shared calls in flight, ledger
 and budgets, and its `send` returns when the batch holding the request is done. The calls a pipeline makes at
@@ -18,10 +18,10 @@ waits finds its batches again (`resume`) instead of paying for them twice.
 from __future__ import annotations
 
 import asyncio
-import gc
 import hashlib
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -161,14 +161,11 @@ class Client:
         self.where = {"custom_llm_provider": "openai", "api_base": api_base, "api_key": api_key}
 
     async def _call(self, what: str, function: str, **arguments: Any) -> Any:
-        """litellm's `function`; a failure as a CallError saying `what` was being done, named as litellm names it.
-        A function without an `a` is sync and runs in a thread (litellm's `afile_content` leaves a coroutine
-        unawaited when called twice; its sync twin does not)."""
-        litellm = import_litellm()
+        """litellm's `function`, in a thread, one call at a time; a failure as a CallError saying `what` was being
+        done, named as litellm names it. Its sync functions, not their `a` twins: those run the sync ones in an
+        executor anyway, and calls of them at once leave coroutines unawaited (`afile_content`'s)."""
         try:
-            if function.startswith("a"):
-                return await getattr(litellm, function)(**arguments, **self.where)
-            return await asyncio.to_thread(getattr(litellm, function), **arguments, **self.where)
+            return await asyncio.to_thread(_alone, getattr(import_litellm(), function), **arguments, **self.where)
         except Exception as exc:
             if not is_call_error(exc):
                 raise
@@ -181,11 +178,11 @@ class Client:
         """Upload the requests and create their batch: its id."""
         data = "".join(json.dumps(line, ensure_ascii=False) + "\n" for line in lines).encode()
         uploaded = await self._call(
-            "uploading the batch's requests", "acreate_file", file=("sbpc.jsonl", data), purpose="batch"
+            "uploading the batch's requests", "create_file", file=("sbpc.jsonl", data), purpose="batch"
         )
         created = await self._call(
             "creating the batch",
-            "acreate_batch",
+            "create_batch",
             completion_window=WINDOW,
             endpoint=CHAT,
             input_file_id=uploaded.id,
@@ -194,11 +191,19 @@ class Client:
         return str(created.id)
 
     async def look(self, batch_id: str) -> Any:
-        return await self._call(f"looking at batch {batch_id}", "aretrieve_batch", batch_id=batch_id)
+        return await self._call(f"looking at batch {batch_id}", "retrieve_batch", batch_id=batch_id)
 
     async def download(self, file_id: str) -> bytes:
         content = await self._call(f"downloading file {file_id}", "file_content", file_id=file_id)
         return bytes(content.content)
+
+
+SYNC = threading.Lock()  # litellm's sync file calls, one at a time
+
+
+def _alone(function: Callable[..., Any], **arguments: Any) -> Any:
+    with SYNC:
+        return function(**arguments)
 
 
 def _counts(batch: Any) -> dict[str, int]:
@@ -285,10 +290,6 @@ class Batches(Transport):
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-        # litellm makes an OpenAI client per batch call and never closes it: collected here, each closes on this
-        # loop, not after it has closed ("Event loop is closed" logged when a later collection finds them)
-        gc.collect()
-        await asyncio.sleep(0)
 
     async def _group(self, where: tuple[str, str | None, str | None], asked: list[_Asked]) -> None:
         """One model's requests of a round: those a journal's batch holds are answered from it; the rest go in a new
