@@ -12,23 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TRIAGE, wait_until
+from conftest import ECHO, TRIAGE, wait_until
 from fake_batch import FakeBatchServer
 
 import sembp_dsl as sbp
 from sembp_dsl.models import prices
 
 MODEL = "openai/gpt-4o-mini"  # priced in litellm's table, with batch prices: the fake server answers it by name
-
-ECHO = """\
-pipeline echo "Say something about the topic"
-
-input topic: text
-param say = "Say one thing about it."
-node said: text { prompt = say }
-topic -> said
-output said
-"""
 
 
 def pipeline_at(folder: Path, source: str, url: str, name: str = "p.sbp") -> Path:

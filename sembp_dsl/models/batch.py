@@ -234,17 +234,11 @@ class Batches(Transport):
     def deadline(self, timeout: float) -> float:
         return WAIT
 
-    async def send(
-        self,
-        model: str,
-        messages: list,
-        *,
-        timeout: float,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        extra_headers: dict | None = None,
-        **params: Any,
-    ) -> Reply:
+    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+        """The request's answer, once the batch of its round is done (`timeout` is the batch's window; headers,
+        which no batch line carries, are not sent)."""
+        api_base, api_key = params.pop("api_base", None), params.pop("api_key", None)
+        params.pop("extra_headers", None)
         name = model.split("/", 1)[1] if model.startswith("openai/") else model
         if REWRITTEN.match(name) and "max_tokens" in params:  # as litellm rewrites it for these models
             params["max_completion_tokens"] = params.pop("max_tokens")
