@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 
 from .. import telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
-from ..language.graph import Graph
-from ..language.method import SETTINGS, Method
-from ..language.trace import CALL_FAILED
+from ..language.blocks.method import SETTINGS, Method
+from ..language.graph.graph import Graph
+from ..language.nodes.trace import CALL_FAILED
 from ..models.llm import LLM, BudgetExceeded, CallFailed, LLMError
 from ..records.costs import Compared, compared, per_thousand
 from ..records.record import GateDecision, Iteration, Record, RunRecord, TestScores

@@ -11,7 +11,7 @@ each role it calls, with how long each prompt may be (`cost`), the savings no bo
 (`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
 move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, its
-name in KINDS and in language/method.py's STRATEGIES (what the `strategies` setting and the checker take).
+name in KINDS and in language/blocks/method.py's STRATEGIES (what the `strategies` setting and the checker take).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ..errors import Option
-from ..language.checker import MODEL_ROLES
+from ..language.blocks.method import STRATEGIES, Method, SettingError
+from ..language.check.context import MODEL_ROLES
 from ..language.diagnostics import suggestion_or_list
-from ..language.graph import Graph
-from ..language.method import STRATEGIES, Method, SettingError
-from ..language.node import GraphNode, model_param
+from ..language.graph.graph import Graph
+from ..language.nodes.node import GraphNode, model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict

@@ -11,10 +11,10 @@ from dataclasses import replace
 from jinja2 import TemplateError
 
 from .. import ir
-from ..metrics import parse_number
-from ..node import GraphNode
-from ..shapes import describe, first_json, node_shape, read_list, read_record
-from ..trace import NOT_RENDERED, NodeTrace
+from ..nodes.metrics import parse_number
+from ..nodes.node import GraphNode
+from ..nodes.shapes import describe, first_json, node_shape, read_list, read_record
+from ..nodes.trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
