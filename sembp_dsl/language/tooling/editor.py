@@ -23,6 +23,7 @@ from lark.exceptions import LarkError
 from ...errors import SbpcError
 from .. import ir
 from ..blocks.method import SETTINGS as METHOD
+from ..blocks.method import STRATEGIES
 from ..check.checker import check
 from ..check.context import IDENTIFIER, MODEL_ROLES, RESERVED, Analysis
 from ..check.settings import BLOCKS, NODE_SETTINGS
@@ -89,9 +90,18 @@ SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declarati
     "output_price": "dollars per million completion tokens: the price sbpc charges and plans with",
     "models": "the named models the optimizer may move a node to, e.g. [fast, strong] (a node's own list, or "
     "the optimize block's for every node)",
-    "strategies": "the strategies a step may use: gradients, demos, models (default: all)",
     **{name: setting.help for name, setting in METHOD.items()},
 }
+
+
+def setting_help(key: str) -> str | None:
+    """A setting's words; the strategies' are read from STRATEGIES when asked, one line there adding one."""
+    if key == "strategies":
+        listed = "; ".join(f"{name}: {does}" for name, does in STRATEGIES.items())
+        return f"the strategies a step may use (default: all). {listed}"
+    return SETTING_HELP.get(key)
+
+
 BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
     "node": NODE_SETTINGS,
     "metric": JUDGE_SETTINGS,
@@ -368,7 +378,8 @@ class Document:
             return self.describe(found.namespace, found.name)
         key = self.setting_at(offset)
         if key is not None:
-            return f"**{key}**: {SETTING_HELP[key]}" if key in SETTING_HELP else None
+            words = setting_help(key)
+            return f"**{key}**: {words}" if words is not None else None
         return None
 
     def setting_at(self, offset: int) -> str | None:
@@ -644,7 +655,7 @@ class Document:
                 return [Completion(word, "value") for word in accepted]
             return []
         if re.search(r"(^|[\s{;])\w*$", line):
-            return [Completion(key, "setting", SETTING_HELP.get(key, ""), f"{key} = ") for key in settings]
+            return [Completion(key, "setting", setting_help(key) or "", f"{key} = ") for key in settings]
         return []
 
     def statement_completions(self, line: str, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
