@@ -11,7 +11,8 @@ to the batch's endpoint, one model): a bad file is a ``failed`` batch whose ``er
 It is ``in_progress`` at its first retrieval and runs at the next (while ``hold`` is false): every line is
 answered by the chat server, the answers go to the output file, failed requests to the error file.
 
-Outcomes a test may ask for: ``hold`` (batches wait in progress until it is false again), ``expire`` (the batch
+Outcomes a test may ask for: ``hold`` (batches wait in progress until it is false again; a number n: those
+after the nth), ``expire`` (the batch
 expires with only its first half of lines run; the rest are ``batch_expired`` in the error file), ``fail``
 (validation fails with this message), ``malformed`` (that many output lines are not JSON), ``dropped`` (that many
 lines are left out of the output file).
@@ -73,7 +74,7 @@ class FakeBatchServer(FakeServer):
     def __init__(
         self,
         *,
-        hold: bool = False,
+        hold: bool | int = False,
         expire: bool = False,
         fail: str | None = None,
         malformed: int = 0,
@@ -186,8 +187,13 @@ class FakeBatchServer(FakeServer):
             lines = self.files[batch["input_file_id"]].decode().splitlines()
             batch.update(status="in_progress", in_progress_at=int(time.time()))
             batch["request_counts"]["total"] = len(lines)
-        elif batch["status"] == "in_progress" and not self.hold:
+        elif batch["status"] == "in_progress" and not self._held(batch):
             await self._run_batch(batch)
+
+    def _held(self, batch: dict) -> bool:
+        if isinstance(self.hold, bool):
+            return self.hold
+        return list(self.batches).index(batch["id"]) >= self.hold
 
     async def _run_batch(self, batch: dict) -> None:
         requests = [json.loads(line) for line in self.files[batch["input_file_id"]].decode().splitlines()]

@@ -71,6 +71,11 @@ def test_a_thousand_rows_finish_one_batch_a_round_at_the_batch_price(tmp_path):
     assert record["finished"] and record["ledger"]["cost"] == pytest.approx(batch_price)
     assert record["evaluation"]["batch"]["price"] == "batch"
     assert [b["status"] for b in record["evaluation"]["batch"]["batches"]] == ["completed", "completed"]
+    shown = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "show", str(evaluation.record)], capture_output=True, text=True
+    )
+    assert f"2000 calls, {usage.prompt_tokens + usage.completion_tokens} tokens, $" in shown.stdout
+    assert "at batch prices (2 batches)" in shown.stdout
     # the ids kept beside the record are the server's own batches
     kept = json.loads((evaluation.record / "batch.json").read_text())["batches"]
     assert [b["id"] for b in kept] == list(server.batches)
@@ -115,6 +120,26 @@ def test_a_kill_while_waiting_then_resume_finishes_with_the_same_batch(tmp_path)
     assert "accuracy 1.000 (30/30)" in out
     assert [p.name for p in (tmp_path / ".sbpc" / "runs").iterdir()] == [folder.name]  # the record the kill left
     assert json.loads((folder / "run.json").read_text())["finished"]
+
+
+@pytest.mark.slow  # 35 s: two processes that import litellm
+def test_a_kill_in_the_second_round_resumes_with_both_batches(tmp_path):
+    with FakeBatchServer(hold=1, reply=reply) as server:  # the first batch runs, the second waits
+        path = pipeline_at(tmp_path, TRIAGE, server.url)
+        data = rows(tmp_path, 12)
+        killed = sbpc_process("eval", str(path), "--data", str(data), "--batch", cwd=tmp_path)
+        try:
+            wait_until(lambda: server.batches_created == 2 and server.retrievals >= 5, within=120)
+        finally:
+            killed.send_signal(signal.SIGKILL)
+            killed.wait()
+        server.hold = False
+        resumed = sbpc_process("eval", str(path), "--data", str(data), "--batch", "--resume", cwd=tmp_path)
+        out, err = (text.decode() for text in resumed.communicate(timeout=300))
+        assert resumed.returncode == 0, err
+        # the notes came from the first batch again (downloaded, not sent), the verdicts from the second
+        assert server.batches_created == 2 and server.uploads == 2 and server.requests == 24
+    assert "accuracy 1.000 (12/12)" in out and "batches sent" not in err
 
 
 def test_resume_needs_an_unfinished_batch_evaluation_and_batch(tmp_path, fake_llm):

@@ -308,7 +308,9 @@ class Record:
     def spent_words(self) -> str:
         """Calls, tokens (the provider's cached ones among them) and dollars, in one line's words."""
         cached = f" ({self.cached_tokens} prompt tokens from the provider's cache)" if self.cached_tokens else ""
-        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}"
+        batch = (self.evaluation or {}).get("batch")  # an eval --batch: its calls were priced at the batch price
+        batched = f" at batch prices ({len(batch['batches'])} batches)" if batch else ""
+        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}{batched}"
 
     def to_json(self) -> dict:
         """As run.json holds it, in this sbpc's version (a record read from an older one is written anew)."""
