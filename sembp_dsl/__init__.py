@@ -56,6 +56,7 @@ _HOMES = {
     "ServerStopped": "usercode",
     "RecordError": "records.record",
     "ResumeError": "records.record",
+    "SamplesError": "records.samples",
     "RunsError": "records.runs",
     "InputError": "runtime.inputs",
     "PipelineClosed": "runtime.session",
@@ -100,6 +101,7 @@ __all__ = [
     "ResumeError",
     "RouterConfigError",
     "RunsError",
+    "SamplesError",
     "SbpcError",
     "ServeError",
     "SettingError",
@@ -131,6 +133,7 @@ if TYPE_CHECKING:
     from .models.routing import RouterConfigError
     from .records.record import RecordError, ResumeError
     from .records.runs import RunsError
+    from .records.samples import SamplesError
     from .runtime.code import CodeError
     from .runtime.datasets import DataError
     from .runtime.evaluate import Evaluation, MetricFailed

@@ -39,6 +39,7 @@ from .runtime.evaluate import (
     Evaluation,
     Result,
     Scorer,
+    Tally,
     check_answers,
     check_fields,
     evaluate,
@@ -56,6 +57,8 @@ from .runtime.tasks import together
 if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
+    from .models.ledger import RoleUsage
+    from .records.record import EvalRecord
 
 __all__ = [
     "BudgetExceeded",
@@ -447,6 +450,8 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
         runs_dir: str | Path | None = None,
+        keep: int | None = None,
+        resume: bool = False,
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
@@ -454,7 +459,9 @@ class Pipeline:
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
-        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
+        run record of the evaluation there (every sample with each node's prompt and reply, a line as it finishes),
+        named by `.record`; `resume`: go on with its newest unfinished one asked the same. `keep`: hold only the
+        running sums and the first `keep` samples not answered right (`.wrong`), for data too long to hold."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -470,23 +477,16 @@ class Pipeline:
             check_callable(name, routed=self._session.routed(key))
         llm = self._session.llm()
         scorer = self._scorer(chosen, llm)
-        if not isinstance(data, Data) and isinstance(
-            scorer, str
-        ):  # a built-in metric needs the answers examples in Python lack
+        if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers Python may lack
             splits.require_answers(self.graph, samples)
+        scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
+        kept = runs_dir and _recorder(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
+        asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept[0].done]
         # one batch: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
-        if runs_dir is None:
-            return evaluation
-        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
-        from .records.record import RunRecord, RunSettings
-
-        # the split's sizes
-        settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
-        scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
-        return replace(evaluation, record=record.folder)
+            heard = kept[0].heard(on_done) if kept else on_done
+            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
+        return _recorded(*kept, evaluation, asked, spent) if kept else evaluation
 
     evaluate = _blocking(aevaluate)
 
@@ -617,6 +617,32 @@ class Pipeline:
         return (
             f"<Pipeline {self.graph.pipeline.name} from {self.path}: {', '.join(self.inputs)} -> {self.graph.output}>"
         )
+
+
+def _recorder(
+    pipeline: Pipeline,
+    runs_dir: Path,
+    resume: bool,
+    source: Mapping[str, Any],
+    sizes: Mapping[str, int],
+    models: Mapping[str, str],
+    scored: Mapping[str, object],
+) -> tuple[EvalRecord, Tally]:
+    """An evaluation's record, new or resumed, and the running sums of the samples it had finished."""
+    # ~10 ms to import (measured): only an evaluation that keeps a record pays it
+    from .records.record import EvalRecord, RunSettings
+
+    settings = RunSettings(pipeline.path, method=pipeline.method(None, **sizes), models=models, **source)
+    before = Tally()
+    if resume:
+        return EvalRecord.resume(runs_dir, settings, pipeline.prompts, scored, before), before
+    return EvalRecord.start(runs_dir, settings, pipeline.prompts, scored), before
+
+
+def _recorded(record: EvalRecord, before: Tally, evaluation: Evaluation, asked: int, spent: RoleUsage) -> Evaluation:
+    """The evaluation with the samples a resumed record had finished counted in, its record's end written."""
+    evaluation = replace(evaluation, requested=asked, tally=before + evaluation.tally, notes=record.notes)
+    return replace(evaluation, record=record.finish(evaluation, spent).folder)
 
 
 class _Lost(CallFailed):
