@@ -545,8 +545,8 @@ class EvalRecord:
                 continue
             if found is None or found.data.kind != "eval" or found.data.finished:
                 continue
-            ours = {**(found.data.evaluation or {}), "settings": found.data.settings.recorded()}
-            if ours == {**(wanted.evaluation or {}), "settings": settings.recorded()}:
+            asked = {key: (found.data.evaluation or {}).get(key) for key in wanted.evaluation or {}}
+            if (asked, found.data.settings.recorded()) == (wanted.evaluation, settings.recorded()):
                 return cls(runs_dir, found.data, found)._read_back(tally)
         raise ResumeError(f"no unfinished evaluation of {settings.file} asked the same in {runs_dir}")
 
