@@ -90,7 +90,11 @@ def test_a_killed_eval_keeps_its_finished_samples_and_resume_scores_only_the_res
         assert cli.main([*EVAL, "--resume", "--json"]) == 0
         report = json.loads(capsys.readouterr().out)
         assert server.requests - before == count - len(finished)  # the finished samples are not asked again
-    assert (folder / report["run"]).resolve() == run.resolve() and report["scored"] == count and report["correct"] == 2 * count // 3
+    assert (
+        (folder / report["run"]).resolve() == run.resolve()
+        and report["scored"] == count
+        and report["correct"] == 2 * count // 3
+    )
     record = json.loads((run / "run.json").read_text())
     assert record["finished"] is True and record["evaluation"]["counts"] == {"samples": count, "right": 200, "lost": 0}
     ids = [json.loads(line)["id"] for line in lines_of(run)]
