@@ -56,7 +56,6 @@ _HOMES = {
     "ServerStopped": "usercode",
     "RecordError": "records.record",
     "ResumeError": "records.record",
-    "SamplesError": "records.samples",
     "RunsError": "records.runs",
     "InputError": "runtime.inputs",
     "PipelineClosed": "runtime.session",
@@ -101,7 +100,6 @@ __all__ = [
     "ResumeError",
     "RouterConfigError",
     "RunsError",
-    "SamplesError",
     "SbpcError",
     "ServeError",
     "SettingError",
@@ -133,7 +131,6 @@ if TYPE_CHECKING:
     from .models.routing import RouterConfigError
     from .records.record import RecordError, ResumeError
     from .records.runs import RunsError
-    from .records.samples import SamplesError
     from .runtime.code import CodeError
     from .runtime.datasets import DataError
     from .runtime.evaluate import Evaluation, MetricFailed

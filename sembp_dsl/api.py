@@ -480,13 +480,13 @@ class Pipeline:
         if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers Python may lack
             splits.require_answers(self.graph, samples)
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        kept = runs_dir and _recorder(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
-        asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept[0].done]
+        kept = runs_dir and _Recording(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
+        asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept.done]
         # one batch: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-            heard = kept[0].heard(on_done) if kept else on_done
+            heard = kept.heard(on_done) if kept else on_done
             evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
-        return _recorded(*kept, evaluation, asked, spent) if kept else evaluation
+        return kept.finish(evaluation, asked, spent) if kept else evaluation
 
     evaluate = _blocking(aevaluate)
 
@@ -619,30 +619,55 @@ class Pipeline:
         )
 
 
-def _recorder(
-    pipeline: Pipeline,
-    runs_dir: Path,
-    resume: bool,
-    source: Mapping[str, Any],
-    sizes: Mapping[str, int],
-    models: Mapping[str, str],
-    scored: Mapping[str, object],
-) -> tuple[EvalRecord, Tally]:
-    """An evaluation's record, new or resumed, and the running sums of the samples it had finished."""
-    # ~10 ms to import (measured): only an evaluation that keeps a record pays it
-    from .records.record import EvalRecord, RunSettings
+class _Recording:
+    """An evaluation's run record: made when its first sample finishes, so the first call waits on no import of the
+    record (~10 ms, measured); a resumed one at once, since the samples it holds decide which are asked."""
 
-    settings = RunSettings(pipeline.path, method=pipeline.method(None, **sizes), models=models, **source)
-    before = Tally()
-    if resume:
-        return EvalRecord.resume(runs_dir, settings, pipeline.prompts, scored, before), before
-    return EvalRecord.start(runs_dir, settings, pipeline.prompts, scored), before
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        runs_dir: Path,
+        resume: bool,
+        source: Mapping[str, Any],
+        sizes: Mapping[str, int],
+        models: Mapping[str, str],
+        scored: Mapping[str, object],
+    ):
+        self.pipeline, self.runs_dir, self.resume, self.scored = pipeline, runs_dir, resume, scored
+        self.source, self.sizes, self.models = source, sizes, models
+        self.before = Tally()  # the running sums of the samples a resumed record had finished
+        self.record = self._made() if resume else None
 
+    def _made(self) -> EvalRecord:
+        # ~10 ms to import (measured): only an evaluation that keeps a record pays it, after its first call
+        from .records.record import EvalRecord, RunSettings
 
-def _recorded(record: EvalRecord, before: Tally, evaluation: Evaluation, asked: int, spent: RoleUsage) -> Evaluation:
-    """The evaluation with the samples a resumed record had finished counted in, its record's end written."""
-    evaluation = replace(evaluation, requested=asked, tally=before + evaluation.tally, notes=record.notes)
-    return replace(evaluation, record=record.finish(evaluation, spent).folder)
+        method = self.pipeline.method(None, **self.sizes)
+        settings = RunSettings(self.pipeline.path, method=method, models=self.models, **self.source)
+        if self.resume:
+            return EvalRecord.resume(self.runs_dir, settings, self.pipeline.prompts, self.scored, self.before)
+        return EvalRecord.start(self.runs_dir, settings, self.pipeline.prompts, self.scored)
+
+    @property
+    def done(self) -> set[str]:
+        return self.record.done if self.record else set()
+
+    def heard(self, on_done: Callable[[Result], None] | None) -> Callable[[Result], None]:
+        """What hears of each sample as it finishes: the record, then `on_done`."""
+
+        def done(result: Result) -> None:
+            self.record = self.record or self._made()
+            self.record.add(result)
+            if on_done is not None:
+                on_done(result)
+
+        return done
+
+    def finish(self, evaluation: Evaluation, asked: int, spent: RoleUsage) -> Evaluation:
+        """The evaluation with the samples a resumed record had finished counted in, and its record's end written."""
+        record = self.record = self.record or self._made()
+        evaluation = replace(evaluation, requested=asked, tally=self.before + evaluation.tally, notes=record.notes)
+        return replace(evaluation, record=record.finish(evaluation, spent).folder)
 
 
 class _Lost(CallFailed):

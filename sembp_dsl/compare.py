@@ -22,6 +22,7 @@ from .errors import SbpcError
 from .language.graph import Graph
 from .language.method import SETTINGS, SIZES, SettingError, check
 from .learning.stats import t_interval
+from .records.record import RecordError
 from .records.report import (
     diff_html,
     escape,
@@ -34,7 +35,6 @@ from .records.report import (
     table,
 )
 from .records.runs import Run, RunsError, is_right
-from .records.samples import SamplesError
 
 if TYPE_CHECKING:
     from .api import Data, Pipeline
@@ -387,7 +387,7 @@ def _briefs(run: Run) -> Iterator[dict]:
     """A run's samples, briefly, read one at a time."""
     try:
         yield from map(_brief, run.samples())
-    except SamplesError as exc:
+    except RecordError as exc:
         raise RunsError(str(exc)) from None
 
 
@@ -395,7 +395,7 @@ def _whole(run: Run, ids: set[str]) -> dict[str, dict]:
     """The samples of `run` with these ids, whole: a second pass, for the few a page shows in full."""
     try:
         return {x["id"]: x for x in run.samples() if x["id"] in ids}
-    except SamplesError as exc:
+    except RecordError as exc:
         raise RunsError(str(exc)) from None
 
 

@@ -22,7 +22,6 @@ where it is raised and turned into what the line says, never met by a user):
     * TelemetryError (telemetry) - otel=True (--otel) asked for spans, but OpenTelemetry is not installed or its variables are unusable
     * RecordError (records.record) [ValueError] - a run record that cannot be written or read
       * ResumeError (records.record) - resume=True (--resume) found no run it may continue
-  * SamplesError (records.samples) [ValueError] - a line of an evaluation's samples file that is no sample
   * PipelineError (language.diagnostics) - a pipeline that does not compile, with every diagnostic found
   * BlockStringError (language.parser) [ValueError] - inside sbpc: a bad triple-quoted string, made a diagnostic
   * BadScalar (language.yaml_form) [ValueError] - inside sbpc: a YAML value of no allowed type, made a diagnostic

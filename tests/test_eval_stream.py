@@ -19,8 +19,8 @@ from conftest import wait_until, with_fake_model
 from fake_server import FakeServer
 
 from sembp_dsl import cli
+from sembp_dsl.records.record import Samples
 from sembp_dsl.records.runs import SHOWN_SAMPLES
-from sembp_dsl.records.samples import Samples
 
 YES_NO = textwrap.dedent("""\
     pipeline p "Answer yes or no"

@@ -30,8 +30,17 @@ from ..language.trace import answer_words, extra_of
 from ..language.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .costs import Compared
-from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings, sample_problem
-from .samples import Samples, SamplesError
+from .record import (
+    GateDecision,
+    Iteration,
+    Proposal,
+    Record,
+    RecordError,
+    RunRecord,
+    RunSettings,
+    Samples,
+    sample_problem,
+)
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 SHOWN_ITEMS = 10  # the most items of a mapped node `sbpc show` lists per sample
@@ -132,7 +141,7 @@ class Run:
                 kept = right if good else wrong
                 if len(kept) < most and not (good and wrong_only):
                     kept.append(sample)
-        except SamplesError as exc:
+        except RecordError as exc:
             raise RunsError(str(exc)) from None
         shown = wrong[:most] + right[: max(0, most - len(wrong))]
         for sample in shown:
