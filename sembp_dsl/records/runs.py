@@ -129,11 +129,15 @@ class Run:
     def view(self, most: int, wrong_only: bool = False) -> SampleView:
         """What a reader shows of the evaluation's samples, found in one pass over them: the first `most` wrong and
         lost ones, then (unless `wrong_only`) the first right ones up to `most` in all, each checked against
-        run.schema.json; and how many there are of each. A cut-off last line is left out and said in `notes`."""
+        run.schema.json; and how many there are of each (the summary's, when the evaluation ended: the pass then
+        stops once `most` wrong ones are found). A cut-off last line is left out and said in `notes`."""
         samples, wrong, right = self.samples(), list[dict](), list[dict]()
+        known = self.evaluation.get("counts")
         counts = {"samples": 0, "right": 0, "lost": 0}
         try:
             for sample in samples:
+                if known is not None and len(wrong) >= most:
+                    break
                 counts["samples"] += 1
                 counts["lost"] += bool(sample.get("lost"))
                 good = is_right(sample)
@@ -147,6 +151,7 @@ class Run:
         for sample in shown:
             if problem := sample_problem(sample):
                 raise RunsError(f"{self.folder}: not a run record (sample {sample.get('id')!r}: {problem})")
+        counts = dict(known or counts)
         return SampleView(shown, counts["samples"], counts["right"], counts["lost"], list(samples.notes), wrong_only)
 
     @functools.cached_property
