@@ -44,6 +44,7 @@ from .transport import (
     serving,
 )
 
+JOURNAL = "batch.json"  # beside an evaluation's run.json: the batches it created (Journal)
 PROVIDERS = ("openai",)  # whose batch API sbpc sends: litellm's create_batch takes a few more, none tested here
 CHAT = "/v1/chat/completions"
 WINDOW = "24h"
@@ -96,11 +97,11 @@ def poll_seconds() -> float:
 
 @dataclass(frozen=True)
 class Batch:
-    """How an evaluation's model calls go through the batch API: `resume` the run a kill interrupted (its batches,
-    found by the ids its record folder keeps), `progress` hears a line each time a batch's status or counts
-    change, `poll` is the seconds between looks (default: SBPC_BATCH_POLL, else 30)."""
+    """How an evaluation's model calls go through the batch API: `progress` hears a line each time a batch's status
+    or counts change, `poll` is the seconds between looks (default: SBPC_BATCH_POLL, else 30). A run a kill
+    interrupted is resumed as any evaluation is (`resume=True`): its batches are found by the ids its record
+    folder keeps (JOURNAL)."""
 
-    resume: bool = False
     progress: Callable[[str], None] | None = None
     poll: float = field(default_factory=poll_seconds)
 
