@@ -56,6 +56,7 @@ from .runtime.tasks import together
 if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
+    from .records.record import RunRecord, RunSettings
 
 __all__ = [
     "BudgetExceeded",
@@ -114,15 +115,16 @@ def load(
     `resume`: an optimize run killed while it wrote into the file left it torn (E016) and the whole text beside
     it; when that text is what the file's newest unfinished run (in `.sbpc/runs`, or the runs folder `resume`
     names) was writing, the write is finished first, as `sbpc optimize --resume` does, so that
-    `optimize(resume=True)` continues the run on the file it meant to leave.
+    `optimize(resume=True)` continues the run on the file it meant to leave; `.finished_write` then says so.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
+    finished = None
     if resume is not False:  # before the file is read, which refuses a torn one
         from .records.record import RunRecord  # ~40 ms to import (measured): a resumed load alone pays it
 
-        RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
+        finished = RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
     graph = compile_file(str(path))
     graph = bind(graph, functions, allowed) if code else graph
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
@@ -137,6 +139,7 @@ def load(
         allow_modules=allowed,
         otel=otel,
         otel_content=otel_content,
+        finished_write=finished,
     )
 
 
@@ -337,11 +340,13 @@ class Pipeline:
         allow_modules: Iterable[str] = (),
         otel: bool = False,
         otel_content: bool | None = None,
+        finished_write: str | None = None,
     ):
         """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder. `otel`:
-        export spans (TelemetryError when OpenTelemetry is not installed)."""
+        export spans (TelemetryError when OpenTelemetry is not installed). `finished_write`: what `load(resume=...)`
+        said of an interrupted write into the file it finished before reading it (None: it finished none)."""
         check_concurrency(concurrency)
-        self.graph, self._allowed = graph, tuple(allow_modules)
+        self.graph, self._allowed, self.finished_write = graph, tuple(allow_modules), finished_write
         limits = dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost)
         tracing = telemetry.start(telemetry.content_asked(otel_content)) if otel else None
         self._session = Session(dict(models), cache, limits, tracing)
@@ -562,7 +567,7 @@ class Pipeline:
         from .language.tooling.writeback import WriteBack
         from .learning.optimize import Optimizer
         from .learning.strategies import check_acting, check_priced
-        from .records.record import RunRecord, RunSettings
+        from .records.record import RunSettings
         from .records.step_writer import StepWriter
 
         self._session.check_open()  # before a run record is made
@@ -581,12 +586,7 @@ class Pipeline:
         check_fields(self.graph, every, mapping or {})
         check_answers(self.graph, every, scorer)
         writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
-        source = self.graph.pipeline.text
-        if resume:
-            record = RunRecord.resume(Path(runs_dir), asked, source)
-            log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
-        else:
-            record = RunRecord.create(Path(runs_dir), asked, self.prompts, source)
+        record = _run_record(Path(runs_dir), asked, self, resume, log)
         initial = self.with_prompts(record.data.initial_prompts)
         # one run: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing):
@@ -635,3 +635,18 @@ class _Lost(CallFailed):
 
 def _name(metric: Callable) -> str:
     return str(getattr(metric, "__name__", metric))
+
+
+def _run_record(
+    runs_dir: Path, asked: RunSettings, pipeline: Pipeline, resume: bool, log: Callable[[str], None]
+) -> RunRecord:
+    """The run's record: the last unfinished one asked exactly the same (`resume`, said in the log), else a new
+    one."""
+    from .records.record import RunRecord  # imported by aoptimize already: free here
+
+    source = pipeline.graph.pipeline.text
+    if not resume:
+        return RunRecord.create(runs_dir, asked, pipeline.prompts, source)
+    record = RunRecord.resume(runs_dir, asked, source)
+    log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
+    return record

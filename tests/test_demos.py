@@ -22,7 +22,7 @@ from sembp_dsl.language.syntax.source import load
 from sembp_dsl.language.syntax.yaml_form import parse_yaml
 from sembp_dsl.language.tooling.fmt import format_text
 from sembp_dsl.language.tooling.writeback import rewrite, updated
-from sembp_dsl.learning.optimize import summary
+from sembp_dsl.learning.summary import summary
 from sembp_dsl.records.record import SCHEMA, check
 from sembp_dsl.records.report import render as render_report
 from sembp_dsl.records.runs import render_show, resolve

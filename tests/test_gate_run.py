@@ -13,8 +13,8 @@ import pytest
 from conftest import TRIAGE, Script
 
 import sembp_dsl as sbp
-from sembp_dsl.learning.optimize import summary
 from sembp_dsl.learning.stats import sign_test as p
+from sembp_dsl.learning.summary import summary
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.mock import MockTransport
 from sembp_dsl.models.transport import Reply

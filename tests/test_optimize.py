@@ -976,11 +976,20 @@ def test_the_loop_spends_no_more_at_concurrency_64_than_at_16_and_decides_the_sa
 
 
 def test_the_sentence_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_path, fake_llm):
-    """The built-in optimizer prompt asks for one to three sentences, and the candidate's grammar holds a
-    reply to that; an overriding prompt that never names max_sentences leaves the reply free."""
+    """The built-in optimizer prompt asks for one sentence more than the old prompt has (two for the one of
+    "Say Yes or No."; four for three), and the candidate's grammar holds a reply to that; an overriding prompt
+    that never names max_sentences leaves the reply free."""
     stated = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
-    assert "one to 3 sentences" in render_optimizer_prompt(stated)
-    assert stated.candidate_shape("verdict_task").fields[0].sentences == 3
+    assert "one to 2 sentences" in render_optimizer_prompt(stated)
+    assert stated.candidate_shape("verdict_task").fields[0].sentences == 2
+    longer = TOY.replace('"Say Yes or No."', '"Read it. Weigh it. Say Yes or No."')
+    assert (
+        compile_file(str(write(tmp_path, "long.sbp", longer, fake_llm.url)))
+        .candidate_shape("verdict_task")
+        .fields[0]
+        .sentences
+        == 4
+    )
     silent = TOY + 'template optimizer = """\nImprove: {{ prompt }}\nReply in <prompt>...</prompt>.\n"""\n'
     unstated = compile_file(str(write(tmp_path, "paper.sbp", silent, fake_llm.url)))
     assert unstated.candidate_shape("verdict_task").fields[0].sentences is None

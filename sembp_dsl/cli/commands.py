@@ -194,7 +194,7 @@ def cmd_schema(args) -> int:
     # jsonschema costs about 0.1 s to import: only `sbpc schema` and YAML pipelines pay it
     from ..language.syntax.yaml_form import schema_text
 
-    print(schema_text(), end="")
+    print(schema_text(list(STRATEGIES)), end="")
     return 0
 
 
@@ -357,13 +357,12 @@ def _scored(dataset, split: str, count: int, limit: int | None) -> str:
 
 def cmd_optimize(args) -> int:
     # the run record and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..records.record import ResumeError, RunRecord, resume_command
+    from ..records.record import ResumeError, resume_command
 
-    if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
-        notice = RunRecord.finish_interrupted_write(Path(args.runs_dir), args.file)
-        if notice:
-            print(notice, file=sys.stderr)
-    pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
+    # the plan runs no code; with --resume, a write into the file its run was making when killed is finished first
+    pipeline = load_pipeline(args, code=not args.plan, resume=args.resume)
+    if pipeline.finished_write:
+        print(pipeline.finished_write, file=sys.stderr)
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = args.examples, method_settings(args)
     mapping = parse_pairs(args.map, "--map")

@@ -322,7 +322,7 @@ def gate_warning(method: Method, samples: int) -> Option | None:
             Option("gate_alpha", "--gate-alpha"),
             ".",
         )
-    if method.objective != "cost" or "models" not in method.strategies:
+    if all(step.margin() is None for step in strategies(method)):
         return None
     level = step_alpha(method.gate_alpha, 1, method.iterations, 0.0)
     least = NonInferiority(level, method.margin, samples).least_split()

@@ -117,9 +117,14 @@ SETTINGS: Mapping[str, Setting] = MappingProxyType(
     }
 )
 SIZES = ("train_size", "val_size", "test_size")
-#: The strategies a step may use (learning/strategies.py), in the order their candidates are listed: the
-#: `strategies` setting names some of them.
-STRATEGIES = ("gradients", "demos", "models")
+#: The strategies a step may use, each by its name and what a step of it changes, in the order their candidates are
+#: listed: the `strategies` setting names some of them. A strategy is a class in learning/strategies.py (a
+#: `Strategy` of this name) and its one line here, which the checker, the editor and --help read without importing it.
+STRATEGIES: dict[str, str] = {
+    "gradients": "prompts rewritten from the errors' semantic gradients",
+    "demos": "demonstrations drawn from the answers the pipeline got right",
+    "models": "a node moved to another of the models named",
+}
 
 
 class SettingError(OptionError, ValueError):
@@ -164,7 +169,7 @@ class Method:
     objective: str = SETTINGS["objective"].default  # accuracy | cost
     margin: float = SETTINGS["margin"].default
     models: tuple[str, ...] = ()  # the named models a node may be moved to (empty: models stay)
-    strategies: tuple[str, ...] = STRATEGIES  # the strategies a step may use, of STRATEGIES
+    strategies: tuple[str, ...] = field(default_factory=lambda: tuple(STRATEGIES))  # of STRATEGIES (default: all)
     train_size: int = SETTINGS["train_size"].default
     val_size: int = SETTINGS["val_size"].default
     test_size: int = SETTINGS["test_size"].default

@@ -57,11 +57,6 @@ def output_type(node: ir.Node | None, output: ir.Output | None) -> ir.OutputType
     return found.type if found is not None else None
 
 
-def default_metric(output_type: ir.OutputType | None) -> str:
-    kind = output_type.kind if output_type is not None else "text"
-    return {"number": "numeric", "json": "json", "record": "json"}.get(kind, "exact")
-
-
 class Context:
     """What the rules share: the pipeline, the diagnostics so far, and the names declared in it."""
 

@@ -10,9 +10,9 @@ from .. import ir
 from ..blocks.callables import Target, beside, parse_target
 from ..diagnostics import Note, suggestion, suggestion_or_list
 from ..nodes.branches import check_output_alternatives
-from ..nodes.metrics import JUDGE_SETTINGS, METRICS, parse_scale
+from ..nodes.metrics import JUDGE_SETTINGS, METRICS, default_metric, parse_scale
 from ..signatures import defined_async
-from .context import Context, default_metric, no_field, output_type
+from .context import Context, no_field, output_type
 from .settings import check_settings
 from .templates import system_source, template_source, template_variables
 
@@ -71,11 +71,11 @@ def metric_of(cx: Context, output: ir.Node | None, label: str) -> str:
     if not cx.p.metrics:
         return cx.p.metric_defs[0].name if cx.p.metric_defs else default_metric(scored)
     ref = cx.p.metrics[0]
-    known = [*METRICS, *cx.metric_defs]
+    known, builtin = [*METRICS, *cx.metric_defs], METRICS.get(ref.name)
     if ref.name not in known:
         cx.report("E045", ref.span, f"unknown metric '{ref.name}'", help=suggestion_or_list(ref.name, known))
-    elif scored is not None and ref.name == "numeric" and scored.kind != "number":
-        cx.report("E046", ref.span, f"metric 'numeric' needs a number output, but '{label}' is {scored}")
+    elif scored is not None and builtin is not None and builtin.accepts and scored.kind not in builtin.accepts:
+        cx.report("E046", ref.span, f"metric '{ref.name}' needs {builtin.needs}, but '{label}' is {scored}")
     return ref.name
 
 

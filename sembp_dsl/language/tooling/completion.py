@@ -11,7 +11,7 @@ from ..check.context import MODEL_ROLES
 from ..check.settings import BLOCKS, NODE_SETTINGS
 from ..nodes.metrics import JUDGE_SETTINGS, METRICS
 from ..nodes.templates import BUILTIN
-from .hover import SETTING_HELP
+from .hover import setting_help
 
 # A node setting whose value names something declared elsewhere: the namespaces it may name.
 REFERENCES = {
@@ -93,7 +93,7 @@ def setting_completions(block: str, line: str, names: dict[str, list[tuple[str, 
             return [Completion(word, "value") for word in accepted]
         return []
     if re.search(r"(^|[\s{;])\w*$", line):
-        return [Completion(key, "setting", SETTING_HELP.get(key, ""), f"{key} = ") for key in settings]
+        return [Completion(key, "setting", setting_help(key) or "", f"{key} = ") for key in settings]
     return []
 
 

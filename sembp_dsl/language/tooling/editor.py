@@ -30,7 +30,7 @@ from ..nodes.templates import BUILTIN, ENV, TemplateProblem, variables
 from ..syntax.tokens import Source, read
 from .completion import REFERENCES, Completion, complete
 from .fmt import format_text
-from .hover import Hover, setting_help
+from .hover import Hover, setting_hover
 
 log = logging.getLogger(__name__)
 Named = tuple[str, str, ir.Span | None, bool]  # namespace, name, where (None: nowhere in the text), declaration
@@ -292,7 +292,7 @@ class Document:
         found = self.at(offset)
         if found is not None:
             return self.describe(found.namespace, found.name)
-        return setting_help(self.pipeline, offset)
+        return setting_hover(self.pipeline, offset)
 
     def describe(self, namespace: str, name: str) -> str | None:
         """What hover shows for a name, in Markdown (None: nothing declared by that name)."""

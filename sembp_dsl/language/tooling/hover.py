@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..blocks.method import SETTINGS as METHOD
+from ..blocks.method import STRATEGIES
 from ..check.context import IDENTIFIER, MODEL_ROLES, Analysis
 from ..graph.graph import model_specs
 from ..kinds import KINDS, kind_of
@@ -41,17 +42,25 @@ SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declarati
     "output_price": "dollars per million completion tokens: the price sbpc charges and plans with",
     "models": "the named models the optimizer may move a node to, e.g. [fast, strong] (a node's own list, or "
     "the optimize block's for every node)",
-    "strategies": "the strategies a step may use: gradients, demos, models (default: all)",
     **{name: setting.help for name, setting in METHOD.items()},
 }
 
 
-def setting_help(pipeline: ir.Pipeline | None, offset: int) -> str | None:
+def setting_help(key: str) -> str | None:
+    """A setting's words; the strategies' are read from STRATEGIES when asked, one line there adding one."""
+    if key == "strategies":
+        listed = "; ".join(f"{name}: {does}" for name, does in STRATEGIES.items())
+        return f"the strategies a step may use (default: all). {listed}"
+    return SETTING_HELP.get(key)
+
+
+def setting_hover(pipeline: ir.Pipeline | None, offset: int) -> str | None:
     """The words of the setting under the cursor (None: no setting there, or one without words)."""
     key = setting_at(pipeline, offset)
     if key is None:
         return None
-    return f"**{key}**: {SETTING_HELP[key]}" if key in SETTING_HELP else None
+    words = setting_help(key)
+    return f"**{key}**: {words}" if words is not None else None
 
 
 def setting_at(pipeline: ir.Pipeline | None, offset: int) -> str | None:
