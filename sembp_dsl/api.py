@@ -12,10 +12,11 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -29,9 +30,11 @@ from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.nodes.demos import from_text
 from .language.nodes.shapes import python_value
 from .language.nodes.trace import Trace
+from .models.batch import Batch, Batches, Journal, refusal, refuse
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
+from .models.request import LIMITS
 from .runtime import splits
 from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
@@ -56,6 +59,7 @@ from .runtime.tasks import together
 if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
+    from .models.ledger import RoleUsage
     from .records.record import RunRecord, RunSettings
 
 __all__ = [
@@ -79,6 +83,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
+BATCHED = 1 << 30  # calls in flight at once when they wait in a batch: every one a round has
 
 
 def load(
@@ -455,6 +460,7 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
         runs_dir: str | Path | None = None,
+        batch: bool | Batch = False,
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
@@ -462,7 +468,9 @@ class Pipeline:
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
-        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
+        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`.
+        `batch`: send the model calls through the provider's batch API at its batch price (True, or a `Batch`:
+        resume a killed run's batches, hear progress)."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -474,27 +482,19 @@ class Pipeline:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
+        _batchable(self._session, batch, models)  # before any call, and before what a model needs installed
         for key, name in models.items():  # before any call
             check_callable(name, routed=self._session.routed(key))
-        llm = self._session.llm()
-        scorer = self._scorer(chosen, llm)
-        if not isinstance(data, Data) and isinstance(
-            scorer, str
-        ):  # a built-in metric needs the answers examples in Python lack
-            splits.require_answers(self.graph, samples)
-        # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
-        if runs_dir is None:
-            return evaluation
-        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
-        from .records.record import RunRecord, RunSettings
-
-        # the split's sizes
-        settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
-        return replace(evaluation, record=record.folder)
+        kept = _Kept(self, runs_dir, data, sizes, models, scored)
+        async with _calls(self._session, batch, kept) as llm:
+            scorer = self._scorer(chosen, llm)
+            if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers
+                splits.require_answers(self.graph, samples)
+            # one batch: it stops early when its first calls show it cannot work
+            with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
+                evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
+        return evaluation if runs_dir is None else replace(evaluation, record=kept.finish(evaluation, spent))
 
     evaluate = _blocking(aevaluate)
 
@@ -635,6 +635,89 @@ class _Lost(CallFailed):
 
 def _name(metric: Callable) -> str:
     return str(getattr(metric, "__name__", metric))
+
+
+@dataclass
+class _Kept:
+    """Where an evaluation's run record goes (`runs_dir`; None: nowhere) and what it says; a batch evaluation's is
+    begun before its calls (records/pending.py), so its batches' ids are kept from the moment each is made."""
+
+    pipeline: Pipeline
+    runs_dir: str | Path | None
+    data: Data | Examples
+    sizes: Mapping[str, int]
+    models: Mapping[str, str]
+    scored: Mapping[str, object]
+    folder: Path | None = None
+    journal: Journal | None = None
+
+    def settings(self) -> RunSettings:
+        from .records.record import RunSettings  # ~10 ms to import (measured): only a kept record pays it
+
+        return RunSettings(
+            self.pipeline.path,
+            method=self.pipeline.method(None, **self.sizes),
+            models=self.models,
+            **splits.source_of(self.data),
+        )
+
+    def begin(self, resume: bool) -> Journal:
+        """The journal of a batch evaluation's batches: in its record folder (a new one, or with `resume` the
+        killed run's), or in memory when no record is kept."""
+        if self.runs_dir is not None:
+            from .records import pending  # ~10 ms to import (measured): only a batch evaluation begins a record
+
+            begun = pending.resumed if resume else pending.begin
+            args = (self.settings(), self.scored) if resume else (self.settings(), self.pipeline.prompts, self.scored)
+            self.folder = begun(Path(self.runs_dir), *args)
+        elif resume:
+            raise ValueError("resuming a batch evaluation needs the runs_dir its record was kept in")
+        self.journal = Journal(None if self.folder is None else self.folder / "batch.json")
+        return self.journal
+
+    def finish(self, evaluation: Evaluation, spent: RoleUsage) -> Path:
+        """The whole record, in the folder begun for it, if one was; its folder."""
+        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
+        from .records.record import RunRecord
+
+        scored = {**self.scored, **({"batch": self.journal.summary()} if self.journal is not None else {})}
+        record = RunRecord.of_evaluation(
+            Path(str(self.runs_dir)), self.settings(), self.pipeline.prompts, evaluation, scored, spent, self.folder
+        )
+        return record.folder
+
+
+def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str]) -> None:
+    """With `batch`, LLMError naming every model (a role's or a named one) that has no batch API sbpc sends."""
+    if batch:
+        refused = [r for key, name in models.items() if (r := refusal(key, name, session.models[key].settings))]
+        if refused:
+            raise refuse(refused)
+
+
+@contextlib.asynccontextmanager
+async def _calls(session: Session, batch: bool | Batch, kept: _Kept) -> AsyncIterator[LLM]:
+    """The LLM layer an evaluation calls: the session's, or with `batch` one that sends every call through the
+    provider's batch API (models/batch.py), refused before any call when a model has none. No retries there: a
+    failed request is its sample's, with the cause (another try would be another day's wait)."""
+    if not batch:
+        yield session.llm()
+        return
+    asked = batch if isinstance(batch, Batch) else Batch()
+    journal = kept.begin(asked.resume)
+    # a model block's rpm, tpm and concurrency pace calls sent at once; a batch is one upload, paced by its provider
+    models = {
+        key: replace(spec, settings={k: v for k, v in spec.settings.items() if k not in LIMITS})
+        for key, spec in session.models.items()
+    }
+    limits = {**session.limits, "concurrency": BATCHED}
+    ledger = session.ledger
+    transport = Batches(journal, asked, ledger.count)
+    llm = LLM(models, cache=session.cache, ledger=ledger, whole_session=False, retries=0, transport=transport, **limits)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
 
 
 def _run_record(

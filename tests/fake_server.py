@@ -175,6 +175,7 @@ class _State:
         keep_alive: bool = True,
     ) -> None:
         self.keep_alive = keep_alive  # False: every answer says "Connection: close" and the connection ends
+        self.routes: Callable | None = None  # more endpoints (fake_batch.py): a coroutine answering a request, or None
         self.limit = limit  # requests in flight at most (0: any number); one past it gets 429 at once
         self.refusal_delay = 0.0  # seconds that 429 takes (a provider's takes a network round trip), holding no place
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
@@ -295,6 +296,8 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader, writer
             elif method == "POST" and path == "/reset":
                 state.reset()
                 writer.write(_response(200, b"{}", keep_alive=keep_alive))
+            elif state.routes is not None and (more := await state.routes(method, path, body, headers, keep_alive)):
+                writer.write(more)
             else:
                 writer.write(_response(404, _error_body(404, "no such route"), keep_alive=keep_alive))
             await writer.drain()

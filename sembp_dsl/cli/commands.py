@@ -315,6 +315,7 @@ def cmd_eval(args) -> int:
                 mapping=parse_pairs(args.map, "--map"),
                 on_done=lambda r: bar.update(),
                 runs_dir=args.runs_dir,
+                batch=_batch(args),
                 **method_settings(args),
             )
         evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
@@ -345,6 +346,19 @@ def cmd_eval(args) -> int:
                 file=sys.stderr,
             )
     return code
+
+
+def _batch(args):
+    """What `eval --batch` asks of the batch API: its progress told on stderr, a killed run resumed with --resume."""
+    from ..models.batch import Batch  # the model layer: imported by the commands that call models only
+
+    if args.resume and not args.batch:
+        raise UsageError("--resume continues a --batch evaluation: give --batch too")
+    return (
+        Batch(resume=args.resume, progress=lambda line: print(line, file=sys.stderr, flush=True))
+        if args.batch
+        else False
+    )
 
 
 def _scored(dataset, split: str, count: int, limit: int | None) -> str:
@@ -646,6 +660,14 @@ def _add_run_and_eval(sub) -> None:
     ev.add_argument("--errors", type=COUNT, default=0, metavar="N", help="print the first N wrong samples")
     ev.add_argument(
         "--runs-dir", default=".sbpc/runs", help="where the run record goes (default .sbpc/runs; `sbpc show` reads it)"
+    )
+    ev.add_argument(
+        "--batch",
+        action="store_true",
+        help="send the model calls through the provider's batch API (OpenAI's), at its batch price; waits up to 24 h",
+    )
+    ev.add_argument(
+        "--resume", action="store_true", help="with --batch: continue the last unfinished batch evaluation of FILE"
     )
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     add_model_flags(ev)

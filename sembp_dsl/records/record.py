@@ -319,7 +319,9 @@ class Record:
         one line's words."""
         cached = f" ({self.cached_tokens} prompt tokens from the provider's cache{self.saving_words()})"
         cached = cached if self.cached_tokens else ""
-        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}"
+        batch = (self.evaluation or {}).get("batch")  # an eval --batch: its calls were priced at the batch price
+        batched = f" at batch prices ({len(batch['batches'])} batches)" if batch else ""
+        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}{batched}"
 
     def to_json(self) -> dict:
         """As run.json holds it, in this sbpc's version (a record read from an older one is written anew)."""
@@ -398,12 +400,13 @@ class RunRecord:
         evaluation: Evaluation,
         scored: Mapping[str, object],
         spent: RoleUsage,
+        folder: Path | None = None,
     ) -> RunRecord:
         """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
         limit), and per sample its inputs, every node's prompt, reply and output (NodeTrace.recorded: with what a
         branch, a map or its kind keeps), the score, reason and error, a judge's prompt and reply, and what its
         model calls `spent` (the ledger's count: a tool loop's every turn and a map's every item are calls, a
-        function node's run is none)."""
+        function node's run is none). `folder`: the one it was begun in (records/pending.py), else a new one."""
         samples = [
             {
                 "id": r.sample.id,
@@ -441,7 +444,7 @@ class RunRecord:
                 "samples": samples,
             },
         )
-        kept = cls(_new_folder(runs_dir, settings.file), record)
+        kept = cls(folder or _new_folder(runs_dir, settings.file), record)
         kept.save()
         return kept
 
