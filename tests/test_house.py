@@ -20,8 +20,8 @@ MAX_COMPLEXITY = 20
 MAX_LINES = 80
 MAX_PIPELINE_LINES = 300
 MAX_MODULE_LINES = 800
-# The modules still over it, each to be split along its concepts; the list only shrinks.
-LONG_MODULES = {"sembp_dsl.cli.commands", "sembp_dsl.learning.optimize"}
+# The module still over it, to be split along its concepts; the list only shrinks.
+LONG_MODULES = {"sembp_dsl.cli.commands"}
 
 
 def modules() -> Iterator[tuple[str, str]]:
