@@ -51,7 +51,7 @@ _HOMES = {
     "CacheError": "models.cache",
     "RouterConfigError": "models.routing",
     "CodeError": "runtime.code",
-    "DataError": "runtime.datasets",
+    "DataError": "runtime.datasets.dataset",
     "MetricFailed": "runtime.evaluate",
     "Overran": "usercode",
     "ToolFailed": "usercode",
@@ -137,7 +137,7 @@ if TYPE_CHECKING:
     from .records.record import RecordError, ResumeError
     from .records.runs import RunsError
     from .runtime.code import CodeError
-    from .runtime.datasets import DataError
+    from .runtime.datasets.dataset import DataError
     from .runtime.evaluate import Evaluation, MetricFailed
     from .runtime.inputs import InputError
     from .runtime.session import PipelineClosed

@@ -18,7 +18,7 @@ where it is raised and turned into what the line says, never met by a user):
     * CacheError (models.cache) - the response cache cannot be opened or is damaged
     * LLMError (models.faults) - no call can succeed: no model, a bad key, an unknown model, nothing listening
     * BudgetExceeded (models.stops) - max_calls or max_cost was reached; a run stops with what it has
-    * DataError (runtime.datasets) - a data set, data file or expected answer that cannot be used
+    * DataError (runtime.datasets.dataset) - a data set, data file or expected answer that cannot be used
     * TelemetryError (telemetry) - otel=True (--otel) asked for spans, but OpenTelemetry is not installed or its variables are unusable
     * RecordError (records.record) [ValueError] - a run record that cannot be written or read
       * ResumeError (records.record) - resume=True (--resume) found no run it may continue

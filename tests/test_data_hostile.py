@@ -16,7 +16,7 @@ import pytest
 
 from sembp_dsl import cli
 from sembp_dsl.runtime import datasets
-from sembp_dsl.runtime.datasets import DataError, load
+from sembp_dsl.runtime.datasets import DataError, folders, load, tables
 
 SOURCE = textwrap.dedent("""\
     pipeline echo "Answer a question"
@@ -192,7 +192,7 @@ def test_a_folder_named_like_a_file_is_read_as_the_folder_check_reads(folder, ca
 
 
 def test_a_folder_with_a_disk_under_it_is_refused_in_a_moment_not_walked(tmp_path, monkeypatch):
-    monkeypatch.setattr(datasets, "FOLDER_ENTRIES", 50)  # "/" took 12 s here, and named every file it found
+    monkeypatch.setattr(folders, "FOLDER_ENTRIES", 50)  # "/" took 12 s here, and named every file it found
     for i in range(60):
         (tmp_path / f"notes-{i}.txt").write_text("")
     with pytest.raises(DataError, match="more than 50 files and folders under it, so not a data set's folder"):
@@ -355,7 +355,7 @@ def test_two_saved_splits_of_one_meaning_are_read_together_not_one_of_them_lost(
 def test_a_table_file_saying_more_rows_than_a_run_could_use_is_refused_before_it_is_unpacked(tmp_path, monkeypatch):
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
-    monkeypatch.setattr(datasets, "MAX_TABLE_ROWS", 10)  # a file of 16 KB said 3,000,000 rows, read at ~7 s a million
+    monkeypatch.setattr(tables, "MAX_TABLE_ROWS", 10)  # a file of 16 KB said 3,000,000 rows, read at ~7 s a million
     data = pa.table({"q": [f"r{i}" for i in range(11)], "answer": ["No"] * 11})
     pq.write_table(data, tmp_path / "big.parquet")
     with pa.OSFile(str(tmp_path / "big.arrow"), "wb") as sink, pa.ipc.new_stream(sink, data.schema) as writer:

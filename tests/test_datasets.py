@@ -12,7 +12,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import (
     DATA_DIR_ENV,
     DataError,
@@ -23,7 +22,9 @@ from sembp_dsl.runtime.datasets import (
     eval_splits,
     from_records,
     load,
+    loading,
     make_splits,
+    reading,
 )
 
 LIAR_COLUMNS = (
@@ -604,7 +605,7 @@ def test_evaluate_in_python_takes_a_test_file_of_its_own(tmp_path: Path, fake_ll
 
 
 def test_a_data_set_is_read_once_while_its_files_stay_as_they_were(tmp_path: Path, monkeypatch, data_dir) -> None:
-    monkeypatch.setattr(datasets, "_SETTLED", -1.0)  # every file counts as settled, however new
+    monkeypatch.setattr(loading, "_SETTLED", -1.0)  # every file counts as settled, however new
     assert load("liar", str(data_dir)) is load("liar", str(data_dir))  # eval asks twice: to show, then to run
     spec = _write(tmp_path / "d.jsonl", json.dumps({"q": "a", "answer": "x"}))
     first = load(spec)
@@ -637,6 +638,6 @@ def test_a_tsv_is_split_as_the_csv_module_reads_it(text: str) -> None:
     """LIAR's files and a user's .tsv are unquoted: where csv would read a line as a record, str.split reads it
     (three times as fast); where it might not (a CR, a NUL), csv reads it."""
     path = Path("d.tsv")
-    assert list(datasets._csv_rows(path, text, "\t", csv.QUOTE_NONE)) == list(
-        datasets._csv_read(path, text, "\t", csv.QUOTE_NONE)
+    assert list(reading.csv_rows(path, text, "\t", csv.QUOTE_NONE)) == list(
+        reading._csv_read(path, text, "\t", csv.QUOTE_NONE)
     )

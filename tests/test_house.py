@@ -1,7 +1,8 @@
 """House rules held over every module of sembp_dsl: no function over cyclomatic complexity 20 or 80 lines (as
-radon measures them), no import inside a function without a comment, on its line or the line above, saying
-why it is not at the top of the module (a measured startup cost, an optional extra), and a front door (`Pipeline`)
-that stays a front door: under 300 lines, its rules (splits, sessions, scoring, records) in their own homes."""
+radon measures them), no module over 800 lines, no import inside a function without a comment, on its line or
+the line above, saying why it is not at the top of the module (a measured startup cost, an optional extra), and a
+front door (`Pipeline`) that stays a front door: under 300 lines, its rules (splits, sessions, scoring, records) in
+their own homes."""
 
 from __future__ import annotations
 
@@ -18,6 +19,9 @@ PACKAGE = Path(__file__).resolve().parents[1] / "sembp_dsl"
 MAX_COMPLEXITY = 20
 MAX_LINES = 80
 MAX_PIPELINE_LINES = 300
+MAX_MODULE_LINES = 800
+# The module still over it, to be split along its concepts; the list only shrinks.
+LONG_MODULES = {"sembp_dsl.cli.commands"}
 
 
 def modules() -> Iterator[tuple[str, str]]:
@@ -74,6 +78,11 @@ def unexplained_imports(source: str) -> list[int]:
 
 def test_no_function_is_too_complex_or_too_long():
     assert sorted(f"{module}:{entry}" for module, source in modules() for entry in too_big(source)) == []
+
+
+def test_no_module_is_too_long():
+    long = {module for module, source in modules() if len(source.splitlines()) > MAX_MODULE_LINES}
+    assert long <= LONG_MODULES, sorted(long - LONG_MODULES)
 
 
 def test_every_import_inside_a_function_says_why():

@@ -184,7 +184,7 @@ def test_every_setting_of_every_kind_has_its_hover_text():
     """A kind's settings and their words live together: the editor's hover reads them from the kind."""
     from sembp_dsl.language.kinds import KINDS
     from sembp_dsl.language.nodes import maps
-    from sembp_dsl.language.tooling.editor import SETTING_HELP
+    from sembp_dsl.language.tooling.hover import SETTING_HELP
 
     taken = {key for kind in KINDS.values() for key in kind.accepts} | set(maps.SETTINGS)
     assert taken - SETTING_HELP.keys() == set()

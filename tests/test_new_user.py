@@ -123,8 +123,9 @@ def test_check_refuses_sizes_that_add_up_to_more_rows_than_the_file_has(tmp_path
 
 def test_check_of_a_large_file_reads_a_bounded_head_and_counts_its_rows(tmp_path, capsys, monkeypatch):
     from sembp_dsl.runtime import datasets
+    from sembp_dsl.runtime.datasets import files
 
-    monkeypatch.setattr(datasets, "CHECK_BYTES", 200)
+    monkeypatch.setattr(files, "CHECK_BYTES", 200)
     rows = "".join(f'{{"q": "{i}", "answer": "x"}}\n' for i in range(40))  # ~1 KB: read in part
     (tmp_path / "d.jsonl").write_text(rows)
     read = datasets.fields_of(str(tmp_path / "d.jsonl"))
@@ -220,17 +221,17 @@ def test_eval_limit_on_a_file_scored_whole_reads_its_first_rows_only(tmp_path, f
 
 
 def test_init_reads_a_bounded_head_of_the_file_once(tmp_path, monkeypatch, capsys):
-    from sembp_dsl.runtime import datasets
+    from sembp_dsl.runtime.datasets import files, reading
 
-    monkeypatch.setattr(datasets, "CHECK_ROWS", 3)
+    monkeypatch.setattr(files, "CHECK_ROWS", 3)
     monkeypatch.chdir(tmp_path)
     rows = [f'{{"q": "q{i}", "answer": "yes"}}\n' for i in range(6)] + ["{not json\n"]
     (tmp_path / "d.jsonl").write_text("".join(rows))
     reads = []
     monkeypatch.setattr(
-        datasets,
+        reading,
         "_read_bytes",
-        lambda path, most=None, read=datasets._read_bytes: reads.append(most) or read(path, most),
+        lambda path, most=None, read=reading._read_bytes: reads.append(most) or read(path, most),
     )
     assert main(["init", "--data", "d.jsonl", "Answer", "--model", "openai/x"]) == 0, capsys.readouterr()
     assert reads[0] is not None  # init's own read, bounded (the check after it reads the pipeline's data block)

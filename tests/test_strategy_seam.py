@@ -1,6 +1,6 @@
 """A strategy is one class and one line (docs/architecture.md): a subclass of `Strategy` (learning/strategies.py)
-and its name's line in language/method.py's STRATEGIES. This test adds a throwaway one that way, and `sbpc check`,
-the editor, the YAML form, `--plan` and `sbpc optimize` take it with nothing else changed."""
+and its name's line in language/blocks/method.py's STRATEGIES. This test adds a throwaway one that way, and `sbpc
+check`, the editor, the YAML form, `--plan` and `sbpc optimize` take it with nothing else changed."""
 
 from __future__ import annotations
 

@@ -12,8 +12,8 @@ each role it calls, with how long each prompt may be (`cost`), the savings no bo
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
 move a node to (`dearer`: the plan prices the node's calls at the dearest), and whether the prices it chooses by
 are known (`check_priced`). To add one: a subclass of Strategy here (its `name` and `idle`, its `params` and
-`propose`), and its name's line in language/blocks/method.py's STRATEGIES (what the `strategies` setting, the checker, the
-editor and --help take, without importing this stage).
+`propose`), and its name's line in language/blocks/method.py's STRATEGIES (what the `strategies` setting, the
+checker, the editor and --help take, without importing this stage).
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ class Demand:
 
 @dataclass(frozen=True)
 class Strategy:
-    """One kind of change a step may make. A subclass names itself (`name`, its line in language/method.py's
+    """One kind of change a step may make. A subclass names itself (`name`, its line in language/blocks/method.py's
     STRATEGIES) and says why it has nothing to change in a pipeline (`idle`); it must say which params it may change
     and what it proposes, and may override the rest, whose defaults are those of a strategy that makes no call of
     its own and is gated like any step. `strategies(method)` makes the subclass of each name the method names."""

@@ -9,11 +9,12 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Option
+from ..language.blocks.data import ANSWER_COLUMNS
 from ..language.blocks.method import SIZES, Method, SettingError
 from ..language.diagnostics import did_you_mean
 from ..language.graph.graph import Graph
 from . import datasets
-from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, fit_defaults, from_records, make_splits
+from .datasets import DataError, Dataset, Sample, fit_defaults, from_records, make_splits
 
 Examples = Sequence[Mapping[str, Any] | Sample]
 

@@ -5,8 +5,8 @@ what to show on hover, what to complete, the outline, a rename's edits, the form
 (a file with a broken statement still has the rest), and every occurrence of every name. Names live in
 namespaces: inputs and nodes share one ("node"), params, templates and model roles have their own. A
 template's variables (`{{ statement }}`) are occurrences of the inputs and nodes they name, so a rename
-reaches them. The language server (cli/lsp.py) turns these answers into LSP messages; all offsets here
-are character offsets into the text.
+reaches them. What hover shows is hover.py's, what to complete completion.py's. The language server
+(cli/lsp.py) turns these answers into LSP messages; all offsets here are character offsets into the text.
 """
 
 from __future__ import annotations
@@ -22,94 +22,18 @@ from lark.exceptions import LarkError
 
 from ...errors import SbpcError
 from .. import ir
-from ..blocks.method import SETTINGS as METHOD
-from ..blocks.method import STRATEGIES
 from ..check.checker import check
 from ..check.context import IDENTIFIER, MODEL_ROLES, RESERVED, Analysis
-from ..check.settings import BLOCKS, NODE_SETTINGS
 from ..diagnostics import Diagnostic, PipelineError
 from ..graph.compile import RouterCheck, diagnose
-from ..graph.graph import model_specs
-from ..kinds import KINDS, kind_of
-from ..nodes import maps
-from ..nodes.demos import limit
-from ..nodes.metrics import JUDGE_SETTINGS, METRICS
 from ..nodes.templates import BUILTIN, ENV, TemplateProblem, variables
 from ..syntax.tokens import Source, read
+from .completion import REFERENCES, Completion, complete
 from .fmt import format_text
+from .hover import Hover, setting_hover
 
-# A node setting whose value names something declared elsewhere: the namespaces it may name.
-REFERENCES = {
-    "prompt": ("param",),
-    "template": ("template",),
-    "model": ("model",),
-    "system": ("param", "template"),
-    "function": ("function",),
-    "demos": ("param",),
-    "tools": ("function",),
-}
-KEYWORDS = (
-    "input",
-    "param",
-    "frozen param",
-    "demos",
-    "frozen demos",
-    "template",
-    "function",
-    "node",
-    "output",
-    "metric",
-    "model",
-    "optimize",
-)
-TYPES = ("text", "number", "json", "choice()")
-SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declaration's and a block's
-    **{key: text for kind in KINDS.values() for key, text in kind.help.items()},
-    **maps.HELP,
-    "description": "a function's description as a tool: a param (trained, written back) or, by default, its docstring",
-    "prompt": "the param rendered as `{{ prompt }}` in the node's template",
-    "template": "a declared template, or inline Jinja2; default: the prompt, then one `Label: value` line per input",
-    "parse": "`reply` (default): the whole reply; `tag`: the text inside <output>...</output>",
-    "model": "the model the node's calls go to: a role, or a `model NAME { }` block (default: forward)",
-    "system": "a param or template sent as the system message, rendered with the node's inputs",
-    "demos": "a demos param: examples of this node's inputs and output, shown where its template names it",
-    "name": "the model: any litellm model string, such as `openai/gpt-4o-mini`, or `embedded/smollm2-135m`",
-    "temperature": "sampling temperature, 0 to 2 (default 0)",
-    "top_p": "nucleus sampling, 0 to 1",
-    "max_tokens": "reply length limit",
-    "seed": "sampling seed",
-    "api_base": "base URL of an OpenAI-compatible server",
-    "api_key_env": "the environment variable holding this model's key",
-    "timeout": "seconds a call may take (a model's request, or a function node's call)",
-    "stop": "one stop sequence",
-    "router": "a litellm Router config file, relative to the pipeline; `name` is one of its model groups",
-    "concurrency": "calls of this model in flight at most",
-    "rpm": "requests per minute, kept before sending",
-    "tpm": "tokens per minute, kept before sending",
-    "input_price": "dollars per million prompt tokens: the price sbpc charges and plans with (before litellm's)",
-    "output_price": "dollars per million completion tokens: the price sbpc charges and plans with",
-    "models": "the named models the optimizer may move a node to, e.g. [fast, strong] (a node's own list, or "
-    "the optimize block's for every node)",
-    **{name: setting.help for name, setting in METHOD.items()},
-}
-
-
-def setting_help(key: str) -> str | None:
-    """A setting's words; the strategies' are read from STRATEGIES when asked, one line there adding one."""
-    if key == "strategies":
-        listed = "; ".join(f"{name}: {does}" for name, does in STRATEGIES.items())
-        return f"the strategies a step may use (default: all). {listed}"
-    return SETTING_HELP.get(key)
-
-
-BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
-    "node": NODE_SETTINGS,
-    "metric": JUDGE_SETTINGS,
-    **BLOCKS,
-}
 log = logging.getLogger(__name__)
 Named = tuple[str, str, ir.Span | None, bool]  # namespace, name, where (None: nowhere in the text), declaration
-CONTEXT_CHARS = 300  # of a line before the cursor, all completion looks at (a hostile line may be megabytes)
 
 
 class RenameError(SbpcError, ValueError):
@@ -137,14 +61,6 @@ class Symbol:
     name_start: int
     name_end: int
     children: tuple[Symbol, ...] = ()
-
-
-@dataclass(frozen=True)
-class Completion:
-    label: str
-    kind: str  # keyword, param, template, node, input, setting, value, type, metric, variable
-    detail: str = ""
-    insert: str = ""  # text to insert, when not the label
 
 
 @dataclass
@@ -376,170 +292,11 @@ class Document:
         found = self.at(offset)
         if found is not None:
             return self.describe(found.namespace, found.name)
-        key = self.setting_at(offset)
-        if key is not None:
-            words = setting_help(key)
-            return f"**{key}**: {words}" if words is not None else None
-        return None
-
-    def setting_at(self, offset: int) -> str | None:
-        if self.pipeline is None:
-            return None
-        p = self.pipeline
-        holders: list[ir.Node | ir.Block | ir.Function | ir.MetricDef] = [*p.nodes, *p.blocks, *p.functions]
-        settings = [s for holder in (*holders, *p.metric_defs) for s in holder.settings]
-        return next((s.key for s in settings if s.span.start <= offset <= s.span.end), None)
+        return setting_hover(self.pipeline, offset)
 
     def describe(self, namespace: str, name: str) -> str | None:
         """What hover shows for a name, in Markdown (None: nothing declared by that name)."""
-        describers = {
-            "param": self.describe_param,
-            "template": self.describe_template,
-            "function": self.describe_function,
-            "node": self.describe_node,
-            "model": self.describe_model,
-            "mcp": self.describe_server,
-        }
-        describer = describers.get(namespace)
-        return describer(name) if describer else None
-
-    def users(self, key: str, name: str) -> str:
-        """The nodes whose setting `key` names `name`, as hover lists them."""
-        p = self.pipeline
-        assert p is not None
-        return ", ".join(n.name for n in p.nodes if (s := n.setting(key)) and s.value == name) or "no node"
-
-    def describe_param(self, name: str) -> str | None:
-        p = self.pipeline
-        assert p is not None
-        param = p.param(name)
-        if param is None:
-            return None
-        if param.is_demos:
-            return self.describe_demos(param)
-        analysis = self.analysis
-        users = [
-            node
-            for node, uses in (analysis.params.items() if analysis else ())
-            if name in uses.instruction or name in uses.system
-        ] or [n.name for n in p.nodes if (s := n.setting("prompt")) and s.value == name]
-        head = f"{'frozen ' if param.frozen else ''}param **{name}**" + (
-            " (never rewritten by the optimizer)" if param.frozen else " (the optimizer may rewrite it)"
-        )
-        return f"{head}\n\n```text\n{param.text}\n```\n\nused by: {', '.join(users) or 'no node'}"
-
-    def describe_demos(self, param: ir.Param) -> str:
-        head = f"{'frozen ' if param.frozen else ''}demos **{param.name}**" + (
-            " (never changed by the optimizer)"
-            if param.frozen
-            else f" (the optimizer may pick up to {limit(param) or '?'} examples)"
-        )
-        return f"{head}: {len(param.demos or ())} examples\n\nused by: {self.users('demos', param.name)}"
-
-    def describe_template(self, name: str) -> str | None:
-        p = self.pipeline
-        assert p is not None
-        template = next((t for t in p.templates if t.name == name), None)
-        if template is None:
-            return None
-        try:
-            names = ", ".join(sorted(variables(template.text))) or "none"
-        except TemplateProblem as exc:
-            names = f"(does not compile: {exc.message})"
-        users = [n.name for n in p.nodes for key in ("template", "system") if (s := n.setting(key)) and s.value == name]
-        override = (
-            f"\n\noverrides the built-in `{name}` template; it may use {', '.join(sorted(BUILTIN[name]))}"
-            if name in BUILTIN
-            else f"\n\nused by: {', '.join(users) or 'no node'}"
-        )
-        return f"template **{name}**\n\nvariables: {names}{override}"
-
-    def describe_function(self, name: str) -> str | None:
-        p = self.pipeline
-        assert p is not None
-        function = next((f for f in p.functions if f.name == name), None)
-        if function is None:
-            return None
-        users = [n.name for n in p.nodes if name in kind_of(n).functions(n)]
-        return (
-            f"function **{name}**: `{function.target}`\n\nPython code, imported only when the pipeline runs (from "
-            f"beside the pipeline, or a module allowed with --allow-module)\n\nused by: {', '.join(users) or 'no node'}"
-        )
-
-    def describe_server(self, name: str) -> str | None:
-        p = self.pipeline
-        assert p is not None
-        block = next((b for b in p.blocks if b.kind == "mcp" and b.name == name), None)
-        if block is None:
-            return None
-        where = next((f"`{s.value}`" for s in block.settings if s.key in ("command", "url")), "nowhere yet")
-        users = [n.name for n in p.nodes if any(t.startswith(f"{name}.") for t in kind_of(n).functions(n))]
-        return (
-            f"MCP server **{name}**: {where}\n\nits tools are `{name}.TOOL`, their schemas from the lock "
-            f"(`sbpc tools sync`)\n\nused by: {', '.join(users) or 'no node'}"
-        )
-
-    def describe_model(self, name: str) -> str:
-        p = self.pipeline
-        assert p is not None
-        spec = model_specs(p)
-        shown = [name] if name in spec else list(MODEL_ROLES)  # the unnamed block: every role
-        lines = [f"- {r}: {spec[r].name or 'chosen at run time'}" for r in shown]
-        if name not in MODEL_ROLES:
-            lines.append(f"- used by: {self.users('model', name)}")
-        return f"model **{name}**\n\n" + "\n".join(lines)
-
-    def describe_node(self, name: str) -> str | None:
-        """An input (its type, what it feeds) or a node (what it calls, its inputs, what it feeds)."""
-        p = self.pipeline
-        assert p is not None
-        item = next((i for i in p.inputs if i.name == name), None)
-        if item is not None:
-            field_ = f", reads the field `{item.field}`" if item.field else ""
-            return f"input **{name}**: {item.type}{field_}\n\nfeeds: {self.neighbours(name)[1] or 'no node'}"
-        node = next((n for n in p.nodes if n.name == name), None)
-        if node is None:
-            return None
-        inputs, feeds = self.neighbours(name)
-        kind = kind_of(node)
-        called = kind.functions(node)
-        if not kind.prompted:
-            facts = [
-                f"calls the function {called[0] if called else '?'}, no model",
-                f"inputs (its keyword arguments): {inputs or 'none'}",
-            ]
-        else:
-            facts = self.model_node_facts(node, inputs) + (
-                [f"may call the tools {', '.join(called)}"] if called else []
-            )
-        if feeds:
-            facts.append(f"feeds: {feeds}")
-        if kind.prompted and p.outputs and p.outputs[0].node.name == name:
-            facts.append("the pipeline's output")
-        return f"node **{name}**: {node.type}\n\n" + "\n".join(f"- {fact}" for fact in facts)
-
-    def neighbours(self, name: str) -> tuple[str, str]:
-        """The inputs and nodes a name reads from, and the nodes it feeds, as hover lists them ("": unknown)."""
-        analysis = self.analysis
-        if analysis is None:
-            return "", ""
-        return ", ".join(analysis.predecessors.get(name, ())), ", ".join(analysis.successors.get(name, ()))
-
-    def model_node_facts(self, node: ir.Node, inputs: str) -> list[str]:
-        """A model node's model, inputs, and the settings that shape its prompt and reply."""
-        p = self.pipeline
-        assert p is not None
-        own = node.setting("model")
-        role = str(own.value) if own is not None else "forward"
-        spec = model_specs(p).get(role)
-        model = (spec.name if spec else None) or "chosen at run time (--model, or the embedded model)"
-        facts = [f"model: {model if role == 'forward' else f'{role} ({model})'}", f"inputs: {inputs or 'none'}"]
-        for key in ("prompt", "template", "system", "parse"):
-            setting = node.setting(key)
-            if setting is not None:
-                value = str(setting.value)
-                facts.append(f"{key}: {value if IDENTIFIER.match(value) else 'inline'}")
-        return facts
+        return Hover(self.pipeline, self.analysis).describe(namespace, name) if self.pipeline is not None else None
 
     @cached_property
     def analysis(self) -> Analysis | None:
@@ -624,78 +381,7 @@ class Document:
     def completions(self, offset: int) -> list[Completion]:
         if not self.sbp:
             return []  # YAML: its schema, in a YAML editor, completes keys
-        context = scan(self.source, offset)
-        line_start = max(self.source.rfind("\n", 0, offset) + 1, offset - CONTEXT_CHARS)
-        line = self.source[line_start:offset]  # what completion needs of a line is its end
-        names = self.names_by_namespace()
-        if context.in_string:
-            return self.jinja_completions(names) if context.in_jinja else []
-        if context.block == "record":  # `node judge: {verdict: |`: a field's type
-            return [Completion(t, "type", insert=t) for t in TYPES] if re.search(r":\s*\w*$", line) else []
-        if context.block is not None:
-            return self.setting_completions(context.block, line, names)
-        return self.statement_completions(line, names)
-
-    def jinja_completions(self, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
-        """Inside `{{` of a string: the variables a node's template may read."""
-        nodes = [Completion(n, k) for n, k in names["node"]]
-        params = [Completion(n, k) for n, k in names["param"]]
-        return nodes + params + [Completion("prompt", "variable", "the node's prompt param")]
-
-    def setting_completions(self, block: str, line: str, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
-        """In a settings block: a setting's name, or after `key =` the names or words it accepts."""
-        settings = BLOCK_SETTINGS.get(block, {})
-        value = re.search(r"(\w+)\s*=\s*\w*$", line)
-        if value:
-            key = value.group(1)
-            if block in ("node", "metric") and key in REFERENCES:
-                return [Completion(n, kind) for space in REFERENCES[key] for n, kind in names[space]]
-            accepted = settings.get(key, ())
-            if accepted and isinstance(accepted[0], str):
-                return [Completion(word, "value") for word in accepted]
-            return []
-        if re.search(r"(^|[\s{;])\w*$", line):
-            return [Completion(key, "setting", setting_help(key) or "", f"{key} = ") for key in settings]
-        return []
-
-    def statement_completions(self, line: str, names: dict[str, list[tuple[str, str]]]) -> list[Completion]:
-        """Outside any block: a keyword, a node an edge names, what `output`, `metric` or `model` names, a type."""
-        if re.fullmatch(r"\s*\w*", line):  # a statement starts: a keyword, or the name an edge starts with
-            return [Completion(k, "keyword") for k in KEYWORDS] + [Completion(n, kind) for n, kind in names["node"]]
-        declaration = re.match(r"\s*(node|input|param|demos|frozen|template|function|pipeline)\b", line)
-        if re.search(r"(->|,)\s*\w*$", line) and not declaration:
-            return [Completion(n, kind) for n, kind in names["node"]]
-        if re.match(r"\s*output\s+\w*$", line):
-            return [Completion(n, kind) for n, kind in names["node"] if kind == "node"]
-        if re.match(r"\s*metric\s+\w*$", line):
-            defined = [d.name for d in self.pipeline.metric_defs] if self.pipeline else []
-            return [Completion(m, "metric") for m in (*METRICS, *defined)]
-        if re.match(r"\s*model\s+\w*$", line):
-            return [Completion(role, "model") for role in MODEL_ROLES]
-        if re.match(r"\s*(node\s+\w+|input\s+[\w,\s]+):\s*\w*$", line):
-            return [Completion(t, "type", insert=t) for t in TYPES]
-        return []
-
-    def names_by_namespace(self) -> dict[str, list[tuple[str, str]]]:
-        p = self.pipeline
-        names: dict[str, list[tuple[str, str]]] = {
-            "node": [],
-            "param": [],
-            "template": [],
-            "model": [],
-            "function": [],
-            "mcp": [],
-        }
-        if p is None:
-            return names
-        names["node"] = [(i.name, "input") for i in p.inputs] + [(n.name, "node") for n in p.nodes]
-        names["param"] = [(x.name, "param") for x in p.params]
-        names["template"] = [(t.name, "template") for t in p.templates if t.name not in BUILTIN]
-        names["function"] = [(f.name, "function") for f in p.functions]
-        names["mcp"] = [(b.name, "MCP server") for b in p.blocks if b.kind == "mcp" and b.name]
-        named = [b.name for b in p.blocks if b.kind == "model" and b.name and b.name not in MODEL_ROLES]
-        names["model"] = [(r, "model") for r in dict.fromkeys([*MODEL_ROLES, *named])]
-        return names
+        return complete(self.source, offset, self.pipeline)
 
     # -- formatting
 
@@ -709,51 +395,6 @@ class Document:
             return format_text(self.text, self.path, self.pipeline if clean else None, self.syntax if clean else None)
         except (PipelineError, ValueError):
             return None
-
-
-@dataclass(frozen=True)
-class Context:
-    """Where a cursor is: in which settings block (node, model, optimize), inside a string, inside `{{`."""
-
-    block: str | None
-    in_string: bool
-    in_jinja: bool
-
-
-_LEXEME = re.compile(r'"""|"(?:[^"\\\n]|\\.)*(?:"|$)|#[^\n]*|[{}]', re.M)
-
-
-def scan(text: str, offset: int) -> Context:
-    """Read up to the cursor as the lexer would, tolerating a file that is being typed."""
-    stack: list[str] = []
-    position = 0
-    while True:
-        match = _LEXEME.search(text, position, offset)
-        if match is None:
-            return Context(stack[-1] if stack else None, False, False)
-        lexeme = match.group()
-        if lexeme == '"""':
-            close = text.find('"""', match.end(), offset)
-            if close < 0:  # the cursor is inside this block string
-                body = text[match.end() : offset]
-                return Context(stack[-1] if stack else None, True, body.rfind("{{") > body.rfind("}}"))
-            position = close + 3
-            continue
-        if lexeme.startswith('"'):
-            if match.end() == offset and (len(lexeme) == 1 or not lexeme.endswith('"')):
-                body = lexeme[1:]
-                return Context(stack[-1] if stack else None, True, body.rfind("{{") > body.rfind("}}"))
-        elif lexeme == "{":
-            line_start = max(text.rfind("\n", 0, match.start()) + 1, match.start() - CONTEXT_CHARS)
-            before = text[line_start : match.start()]
-            head = before.split()
-            if before.rstrip().endswith(":"):  # `node judge: {`: a record type, not the settings
-                stack.append("record")
-            else:
-                stack.append("node" if head[:1] == ["node"] else head[0] if head else "")
-        elif lexeme == "}" and stack:
-            stack.pop()
-        position = match.end()
 
 
 def literal_offsets(raw: str) -> list[int] | None:
