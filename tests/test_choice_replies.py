@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from sembp_dsl.language.graph import build
-from sembp_dsl.language.kinds.model import match_choice, parse_reply
+from sembp_dsl.language.kinds.model import parse_reply
 from sembp_dsl.language.parser import parse
+from sembp_dsl.language.shapes import match_choice
 
 
 @pytest.mark.parametrize(

@@ -29,8 +29,16 @@ from .diagnostics import (
     suggestion_or_list,
 )
 from .method import STRATEGIES
+from .shapes import KEYWORD_TYPES, OUTPUT_TYPES
 
-TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
+
+@cache
+def type_pattern(types: tuple[str, ...]) -> re.Pattern:
+    """A type written as a string, by the name of an output type of OUTPUT_TYPES (a choice with its options)."""
+    names = "|".join(re.escape(t) for t in types if t not in ("list", "record"))  # `list[...]`, a mapping
+    return re.compile(rf"\s*({names})\s*(?:\((.*)\))?\s*\Z", re.S)
+
+
 LIST = re.compile(r"\s*list\s*\[(.*)\]\s*\Z", re.S)
 CONDITION = re.compile(r"\s*(\w+)(?:\.(\w+))?\s*(==|!=)\s*(.*?)\s*\Z", re.S)  # `triage == "Yes"`
 EACH = re.compile(r"\s*(\w+)\s+in\s+(\w+)\s*\Z")  # `passage in passages`
@@ -45,15 +53,18 @@ def schema_text() -> str:
 def schema() -> dict:
     """The shipped JSON Schema of the YAML form, the names `strategies` takes read from STRATEGIES (one line there
     adds a strategy to both forms)."""
-    return _schema(tuple(STRATEGIES))
+    return _schema(tuple(STRATEGIES), tuple(OUTPUT_TYPES))
 
 
 @cache
-def _schema(strategies: tuple[str, ...]) -> dict:
+def _schema(strategies: tuple[str, ...], types: tuple[str, ...]) -> dict:
+    """The shipped schema, with these strategies, and a type pattern that takes these output types' names."""
     shipped = json.loads(
         resources.files("sembp_dsl.language").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
     )
     shipped["$defs"]["optimize"]["properties"]["strategies"]["items"]["enum"] = list(strategies)
+    named = "".join(f"|{re.escape(t)}" for t in types if t not in KEYWORD_TYPES)
+    shipped["$defs"]["type"]["pattern"] = shipped["$defs"]["type"]["pattern"].replace("|json|", f"|json{named}|")
     return shipped
 
 
@@ -300,7 +311,7 @@ class Lowering:
         listed = LIST.match(text)
         if listed is not None:
             return ir.OutputType("list", item=self.type_text(listed.group(1), node), span=self.span(node))
-        match = TYPE.match(text)
+        match = type_pattern(tuple(OUTPUT_TYPES)).match(text)
         if match is None:
             self.errors.append(diagnostic("E048", self.span(node), f"'{text}' is not a type"))
             return ir.OutputType("text", span=self.span(node))
