@@ -22,13 +22,13 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import telemetry
 from .errors import Option
-from .language.demos import from_text
+from .language.blocks.method import Method, SettingError
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
-from .language.graph import MODEL_ROLES, Graph, ModelSpec
-from .language.method import Method, SettingError
-from .language.shapes import python_value
-from .language.source import compile_file
-from .language.trace import Trace
+from .language.graph.compile import compile_file
+from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.nodes.demos import from_text
+from .language.nodes.shapes import python_value
+from .language.nodes.trace import Trace
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
@@ -296,7 +296,10 @@ class Optimized:
     @property
     def diff(self) -> str:
         """The change to the source file, as a unified diff ("" when no prompt changed)."""
-        from .language.writeback import rewrite, unified_diff  # ~4 ms to import (measured): run and eval never pay it
+        from .language.tooling.writeback import (  # ~4 ms to import (measured): run and eval never pay it
+            rewrite,
+            unified_diff,
+        )
 
         before = rewrite(self.initial.graph.pipeline, self.initial.prompts)
         after = rewrite(self.pipeline.graph.pipeline, self.pipeline.prompts)
@@ -389,7 +392,7 @@ class Pipeline:
         only the changed literals, proved by re-parsing, atomically; never over a file changed since it was read."""
         if path is not None and not str(path).strip():
             raise ValueError("save(path): an empty path names no file; give a file name, or None for the source")
-        from .language.writeback import WriteBack  # ~4 ms to import (measured): run and eval never pay it
+        from .language.tooling.writeback import WriteBack  # ~4 ms to import (measured): run and eval never pay it
 
         writer = WriteBack(self.graph.pipeline, None if path is None else str(path))
         writer(self.prompts)
@@ -561,7 +564,7 @@ class Pipeline:
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
         # the optimize loop and the run record, ~40 ms to import (measured): run and eval never pay it
-        from .language.writeback import WriteBack
+        from .language.tooling.writeback import WriteBack
         from .learning.optimize import Optimizer
         from .learning.strategies import check_acting, check_priced
         from .records.record import RunSettings

@@ -7,7 +7,7 @@ from types import MappingProxyType
 import pytest
 from fake_server import FakeServer
 
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.learning.optimize import combined
 from sembp_dsl.models.adaptive import Windows, own_server
 from sembp_dsl.models.ledger import Ledger

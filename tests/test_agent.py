@@ -16,9 +16,9 @@ from conftest import ROOT, Script, with_fake_model
 
 import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
-from sembp_dsl.language.graph import build
+from sembp_dsl.language.graph.graph import build
 from sembp_dsl.language.kinds.agent import steps_of
-from sembp_dsl.language.source import parse_text
+from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.language.toolcalls import RESULT_CHARS
 from sembp_dsl.models import embedded
 from sembp_dsl.models.llm import LLM

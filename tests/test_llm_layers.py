@@ -137,7 +137,7 @@ def test_prompt_tokens_the_providers_cache_served_are_counted_and_priced_at_the_
     ledger counted every prompt token at the full price."""
     from fake_server import FakeServer
 
-    from sembp_dsl.language.graph import ModelSpec
+    from sembp_dsl.language.graph.graph import ModelSpec
     from sembp_dsl.models import prices
     from sembp_dsl.models.llm import LLM
 

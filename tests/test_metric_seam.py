@@ -13,8 +13,8 @@ from fake_server import FakeServer
 from test_optimize import write
 
 from sembp_dsl import cli
-from sembp_dsl.language.editor import Document
-from sembp_dsl.language.metrics import BLANK, METRICS, Metric, score
+from sembp_dsl.language.nodes.metrics import BLANK, METRICS, Metric, score
+from sembp_dsl.language.tooling.editor import Document
 from sembp_dsl.records.runs import resolve
 
 

@@ -10,8 +10,9 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl import cli
-from sembp_dsl.language.method import STRATEGIES, Method, SettingError
-from sembp_dsl.language.source import compile_file, parse_text
+from sembp_dsl.language.blocks.method import STRATEGIES, Method, SettingError
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.learning.strategies import kind, strategies
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.records.runs import resolve

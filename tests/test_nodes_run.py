@@ -13,7 +13,7 @@ from conftest import Script
 from test_nodes import DESK
 
 import sembp_dsl as sbp
-from sembp_dsl.language.source import load
+from sembp_dsl.language.syntax.source import load
 from sembp_dsl.models import prices
 
 FACTS = {"product": "app", "mood": "angry"}

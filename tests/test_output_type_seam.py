@@ -14,7 +14,7 @@ from test_optimize import write
 import sembp_dsl as sbp
 from sembp_dsl import cli
 from sembp_dsl.language import ir
-from sembp_dsl.language.shapes import OUTPUT_TYPES, OutputKind, answer_format, output_text, words
+from sembp_dsl.language.nodes.shapes import OUTPUT_TYPES, OutputKind, answer_format, output_text, words
 
 
 class Upper(OutputKind):

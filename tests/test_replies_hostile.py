@@ -10,7 +10,7 @@ from test_agent import Agent, write
 
 import sembp_dsl as sbp
 from sembp_dsl.language.kinds.agent import steps_of
-from sembp_dsl.language.shapes import first_json, first_object
+from sembp_dsl.language.nodes.shapes import first_json, first_object
 from sembp_dsl.language.toolcalls import RESULT_CHARS
 from sembp_dsl.runtime.forward import tool_call
 

@@ -15,7 +15,7 @@ from fake_server import FakeServer, refused_url
 from test_llm import TOY
 
 from sembp_dsl import cli
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.models import limits, prices
 from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import TRIAGE
 
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import ModelSpec, build
-from sembp_dsl.language.shapes import CHARS_PER_TOKEN, node_shape
-from sembp_dsl.language.source import parse_text
+from sembp_dsl.language.graph.graph import ModelSpec, build
+from sembp_dsl.language.nodes.shapes import CHARS_PER_TOKEN, node_shape
+from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.models import embedded, prices
 from sembp_dsl.models.cache import ResponseCache
 from sembp_dsl.models.faults import CallError

@@ -21,10 +21,10 @@ from .. import __version__, telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language import kinds
+from ..language.blocks.method import SETTINGS, STRATEGIES, SettingError
 from ..language.codes import CODES, lookup
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, for_terminal, json_text
-from ..language.method import SETTINGS, STRATEGIES, SettingError
-from ..language.trace import NodeTrace
+from ..language.nodes.trace import NodeTrace
 from ..runtime import datasets
 from ..runtime.datasets import EVAL_TEST_SIZE, anchor_data_dir
 from .flags import (
@@ -107,7 +107,7 @@ def _report(diagnostics, text) -> None:
 
 def cmd_check(args) -> int:
     # the parser (lark) costs about 0.6 s to import: --help, explain and schema never pay it
-    from ..language.source import diagnose_file
+    from ..language.graph.compile import diagnose_file
 
     failed = False
     results = []
@@ -129,9 +129,9 @@ def cmd_check(args) -> int:
 def cmd_fmt(args) -> int:
     """Each .sbp file in the canonical layout: rewritten in place, or (--check, --diff) only reported."""
     # the formatter and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
-    from ..language.fmt import format_text
-    from ..language.source import parse_text, read
-    from ..language.writeback import unified_diff
+    from ..language.syntax.source import parse_text, read
+    from ..language.tooling.fmt import format_text
+    from ..language.tooling.writeback import unified_diff
 
     dry = args.check or args.diff
     changed, failed = [], False
@@ -192,7 +192,7 @@ def cmd_explain(args) -> int:
 
 def cmd_schema(args) -> int:
     # jsonschema costs about 0.1 s to import: only `sbpc schema` and YAML pipelines pay it
-    from ..language.yaml_form import schema_text
+    from ..language.syntax.yaml_form import schema_text
 
     print(schema_text(), end="")
     return 0
@@ -200,8 +200,8 @@ def cmd_schema(args) -> int:
 
 def cmd_compile(args) -> int:
     # the emitters and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
-    from ..language.emit import EMITTERS, prompt_sections
-    from ..language.source import compile_file
+    from ..language.graph.compile import compile_file
+    from ..language.tooling.emit import EMITTERS, prompt_sections
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
@@ -462,7 +462,7 @@ def cmd_tools_sync(args) -> int:
     """Start each MCP server a file declares once, list its tools, and write their schemas to the lock."""
     # the parser and the MCP client (the mcp package, when a file has servers): only this command pays them
     from ..language.mcp_servers import LOCK
-    from ..language.source import load
+    from ..language.syntax.source import load
     from ..runtime.mcp_client import sync
 
     for path in args.files:

@@ -11,9 +11,9 @@ import time
 
 from .. import telemetry
 from ..errors import SbpcError
-from ..language.data import DataSpec
+from ..language.blocks.data import DataSpec
+from ..language.blocks.method import SETTINGS
 from ..language.ir import gc_paused
-from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
 
@@ -278,7 +278,7 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
 
 
 def add_setting(g, name: str, kind, default: str | None = None, *aliases: str, **more) -> None:
-    """The flag of a method setting, with its meaning from the one table of settings (language/method.py)."""
+    """The flag of a method setting, with its meaning from the one table of settings (language/blocks/method.py)."""
     setting = SETTINGS[name]
     default = default or f"default: the file's, else {setting.default}"
     g.add_argument(setting.option, *aliases, dest=name, type=kind, help=f"{setting.help} ({default})", **more)

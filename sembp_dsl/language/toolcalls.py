@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .shapes import first_object
+from .nodes.shapes import first_object
 from .signatures import ToolSpec
 
 if TYPE_CHECKING:

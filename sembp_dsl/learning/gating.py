@@ -16,9 +16,9 @@ import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 
 from .. import telemetry
-from ..language.graph import Graph
-from ..language.method import SETTINGS, Method
-from ..language.trace import CALL_FAILED
+from ..language.blocks.method import SETTINGS, Method
+from ..language.graph.graph import Graph
+from ..language.nodes.trace import CALL_FAILED
 from ..models.llm import LLM, CallFailed, LLMError
 from ..records.costs import Compared, compared, per_thousand
 from ..records.record import GateDecision, Iteration, RunRecord

@@ -18,8 +18,8 @@ from dataclasses import dataclass, replace
 
 from .. import telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
-from ..language.graph import Graph
-from ..language.method import Method
+from ..language.blocks.method import Method
+from ..language.graph.graph import Graph
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import Iteration, Record, RunRecord, TestScores
 from ..records.runs import fmt

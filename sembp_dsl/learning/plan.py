@@ -11,11 +11,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..errors import Option, worded
-from ..language.demos import as_text
-from ..language.graph import Graph, MetricSpec
+from ..language.blocks.method import Method
+from ..language.graph.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
-from ..language.method import Method
-from ..language.shapes import node_shape
+from ..language.nodes.demos import as_text
+from ..language.nodes.shapes import node_shape
 from ..models import embedded
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
@@ -285,7 +285,7 @@ def is_embedded(name: str) -> bool:
     return name.startswith(f"{embedded.PROVIDER}/")
 
 
-EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains
+EMBEDDED_LEARNERS = "W013"  # its code (language/codes/warnings.py), which `sbpc explain` explains
 
 
 def embedded_learners(names: Mapping[str, str]) -> str | None:

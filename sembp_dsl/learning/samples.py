@@ -15,8 +15,8 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from ..language.graph import Graph
-from ..language.method import Method
+from ..language.blocks.method import Method
+from ..language.graph.graph import Graph
 from ..models.llm import LLM, BudgetExceeded, LLMError
 from ..records.record import RunRecord
 from ..runtime.datasets import Sample

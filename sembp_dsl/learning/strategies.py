@@ -12,7 +12,7 @@ each role it calls, with how long each prompt may be (`cost`), the savings no bo
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
 move a node to (`dearer`: the plan prices the node's calls at the dearest), and whether the prices it chooses by
 are known (`check_priced`). To add one: a subclass of Strategy here (its `name` and `idle`, its `params` and
-`propose`), and its name's line in language/method.py's STRATEGIES (what the `strategies` setting, the checker, the
+`propose`), and its name's line in language/blocks/method.py's STRATEGIES (what the `strategies` setting, the checker, the
 editor and --help take, without importing this stage).
 """
 
@@ -24,11 +24,11 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol
 
 from ..errors import Option
-from ..language.checker import MODEL_ROLES
+from ..language.blocks.method import STRATEGIES, Method, SettingError
+from ..language.check.context import MODEL_ROLES
 from ..language.diagnostics import suggestion_or_list
-from ..language.graph import Graph
-from ..language.method import STRATEGIES, Method, SettingError
-from ..language.node import GraphNode, model_param
+from ..language.graph.graph import Graph
+from ..language.nodes.node import GraphNode, model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..language.method import Method
+from ..language.blocks.method import Method
 from ..records.record import GateDecision, Iteration
 from ..records.runs import fmt, gate_settled, gate_tally, gate_unreadable, noninferiority_words, step_cost, train_words
 from .gating import COST_NOT_LOWER, GATE_REJECTED, NO_ANSWER

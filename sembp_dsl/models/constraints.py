@@ -1,6 +1,6 @@
 """Which decoding constraint a model is held to, and the request parameters that carry it.
 
-A reply's shape (language/shapes.py) reaches the model in the form its provider takes:
+A reply's shape (language/nodes/shapes.py) reaches the model in the form its provider takes:
 
 Which form a model takes is its transport's to say (transport.py: `Transport.grammar`, `takes_schema`):
 
@@ -26,8 +26,8 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..language.graph import Graph
-from ..language.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
+from ..language.graph.graph import Graph
+from ..language.nodes.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
 from .transport import Transport, serving
 
 GRAMMAR, SCHEMA, NONE = "grammar", "schema", "none"

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..language.graph import MODEL_ROLES
+from ..language.graph.graph import MODEL_ROLES
 from .faults import Failure
 from .transport import Reply
 

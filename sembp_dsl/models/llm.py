@@ -26,9 +26,9 @@ from typing import TypeVar
 
 from .. import telemetry
 from ..errors import Option
-from ..language.graph import MODEL_ROLES, ModelSpec
-from ..language.providers import no_provider
-from ..language.shapes import Shape
+from ..language.blocks.providers import no_provider
+from ..language.graph.graph import MODEL_ROLES, ModelSpec
+from ..language.nodes.shapes import Shape
 from . import constraints, prices, spans
 from .adaptive import Ticket, Window, Windows, overloaded
 from .cache import ResponseCache

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..language.graph import ModelSpec
-from ..language.shapes import Shape
+from ..language.graph.graph import ModelSpec
+from ..language.nodes.shapes import Shape
 from . import constraints
 from .cache import cache_key
 from .faults import LLMError

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 
-from ..language.providers import LITELLM, OWN
+from ..language.blocks.providers import LITELLM, OWN
 from ..telemetry import Value, capped, server
 from .request import Completion, Request, ResolvedModel
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
-from ..language.method import Method, SettingError
+from ..language.blocks.method import Method, SettingError
 from .costs import Compared, compared, per_thousand
 from .schema import Check, compile_schema
 

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ..language import kinds
 from ..language.diagnostics import visible
-from ..language.trace import answer_words, extra_of
+from ..language.nodes.trace import answer_words, extra_of
 from .record import Iteration
 from .runs import (
     Run,

@@ -15,13 +15,13 @@ from typing import Any
 from .. import telemetry
 from ..errors import Option, SbpcError
 from ..language import kinds
-from ..language.data import ANSWER_COLUMNS, hides_fields
+from ..language.blocks.data import ANSWER_COLUMNS, hides_fields
+from ..language.blocks.method import SIZES, check
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph
-from ..language.method import SIZES, check
-from ..language.metrics import METRICS, score
-from ..language.node import GraphNode
-from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
+from ..language.graph.graph import Graph
+from ..language.nodes.metrics import METRICS, score
+from ..language.nodes.node import GraphNode
+from ..language.nodes.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
 from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function

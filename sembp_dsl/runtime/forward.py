@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from .. import telemetry
-from ..language.branches import record_value, runs
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
 from ..language.kinds import kind_of
-from ..language.maps import items
-from ..language.node import GraphNode
-from ..language.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
+from ..language.nodes.branches import record_value, runs
+from ..language.nodes.maps import items
+from ..language.nodes.node import GraphNode
+from ..language.nodes.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
+from ..language.nodes.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..language.toolcalls import ToolCall, Turn, bounded
-from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
 
@@ -185,7 +185,7 @@ def failed(span: telemetry.Span, trace: NodeTrace) -> None:
 
 
 def taken(node: GraphNode, inputs: Mapping[str, str], done: Mapping[str, NodeTrace]) -> bool:
-    """Whether a node runs on this sample: the branches' one rule (language/branches.runs) over what ran."""
+    """Whether a node runs on this sample: the branches' one rule (language/nodes/branches.runs) over what ran."""
     if not node.gates and all(t.taken for t in done.values()):
         return True
 

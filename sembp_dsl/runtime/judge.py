@@ -2,7 +2,7 @@
 
 It shows its model the task, the sample's inputs, the output scored, the reference answer when the data has one,
 and the rubric (a frozen param, rendered with the inputs, `output` and `expected`), and reads a record reply,
-`{reason: text, score: number}`, constrained and parsed as any record output is (language/shapes.py). The score
+`{reason: text, score: number}`, constrained and parsed as any record output is (language/nodes/shapes.py). The score
 on its scale becomes a score from 0 to 1; the reason is the loss feedback the backward pass starts from. Its
 calls are booked to the role "judge", on the model it names (default: the forward model).
 """
@@ -14,10 +14,10 @@ import json
 from jinja2 import TemplateError
 
 from ..language import ir
-from ..language.graph import Graph, MetricSpec
-from ..language.shapes import describe as describe_fields
-from ..language.shapes import node_shape, read_record
-from ..language.trace import NodeTrace, Trace
+from ..language.graph.graph import Graph, MetricSpec
+from ..language.nodes.shapes import describe as describe_fields
+from ..language.nodes.shapes import node_shape, read_record
+from ..language.nodes.trace import NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample
 from .evaluate import MetricFailed, Scorer, Verdict

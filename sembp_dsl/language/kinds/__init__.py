@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import ir
-from ..node import GraphNode
+from ..nodes.node import GraphNode
+from ..nodes.trace import Shown
 from ..toolcalls import bounded
-from ..trace import Shown
 from .agent import ToolLoop
 from .function import FunctionCall
 from .kind import NodeKind

@@ -28,7 +28,7 @@ from typing import Any
 from ... import telemetry
 from ...usercode import Overran, ServerStopped, ToolFailed, call_function
 from .. import ir
-from ..callables import parse_target
+from ..blocks.callables import parse_target
 from ..diagnostics import suggestion
 from ..mcp_servers import (
     Server,
@@ -41,8 +41,9 @@ from ..mcp_servers import (
     tool_function,
 )
 from ..mcp_servers import tool_spec as server_spec
-from ..node import GraphNode
-from ..shapes import answer_format
+from ..nodes.node import GraphNode
+from ..nodes.shapes import answer_format
+from ..nodes.trace import FUNCTION_FAILED, NodeTrace, Shown
 from ..signatures import ToolSpec, module_functions, read_tool
 from ..toolcalls import (
     Answer,
@@ -58,7 +59,6 @@ from ..toolcalls import (
     read_reply,
     reply_schema,
 )
-from ..trace import FUNCTION_FAILED, NodeTrace, Shown
 from .function import DEFAULT_TIMEOUT, source_of
 from .kind import Checking, Compiled, Model, NodeKind
 from .model import parse_reply, render, system_section

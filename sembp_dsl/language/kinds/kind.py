@@ -15,13 +15,13 @@ from typing import Any, ClassVar, Protocol
 
 from .. import ir
 from ..diagnostics import Note
-from ..node import NO_SETTINGS, GraphNode
-from ..shapes import Shape
+from ..nodes.node import NO_SETTINGS, GraphNode
+from ..nodes.shapes import Shape
+from ..nodes.trace import NodeTrace, Shown
 from ..toolcalls import Turn
-from ..trace import NodeTrace, Shown
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
-# tuple of allowed words (as checker.check_settings reads them).
+# tuple of allowed words (as check/settings.py's check_settings reads them).
 PROMPT_SETTINGS: Mapping[str, tuple] = {
     "prompt": (str,),
     "template": (str,),
@@ -47,7 +47,7 @@ class Checking(Protocol):
 
 
 class Compiled(Protocol):
-    """What a kind reads of the graph it runs in: language/graph.py's Graph."""
+    """What a kind reads of the graph it runs in: language/graph/graph.py's Graph."""
 
     @property
     def pipeline(self) -> ir.Pipeline: ...

@@ -10,9 +10,9 @@ from dataclasses import replace
 from jinja2 import TemplateError
 
 from .. import ir
-from ..node import GraphNode
-from ..shapes import describe, node_shape, output_kind
-from ..trace import NOT_RENDERED, NodeTrace
+from ..nodes.node import GraphNode
+from ..nodes.shapes import describe, node_shape, output_kind
+from ..nodes.trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
