@@ -72,20 +72,7 @@ def app(pipeline: Pipeline, allow_trace: bool = False, mcp_host: str | None = No
             )
 
     busy: set[asyncio.BaseTransport] = set()
-
-    @web.middleware
-    async def in_request(request: web.Request, handler) -> web.StreamResponse:
-        """Marks the connection as in a request while its handler runs: `_CappedSite` never takes its place."""
-        transport = request.transport
-        if transport is None:  # the client is already gone
-            return await handler(request)
-        busy.add(transport)
-        try:
-            return await handler(request)
-        finally:
-            busy.discard(transport)
-
-    application = web.Application(client_max_size=MAX_BODY, middlewares=[in_request, json_errors])
+    application = web.Application(client_max_size=MAX_BODY, middlewares=[_marking(busy), json_errors])
     application[IN_REQUEST] = busy
 
     async def health(request: web.Request) -> web.Response:
@@ -155,6 +142,24 @@ async def predict_for_client(pipeline: Pipeline, inputs: dict) -> Prediction:
         work.cancel()
         await asyncio.wait([work])  # its calls are stopped before the handler is done
         raise
+
+
+def _marking(busy: set[asyncio.BaseTransport]):
+    """A middleware that keeps in `busy` the connections whose request is being handled: `_CappedSite` never
+    gives their places to new ones."""
+
+    @web.middleware
+    async def in_request(request: web.Request, handler) -> web.StreamResponse:
+        transport = request.transport
+        if transport is None:  # the client is already gone
+            return await handler(request)
+        busy.add(transport)
+        try:
+            return await handler(request)
+        finally:
+            busy.discard(transport)
+
+    return in_request
 
 
 class ServeError(SbpcError):

@@ -293,7 +293,7 @@ def test_in_optimize_the_backward_question_shows_the_trajectory(tmp_path):
             )
         )
         optimize(path, AGENT / "agent.jsonl")
-    about_solve = [p for p in script.of_kind("backward") if 'The component "solve"' in p or "solve" in p]
+    about_solve = [p for p in script.of_kind("backward") if "# Output of solve\n" in p or "solve" in p]
     assert about_solve and all(re.search(WHOLE_QUESTION, p) for p in about_solve), about_solve[:1]
 
 

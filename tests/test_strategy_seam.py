@@ -1,10 +1,10 @@
 """A strategy is one class and one line (docs/architecture.md): a subclass of `Strategy` (learning/strategies.py)
 and its name's line in language/method.py's STRATEGIES. This test adds a throwaway one that way, and `sbpc check`,
-the editor, `--plan` and `sbpc optimize` take it with nothing else changed but the YAML form's schema."""
+the editor, the YAML form, `--plan` and `sbpc optimize` take it with nothing else changed."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
@@ -21,6 +21,8 @@ from sembp_dsl.learning.descent import Candidate
 from sembp_dsl.learning.strategies import Each, Learnt, Proposed, Strategy, check_acting, strategies
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.records.runs import resolve
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 class Emphasis(Strategy):
@@ -79,8 +81,14 @@ def test_without_its_line_the_name_is_unknown_and_with_nothing_to_change_it_says
         Method(strategies=("emphasis",))
 
 
-def test_the_yaml_forms_schema_lists_every_strategy():
-    """The one second edit a strategy needs (docs/architecture.md): the YAML form's JSON Schema names it, as the YAML
-    form is read a stage below the method's settings."""
-    strategies = json.loads(schema_text())["$defs"]["optimize"]["properties"]["strategies"]
-    assert strategies["items"]["enum"] == list(STRATEGIES)
+def test_the_yaml_form_takes_it_too(emphasis, tmp_path):
+    """The YAML form's JSON Schema reads the names `strategies` takes from STRATEGIES: no second edit."""
+    path = tmp_path / "liar.yaml"
+    text = (
+        (ROOT / "pipelines" / "liar.yaml").read_text().replace("optimize:\n", "optimize:\n  strategies: [emphasis]\n")
+    )
+    path.write_text(text)
+    assert cli.main(["check", str(path)]) == 0
+    path.write_text(text.replace("[emphasis]", "[emphasys]"))
+    assert cli.main(["check", str(path)]) == 1
+    assert "emphasis" in schema_text(STRATEGIES)

@@ -194,7 +194,7 @@ def cmd_schema(args) -> int:
     # jsonschema costs about 0.1 s to import: only `sbpc schema` and YAML pipelines pay it
     from ..language.syntax.yaml_form import schema_text
 
-    print(schema_text(), end="")
+    print(schema_text(list(STRATEGIES)), end="")
     return 0
 
 

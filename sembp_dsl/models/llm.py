@@ -303,7 +303,8 @@ class LLM:
                     if rate is not None:
                         rate.spent(reply.prompt_tokens + reply.completion_tokens)
                     own = prices.declared(spec.settings, reply.prompt_tokens, reply.completion_tokens)
-                    cost = self.ledger.charge(role, spec.role, reply if own is None else reply._replace(cost=own))
+                    charged = reply if own is None else reply._replace(cost=own)
+                    cost = self.ledger.charge(role, spec.role, charged, spec.name if own is None else None)
                     return Completion.answered(reply, cost, seconds)
             failure = reply
             if failure.kind == CONFIG:

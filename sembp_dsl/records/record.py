@@ -305,9 +305,20 @@ class Record:
         """Prompt tokens the provider's prompt cache served (0 in a record from before sbpc counted them)."""
         return int((self.ledger or {}).get("cached_tokens") or 0)
 
+    @property
+    def cache_saving(self) -> float:
+        """Dollars the provider's cached prompt tokens cost less than at the full rate (0 in older records)."""
+        return float((self.ledger or {}).get("cache_saving") or 0.0)
+
+    def saving_words(self) -> str:
+        """What the cached tokens' lower rate saved, when it saved anything."""
+        return f", ${self.cache_saving:.4f} less at its cached rate" if self.cache_saving else ""
+
     def spent_words(self) -> str:
-        """Calls, tokens (the provider's cached ones among them) and dollars, in one line's words."""
-        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache)" if self.cached_tokens else ""
+        """Calls, tokens (the provider's cached ones among them, and what their cached rate saved) and dollars, in
+        one line's words."""
+        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache{self.saving_words()})"
+        cached = cached if self.cached_tokens else ""
         return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}"
 
     def to_json(self) -> dict:
@@ -416,6 +427,8 @@ class RunRecord:
             ledger={
                 "calls": spent.calls,
                 "tokens": spent.prompt_tokens + spent.completion_tokens,
+                "cached_tokens": spent.cached_tokens,
+                "cache_saving": spent.cache_saving,
                 "cost": spent.cost,
             },
             kind="eval",

@@ -362,7 +362,7 @@ def summary_table(runs: Sequence[Run]) -> str:
             *run.scores_words(),
             len(run.iterations),
             run.record.calls,
-            f"{run.record.tokens} ({run.record.cached_tokens} cached)"
+            f"{run.record.tokens} ({run.record.cached_tokens} cached{run.record.saving_words()})"
             if run.record.cached_tokens
             else run.record.tokens,
             f"{run.record.cost:.4f}",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import replace
 from functools import cache
 from importlib import resources
@@ -44,9 +45,14 @@ EACH = re.compile(r"\s*(\w+)\s+in\s+(\w+)\s*\Z")  # `passage in passages`
 NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
-def schema_text() -> str:
-    """The JSON Schema of the YAML form, as text (what `sbpc schema` prints)."""
-    return json.dumps(schema(), indent=2, ensure_ascii=False) + "\n"
+def schema_text(strategies: Sequence[str] = ()) -> str:
+    """The JSON Schema of the YAML form, as text (what `sbpc schema` prints), with `strategies` as the names the
+    `strategies` setting takes. Reading a file holds them to no list: the checker does (E136, with did you mean),
+    for both forms, from the one STRATEGIES a strategy's line adds its name to."""
+    shown = json.loads(json.dumps(schema()))  # a copy: the cached schema stays as read
+    if strategies:
+        shown["$defs"]["optimize"]["properties"]["strategies"]["items"] = {"enum": list(strategies)}
+    return json.dumps(shown, indent=2, ensure_ascii=False) + "\n"
 
 
 def schema() -> dict:
