@@ -1,4 +1,4 @@
-"""An output type is one class and one line (docs/architecture.md): an `OutputKind` (language/shapes.py) in
+"""An output type is one class and one line (docs/architecture.md): an `OutputKind` (language/nodes/outputs.py) in
 OUTPUT_TYPES. This test adds a throwaway `upper` (text in capitals) that way: the .sbp and YAML forms take its name,
 `check`, `fmt`, `run`, `eval` and the Python API read replies and values through it, and no other file changes."""
 
@@ -14,7 +14,7 @@ from test_optimize import write
 import sembp_dsl as sbp
 from sembp_dsl import cli
 from sembp_dsl.language import ir
-from sembp_dsl.language.nodes.shapes import OUTPUT_TYPES, OutputKind, answer_format, output_text, words
+from sembp_dsl.language.nodes.outputs import OUTPUT_TYPES, OutputKind, answer_format, output_text, words
 
 
 class Upper(OutputKind):

@@ -61,7 +61,7 @@ class Ref:
     span: Span = _span()
 
 
-#: The output types by the name a file writes them with, each the OutputKind (nodes/shapes.py) that answers for its
+#: The output types by the name a file writes them with, each the OutputKind (nodes/outputs.py) that answers for its
 #: values; filled there, one line per type. The parser and the YAML form take the names here beyond KEYWORD_TYPES,
 #: the types they spell with keywords of their own (a choice's options, a list's item, a record's fields).
 OUTPUT_TYPES: dict[str, Any] = {}

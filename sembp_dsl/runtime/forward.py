@@ -23,7 +23,8 @@ from ..language.kinds import kind_of
 from ..language.nodes.branches import record_value, runs
 from ..language.nodes.maps import items
 from ..language.nodes.node import GraphNode
-from ..language.nodes.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
+from ..language.nodes.outputs import python_value
+from ..language.nodes.shapes import MAX_JSON_DEPTH, Shape, nesting
 from ..language.nodes.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..language.toolcalls import ToolCall, Turn, bounded
 from ..models.llm import LLM, CallFailed

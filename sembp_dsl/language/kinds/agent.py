@@ -42,7 +42,7 @@ from ..mcp_servers import (
 )
 from ..mcp_servers import tool_spec as server_spec
 from ..nodes.node import GraphNode
-from ..nodes.shapes import answer_format
+from ..nodes.outputs import answer_format
 from ..nodes.trace import FUNCTION_FAILED, NodeTrace, Shown
 from ..signatures import ToolSpec, module_functions, read_tool
 from ..toolcalls import (

@@ -11,7 +11,7 @@ from jinja2 import TemplateError
 
 from .. import ir
 from ..nodes.node import GraphNode
-from ..nodes.shapes import describe, node_shape, output_kind
+from ..nodes.outputs import describe, node_shape, output_kind
 from ..nodes.trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
