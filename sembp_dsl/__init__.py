@@ -25,6 +25,7 @@ _HOMES = {
     "Prediction": "api",
     "Usage": "api",
     "Data": "api",
+    "Batch": "models.batch",
     "Method": "language.blocks.method",
     "Optimized": "api",
     "Evaluation": "runtime.evaluate",
@@ -41,6 +42,7 @@ _HOMES = {
     "WriteBackError": "files",
     "LLMError": "models.llm",
     "CallFailed": "models.llm",
+    "BatchFailed": "models.batch",
     "BudgetExceeded": "models.llm",
     "CallError": "models.faults",
     "NoConnection": "models.faults",
@@ -67,6 +69,8 @@ _HOMES = {
 __all__ = [
     "BadReply",
     "BadScalar",
+    "Batch",
+    "BatchFailed",
     "BlockStringError",
     "BudgetExceeded",
     "CacheError",
@@ -125,6 +129,7 @@ if TYPE_CHECKING:
     from .language.syntax.yaml_form import BadScalar
     from .language.tooling.editor import RenameError
     from .language.tooling.fmt import FormatError
+    from .models.batch import Batch, BatchFailed
     from .models.cache import CacheError
     from .models.faults import BadReply, CallError, NoConnection, PlainHttp
     from .models.llm import BudgetExceeded, CallFailed, LLMError

@@ -12,10 +12,11 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
@@ -29,9 +30,11 @@ from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.nodes.demos import from_text
 from .language.nodes.outputs import python_value
 from .language.nodes.trace import Trace
+from .models.batch import JOURNAL, Batch, Batches, Journal, refusal, refuse
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
+from .models.request import LIMITS
 from .runtime import splits
 from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
@@ -39,6 +42,7 @@ from .runtime.evaluate import (
     Evaluation,
     Result,
     Scorer,
+    Tally,
     check_answers,
     check_fields,
     evaluate,
@@ -56,7 +60,8 @@ from .runtime.tasks import together
 if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
-    from .records.record import RunRecord, RunSettings
+    from .models.ledger import RoleUsage
+    from .records.record import EvalRecord, RunRecord, RunSettings
 
 __all__ = [
     "BudgetExceeded",
@@ -79,6 +84,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
+BATCHED = 1 << 30  # calls in flight at once when they wait in a batch: every one a round has
 
 
 def load(
@@ -455,6 +461,9 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
         runs_dir: str | Path | None = None,
+        batch: bool | Batch = False,
+        keep: int | None = None,
+        resume: bool = False,
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
@@ -462,7 +471,11 @@ class Pipeline:
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
-        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`."""
+        run record of the evaluation there (every sample with each node's prompt and reply, a line as it finishes),
+        named by `.record`; `resume`: go on with its newest unfinished one asked the same (and the batches it had
+        sent). `keep`: hold only the running sums and the first `keep` samples not answered right (`.wrong`), for
+        data too long to hold. `batch`: send the model calls through the provider's batch API at its batch price
+        (True, or a `Batch` that hears progress)."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -474,27 +487,23 @@ class Pipeline:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
+        _batchable(self._session, batch, models)  # before any call, and before what a model needs installed
         for key, name in models.items():  # before any call
             check_callable(name, routed=self._session.routed(key))
-        llm = self._session.llm()
-        scorer = self._scorer(chosen, llm)
-        if not isinstance(data, Data) and isinstance(
-            scorer, str
-        ):  # a built-in metric needs the answers examples in Python lack
-            splits.require_answers(self.graph, samples)
-        # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
-        if runs_dir is None:
-            return evaluation
-        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
-        from .records.record import RunRecord, RunSettings
-
-        # the split's sizes
-        settings = RunSettings(self.path, method=self.method(None, **sizes), models=models, **splits.source_of(data))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        record = RunRecord.of_evaluation(Path(runs_dir), settings, self.prompts, evaluation, scored, spent)
-        return replace(evaluation, record=record.folder)
+        if resume and runs_dir is None:
+            raise ValueError("resume=True goes on with an evaluation's run record: give the runs_dir it was kept in")
+        kept = runs_dir and _Recording(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
+        asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept.done]
+        async with _calls(self._session, batch, kept or None) as llm:
+            scorer = self._scorer(chosen, llm)
+            if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers
+                splits.require_answers(self.graph, samples)
+            # one batch: it stops early when its first calls show it cannot work
+            with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
+                heard = kept.heard(on_done) if kept else on_done
+                evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
+        return kept.finish(evaluation, asked, spent) if kept else evaluation
 
     evaluate = _blocking(aevaluate)
 
@@ -622,6 +631,66 @@ class Pipeline:
         )
 
 
+class _Recording:
+    """An evaluation's run record: made when its first sample finishes, so the first call waits on no import of the
+    record (~10 ms, measured); a resumed one at once, since the samples it holds decide which are asked."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        runs_dir: Path,
+        resume: bool,
+        source: Mapping[str, Any],
+        sizes: Mapping[str, int],
+        models: Mapping[str, str],
+        scored: Mapping[str, object],
+    ):
+        self.pipeline, self.runs_dir, self.resume, self.scored = pipeline, runs_dir, resume, scored
+        self.source, self.sizes, self.models = source, sizes, models
+        self.before = Tally()  # the running sums of the samples a resumed record had finished
+        self.record = self._made() if resume else None
+        self.batches: Journal | None = None  # a batch evaluation's batches, kept beside its record
+
+    def _made(self) -> EvalRecord:
+        # ~10 ms to import (measured): only an evaluation that keeps a record pays it, after its first call
+        from .records.record import EvalRecord, RunSettings
+
+        method = self.pipeline.method(None, **self.sizes)
+        settings = RunSettings(self.pipeline.path, method=method, models=self.models, **self.source)
+        if self.resume:
+            return EvalRecord.resume(self.runs_dir, settings, self.pipeline.prompts, self.scored, self.before)
+        return EvalRecord.start(self.runs_dir, settings, self.pipeline.prompts, self.scored)
+
+    @property
+    def done(self) -> set[str]:
+        return self.record.done if self.record else set()
+
+    def journal(self) -> Journal:
+        """Where a batch evaluation keeps its batches' ids the moment each is made: in its record's folder (made now,
+        before any call), so a killed run resumed finds them again and sends none twice."""
+        self.record = self.record or self._made()
+        self.batches = Journal(self.record.folder() / JOURNAL)
+        return self.batches
+
+    def heard(self, on_done: Callable[[Result], None] | None) -> Callable[[Result], None]:
+        """What hears of each sample as it finishes: the record, then `on_done`."""
+
+        def done(result: Result) -> None:
+            self.record = self.record or self._made()
+            self.record.add(result)
+            if on_done is not None:
+                on_done(result)
+
+        return done
+
+    def finish(self, evaluation: Evaluation, asked: int, spent: RoleUsage) -> Evaluation:
+        """The evaluation with the samples a resumed record had finished counted in, and its record's end written."""
+        record = self.record = self.record or self._made()
+        evaluation = replace(evaluation, requested=asked, tally=self.before + evaluation.tally, notes=record.notes)
+        batch = {"batch": self.batches.summary()} if self.batches is not None else {}
+        return replace(evaluation, record=record.finish(evaluation, spent, batch).folder)
+
+
 class _Lost(CallFailed):
     """CallFailed for a prediction with no answer: the trace's reason, and the failure of the call behind it
     (None when a prompt did not render)."""
@@ -635,6 +704,39 @@ class _Lost(CallFailed):
 
 def _name(metric: Callable) -> str:
     return str(getattr(metric, "__name__", metric))
+
+
+def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str]) -> None:
+    """With `batch`, LLMError naming every model (a role's or a named one) that has no batch API sbpc sends."""
+    if batch:
+        refused = [r for key, name in models.items() if (r := refusal(key, name, session.models[key].settings))]
+        if refused:
+            raise refuse(refused)
+
+
+@contextlib.asynccontextmanager
+async def _calls(session: Session, batch: bool | Batch, kept: _Recording | None) -> AsyncIterator[LLM]:
+    """The LLM layer an evaluation calls: the session's, or with `batch` one that sends every call through the
+    provider's batch API (models/batch.py), refused before any call when a model has none. No retries there: a
+    failed request is its sample's, with the cause (another try would be another day's wait)."""
+    if not batch:
+        yield session.llm()
+        return
+    asked = batch if isinstance(batch, Batch) else Batch()
+    journal = kept.journal() if kept is not None else Journal(None)
+    # a model block's rpm, tpm and concurrency pace calls sent at once; a batch is one upload, paced by its provider
+    models = {
+        key: replace(spec, settings={k: v for k, v in spec.settings.items() if k not in LIMITS})
+        for key, spec in session.models.items()
+    }
+    limits = {**session.limits, "concurrency": BATCHED}
+    ledger = session.ledger
+    transport = Batches(journal, asked, ledger.count)
+    llm = LLM(models, cache=session.cache, ledger=ledger, whole_session=False, retries=0, transport=transport, **limits)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
 
 
 def _run_record(

@@ -31,6 +31,7 @@ where it is raised and turned into what the line says, never met by a user):
   * RenderError (language.nodes.templates) [TemplateError] - a template failed while rendering (a limit, a Python error)
   * TemplateProblem (language.nodes.templates) [TemplateError] - a template that cannot work: syntax, a forbidden tag
   * CallFailed (models.faults) - a call failed for good after its retries; that sample is lost, the run goes on
+  * BatchFailed (models.batch) - a batch the provider failed whole (its file refused): none of its requests ran
   * CallError (models.faults) - inside sbpc: one failed attempt on the fast path, retried or made CallFailed/LLMError
     * NoConnection (models.faults) - no connection within the connect timeout
     * PlainHttp (models.faults) - an https:// address whose server speaks plain http

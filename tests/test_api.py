@@ -43,6 +43,8 @@ def test_public_names_are_listed_and_typed():
     assert set(sbp.__all__) == {
         "BadReply",
         "BadScalar",
+        "Batch",
+        "BatchFailed",
         "BlockStringError",
         "BudgetExceeded",
         "CacheError",

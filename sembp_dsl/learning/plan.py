@@ -16,9 +16,9 @@ from ..language.graph.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
 from ..language.nodes.demos import as_text
 from ..language.nodes.outputs import node_shape
-from ..models import embedded
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
+from ..models.transport import serving
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
 from .caching import LEAST, cache_bound, judge_prefix, prefixes
@@ -333,7 +333,8 @@ def configured(llm: LLM, model: str) -> bool:
 
 
 def is_embedded(name: str) -> bool:
-    return name.startswith(f"{embedded.PROVIDER}/")
+    """Whether the model `name` runs on this machine, as the transport that sends its calls says."""
+    return bool(name) and serving(name)().capabilities(name).local
 
 
 EMBEDDED_LEARNERS = "W013"  # its code (language/codes/warnings.py), which `sbpc explain` explains

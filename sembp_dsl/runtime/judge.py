@@ -41,8 +41,8 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
     low, high = spec.scale
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
-        schema = shape is not None and llm.takes_schema(spec.model, shape)
-        fields = "" if schema else describe_fields(VERDICT)  # no JSON Schema reaches the model: the fields in words
+        held = llm.capabilities(spec.model).holds(shape)
+        fields = "" if held else describe_fields(VERDICT)  # no JSON Schema reaches the model: the fields in words
         try:
             prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected, fields)
         except TemplateError as exc:
