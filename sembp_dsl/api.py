@@ -28,7 +28,7 @@ from .language.diagnostics import PipelineError, did_you_mean, url_problem
 from .language.graph.compile import compile_file
 from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.nodes.demos import from_text
-from .language.nodes.shapes import python_value
+from .language.nodes.outputs import python_value
 from .language.nodes.trace import Trace
 from .models.batch import JOURNAL, Batch, Batches, Journal, refusal, refuse
 from .models.cache import ResponseCache

@@ -70,7 +70,7 @@ class Universal:
 
 
 def answer_in_words(prompt: str, salt: int) -> str:
-    """An answer as a prompt asks for it in words (shapes.answer_format): a record's fields, a choice's option, a
+    """An answer as a prompt asks for it in words (outputs.answer_format): a record's fields, a choice's option, a
     number, a JSON array; else a short text."""
     fields = re.findall(
         r'^- "(\w+)": (.+)$', prompt.split("Reply with a JSON object with exactly these fields:")[-1], re.M

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from sembp_dsl.language.graph.graph import build
-from sembp_dsl.language.kinds.model import match_choice, parse_reply
+from sembp_dsl.language.kinds.model import parse_reply
+from sembp_dsl.language.nodes.outputs import match_choice
 from sembp_dsl.language.syntax.parser import parse
 
 

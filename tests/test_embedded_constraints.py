@@ -15,7 +15,8 @@ from sembp_dsl.language import ir
 from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.language.kinds.model import parse_reply
 from sembp_dsl.language.nodes.node import GraphNode
-from sembp_dsl.language.nodes.shapes import hints_shape, node_shape, prompt_shape
+from sembp_dsl.language.nodes.outputs import node_shape
+from sembp_dsl.language.nodes.shapes import hints_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
 from sembp_dsl.models import embedded

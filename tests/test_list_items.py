@@ -16,7 +16,7 @@ from sembp_dsl import cli
 from sembp_dsl.language import ir
 from sembp_dsl.language.kinds.model import parse_reply
 from sembp_dsl.language.nodes.node import GraphNode
-from sembp_dsl.language.nodes.shapes import answer_format, node_shape, output_text
+from sembp_dsl.language.nodes.outputs import answer_format, node_shape, output_text
 
 T = partial(ir.OutputType, span=None)
 VERDICT = T(

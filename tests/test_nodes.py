@@ -17,7 +17,7 @@ from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.graph.compile import compile_file
 from sembp_dsl.language.graph.graph import build
-from sembp_dsl.language.nodes.shapes import as_record, node_shape, read_record
+from sembp_dsl.language.nodes.outputs import as_record, node_shape, read_record
 from sembp_dsl.language.syntax.parser import parse
 from sembp_dsl.language.tooling.emit import EMITTERS, emit_prompts
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from sembp_dsl.language.graph.compile import compile_file
-from sembp_dsl.language.nodes.shapes import describe
+from sembp_dsl.language.nodes.outputs import describe
 from sembp_dsl.runtime.judge import VERDICT
 
 ROOT = Path(__file__).resolve().parents[1]

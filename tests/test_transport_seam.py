@@ -16,7 +16,8 @@ from conftest import TRIAGE
 from sembp_dsl.language import ir
 from sembp_dsl.language.graph.graph import ModelSpec, build
 from sembp_dsl.language.messages import Capabilities, Message, prompted
-from sembp_dsl.language.nodes.shapes import CHARS_PER_TOKEN, node_shape
+from sembp_dsl.language.nodes.outputs import node_shape
+from sembp_dsl.language.nodes.shapes import CHARS_PER_TOKEN
 from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.models import embedded, prices, wire
 from sembp_dsl.models import llm as llm_module

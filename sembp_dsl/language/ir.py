@@ -9,7 +9,7 @@ from __future__ import annotations
 import gc
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 Value = str | int | float | bool | tuple[str, ...]  # a tuple: a list of names, `tools = [lookup, calc]`
 
@@ -59,6 +59,18 @@ class Ref:
 
     name: str
     span: Span = _span()
+
+
+#: The output types by the name a file writes them with, each the OutputKind (nodes/outputs.py) that answers for its
+#: values; filled there, one line per type. The parser and the YAML form take the names here beyond KEYWORD_TYPES,
+#: the types they spell with keywords of their own (a choice's options, a list's item, a record's fields).
+OUTPUT_TYPES: dict[str, Any] = {}
+KEYWORD_TYPES = ("text", "number", "json", "choice", "list", "record")
+
+
+def named_types() -> tuple[str, ...]:
+    """The output types written by their name alone (`node a: NAME { }`): those beyond the keyword ones."""
+    return tuple(name for name in OUTPUT_TYPES if name not in KEYWORD_TYPES)
 
 
 @dataclass(frozen=True)

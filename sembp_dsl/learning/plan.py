@@ -15,7 +15,7 @@ from ..language.blocks.method import Method
 from ..language.graph.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
 from ..language.nodes.demos import as_text
-from ..language.nodes.shapes import node_shape
+from ..language.nodes.outputs import node_shape
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
 from ..models.transport import serving

@@ -27,7 +27,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from ..language.graph.graph import Graph
-from ..language.nodes.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
+from ..language.nodes.outputs import node_shape
+from ..language.nodes.shapes import CHARS_PER_TOKEN, Shape, hints_shape
 from .transport import Transport, serving
 
 GRAMMAR, SCHEMA, NONE = "grammar", "schema", "none"

@@ -24,7 +24,7 @@ from ..language.messages import Ask, Capabilities, Turn
 from ..language.nodes.branches import record_value, runs
 from ..language.nodes.maps import items
 from ..language.nodes.node import GraphNode
-from ..language.nodes.shapes import python_value
+from ..language.nodes.outputs import python_value
 from ..language.nodes.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together

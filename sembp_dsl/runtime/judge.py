@@ -15,8 +15,8 @@ from jinja2 import TemplateError
 
 from ..language import ir
 from ..language.graph.graph import Graph, MetricSpec
-from ..language.nodes.shapes import describe as describe_fields
-from ..language.nodes.shapes import node_shape, read_record
+from ..language.nodes.outputs import describe as describe_fields
+from ..language.nodes.outputs import node_shape, read_record
 from ..language.nodes.trace import NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample

@@ -20,7 +20,7 @@ from .. import ir
 from ..blocks.callables import beside, parse_target
 from ..diagnostics import suggestion
 from ..nodes.node import GraphNode
-from ..nodes.shapes import output_text, python_value
+from ..nodes.outputs import output_text, python_value
 from ..nodes.templates import unsendable
 from ..nodes.trace import FUNCTION_FAILED, NodeTrace
 from ..signatures import Accepted, read_accepted

@@ -3,7 +3,6 @@ type. A reply that cannot be read is recorded on the trace and scored wrong; it 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -12,25 +11,12 @@ from jinja2 import TemplateError
 
 from .. import ir
 from ..messages import Ask, Turn, prompted
-from ..nodes.metrics import parse_number
 from ..nodes.node import GraphNode
-from ..nodes.shapes import describe, first_json, node_shape, read_list, read_record
+from ..nodes.outputs import describe, node_shape, output_kind
 from ..nodes.trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
-# "**Final answer:** ", "Answer is ", "# Verdict - ": a label before the answer, with its markdown.
-LEADING_LABEL = re.compile(
-    r"^[\s*_#>`]*(?:(?:the\s+)?(?:final\s+)?(?:answer|output|label|verdict)\s*(?:is)?\s*[:\-]?[\s*_`]*)?", re.I
-)
-WRAPPERS = re.compile(r"^[\s\"'`*_\u201c\u2018]+")  # quotes and emphasis around an answer carry no meaning
-OUTER_PUNCTUATION = re.compile(r"^[\W_]+|[\W_]+$")
-NEGATIVE = re.compile(r"-\s*\d")
-# What may not follow an option for the reply to start with it: a letter or digit ("Yesterday" is not
-# "Yes"), or a decimal part ("1.5" is not the option 1, though "1." ends a sentence).
-NOT_AN_END = r"(?:\w|[.,]\d)"
-# The output types a prompt describes in words to a model that no JSON Schema holds to them.
-DESCRIBED = ("record", "list")
 # Why a model call takes no setting another kind takes, by the setting.
 NOT_A_MODEL_CALLS = {"timeout": "only a function node has a timeout; a model's goes in its model block"}
 
@@ -53,7 +39,7 @@ class ModelCall(NodeKind):
             return rendered
         prompt, system = rendered
         shape = node_shape(node.type, node.parse)
-        if node.type.kind in DESCRIBED and not model.capabilities(node.model).holds(shape):
+        if output_kind(node.type).described and not model.capabilities(node.model).holds(shape):
             prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: its type in words
         turn = await model.ask(node.name, Ask(prompted(prompt, system), shape), node.model)
         if isinstance(turn, NodeTrace):  # the call failed for good: the sample is lost
@@ -73,7 +59,7 @@ class ModelCall(NodeKind):
         """Its system message (if any) and forward prompt."""
         yield from system_section(node, graph, values)
         forward = node.render(values, graph.prompts)
-        if node.type.kind in DESCRIBED:
+        if output_kind(node.type).described:
             yield (
                 f"=== {node.name}: forward (its last paragraph is sent only to a model that takes no JSON Schema) ===\n"
                 f"{forward}\n\n{describe(node.type)}"
@@ -129,49 +115,4 @@ def parse_reply(node: GraphNode, reply: str) -> tuple[str | None, str | None]:
         if match is None:
             return None, "no <output> tag in the reply"
         text = match.group(1)
-    text = text.strip()
-    if node.type.kind == "text":
-        return text, None
-    if node.type.kind == "record":
-        return read_record(node.type, text)
-    if node.type.kind == "list":
-        return read_list(node.type, text)
-    if node.type.kind == "json":
-        value = first_json(text)
-        if value is None:
-            return None, "no JSON value in the reply"
-        return json.dumps(value, ensure_ascii=False, sort_keys=True), None
-    if node.type.kind == "number":
-        number = parse_number(text)
-        if number is None:
-            return None, "no number in the reply"
-        return (str(int(number)) if number == int(number) else repr(number)), None
-    choice = match_choice(node.type.choices, text)
-    if choice is None:
-        return None, f"the reply does not start with one of {', '.join(node.type.choices)}"
-    return choice, None
-
-
-def match_choice(choices: tuple[str, ...], reply: str) -> str | None:
-    """The option a reply starts with, after a label such as "Answer:" or "The answer is".
-
-    The paper's form is the option first, then a reason; a label before it is common and harmless, so it
-    is skipped. A number with a decimal part is a different number: "1.5" is neither 1 nor 2.
-
-    Options are matched as written first, longest first, so `(A)` matches "(A) because..." and
-    `-1` is not read as `1`; only then without their outer punctuation, so "A" still counts for
-    `(A)` and "Yes." for `Yes`.
-    """
-    head = WRAPPERS.sub("", LEADING_LABEL.sub("", reply, count=1)).casefold()
-    for choice in sorted(choices, key=len, reverse=True):
-        option = choice.casefold()
-        if head.startswith(option) and not (option[-1:].isalnum() and re.match(NOT_AN_END, head[len(option) :])):
-            return choice
-    if NEGATIVE.match(head):  # a negative number is not its absolute value
-        return None
-    bare = OUTER_PUNCTUATION.sub("", head.split("\n", 1)[0])
-    for choice in sorted(choices, key=len, reverse=True):
-        option = OUTER_PUNCTUATION.sub("", choice.casefold())
-        if option and choice[:1] not in "+-" and re.match(re.escape(option) + f"(?!{NOT_AN_END})", bare):
-            return choice
-    return None
+    return output_kind(node.type).parse(node.type, text.strip())

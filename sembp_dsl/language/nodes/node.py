@@ -14,7 +14,7 @@ from .. import ir
 from .branches import Gate
 from .demos import shown
 from .maps import Each
-from .shapes import as_record
+from .outputs import as_record
 from .templates import Record, compile_template, label
 
 NO_RECORDS: Mapping[str, ir.OutputType] = MappingProxyType({})

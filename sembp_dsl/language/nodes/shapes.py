@@ -13,25 +13,17 @@ A constraint must never make a reply impossible: a grammar's free fields share C
 max_tokens characters, and the call may take a token per character (models/constraints.py), so a
 constrained reply always ends closed, however dense its tokens. A field the grammar closed at its bound was
 cut there (`Shape.ran_out`).
-A choice keeps the paper's form, the option first and then a reason; a number comes last, after the
-reasoning, where the parser looks for it. A record (`{verdict: choice(Yes, No), reason: text}`) is one JSON
-object, its fields in order; a model held to no constraint is told its fields in words (`describe`), and
-whatever the reply, `read_record` checks it field by field. A list (`list[number]`) is a JSON array of its
-item type: its JSON Schema names the items, its grammar is an array of them, a model held to neither is told
-the item type in words, and `read_list` reads each item as that type, the first that does not fit by its place.
+Which shape a node's reply takes is its output type's to say (outputs.py); the JSON read out of replies
+(`first_json`, `first_object`) is here, for every parser.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from functools import lru_cache
-
-from .. import ir
-from .templates import Record
 
 #: Characters a reply may take per token of max_tokens. English prose runs at 4 to 6 characters a token
 #: (SmolLM2's tokenizer), so a prose reply of that length still fits in max_tokens; math runs at about 2
@@ -52,12 +44,24 @@ SENTENCE = re.compile(r"[^\x00-\x20<.!?][^<.!?]*[.!?]")
 
 
 @dataclass(frozen=True)
+class Items:
+    """A list field's items, as their output type states them (outputs.py): their JSON Schema, as JSON text so a
+    Field stays hashable (None: a strict schema cannot state them), and the GBNF of one written as JSON."""
+
+    schema: str | None
+    rule: str
+
+    def array_schema(self) -> dict:
+        return {"type": "array", "items": json.loads(self.schema or "null")}
+
+
+@dataclass(frozen=True)
 class Field:
     """A typed part of a reply.
 
     kind: `option` (one of `options`), `line` (one line of text, not blank), `text` (any lines without
     `<`, which keeps a closing tag after it unambiguous; may be empty), `number` (a decimal number),
-    `json` (a JSON object or array), `list` (a JSON array, each item of the type `item`). `cap`: the most
+    `json` (a JSON object or array), `list` (a JSON array of `items`). `cap`: the most
     characters of a line or text, whatever the budget.
     `sentences`: a text that is at most this many sentences, each closed by `.`, `!` or `?`, so it can end
     only where a sentence ends (a small model otherwise runs on until its bound cuts it off).
@@ -68,7 +72,7 @@ class Field:
     options: tuple[str, ...] = ()
     cap: int | None = None
     sentences: int | None = None
-    item: ir.OutputType | None = None
+    items: Items | None = None
 
     @property
     def free(self) -> bool:
@@ -82,7 +86,7 @@ class Field:
         if self.kind == "number":
             return {"type": "number"}
         if self.kind == "list":
-            return array_schema(self.item)
+            return None if self.items is None or self.items.schema is None else self.items.array_schema()
         return None if self.kind == "json" else {"type": "string"}
 
     def sentence_limit(self, limit: int | None) -> int | None:
@@ -201,19 +205,6 @@ def object_schema(properties: dict[str, dict | None]) -> dict | None:
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
-def array_schema(item: ir.OutputType | None) -> dict | None:
-    """The JSON Schema of a list of `item`s; None when the item's type has none (`json`)."""
-    items = type_schema(item) if item is not None else None
-    return None if items is None else {"type": "array", "items": items}
-
-
-def type_schema(type_: ir.OutputType) -> dict | None:
-    """The JSON Schema of a value of an output type, as a list item or a record field."""
-    if type_.kind == "record":
-        return object_schema({f.name: type_schema(f.type) for f in type_.fields})
-    return value_field("", type_).schema()
-
-
 def number_text(value: int | float) -> str:
     """A number as the parser reads it: no exponent (`1e+20` would read as 20), no `.0` on a whole number."""
     if isinstance(value, float) and value.is_integer():
@@ -290,44 +281,6 @@ def first_object(text: str) -> dict | None:
     return next(json_values(text, "{"), None)
 
 
-def value_field(name: str, type_: ir.OutputType, line: bool = False) -> Field:
-    """The field that holds a value of an output type (text as one line, or as free text)."""
-    kind = {"choice": "option", "number": "number", "json": "json", "list": "list"}.get(
-        type_.kind, "line" if line else "text"
-    )
-    return Field(name, kind, type_.choices, item=type_.item)
-
-
-@lru_cache(maxsize=256)
-def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
-    """A node's reply, as forward.parse_reply reads it; None for plain text, where any reply is one.
-
-    - `choice`: the option first, then a reason on the next line (the paper's form);
-    - `number`: reasoning, then `Answer: ` and the number last (the parser takes the last number);
-    - `json`: a JSON object or array; a list: a JSON array of its items;
-    - a record: one JSON object with its fields, in order (`record_shape`);
-    - `parse = tag`: reasoning, then the value alone inside `<output>...</output>`.
-    """
-    if type_.kind == "record":
-        if parse == "tag":
-            return Shape(
-                f"{type_} in <output>", (Field("reasoning", "text"), "\n<output>", Field("output", "json"), "</output>")
-            )
-        return record_shape(type_)
-    if parse == "tag":
-        return Shape(
-            f"{type_} in <output>",
-            (Field("reasoning", "text"), "\n<output>", value_field("output", type_, line=True), "</output>"),
-        )
-    if type_.kind == "choice":
-        return Shape(str(type_), (value_field("answer", type_), "\n", Field("reason", "line")))
-    if type_.kind == "number":
-        return Shape("number", (Field("reasoning", "text"), "\nAnswer: ", value_field("answer", type_)))
-    if type_.kind in ("json", "list"):
-        return Shape(str(type_), (value_field("value", type_),))
-    return None
-
-
 @dataclass(frozen=True)
 class RecordShape(Shape):
     """A record output's reply: one JSON object, its parts the object's text (`{"verdict": `, a field, ...).
@@ -352,16 +305,6 @@ class RecordShape(Shape):
         except (ValueError, RecursionError):  # not JSON, or nested past Python's stack: not in this shape
             return {}
         return {k: v for k, v in value.items() if isinstance(v, str)} if isinstance(value, dict) else {}
-
-
-def record_shape(type_: ir.OutputType) -> RecordShape:
-    parts: list[Part] = []
-    for index, f in enumerate(type_.fields):
-        parts += [
-            ("{" if index == 0 else ", ") + json.dumps(f.name, ensure_ascii=False) + ": ",
-            value_field(f.name, f.type),
-        ]
-    return RecordShape(str(type_), (*parts, "}"))
 
 
 @lru_cache(maxsize=256)
@@ -402,7 +345,7 @@ def repeat(item: str, limit: int | None, least: int = 0) -> str:
 def json_value(field: Field, limit: int | None) -> str:
     """A field's value written as JSON: an option or text as a string, a number, a list, or any JSON value."""
     if field.kind == "list":
-        return array_grammar(field.item, limit)
+        return array_rule(None if field.items is None else field.items.rule, limit)
     if field.kind == "option":
         return " | ".join(
             literal(json.dumps(o, ensure_ascii=False)) for o in sorted(field.options, key=len, reverse=True)
@@ -423,7 +366,7 @@ def field_grammar(field: Field, limit: int | None) -> str:
     if field.kind == "json":
         return "json-object | json-array"
     if field.kind == "list":
-        return array_grammar(field.item, limit)
+        return array_rule(None if field.items is None else field.items.rule, limit)
     if field.kind == "line":
         return LINE_START + ("" if limit == 1 else " " + repeat(LINE_CHAR, None if limit is None else limit - 1))
     if field.sentences is not None:
@@ -437,27 +380,11 @@ def most_items(max_tokens: int | None) -> int | None:
     return None if max_tokens is None else max(2, CHARS_PER_TOKEN * max_tokens // NUMBER_WIDTH)
 
 
-def array_grammar(item: ir.OutputType | None, most: int | None = None) -> str:
-    """A JSON array of at most `most` items, each a JSON value of the type `item` (any JSON value when None)."""
-    value = "json-value" if item is None else f"({typed_json(item)})"
+def array_rule(item: str | None, most: int | None = None) -> str:
+    """A JSON array of at most `most` items, each a JSON value the GBNF `item` states (any JSON value when None)."""
+    value = "json-value" if item is None else f"({item})"
     more = repeat(f'("," json-ws {value})', None if most is None else most - 1)
     return f'"[" json-ws ({value} {more})? "]" json-ws'
-
-
-def typed_json(type_: ir.OutputType) -> str:
-    """A JSON value of an output type, as list items and record fields are written: an option as one of its
-    strings, a record as an object of exactly its fields in order, a list as an array of its items."""
-    if type_.kind == "list":
-        return array_grammar(type_.item)
-    if type_.kind == "record":
-        fields = ' "," json-ws '.join(
-            f"{literal(json.dumps(f.name, ensure_ascii=False) + ':')} json-ws {typed_json(f.type)}"
-            for f in type_.fields
-        )
-        return f'"{{" json-ws {fields} "}}" json-ws'
-    if type_.kind == "choice":
-        return f"({json_value(value_field('', type_), None)}) json-ws"
-    return {"number": "json-number", "json": "json-value"}.get(type_.kind, "json-string")
 
 
 def sentences_grammar(count: int, each: int | None) -> str:
@@ -478,187 +405,3 @@ json-array ::= "[" json-ws ( json-value ("," json-ws json-value)* )? "]" json-ws
 json-string ::= "\"" ( [^"\\\x00-\x1F<] | "\\" (["\\/bfnrt] | "u" [0-9a-fA-F]{4}) )* "\"" json-ws
 json-number ::= "-"? ("0" | [1-9] [0-9]*) ("." [0-9]+)? ([eE] [-+]? [0-9]+)? json-ws
 json-ws ::= | " " | "\n" [ \t]{0,20}"""
-
-
-# -- records: described in words, read back field by field ------------------------------------------------
-
-NUMBER_TEXT = re.compile(r"\s*-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?\s*\Z")
-
-
-def describe(type_: ir.OutputType) -> str:
-    """A record's fields, or a list's item type, in words, for a model its JSON Schema does not reach: appended to
-    its prompt."""
-    if type_.kind == "list":
-        return f"Reply with {words(type_)}."
-    lines = ["Reply with a JSON object with exactly these fields:"]
-    lines += [f'- "{f.name}": {words(f.type)}' for f in type_.fields]
-    return "\n".join(lines)
-
-
-def words(type_: ir.OutputType) -> str:
-    """What a value of a type is, in words ("a JSON array, each item a number")."""
-    if type_.kind == "choice":
-        return "one of " + ", ".join(json.dumps(c, ensure_ascii=False) for c in type_.choices)
-    if type_.kind == "list" and type_.item is not None:
-        return f"a JSON array, each item {words(type_.item)}"
-    if type_.kind == "record":
-        fields = ", ".join(f"{json.dumps(f.name, ensure_ascii=False)} ({words(f.type)})" for f in type_.fields)
-        return f"a JSON object with exactly the fields {fields}"
-    return {"text": "text", "number": "a number", "json": "any JSON value", "list": "a JSON array"}[type_.kind]
-
-
-def answer_format(type_: ir.OutputType) -> str | None:
-    """How a reply that no JSON Schema holds (a tool loop's answer) must answer, in words that the parsers read: a
-    record's fields, a choice's options first, a number last, a JSON array or value. None for text: any reply is."""
-    if type_.kind == "record":
-        return describe(type_)
-    if type_.kind == "list":
-        return f"Answer with {words(type_)}."
-    return {
-        "choice": f"Begin the answer with one of: {', '.join(type_.choices)}.",
-        "number": "End the answer with the number.",
-        "json": "Answer with a JSON value.",
-    }.get(type_.kind)
-
-
-def read_record(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
-    """A record reply as compact JSON of its fields, in declared order, or (None, why it does not fit)."""
-    found = first_object(text)
-    if found is None:
-        return None, "no JSON object in the reply"
-    record, problem = record_fields(type_, found)
-    if problem is not None:
-        return None, f"the reply {problem}" if problem.startswith("has ") else problem
-    return json.dumps(record, ensure_ascii=False), None
-
-
-def read_list(type_: ir.OutputType, text: str) -> tuple[str | None, str | None]:
-    """A list reply as compact JSON of its items, each read as the item type reads it, or (None, why it does
-    not fit: the first item that does not, by its place from 1)."""
-    found = first_json(text)
-    if not isinstance(found, list):
-        return None, "no JSON array in the reply"
-    # an object's keys sorted, as a json output's (and a function's list) are; a record's then put in its order
-    items, problem = read_field(type_, json.loads(json.dumps(found, sort_keys=True)))
-    return (None, problem) if problem is not None else (json.dumps(items, ensure_ascii=False), None)
-
-
-def record_fields(type_: ir.OutputType, found: dict) -> tuple[dict, str | None]:
-    """A JSON object's fields of a record, in declared order (others dropped), or (what, what is wrong)."""
-    record: dict = {}
-    for f in type_.fields:
-        if f.name not in found:
-            return record, f"has no field '{f.name}'"
-        value, problem = read_field(f.type, found[f.name])
-        if problem is not None:
-            return record, located(f"field '{f.name}'", problem)
-        record[f.name] = value
-    return record, None
-
-
-def located(where: str, problem: str) -> str:
-    """A problem of a part of a value, said of that part ("item 2 is not a number", "item 2, field 'x' is ...")."""
-    return f"{where}{' ' if problem.startswith(('is ', 'has ')) else ', '}{problem}"
-
-
-def list_items(item: ir.OutputType, value, shown: str) -> tuple[list | None, str | None]:
-    """A list's items, each as `item` reads it, or (None, what is wrong with the first that does not fit)."""
-    if not isinstance(value, list):
-        return None, f"is not a JSON array: {shown}"
-    items = []
-    for index, each in enumerate(value, start=1):
-        read, problem = read_field(item, each)
-        if problem is not None:
-            return None, located(f"item {index}", problem)
-        items.append(read)
-    return items, None
-
-
-def read_field(type_: ir.OutputType, value) -> tuple[object, str | None]:
-    """One field's value (or a list item's) as its type reads it, or (None, what is wrong with it)."""
-    shown = json.dumps(value, ensure_ascii=False)[:80]
-    if type_.kind == "json":
-        return value, None
-    if type_.kind == "list" and type_.item is not None:
-        return list_items(type_.item, value, shown)
-    if type_.kind == "record":
-        if not isinstance(value, dict):
-            return None, f"is not {words(type_)}: {shown}"
-        record, problem = record_fields(type_, value)
-        return (None, problem) if problem is not None else (record, None)
-    return read_scalar(type_, value, shown)
-
-
-def read_scalar(type_: ir.OutputType, value, shown: str) -> tuple[object, str | None]:
-    """A number, a choice's option or text as its type reads it, or (None, what is wrong with it)."""
-    if type_.kind == "number":
-        if isinstance(value, str) and NUMBER_TEXT.match(value):
-            value = float(value)
-        finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-        if isinstance(value, bool) or not finite:
-            return None, f"is not a number: {shown}"
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-            value = int(value)  # 3.0 reads as 3, as a number output does
-        return value, None
-    if isinstance(value, (dict, list)) or value is None:
-        return None, f"is not {'text' if type_.kind == 'text' else 'one of ' + ', '.join(type_.choices)}: {shown}"
-    text = value if isinstance(value, str) else json.dumps(value)
-    if type_.kind == "text":
-        return text, None
-    wanted = text.strip().casefold()
-    option = next((c for c in type_.choices if c.casefold() == wanted), None)
-    if option is None:
-        return None, f"is {shown}, not one of {', '.join(type_.choices)}"
-    return option, None
-
-
-def python_value(type_: ir.OutputType, text: str):
-    """A value of a type, as Python reads it: a number as int or float, JSON (and a record) as read from JSON,
-    text and choices as they are. Text that does not read as its type (a reply that did not parse) stays text."""
-    try:
-        if type_.kind == "number":
-            number = float(text)
-            return int(number) if number.is_integer() else number
-        if type_.kind in ("json", "record", "list"):
-            return json.loads(text)
-    except (ValueError, RecursionError):
-        return text
-    return text
-
-
-def output_text(type_: ir.OutputType, value) -> tuple[str | None, str | None]:
-    """A Python value (what a function node returned) as the output text of its type, or (None, what is wrong
-    with it): the text a model's reply of that type would be parsed into."""
-    try:
-        as_json = json.dumps(value, ensure_ascii=False, sort_keys=True, allow_nan=False)
-    except (TypeError, ValueError, RecursionError) as exc:
-        return None, f"is a {type(value).__name__}, which is not JSON ({exc})"
-    if type_.kind == "json":
-        return as_json, None
-    if type_.kind == "list":
-        if not isinstance(value, list):
-            return None, f"is a {type(value).__name__}, not a list"
-        items, problem = read_field(type_, json.loads(as_json))
-        if problem is not None:
-            return None, f"is a list whose {problem}"
-        return json.dumps(items, ensure_ascii=False), None
-    if type_.kind == "record":
-        if not isinstance(value, dict):
-            fields = ", ".join(f.name for f in type_.fields)
-            return None, f"is a {type(value).__name__}, not a dict with the fields {fields}"
-        return read_record(type_, json.dumps(value, ensure_ascii=False))
-    if type_.kind == "text" and not isinstance(value, str):
-        return None, f"is a {type(value).__name__}, not text (a str)"
-    read, problem = read_field(type_, value)
-    if problem is not None:
-        return None, problem
-    return (number_text(read) if type_.kind == "number" else str(read)), None  # type: ignore[arg-type]
-
-
-def as_record(type_: ir.OutputType, text: str) -> Record:
-    """A record output as templates read it; a reply that could not be read is, in every field, that reply
-    (successors read the raw reply of a node whose reply did not fit, as for every type)."""
-    read, _ = read_record(type_, text)
-    if read is None:
-        return Record({f.name: text for f in type_.fields}, text)
-    return Record(json.loads(read), read)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -110,6 +111,8 @@ class Builder(Transformer):
         kind = children[0]
         if kind.type == "LIST_TYPE":  # `list[text]`
             return ir.OutputType("list", item=children[2], span=self.span(kind))
+        if kind.type == "NAMED_TYPE":  # an output type written by its name alone
+            return ir.OutputType(str(kind), span=self.span(kind))
         choices = tuple(str(c) for c in children[1:])
         return ir.OutputType(
             {"TEXT": "text", "NUMBER_TYPE": "number", "JSON_TYPE": "json", "CHOICE": "choice"}[kind.type],
@@ -295,9 +298,20 @@ class Builder(Transformer):
         )
 
 
-def grammar() -> str:
-    """The grammar of .sbp (grammar/sbp.lark), which syntax.py also parses with."""
+@functools.cache
+def _grammar_file() -> str:
     return (Path(__file__).parent / "grammar" / "sbp.lark").read_text(encoding="utf-8")  # as templates.py reads
+
+
+def grammar() -> str:
+    """The grammar of .sbp (grammar/sbp.lark), which syntax.py also parses with: with an output type added to
+    ir.OUTPUT_TYPES, its name is a type's keyword too."""
+    text = _grammar_file()
+    named = ir.named_types()
+    if not named:
+        return text
+    text = text.replace("\ntype: ", "\ntype: NAMED_TYPE | ", 1)
+    return text + "NAMED_TYPE: " + " | ".join(json.dumps(name) for name in named) + "\n"
 
 
 # Lark fixes its inline transformer when the parser is built, and the Builder holds the parse at hand (file,
@@ -307,15 +321,18 @@ _THREAD = threading.local()
 
 
 def _parser() -> tuple[Builder, Lark]:
-    """This thread's Builder and the Lark parser that calls it."""
-    pair = getattr(_THREAD, "pair", None)
-    if pair is None:
+    """This thread's Builder and the Lark parser that calls it (built again when the grammar changed: an output
+    type added)."""
+    text = grammar()
+    built = getattr(_THREAD, "built", None)
+    if built is None or built[0] != text:
         builder = Builder()
-        pair = _THREAD.pair = (
+        built = _THREAD.built = (
+            text,
             builder,
-            Lark(grammar(), parser="lalr", lexer="contextual", transformer=builder, cache=True),
+            Lark(text, parser="lalr", lexer="contextual", transformer=builder, cache=True),
         )
-    return pair
+    return built[1], built[2]
 
 
 def _describe(terminal: str) -> str:

@@ -99,11 +99,16 @@ class Source:
 _BUILDING = threading.Lock()
 
 
-@cache
 def _tree_parser() -> Lark:
+    return _tree_parser_of(grammar())
+
+
+@cache
+def _tree_parser_of(text: str) -> Lark:
+    """The parser of one grammar (another when an output type is added)."""
     with _BUILDING:
         return Lark(
-            grammar(), parser="lalr", lexer="contextual", keep_all_tokens=True, cache=True
+            text, parser="lalr", lexer="contextual", keep_all_tokens=True, cache=True
         )  # no propagate_positions: every place is read from the tokens, and the trees' own cost a third of a read
 
 

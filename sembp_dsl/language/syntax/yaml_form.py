@@ -30,7 +30,15 @@ from ..diagnostics import (
     suggestion_or_list,
 )
 
-TYPE = re.compile(r"\s*(text|number|json|choice)\s*(?:\((.*)\))?\s*\Z", re.S)
+
+@cache
+def type_pattern(named: tuple[str, ...]) -> re.Pattern:
+    """A type written as a string: a keyword type (a choice with its options) or one of the `named` output types
+    (ir.named_types)."""
+    names = "|".join(re.escape(t) for t in ("text", "number", "json", "choice", *named))
+    return re.compile(rf"\s*({names})\s*(?:\((.*)\))?\s*\Z", re.S)
+
+
 LIST = re.compile(r"\s*list\s*\[(.*)\]\s*\Z", re.S)
 CONDITION = re.compile(r"\s*(\w+)(?:\.(\w+))?\s*(==|!=)\s*(.*?)\s*\Z", re.S)  # `triage == "Yes"`
 EACH = re.compile(r"\s*(\w+)\s+in\s+(\w+)\s*\Z")  # `passage in passages`
@@ -41,18 +49,26 @@ def schema_text(strategies: Sequence[str] = ()) -> str:
     """The JSON Schema of the YAML form, as text (what `sbpc schema` prints), with `strategies` as the names the
     `strategies` setting takes. Reading a file holds them to no list: the checker does (E136, with did you mean),
     for both forms, from the one STRATEGIES a strategy's line adds its name to."""
-    shown = json.loads(json.dumps(schema()))  # a copy: the cached schema stays as shipped
+    shown = json.loads(json.dumps(schema()))  # a copy: the cached schema stays as read
     if strategies:
         shown["$defs"]["optimize"]["properties"]["strategies"]["items"] = {"enum": list(strategies)}
     return json.dumps(shown, indent=2, ensure_ascii=False) + "\n"
 
 
-@cache
 def schema() -> dict:
-    """The shipped JSON Schema of the YAML form."""
-    return json.loads(
+    """The shipped JSON Schema of the YAML form, its type pattern taking the names of the output types beyond the
+    keyword ones (ir.named_types)."""
+    return _schema(ir.named_types())
+
+
+@cache
+def _schema(named: tuple[str, ...]) -> dict:
+    shipped = json.loads(
         resources.files("sembp_dsl.language.syntax").joinpath("schema/pipeline.schema.json").read_text(encoding="utf-8")
     )
+    names = "".join(f"|{re.escape(t)}" for t in named)
+    shipped["$defs"]["type"]["pattern"] = shipped["$defs"]["type"]["pattern"].replace("|json|", f"|json{names}|")
+    return shipped
 
 
 def _span(file: str, node: yaml.Node) -> ir.Span:
@@ -298,7 +314,7 @@ class Lowering:
         listed = LIST.match(text)
         if listed is not None:
             return ir.OutputType("list", item=self.type_text(listed.group(1), node), span=self.span(node))
-        match = TYPE.match(text)
+        match = type_pattern(ir.named_types()).match(text)
         if match is None:
             self.errors.append(diagnostic("E048", self.span(node), f"'{text}' is not a type"))
             return ir.OutputType("text", span=self.span(node))

@@ -30,7 +30,7 @@ from ... import ir
 from ...diagnostics import suggestion
 from ...mcp_servers import is_server_tool
 from ...nodes.node import GraphNode
-from ...nodes.shapes import answer_format
+from ...nodes.outputs import answer_format
 from ...nodes.trace import FUNCTION_FAILED, NodeTrace, Shown
 from ...signatures import ToolSpec
 from ..kind import Checking, Compiled, Model, NodeKind
