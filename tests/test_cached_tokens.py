@@ -180,3 +180,21 @@ def test_what_the_cached_rate_saved_is_booked_only_for_a_reply_priced_at_it():
     assert saved > 0 and ledger.roles["forward"].cache_saving == pytest.approx(saved)
     assert ledger.roles["backward"].cache_saving == 0 == ledger.roles["optimizer"].cache_saving
     assert ledger.to_json()["cache_saving"] == pytest.approx(saved) and ledger.to_json()["cached_tokens"] == 3 * 1024
+
+
+def test_for_a_provider_that_caches_up_to_its_marker_the_plan_counts_the_system_message_alone(tmp_path, capsys):
+    """Anthropic caches a prefix only up to the marker sbpc sets after the system message (models/wire.py): a long
+    instruction in the user message saves nothing there, a long system message does."""
+    claude = LONG.replace('"openai/gpt-4o-mini"', '"anthropic/claude-haiku-4-5-20251001"')
+    assert prices.marks_cache("anthropic/claude-haiku-4-5-20251001")
+    in_user, _ = planned(tmp_path, capsys, claude)
+    assert in_user["cache_saving"] == 0 and not any(in_user["cached_tokens"].values())
+    in_system = claude.replace(
+        "node notes: text { prompt = rules }", 'node notes: text { prompt = answer_task  system = "{{ rules }}" }'
+    )
+    assert in_system != claude
+    bound, _ = planned(tmp_path, capsys, in_system)
+    assert (
+        bound["cached_tokens"]["forward"] >= 1024 * (bound["calls"]["forward"] // 2 - 1) and bound["cache_saving"] > 0
+    )
+    assert bound["cached_tokens"]["optimizer"] == 0  # its questions have no system message
