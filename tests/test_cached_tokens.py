@@ -161,3 +161,40 @@ def test_the_plan_says_what_a_long_repeated_instruction_could_save_at_the_cached
 def test_a_plan_on_models_without_a_cached_rate_says_nothing_of_one(tmp_path, capsys):
     bound, printed = planned(tmp_path, capsys, LONG, "--model", "embedded/smollm2-135m")
     assert bound["cache_saving"] is None and "cached rate" not in printed
+
+
+def test_what_the_cached_rate_saved_is_booked_only_for_a_reply_priced_at_it():
+    """A reply priced at litellm's cached rate saved the difference; one at a batch price (which has no cached
+    rate) or at a declared one saved nothing by it."""
+    from sembp_dsl.models.ledger import Ledger
+    from sembp_dsl.models.transport import Reply
+
+    model = "openai/gpt-4o-mini"
+    at_cached = Reply("ok", 2000, 10, prices.cost(model, 2000, 10, 1024), "stop", cached_tokens=1024)
+    batched = at_cached._replace(cost=prices.batch_cost(model, 2000, 10))
+    ledger = Ledger()
+    ledger.charge("forward", "forward", at_cached, model)
+    ledger.charge("backward", "backward", batched, model)
+    ledger.charge("optimizer", "optimizer", at_cached, None)  # a declared price
+    saved = prices.cost(model, 2000, 10) - prices.cost(model, 2000, 10, 1024)
+    assert saved > 0 and ledger.roles["forward"].cache_saving == pytest.approx(saved)
+    assert ledger.roles["backward"].cache_saving == 0 == ledger.roles["optimizer"].cache_saving
+    assert ledger.to_json()["cache_saving"] == pytest.approx(saved) and ledger.to_json()["cached_tokens"] == 3 * 1024
+
+
+def test_for_a_provider_that_caches_up_to_its_marker_the_plan_counts_the_system_message_alone(tmp_path, capsys):
+    """Anthropic caches a prefix only up to the marker sbpc sets after the system message (models/wire.py): a long
+    instruction in the user message saves nothing there, a long system message does."""
+    claude = LONG.replace('"openai/gpt-4o-mini"', '"anthropic/claude-haiku-4-5-20251001"')
+    assert prices.marks_cache("anthropic/claude-haiku-4-5-20251001")
+    in_user, _ = planned(tmp_path, capsys, claude)
+    assert in_user["cache_saving"] == 0 and not any(in_user["cached_tokens"].values())
+    in_system = claude.replace(
+        "node notes: text { prompt = rules }", 'node notes: text { prompt = answer_task  system = "{{ rules }}" }'
+    )
+    assert in_system != claude
+    bound, _ = planned(tmp_path, capsys, in_system)
+    assert (
+        bound["cached_tokens"]["forward"] >= 1024 * (bound["calls"]["forward"] // 2 - 1) and bound["cache_saving"] > 0
+    )
+    assert bound["cached_tokens"]["optimizer"] == 0  # its questions have no system message

@@ -5,8 +5,9 @@ model one (OpenAI caches by itself, prefixes of 1,024 tokens on, in steps of 128
 at the full rate, so its cost stays an upper bound; this says apart how much of it repeats from call to call: a
 model node's system message and its prompt up to the first thing a sample brings (its instruction, its demos), a
 backward question up to its sample (the request, the instruction), an optimizer question up to its examples, a
-judge's up to the inputs. The saving is a bound too: it supposes every call after the first finds its prefix in the
-cache, which a provider keeps for minutes.
+judge's up to the inputs. A provider that caches only up to a marker (Anthropic's) is counted up to where sbpc sets
+it: after a node's system message. The saving is a bound too: it supposes every call after the first finds its
+prefix in the cache, which a provider keeps for minutes, and that writing it there costs nothing more.
 """
 
 from __future__ import annotations
@@ -37,14 +38,19 @@ def varied(values: Mapping[str, str]) -> dict[str, str]:
     return {name: f"~{value}" for name, value in values.items()}
 
 
+SYSTEM = ":system"  # a node's key, then this: its system message's shared part alone
+
+
 def prefixes(graph: Graph, values: Mapping[str, str], params: Sequence[str], sibling: bool) -> dict[str, int]:
-    """Characters every call shares at the start of its prompt: each model node's (by name), and the longest of the
+    """Characters every call shares at the start of its prompt: each model node's (by name; by name and SYSTEM, of
+    its system message alone, all a provider that caches only up to a marker caches), and the longest of the
     backward questions (`backward`) and of the optimizer questions of `params` (`optimizer`)."""
     other = varied(values)
     found = {}
     for node in graph.model_nodes:
         systems = [node.system_message(v, graph.prompts) or "" for v in (values, other)]
         same = shared(node.render(values, graph.prompts), node.render(other, graph.prompts))
+        found[node.name + SYSTEM] = shared(*systems)
         found[node.name] = shared(*systems) + (same if systems[0] == systems[1] else 0)
     asked = [
         shared(*(graph.backward_questions(node, v, v[node.name], v[node.name], sibling)[0][1] for v in (values, other)))
@@ -67,9 +73,11 @@ def judge_prefix(graph: Graph, judge: MetricSpec, values: Mapping[str, str]) -> 
     return shared(*(graph.judge_question(judge, v, "a", "") for v in (inputs, varied(inputs))))
 
 
-def discount(llm: LLM, model: str) -> float | None:
-    """Dollars a prompt token the provider's cache serves costs less on `model` than a full one; None when it has
-    no cached rate (none in litellm's table, a price its block declares, a Router group, no model)."""
+def cache_terms(llm: LLM, model: str) -> tuple[float, bool] | None:
+    """Dollars a prompt token the provider's cache serves costs less on `model` than a full one, and whether its
+    provider caches only up to a marker (Anthropic's, which sbpc sets after the system message: models/wire.py);
+    None when it has no cached rate (none in litellm's table, a price its block declares, a Router group, no
+    model)."""
     try:
         spec = llm.model(model)
     except LLMError:
@@ -77,19 +85,24 @@ def discount(llm: LLM, model: str) -> float | None:
     if prices.declared(spec.settings, 1, 0) is not None or spec.settings.get("router"):
         return None
     full, cached = (prices.cost(spec.name, 1_000_000, 0, served) for served in (0, 1_000_000))
-    return None if full is None or cached is None or cached >= full else (full - cached) / 1_000_000
+    if full is None or cached is None or cached >= full:
+        return None
+    return (full - cached) / 1_000_000, prices.marks_cache(spec.name)
 
 
-def cache_bound(llm: LLM, uses: Sequence[tuple[str, str, int, int]]) -> tuple[dict[str, int], float | None]:
-    """Of these uses (role, model, calls, the characters each call's prompt shares with the others), the prompt
-    tokens a cache could serve at a cached rate by role, and at most what that rate saves (None: no model of the
-    uses has one)."""
+def cache_bound(
+    llm: LLM, uses: Sequence[tuple[str, str, int, str]], heads: Mapping[str, int]
+) -> tuple[dict[str, int], float | None]:
+    """Of these uses (role, model, calls, the key of their prompts in `heads`: the characters each call's prompt
+    shares with the others), the prompt tokens a cache could serve at a cached rate by role, and at most what that
+    rate saves (None: no model of the uses has one)."""
     tokens = {role: 0 for role, *_ in uses}
     saving: float | None = None
-    for role, model, calls, prefix in uses:
-        rate = discount(llm, model) if calls else None
-        if rate is not None:
-            served = (calls - 1) * cacheable(prefix)
+    for role, model, calls, key in uses:
+        terms = cache_terms(llm, model) if calls else None
+        if terms is not None:
+            rate, marked = terms
+            served = (calls - 1) * cacheable(heads.get(key + SYSTEM if marked else key, 0))
             tokens[role] += served
             saving = (saving or 0.0) + served * rate
     return tokens, saving

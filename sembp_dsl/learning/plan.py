@@ -203,7 +203,7 @@ def plan(
     acting = [step.name for step in steps if step.params(graph)]  # a strategy with nothing to change: no line
     heads = repeated_heads(graph, method, train, mapping, limits, judge)
     keys = [node.name for node in graph.model_nodes] + roles[1:]  # what each use's prompts are: `uses`' order
-    cached, saving = cache_bound(llm, [(r, m, u.calls, heads.get(k, 0)) for (r, m, u, _), k in zip(uses, keys)])
+    cached, saving = cache_bound(llm, [(r, m, u.calls, k) for (r, m, u, _), k in zip(uses, keys)], heads)
     whole = totals(llm, uses, roles, gate_warning(method, gate), unforeseen, acting)
     return replace(whole, cached_tokens=cached, cache_saving=saving)
 

@@ -3,6 +3,7 @@ named counters other stages keep. Several LLM layers (one per event loop) may sh
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -113,7 +114,10 @@ class Ledger:
         cost = float(reply.cost or 0.0)
         full = None  # what the reply would have cost with no token from the provider's cache
         if reply.cached_tokens and priced_as and reply.cost is not None:
-            full = prices.cost(priced_as, reply.prompt_tokens, reply.completion_tokens)
+            tokens = (priced_as, reply.prompt_tokens, reply.completion_tokens)
+            cached = prices.cost(*tokens, reply.cached_tokens)
+            if cached is not None and math.isclose(reply.cost, cached):  # not at a batch price, which has no such rate
+                full = prices.cost(*tokens)
         self.add(
             role,
             model,
