@@ -8,6 +8,7 @@ whole record into the same folder (`RunRecord.of_evaluation(folder=...)`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def resumed(runs_dir: Path, settings: RunSettings, scored: Mapping[str, object])
     settings, split, metric and limit); ResumeError when there is none, or the newest was asked otherwise."""
     _check_folder(runs_dir)
     for folder in sorted(runs_dir.glob("*"), reverse=True):
-        if not (folder / JOURNAL).is_file():
+        if not _journal_in(folder):
             continue
         try:
             record = RunRecord.load(folder)
@@ -54,3 +55,12 @@ def resumed(runs_dir: Path, settings: RunSettings, scored: Mapping[str, object])
         f"no unfinished batch evaluation of {settings.file} in {runs_dir}; start one without ",
         Option("resume=True", "--resume"),
     )
+
+
+def _journal_in(folder: Path) -> bool:
+    """Whether `folder` holds a readable journal of batches (a torn or foreign one is no run to resume)."""
+    try:
+        kept = json.loads((folder / JOURNAL).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(kept, dict) and isinstance(kept.get("batches"), list)
