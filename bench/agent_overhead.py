@@ -1,4 +1,4 @@
-"""sbpc's own CPU per tool step of a tool loop (language/kinds/agent.py), beside the model's and the tool's time.
+"""sbpc's own CPU per tool step of a tool loop (language/kinds/agent/), beside the model's and the tool's time.
 
 Runs pipelines/agent.sbp's node on the in-process MockTransport (no socket, no model): each sample makes
 STEPS tool calls (one a reply) and then answers; the tools are pipelines/agent_tools.py's, whose own time is

@@ -30,7 +30,7 @@ from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
 from .language.nodes.demos import from_text
 from .language.nodes.shapes import python_value
 from .language.nodes.trace import Trace
-from .models.batch import Batch, Batches, Journal, refusal, refuse
+from .models.batch import JOURNAL, Batch, Batches, Journal, refusal, refuse
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
@@ -42,6 +42,7 @@ from .runtime.evaluate import (
     Evaluation,
     Result,
     Scorer,
+    Tally,
     check_answers,
     check_fields,
     evaluate,
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
     from .models.ledger import RoleUsage
-    from .records.record import RunRecord, RunSettings
+    from .records.record import EvalRecord, RunRecord, RunSettings
 
 __all__ = [
     "BudgetExceeded",
@@ -461,6 +462,8 @@ class Pipeline:
         on_done: Callable[[Result], None] | None = None,
         runs_dir: str | Path | None = None,
         batch: bool | Batch = False,
+        keep: int | None = None,
+        resume: bool = False,
         **sizes: int,
     ) -> Evaluation:
         """Score the pipeline on examples: a list of dicts (inputs and an `answer`, `label` or `target`), or a
@@ -468,9 +471,11 @@ class Pipeline:
         these `sizes` (train_size, val_size, test_size, seed; your own file is scored whole when none is given).
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
-        run record of the evaluation there (every sample with each node's prompt and reply), named by `.record`.
-        `batch`: send the model calls through the provider's batch API at its batch price (True, or a `Batch`:
-        resume a killed run's batches, hear progress)."""
+        run record of the evaluation there (every sample with each node's prompt and reply, a line as it finishes),
+        named by `.record`; `resume`: go on with its newest unfinished one asked the same (and the batches it had
+        sent). `keep`: hold only the running sums and the first `keep` samples not answered right (`.wrong`), for
+        data too long to hold. `batch`: send the model calls through the provider's batch API at its batch price
+        (True, or a `Batch` that hears progress)."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -486,15 +491,19 @@ class Pipeline:
         for key, name in models.items():  # before any call
             check_callable(name, routed=self._session.routed(key))
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
-        kept = _Kept(self, runs_dir, data, sizes, models, scored)
-        async with _calls(self._session, batch, kept) as llm:
+        if resume and runs_dir is None:
+            raise ValueError("resume=True goes on with an evaluation's run record: give the runs_dir it was kept in")
+        kept = runs_dir and _Recording(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
+        asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept.done]
+        async with _calls(self._session, batch, kept or None) as llm:
             scorer = self._scorer(chosen, llm)
             if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers
                 splits.require_answers(self.graph, samples)
             # one batch: it stops early when its first calls show it cannot work
             with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-                evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, on_done)
-        return evaluation if runs_dir is None else replace(evaluation, record=kept.finish(evaluation, spent))
+                heard = kept.heard(on_done) if kept else on_done
+                evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
+        return kept.finish(evaluation, asked, spent) if kept else evaluation
 
     evaluate = _blocking(aevaluate)
 
@@ -622,6 +631,66 @@ class Pipeline:
         )
 
 
+class _Recording:
+    """An evaluation's run record: made when its first sample finishes, so the first call waits on no import of the
+    record (~10 ms, measured); a resumed one at once, since the samples it holds decide which are asked."""
+
+    def __init__(
+        self,
+        pipeline: Pipeline,
+        runs_dir: Path,
+        resume: bool,
+        source: Mapping[str, Any],
+        sizes: Mapping[str, int],
+        models: Mapping[str, str],
+        scored: Mapping[str, object],
+    ):
+        self.pipeline, self.runs_dir, self.resume, self.scored = pipeline, runs_dir, resume, scored
+        self.source, self.sizes, self.models = source, sizes, models
+        self.before = Tally()  # the running sums of the samples a resumed record had finished
+        self.record = self._made() if resume else None
+        self.batches: Journal | None = None  # a batch evaluation's batches, kept beside its record
+
+    def _made(self) -> EvalRecord:
+        # ~10 ms to import (measured): only an evaluation that keeps a record pays it, after its first call
+        from .records.record import EvalRecord, RunSettings
+
+        method = self.pipeline.method(None, **self.sizes)
+        settings = RunSettings(self.pipeline.path, method=method, models=self.models, **self.source)
+        if self.resume:
+            return EvalRecord.resume(self.runs_dir, settings, self.pipeline.prompts, self.scored, self.before)
+        return EvalRecord.start(self.runs_dir, settings, self.pipeline.prompts, self.scored)
+
+    @property
+    def done(self) -> set[str]:
+        return self.record.done if self.record else set()
+
+    def journal(self) -> Journal:
+        """Where a batch evaluation keeps its batches' ids the moment each is made: in its record's folder (made now,
+        before any call), so a killed run resumed finds them again and sends none twice."""
+        self.record = self.record or self._made()
+        self.batches = Journal(self.record.folder() / JOURNAL)
+        return self.batches
+
+    def heard(self, on_done: Callable[[Result], None] | None) -> Callable[[Result], None]:
+        """What hears of each sample as it finishes: the record, then `on_done`."""
+
+        def done(result: Result) -> None:
+            self.record = self.record or self._made()
+            self.record.add(result)
+            if on_done is not None:
+                on_done(result)
+
+        return done
+
+    def finish(self, evaluation: Evaluation, asked: int, spent: RoleUsage) -> Evaluation:
+        """The evaluation with the samples a resumed record had finished counted in, and its record's end written."""
+        record = self.record = self.record or self._made()
+        evaluation = replace(evaluation, requested=asked, tally=self.before + evaluation.tally, notes=record.notes)
+        batch = {"batch": self.batches.summary()} if self.batches is not None else {}
+        return replace(evaluation, record=record.finish(evaluation, spent, batch).folder)
+
+
 class _Lost(CallFailed):
     """CallFailed for a prediction with no answer: the trace's reason, and the failure of the call behind it
     (None when a prompt did not render)."""
@@ -635,56 +704,6 @@ class _Lost(CallFailed):
 
 def _name(metric: Callable) -> str:
     return str(getattr(metric, "__name__", metric))
-
-
-@dataclass
-class _Kept:
-    """Where an evaluation's run record goes (`runs_dir`; None: nowhere) and what it says; a batch evaluation's is
-    begun before its calls (records/pending.py), so its batches' ids are kept from the moment each is made."""
-
-    pipeline: Pipeline
-    runs_dir: str | Path | None
-    data: Data | Examples
-    sizes: Mapping[str, int]
-    models: Mapping[str, str]
-    scored: Mapping[str, object]
-    folder: Path | None = None
-    journal: Journal | None = None
-
-    def settings(self) -> RunSettings:
-        from .records.record import RunSettings  # ~10 ms to import (measured): only a kept record pays it
-
-        return RunSettings(
-            self.pipeline.path,
-            method=self.pipeline.method(None, **self.sizes),
-            models=self.models,
-            **splits.source_of(self.data),
-        )
-
-    def begin(self, resume: bool) -> Journal:
-        """The journal of a batch evaluation's batches: in its record folder (a new one, or with `resume` the
-        killed run's), or in memory when no record is kept."""
-        if self.runs_dir is not None:
-            from .records import pending  # ~10 ms to import (measured): only a batch evaluation begins a record
-
-            begun = pending.resumed if resume else pending.begin
-            args = (self.settings(), self.scored) if resume else (self.settings(), self.pipeline.prompts, self.scored)
-            self.folder = begun(Path(self.runs_dir), *args)
-        elif resume:
-            raise ValueError("resuming a batch evaluation needs the runs_dir its record was kept in")
-        self.journal = Journal(None if self.folder is None else self.folder / "batch.json")
-        return self.journal
-
-    def finish(self, evaluation: Evaluation, spent: RoleUsage) -> Path:
-        """The whole record, in the folder begun for it, if one was; its folder."""
-        # ~10 ms to import (measured): the record is written after the calls, so the first call never waits on it
-        from .records.record import RunRecord
-
-        scored = {**self.scored, **({"batch": self.journal.summary()} if self.journal is not None else {})}
-        record = RunRecord.of_evaluation(
-            Path(str(self.runs_dir)), self.settings(), self.pipeline.prompts, evaluation, scored, spent, self.folder
-        )
-        return record.folder
 
 
 def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str]) -> None:
@@ -710,7 +729,7 @@ def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str])
 
 
 @contextlib.asynccontextmanager
-async def _calls(session: Session, batch: bool | Batch, kept: _Kept) -> AsyncIterator[LLM]:
+async def _calls(session: Session, batch: bool | Batch, kept: _Recording | None) -> AsyncIterator[LLM]:
     """The LLM layer an evaluation calls: the session's, or with `batch` one that sends every call through the
     provider's batch API (models/batch.py), refused before any call when a model has none. No retries there: a
     failed request is its sample's, with the cause (another try would be another day's wait)."""
@@ -718,7 +737,7 @@ async def _calls(session: Session, batch: bool | Batch, kept: _Kept) -> AsyncIte
         yield session.llm()
         return
     asked = batch if isinstance(batch, Batch) else Batch()
-    journal = kept.begin(asked.resume)
+    journal = kept.journal() if kept is not None else Journal(None)
     # a model block's rpm, tpm and concurrency pace calls sent at once; a batch is one upload, paced by its provider
     models = {
         key: replace(spec, settings={k: v for k, v in spec.settings.items() if k not in LIMITS})

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,6 +22,7 @@ from .errors import SbpcError
 from .language.blocks.method import SETTINGS, SIZES, SettingError, check
 from .language.graph.graph import Graph
 from .learning.stats import t_interval
+from .records.record import RecordError
 from .records.report import (
     diff_html,
     escape,
@@ -374,18 +375,47 @@ def html(results: Sequence[RowResult], experiment: Experiment) -> str:
 # --- two evaluations, sample by sample --------------------------------------------------------------
 
 
+COMPARED_SAMPLES = 300  # the most samples each list of a comparison page holds
+
+
+def _brief(sample: dict) -> dict:
+    """What pairing keeps of a sample: enough to say whether it flipped or changed, not its prompts and replies."""
+    return {key: sample.get(key) for key in ("id", "expected", "output", "score", "lost")}
+
+
+def _briefs(run: Run) -> Iterator[dict]:
+    """A run's samples, briefly, read one at a time."""
+    try:
+        yield from map(_brief, run.samples())
+    except RecordError as exc:
+        raise RunsError(str(exc)) from None
+
+
+def _whole(run: Run, ids: set[str]) -> dict[str, dict]:
+    """The samples of `run` with these ids, whole: a second pass, for the few a page shows in full."""
+    try:
+        return {x["id"]: x for x in run.samples() if x["id"] in ids}
+    except RecordError as exc:
+        raise RunsError(str(exc)) from None
+
+
 def compare_evals(a: Run, b: Run) -> str:
     """Two evaluations of the same data as one page: the samples both scored, paired by id; which flipped
-    (wrong -> right, right -> wrong), and the paired difference of scores (B - A) with its 95% t interval."""
-    ours = a.evaluation.get("samples", [])
-    theirs = {x["id"]: x for x in b.evaluation.get("samples", [])}
-    pairs = [(x, theirs[x["id"]]) for x in ours if x["id"] in theirs]
+    (wrong -> right, right -> wrong), and the paired difference of scores (B - A) with its 95% t interval. Each list
+    holds at most COMPARED_SAMPLES samples and says how many it leaves out; the samples are read a line at a time."""
+    theirs = {x["id"]: x for x in _briefs(b)}
+    ours = 0
+    pairs = []
+    for x in _briefs(a):
+        ours += 1
+        if x["id"] in theirs:
+            pairs.append((x, theirs[x["id"]]))
     if not pairs:
         raise RunsError(f"{a.name} and {b.name} share no sample; compare two evaluations of the same data")
     fixed = [(x, y) for x, y in pairs if not is_right(x) and is_right(y)]
     broken = [(x, y) for x, y in pairs if is_right(x) and not is_right(y)]
     mean, low, high = t_interval([y["score"] - x["score"] for x, y in pairs])
-    unpaired = len(ours) + len(theirs) - 2 * len(pairs)
+    unpaired = ours + len(theirs) - 2 * len(pairs)
     body = [
         f"<p>A: <b>{escape(a.name)}</b>, B: <b>{escape(b.name)}</b>; {len(pairs)} samples scored by both"
         + (f" ({unpaired} scored by one only, left out)" if unpaired else "")
@@ -396,26 +426,36 @@ def compare_evals(a: Run, b: Run) -> str:
     ]
     if (a.settings.data, a.evaluation.get("split")) != (b.settings.data, b.evaluation.get("split")):
         body.append('<p class="rejected">the two evaluations scored different data; only shared ids are paired</p>')
-    body += [output_changes_html(pairs)] + _flips_html(fixed, broken) + [score_changes_html(pairs)]
+    changed = [(x, y) for x, y in pairs if x.get("output") != y.get("output")]
+    same = [(x, y) for x, y in pairs if x.get("output") == y.get("output")]
+    shown = changed[:COMPARED_SAMPLES] + same[: max(0, COMPARED_SAMPLES - len(changed))]
+    body += [output_changes_html(shown, len(changed), len(pairs))]
+    body += _flips_html(a, b, fixed[:COMPARED_SAMPLES], broken[:COMPARED_SAMPLES], len(fixed), len(broken))
+    body += [score_changes_html(pairs, COMPARED_SAMPLES)]
     body += _prompt_changes_html(a, b)
     body += [f"<h2>A: {escape(a.name)}</h2>", eval_facts(a), f"<h2>B: {escape(b.name)}</h2>", eval_facts(b)]
     return page(f"sbpc: {a.name} vs {b.name}", "\n".join(body))
 
 
-def _flips_html(fixed: list, broken: list) -> list[str]:
-    """The samples that flipped each way: a table of them, then each one's prompts and replies, A's and B's."""
+def _flips_html(a: Run, b: Run, fixed: list, broken: list, *counts: int) -> list[str]:
+    """The samples that flipped each way (the first of them; `counts`: how many flipped each way): a table of them,
+    then each one's prompts and replies, A's and B's."""
+    ids = {x["id"] for x, _ in fixed + broken}
+    whole_a, whole_b = (_whole(a, ids), _whole(b, ids)) if ids else ({}, {})
     body = []
-    for title, flips in (("wrong -> right", fixed), ("right -> wrong", broken)):
-        body.append(f"<h2>{title} ({len(flips)})</h2>")
+    for (title, flips), count in zip((("wrong -> right", fixed), ("right -> wrong", broken)), counts):
+        body.append(f"<h2>{title} ({count})</h2>")
         if not flips:
             continue
+        if count > len(flips):
+            body.append(f"<p>the first {len(flips)}; {count - len(flips)} more left out</p>")
         body.append(
             table(
                 ["sample", "expected", "A's output", "B's output"],
                 [[x["id"], x.get("expected"), x.get("output"), y.get("output")] for x, y in flips],
             )
         )
-        body += [sample_html(x, "A: ") + sample_html(y, "B: ") for x, y in flips]
+        body += [sample_html(whole_a[x["id"]], "A: ") + sample_html(whole_b[x["id"]], "B: ") for x, _ in flips]
     return body
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -147,3 +148,21 @@ def sbpc(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "sembp_dsl.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=1200
     )
+
+
+def eval_samples(run_json: Path) -> list[dict]:
+    """An evaluation record's samples in the split's order, by their ids' numbers (its samples file, beside run.json,
+    holds them in the order they finished)."""
+    evaluation = json.loads(Path(run_json).read_text())["evaluation"]
+    lines = (Path(run_json).parent / evaluation["samples_file"]).read_text().splitlines()
+    return sorted(
+        (json.loads(line) for line in lines),
+        key=lambda s: [int(p) if p.isdigit() else p for p in re.split(r"(\d+)", s["id"])],
+    )
+
+
+def write_eval_samples(run_json: Path, samples: list[dict]) -> None:
+    """An evaluation record's samples file, written anew (a test's edit of what a run recorded)."""
+    evaluation = json.loads(Path(run_json).read_text())["evaluation"]
+    text = "".join(json.dumps(sample) + "\n" for sample in samples)
+    (Path(run_json).parent / evaluation["samples_file"]).write_text(text)

@@ -142,7 +142,7 @@ def test_a_kill_in_the_second_round_resumes_with_both_batches(tmp_path):
     assert "accuracy 1.000 (12/12)" in out and "batches sent" not in err
 
 
-def test_resume_needs_an_unfinished_batch_evaluation_and_batch(tmp_path, fake_llm):
+def test_resume_needs_an_unfinished_evaluation_asked_the_same(tmp_path, fake_llm):
     path = pipeline_at(tmp_path, ECHO, fake_llm.url)
     data = topics(tmp_path, 3)
     nothing = subprocess.run(
@@ -151,14 +151,7 @@ def test_resume_needs_an_unfinished_batch_evaluation_and_batch(tmp_path, fake_ll
         text=True,
         cwd=tmp_path,
     )
-    assert nothing.returncode == 1 and "no unfinished batch evaluation of" in nothing.stderr
-    alone = subprocess.run(
-        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--data", str(data), "--resume"],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    assert alone.returncode == 2 and "--resume continues a --batch evaluation" in alone.stderr
+    assert nothing.returncode == 2 and "--resume: no unfinished evaluation of" in nothing.stderr, nothing.stderr
     assert fake_llm.requests == 0
 
 

@@ -11,7 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from conftest import sbpc, with_fake_model
+from conftest import eval_samples, sbpc, with_fake_model
 
 from sembp_dsl import cli
 from sembp_dsl.language.graph.compile import compile_file, diagnose
@@ -178,7 +178,7 @@ def test_eval_without_data_scores_the_test_file_alone(tmp_path, fake_llm, script
     assert report["scored"] == SPLITS["test"] and report["correct"] == SPLITS["test"]
     assert seen(script, "forward") == {f"test-row-{i}" for i in range(SPLITS["test"])}
     record = json.loads((Path(report["run"]) / "run.json").read_text())
-    assert {s["id"].split(":")[0] for s in record["evaluation"]["samples"]} == {"test.jsonl"}
+    assert {s["id"].split(":")[0] for s in eval_samples(Path(report["run"]) / "run.json")} == {"test.jsonl"}
     files = [str(tmp_path / "data" / f"{split}.jsonl") for split in SPLITS]
     settings = record["settings"]
     assert (settings["data"], settings["validation_data"], settings["test_data"]) == tuple(files)
@@ -218,7 +218,9 @@ def test_data_overrides_the_block_and_test_data_its_test_file(tmp_path, fake_llm
     record = json.loads((Path(report["run"]) / "run.json").read_text())  # the replies came from the cache
     assert record["settings"]["test_data"] == str(tmp_path / "other.jsonl")
     assert record["settings"]["data"] == str(tmp_path / "data" / "train.jsonl")
-    assert [s["inputs"]["q"] for s in record["evaluation"]["samples"]] == [f"other-row-{i}" for i in range(3)]
+    assert [s["inputs"]["q"] for s in eval_samples(Path(report["run"]) / "run.json")] == [
+        f"other-row-{i}" for i in range(3)
+    ]
 
 
 @pytest.mark.parametrize("split", ["train", "dev", "test"])
@@ -290,9 +292,9 @@ def test_eval_through_the_embedded_model_scores_the_test_file_alone(tmp_path):
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["scored"] == 2 and report["ledger"]["roles"]["forward"]["calls"] == 2
-    record = json.loads((Path(report["run"]) / "run.json").read_text())
-    assert [s["inputs"]["q"] for s in record["evaluation"]["samples"]] == ["test-row-0", "test-row-1"]
-    assert all(s["output"] in ("Yes", "No") for s in record["evaluation"]["samples"])  # held to its choice
+    samples = eval_samples(Path(report["run"]) / "run.json")
+    assert [s["inputs"]["q"] for s in samples] == ["test-row-0", "test-row-1"]
+    assert all(s["output"] in ("Yes", "No") for s in samples)  # held to its choice
 
 
 def test_a_validation_file_beside_a_folder_keeps_the_folders_own_test_split(tmp_path):

@@ -273,7 +273,7 @@ def test_a_set_from_right_training_samples_passes_the_gate_and_is_written_back(t
     reloaded.close()
     # the record says which examples were tried, where from and what the gate made of them
     record = json.loads(next((tmp_path / "runs").glob("*/run.json")).read_text())
-    assert check(record) is None and record["version"] == 4
+    assert check(record) is None and record["version"] == 5
     shown = render_show(resolve("1", tmp_path / "runs"))
     assert "candidate for shots: taken" in shown and "from the training samples" in shown
     assert "Example 1:\n" in shown.replace("      ", "") and "gate" in shown

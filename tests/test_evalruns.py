@@ -9,7 +9,7 @@ import textwrap
 
 import pytest
 import test_report
-from conftest import with_fake_model
+from conftest import eval_samples, with_fake_model, write_eval_samples
 
 from sembp_dsl import cli
 from sembp_dsl.api import load
@@ -60,7 +60,7 @@ def test_eval_writes_a_record_that_runs_lists_and_show_prints(two_evals, capsys)
 
     record = json.loads(sorted((two_evals / ".sbpc/runs").glob("*/run.json"))[-1].read_text())
     assert record["kind"] == "eval" and record["initial_prompts"] == {"ask": "VERDICT <b>now</b>."}
-    first = record["evaluation"]["samples"][0]
+    first = eval_samples(sorted((two_evals / ".sbpc/runs").glob("*/run.json"))[-1])[0]
     assert first["nodes"]["answer"]["prompt"].startswith("VERDICT <b>now</b>.")
     assert first["inputs"] == {"q": "q0"} and first["score"] == 1.0 and record["evaluation"]["split"] == "test"
 
@@ -220,10 +220,10 @@ def test_report_of_two_evaluations_with_partial_credit_shows_every_score_that_mo
     samples whose score changed, by how much, largest first; the unchanged one is not among them."""
     first, second = sorted((two_evals / ".sbpc/runs").glob("*/run.json"))
     for path, scores in ((first, (0.4, 0.2, 0.5, 0.9)), (second, (0.7, 0.2, 0.45, 0.3))):
-        record = json.loads(path.read_text())
-        for sample, score in zip(record["evaluation"]["samples"], scores):
+        samples = eval_samples(path)
+        for sample, score in zip(samples, scores):
             sample["score"] = score
-        path.write_text(json.dumps(record))
+        write_eval_samples(path, samples)
     assert cli.main(["report", "1", "2", "--out", "cmp.html"]) == 0
     text = re.sub(r"<[^>]+>", " ", (two_evals / "cmp.html").read_text())
     assert "0 wrong -> right, 0 right -> wrong" in text

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import Script
+from conftest import Script, eval_samples
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
@@ -181,7 +181,7 @@ def test_a_judge_scores_free_text_on_its_scale_with_its_reason(support):
     assert re.search(r"^judge\s+8 ", ledger.render(), re.M), ledger.render()
     # the evaluation's record: each sample's reason and the judge's reply, its calls in the record's ledger
     record = json.loads((evaluation.record / "run.json").read_text())
-    sample = record["evaluation"]["samples"][0]
+    sample = eval_samples(evaluation.record / "run.json")[0]
     assert sample["reason"] == JUDGE_REASON and json.loads(sample["judge"]["reply"])["score"] == 2
     assert record["ledger"]["calls"] == 3 * len(ROWS)  # two nodes and the judge, per row
     code, out, _ = run("show", str(evaluation.record))

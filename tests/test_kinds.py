@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from conftest import eval_samples
 
 import sembp_dsl
 from sembp_dsl.cli.commands import main
@@ -153,7 +154,7 @@ def test_a_new_kinds_own_trace_data_is_shown_by_run_trace_show_and_the_report(ec
 
     assert main(["eval", "echo.sbp", "--data", "echo.jsonl"]) == 0
     [run_dir] = (tmp_path / ".sbpc" / "runs").iterdir()
-    [sample] = json.loads((run_dir / "run.json").read_text())["evaluation"]["samples"]
+    [sample] = eval_samples(run_dir / "run.json")
     assert sample["nodes"]["copy"]["echoed"] == {"from": "question", "chars": 30}
     capsys.readouterr()
     assert main(["show", str(run_dir)]) == 0

@@ -31,8 +31,8 @@ LANGUAGE = [
     "syntax",  # text -> IR
     "blocks",  # what the file's blocks name outside it: settings, data, providers, Python code
     "nodes",  # what every node is made of: its compiled form, flow, prompt, reply, metric, trace
+    "messages",  # what a kind and a model say to each other, typed: messages, tool calls, a request, a reply
     "signatures",  # a tool's JSON Schema, read from its source
-    "toolcalls",  # what a tool-calling node and its model say to each other
     "mcp_servers",  # tools from MCP servers
     "kinds",  # what each kind of node adds
     "check",  # IR -> checked IR
@@ -244,3 +244,38 @@ def test_an_import_circle_is_found_through_relative_and_function_level_imports()
     assert graph["cli.lsp"] == {"cli.commands", "language.source"}
     assert _cycles(graph) == [["cli.commands", "cli.lsp"]]
     assert _cycles({**graph, "cli.lsp": {"language.source"}}) == []
+
+
+#: The keys of OpenAI's chat-completions JSON no other shape of sbpc's uses (a message's "role" beside its
+#: "content" is the shape too; the GenAI conventions' messages in spans have "role" beside "parts").
+WIRE_KEYS = {"tool_calls", "tool_call_id", "choices"}
+
+
+def _wire_uses(path: Path) -> list[str]:
+    """Where a module reads or writes the chat-completions shape: one of WIRE_KEYS as a dict key, a subscript or
+    a `.get()`, or a dict with both "role" and "content"."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        keys: list[ast.expr] = []
+        if isinstance(node, ast.Dict):
+            named = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if {"role", "content"} <= named:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} a message")
+            keys = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args:
+            keys = [node.args[0]]
+        found += [
+            f"{path.relative_to(PACKAGE)}:{node.lineno} {key.value}"
+            for key in keys
+            if isinstance(key, ast.Constant) and key.value in WIRE_KEYS
+        ]
+    return found
+
+
+def test_one_module_knows_the_chat_message_wire_shape():
+    """Kinds, the runtime, spans and every transport pass typed messages and replies (language/messages.py); only
+    models/wire.py writes them as the JSON a provider takes and reads its replies back."""
+    knowing = {use.split(":")[0] for path in PACKAGE.rglob("*.py") for use in _wire_uses(path)}
+    assert knowing == {"models/wire.py"}, sorted(use for p in PACKAGE.rglob("*.py") for use in _wire_uses(p))

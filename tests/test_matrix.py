@@ -30,6 +30,7 @@ DOCS = [b for b in HELD if b.language in PIPELINE and marker(b) == ""]
 EMITS = ("ir", "dot", "mermaid", "prompts", "constraints")
 COMMANDS = (
     "check", "fmt-check", "fmt-twice", *(f"compile-{e}" for e in EMITS), "plan", "run-trace", "eval", "eval-batch",
+    "eval-resume",
     "optimize-gradients", "optimize-demos", "optimize-models", "optimize-cost",
     "show", "report", "apply", "runs", "serve", "api",
 )  # fmt: skip
@@ -161,6 +162,29 @@ def recording(space: Workspace, command: str) -> None:
         assert len(listed.out.strip().splitlines()) == len(listed_json) >= len(runs), listed.out
 
 
+def evaluating(space: Workspace, command: str) -> None:
+    if command == "eval":
+        sound(space.recorded("eval"))
+        return
+    # eval-resume: an evaluation cut short as a kill leaves it (no end written, its last line half written) goes on
+    runs = space.path.parent / "resumed"
+    asked = ("eval", space.path, "--data", space.data, *space.sizes, *space.models, "--runs-dir", runs)
+    sound(sbpc(*asked))
+    [run] = runs.iterdir()
+    record = json.loads((run / "run.json").read_text())
+    record["finished"], record["ledger"] = False, None
+    for key in ("score", "scored", "requested", "counts"):
+        del record["evaluation"][key]
+    (run / "run.json").write_text(json.dumps(record))
+    whole = (run / "samples.jsonl").read_text().splitlines()
+    (run / "samples.jsonl").write_text("".join(line + "\n" for line in whole[: len(whole) // 2]) + whole[-1][:9])
+    resumed = sbpc(*asked, "--resume")
+    sound(resumed)
+    assert "the last line is cut off" in resumed.text, resumed.text[-2000:]
+    ids = [json.loads(line)["id"] for line in (run / "samples.jsonl").read_text().splitlines()]
+    assert sorted(ids) == sorted(json.loads(line)["id"] for line in whole)
+
+
 def running(space: Workspace, command: str) -> None:
     """run --trace as a user reads it, then --json: every node has its say, in JSON that parses."""
     row = ("--input-json", json.dumps(space.first_row()))
@@ -216,7 +240,7 @@ RUN = {
     "compile": compiling,
     "plan": planning,
     "run": running,
-    "eval": lambda space, command: batching(space) if command == "eval-batch" else sound(space.recorded("eval")),
+    "eval": lambda space, command: batching(space) if command == "eval-batch" else evaluating(space, command),
     "optimize": optimizing,
     "show": recording,
     "report": recording,

@@ -38,12 +38,12 @@ def test_the_schema_is_a_json_schema_and_a_written_record_follows_it(tmp_path, f
     assert code == 0
     jsonschema.Draft202012Validator.check_schema(SCHEMA)
     written = json.loads(record_file.read_text())
-    assert written["version"] == VERSION == 4 and written["settings"]["gate"] == "val"
+    assert written["version"] == VERSION == 5 and written["settings"]["gate"] == "val"
     assert not list(VALIDATOR.iter_errors(written)) and check(written) is None
     assert Record.read(written).to_json() == written  # read and written by one module, losslessly
 
 
-def test_a_version_1_record_is_read_and_resumed_as_version_4(tmp_path, fake_llm, script, capsys):
+def test_a_version_1_record_is_read_and_resumed_as_version_5(tmp_path, fake_llm, script, capsys):
     """A record from before `version` (gate 'validation', no gate_alpha) lists, shows and resumes."""
     code, path, flags, record_file = optimize(tmp_path, fake_llm, "--iters", "2", "--max-calls", "30")
     capsys.readouterr()
@@ -61,7 +61,7 @@ def test_a_version_1_record_is_read_and_resumed_as_version_4(tmp_path, fake_llm,
     code, out, err = sbpc(capsys, "optimize", path, *asked, "--resume", "--runs-dir", tmp_path / "runs")
     assert code == 0, err
     resumed = json.loads(record_file.read_text())
-    assert resumed["version"] == 4 and resumed["settings"]["gate"] == "val" and resumed["finished"]
+    assert resumed["version"] == 5 and resumed["settings"]["gate"] == "val" and resumed["finished"]
     done = len(old["iterations"])
     assert len(resumed["iterations"]) == 2 and resumed["iterations"][:done] == old["iterations"]
 
@@ -69,7 +69,7 @@ def test_a_version_1_record_is_read_and_resumed_as_version_4(tmp_path, fake_llm,
 @pytest.mark.parametrize(
     "bad, where",
     [
-        (record(version=5), "version is 5, not one of 1, 2, 3, 4"),
+        (record(version=6), "version is 6, not one of 1, 2, 3, 4, 5"),
         (record(finished="yes"), "finished is text, not true/false"),
         (record(initial_score="high"), "initial_score is text, not a number or null"),
         (record(initial_right=[1]), "initial_right[0] is a number, not text"),

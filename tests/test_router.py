@@ -16,6 +16,7 @@ from test_llm import TOY
 
 from sembp_dsl import cli
 from sembp_dsl.language.graph.graph import ModelSpec
+from sembp_dsl.language.messages import Message
 from sembp_dsl.models import limits, prices
 from sembp_dsl.models.llm import LLM, CallFailed, LLMError
 
@@ -294,7 +295,7 @@ def test_a_deployments_own_rpm_is_kept_by_the_router_when_the_fast_path_sends(tm
             outcomes = []
             for i in range(8):
                 try:
-                    await routers.send("pool", [{"role": "user", "content": f"p{i}"}], router=str(path), timeout=1.0)
+                    await routers.send("pool", [Message.user(f"p{i}")], router=str(path), timeout=1.0)
                     outcomes.append("ok")
                 except CallError as exc:
                     outcomes.append((exc.status_code, "no deployment" in exc.message))

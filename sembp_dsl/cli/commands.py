@@ -291,22 +291,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_eval(args) -> int:
-    # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..runtime.evaluate import first_needed, metric_for, split_to_score
-
     with load_pipeline(args) as pipeline:
-        dataset = args.examples.load(first_needed(pipeline.graph, args.split, method_settings(args), args.limit))
-        # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
-        # the user's own file with no size given is scored whole
-        samples = split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit]
-        if not samples:  # a score of nothing is no result: said before a run record is made
-            size = f"{args.split}_size"
-            given = f" ({SETTINGS[size].option} 0)" if getattr(args, size, None) == 0 else ""
-            why = "--limit 0" if args.limit == 0 else f"the {args.split} split of {dataset.name} is empty{given}"
-            raise UsageError(f"nothing to score: {why}")
-        metric = args.metric or metric_for(pipeline.graph, dataset.metric)
-        scored = _scored(dataset, args.split, len(samples), args.limit)
-        with progress_bar(len(samples), f"eval {scored}", args.json) as bar:
+        count, metric, scored = _to_score(pipeline, args)
+        with progress_bar(count, f"eval {scored}", args.json) as bar, _resumed(args):
             evaluation = pipeline.evaluate(  # the data set again by name, so that the record names it
                 args.examples,
                 metric,
@@ -316,8 +303,12 @@ def cmd_eval(args) -> int:
                 on_done=lambda r: bar.update(),
                 runs_dir=args.runs_dir,
                 batch=_batch(args),
+                keep=args.errors,  # the summary's sums and the wrong samples it prints: flat however many rows
+                resume=args.resume,
                 **method_settings(args),
             )
+        for note in evaluation.notes:
+            print(for_terminal(f"sbpc: note: {note}", sys.stderr), file=sys.stderr)
         evaluation = replace(evaluation, stopped=evaluation.stopped and evaluation.stopped.cli)  # a budget as flags
         code = 0 if evaluation.trustworthy else 1  # nothing, or too little, scored is no result
         if args.json:
@@ -341,7 +332,7 @@ def cmd_eval(args) -> int:
         print_ledger(pipeline, args)
         if evaluation.scored and not evaluation.trustworthy:
             print(
-                f"sbpc: error: {len(evaluation.lost)} of {len(evaluation.results)} samples were lost to failed "
+                f"sbpc: error: {evaluation.tally.lost} of {evaluation.tally.samples} samples were lost to failed "
                 "calls; the score of the rest is no result (the causes are above)",
                 file=sys.stderr,
             )
@@ -349,16 +340,44 @@ def cmd_eval(args) -> int:
 
 
 def _batch(args):
-    """What `eval --batch` asks of the batch API: its progress told on stderr, a killed run resumed with --resume."""
+    """What `eval --batch` asks of the batch API: its progress told on stderr (a killed run is resumed with --resume,
+    as any evaluation)."""
     from ..models.batch import Batch  # the model layer: imported by the commands that call models only
 
-    if args.resume and not args.batch:
-        raise UsageError("--resume continues a --batch evaluation: give --batch too")
-    return (
-        Batch(resume=args.resume, progress=lambda line: print(line, file=sys.stderr, flush=True))
-        if args.batch
-        else False
-    )
+    return Batch(progress=lambda line: print(line, file=sys.stderr, flush=True)) if args.batch else False
+
+
+def _to_score(pipeline, args) -> tuple[int, str, str]:
+    """How many samples `eval` scores, with which metric, and its words for them; the rows read for that are let
+    go before the evaluation reads them again (held through it, a long file's rows were its largest part)."""
+    # the api and the model runtime cost about 0.25 s to import: only the commands that call models pay it
+    from ..runtime.evaluate import first_needed, metric_for, split_to_score
+
+    dataset = args.examples.load(first_needed(pipeline.graph, args.split, method_settings(args), args.limit))
+    # the same sizes as optimize, so a single-pool data set is carved the same way and test never overlaps;
+    # the user's own file with no size given is scored whole
+    count = len(split_to_score(pipeline.graph, dataset, args.split, method_settings(args))[: args.limit])
+    if not count:  # a score of nothing is no result: said before a run record is made
+        size = f"{args.split}_size"
+        given = f" ({SETTINGS[size].option} 0)" if getattr(args, size, None) == 0 else ""
+        why = "--limit 0" if args.limit == 0 else f"the {args.split} split of {dataset.name} is empty{given}"
+        raise UsageError(f"nothing to score: {why}")
+    metric = args.metric or metric_for(pipeline.graph, dataset.metric)
+    return count, metric, _scored(dataset, args.split, count, args.limit)
+
+
+@contextlib.contextmanager
+def _resumed(args):
+    """`eval --resume` that finds no evaluation to go on with: a usage error, said as the flag's."""
+    if not args.resume:
+        yield
+        return
+    from ..records.record import ResumeError  # the run record: imported by an evaluation that keeps one anyway
+
+    try:
+        yield
+    except ResumeError as exc:
+        raise UsageError(f"--resume: {exc.cli}") from None
 
 
 def _scored(dataset, split: str, count: int, limit: int | None) -> str:
@@ -667,7 +686,10 @@ def _add_run_and_eval(sub) -> None:
         help="send the model calls through the provider's batch API (OpenAI's), at its batch price; waits up to 24 h",
     )
     ev.add_argument(
-        "--resume", action="store_true", help="with --batch: continue the last unfinished batch evaluation of FILE"
+        "--resume",
+        action="store_true",
+        help="go on with the newest unfinished evaluation asked the same, scoring only the samples it had not "
+        "finished (with --batch: waiting on the batches it had sent, never sending them twice)",
     )
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     add_model_flags(ev)

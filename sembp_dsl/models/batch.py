@@ -23,14 +23,15 @@ import json
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import Option, SbpcError
 from ..files import atomic_write
-from . import prices
+from ..language.messages import Capabilities, Message
+from . import prices, wire
 from .faults import BadReply, CallError, LLMError, first_line, is_call_error, redact
 from .transport import (
     REWRITTEN,
@@ -39,11 +40,11 @@ from .transport import (
     Transport,
     _endpoint,
     _env_snapshot,
-    _reply,
     import_litellm,
     serving,
 )
 
+JOURNAL = "batch.json"  # beside an evaluation's run.json: the batches it created (Journal)
 PROVIDERS = ("openai",)  # whose batch API sbpc sends: litellm's create_batch takes a few more, none tested here
 CHAT = "/v1/chat/completions"
 WINDOW = "24h"
@@ -96,11 +97,11 @@ def poll_seconds() -> float:
 
 @dataclass(frozen=True)
 class Batch:
-    """How an evaluation's model calls go through the batch API: `resume` the run a kill interrupted (its batches,
-    found by the ids its record folder keeps), `progress` hears a line each time a batch's status or counts
-    change, `poll` is the seconds between looks (default: SBPC_BATCH_POLL, else 30)."""
+    """How an evaluation's model calls go through the batch API: `progress` hears a line each time a batch's status
+    or counts change, `poll` is the seconds between looks (default: SBPC_BATCH_POLL, else 30). A run a kill
+    interrupted is resumed as any evaluation is (`resume=True`): its batches are found by the ids its record
+    folder keeps (JOURNAL)."""
 
-    resume: bool = False
     progress: Callable[[str], None] | None = None
     poll: float = field(default_factory=poll_seconds)
 
@@ -227,8 +228,11 @@ class Batches(Transport):
         self._found: set[str] = set()  # the custom_ids this session took from a journal's batch: asked again, resent
         self._outputs: dict[str, asyncio.Future] = {}  # batch id -> its answers by custom_id, downloaded once
 
-    def takes_tools(self, model: str) -> bool:
-        return True  # OpenAI's chat completions take `tools=`, in a batch as at once
+    def capabilities(self, model: str) -> Capabilities:
+        """As litellm's table says of the model, and tools offered natively: OpenAI's chat completions take
+        `tools=`, in a batch as at once."""
+        found = super().capabilities(model)
+        return Capabilities(found.constraint, tools=True, local=found.local)
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         return prices.batch_cost(model, prompt_tokens, completion_tokens)
@@ -236,7 +240,7 @@ class Batches(Transport):
     def deadline(self, timeout: float) -> float:
         return WAIT
 
-    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+    async def send(self, model: str, messages: Sequence[Message], *, timeout: float, **params: Any) -> Reply:
         """The request's answer, once the batch of its round is done (`timeout` is the batch's window; headers,
         which no batch line carries, are not sent)."""
         api_base, api_key = params.pop("api_base", None), params.pop("api_key", None)
@@ -244,7 +248,8 @@ class Batches(Transport):
         name = model.split("/", 1)[1] if model.startswith("openai/") else model
         if REWRITTEN.match(name) and "max_tokens" in params:  # as litellm rewrites it for these models
             params["max_completion_tokens"] = params.pop("max_tokens")
-        body = {"model": name, "messages": messages, **{k: v for k, v in params.items() if v is not None}}
+        sent = wire.encode(messages)
+        body = {"model": name, "messages": sent, **{k: v for k, v in params.items() if v is not None}}
         endpoint = _endpoint(model, api_base, _env_snapshot())
         digest = hashlib.sha256(json.dumps([endpoint, body], sort_keys=True).encode()).hexdigest()
         asked = _Asked(f"sbpc-{digest[:40]}", body, (model, api_base, api_key))
@@ -418,7 +423,7 @@ def _line(text: str, model: str, batch_id: str) -> tuple[str, Reply | Exception]
     if isinstance(response, dict) and response.get("status_code") == 200:
         body = response.get("body")
         try:
-            reply = _reply(body if isinstance(body, dict) else {}, model)
+            reply = wire.reply_of(body if isinstance(body, dict) else {}, model)
         except BadReply as exc:
             return custom_id, exc
         return custom_id, reply._replace(cost=prices.batch_cost(model, reply.prompt_tokens, reply.completion_tokens))

@@ -93,3 +93,10 @@ def supports_response_schema(model: str) -> bool:
 def supports_function_calling(model: str) -> bool:
     """Whether the model calls tools natively (`tools=`), as litellm's table says (`supports_function_calling`)."""
     return entry(model, "supports_function_calling").get("supports_function_calling") is True
+
+
+def marks_cache(model: str) -> bool:
+    """Whether the model's provider caches a prompt's prefix only up to a marker the request sets (Anthropic's
+    `cache_control`; OpenAI's and others' caches need none)."""
+    provider = model.split("/", 1)[0] if "/" in model else entry(model, "litellm_provider").get("litellm_provider")
+    return provider == "anthropic" or (provider is None and model.startswith("claude"))

@@ -5,8 +5,9 @@
 schema, so the readers (`sbpc runs`, `show`, `apply`, `report`, `--resume`) work on typed fields and a
 record they cannot read is one line saying where it is wrong. It is rewritten atomically after every
 iteration, so a killed run keeps what it had and `--resume` can continue it. An evaluation is a run too
-(`kind` "eval"): the prompts it scored and every sample with each node's prompt and reply. No secrets:
-credentials inside URLs are masked.
+(`kind` "eval"): the prompts it scored and its summary, and every sample with each node's prompt and reply in a JSON
+Lines file beside it (samples.py), a line written as each sample finishes. No secrets: credentials inside URLs are
+masked.
 """
 
 from __future__ import annotations
@@ -17,24 +18,25 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
 from ..language.blocks.method import Method, SettingError
 from .costs import Compared, compared, per_thousand
-from .schema import Check, compile_schema
+from .schema import Check, Problem, compile_schema
 
 if TYPE_CHECKING:  # the runtime and its model layer (aiohttp) are no reader's to import
     from ..models.ledger import RoleUsage
-    from ..runtime.evaluate import Evaluation
+    from ..runtime.evaluate import Evaluation, Result, Tally
 
-VERSION = 4  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
-# 3: training scores over the whole split, an accepted gate completed unless on the last iteration
+VERSION = 5  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
+# 3: training scores over the whole split, an accepted gate completed unless on the last iteration; 4: an evaluation's
+# samples inside run.json (from 5 on, in samples.jsonl beside it)
 SCHEMA: dict = json.loads((Path(__file__).parent / "run.schema.json").read_text(encoding="utf-8"))
 
 
@@ -305,9 +307,20 @@ class Record:
         """Prompt tokens the provider's prompt cache served (0 in a record from before sbpc counted them)."""
         return int((self.ledger or {}).get("cached_tokens") or 0)
 
+    @property
+    def cache_saving(self) -> float:
+        """Dollars the provider's cached prompt tokens cost less than at the full rate (0 in older records)."""
+        return float((self.ledger or {}).get("cache_saving") or 0.0)
+
+    def saving_words(self) -> str:
+        """What the cached tokens' lower rate saved, when it saved anything."""
+        return f", ${self.cache_saving:.4f} less at its cached rate" if self.cache_saving else ""
+
     def spent_words(self) -> str:
-        """Calls, tokens (the provider's cached ones among them) and dollars, in one line's words."""
-        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache)" if self.cached_tokens else ""
+        """Calls, tokens (the provider's cached ones among them, and what their cached rate saved) and dollars, in
+        one line's words."""
+        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache{self.saving_words()})"
+        cached = cached if self.cached_tokens else ""
         batch = (self.evaluation or {}).get("batch")  # an eval --batch: its calls were priced at the batch price
         batched = f" at batch prices ({len(batch['batches'])} batches)" if batch else ""
         return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}{batched}"
@@ -379,61 +392,6 @@ class RunRecord:
         )
         record.save()
         return record
-
-    @classmethod
-    def of_evaluation(
-        cls,
-        runs_dir: Path,
-        settings: RunSettings,
-        prompts: Mapping[str, str],
-        evaluation: Evaluation,
-        scored: Mapping[str, object],
-        spent: RoleUsage,
-        folder: Path | None = None,
-    ) -> RunRecord:
-        """An evaluation's record: the prompts it scored with their hash, what it `scored` (split, metric,
-        limit), and per sample its inputs, every node's prompt, reply and output (NodeTrace.recorded: with what a
-        branch, a map or its kind keeps), the score, reason and error, a judge's prompt and reply, and what its
-        model calls `spent` (the ledger's count: a tool loop's every turn and a map's every item are calls, a
-        function node's run is none). `folder`: the one it was begun in (records/pending.py), else a new one."""
-        samples = [
-            {
-                "id": r.sample.id,
-                "inputs": dict(r.trace.inputs),
-                "expected": r.expected,
-                "output": r.trace.output,
-                "score": r.score,
-                "lost": r.lost,
-                "error": r.metric_error or r.trace.final.error,
-                "reason": r.reason,
-                "nodes": {name: n.recorded() for name, n in r.trace.nodes.items()},
-                **({"judge": {"prompt": r.judged.prompt, "reply": r.judged.reply}} if r.judged else {}),
-            }
-            for r in evaluation.results
-        ]
-        record = Record(
-            settings,
-            dict(prompts),
-            finished=evaluation.stopped is None,
-            stopped=None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped),
-            ledger={
-                "calls": spent.calls,
-                "tokens": spent.prompt_tokens + spent.completion_tokens,
-                "cost": spent.cost,
-            },
-            kind="eval",
-            evaluation={
-                **_public(dict(scored)),
-                "score": evaluation.accuracy,
-                "scored": evaluation.scored,
-                "requested": evaluation.requested,
-                "prompts_sha256": _sha256(json.dumps(dict(prompts), sort_keys=True, ensure_ascii=False)),
-                "samples": samples,
-            },
-        )
-        kept = cls(folder or _new_folder(runs_dir, settings.file), record)
-        kept.save()
-        return kept
 
     @classmethod
     def load(cls, folder: Path, resumable: bool = False) -> RunRecord:
@@ -556,6 +514,114 @@ class RunRecord:
         atomic_write(self.folder / "run.json", json.dumps(self.data.to_json(), indent=2, ensure_ascii=False))
 
 
+class EvalRecord:
+    """An evaluation's record as it runs: run.json made when its first sample finishes (an evaluation its checks
+    refuse leaves none), each sample a line of samples.jsonl as it finishes (a killed evaluation keeps them, and
+    `resume` goes on from them), and its summary (score, counts, calls) written at its end."""
+
+    def __init__(self, runs_dir: Path, record: Record, kept: RunRecord | None = None):
+        self.runs_dir, self.data, self.kept = runs_dir, record, kept
+        self.done: set[str] = set()  # samples a resumed evaluation had finished
+        self.notes: list[str] = []  # what reading them back said (a last line cut off)
+        self.log = SampleLog(kept.folder / SAMPLES_FILE) if kept else None
+
+    @classmethod
+    def start(
+        cls, runs_dir: Path, settings: RunSettings, prompts: Mapping[str, str], scored: Mapping[str, object]
+    ) -> EvalRecord:
+        """A new evaluation of these `prompts`; `scored`: its split, metric and limit."""
+        _check_folder(runs_dir)
+        asked = {
+            **_public(dict(scored)),
+            "prompts_sha256": _sha256(json.dumps(dict(prompts), sort_keys=True, ensure_ascii=False)),
+            "samples_file": SAMPLES_FILE,
+        }
+        return cls(runs_dir, Record(settings, dict(prompts), kind="eval", evaluation=asked))
+
+    @classmethod
+    def resume(
+        cls,
+        runs_dir: Path,
+        settings: RunSettings,
+        prompts: Mapping[str, str],
+        scored: Mapping[str, object],
+        tally: Tally,
+    ) -> EvalRecord:
+        """The newest unfinished evaluation asked exactly this, its finished samples counted into `tally` and named
+        in `done`; its samples file is cut back to its last whole line, where the rest are written."""
+        wanted = cls.start(runs_dir, settings, prompts, scored).data
+        for folder in sorted(runs_dir.glob("*"), reverse=True) if runs_dir.is_dir() else ():
+            try:
+                found = RunRecord.load(folder) if folder.is_dir() else None
+            except RecordError:
+                continue
+            if found is None or found.data.kind != "eval" or found.data.finished:
+                continue
+            asked = {key: (found.data.evaluation or {}).get(key) for key in wanted.evaluation or {}}
+            if (asked, found.data.settings.recorded()) == (wanted.evaluation, settings.recorded()):
+                return cls(runs_dir, found.data, found)._read_back(tally)
+        raise ResumeError(f"no unfinished evaluation of {settings.file} asked the same in {runs_dir}")
+
+    def _read_back(self, tally: Tally) -> EvalRecord:
+        assert self.kept is not None
+        samples = Samples(self.kept.folder / SAMPLES_FILE)
+        try:
+            for sample in samples:
+                self.done.add(sample["id"])
+                right = sample["score"] >= 1.0 and not sample.get("lost")
+                lost = bool(sample.get("lost"))
+                cause = sample.get("cause")
+                tally.count(sample["score"], lost, right, cause or "", cause if not lost else None)
+        except RecordError as exc:
+            raise ResumeError(f"cannot resume the evaluation in {self.kept.folder}: {exc}") from None
+        self.notes = list(samples.notes)
+        if samples.notes:
+            os.truncate(samples.path, samples.good_bytes)  # type: ignore[arg-type]
+        return self
+
+    def folder(self) -> Path:
+        """The record's folder, made (with run.json saying what the evaluation asks) if it is not yet."""
+        if self.kept is None:
+            self.kept = RunRecord(_new_folder(self.runs_dir, self.data.settings.file), self.data)
+            self.kept.save()
+        return self.kept.folder
+
+    def add(self, result: Result) -> None:
+        """A sample finished: its line, written now."""
+        if self.log is None:
+            self.log = SampleLog(self.folder() / SAMPLES_FILE)
+        self.log.add(sample_json(result))
+
+    def finish(self, evaluation: Evaluation, spent: RoleUsage, said: Mapping[str, object] | None = None) -> RunRecord:
+        """The evaluation's end: its score and counts, how it ended, what its model calls `spent` (the ledger's
+        count: a tool loop's every turn and a map's every item are calls, a function node's run is none), and what
+        else its evaluation `said` (a batch evaluation's batches)."""
+        self.folder()  # nothing finished (a budget stopped it first): a record all the same
+        assert self.kept is not None
+        if self.log is not None:
+            self.log.close()
+        tally, data = evaluation.tally, self.data
+        data.finished = evaluation.stopped is None
+        data.stopped = None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped)
+        data.ledger = {
+            "calls": spent.calls,
+            "tokens": spent.prompt_tokens + spent.completion_tokens,
+            "cached_tokens": spent.cached_tokens,
+            "cache_saving": spent.cache_saving,
+            "cost": spent.cost,
+        }
+        data.evaluation = {
+            **(data.evaluation or {}),
+            **(said or {}),
+            "score": evaluation.accuracy,
+            "scored": evaluation.scored,
+            "requested": evaluation.requested,
+            "counts": {"samples": tally.samples, "right": tally.correct, "lost": tally.lost},
+        }
+        self.kept.save()
+        return self.kept
+
+
 def _new_folder(runs_dir: Path, file: str) -> Path:
     """A fresh folder named by the time and the file's stem (-2, -3, ... when two runs start in one second)."""
     _check_folder(runs_dir)
@@ -618,6 +684,18 @@ def _checks() -> Check:
     return compile_schema(SCHEMA)
 
 
+@cache
+def _sample_check() -> Check:
+    return compile_schema({"$defs": SCHEMA["$defs"], "$ref": "#/$defs/sample"})
+
+
+def sample_problem(sample: Any) -> str | None:
+    """Where one sample of an evaluation's samples file breaks run.schema.json's `sample`, in words; None when it
+    holds (a reader checks the samples it shows, not every line it counts)."""
+    problem = _sample_check()(sample, ())
+    return None if problem is None else problem_words(problem)
+
+
 def check(value: Any) -> str | None:
     """The first place where `value` breaks run.schema.json, in words: "iterations[2] has no 'prompts'",
     "ledger is text, not an object or null"; None when it holds."""
@@ -625,8 +703,11 @@ def check(value: Any) -> str | None:
         problem = _checks()(value, ())
     except RecursionError:  # a mapped node's items within items, far deeper than a map of maps goes
         return "it nests too deeply"
-    if problem is None:
-        return None
+    return None if problem is None else problem_words(problem)
+
+
+def problem_words(problem: Problem) -> str:
+    """A place where a value breaks the schema, in words."""
     where = _place(problem.path)
     if problem.keyword == "required":
         return f"{where or 'the record'} has no '{problem.asked}'"
@@ -674,3 +755,112 @@ def _public(value):
     if isinstance(value, str):
         return re.sub(r"://[^/@\s]+@", "://***@", value)
     return value
+
+
+# --- an evaluation's samples: JSON Lines beside run.json ------------------------------------------------------
+# One line written as each sample finishes, so a killed evaluation keeps every sample it finished, and read back a
+# line at a time, so a record of 100,000 samples opens in the memory of one. Records before version 5 hold their
+# samples inside run.json (`samples`); both are read through `Samples`.
+
+SAMPLES_FILE = "samples.jsonl"
+
+
+def sample_json(result: Result) -> dict:
+    """One sample as its line holds it: the small facts first (what a scan of the file reads), then its inputs,
+    every node's prompt, reply and output (NodeTrace.recorded: with what a branch, a map or its kind keeps) and a
+    judge's prompt and reply. `cause`: why it was lost, or why it was scored wrong after a failure (the summary's
+    counts, rebuilt from the file when an evaluation is resumed)."""
+    # the runtime and its model layer (aiohttp) are no reader's to import: only a run that writes samples pays it
+    from ..runtime.evaluate import failure_cause, lost_cause
+
+    return {
+        "id": result.sample.id,
+        "score": result.score,
+        "lost": result.lost,
+        "expected": result.expected,
+        "output": result.trace.output,
+        "error": result.metric_error or result.trace.final.error,
+        "reason": result.reason,
+        "cause": lost_cause(result) if result.lost else failure_cause(result),
+        "inputs": dict(result.trace.inputs),
+        "nodes": {name: n.recorded() for name, n in result.trace.nodes.items()},
+        **({"judge": {"prompt": result.judged.prompt, "reply": result.judged.reply}} if result.judged else {}),
+    }
+
+
+class SampleLog:
+    """The samples file of an evaluation being run: each line flushed as it is written, so it is the operating
+    system's as soon as the sample is (a SIGKILL loses no finished sample)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def add(self, sample: dict) -> None:
+        if self._file is None:
+            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the evaluation's length)
+        self._file.write(json.dumps(sample, ensure_ascii=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _scanned(value: Any) -> dict:
+    """A line's value with the facts a scan reads checked (id, score, lost); the rest is checked where it is
+    shown (`sample_problem`), since checking every part of every line would cost more than reading it."""
+    if not isinstance(value, dict):
+        raise RecordError("it is not an object")
+    if not isinstance(value.get("id"), str):
+        raise RecordError("its id is not text" if "id" in value else "it has no 'id'")
+    score = value.get("score")
+    if isinstance(score, bool) or not isinstance(score, (int, float)):
+        raise RecordError("its score is not a number" if "score" in value else "it has no 'score'")
+    if not isinstance(value.get("lost", False), bool):
+        raise RecordError("its lost is not true/false")
+    return value
+
+
+@dataclass
+class Samples:
+    """An evaluation's samples in the order they finished, read as they are iterated: from its samples file, or
+    from the list an older run.json holds. A last line cut off mid-write (the evaluation was killed while writing
+    it) is left out, and said in `notes`; any other line that is no sample is a RecordError naming it."""
+
+    path: Path | None = None
+    inline: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    good_bytes: int = 0  # where the last whole line of the file ends (a resumed evaluation writes on from there)
+
+    def __iter__(self) -> Iterator[dict]:
+        if self.path is None:
+            yield from self.inline
+            return
+        self.notes.clear()
+        try:
+            with open(self.path, "rb") as file:
+                yield from self._lines(file)
+        except FileNotFoundError:
+            return  # killed before its first sample finished: none
+        except OSError as exc:
+            raise RecordError(f"cannot read {self.path}: {exc.strerror or exc}") from None
+
+    def _lines(self, file: IO[bytes]) -> Iterator[dict]:
+        self.good_bytes = 0
+        for number, line in enumerate(file, 1):
+            try:
+                value = _scanned(json.loads(line)) if line.endswith(b"\n") else None
+            except (ValueError, RecordError) as exc:  # also bad UTF-8
+                if file.read(1):
+                    raise RecordError(f"{self.path}:{number}: not a sample ({exc})") from None
+                value = None
+            if value is None:  # the last line, cut off
+                self.notes.append(
+                    f"{self.path}:{number}: the last line is cut off (the evaluation was stopped while writing it); "
+                    "left out"
+                )
+                return
+            self.good_bytes += len(line)
+            yield value

@@ -115,23 +115,25 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return f"<table>\n<tr>{head}</tr>\n{body}\n</table>"
 
 
-def score_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
-    """The samples whose score moved from A to B, by how much, largest first: with partial credit most moves are
-    no flip between right and wrong, and only this shows them."""
+def score_changes_html(pairs: Sequence[tuple[dict, dict]], most: int | None = None) -> str:
+    """The samples whose score moved from A to B, by how much, largest first (the first `most`): with partial credit
+    most moves are no flip between right and wrong, and only this shows them."""
     moved = sorted(
         ((x, y) for x, y in pairs if abs(y["score"] - x["score"]) > 1e-12),
         key=lambda pair: (-abs(pair[1]["score"] - pair[0]["score"]), pair[0]["id"]),
     )
-    rows = [[x["id"], fmt(x["score"]), fmt(y["score"]), f"{y['score'] - x['score']:+.3f}"] for x, y in moved]
+    rows = [[x["id"], fmt(x["score"]), fmt(y["score"]), f"{y['score'] - x['score']:+.3f}"] for x, y in moved[:most]]
     header = f"<h2>scores changed ({len(moved)})</h2>"
+    if len(rows) < len(moved):
+        header += f"<p>the {len(rows)} largest; {len(moved) - len(rows)} more left out</p>"
     return header + table(["sample", "A's score", "B's score", "B - A"], rows) if moved else header
 
 
-def output_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
-    """Every sample both scored, A's output beside B's, with a filter (checked: only those whose output changed):
-    scores can stay equal while outputs change (partial credit, a judge), and only this shows them. The filter is
-    a checkbox the page's own style reads, as the page allows no script."""
-    changed = sum(x.get("output") != y.get("output") for x, y in pairs)
+def output_changes_html(pairs: Sequence[tuple[dict, dict]], changed: int, of: int) -> str:
+    """Samples both scored, A's output beside B's, with a filter (checked: only those whose output changed):
+    scores can stay equal while outputs change (partial credit, a judge), and only this shows them. `pairs` are
+    those the page holds (those whose output changed first), of `changed` changed among `of`. The filter is a
+    checkbox the page's own style reads, as the page allows no script."""
     head = "".join(f"<th>{escape(h)}</th>" for h in ("sample", "expected", "A's output", "B's output", "A", "B"))
     rows = "\n".join(
         f'<tr class="{"changed" if x.get("output") != y.get("output") else "same"}">'
@@ -139,9 +141,11 @@ def output_changes_html(pairs: Sequence[tuple[dict, dict]]) -> str:
         + f'<td class="num">{fmt(x["score"])}</td><td class="num">{fmt(y["score"])}</td></tr>'
         for x, y in pairs
     )
+    left = f"<p>{of - len(pairs)} samples left out (the first {len(pairs)}, changed ones first, are listed)</p>"
     return (
-        f"<h2>outputs changed ({changed} of {len(pairs)})</h2>"
-        '<div class="samples"><input type="checkbox" id="only-changed" checked>'
+        f"<h2>outputs changed ({changed} of {of})</h2>"
+        + (left if len(pairs) < of else "")
+        + '<div class="samples"><input type="checkbox" id="only-changed" checked>'
         '<label for="only-changed"> only samples whose output changed</label>'
         f"<div><table>\n<tr>{head}</tr>\n{rows}\n</table></div></div>"
     )
@@ -362,7 +366,7 @@ def summary_table(runs: Sequence[Run]) -> str:
             *run.scores_words(),
             len(run.iterations),
             run.record.calls,
-            f"{run.record.tokens} ({run.record.cached_tokens} cached)"
+            f"{run.record.tokens} ({run.record.cached_tokens} cached{run.record.saving_words()})"
             if run.record.cached_tokens
             else run.record.tokens,
             f"{run.record.cost:.4f}",
@@ -555,10 +559,14 @@ def eval_facts(run: Run) -> str:
     )
 
 
+REPORTED_SAMPLES = 300  # the most samples of an evaluation a page holds, wrong and lost ones first
+
+
 def render_eval(run: Run) -> str:
     """One evaluation: a table of its samples (wrong ones first), then each sample expandable to every node's
-    prompt and reply. A checkbox hides the right ones, by the page's own style: no script."""
-    samples = run.samples
+    prompt and reply; the first REPORTED_SAMPLES, saying how many are left out. A checkbox hides the right ones, by
+    the page's own style: no script."""
+    seen = run.view(REPORTED_SAMPLES)
     rows = "\n".join(
         f'<tr class="{"right" if is_right(x) else "wrong"}">'
         + "".join(
@@ -566,15 +574,17 @@ def render_eval(run: Run) -> str:
             for v in (x.get("id"), sample_verdict(x), sample_score(x), x.get("expected"), x.get("output"))
         )
         + "</tr>"
-        for x in samples
+        for x in seen.shown
     )
     head = "".join(f"<th>{h}</th>" for h in ("sample", "verdict", "score", "expected", "output"))
     body = [
         eval_facts(run),
-        f"<h2>samples ({len(samples)})</h2>",
+        *(f'<p class="muted">note: {escape(note)}</p>' for note in seen.notes),
+        f"<h2>samples ({seen.samples})</h2>",
+        *([f"<p>{escape(seen.left_out_words())}</p>"] if seen.left_out else []),
         '<div class="samples"><input type="checkbox" id="only-wrong">'
         '<label for="only-wrong"> only wrong and lost samples</label>',
         f"<div><table>\n<tr>{head}</tr>\n{rows}\n</table></div>",
-        "<div>" + "\n".join(sample_html(x) for x in samples) + "</div></div>",
+        "<div>" + "\n".join(sample_html(x) for x in seen.shown) + "</div></div>",
     ]
     return page(f"sbpc eval {run.name}", "\n".join(body))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
 import glob
 import os
 import re
@@ -29,16 +30,48 @@ from ..language.syntax.source import load
 from ..language.tooling.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .costs import Compared
-from .record import GateDecision, Iteration, Proposal, Record, RecordError, RunRecord, RunSettings
+from .record import (
+    GateDecision,
+    Iteration,
+    Proposal,
+    Record,
+    RecordError,
+    RunRecord,
+    RunSettings,
+    Samples,
+    sample_problem,
+)
 
 DEFAULT_RUNS_DIR = ".sbpc/runs"
 SHOWN_ITEMS = 10  # the most items of a mapped node `sbpc show` lists per sample
+SHOWN_SAMPLES = 100  # the most samples of an evaluation `sbpc show` prints, wrong and lost ones first
 # a run line shows only the method settings that differ from sbpc's defaults (split sizes are shown elsewhere)
 SHOWN = [name for name in (*SETTINGS, "only") if name not in SIZES]
 
 
 class RunsError(SbpcError):
     """No such run, no such iteration, or a file the run's prompts do not fit."""
+
+
+@dataclass(frozen=True)
+class SampleView:
+    """What a reader shows of an evaluation's samples (wrong and lost ones first), and how many there are."""
+
+    shown: list[dict]
+    samples: int
+    right: int
+    lost: int
+    notes: list[str]
+    wrong_only: bool = False
+
+    @property
+    def left_out(self) -> int:
+        """The samples not shown: of the wrong and lost ones alone, when only those are asked for."""
+        return (self.samples - self.right if self.wrong_only else self.samples) - len(self.shown)
+
+    def left_out_words(self) -> str:
+        which = "wrong and lost samples" if self.wrong_only else "samples"
+        return f"{self.left_out} more {which} not shown (the first {len(self.shown)}, wrong and lost ones first, are)"
 
 
 @dataclass(frozen=True)
@@ -84,10 +117,52 @@ class Run:
         """An evaluation's split, metric, score and samples, as checked against run.schema.json."""
         return self.record.evaluation or {}
 
-    @property
-    def samples(self) -> list[dict]:
-        """An evaluation's samples, wrong and lost ones first (each group in its order), then the right ones."""
-        return sorted(self.evaluation.get("samples", []), key=is_right)
+    def samples(self) -> Samples:
+        """An evaluation's samples, read as they are iterated: from its samples file, or an older record's list."""
+        named = self.evaluation.get("samples_file")
+        if named is None:
+            return Samples(inline=self.evaluation.get("samples", []))
+        if not isinstance(named, str) or Path(named).name != named or named in ("", ".", ".."):
+            raise RunsError(f"{self.folder / 'run.json'}: not a run record (its samples_file is not a file's name)")
+        return Samples(self.folder / named)
+
+    def view(self, most: int, wrong_only: bool = False) -> SampleView:
+        """What a reader shows of the evaluation's samples, found in one pass over them: the first `most` wrong and
+        lost ones, then (unless `wrong_only`) the first right ones up to `most` in all, each checked against
+        run.schema.json; and how many there are of each (the summary's, when the evaluation ended: the pass then
+        stops once `most` wrong ones are found). A cut-off last line is left out and said in `notes`."""
+        samples, wrong, right = self.samples(), list[dict](), list[dict]()
+        known = self.evaluation.get("counts")
+        counts = {"samples": 0, "right": 0, "lost": 0}
+        try:
+            for sample in samples:
+                if known is not None and len(wrong) >= most:
+                    break
+                counts["samples"] += 1
+                counts["lost"] += bool(sample.get("lost"))
+                good = is_right(sample)
+                counts["right"] += good
+                kept = right if good else wrong
+                if len(kept) < most and not (good and wrong_only):
+                    kept.append(sample)
+        except RecordError as exc:
+            raise RunsError(str(exc)) from None
+        shown = wrong[:most] + right[: max(0, most - len(wrong))]
+        for sample in shown:
+            if problem := sample_problem(sample):
+                raise RunsError(f"{self.folder}: not a run record (sample {sample.get('id')!r}: {problem})")
+        counts = dict(known or counts)
+        return SampleView(shown, counts["samples"], counts["right"], counts["lost"], list(samples.notes), wrong_only)
+
+    @functools.cached_property
+    def counts(self) -> tuple[int, int, int]:
+        """An evaluation's samples, those answered right and those lost: from its summary, or (an evaluation
+        stopped before it wrote one) counted from its samples."""
+        counts = self.evaluation.get("counts")
+        if counts is not None:
+            return counts["samples"], counts["right"], counts["lost"]
+        seen = self.view(0)
+        return seen.samples, seen.right, seen.lost
 
     @property
     def started(self) -> str:
@@ -105,6 +180,8 @@ class Run:
             return "finished"
         if self.record.stopped:
             return f"stopped: {self.record.stopped}"
+        if self.kind == "eval":
+            return f"interrupted after {self.counts[0]} samples (sbpc eval --resume goes on from them)"
         return f"interrupted after {len(self.iterations)} of {self.settings.method.iterations} iterations"
 
     def prompts_at(self, k: int) -> dict[str, str]:
@@ -358,10 +435,8 @@ def render_list(runs: list[Run], unreadable: Sequence[str] = (), folder: str = "
 
 def eval_score(run: Run) -> str:
     """An evaluation's score with the samples it counts: "0.750 (3/4 right)", and the lost ones."""
-    samples = run.evaluation.get("samples", [])
-    lost = sum(bool(x.get("lost")) for x in samples)
-    right = sum(is_right(x) for x in samples)
-    return f"{fmt(run.evaluation.get('score'))} ({right}/{len(samples) - lost} right{f', {lost} lost' if lost else ''})"
+    samples, right, lost = run.counts
+    return f"{fmt(run.evaluation.get('score'))} ({right}/{samples - lost} right{f', {lost} lost' if lost else ''})"
 
 
 def sample_verdict(sample: dict) -> str:
@@ -374,8 +449,9 @@ def sample_score(sample: dict) -> str:
 
 
 def render_eval(run: Run, wrong_only: bool = False) -> str:
-    """An evaluation sample by sample, wrong and lost ones first: inputs, expected, output, and each node's reply."""
-    e = run.evaluation
+    """An evaluation sample by sample, wrong and lost ones first: inputs, expected, output, and each node's reply
+    (the first SHOWN_SAMPLES, saying how many more there are)."""
+    e, seen = run.evaluation, run.view(SHOWN_SAMPLES, wrong_only)
     lines = [
         f"eval {run.name}  ({run.folder})",
         f"  {run.settings.file} on {run.settings.data}/{e.get('split')}, metric {e.get('metric')}, "
@@ -383,10 +459,9 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
         "  settings: " + run.settings_words(),
         f"  score: {eval_score(run)}",
         f"  {run.record.spent_words()}",
+        *(f"  note: {note}" for note in seen.notes),
     ]
-    for sample in run.samples:
-        if wrong_only and is_right(sample):
-            continue
+    for sample in seen.shown:
         error = f"  ({sample['error']})" if sample.get("error") else ""
         score = "" if sample.get("lost") else f"score {fmt(sample['score'])}  "
         lines.append(
@@ -400,6 +475,8 @@ def render_eval(run: Run, wrong_only: bool = False) -> str:
             lines.append(_indent(f"the judge replied: {_excerpt(sample['judge'].get('reply', ''))}", "    "))
         for node, trace in sample.get("nodes", {}).items():
             lines += node_lines(node, trace, "    ")
+    if seen.left_out:
+        lines.append(f"\n... {seen.left_out_words()} (every one is in {run.samples().path or 'run.json'})")
     return visible("\n".join(lines))
 
 

@@ -40,7 +40,7 @@ from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
 from ..language.graph.graph import Graph
 from ..language.ir import Span
 from ..language.kinds import kind_of
-from ..language.kinds.agent import declared_tools, timeout
+from ..language.kinds.agent.toolbox import declared_tools, timeout
 from ..language.mcp_servers import is_server_tool
 from ..usercode import user_output
 

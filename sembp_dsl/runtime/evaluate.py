@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
+import bisect
 import functools
 import math
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -27,7 +27,7 @@ from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
 from .datasets import EVAL_TEST_SIZE, DataError, Dataset, Sample, bad_samples, eval_splits
 from .forward import run
-from .tasks import together
+from .tasks import streamed
 
 METRIC_FAILED = "metric failed"
 
@@ -125,49 +125,127 @@ class Result:
         return self.trace.final.lost or self.metric_error is not None
 
 
+def lost_cause(result: Result) -> str:
+    """Why a lost sample has no score, as the summary counts it."""
+    final = result.trace.final
+    if result.metric_error is not None:
+        return METRIC_FAILED
+    return final.failure.cause if final.failure else final.cause or ""  # a lost node always has an error, so a cause
+
+
+def failure_cause(result: Result) -> str | None:
+    """Why a scored sample went wrong on the way (a function failed, a reply did not parse); None when nothing
+    failed."""
+    final = result.trace.final
+    if result.lost or not final.error:
+        return None
+    return FUNCTION_FAILED if final.blocked else final.cause or ""
+
+
+@dataclass
+class Tally:
+    """An evaluation's running sums: all its summary needs, whatever the number of samples. `keep`: how many of the
+    samples not answered right it holds whole (the first, in the split's order), for a report to quote."""
+
+    keep: int | None = None  # None: every one
+    samples: int = 0
+    lost: int = 0
+    correct: int = 0
+    total: float = 0.0  # the sum of the scores (a lost sample's is 0)
+    lost_causes: Counter = field(default_factory=Counter)
+    failure_causes: Counter = field(default_factory=Counter)
+    wrong: list[tuple[int, Result]] = field(default_factory=list)  # (place in the split, result), in order
+
+    @classmethod
+    def of(cls, results: Sequence[Result]) -> Tally:
+        tally = cls()
+        for place, result in enumerate(results):
+            tally.add(place, result)
+        return tally
+
+    def __add__(self, later: Tally) -> Tally:
+        """These sums and a `later` part's (a resumed evaluation's): its kept samples are the later part's."""
+        return Tally(
+            later.keep,
+            self.samples + later.samples,
+            self.lost + later.lost,
+            self.correct + later.correct,
+            self.total + later.total,
+            self.lost_causes + later.lost_causes,
+            self.failure_causes + later.failure_causes,
+            later.wrong,
+        )
+
+    def add(self, place: int, result: Result) -> None:
+        """One sample's outcome, at its place in the split."""
+        self.count(result.score, result.lost, result.correct, lost_cause(result), failure_cause(result))
+        if not result.correct and (self.keep is None or self.keep > 0):
+            bisect.insort(self.wrong, (place, result), key=lambda kept: kept[0])
+            del self.wrong[self.keep if self.keep is not None else len(self.wrong) :]
+
+    def count(self, score: float, lost: bool, correct: bool, lost_cause: str, failure: str | None) -> None:
+        """One sample's outcome in numbers, as a result or a record's line gives them."""
+        self.samples += 1
+        self.total += score
+        self.correct += correct
+        if lost:
+            self.lost += 1
+            self.lost_causes[lost_cause] += 1
+        elif failure is not None:
+            self.failure_causes[failure] += 1
+
+
 @dataclass(frozen=True)
 class Evaluation:
     """Scores over the samples that got an answer; samples lost to failed calls (or that their metric could not
-    score) are counted, never scored."""
+    score) are counted, never scored. Its summary is a Tally's; `results` holds every sample's result, or none when
+    the evaluation was too large to hold (`keep`: the tally holds the first wrong ones)."""
 
     results: tuple[Result, ...]
     requested: int
     stopped: str | None  # why the run stopped early, if it did (an Option: .cli has the flags' words)
     record: Path | None = None  # the folder of its run record, when one was kept (runs_dir=)
+    tally: Tally = field(default=None, repr=False, compare=False)  # type: ignore[assignment]  # None: of `results`
+    notes: tuple[str, ...] | list[str] = ()  # what reading a resumed record said (a last line cut off)
+
+    def __post_init__(self) -> None:
+        if self.tally is None:
+            object.__setattr__(self, "tally", Tally.of(self.results))
 
     def __repr__(self) -> str:  # its results hold every trace: too long to read
         score = "n/a" if self.accuracy is None else f"{self.accuracy:.3f} ({self.correct}/{self.scored})"
-        lost = f", {len(self.lost)} lost" if self.lost else ""
+        lost = f", {self.tally.lost} lost" if self.tally.lost else ""
         return f"<Evaluation: accuracy {score} of {self.requested} samples{lost}>"
 
     @property
     def lost(self) -> list[Result]:
-        """Samples with no score: a call failed for good, a template did not render, or the metric failed."""
+        """Samples with no score: a call failed for good, a template did not render, or the metric failed (those
+        `results` holds; `tally.lost` counts them all)."""
         return [r for r in self.results if r.lost]
 
     @property
     def scored(self) -> int:
-        return len(self.results) - len(self.lost)
+        return self.tally.samples - self.tally.lost
 
     @property
     def trustworthy(self) -> bool:
         """Something was scored, and most samples were: a score over the few survivors of failing calls is
         no result (which samples survive is not random), so a command built on it fails."""
-        return self.scored > 0 and 2 * len(self.lost) <= len(self.results)
+        return self.scored > 0 and 2 * self.tally.lost <= self.tally.samples
 
     @property
     def correct(self) -> int:
-        return sum(r.correct for r in self.results)
+        return self.tally.correct
 
     @property
     def wrong(self) -> list[Result]:
-        """Every sample not answered right: wrong answers and lost samples."""
-        return [r for r in self.results if not r.correct]
+        """Every sample not answered right: wrong answers and lost samples (those the tally keeps)."""
+        return [result for _, result in self.tally.wrong]
 
     @property
     def accuracy(self) -> float | None:
         """None when nothing was scored: no number is better than a 0.000 that failed calls made up."""
-        return sum(r.score for r in self.results) / self.scored if self.scored else None
+        return self.tally.total / self.scored if self.scored else None
 
     @property
     def interval(self) -> tuple[float, float]:
@@ -182,25 +260,12 @@ class Evaluation:
 
     def lost_causes(self) -> dict[str, int]:
         """Lost samples by cause, most frequent first."""
-        causes = Counter(
-            METRIC_FAILED
-            if r.metric_error is not None
-            else r.trace.final.failure.cause
-            if r.trace.final.failure
-            else r.trace.final.cause or ""  # a lost node always has an error, so a cause
-            for r in self.lost
-        )
-        return dict(causes.most_common())
+        return dict(self.tally.lost_causes.most_common())
 
     def failure_causes(self) -> dict[str, int]:
         """Samples scored wrong because something failed on the way (a function, a reply that did not parse), by
         cause, most frequent first: a function failure is seen in the summary, not only in the ledger."""
-        causes = Counter(
-            FUNCTION_FAILED if r.trace.final.blocked else r.trace.final.cause or ""
-            for r in self.results
-            if not r.lost and r.trace.final.error
-        )
-        return dict(causes.most_common())
+        return dict(self.tally.failure_causes.most_common())
 
     def report(self, label: str, metric: str, errors: int = 0) -> str:
         """The text summary: accuracy (or n/a), losses with their causes, a budget stop, the first wrong samples."""
@@ -212,14 +277,14 @@ class Evaluation:
                 f"{label}: accuracy {self.accuracy:.3f} ({self.correct}/{self.scored}), "
                 f"95% interval [{low:.3f}, {high:.3f}], metric {metric}"
             ]
-        if self.lost:
+        if self.tally.lost:
             causes = ", ".join(f"{cause} x{n}" for cause, n in self.lost_causes().items())
-            lines.append(f"{len(self.lost)} of {len(self.results)} samples lost, no answer to score: {causes}")
+            lines.append(f"{self.tally.lost} of {self.tally.samples} samples lost, no answer to score: {causes}")
         failed = self.failure_causes()
         if failed:
             causes = ", ".join(f"{cause} x{n}" for cause, n in failed.items())
             lines.append(
-                f"{sum(failed.values())} of {len(self.results)} samples scored wrong after a failure: {causes}"
+                f"{sum(failed.values())} of {self.tally.samples} samples scored wrong after a failure: {causes}"
             )
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}; scored {self.scored} of {self.requested}")
@@ -241,7 +306,7 @@ class Evaluation:
             "interval95": list(self.interval) if self.scored else None,
             "correct": self.correct,
             "scored": self.scored,
-            "lost": len(self.lost),
+            "lost": self.tally.lost,
             "lost_causes": self.lost_causes(),
             "failure_causes": self.failure_causes(),
             "requested": self.requested,
@@ -370,6 +435,10 @@ def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
     return METRICS[metric].unmatchable(answer, node.name, node.type)
 
 
+SAMPLES_IN_FLIGHT = 1024  # samples started and not finished: 4x the widest window (adaptive.CEILING), so the
+# model is never short of calls, while a long split holds a bounded number of traces at a time
+
+
 async def evaluate(
     graph: Graph,
     llm: LLM,
@@ -378,43 +447,43 @@ async def evaluate(
     mapping: Mapping[str, str] = MappingProxyType({}),
     on_done: Callable[[Result], None] | None = None,
     what: str | None = None,
+    keep: int | None = None,
 ) -> Evaluation:
-    """Run every sample at once (the LLM layer bounds concurrency); stop cleanly on a budget. `metric`: a built-in's
-    name, or a Scorer (a metric that fails on one sample leaves that sample unscored, with why). `what`: the
-    phase of a run it is (an optimize run's "iteration 2: gate, round 1"), as its span names it."""
+    """Run every sample (the LLM layer bounds concurrency; at most SAMPLES_IN_FLIGHT are started at a time); stop
+    cleanly on a budget. `metric`: a built-in's name, or a Scorer (a metric that fails on one sample leaves that
+    sample unscored, with why). `what`: the phase of a run it is (an optimize run's "iteration 2: gate, round 1"),
+    as its span names it. `keep`: None holds every result; a number holds only the running sums and the first
+    `keep` samples not answered right, so memory stays flat however long the split (`on_done` hears of each)."""
     check_fields(graph, samples, mapping)
     check_answers(graph, samples, metric)
-    prepared = [(s, sample_inputs(graph, s, mapping), expected_answer(graph, s)) for s in samples]
+    for sample in samples:  # a field the run cannot read is said before any call, never mid-run
+        sample_inputs(graph, sample, mapping), expected_answer(graph, sample)
+    tally, kept = Tally(keep), {}
 
-    async def one(place: int, sample: Sample, inputs: dict[str, str], expected: str) -> Result:
+    async def one(place: int, sample: Sample) -> None:
         PRIORITY.set(place + 1)  # its own task's: the samples at the front finish first (adaptive.py)
+        inputs, expected = sample_inputs(graph, sample, mapping), expected_answer(graph, sample)
         with telemetry.span("sample", {"sbpc.sample.id": sample.id}) as span:
             result = await scored_sample(graph, llm, metric, sample, inputs, expected)
             span.set({"sbpc.score": None if result.lost else result.score, "sbpc.lost": result.lost})
+        tally.add(place, result)
+        if keep is None:
+            kept[place] = result
         if on_done:
             on_done(result)
-        return result
 
     attributes = {"sbpc.pipeline": graph.pipeline.name, "sbpc.phase": what, "sbpc.samples": len(samples)}
     with telemetry.span("evaluate", attributes) as span:
-        tasks: list[asyncio.Future[Result]] = []
-
-        def started():  # the tasks, kept for the results scored before a budget stopped the rest
-            for place, p in enumerate(prepared):
-                tasks.append(asyncio.ensure_future(one(place, *p)))
-                yield tasks[-1]
-
         stopped = None
         try:
-            await together(started(), apart=True)
+            await streamed((one(place, s) for place, s in enumerate(samples)), SAMPLES_IN_FLIGHT)
         except BudgetExceeded as exc:  # the samples already scored are kept
             stopped = exc.text  # a str in the API's words, .cli in the command line's
-        results = tuple(t.result() for t in tasks if t.done() and not t.cancelled() and t.exception() is None)
-        evaluation = Evaluation(results, len(samples), stopped)
+        evaluation = Evaluation(tuple(kept[place] for place in sorted(kept)), len(samples), stopped, tally=tally)
         span.set(
             {
                 "sbpc.accuracy": evaluation.accuracy,
-                "sbpc.lost": len(evaluation.lost),
+                "sbpc.lost": tally.lost,
                 "sbpc.stopped": str(stopped) if stopped else None,
             }
         )

@@ -41,12 +41,12 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
     low, high = spec.scale
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
+        held = llm.capabilities(spec.model).holds(shape)
+        fields = "" if held else describe_fields(VERDICT)  # no JSON Schema reaches the model: the fields in words
         try:
-            prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected)
+            prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected, fields)
         except TemplateError as exc:
             raise MetricFailed(f"judge '{spec.name}': its rubric does not render for this sample: {exc}") from None
-        if shape is None or not llm.takes_schema(spec.model, shape):
-            prompt = f"{prompt}\n\n{describe_fields(VERDICT)}"  # no JSON Schema reaches the model: the fields in words
         try:
             completion = await llm.complete(JUDGE_ROLE, prompt, shape, model=spec.model)
         except CallFailed as exc:

@@ -29,3 +29,40 @@ async def together(work: Iterable[Awaitable[T]], *, apart: bool = False) -> list
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
+
+
+async def streamed(work: Iterable[Awaitable[object]], most: int) -> None:
+    """Run the awaitables with at most `most` at a time, each started an event-loop turn after the one before
+    (as `together(apart=True)`), keeping nothing of a finished one: their results are theirs to hand on, so a
+    million of them take the memory of `most`. The first failure cancels the rest and is raised, as `together`."""
+    running: set[asyncio.Future[object]] = set()
+    failed: list[asyncio.Future[object]] = []
+    freed = asyncio.Event()
+
+    def finished(task: asyncio.Future[object]) -> None:
+        running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failed.append(task)
+        freed.set()
+
+    async def room(left: int) -> None:
+        """Wait until at most `left` run, or one failed (raised)."""
+        while len(running) > left and not failed:
+            freed.clear()
+            await freed.wait()
+        if failed:
+            failed[0].result()
+
+    try:
+        for w in work:
+            await room(most - 1)
+            started = asyncio.ensure_future(w)
+            started.add_done_callback(finished)
+            running.add(started)
+            await asyncio.sleep(0)
+        await room(0)
+    except BaseException:
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        raise

@@ -9,7 +9,7 @@ from typing import NamedTuple
 
 from .. import ir, mcp_servers
 from ..diagnostics import Diagnostic, Note, diagnostic, point, suggestion
-from ..kinds.agent import declared_tools
+from ..kinds.agent.toolbox import declared_tools
 from ..nodes.templates import MAX_SECONDS
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -252,9 +252,12 @@ class Graph:
             return [(node.hints, self.render_builtin("backward", hints=hints, **question))]
         return [((h["name"],), self.render_builtin("backward_no_sibling", hints=[h], **question)) for h in hints]
 
-    def judge_question(self, spec: MetricSpec, inputs: Mapping[str, str], output: str, expected: str) -> str:
-        """What a judge is asked about one answer: the task, the inputs, the output, the reference answer and its
-        rubric (rendered with the inputs, `output` and `expected`), and its scale."""
+    def judge_question(
+        self, spec: MetricSpec, inputs: Mapping[str, str], output: str, expected: str, fields: str = ""
+    ) -> str:
+        """What a judge is asked about one answer: the task, its scale, its rubric (rendered with the inputs,
+        `output` and `expected`), the inputs, the output and the reference answer; `fields`: its reply's fields in
+        words, for a model no JSON Schema reaches."""
         rubric = self.prompts.get(spec.rubric or "", "")
         if "{" in rubric:
             rubric = compile_template(rubric).render({**inputs, "output": output, "expected": expected})
@@ -269,6 +272,7 @@ class Graph:
                 rubric=rubric.strip(),
                 low=low,
                 high=high,
+                fields=fields,
             )
             .strip()
         )

@@ -16,8 +16,8 @@ from typing import Any
 from .. import ir
 from ..nodes.node import GraphNode
 from ..nodes.trace import Shown
-from ..toolcalls import bounded
 from .agent import ToolLoop
+from .agent.toolcalls import bounded
 from .function import FunctionCall
 from .kind import NodeKind
 from .model import ModelCall

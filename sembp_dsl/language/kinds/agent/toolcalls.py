@@ -13,11 +13,12 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .nodes.shapes import first_object
-from .signatures import ToolSpec
+from ...messages import ToolCall
+from ...nodes.shapes import first_object
+from ...signatures import ToolSpec
 
 if TYPE_CHECKING:
     import jsonschema
@@ -28,18 +29,14 @@ RESULT_CHARS = 4000
 ANSWER = "answer"
 
 
-@dataclass(frozen=True)
-class ToolCall:
-    id: str
-    name: str
-    arguments: Mapping = field(hash=False)
+def call_json(call: ToolCall) -> dict:
+    """A call as a trajectory keeps it (the run record)."""
+    return {"id": call.id, "name": call.name, "arguments": kept_arguments(call.arguments)}
 
-    def to_json(self) -> dict:
-        return {"id": self.id, "name": self.name, "arguments": kept_arguments(self.arguments)}
 
-    @classmethod
-    def from_json(cls, data: Mapping) -> ToolCall:
-        return cls(str(data.get("id", "")), str(data.get("name", "")), dict(data.get("arguments") or {}))
+def call_from_json(data: Mapping) -> ToolCall:
+    """A call as a run record keeps it."""
+    return ToolCall(str(data.get("id", "")), str(data.get("name", "")), dict(data.get("arguments") or {}))
 
 
 def kept_arguments(arguments: Mapping) -> dict:
@@ -57,11 +54,11 @@ class ToolResult:
     seconds: float = 0.0
 
     def to_json(self) -> dict:
-        return {"call": self.call.to_json(), "content": self.content, "error": self.error, "seconds": self.seconds}
+        return {"call": call_json(self.call), "content": self.content, "error": self.error, "seconds": self.seconds}
 
     @classmethod
     def from_json(cls, data: Mapping) -> ToolResult:
-        call = ToolCall.from_json(data.get("call") or {})
+        call = call_from_json(data.get("call") or {})
         return cls(call, str(data.get("content", "")), bool(data.get("error")), float(data.get("seconds") or 0.0))
 
 
@@ -78,7 +75,7 @@ class Step:
     def to_json(self) -> dict:
         return {
             "reply": self.reply,
-            "calls": [c.to_json() for c in self.calls],
+            "calls": [call_json(c) for c in self.calls],
             "results": [r.to_json() for r in self.results],
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
@@ -89,26 +86,11 @@ class Step:
         """A step as a run record keeps it (`sbpc show` and the report read it back)."""
         return cls(
             str(data.get("reply", "")),
-            tuple(ToolCall.from_json(c) for c in data.get("calls") or ()),
+            tuple(call_from_json(c) for c in data.get("calls") or ()),
             tuple(ToolResult.from_json(r) for r in data.get("results") or ()),
             int(data.get("prompt_tokens") or 0),
             int(data.get("completion_tokens") or 0),
         )
-
-
-@dataclass(frozen=True)
-class Turn:
-    """One reply of the model in a conversation with tools: its text, the calls it makes (natively: beside the
-    text; in the text form: none, the text is read), and what it cost."""
-
-    text: str
-    calls: tuple[ToolCall, ...]
-    prompt_tokens: int
-    completion_tokens: int
-    latency: float
-    cost: float
-    cached: bool
-    finish_reason: str | None = None
 
 
 #: What the compact trajectory keeps of one argument value and of one result (the backward question shows it).
