@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import telemetry
-from .errors import Option
+from .errors import Option, OptionError
 from .language.blocks.method import Method, SettingError
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
 from .language.graph.compile import compile_file
@@ -707,11 +707,25 @@ def _name(metric: Callable) -> str:
 
 
 def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str]) -> None:
-    """With `batch`, LLMError naming every model (a role's or a named one) that has no batch API sbpc sends."""
-    if batch:
-        refused = [r for key, name in models.items() if (r := refusal(key, name, session.models[key].settings))]
-        if refused:
-            raise refuse(refused)
+    """With `batch`, LLMError naming every model (a role's or a named one) that has no batch API sbpc sends; an
+    OptionError for a budget, which stops at a call a batch sends along with the rest of its round."""
+    if not batch:
+        return
+    refused = [r for key, name in models.items() if (r := refusal(key, name, session.models[key].settings))]
+    if refused:
+        raise refuse(refused)
+    budgets = [
+        Option(name, f"--{name.replace('_', '-')}") for name in ("max_calls", "max_cost") if session.limits.get(name)
+    ]
+    if budgets:
+        raise OptionError(
+            *budgets[:1],
+            " stops an evaluation at the call that reaches it, but a batch evaluation sends a round's calls "
+            "together and answers a sample only at its last round: a budget would stop it with nothing scored. "
+            "Bound it by the samples it scores (",
+            Option("limit=", "--limit"),
+            ")",
+        )
 
 
 @contextlib.asynccontextmanager

@@ -255,3 +255,18 @@ def test_the_shipped_pipeline_on_the_embedded_model_is_refused_without_loading_i
     assert ran.returncode == 1 and "Traceback" not in ran.stderr
     assert f"the forward model '{embedded.MODEL}' runs in this process: it has no batch API" in ran.stderr
     assert "--batch sends OpenAI's batch API" in ran.stderr and ran.stdout == ""
+
+
+def test_a_budget_is_refused_with_batch_before_any_call(tmp_path, fake_llm):
+    path = pipeline_at(tmp_path, ECHO, fake_llm.url)
+    ran = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "eval", str(path), "--data", str(topics(tmp_path, 3))]
+        + ["--batch", "--max-calls", "2"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 1 and "--max-calls stops an evaluation at the call that reaches it" in ran.stderr
+    assert "Bound it by the samples it scores (--limit)" in ran.stderr and fake_llm.requests == 0
+    with sbp.load(path, max_cost=0.01) as echo, pytest.raises(sbp.OptionError, match=r"^max_cost stops"):
+        echo.evaluate(str(topics(tmp_path, 3)), batch=True)

@@ -115,15 +115,17 @@ class Journal:
         self.batches: list[dict] = []
         if path is not None and path.exists():
             self.batches = list(json.loads(path.read_text(encoding="utf-8")).get("batches", []))
+        self._holder = {custom_id: b["id"] for b in self.batches for custom_id in b["requests"]}  # the newest's
 
     def holding(self, custom_id: str) -> str | None:
         """The newest batch that holds this request, if any."""
-        return next((b["id"] for b in reversed(self.batches) if custom_id in b["requests"]), None)
+        return self._holder.get(custom_id)
 
     def add(self, batch_id: str, model: str, endpoint: str | None, requests: list[str]) -> None:
         self.batches.append(
             {"id": batch_id, "model": model, "endpoint": endpoint, "created": time.time(), "requests": requests}
         )
+        self._holder.update(dict.fromkeys(requests, batch_id))
         self.save()
 
     def ended(self, batch_id: str, status: str, counts: Mapping[str, int]) -> None:
@@ -321,7 +323,7 @@ class Batches(Transport):
             self._outputs[batch_id] = asyncio.ensure_future(self._outcome(client, model, batch_id, len(asked)))
         try:
             answers = await self._outputs[batch_id]
-        except BaseException as exc:
+        except Exception as exc:  # the batch failed whole, or could not be looked at or downloaded
             _tell(asked, exc)
             return
         missing = answers.get(None)
