@@ -36,7 +36,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]  # the fake
 
 from fake_server import FakeServer  # noqa: E402
 
-from sembp_dsl.language.graph import ModelSpec  # noqa: E402
+from sembp_dsl.language.graph.graph import ModelSpec  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 
 

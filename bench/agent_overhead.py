@@ -1,4 +1,4 @@
-"""sbpc's own CPU per tool step of a tool loop (language/kinds/agent.py), beside the model's and the tool's time.
+"""sbpc's own CPU per tool step of a tool loop (language/kinds/agent/), beside the model's and the tool's time.
 
 Runs pipelines/agent.sbp's node on the in-process MockTransport (no socket, no model): each sample makes
 STEPS tool calls (one a reply) and then answers; the tools are pipelines/agent_tools.py's, whose own time is
@@ -22,8 +22,8 @@ sys.path.insert(0, str(ROOT / "pipelines"))
 
 import agent_tools  # noqa: E402
 
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.source import parse_text  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.syntax.source import parse_text  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.models.mock import MockTransport  # noqa: E402
 from sembp_dsl.models.transport import Reply  # noqa: E402

@@ -27,8 +27,8 @@ sys.path.insert(0, str(ROOT / "tests"))  # the generators the tests use too
 from generated import layered, node_product  # noqa: E402
 
 from sembp_dsl.cli.commands import main as sbpc  # noqa: E402
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.parser import parse  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.syntax.parser import parse  # noqa: E402
 
 
 def best_of(runs: int, fn) -> float:

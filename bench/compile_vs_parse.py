@@ -30,13 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the ge
 
 from generated import featured, layered  # noqa: E402
 
-from sembp_dsl.language import templates  # noqa: E402
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.parser import parse  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.nodes import templates  # noqa: E402
+from sembp_dsl.language.syntax.parser import parse  # noqa: E402
 
 
 def bare_lark() -> Lark:
-    grammar = resources.files("sembp_dsl.language").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
+    grammar = resources.files("sembp_dsl.language.syntax").joinpath("grammar", "sbp.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual")
 
 

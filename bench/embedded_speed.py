@@ -36,12 +36,14 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from sembp_dsl.language.messages import Message  # noqa: E402
 from sembp_dsl.models import embedded  # noqa: E402
 from sembp_dsl.models.transport import Embedded  # noqa: E402
 
 PROMPT = [
     {"role": "user", "content": "Write a long, detailed story about a lighthouse keeper and a storm."},
 ]
+ASKED = [Message.user(m["content"]) for m in PROMPT]  # the same prompt, typed, as sbpc sends it
 
 
 def main() -> int:
@@ -81,7 +83,7 @@ def main() -> int:
     def run_ours() -> tuple[float, int, str]:
         t = time.perf_counter()
         r = loop.run_until_complete(
-            transport.send(embedded.MODEL, PROMPT, timeout=600.0, temperature=0, max_tokens=args.max_tokens)
+            transport.send(embedded.MODEL, ASKED, timeout=600.0, temperature=0, max_tokens=args.max_tokens)
         )
         dt = time.perf_counter() - t
         return dt, r.completion_tokens, r.text

@@ -36,8 +36,8 @@ import litellm  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake model server is test code
 from fake_server import spawn  # noqa: E402
 
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.source import parse_text  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.syntax.source import parse_text  # noqa: E402
 from sembp_dsl.models.cache import ResponseCache  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.models.transport import Litellm  # noqa: E402

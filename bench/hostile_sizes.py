@@ -21,14 +21,15 @@ REPEATS = 3
 
 CHILD = """
 import json, resource, sys, time
-from sembp_dsl.language.checker import check
-from sembp_dsl.language.source import compile_file, load
+from sembp_dsl.language.check.checker import check
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.syntax.source import load
 base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 start = time.perf_counter()
 from sembp_dsl.language.diagnostics import PipelineError
 try:
     if sys.argv[2] == "fmt":
-        from sembp_dsl.language.fmt import format_text
+        from sembp_dsl.language.tooling.fmt import format_text
         format_text(open(sys.argv[1], encoding="utf-8").read(), sys.argv[1])
     else:
         check(load(sys.argv[1])) if sys.argv[2] == "check" else compile_file(sys.argv[1])

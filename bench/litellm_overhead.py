@@ -92,6 +92,7 @@ def messages_for(i: int) -> list:
 # The fast path (recipe for the LLM layer)
 # ==========================================================================
 
+from sembp_dsl.language.messages import Message  # noqa: E402
 from sembp_dsl.models.transport import FastPath  # noqa: E402  (the product's own call path)
 
 # ==========================================================================
@@ -214,7 +215,9 @@ async def v_fast(url: str, conc: int) -> Call:
     fast = FastPath()
 
     async def call(i: int):
-        reply = await fast.send(MODEL, messages_for(i), timeout=600.0, api_base=url, api_key=API_KEY)
+        reply = await fast.send(
+            MODEL, [Message.user(messages_for(i)[0]["content"])], timeout=600.0, api_base=url, api_key=API_KEY
+        )
         assert reply.text, "empty reply"
         return reply.cost
 

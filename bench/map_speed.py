@@ -20,8 +20,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the fake model server is test code
 from fake_server import spawn  # noqa: E402
 
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.parser import parse  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.syntax.parser import parse  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.runtime.forward import run  # noqa: E402
 

@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fake_server import FakeServer  # noqa: E402
 
 from sembp_dsl import cli  # noqa: E402
-from sembp_dsl.language.node import model_param  # noqa: E402
-from sembp_dsl.language.source import compile_file  # noqa: E402
+from sembp_dsl.language.graph.compile import compile_file  # noqa: E402
+from sembp_dsl.language.nodes.node import model_param  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.runtime.datasets import Sample  # noqa: E402
 from sembp_dsl.runtime.evaluate import evaluate  # noqa: E402

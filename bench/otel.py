@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 from test_optimize import TOY  # noqa: E402
 
 from sembp_dsl import telemetry  # noqa: E402
-from sembp_dsl.language.graph import build  # noqa: E402
-from sembp_dsl.language.source import parse_text  # noqa: E402
+from sembp_dsl.language.graph.graph import build  # noqa: E402
+from sembp_dsl.language.syntax.source import parse_text  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 from sembp_dsl.models.mock import MockTransport  # noqa: E402
 from sembp_dsl.models.transport import Reply  # noqa: E402

@@ -258,11 +258,24 @@ def as_authors(paper: Path, tsv: Path, cache: bool, argv: list[str]) -> None:
     runpy.run_path(sys.argv[0], run_name="__main__")
 
 
-def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurrency: str) -> tuple[float, dict]:
-    """`sbpc optimize` on a copy of pipelines/liar_paper.sbp in its own process: (wall seconds, run record)."""
+def run_sbpc(
+    work: Path,
+    data: Path,
+    url: str,
+    iters: int,
+    cache: bool,
+    concurrency: str,
+    source: str | None = None,
+    extra: tuple[str, ...] = (),
+) -> tuple[float, dict]:
+    """`sbpc optimize` on a copy of pipelines/liar_paper.sbp (or on `source`, a pipeline's text, with `extra`
+    flags) in its own process: (wall seconds, run record)."""
     folder = Path(tempfile.mkdtemp(dir=work))
     pipeline = folder / "liar_paper.sbp"
-    shutil.copy(ROOT / "pipelines" / "liar_paper.sbp", pipeline)
+    if source is None:
+        shutil.copy(ROOT / "pipelines" / "liar_paper.sbp", pipeline)
+    else:
+        pipeline.write_text(source)
     env = {
         **launch_env(),
         "OPENAI_BASE_URL": url,
@@ -275,6 +288,7 @@ def run_sbpc(work: Path, data: Path, url: str, iters: int, cache: bool, concurre
     args += ["--test-size", "0", "--iters", str(iters), "--gate", "train", "--gate-alpha", "1"]
     args += ["--runs-dir", str(folder / "runs"), *([] if cache else ["--no-cache"])]
     args += [] if concurrency == "adaptive" else ["--concurrency", concurrency]
+    args += list(extra)
     start = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-c", "import sys\nfrom sembp_dsl.cli import main\nsys.exit(main())", *args],

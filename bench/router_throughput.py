@@ -31,7 +31,7 @@ os.environ.setdefault("OPENAI_API_KEY", "sk-bench")
 
 from fake_server import spawn  # noqa: E402
 
-from sembp_dsl.language.graph import ModelSpec  # noqa: E402
+from sembp_dsl.language.graph.graph import ModelSpec  # noqa: E402
 from sembp_dsl.models import routing  # noqa: E402
 from sembp_dsl.models.llm import LLM  # noqa: E402
 

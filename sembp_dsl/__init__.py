@@ -25,22 +25,24 @@ _HOMES = {
     "Prediction": "api",
     "Usage": "api",
     "Data": "api",
-    "Method": "language.method",
+    "Batch": "models.batch",
+    "Method": "language.blocks.method",
     "Optimized": "api",
     "Evaluation": "runtime.evaluate",
     "PipelineError": "language.diagnostics",
-    "BlockStringError": "language.parser",
-    "BadScalar": "language.yaml_form",
-    "DemosError": "language.demos",
-    "FormatError": "language.fmt",
-    "RenameError": "language.editor",
-    "RenderError": "language.templates",
-    "TemplateProblem": "language.templates",
-    "SettingError": "language.method",
-    "SettingTypeError": "language.method",
+    "BlockStringError": "language.syntax.parser",
+    "BadScalar": "language.syntax.yaml_form",
+    "DemosError": "language.nodes.demos",
+    "FormatError": "language.tooling.fmt",
+    "RenameError": "language.tooling.editor",
+    "RenderError": "language.nodes.templates",
+    "TemplateProblem": "language.nodes.templates",
+    "SettingError": "language.blocks.method",
+    "SettingTypeError": "language.blocks.method",
     "WriteBackError": "files",
     "LLMError": "models.llm",
     "CallFailed": "models.llm",
+    "BatchFailed": "models.batch",
     "BudgetExceeded": "models.llm",
     "CallError": "models.faults",
     "NoConnection": "models.faults",
@@ -67,6 +69,8 @@ _HOMES = {
 __all__ = [
     "BadReply",
     "BadScalar",
+    "Batch",
+    "BatchFailed",
     "BlockStringError",
     "BudgetExceeded",
     "CacheError",
@@ -117,14 +121,15 @@ if TYPE_CHECKING:
     from .cli.flags import UsageError
     from .compare import CompareError
     from .files import WriteBackError
-    from .language.demos import DemosError
+    from .language.blocks.method import Method, SettingError, SettingTypeError
     from .language.diagnostics import PipelineError
-    from .language.editor import RenameError
-    from .language.fmt import FormatError
-    from .language.method import Method, SettingError, SettingTypeError
-    from .language.parser import BlockStringError
-    from .language.templates import RenderError, TemplateProblem
-    from .language.yaml_form import BadScalar
+    from .language.nodes.demos import DemosError
+    from .language.nodes.templates import RenderError, TemplateProblem
+    from .language.syntax.parser import BlockStringError
+    from .language.syntax.yaml_form import BadScalar
+    from .language.tooling.editor import RenameError
+    from .language.tooling.fmt import FormatError
+    from .models.batch import Batch, BatchFailed
     from .models.cache import CacheError
     from .models.faults import BadReply, CallError, NoConnection, PlainHttp
     from .models.llm import BudgetExceeded, CallFailed, LLMError

@@ -12,26 +12,29 @@ calls). Each loop gets its own LLM layer, sharing the ledger and the cache.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import os
-from collections.abc import Callable, Coroutine, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from . import telemetry
 from .errors import Option
-from .language.demos import from_text
+from .language.blocks.method import Method, SettingError
 from .language.diagnostics import PipelineError, did_you_mean, url_problem
-from .language.graph import MODEL_ROLES, Graph, ModelSpec
-from .language.method import Method, SettingError
-from .language.shapes import python_value
-from .language.source import compile_file
-from .language.trace import Trace
+from .language.graph.compile import compile_file
+from .language.graph.graph import MODEL_ROLES, Graph, ModelSpec
+from .language.nodes.demos import from_text
+from .language.nodes.shapes import python_value
+from .language.nodes.trace import Trace
+from .models.batch import JOURNAL, Batch, Batches, Journal, refusal, refuse
 from .models.cache import ResponseCache
 from .models.llm import LLM, BudgetExceeded, CallFailed, Ledger, LLMError, check_callable
 from .models.prices import DECLARED
+from .models.request import LIMITS
 from .runtime import splits
 from .runtime.code import bind, release
 from .runtime.datasets import DataError, Sample
@@ -58,7 +61,7 @@ if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
     from .models.ledger import RoleUsage
-    from .records.record import EvalRecord
+    from .records.record import EvalRecord, RunRecord, RunSettings
 
 __all__ = [
     "BudgetExceeded",
@@ -81,6 +84,7 @@ T = TypeVar("T")
 P = ParamSpec("P")
 Metric = Callable[["Prediction", Mapping[str, Any]], "bool | float | tuple[bool | float, str]"]
 Examples = Sequence[Mapping[str, Any] | Sample]
+BATCHED = 1 << 30  # calls in flight at once when they wait in a batch: every one a round has
 
 
 def load(
@@ -117,15 +121,16 @@ def load(
     `resume`: an optimize run killed while it wrote into the file left it torn (E016) and the whole text beside
     it; when that text is what the file's newest unfinished run (in `.sbpc/runs`, or the runs folder `resume`
     names) was writing, the write is finished first, as `sbpc optimize --resume` does, so that
-    `optimize(resume=True)` continues the run on the file it meant to leave.
+    `optimize(resume=True)` continues the run on the file it meant to leave; `.finished_write` then says so.
     """
     if isinstance(allow_modules, str):
         raise TypeError(f"allow_modules takes a list of module names, e.g. [{allow_modules!r}]")
     allowed = tuple(allow_modules)
+    finished = None
     if resume is not False:  # before the file is read, which refuses a torn one
         from .records.record import RunRecord  # ~40 ms to import (measured): a resumed load alone pays it
 
-        RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
+        finished = RunRecord.finish_interrupted_write(Path(".sbpc/runs" if resume is True else resume), str(path))
     graph = compile_file(str(path))
     graph = bind(graph, functions, allowed) if code else graph
     models = _models(graph, model, roles or {}, api_base, folder=Path(path).parent)
@@ -140,6 +145,7 @@ def load(
         allow_modules=allowed,
         otel=otel,
         otel_content=otel_content,
+        finished_write=finished,
     )
 
 
@@ -296,7 +302,10 @@ class Optimized:
     @property
     def diff(self) -> str:
         """The change to the source file, as a unified diff ("" when no prompt changed)."""
-        from .language.writeback import rewrite, unified_diff  # ~4 ms to import (measured): run and eval never pay it
+        from .language.tooling.writeback import (  # ~4 ms to import (measured): run and eval never pay it
+            rewrite,
+            unified_diff,
+        )
 
         before = rewrite(self.initial.graph.pipeline, self.initial.prompts)
         after = rewrite(self.pipeline.graph.pipeline, self.pipeline.prompts)
@@ -337,11 +346,13 @@ class Pipeline:
         allow_modules: Iterable[str] = (),
         otel: bool = False,
         otel_content: bool | None = None,
+        finished_write: str | None = None,
     ):
         """`allow_modules`: modules a function metric may be imported from, besides the pipeline's folder. `otel`:
-        export spans (TelemetryError when OpenTelemetry is not installed)."""
+        export spans (TelemetryError when OpenTelemetry is not installed). `finished_write`: what `load(resume=...)`
+        said of an interrupted write into the file it finished before reading it (None: it finished none)."""
         check_concurrency(concurrency)
-        self.graph, self._allowed = graph, tuple(allow_modules)
+        self.graph, self._allowed, self.finished_write = graph, tuple(allow_modules), finished_write
         limits = dict(concurrency=concurrency, timeout=timeout, max_calls=max_calls, max_cost=max_cost)
         tracing = telemetry.start(telemetry.content_asked(otel_content)) if otel else None
         self._session = Session(dict(models), cache, limits, tracing)
@@ -387,7 +398,7 @@ class Pipeline:
         only the changed literals, proved by re-parsing, atomically; never over a file changed since it was read."""
         if path is not None and not str(path).strip():
             raise ValueError("save(path): an empty path names no file; give a file name, or None for the source")
-        from .language.writeback import WriteBack  # ~4 ms to import (measured): run and eval never pay it
+        from .language.tooling.writeback import WriteBack  # ~4 ms to import (measured): run and eval never pay it
 
         writer = WriteBack(self.graph.pipeline, None if path is None else str(path))
         writer(self.prompts)
@@ -450,6 +461,7 @@ class Pipeline:
         mapping: Mapping[str, str] | None = None,
         on_done: Callable[[Result], None] | None = None,
         runs_dir: str | Path | None = None,
+        batch: bool | Batch = False,
         keep: int | None = None,
         resume: bool = False,
         **sizes: int,
@@ -460,8 +472,10 @@ class Pipeline:
         `metric`: "exact" | "numeric" | "json" or a callable `(prediction, example) -> bool | float`; default: the
         pipeline's `metric`, else the data set's. `on_done` hears of each result as it comes. `runs_dir`: keep a
         run record of the evaluation there (every sample with each node's prompt and reply, a line as it finishes),
-        named by `.record`; `resume`: go on with its newest unfinished one asked the same. `keep`: hold only the
-        running sums and the first `keep` samples not answered right (`.wrong`), for data too long to hold."""
+        named by `.record`; `resume`: go on with its newest unfinished one asked the same (and the batches it had
+        sent). `keep`: hold only the running sums and the first `keep` samples not answered right (`.wrong`), for
+        data too long to hold. `batch`: send the model calls through the provider's batch API at its batch price
+        (True, or a `Batch` that hears progress)."""
         self._session.check_open()  # before the data set is read
         if limit is not None and limit < 0:
             raise ValueError(f"limit must be 0 or more, got {limit}")
@@ -473,19 +487,22 @@ class Pipeline:
             samples, default_metric = splits.examples_to_score(data, sizes)[:limit], "exact"
         chosen = metric if metric is not None else metric_for(self.graph, default_metric)
         models = self._session.model_names(self.graph, learning=False)
+        _batchable(self._session, batch, models)  # before any call, and before what a model needs installed
         for key, name in models.items():  # before any call
             check_callable(name, routed=self._session.routed(key))
-        llm = self._session.llm()
-        scorer = self._scorer(chosen, llm)
-        if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers Python may lack
-            splits.require_answers(self.graph, samples)
         scored = {"split": split, "metric": chosen if isinstance(chosen, str) else _name(chosen), "limit": limit}
+        if resume and runs_dir is None:
+            raise ValueError("resume=True goes on with an evaluation's run record: give the runs_dir it was kept in")
         kept = runs_dir and _Recording(self, Path(runs_dir), resume, splits.source_of(data), sizes, models, scored)
         asked, samples = len(samples), [s for s in samples if not kept or s.id not in kept.done]
-        # one batch: it stops early when its first calls show it cannot work
-        with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
-            heard = kept.heard(on_done) if kept else on_done
-            evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
+        async with _calls(self._session, batch, kept or None) as llm:
+            scorer = self._scorer(chosen, llm)
+            if not isinstance(data, Data) and isinstance(scorer, str):  # a built-in metric needs answers
+                splits.require_answers(self.graph, samples)
+            # one batch: it stops early when its first calls show it cannot work
+            with llm.stops.command(), telemetry.exporting(self._session.tracing), llm.ledger.account() as spent:
+                heard = kept.heard(on_done) if kept else on_done
+                evaluation = await evaluate(self.graph, llm, samples, scorer, mapping or {}, heard, keep=keep)
         return kept.finish(evaluation, asked, spent) if kept else evaluation
 
     evaluate = _blocking(aevaluate)
@@ -556,10 +573,10 @@ class Pipeline:
         writes it there; False writes nothing until `.pipeline.save()`. `resume`: continue the last unfinished
         run asked exactly the same. `log` hears a line per iteration, `progress` of each phase and its size."""
         # the optimize loop and the run record, ~40 ms to import (measured): run and eval never pay it
-        from .language.writeback import WriteBack
+        from .language.tooling.writeback import WriteBack
         from .learning.optimize import Optimizer
         from .learning.strategies import check_acting, check_priced
-        from .records.record import RunRecord, RunSettings
+        from .records.record import RunSettings
         from .records.step_writer import StepWriter
 
         self._session.check_open()  # before a run record is made
@@ -578,12 +595,7 @@ class Pipeline:
         check_fields(self.graph, every, mapping or {})
         check_answers(self.graph, every, scorer)
         writer = WriteBack(self.graph.pipeline, None if isinstance(write, bool) else str(write), write is False)
-        source = self.graph.pipeline.text
-        if resume:
-            record = RunRecord.resume(Path(runs_dir), asked, source)
-            log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
-        else:
-            record = RunRecord.create(Path(runs_dir), asked, self.prompts, source)
+        record = _run_record(Path(runs_dir), asked, self, resume, log)
         initial = self.with_prompts(record.data.initial_prompts)
         # one run: it stops early when its first calls show it cannot work
         with llm.stops.command(), telemetry.exporting(self._session.tracing):
@@ -637,6 +649,7 @@ class _Recording:
         self.source, self.sizes, self.models = source, sizes, models
         self.before = Tally()  # the running sums of the samples a resumed record had finished
         self.record = self._made() if resume else None
+        self.batches: Journal | None = None  # a batch evaluation's batches, kept beside its record
 
     def _made(self) -> EvalRecord:
         # ~10 ms to import (measured): only an evaluation that keeps a record pays it, after its first call
@@ -651,6 +664,13 @@ class _Recording:
     @property
     def done(self) -> set[str]:
         return self.record.done if self.record else set()
+
+    def journal(self) -> Journal:
+        """Where a batch evaluation keeps its batches' ids the moment each is made: in its record's folder (made now,
+        before any call), so a killed run resumed finds them again and sends none twice."""
+        self.record = self.record or self._made()
+        self.batches = Journal(self.record.folder() / JOURNAL)
+        return self.batches
 
     def heard(self, on_done: Callable[[Result], None] | None) -> Callable[[Result], None]:
         """What hears of each sample as it finishes: the record, then `on_done`."""
@@ -667,7 +687,8 @@ class _Recording:
         """The evaluation with the samples a resumed record had finished counted in, and its record's end written."""
         record = self.record = self.record or self._made()
         evaluation = replace(evaluation, requested=asked, tally=self.before + evaluation.tally, notes=record.notes)
-        return replace(evaluation, record=record.finish(evaluation, spent).folder)
+        batch = {"batch": self.batches.summary()} if self.batches is not None else {}
+        return replace(evaluation, record=record.finish(evaluation, spent, batch).folder)
 
 
 class _Lost(CallFailed):
@@ -683,3 +704,51 @@ class _Lost(CallFailed):
 
 def _name(metric: Callable) -> str:
     return str(getattr(metric, "__name__", metric))
+
+
+def _batchable(session: Session, batch: bool | Batch, models: Mapping[str, str]) -> None:
+    """With `batch`, LLMError naming every model (a role's or a named one) that has no batch API sbpc sends."""
+    if batch:
+        refused = [r for key, name in models.items() if (r := refusal(key, name, session.models[key].settings))]
+        if refused:
+            raise refuse(refused)
+
+
+@contextlib.asynccontextmanager
+async def _calls(session: Session, batch: bool | Batch, kept: _Recording | None) -> AsyncIterator[LLM]:
+    """The LLM layer an evaluation calls: the session's, or with `batch` one that sends every call through the
+    provider's batch API (models/batch.py), refused before any call when a model has none. No retries there: a
+    failed request is its sample's, with the cause (another try would be another day's wait)."""
+    if not batch:
+        yield session.llm()
+        return
+    asked = batch if isinstance(batch, Batch) else Batch()
+    journal = kept.journal() if kept is not None else Journal(None)
+    # a model block's rpm, tpm and concurrency pace calls sent at once; a batch is one upload, paced by its provider
+    models = {
+        key: replace(spec, settings={k: v for k, v in spec.settings.items() if k not in LIMITS})
+        for key, spec in session.models.items()
+    }
+    limits = {**session.limits, "concurrency": BATCHED}
+    ledger = session.ledger
+    transport = Batches(journal, asked, ledger.count)
+    llm = LLM(models, cache=session.cache, ledger=ledger, whole_session=False, retries=0, transport=transport, **limits)
+    try:
+        yield llm
+    finally:
+        await llm.aclose()
+
+
+def _run_record(
+    runs_dir: Path, asked: RunSettings, pipeline: Pipeline, resume: bool, log: Callable[[str], None]
+) -> RunRecord:
+    """The run's record: the last unfinished one asked exactly the same (`resume`, said in the log), else a new
+    one."""
+    from .records.record import RunRecord  # imported by aoptimize already: free here
+
+    source = pipeline.graph.pipeline.text
+    if not resume:
+        return RunRecord.create(runs_dir, asked, pipeline.prompts, source)
+    record = RunRecord.resume(runs_dir, asked, source)
+    log(f"resuming {record.folder} after iteration {len(record.data.iterations)}")
+    return record

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .errors import SbpcError
-from .language.graph import Graph
-from .language.method import SETTINGS, SIZES, SettingError, check
+from .language.blocks.method import SETTINGS, SIZES, SettingError, check
+from .language.graph.graph import Graph
 from .learning.stats import t_interval
 from .records.record import RecordError
 from .records.report import (

@@ -13,8 +13,8 @@ where it is raised and turned into what the line says, never met by a user):
   * OptionError - a message that names the caller's options, as Python or the command line spells them
     * WriteBackError (files) [ValueError] - a file sbpc writes cannot be written: a folder or FIFO at its path,
       a read-only source, a bad `out`/--out, new prompts that would not parse back
-    * SettingError (language.method) [ValueError] - a method setting out of its range or not one of its words
-    * SettingTypeError (language.method) [TypeError] - a method setting of the wrong type
+    * SettingError (language.blocks.method) [ValueError] - a method setting out of its range or not one of its words
+    * SettingTypeError (language.blocks.method) [TypeError] - a method setting of the wrong type
     * CacheError (models.cache) - the response cache cannot be opened or is damaged
     * LLMError (models.faults) - no call can succeed: no model, a bad key, an unknown model, nothing listening
     * BudgetExceeded (models.stops) - max_calls or max_cost was reached; a run stops with what it has
@@ -23,14 +23,15 @@ where it is raised and turned into what the line says, never met by a user):
     * RecordError (records.record) [ValueError] - a run record that cannot be written or read
       * ResumeError (records.record) - resume=True (--resume) found no run it may continue
   * PipelineError (language.diagnostics) - a pipeline that does not compile, with every diagnostic found
-  * BlockStringError (language.parser) [ValueError] - inside sbpc: a bad triple-quoted string, made a diagnostic
-  * BadScalar (language.yaml_form) [ValueError] - inside sbpc: a YAML value of no allowed type, made a diagnostic
-  * DemosError (language.demos) [ValueError] - examples for a demos param that are not its node's
-  * FormatError (language.fmt) [ValueError] - formatting would change what the file means (a formatter bug)
-  * RenameError (language.editor) [ValueError] - a rename the editor asked for that cannot be done
-  * RenderError (language.templates) [TemplateError] - a template failed while rendering (a limit, a Python error)
-  * TemplateProblem (language.templates) [TemplateError] - a template that cannot work: syntax, a forbidden tag
+  * BlockStringError (language.syntax.parser) [ValueError] - inside sbpc: a bad triple-quoted string, made a diagnostic
+  * BadScalar (language.syntax.yaml_form) [ValueError] - inside sbpc: a YAML value of no allowed type, made a diagnostic
+  * DemosError (language.nodes.demos) [ValueError] - examples for a demos param that are not its node's
+  * FormatError (language.tooling.fmt) [ValueError] - formatting would change what the file means (a formatter bug)
+  * RenameError (language.tooling.editor) [ValueError] - a rename the editor asked for that cannot be done
+  * RenderError (language.nodes.templates) [TemplateError] - a template failed while rendering (a limit, a Python error)
+  * TemplateProblem (language.nodes.templates) [TemplateError] - a template that cannot work: syntax, a forbidden tag
   * CallFailed (models.faults) - a call failed for good after its retries; that sample is lost, the run goes on
+  * BatchFailed (models.batch) - a batch the provider failed whole (its file refused): none of its requests ran
   * CallError (models.faults) - inside sbpc: one failed attempt on the fast path, retried or made CallFailed/LLMError
     * NoConnection (models.faults) - no connection within the connect timeout
     * PlainHttp (models.faults) - an https:// address whose server speaks plain http

@@ -9,10 +9,12 @@
 seconds would cost money), so a model server that is down shows as 502s on POST, not here.
 Bad input is the client's to fix: 400 with the reason (413 past the size limit, 408 for a
 body that trickles in). A model call that failed is the upstream's fault: 502 with its cause.
-Hostile clients are bounded: headers must arrive within HEADER_TIMEOUT, and past MAX_CONNECTIONS
-open connections a new one is answered 503 with Retry-After (never reset) and closed within BUSY_LINGER,
-so half-sent requests cannot lock others out for longer than the header timeout nor use up the file
-descriptors. Refusals, and accept() finding no free descriptor, are logged once a burst.
+Hostile clients are bounded: headers must arrive within HEADER_TIMEOUT, and at MAX_CONNECTIONS open
+connections a new one takes the place of the oldest that is in no request (half-sent, or idle between
+requests), as a server under a slow-headers flood must; only when every connection is in a request is it
+answered 503 with Retry-After (never reset) and closed within BUSY_LINGER. So half-sent requests can neither
+lock others out nor use up the file descriptors. Refusals, places taken, and accept() finding no free
+descriptor are logged once a burst.
 Every request is logged on stderr, one line each (address, request line, status, size, seconds).
 Bytes that are not HTTP get aiohttp's plain-text 400 (there is no request to answer in JSON) and a
 log line with the parser's reason.
@@ -46,6 +48,7 @@ HEADER_TIMEOUT = 10.0  # seconds a connection may sit without a whole request li
 MAX_CONNECTIONS = 256  # open connections at most: well below the process's file descriptors (1,024 here)
 RETRY_AFTER = 1  # seconds a client past MAX_CONNECTIONS is told to wait: half-open ones go by HEADER_TIMEOUT
 BUSY_LINGER = 1.0  # seconds a connection past the cap stays open for its client to read the 503, at most
+IN_REQUEST = web.AppKey("in_request", set)  # the transports of connections whose request is being handled
 BURST_QUIET = 1.0  # seconds without a refusal that end a burst of them: one log line as it starts, one as it ends
 ACCESS_FORMAT = '%a "%r" %s %b %Tfs'
 
@@ -68,7 +71,9 @@ def app(pipeline: Pipeline, allow_trace: bool = False, mcp_host: str | None = No
                 {"error": reason}, status=exc.status, headers={k: v for k, v in exc.headers.items() if k == "Allow"}
             )
 
-    application = web.Application(client_max_size=MAX_BODY, middlewares=[json_errors])
+    busy: set[asyncio.BaseTransport] = set()
+    application = web.Application(client_max_size=MAX_BODY, middlewares=[_marking(busy), json_errors])
+    application[IN_REQUEST] = busy
 
     async def health(request: web.Request) -> web.Response:
         return web.json_response(
@@ -139,6 +144,24 @@ async def predict_for_client(pipeline: Pipeline, inputs: dict) -> Prediction:
         raise
 
 
+def _marking(busy: set[asyncio.BaseTransport]):
+    """A middleware that keeps in `busy` the connections whose request is being handled: `_CappedSite` never
+    gives their places to new ones."""
+
+    @web.middleware
+    async def in_request(request: web.Request, handler) -> web.StreamResponse:
+        transport = request.transport
+        if transport is None:  # the client is already gone
+            return await handler(request)
+        busy.add(transport)
+        try:
+            return await handler(request)
+        finally:
+            busy.discard(transport)
+
+    return in_request
+
+
 class ServeError(SbpcError):
     """The service could not start: the address is taken, unknown, or not this machine's."""
 
@@ -148,15 +171,30 @@ def _error(status: int, reason: str) -> web.Response:
 
 
 class _CappedSite(web.TCPSite):
-    """aiohttp's TCPSite, but a connection past `most` open ones gets `_Busy`, not a request handler: a flood
-    of half-open clients cannot use up the file descriptors (which stops accept() for everyone), and a client
-    past the cap learns when to come back instead of being reset."""
+    """aiohttp's TCPSite, holding `most` connections open at most: a new one past them takes the place of the
+    oldest in no request (a slow-headers flood holds hundreds of half-sent ones, and refusing newcomers let it
+    keep ordinary clients out), else gets `_Busy`, not a request handler: a flood of half-open clients cannot use
+    up the file descriptors (which stops accept() for everyone), and a client past the cap learns when to come
+    back instead of being reset."""
 
     def __init__(self, runner: web.AppRunner, host: str, port: int, most: int):
         super().__init__(runner, host, port)
-        self.most = most
+        self.most, self.busy = most, runner.app[IN_REQUEST]
         self.opening = 0  # handlers made whose connection is not yet among the server's (registered a turn later)
         self.refused = _Burst("refused a connection past the limit")
+        self.replaced = _Burst("closed a connection in no request to make room")
+
+    def _make_room(self, server: web.Server) -> bool:
+        """Whether a place is free, or was freed by closing the oldest connection in no request."""
+        open_ = [handler for handler in server.connections if handler.transport is not None]  # closed: None
+        if len(open_) + self.opening < self.most:
+            return True
+        oldest = next((handler for handler in open_ if handler.transport not in self.busy), None)  # in order opened
+        if oldest is None:
+            return False
+        oldest.force_close()
+        self.replaced.happened(f"{MAX_CONNECTIONS} connections open, the limit: closing the oldest in no request")
+        return True
 
     def _opened(self) -> None:
         self.opening -= 1
@@ -170,7 +208,7 @@ class _CappedSite(web.TCPSite):
         def protocol() -> asyncio.BaseProtocol:
             # connections accepted together (a loop that was busy finds them all at once) get their protocols
             # before the first is registered: counting only the registered ones would let them all past the cap
-            if len(server.connections) + self.opening >= self.most:
+            if not self._make_room(server):
                 return _Busy(self.refused)
             self.opening += 1
             loop.call_soon(self._opened)  # runs just before the transport's own connection_made registers it

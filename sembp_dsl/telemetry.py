@@ -2,7 +2,7 @@
 for spans (`--otel`, `otel=True`).
 
 Each stage opens its spans where its events happen, through `span(name, attributes)`: models/llm.py a model
-call, runtime/forward.py a sample's forward pass and each node, language/kinds/agent.py a tool call,
+call, runtime/forward.py a sample's forward pass and each node, language/kinds/agent/toolbox.py a tool call,
 runtime/evaluate.py an evaluation and each sample, learning/ the run, each iteration, a backward pass, an
 optimizer call and the gate. Whether spans are on travels in a context variable, as OpenTelemetry's current span
 does, so spans nest across asyncio tasks (a task copies the context it was made in) and two pipelines in one

@@ -17,6 +17,8 @@ Endpoints
 ---------
 ``POST /v1/chat/completions`` and ``POST /chat/completions``
     OpenAI chat completion JSON (``stream: true`` is answered with SSE chunks).
+``POST /v1/messages``
+    Anthropic's Messages API, enough to see what an Anthropic model is sent (recorded in ``bodies``).
 ``GET /stats``
     ``{"requests", "connections", "in_flight", "max_in_flight",
     "cpu_seconds", "first_request_time"}`` -- lets a
@@ -173,6 +175,7 @@ class _State:
         keep_alive: bool = True,
     ) -> None:
         self.keep_alive = keep_alive  # False: every answer says "Connection: close" and the connection ends
+        self.routes: Callable | None = None  # more endpoints (fake_batch.py): a coroutine answering a request, or None
         self.limit = limit  # requests in flight at most (0: any number); one past it gets 429 at once
         self.refusal_delay = 0.0  # seconds that 429 takes (a provider's takes a network round trip), holding no place
         self.slots = slots  # requests served at once (0: any number); the others queue, as on a vLLM server
@@ -278,6 +281,8 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader, writer
             if method == "POST" and path in _CHAT_PATHS:
                 if await _chat_completion(state, body, headers, reader, writer, keep_alive):
                     return  # the fault cut the connection
+            elif method == "POST" and path == "/v1/messages":
+                writer.write(_anthropic_message(state, body, keep_alive))
             elif method == "GET" and path == "/stats":
                 stats = {
                     "requests": state.requests,
@@ -291,6 +296,8 @@ async def _handle_connection(state: _State, reader: asyncio.StreamReader, writer
             elif method == "POST" and path == "/reset":
                 state.reset()
                 writer.write(_response(200, b"{}", keep_alive=keep_alive))
+            elif state.routes is not None and (more := await state.routes(method, path, body, headers, keep_alive)):
+                writer.write(more)
             else:
                 writer.write(_response(404, _error_body(404, "no such route"), keep_alive=keep_alive))
             await writer.drain()
@@ -493,6 +500,26 @@ async def _chat_completion(
     if cut:
         writer.transport.abort()
     return cut
+
+
+def _anthropic_message(state: _State, body: bytes, keep_alive: bool) -> bytes:
+    """Anthropic's Messages API, as far as a test of what it is sent needs: the body recorded, the last user
+    text echoed, a word a token."""
+    request = json.loads(body) if body else {}
+    if state.record:
+        state.bodies.append(request)
+    last = request["messages"][-1]["content"]
+    text = last if isinstance(last, str) else " ".join(part.get("text", "") for part in last)
+    reply = {
+        "id": "msg_fake",
+        "type": "message",
+        "role": "assistant",
+        "model": request.get("model", "claude"),
+        "content": [{"type": "text", "text": f"echo: {text}"}],
+        "stop_reason": "end_turn",
+        "usage": {"input_tokens": len(text.split()), "output_tokens": len(text.split()) + 1},
+    }
+    return _response(200, json.dumps(reply).encode(), keep_alive=keep_alive)
 
 
 async def _answer(

@@ -24,8 +24,8 @@ from pathlib import Path
 from sembp_dsl.cli.commands import main
 from sembp_dsl.errors import BUG_IN_SBPC
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import Graph
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.graph.graph import Graph
 
 MODEL = "openai/gpt-4o-mini"  # litellm knows it takes a JSON Schema and tools: every shaped reply carries its schema
 CHEAPER = ("openai/gpt-4o-mini", "openai/gpt-4o", "openai/gpt-4.1-mini", "openai/gpt-4.1", "openai/gpt-4o-2024-08-06")

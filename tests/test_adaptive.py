@@ -7,7 +7,7 @@ from types import MappingProxyType
 import pytest
 from fake_server import FakeServer
 
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.learning.optimize import combined
 from sembp_dsl.models.adaptive import Windows, own_server
 from sembp_dsl.models.ledger import Ledger
@@ -75,7 +75,9 @@ def test_a_server_that_queues_calls_does_not_get_a_wide_window():
     with FakeServer(reply="ok", delay=0.05, slots=4) as server:  # past 4 at once, calls wait: latency rises
         llm = llm_for(server.url)
         call_all(llm, 300)
-        assert max(sizes(llm)) <= 32
+        # 23-28 on a loaded machine (a loop that answers late hides the queue's latency for a while), against
+        # 64 and more for a server that does not queue (above)
+        assert max(sizes(llm)) <= 40
 
 
 def test_a_refusal_holds_back_the_refused_call_not_the_deployment():

@@ -16,10 +16,10 @@ from conftest import ROOT, Script, with_fake_model
 
 import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
-from sembp_dsl.language.graph import build
+from sembp_dsl.language.graph.graph import build
 from sembp_dsl.language.kinds.agent import steps_of
-from sembp_dsl.language.source import parse_text
-from sembp_dsl.language.toolcalls import RESULT_CHARS
+from sembp_dsl.language.kinds.agent.toolcalls import RESULT_CHARS
+from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.models import embedded
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.models.mock import MockTransport
@@ -242,8 +242,8 @@ def test_the_text_form_holds_a_model_without_native_calls_to_one_json_object_a_r
     schema = mock.requests[0].params["response_format"]["json_schema"]["schema"]
     assert {"tool": {"const": "lookup"}} == {"tool": schema["anyOf"][0]["properties"]["tool"]}
     assert "tools" not in mock.requests[0].params
-    assert mock.requests[1].messages[-1]["content"] == "Result of lookup: population of Kesh: 18400"
-    assert mock.requests[2].messages[-1]["content"].startswith("no JSON object in the reply")
+    assert mock.requests[1].messages[-1].content == "Result of lookup: population of Kesh: 18400"
+    assert mock.requests[2].messages[-1].content.startswith("no JSON object in the reply")
     assert llm.ledger.counters["tool steps"] == 1
 
 
@@ -293,7 +293,7 @@ def test_in_optimize_the_backward_question_shows_the_trajectory(tmp_path):
             )
         )
         optimize(path, AGENT / "agent.jsonl")
-    about_solve = [p for p in script.of_kind("backward") if 'The component "solve"' in p or "solve" in p]
+    about_solve = [p for p in script.of_kind("backward") if "# Output of solve\n" in p or "solve" in p]
     assert about_solve and all(re.search(WHOLE_QUESTION, p) for p in about_solve), about_solve[:1]
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sembp_dsl.language.graph import build
+from sembp_dsl.language.graph.graph import build
 from sembp_dsl.language.kinds.model import match_choice, parse_reply
-from sembp_dsl.language.parser import parse
+from sembp_dsl.language.syntax.parser import parse
 
 
 @pytest.mark.parametrize(

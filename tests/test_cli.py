@@ -727,6 +727,7 @@ def test_the_api_finishes_an_in_place_write_a_kill_cut_and_resumes(tmp_path, fak
     assert copy.exists()
     with sbp.load(path, resume=runs) as pipeline:
         assert not copy.exists() and path.read_text() == whole
+        assert pipeline.finished_write and "finished the write to" in pipeline.finished_write  # what the CLI says
         found = pipeline.optimize(
             rows,
             write=True,

@@ -14,7 +14,7 @@ import pytest
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
-from sembp_dsl.language.callables import parse_target
+from sembp_dsl.language.blocks.callables import parse_target
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.runtime.code import REFUSED, UNLOADABLE, CodeError, load_callable
 

@@ -230,7 +230,7 @@ def test_only_each_on_one_trainable_param_is_refused_and_all_named_is_all(setup)
     from dataclasses import replace
 
     from sembp_dsl import compare
-    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.language.graph.compile import compile_file
 
     graph = compile_file(str(setup[0]))
     assert len(graph.trainable) > 1

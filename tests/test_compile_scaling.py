@@ -8,8 +8,8 @@ import pytest
 from generated import node_product
 
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.syntax.parser import parse
 
 
 def fastest(pipeline, runs: int) -> float:
@@ -44,7 +44,7 @@ def test_compile_emit_prompts_is_bounded_and_says_where_it_stopped(tmp_path, cap
     """On a 1,500 x 1,500-edge graph `--emit prompts` printed 768 MB over 300 s. The prompts end at a bound
     (here 1 MB, for a 300 x 300 graph that has 63), and the last line says they were cut short."""
     from sembp_dsl import cli
-    from sembp_dsl.language import emit
+    from sembp_dsl.language.tooling import emit
 
     monkeypatch.setattr(emit, "MAX_PROMPT_CHARS", 2**20)
     path = tmp_path / "wide.sbp"

@@ -1,4 +1,4 @@
-"""Issue 43's reproducers for `--objective cost` (learning/pricing.py, records/costs.py, learning/optimize.py): the
+"""Issue 43's reproducers for `--objective cost` (learning/pricing.py, records/costs.py, learning/gating.py): the
 saving a run reports is measured on the samples both pipelines ran, a move chosen for cost is kept only when its
 measured cost per sample falls, and a model that cannot answer is that move's rejection, not the run's end."""
 

@@ -11,8 +11,9 @@ import pytest
 from conftest import with_fake_model
 
 from sembp_dsl import cli
-from sembp_dsl.language.data import check_data_fields
-from sembp_dsl.language.source import compile_file, diagnose, load
+from sembp_dsl.language.blocks.data import check_data_fields
+from sembp_dsl.language.graph.compile import compile_file, diagnose
+from sembp_dsl.language.syntax.source import load
 from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import DataError
 
@@ -76,13 +77,13 @@ def test_the_yaml_form_names_its_data_the_same_way():
         output: answer
         data: {file: rows.jsonl, train: 3, validation: 2, seed: 7}
         """)
-    from sembp_dsl.language.yaml_form import parse_yaml
+    from sembp_dsl.language.syntax.yaml_form import parse_yaml
 
     assert parse_yaml(yaml_text, "/x/p.yaml") == load_text(NAMED)
 
 
 def load_text(source: str):
-    from sembp_dsl.language.parser import parse
+    from sembp_dsl.language.syntax.parser import parse
 
     return parse(source, "/x/p.sbp")
 

@@ -14,9 +14,9 @@ import pytest
 from conftest import eval_samples, sbpc, with_fake_model
 
 from sembp_dsl import cli
-from sembp_dsl.language.graph import Graph
-from sembp_dsl.language.source import compile_file, diagnose
-from sembp_dsl.language.yaml_form import parse_yaml
+from sembp_dsl.language.graph.compile import compile_file, diagnose
+from sembp_dsl.language.graph.graph import Graph
+from sembp_dsl.language.syntax.yaml_form import parse_yaml
 from sembp_dsl.models import embedded
 from sembp_dsl.runtime import datasets, splits
 
@@ -79,7 +79,7 @@ def test_split_files_are_read_relative_to_the_pipeline_in_both_forms(tmp_path, m
 
 
 def parse_yaml_as_sbp(source: str):
-    from sembp_dsl.language.parser import parse
+    from sembp_dsl.language.syntax.parser import parse
 
     return parse(source, "/x/p.sbp")
 

@@ -16,13 +16,13 @@ from conftest import Script
 import sembp_dsl as sbp
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.fmt import format_text
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.source import load
-from sembp_dsl.language.writeback import rewrite, updated
-from sembp_dsl.language.yaml_form import parse_yaml
-from sembp_dsl.learning.optimize import summary
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.source import load
+from sembp_dsl.language.syntax.yaml_form import parse_yaml
+from sembp_dsl.language.tooling.fmt import format_text
+from sembp_dsl.language.tooling.writeback import rewrite, updated
+from sembp_dsl.learning.summary import summary
 from sembp_dsl.records.record import SCHEMA, check
 from sembp_dsl.records.report import render as render_report
 from sembp_dsl.records.runs import render_show, resolve
@@ -218,7 +218,7 @@ def test_bad_demos_are_reported_with_their_code(change, code, words):
 
 
 def test_a_function_node_cannot_have_demos():
-    from sembp_dsl.language.checker import check
+    from sembp_dsl.language.check.checker import check
 
     bad = QA.replace("template = ask  demos = shots", "demos = shots") + 'function f = "tools:f"\n'
     bad = bad.replace(
@@ -415,7 +415,7 @@ def test_the_bad_input_corpus_has_each_demos_error_located(tmp_path):
 
 
 def test_renaming_a_node_or_an_input_renames_the_fields_of_its_examples():
-    from sembp_dsl.language.editor import Document
+    from sembp_dsl.language.tooling.editor import Document
 
     document = Document(HANDWRITTEN, "qa.sbp")
     at = {"question": HANDWRITTEN.index("question -> answer"), "answer": HANDWRITTEN.index("-> answer") + 3}
@@ -494,7 +494,7 @@ def test_a_node_behind_a_branch_that_ran_on_no_right_sample_is_said_so():
     found it blamed unreadable or cut-off replies)."""
     import random
 
-    from sembp_dsl.language.trace import NodeTrace, Trace
+    from sembp_dsl.language.nodes.trace import NodeTrace, Trace
     from sembp_dsl.learning.bootstrap import propose_demos
     from sembp_dsl.runtime.datasets import Sample
     from sembp_dsl.runtime.evaluate import Result

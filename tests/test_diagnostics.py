@@ -12,7 +12,7 @@ import pytest
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
 
 HEADER = 'pipeline t "A test"\ninput q: text\n'
 
@@ -235,7 +235,7 @@ def test_the_shipped_schema_rejects_what_check_rejects(tmp_path, extra, edit):
     import jsonschema
     import yaml
 
-    from sembp_dsl.language.yaml_form import schema
+    from sembp_dsl.language.syntax.yaml_form import schema
 
     source = SCHEMA_YAML + (extra or "")
     if edit:
@@ -249,47 +249,53 @@ def test_the_shipped_schema_accepts_the_examples_and_matches_the_checker():
     import jsonschema
     import yaml
 
-    from sembp_dsl.language import checker, maps
-    from sembp_dsl.language.metrics import JUDGE_SETTINGS
-    from sembp_dsl.language.yaml_form import schema
+    from sembp_dsl.language.check import settings
+    from sembp_dsl.language.nodes import maps
+    from sembp_dsl.language.nodes.metrics import JUDGE_SETTINGS
+    from sembp_dsl.language.syntax.yaml_form import schema
 
     root = Path(__file__).resolve().parents[1]
     jsonschema.Draft202012Validator.check_schema(schema())
     for path in [root / "pipelines/liar.yaml"]:
         jsonschema.validate(yaml.safe_load(path.read_text()), schema(), cls=jsonschema.Draft202012Validator)
     defs = schema()["$defs"]
-    for name, table in (("model", checker.MODEL_SETTINGS), ("optimize", checker.OPTIMIZE_SETTINGS)):
+    for name, table in (("model", settings.MODEL_SETTINGS), ("optimize", settings.OPTIMIZE_SETTINGS)):
         assert set(defs[name]["properties"]) == set(table), name
         for key, accepted in table.items():
             if isinstance(accepted[0], str):
                 assert defs[name]["properties"][key]["enum"] == list(accepted)
-            if key in checker.BOUNDS:
-                low, high, exclusive = checker.BOUNDS[key]
+            if key in settings.BOUNDS:
+                low, high, exclusive = settings.BOUNDS[key]
                 assert defs[name]["properties"][key]["exclusiveMinimum" if exclusive else "minimum"] == low
                 assert defs[name]["properties"][key]["maximum"] == high
     node = schema()["properties"]["nodes"]["additionalProperties"]["properties"]
-    assert set(node) == {"type", "each", *checker.NODE_SETTINGS, *maps.SETTINGS}  # `each`: a map's `for each`
-    assert node["timeout"]["maximum"] == checker.BOUNDS["timeout"][1]
+    assert set(node) == {"type", "each", *settings.NODE_SETTINGS, *maps.SETTINGS}  # `each`: a map's `for each`
+    assert node["timeout"]["maximum"] == settings.BOUNDS["timeout"][1]
     assert schema()["properties"]["metric"]["$ref"] == "#/$defs/name"  # a built-in, or a metric the file defines
     assert set(schema()["$defs"]["judge"]["properties"]) == set(JUDGE_SETTINGS)
     assert schema()["properties"]["models"]["propertyNames"] == {"$ref": "#/$defs/name"}  # roles and named models
 
 
-def test_sbpc_schema_prints_the_shipped_schema():
+def test_sbpc_schema_prints_the_shipped_schema_with_the_strategies_named():
     import json
 
-    from sembp_dsl.language.yaml_form import schema
+    from sembp_dsl.language.blocks.method import STRATEGIES
+    from sembp_dsl.language.syntax.yaml_form import schema
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         assert cli.main(["schema"]) == 0
-    assert json.loads(out.getvalue()) == schema()
+    printed, shipped = json.loads(out.getvalue()), json.loads(json.dumps(schema()))  # a copy: schema() is cached
+    assert printed["$defs"]["optimize"]["properties"]["strategies"]["items"] == {"enum": list(STRATEGIES)}
+    del printed["$defs"]["optimize"]["properties"]["strategies"]["items"]
+    del shipped["$defs"]["optimize"]["properties"]["strategies"]["items"]
+    assert printed == shipped
 
 
 def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
     import re
 
-    from sembp_dsl.language.emit import emit_mermaid
+    from sembp_dsl.language.tooling.emit import emit_mermaid
 
     path = tmp_path / "k.sbp"
     path.write_text(
@@ -312,7 +318,7 @@ def test_mermaid_ids_are_never_mermaid_keywords(tmp_path):
 def test_the_language_doc_matches_the_code():
     import re
 
-    from sembp_dsl.language.templates import BUILTIN, builtin_source
+    from sembp_dsl.language.nodes.templates import BUILTIN, builtin_source
 
     root = Path(__file__).resolve().parents[1]
     doc = (root / "docs/language.md").read_text()

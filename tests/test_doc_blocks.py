@@ -27,13 +27,14 @@ from conftest import ROOT
 from test_shell_docs import ALL, CHECKED, SHOWN, Block, shows
 
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.source import diagnose, parse_text
+from sembp_dsl.language.graph.compile import diagnose
+from sembp_dsl.language.syntax.source import parse_text
 from sembp_dsl.models.routing import router_problem
 
 PIPELINE = {"sbp", "yaml"}
 PARSED = {"json", "toml", "jinja"}
-SCHEMA = ROOT / "sembp_dsl/language/schema/pipeline.schema.json"
-GRAMMAR = ROOT / "sembp_dsl/language/grammar/sbp.lark"
+SCHEMA = ROOT / "sembp_dsl/language/syntax/schema/pipeline.schema.json"
+GRAMMAR = ROOT / "sembp_dsl/language/syntax/grammar/sbp.lark"
 TOLD = {b for b in ALL if b.marker or b.shell or b in SHOWN.values() or b.language == "python"}
 
 

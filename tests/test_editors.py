@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sembp_dsl.language.fmt import format_text
-from sembp_dsl.language.syntax import read
+from sembp_dsl.language.syntax.tokens import read
+from sembp_dsl.language.tooling.fmt import format_text
 
 ROOT = Path(__file__).resolve().parents[1]
 EDITORS = ROOT / "editors"

@@ -12,10 +12,10 @@ from types import MappingProxyType
 import pytest
 
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.language.kinds.model import parse_reply
-from sembp_dsl.language.node import GraphNode
-from sembp_dsl.language.shapes import hints_shape, node_shape, prompt_shape
+from sembp_dsl.language.nodes.node import GraphNode
+from sembp_dsl.language.nodes.shapes import hints_shape, node_shape, prompt_shape
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
 from sembp_dsl.models import embedded
@@ -125,7 +125,7 @@ def test_every_grammar_of_the_shipped_pipelines_is_taken_by_llama_cpp():
     it could not parse would fail every call): one token is sampled under each."""
     from conftest import ROOT
 
-    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.language.graph.compile import compile_file
     from sembp_dsl.models.constraints import replies
 
     grammars = set()

@@ -9,7 +9,7 @@ import json
 import pytest
 from conftest import ROOT, sbpc, shortened_for_the_embedded_model
 
-from sembp_dsl.language.source import load
+from sembp_dsl.language.syntax.source import load
 from sembp_dsl.models import embedded
 
 pytestmark = [

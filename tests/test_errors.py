@@ -95,7 +95,7 @@ def test_every_error_class_is_exported():
 
 
 def test_errors_keep_the_bases_callers_rely_on():
-    from sembp_dsl.language.templates import RenderError
+    from sembp_dsl.language.nodes.templates import RenderError
     from sembp_dsl.records.record import RecordError
 
     assert issubclass(sbp.InputError, ValueError) and issubclass(sbp.PipelineClosed, RuntimeError)

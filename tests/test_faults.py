@@ -21,7 +21,7 @@ from test_optimize import TOY as GRAPH
 from test_optimize import data
 
 from sembp_dsl import cli
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.models import faults
 from sembp_dsl.models import llm as llm_module
 from sembp_dsl.models.cache import ResponseCache, default_path

@@ -19,9 +19,9 @@ from conftest import Script, eval_samples
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.yaml_form import parse_yaml
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.yaml_form import parse_yaml
 from sembp_dsl.learning.gate import Gate
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,7 +137,7 @@ def test_the_metric_scored_is_the_named_one_else_the_first_defined():
     assert graph.metrics["helpful"].model == "forward" and graph.trainable == ("needs_task", "reply_task")
     assert build(parse(SUPPORT + "metric exact\n")).metric == "exact"
     assert not build(parse(SUPPORT)).warnings  # the rubric counts as used, by the judge
-    from sembp_dsl.language.emit import emit_prompts
+    from sembp_dsl.language.tooling.emit import emit_prompts
 
     prompts = emit_prompts(graph)  # the judge's question, with placeholders, after the loss
     judged = prompts.split("=== helpful: judge (a record reply, {reason, score}) ===\n", 1)[1]
@@ -147,15 +147,15 @@ def test_the_metric_scored_is_the_named_one_else_the_first_defined():
 
 def test_a_shipped_pipeline_compiles_unchanged_in_ir_when_it_defines_no_metric():
     """`metric exact` and no definitions: the IR has no metric_defs key, as before issue 19."""
-    from sembp_dsl.language.emit import emit_ir
-    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.language.graph.compile import compile_file
+    from sembp_dsl.language.tooling.emit import emit_ir
 
     assert "metric_defs" not in emit_ir(compile_file(str(ROOT / "pipelines/liar.sbp")))
     assert '"metric_defs"' in emit_ir(compile_file(str(ROOT / "pipelines/replies.sbp")))
 
 
 def test_fmt_keeps_a_judge_and_a_range_as_written(tmp_path):
-    from sembp_dsl.language.fmt import format_text
+    from sembp_dsl.language.tooling.fmt import format_text
 
     text = SUPPORT + 'metric overlap   =   "metrics:overlap"\n'
     out = format_text(text)

@@ -15,12 +15,12 @@ from conftest import with_fake_model
 
 import sembp_dsl as sbp
 from sembp_dsl.cli.commands import main
-from sembp_dsl.language.checker import check
-from sembp_dsl.language.emit import emit_dot, emit_mermaid
-from sembp_dsl.language.fmt import format_text
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.source import parse_text
+from sembp_dsl.language.check.checker import check
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.source import parse_text
+from sembp_dsl.language.tooling.emit import emit_dot, emit_mermaid
+from sembp_dsl.language.tooling.fmt import format_text
 from sembp_dsl.learning.backward import backward
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import run

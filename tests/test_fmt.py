@@ -16,11 +16,11 @@ from hypothesis import strategies as st
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.fmt import WIDTH, format_text
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.source import read as read_file
-from sembp_dsl.language.syntax import read
-from sembp_dsl.language.writeback import rewrite
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.source import read as read_file
+from sembp_dsl.language.syntax.tokens import read
+from sembp_dsl.language.tooling.fmt import WIDTH, format_text
+from sembp_dsl.language.tooling.writeback import rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted((ROOT / "pipelines").glob("*.sbp"))
@@ -350,7 +350,7 @@ def test_a_formatted_file_is_parsed_once_and_a_changed_one_is_proved(monkeypatch
     """`sbpc fmt` cost 3 to 5 times `check` on a 20,000-node chain: it parsed the file into IR, read it again
     for its tokens, and parsed its own output to prove it, even when that output was the file itself.
     Text that comes out as it went in needs no proof; text that changed is still proved."""
-    import sembp_dsl.language.fmt as fmt
+    import sembp_dsl.language.tooling.fmt as fmt
 
     parsed: list[str] = []
 

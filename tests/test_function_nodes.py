@@ -185,7 +185,7 @@ def test_feedback_on_the_answer_reaches_the_query_prompt_through_the_function(ra
     examples = [{"question": f"question {i}", "answer": "Lyon"} for i in range(2)]
     with sbp.load(make()) as pipeline:
         pipeline.optimize(examples, iterations=1, gate="none", runs_dir=make().parent / "runs")
-    function_question = next(p for p in script.of_kind("backward") if 'The component "passages"' in p)
+    function_question = next(p for p in script.of_kind("backward") if "# Output of passages\n" in p)
     # the function's name and docstring stand as its instruction; its input, its output, and its feedback
     assert "A Python function, search (tools:search)" in function_question
     assert "Return the passages of the corpus that mention the query's words." in function_question
@@ -205,6 +205,6 @@ def test_no_sibling_asks_a_function_node_once_per_input(rag):
         assert backward_calls(pipeline.graph, "no_sibling") - backward_calls(pipeline.graph, "sibling") == 1
         examples = [{"question": "q", "answer": "Lyon"}]
         pipeline.optimize(examples, iterations=1, gate="none", gradient="no_sibling", runs_dir=path.parent / "runs")
-    asked = [p for p in script.of_kind("backward") if 'The component "passages"' in p]
+    asked = [p for p in script.of_kind("backward") if "# Output of passages\n" in p]
     assert len(asked) == 2
     assert {p.split("Hint 1 (from ")[1].split(")")[0] for p in asked} == {"query", "second"}

@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from sembp_dsl.language.checker import check
-from sembp_dsl.language.editor import Document
-from sembp_dsl.language.emit import EMITTERS
-from sembp_dsl.language.fmt import format_text
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.yaml_form import parse_yaml
+from sembp_dsl.language.check.checker import check
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.yaml_form import parse_yaml
+from sembp_dsl.language.tooling.editor import Document
+from sembp_dsl.language.tooling.emit import EMITTERS
+from sembp_dsl.language.tooling.fmt import format_text
 
 SBP = """\
 pipeline rag "Answer from passages"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,9 +14,11 @@ import pytest
 from conftest import TRIAGE, Script
 
 import sembp_dsl as sbp
-from sembp_dsl.learning.optimize import summary
+from sembp_dsl.language.messages import Message
 from sembp_dsl.learning.stats import sign_test as p
+from sembp_dsl.learning.summary import summary
 from sembp_dsl.models import llm as llm_module
+from sembp_dsl.models import wire
 from sembp_dsl.models.mock import MockTransport
 from sembp_dsl.models.transport import Reply
 from sembp_dsl.records.record import GateDecision, Iteration
@@ -166,8 +169,8 @@ def test_a_settled_gate_cancels_the_calls_still_in_flight_and_counts_none_of_the
     asked: list[str] = []
 
     class Hanging(MockTransport):
-        async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
-            prompt = messages[-1]["content"]
+        async def send(self, model: str, messages: Sequence[Message], *, timeout: float, **params: Any) -> Reply:
+            prompt = messages[-1].content or ""
             ticket = re.search(r"ticket \d+", prompt)
             if ticket and "Improved" in prompt and script.kind(prompt) == "forward":
                 asked.append(ticket[0])
@@ -179,7 +182,7 @@ def test_a_settled_gate_cancels_the_calls_still_in_flight_and_counts_none_of_the
                         pass
             return await super().send(model, messages, timeout=timeout, **params)
 
-    mock = Hanging(lambda request: script(request.messages))
+    mock = Hanging(lambda request: script(wire.encode(request.messages)))
     monkeypatch.setattr(llm_module, "serving", lambda name: lambda: mock)
     path = tmp_path / "triage.sbp"
     path.write_text(TRIAGE)

@@ -15,7 +15,7 @@ import pytest
 from conftest import with_fake_model
 
 from sembp_dsl import cli
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
 from sembp_dsl.runtime import datasets
 from sembp_dsl.runtime.datasets import DataError
 

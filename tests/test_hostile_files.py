@@ -11,8 +11,8 @@ import time
 import pytest
 
 from sembp_dsl import cli
-from sembp_dsl.language.source import compile_file
-from sembp_dsl.language.templates import RenderError
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.nodes.templates import RenderError
 
 HEADER = 'pipeline t "A test"\ninput q: text\n'
 
@@ -189,7 +189,7 @@ def edge_statement(n: int, sources: str = "input") -> str:
 def test_a_big_edge_statement_is_kept_as_a_product(tmp_path):
     import tracemalloc
 
-    from sembp_dsl.language.parser import parse
+    from sembp_dsl.language.syntax.parser import parse
 
     pipeline = parse(edge_statement(1500))
     assert len(pipeline.edges) == 1 and len(pipeline.edges[0].sources) == len(pipeline.edges[0].targets) == 1500
@@ -206,9 +206,9 @@ def test_a_big_edge_statement_is_kept_as_a_product(tmp_path):
 
 
 def test_past_a_sane_size_the_edges_are_a_limit_error(tmp_path, monkeypatch):
-    from sembp_dsl.language import checker
+    from sembp_dsl.language.check import edges
 
-    monkeypatch.setattr(checker, "MAX_EDGES", 10_000)
+    monkeypatch.setattr(edges, "MAX_EDGES", 10_000)
     code, err = run_cli("check", str(_write(tmp_path, "big.sbp", edge_statement(101))))
     assert (
         code == 1
@@ -345,7 +345,7 @@ def test_odd_paths_are_refused_clearly_and_never_block(tmp_path):
 
 
 def test_a_file_past_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
-    from sembp_dsl.language import source
+    from sembp_dsl.language.syntax import source
 
     monkeypatch.setattr(source, "MAX_FILE_BYTES", 2**20)
     path = _write(tmp_path, "huge.sbp", HEADER + "#" + "x" * (3 * 2**20) + "\n")

@@ -18,15 +18,15 @@ from conftest import eval_samples
 import sembp_dsl
 from sembp_dsl.cli.commands import main
 from sembp_dsl.language import ir
-from sembp_dsl.language.checker import check
+from sembp_dsl.language.check.checker import check
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.emit import emit_dot, emit_prompts
-from sembp_dsl.language.graph import build
+from sembp_dsl.language.graph.graph import build
 from sembp_dsl.language.kinds import KINDS, kind_of, shown
 from sembp_dsl.language.kinds.kind import Checking, Compiled, Model, NodeKind
-from sembp_dsl.language.node import GraphNode
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.trace import FIELDS, NodeTrace, Shown
+from sembp_dsl.language.nodes.node import GraphNode
+from sembp_dsl.language.nodes.trace import FIELDS, NodeTrace, Shown
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.tooling.emit import emit_dot, emit_prompts
 from sembp_dsl.learning.backward import backward_calls
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import run
@@ -182,9 +182,9 @@ def test_a_kinds_data_it_cannot_read_is_shown_as_json_and_no_kind_may_hide_a_fie
 
 def test_every_setting_of_every_kind_has_its_hover_text():
     """A kind's settings and their words live together: the editor's hover reads them from the kind."""
-    from sembp_dsl.language import maps
-    from sembp_dsl.language.editor import SETTING_HELP
     from sembp_dsl.language.kinds import KINDS
+    from sembp_dsl.language.nodes import maps
+    from sembp_dsl.language.tooling.editor import SETTING_HELP
 
     taken = {key for kind in KINDS.values() for key in kind.accepts} | set(maps.SETTINGS)
     assert taken - SETTING_HELP.keys() == set()

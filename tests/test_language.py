@@ -12,9 +12,10 @@ import pytest
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.emit import EMITTERS, emit_prompts
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.source import compile_file, load
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.syntax.source import load
+from sembp_dsl.language.tooling.emit import EMITTERS, emit_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 PIPELINES = sorted(str(p) for p in (ROOT / "pipelines").iterdir() if p.suffix in (".sbp", ".yaml"))

@@ -22,9 +22,26 @@ LAYERS = [
     "serve",
     "cli",
 ]
+# Inside language/, the same rule: each room (a folder, or a module of its own) imports only those before it, so
+# the tree reads as the stages a pipeline goes through: text -> IR -> checked IR -> Graph, and the tools over them.
+LANGUAGE = [
+    "ir",  # the typed IR every stage reads
+    "codes",  # every diagnostic's code and `sbpc explain` page
+    "diagnostics",  # located messages
+    "syntax",  # text -> IR
+    "blocks",  # what the file's blocks name outside it: settings, data, providers, Python code
+    "nodes",  # what every node is made of: its compiled form, flow, prompt, reply, metric, trace
+    "messages",  # what a kind and a model say to each other, typed: messages, tool calls, a request, a reply
+    "signatures",  # a tool's JSON Schema, read from its source
+    "mcp_servers",  # tools from MCP servers
+    "kinds",  # what each kind of node adds
+    "check",  # IR -> checked IR
+    "graph",  # checked IR -> Graph
+    "tooling",  # fmt, write-back, the editor's answers, the emitters
+]
 # A type a module names for the type checker only (under `if TYPE_CHECKING:`) imports nothing at run time; each
 # one from a later stage is listed here, so that none creeps in unseen.
-TYPE_ONLY = {"language/trace.py imports models.faults"}  # a NodeTrace's `failure`: why a model call failed
+TYPE_ONLY = {"language/nodes/trace.py imports models.faults"}  # a NodeTrace's `failure`: why a model call failed
 
 
 def _part(module: str) -> str:
@@ -78,6 +95,30 @@ def test_no_import_runs_back_up():
     assert not upward, upward
 
 
+def _room(module: str) -> str | None:
+    """The room of a dotted module inside language/ ("language.check.checker" -> "check"), None outside it."""
+    parts = module.split(".")
+    return parts[1] if parts[0] == "language" and len(parts) > 1 else None
+
+
+def test_inside_language_no_import_runs_back_up():
+    upward = []
+    for path in (PACKAGE / "language").rglob("*.py"):
+        me = _room(".".join(path.relative_to(PACKAGE).with_suffix("").parts))
+        if me is None:  # language/__init__.py
+            continue
+        for target in _imports(path) | _imports(path, type_only=True):
+            room = _room(target)
+            if room is not None and LANGUAGE.index(room) > LANGUAGE.index(me):
+                upward.append(f"{path.relative_to(PACKAGE)} imports {target}")
+    assert not upward, upward
+
+
+def test_every_room_of_language_sits_in_its_order():
+    rooms = {p.stem for p in (PACKAGE / "language").iterdir() if p.suffix == ".py" or (p / "__init__.py").is_file()}
+    assert rooms - {"__init__"} == set(LANGUAGE)
+
+
 def test_a_type_from_a_later_stage_is_named_for_the_type_checker_only_where_listed():
     assert set(_upward(type_only=True)) == TYPE_ONLY
 
@@ -86,6 +127,8 @@ def test_the_layers_are_the_tree():
     """Each stage is a folder; the interfaces sit at the top of the package."""
     for stage in ("language", "models", "runtime", "records", "learning", "cli"):
         assert (PACKAGE / stage / "__init__.py").is_file()
+    for room in ("syntax", "blocks", "nodes", "kinds", "check", "graph", "tooling"):
+        assert (PACKAGE / "language" / room / "__init__.py").is_file()
     assert not [
         p.name
         for p in PACKAGE.glob("*.py")
@@ -201,3 +244,38 @@ def test_an_import_circle_is_found_through_relative_and_function_level_imports()
     assert graph["cli.lsp"] == {"cli.commands", "language.source"}
     assert _cycles(graph) == [["cli.commands", "cli.lsp"]]
     assert _cycles({**graph, "cli.lsp": {"language.source"}}) == []
+
+
+#: The keys of OpenAI's chat-completions JSON no other shape of sbpc's uses (a message's "role" beside its
+#: "content" is the shape too; the GenAI conventions' messages in spans have "role" beside "parts").
+WIRE_KEYS = {"tool_calls", "tool_call_id", "choices"}
+
+
+def _wire_uses(path: Path) -> list[str]:
+    """Where a module reads or writes the chat-completions shape: one of WIRE_KEYS as a dict key, a subscript or
+    a `.get()`, or a dict with both "role" and "content"."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        keys: list[ast.expr] = []
+        if isinstance(node, ast.Dict):
+            named = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+            if {"role", "content"} <= named:
+                found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} a message")
+            keys = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.Subscript):
+            keys = [node.slice]
+        elif isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "get" and node.args:
+            keys = [node.args[0]]
+        found += [
+            f"{path.relative_to(PACKAGE)}:{node.lineno} {key.value}"
+            for key in keys
+            if isinstance(key, ast.Constant) and key.value in WIRE_KEYS
+        ]
+    return found
+
+
+def test_one_module_knows_the_chat_message_wire_shape():
+    """Kinds, the runtime, spans and every transport pass typed messages and replies (language/messages.py); only
+    models/wire.py writes them as the JSON a provider takes and reads its replies back."""
+    knowing = {use.split(":")[0] for path in PACKAGE.rglob("*.py") for use in _wire_uses(path)}
+    assert knowing == {"models/wire.py"}, sorted(use for p in PACKAGE.rglob("*.py") for use in _wire_uses(p))

@@ -15,8 +15,8 @@ import sembp_dsl as sbp
 from sembp_dsl import cli
 from sembp_dsl.language import ir
 from sembp_dsl.language.kinds.model import parse_reply
-from sembp_dsl.language.node import GraphNode
-from sembp_dsl.language.shapes import answer_format, node_shape, output_text
+from sembp_dsl.language.nodes.node import GraphNode
+from sembp_dsl.language.nodes.shapes import answer_format, node_shape, output_text
 
 T = partial(ir.OutputType, span=None)
 VERDICT = T(

@@ -16,7 +16,7 @@ from conftest import ROOT, with_fake_model
 from fake_server import HANG, FakeServer
 
 from sembp_dsl import cli
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.models.cache import ResponseCache, default_path
 from sembp_dsl.models.llm import LLM, BudgetExceeded, CallFailed, LLMError
 
@@ -188,7 +188,7 @@ def test_ledger_prices_known_models_and_counts_unknown_ones():
 
 
 def test_a_failed_call_stops_its_sample_not_the_run(tmp_path):
-    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.language.graph.compile import compile_file
     from sembp_dsl.runtime.forward import run
 
     path = tmp_path / "chain.sbp"

@@ -4,11 +4,14 @@ the request and its secrets. test_llm.py and test_faults.py test them together, 
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 from types import MappingProxyType
 
 import pytest
 
+from sembp_dsl.language.messages import Ask, prompted
+from sembp_dsl.models import spans, wire
 from sembp_dsl.models.faults import CONFIG, REQUEST, TRANSIENT, Failure, LLMError
 from sembp_dsl.models.inflight import InFlight
 from sembp_dsl.models.ledger import Ledger
@@ -18,6 +21,8 @@ from sembp_dsl.models.retry import Retries
 from sembp_dsl.models.routing import Routers
 from sembp_dsl.models.stops import BudgetExceeded, Stops
 from sembp_dsl.models.transport import FastPath, Reply
+
+HI = Ask(prompted("hi"))
 
 
 def failure(kind: str = TRANSIENT, retry_after: float | None = None) -> Failure:
@@ -111,16 +116,16 @@ def test_the_cache_key_ignores_secrets_and_limits_and_secrets_are_named_for_mask
     transport = FastPath()
     routers = Routers(transport, Ledger().count)
     base = {"api_base": "http://127.0.0.1:1/v1", "temperature": 0}
-    plain = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(base)), "hi", 120.0, transport, routers)
+    plain = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(base)), HI, 120.0, transport, routers)
     limited = {**base, "api_key_env": "MY_KEY", "rpm": 10, "timeout": 5}
-    own = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(limited)), "hi", 120.0, transport, routers)
+    own = prepare(ResolvedModel("forward", "openai/m", MappingProxyType(limited)), HI, 120.0, transport, routers)
     assert own.key == plain.key  # neither the key nor the bounds on sending change the answer
     assert own.limits == {"rpm": 10} and own.timeout == 5.0 and "rpm" not in own.settings
     assert own.settings["api_key"] == "sk-own-key-654321" and "sk-own" not in repr(own)
     assert own.secrets(routers) == ("sk-own-key-654321", "sk-usual-key-123456")
     hotter = {**base, "temperature": 1}
     assert (
-        prepare(ResolvedModel("forward", "openai/m", MappingProxyType(hotter)), "hi", 1, transport, routers).key
+        prepare(ResolvedModel("forward", "openai/m", MappingProxyType(hotter)), HI, 1, transport, routers).key
         != plain.key
     )
 
@@ -137,7 +142,7 @@ def test_prompt_tokens_the_providers_cache_served_are_counted_and_priced_at_the_
     ledger counted every prompt token at the full price."""
     from fake_server import FakeServer
 
-    from sembp_dsl.language.graph import ModelSpec
+    from sembp_dsl.language.graph.graph import ModelSpec
     from sembp_dsl.models import prices
     from sembp_dsl.models.llm import LLM
 
@@ -154,3 +159,18 @@ def test_prompt_tokens_the_providers_cache_served_are_counted_and_priced_at_the_
     usage = llm.ledger.to_json()
     assert usage["roles"]["forward"]["cached_tokens"] == 1024 == usage["cached_tokens"]
     assert "prompt tokens the provider's cache served: 1024 of 2202 (47%)" in llm.ledger.render()
+
+
+def test_a_tool_calls_arguments_keep_the_models_words_in_spans_and_the_cache():
+    """Decoded in the model layer, a call's arguments are a dict to the loop; its span and the cache keep the JSON
+    as the model wrote it (no space after the colon here), as they did before the calls were typed."""
+    [call] = wire.tool_calls(
+        [{"id": "c", "type": "function", "function": {"name": "lookup", "arguments": '{"place":"Kesh"}'}}]
+    )
+    assert call.arguments == {"place": "Kesh"}
+    done = Completion("", 3, 2, 0.0, False, 0.1, "tool_calls", (call,))
+    [message] = json.loads(spans.output_messages(done)["gen_ai.output.messages"])
+    assert message["parts"] == [{"type": "tool_call", "id": "c", "name": "lookup", "arguments": '{"place":"Kesh"}'}]
+    back = Completion.from_cache(done.cache_entry())
+    assert back.calls == (call,) and back.calls[0].arguments_text() == '{"place":"Kesh"}'
+    assert done.cache_entry()["tool_calls"] == [{"id": "c", "name": "lookup", "arguments": '{"place":"Kesh"}'}]

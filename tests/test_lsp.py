@@ -20,8 +20,8 @@ from lsprotocol import types  # noqa: E402
 from pygls.lsp.client import LanguageClient  # noqa: E402
 
 from sembp_dsl import cli  # noqa: E402
-from sembp_dsl.language.fmt import format_text  # noqa: E402
-from sembp_dsl.language.parser import parse  # noqa: E402
+from sembp_dsl.language.syntax.parser import parse  # noqa: E402
+from sembp_dsl.language.tooling.fmt import format_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SHIPPED = sorted([*(ROOT / "pipelines").glob("*.sbp"), *(ROOT / "pipelines").glob("*.yaml")])
@@ -325,11 +325,11 @@ def test_no_broken_file_stops_the_server(tmp_path):
     run(test)
 
 
-# -- the answers themselves, in-process (language/editor.py)
+# -- the answers themselves, in-process (language/tooling/editor.py)
 
 
 def test_completion_knows_where_the_cursor_is():
-    from sembp_dsl.language.editor import Document
+    from sembp_dsl.language.tooling.editor import Document
 
     def labels(text: str) -> set[str]:
         cursor = text.index("|")
@@ -374,7 +374,7 @@ def test_completion_knows_where_the_cursor_is():
 
 
 def test_rename_refuses_what_would_break_the_file():
-    from sembp_dsl.language.editor import Document, RenameError
+    from sembp_dsl.language.tooling.editor import Document, RenameError
 
     text = (ROOT / "pipelines/liar.sbp").read_text()
     document = Document(text, "liar.sbp")
@@ -391,7 +391,7 @@ def test_rename_refuses_what_would_break_the_file():
 
 
 def test_hover_survives_a_checker_failure_and_logs_it(monkeypatch, caplog):
-    from sembp_dsl.language import editor
+    from sembp_dsl.language.tooling import editor
 
     def broken(pipeline):
         raise KeyError("a checker bug")
@@ -407,7 +407,7 @@ def test_string_offsets_map_every_character_back_to_the_file():
     from hypothesis import given
     from hypothesis import strategies as st
 
-    from sembp_dsl.language.editor import literal_offsets
+    from sembp_dsl.language.tooling.editor import literal_offsets
 
     @given(st.text(st.characters(exclude_categories=("Cs",)), max_size=30), st.booleans())
     def json_strings(text, ascii_only):

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
-from fake_server import FakeServer
+from fake_batch import FakeBatchServer
 from grid import FEATURES, GRID, generated, meaningful, pairs_of
 from grid import Pipeline as Generated
 from matrix import MODEL, Outcome, Universal, Workspace, sbpc, serve_one
@@ -29,7 +29,8 @@ SHIPPED = sorted(p for p in (ROOT / "pipelines").iterdir() if p.suffix in (".sbp
 DOCS = [b for b in HELD if b.language in PIPELINE and marker(b) == ""]
 EMITS = ("ir", "dot", "mermaid", "prompts", "constraints")
 COMMANDS = (
-    "check", "fmt-check", "fmt-twice", *(f"compile-{e}" for e in EMITS), "plan", "run-trace", "eval", "eval-resume",
+    "check", "fmt-check", "fmt-twice", *(f"compile-{e}" for e in EMITS), "plan", "run-trace", "eval", "eval-batch",
+    "eval-resume",
     "optimize-gradients", "optimize-demos", "optimize-models", "optimize-cost",
     "show", "report", "apply", "runs", "serve", "api",
 )  # fmt: skip
@@ -49,7 +50,7 @@ CASES = [pytest.param(name, command, id=f"{name}::{command}") for name, _ in SOU
 
 @pytest.fixture(scope="module")
 def server():
-    with FakeServer(delay=0.0, reply=Universal()) as running:
+    with FakeBatchServer(delay=0.0, reply=Universal()) as running:  # the chat server, and OpenAI's batch API
         yield running
 
 
@@ -210,6 +211,21 @@ def serving(space: Workspace, command: str) -> None:
     assert set(answer["trace"]["nodes"]) == set(space.graph.nodes), answer["trace"]
 
 
+def batching(space: Workspace) -> None:
+    """eval --batch scores what eval scores, every call through the batch API (no cache: each one is sent)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SBPC_BATCH_POLL", "0.01")
+        batched = sbpc(
+            "eval", space.path, "--data", space.data, *space.sizes, *space.models, "--no-cache", "--batch",
+            "--runs-dir", space.path.parent / "runs-batch",
+        )  # fmt: skip
+    sound(batched)
+    score = re.compile(r": accuracy .*")
+    assert score.findall(batched.out) == score.findall(space.recorded("eval").out), batched.text[-2000:]
+    if "calls priced at batch rates" not in batched.err:  # no model call: every node a function
+        assert not re.search(r"^forward +[1-9]", batched.err, re.M), batched.err
+
+
 def api(space: Workspace, command: str) -> None:
     with sbp.load(space.path, model=MODEL, api_base=space.url, cache=False) as pipeline:
         prediction = pipeline(**space.first_row())
@@ -224,7 +240,7 @@ RUN = {
     "compile": compiling,
     "plan": planning,
     "run": running,
-    "eval": evaluating,
+    "eval": lambda space, command: batching(space) if command == "eval-batch" else evaluating(space, command),
     "optimize": optimizing,
     "show": recording,
     "report": recording,

@@ -265,7 +265,7 @@ def test_a_server_whose_schema_changed_stops_the_run_before_any_call(tmp_path, c
         lock = tmp_path / ".sbpc" / "mcp.lock.json"
         data = json.loads(lock.read_text())
         from sembp_dsl.language.mcp_servers import Server
-        from sembp_dsl.language.source import load
+        from sembp_dsl.language.syntax.source import load
 
         data["servers"]["docs"]["settings"] = Server.of(load(str(path)).blocks[0]).settings_hash()
         lock.write_text(json.dumps(data))  # as if the lock were made before the server changed
@@ -403,7 +403,7 @@ def test_check_of_a_pipeline_with_servers_imports_no_mcp(tmp_path, calls):
 
 
 def test_the_editor_indexes_servers_their_tools_and_description_params(tmp_path):
-    from sembp_dsl.language.editor import Document
+    from sembp_dsl.language.tooling.editor import Document
 
     text = PIPELINE.replace("WHERE", 'command = "python docs_server.py"')
     document = Document(text=text, path=str(tmp_path / "support.sbp"))
@@ -415,7 +415,7 @@ def test_the_editor_indexes_servers_their_tools_and_description_params(tmp_path)
 
 
 def test_the_yaml_twin_compiles_to_the_same_servers(tmp_path):
-    from sembp_dsl.language.source import parse_text
+    from sembp_dsl.language.syntax.source import parse_text
 
     sbp_form = parse_text(PIPELINE.replace("WHERE", 'command = "python docs_server.py"'), str(tmp_path / "a.sbp"))
     yaml_form = parse_text(

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from test_optimize import TOY, data, optimize, trace_and_llm, write
 
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
 from sembp_dsl.learning.backward import backward, hint_lines
 from sembp_dsl.learning.descent import examples_for, extract, validate
 from sembp_dsl.learning.stats import gate_passes, sign_test, wins_needed
@@ -351,7 +351,7 @@ def test_a_gate_too_small_to_pass_is_announced_and_an_empty_one_refused(tmp_path
 def test_samples_lost_to_failed_calls_are_not_learnt_from(tmp_path, script):
     from fake_server import FakeServer
 
-    from sembp_dsl.language.method import Method
+    from sembp_dsl.language.blocks.method import Method
     from sembp_dsl.learning.optimize import Optimizer
     from sembp_dsl.records.record import RunRecord, RunSettings
     from sembp_dsl.runtime.datasets import load as load_data
@@ -454,7 +454,7 @@ def test_the_held_out_change_is_paired_and_a_drop_is_said_in_words(tmp_path, fak
 
 
 def test_every_phase_has_a_progress_bar(tmp_path, fake_llm, script):
-    from sembp_dsl.language.method import Method
+    from sembp_dsl.language.blocks.method import Method
     from sembp_dsl.learning.optimize import Optimizer
     from sembp_dsl.records.record import RunRecord, RunSettings
     from sembp_dsl.runtime.datasets import load as load_data

@@ -1,10 +1,10 @@
-"""Tests for sembp_dsl.language.metrics."""
+"""Tests for sembp_dsl.language.nodes.metrics."""
 
 from __future__ import annotations
 
 import pytest
 
-from sembp_dsl.language.metrics import METRICS, parse_number, score
+from sembp_dsl.language.nodes.metrics import METRICS, parse_number, score
 
 
 @pytest.mark.parametrize(

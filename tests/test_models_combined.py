@@ -10,9 +10,10 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl import cli
-from sembp_dsl.language.method import STRATEGIES, Method, SettingError
-from sembp_dsl.language.source import compile_file, parse_text
-from sembp_dsl.learning.strategies import KINDS, strategies
+from sembp_dsl.language.blocks.method import STRATEGIES, Method, SettingError
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.syntax.source import parse_text
+from sembp_dsl.learning.strategies import kind, strategies
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.records.runs import resolve
 
@@ -132,7 +133,7 @@ def test_strategies_combine_and_the_plan_bounds_each(relay, capsys):
 
 
 def test_strategies_are_named_in_the_order_of_their_kinds_and_checked():
-    assert tuple(KINDS) == STRATEGIES  # every name the setting takes has its strategy, and no other
+    assert [kind(name).name for name in STRATEGIES] == list(STRATEGIES)  # every name the setting takes has its class
     assert [s.name for s in strategies(Method())] == list(STRATEGIES)
     assert [s.name for s in strategies(Method(strategies=("models", "gradients")))] == ["gradients", "models"]
     with pytest.raises(SettingError, match="did you mean 'models'"):

@@ -12,10 +12,11 @@ import pytest
 from fake_server import FakeServer
 
 from sembp_dsl import cli
-from sembp_dsl.language.method import Method
-from sembp_dsl.language.node import model_param
-from sembp_dsl.language.source import compile_file, parse_text
-from sembp_dsl.language.writeback import rewrite
+from sembp_dsl.language.blocks.method import Method
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.nodes.node import model_param
+from sembp_dsl.language.syntax.source import parse_text
+from sembp_dsl.language.tooling.writeback import rewrite
 from sembp_dsl.learning.plan import plan
 from sembp_dsl.learning.stats import NonInferiority
 from sembp_dsl.models.llm import LLM

@@ -89,7 +89,7 @@ def test_sizes_the_file_asks_for_are_not_scaled(tmp_path, capsys, monkeypatch):
 
 
 def test_eval_of_the_val_split_scores_the_rows_a_small_file_gates_on():
-    from sembp_dsl.language.method import Method
+    from sembp_dsl.language.blocks.method import Method
     from sembp_dsl.runtime.datasets import eval_splits, load
     from sembp_dsl.runtime.splits import from_dataset
 
@@ -259,7 +259,7 @@ def test_what_init_writes_passes_its_own_check(tmp_path, monkeypatch, capsys, na
     assert code == 0 and "checked: ok" in said, said
     assert main(["check", name.rsplit(".", 1)[0] + ".sbp"]) == 0, capsys.readouterr()
     if task.startswith("Answer {{"):  # the task reaches the prompt as written, not as template code
-        from sembp_dsl.language.source import compile_file
+        from sembp_dsl.language.graph.compile import compile_file
 
         graph = compile_file(name.rsplit(".", 1)[0] + ".sbp")
         assert graph.nodes["answer"].render({"q": "x"}, graph.prompts).startswith(task.replace("endraw", "end raw"))

@@ -15,11 +15,11 @@ from conftest import ROOT
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.emit import EMITTERS, emit_prompts
-from sembp_dsl.language.graph import build
-from sembp_dsl.language.parser import parse
-from sembp_dsl.language.shapes import as_record, node_shape, read_record
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.graph.graph import build
+from sembp_dsl.language.nodes.shapes import as_record, node_shape, read_record
+from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.tooling.emit import EMITTERS, emit_prompts
 
 FIXTURES = ROOT / "tests" / "fixtures" / "ir"
 
@@ -193,7 +193,7 @@ def test_the_yaml_twin_lowers_to_the_same_ir():
             """
         )
     )
-    from sembp_dsl.language.yaml_form import parse_yaml
+    from sembp_dsl.language.syntax.yaml_form import parse_yaml
 
     assert parse_yaml(DESK_YAML, "p.yaml") == sbp
 
@@ -202,7 +202,7 @@ def test_the_yaml_schema_takes_the_new_forms():
     import jsonschema
     import yaml
 
-    from sembp_dsl.language.yaml_form import schema
+    from sembp_dsl.language.syntax.yaml_form import schema
 
     jsonschema.validate(yaml.safe_load(DESK_YAML), schema(), cls=jsonschema.Draft202012Validator)
 
@@ -485,7 +485,7 @@ def test_the_featured_benchmark_uses_every_feature():
 
 
 def test_fmt_lays_out_the_new_forms_once_and_keeps_their_meaning():
-    from sembp_dsl.language.fmt import format_text
+    from sembp_dsl.language.tooling.fmt import format_text
 
     messy = DESK.replace("output judge.verdict", "output   judge . verdict").replace(
         "{verdict: choice(Yes, No), reason: text, confidence: number}",
@@ -499,8 +499,8 @@ def test_fmt_lays_out_the_new_forms_once_and_keeps_their_meaning():
 
 @pytest.mark.parametrize("text, name", [(DESK, "desk.sbp"), (DESK_YAML, "desk.yaml")])
 def test_write_back_rewrites_system_and_template_params_alone(text, name):
-    from sembp_dsl.language.source import parse_text
-    from sembp_dsl.language.writeback import rewrite
+    from sembp_dsl.language.syntax.source import parse_text
+    from sembp_dsl.language.tooling.writeback import rewrite
 
     commented = text.replace("input ticket: text", "input ticket: text  # the customer's words").replace(
         "inputs:\n  ticket: text", "inputs:\n  ticket: text  # the customer's words"
@@ -518,7 +518,7 @@ def test_write_back_rewrites_system_and_template_params_alone(text, name):
 
 
 def test_the_editor_follows_params_models_and_system_messages():
-    from sembp_dsl.language.editor import Document
+    from sembp_dsl.language.tooling.editor import Document
 
     document = Document(DESK, "desk.sbp")
     [rules] = document.definition(DESK.index("system = rules") + len("system = "))

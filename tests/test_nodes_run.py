@@ -13,7 +13,7 @@ from conftest import Script
 from test_nodes import DESK
 
 import sembp_dsl as sbp
-from sembp_dsl.language.source import load
+from sembp_dsl.language.syntax.source import load
 from sembp_dsl.models import prices
 
 FACTS = {"product": "app", "mood": "angry"}
@@ -174,7 +174,7 @@ def test_optimize_trains_the_system_message_and_every_param_but_the_frozen_one(d
 def test_the_system_message_is_shown_to_the_backward_model(desk):
     path, _, script = desk
     optimize(path, script)
-    judge_question = next(p for p in script.of_kind("backward") if 'The component "judge"' in p)
+    judge_question = next(p for p in script.of_kind("backward") if "# Output of judge\n" in p)
     assert "# System message given to judge\nYou follow the house rules." in judge_question
     assert '# Output of judge\n{"verdict": "No", "reason": "calm enough", "confidence": 0.5}' in judge_question
 

@@ -18,8 +18,9 @@ import pytest
 from conftest import ROOT, with_fake_model
 
 from sembp_dsl import cli
-from sembp_dsl.language.source import compile_file, load, parse_text
-from sembp_dsl.language.writeback import rewrite, save
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.syntax.source import load, parse_text
+from sembp_dsl.language.tooling.writeback import rewrite, save
 from sembp_dsl.learning.backward import backward, backward_calls
 from sembp_dsl.learning.descent import validate
 from sembp_dsl.models.llm import LLM
@@ -497,7 +498,7 @@ def test_resume_after_a_kill_matches_an_uninterrupted_run(tmp_path, fake_llm, sc
 
 
 def test_write_back_moves_beside_a_file_edited_during_the_run(tmp_path):
-    from sembp_dsl.language.writeback import WriteBack
+    from sembp_dsl.language.tooling.writeback import WriteBack
 
     path = tmp_path / "toy.sbp"
     path.write_text(TOY)
@@ -915,7 +916,7 @@ def test_a_bug_in_sbpc_is_reported_as_one_with_the_run_kept(tmp_path, fake_llm, 
     """A broad `except` turned our own bugs into rejected candidates ("does not render on a training
     sample") or lost samples. A bug now surfaces: the run record so far is saved and says so, the
     command prints the traceback and "this is a bug in sbpc", and exits non-zero."""
-    from sembp_dsl.language import node as node_module
+    from sembp_dsl.language.nodes import node as node_module
 
     script.verdict = lambda prompt: "No"
 
@@ -937,7 +938,7 @@ def test_a_bug_in_sbpc_is_reported_as_one_with_the_run_kept(tmp_path, fake_llm, 
 
 
 def test_a_templates_own_error_is_the_samples_and_an_sbpc_bug_is_not(monkeypatch):
-    from sembp_dsl.language import templates
+    from sembp_dsl.language.nodes import templates
 
     with pytest.raises(templates.RenderError, match="ZeroDivisionError"):
         templates.compile_template("{{ 1 / (q|int) }}").render(q="0")
@@ -975,11 +976,20 @@ def test_the_loop_spends_no_more_at_concurrency_64_than_at_16_and_decides_the_sa
 
 
 def test_the_sentence_limit_holds_only_where_the_optimizer_prompt_states_it(tmp_path, fake_llm):
-    """The built-in optimizer prompt asks for one to three sentences, and the candidate's grammar holds a
-    reply to that; an overriding prompt that never names max_sentences leaves the reply free."""
+    """The built-in optimizer prompt asks for one sentence more than the old prompt has (two for the one of
+    "Say Yes or No."; four for three), and the candidate's grammar holds a reply to that; an overriding prompt
+    that never names max_sentences leaves the reply free."""
     stated = compile_file(str(write(tmp_path, "toy.sbp", TOY, fake_llm.url)))
-    assert "one to 3 sentences" in render_optimizer_prompt(stated)
-    assert stated.candidate_shape("verdict_task").fields[0].sentences == 3
+    assert "one to 2 sentences" in render_optimizer_prompt(stated)
+    assert stated.candidate_shape("verdict_task").fields[0].sentences == 2
+    longer = TOY.replace('"Say Yes or No."', '"Read it. Weigh it. Say Yes or No."')
+    assert (
+        compile_file(str(write(tmp_path, "long.sbp", longer, fake_llm.url)))
+        .candidate_shape("verdict_task")
+        .fields[0]
+        .sentences
+        == 4
+    )
     silent = TOY + 'template optimizer = """\nImprove: {{ prompt }}\nReply in <prompt>...</prompt>.\n"""\n'
     unstated = compile_file(str(write(tmp_path, "paper.sbp", silent, fake_llm.url)))
     assert unstated.candidate_shape("verdict_task").fields[0].sentences is None

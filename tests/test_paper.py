@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, with_fake_model
 
 from sembp_dsl import cli
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.graph.compile import compile_file
 
 PAPER = str(ROOT / "pipelines" / "liar_paper.sbp")
 ANALYSTS = ["statement_analysis", "party_analysis", "job_title_analysis", "source_analysis", "state_analysis"]

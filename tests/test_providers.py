@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from sembp_dsl.language.providers import LITELLM, OWN
+from sembp_dsl.language.blocks.providers import LITELLM, OWN
 
 
 def test_the_provider_list_is_litellms():

@@ -49,7 +49,7 @@ def test_every_field_of_a_trace_as_json_is_documented():
     """`run --json` and `sbpc serve` give traces to scripts: a key runtime.md's table does not explain is a guess."""
     import dataclasses
 
-    from sembp_dsl.language.trace import NodeTrace
+    from sembp_dsl.language.nodes.trace import NodeTrace
 
     text = (Path(__file__).parent.parent / "docs" / "runtime.md").read_text()
     table = text[text.index("| `NodeTrace` | |") :].split("\n\n")[0]

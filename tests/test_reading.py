@@ -7,7 +7,7 @@ import asyncio
 import threading
 
 from sembp_dsl.cli.reading import Reader
-from sembp_dsl.language.editor import Document
+from sembp_dsl.language.tooling.editor import Document
 
 
 def test_the_loop_answers_while_a_file_is_read_and_a_stale_reading_is_dropped():

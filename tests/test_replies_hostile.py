@@ -10,9 +10,9 @@ from test_agent import Agent, write
 
 import sembp_dsl as sbp
 from sembp_dsl.language.kinds.agent import steps_of
-from sembp_dsl.language.shapes import first_json, first_object
-from sembp_dsl.language.toolcalls import RESULT_CHARS
-from sembp_dsl.runtime.forward import tool_call
+from sembp_dsl.language.kinds.agent.toolcalls import RESULT_CHARS, call_json
+from sembp_dsl.language.nodes.shapes import first_json, first_object
+from sembp_dsl.models import wire
 
 
 def test_reading_a_reply_as_json_is_linear_in_its_braces():
@@ -33,11 +33,15 @@ def test_the_first_json_value_after_junk_or_in_prose_is_still_found():
 
 
 def test_native_arguments_nested_20000_deep_are_that_calls_error():
-    call = tool_call({"id": "c1", "name": "lookup", "arguments": "[" * 20_000 + "]" * 20_000})
-    assert call.name == "lookup" and list(call.arguments) == ["(not a JSON object)"]
-    deep = tool_call({"id": "c2", "name": "lookup", "arguments": '{"a": ' + "[" * 900 + "]" * 900 + "}"})
+    def call(id_: str, arguments: str) -> dict:
+        return {"id": id_, "type": "function", "function": {"name": "lookup", "arguments": arguments}}
+
+    [flat, deep] = wire.tool_calls(
+        [call("c1", "[" * 20_000 + "]" * 20_000), call("c2", '{"a": ' + "[" * 900 + "]" * 900 + "}")]
+    )
+    assert flat.name == "lookup" and list(flat.arguments) == ["(not a JSON object)"]
     assert list(deep.arguments) == ["(nested too deeply)"]
-    json.dumps(deep.to_json())  # the record can hold it
+    json.dumps(call_json(deep))  # the record can hold it
 
 
 def test_a_call_nested_too_deeply_ends_in_that_calls_error_and_the_loop_goes_on(tmp_path):

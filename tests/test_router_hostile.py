@@ -13,7 +13,7 @@ from fake_server import FakeServer
 from test_llm import TOY
 
 from sembp_dsl import cli
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.models.cache import ResponseCache
 from sembp_dsl.models.llm import LLM, CallFailed
 

@@ -1,4 +1,4 @@
-"""The optimize settings have one owner (language/method.py): the checker, the Python API, `sbpc optimize`,
+"""The optimize settings have one owner (language/blocks/method.py): the checker, the Python API, `sbpc optimize`,
 `sbpc compare` and the run record take the same names, defaults, words and ranges from it."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from test_optimize import TOY, data, write
 import sembp_dsl as sbp
 from sembp_dsl import cli
 from sembp_dsl.compare import CompareError, read_setting
-from sembp_dsl.language.method import SETTINGS, Method, SettingError, SettingTypeError
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.blocks.method import SETTINGS, Method, SettingError, SettingTypeError
+from sembp_dsl.language.graph.compile import compile_file
 
 NUMBERS = [s for s in SETTINGS.values() if not s.choices]
 WORDS = [s for s in SETTINGS.values() if s.choices]

@@ -18,10 +18,18 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sembp_dsl.language import ir
-from sembp_dsl.language.graph import ModelSpec
+from sembp_dsl.language.graph.graph import ModelSpec
 from sembp_dsl.language.kinds.model import parse_reply
-from sembp_dsl.language.node import GraphNode
-from sembp_dsl.language.shapes import CHARS_PER_TOKEN, Field, Shape, first_json, hints_shape, node_shape, prompt_shape
+from sembp_dsl.language.nodes.node import GraphNode
+from sembp_dsl.language.nodes.shapes import (
+    CHARS_PER_TOKEN,
+    Field,
+    Shape,
+    first_json,
+    hints_shape,
+    node_shape,
+    prompt_shape,
+)
 from sembp_dsl.learning.backward import hint_lines
 from sembp_dsl.learning.descent import extract
 from sembp_dsl.models import constraints, embedded, prices

@@ -6,8 +6,7 @@ import sys
 import jsonschema
 import pytest
 
-from sembp_dsl.language.signatures import read_tool
-from sembp_dsl.language.toolcalls import (
+from sembp_dsl.language.kinds.agent.toolcalls import (
     Answer,
     ToolCall,
     Unreadable,
@@ -16,6 +15,7 @@ from sembp_dsl.language.toolcalls import (
     read_reply,
     reply_schema,
 )
+from sembp_dsl.language.signatures import read_tool
 
 SOURCE = '''
 import this_module_does_not_exist  # never imported: the file is only read
@@ -136,7 +136,7 @@ def test_results_are_bounded():
 
 
 def test_every_string_of_the_text_form_is_bounded_so_a_constrained_reply_closes():
-    from sembp_dsl.language.toolcalls import TEXT_FORM_CHARS
+    from sembp_dsl.language.kinds.agent.toolcalls import TEXT_FORM_CHARS
 
     schema = reply_schema(list(TOOLS.values()))
     jsonschema.validate({"answer": "x" * TEXT_FORM_CHARS}, schema)

@@ -37,7 +37,7 @@ SBPC = (
     "sembp_dsl.telemetry",
     *SBPC_PACKAGES,
 )
-SBPC_NOT = ("sembp_dsl.cli.lsp", "sembp_dsl.cli.reading", "sembp_dsl.language.yaml_form")  # editors, YAML files
+SBPC_NOT = ("sembp_dsl.cli.lsp", "sembp_dsl.cli.reading", "sembp_dsl.language.syntax.yaml_form")  # editors, YAML files
 # What sbpc sends and renders with, each with what it imports itself: aiohttp (the fast path), jinja2 (the
 # prompts' templates), lark (the .sbp grammar); and what sbpc itself takes from the standard library on the way.
 PACKAGES = ("aiohttp", "jinja2.meta", "jinja2.sandbox", "lark")
@@ -45,7 +45,7 @@ STANDARD = (
     "argparse",  # the command line
     "asyncio",  # the calls
     "csv",  # LIAR's files
-    "decimal",  # numbers in replies (language/shapes.py)
+    "decimal",  # numbers in replies (language/nodes/shapes.py)
     "difflib",  # "did you mean" in diagnostics
     "hashlib",  # cache keys
     "json",
@@ -132,7 +132,7 @@ def test_the_allow_list_catches_a_module_the_first_call_does_not_need(tmp_path, 
     """The check can fail: the optimize loop, a package sbpc does not send with, a costly standard module."""
     modules = ["sembp_dsl.api", "sembp_dsl.learning.optimize", "sembp_dsl.records.record", "jsonschema", "tkinter"]
     assert unneeded(modules, allowed) == modules[1:]
-    assert unneeded(["sembp_dsl.cli.lsp", "sembp_dsl.language.yaml_form", "aiohttp.client"], allowed) == [
+    assert unneeded(["sembp_dsl.cli.lsp", "sembp_dsl.language.syntax.yaml_form", "aiohttp.client"], allowed) == [
         "sembp_dsl.cli.lsp",
-        "sembp_dsl.language.yaml_form",
+        "sembp_dsl.language.syntax.yaml_form",
     ]

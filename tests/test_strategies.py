@@ -15,9 +15,9 @@ from fake_server import FakeServer
 from test_demos import QA, Adder
 from test_optimize import DEEP, TOY, write
 
-from sembp_dsl.language.graph import Graph
-from sembp_dsl.language.method import Method
-from sembp_dsl.language.source import compile_file
+from sembp_dsl.language.blocks.method import Method
+from sembp_dsl.language.graph.compile import compile_file
+from sembp_dsl.language.graph.graph import Graph
 from sembp_dsl.learning import optimize as loop
 from sembp_dsl.learning import plan as planner
 from sembp_dsl.learning.descent import propose

@@ -12,7 +12,7 @@ import pytest
 from conftest import ROOT, Script
 
 from sembp_dsl import cli
-from sembp_dsl.language.source import load
+from sembp_dsl.language.syntax.source import load
 
 ANSWERS = {
     row["ticket"]: row["answer"]

@@ -26,7 +26,7 @@ from test_optimize import TOY
 
 import sembp_dsl as sbp
 from sembp_dsl import cli
-from sembp_dsl.models.transport import _reply
+from sembp_dsl.models.wire import reply_of
 
 SECRET = "sk-secret-0123456789abcdef"  # an API key that must reach no span
 PROBE = (
@@ -231,9 +231,9 @@ def test_a_reply_names_its_model_and_id_only_as_short_text(hostile):
     """Whatever a server sends as the reply's model and id goes into every call's span: 1 MB of it, a number or a
     list is no name."""
     body = {"choices": [{"message": {"content": "Yes"}}], "model": "gpt-x-2026", "id": "chatcmpl-1"}
-    named = _reply(body, "openai/gpt-x")
+    named = reply_of(body, "openai/gpt-x")
     assert (named.response_model, named.response_id) == ("gpt-x-2026", "chatcmpl-1")
-    hostile_reply = _reply({**body, "model": hostile, "id": hostile}, "openai/gpt-x")
+    hostile_reply = reply_of({**body, "model": hostile, "id": hostile}, "openai/gpt-x")
     assert (hostile_reply.response_model, hostile_reply.response_id) == (None, None)
 
 

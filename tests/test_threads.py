@@ -12,14 +12,14 @@ from conftest import ROOT
 from lark import Lark
 
 from sembp_dsl.language.diagnostics import PipelineError
-from sembp_dsl.language.parser import parse
+from sembp_dsl.language.syntax.parser import parse
 
 # A fresh interpreter, so the first loads also race to build the Lark parser and the YAML schema; a tiny
 # switch interval makes threads take turns inside every parse.
 RACE = textwrap.dedent("""\
     import sys, threading
     from sembp_dsl.language.diagnostics import PipelineError
-    from sembp_dsl.language.source import compile_file
+    from sembp_dsl.language.graph.compile import compile_file
 
     sys.setswitchinterval(1e-6)
     files = sys.argv[1:]

@@ -18,8 +18,8 @@ from test_optimize import TOY
 
 from sembp_dsl import cli
 from sembp_dsl.language.diagnostics import bad_characters
-from sembp_dsl.language.source import load, parse_text
-from sembp_dsl.language.writeback import WriteBack, rewrite
+from sembp_dsl.language.syntax.source import load, parse_text
+from sembp_dsl.language.tooling.writeback import WriteBack, rewrite
 
 
 def copy_of(tmp_path: Path, name: str, transform=lambda text: text, bom: bool = False) -> Path:
@@ -278,8 +278,8 @@ KILLED_WRITE = """
 import os, signal, sys
 from pathlib import Path
 from sembp_dsl import files
-from sembp_dsl.language import writeback
-from sembp_dsl.language.source import load
+from sembp_dsl.language.tooling import writeback
+from sembp_dsl.language.syntax.source import load
 
 real = files._write_synced
 def dying(path, data, *, create=None):

@@ -21,10 +21,10 @@ from .. import __version__, telemetry
 from ..errors import BUG_IN_SBPC, SbpcError
 from ..files import atomic_write, read_current
 from ..language import kinds
+from ..language.blocks.method import SETTINGS, STRATEGIES, SettingError
 from ..language.codes import CODES, lookup
 from ..language.diagnostics import PipelineError, as_json, did_you_mean, for_terminal, json_text
-from ..language.method import SETTINGS, STRATEGIES, SettingError
-from ..language.trace import NodeTrace
+from ..language.nodes.trace import NodeTrace
 from ..runtime import datasets
 from ..runtime.datasets import EVAL_TEST_SIZE, anchor_data_dir
 from .flags import (
@@ -107,7 +107,7 @@ def _report(diagnostics, text) -> None:
 
 def cmd_check(args) -> int:
     # the parser (lark) costs about 0.6 s to import: --help, explain and schema never pay it
-    from ..language.source import diagnose_file
+    from ..language.graph.compile import diagnose_file
 
     failed = False
     results = []
@@ -129,9 +129,9 @@ def cmd_check(args) -> int:
 def cmd_fmt(args) -> int:
     """Each .sbp file in the canonical layout: rewritten in place, or (--check, --diff) only reported."""
     # the formatter and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
-    from ..language.fmt import format_text
-    from ..language.source import parse_text, read
-    from ..language.writeback import unified_diff
+    from ..language.syntax.source import parse_text, read
+    from ..language.tooling.fmt import format_text
+    from ..language.tooling.writeback import unified_diff
 
     dry = args.check or args.diff
     changed, failed = [], False
@@ -192,16 +192,16 @@ def cmd_explain(args) -> int:
 
 def cmd_schema(args) -> int:
     # jsonschema costs about 0.1 s to import: only `sbpc schema` and YAML pipelines pay it
-    from ..language.yaml_form import schema_text
+    from ..language.syntax.yaml_form import schema_text
 
-    print(schema_text(), end="")
+    print(schema_text(list(STRATEGIES)), end="")
     return 0
 
 
 def cmd_compile(args) -> int:
     # the emitters and the parser (lark) cost about 0.6 s to import: only the commands that parse pay it
-    from ..language.emit import EMITTERS, prompt_sections
-    from ..language.source import compile_file
+    from ..language.graph.compile import compile_file
+    from ..language.tooling.emit import EMITTERS, prompt_sections
 
     graph = compile_file(args.file)
     _report(graph.warnings, graph.pipeline.text)
@@ -302,6 +302,7 @@ def cmd_eval(args) -> int:
                 mapping=parse_pairs(args.map, "--map"),
                 on_done=lambda r: bar.update(),
                 runs_dir=args.runs_dir,
+                batch=_batch(args),
                 keep=args.errors,  # the summary's sums and the wrong samples it prints: flat however many rows
                 resume=args.resume,
                 **method_settings(args),
@@ -336,6 +337,14 @@ def cmd_eval(args) -> int:
                 file=sys.stderr,
             )
     return code
+
+
+def _batch(args):
+    """What `eval --batch` asks of the batch API: its progress told on stderr (a killed run is resumed with --resume,
+    as any evaluation)."""
+    from ..models.batch import Batch  # the model layer: imported by the commands that call models only
+
+    return Batch(progress=lambda line: print(line, file=sys.stderr, flush=True)) if args.batch else False
 
 
 def _to_score(pipeline, args) -> tuple[int, str, str]:
@@ -381,13 +390,12 @@ def _scored(dataset, split: str, count: int, limit: int | None) -> str:
 
 def cmd_optimize(args) -> int:
     # the run record and the model runtime cost about 0.25 s to import: only the commands that call models pay it
-    from ..records.record import ResumeError, RunRecord, resume_command
+    from ..records.record import ResumeError, resume_command
 
-    if args.resume:  # a write into the file the run was making when it was killed: finished before it is read
-        notice = RunRecord.finish_interrupted_write(Path(args.runs_dir), args.file)
-        if notice:
-            print(notice, file=sys.stderr)
-    pipeline = load_pipeline(args, code=not args.plan)  # the plan runs no code
+    # the plan runs no code; with --resume, a write into the file its run was making when killed is finished first
+    pipeline = load_pipeline(args, code=not args.plan, resume=args.resume)
+    if pipeline.finished_write:
+        print(pipeline.finished_write, file=sys.stderr)
     _report(pipeline.graph.warnings, pipeline.graph.pipeline.text)
     data, settings = args.examples, method_settings(args)
     mapping = parse_pairs(args.map, "--map")
@@ -487,7 +495,7 @@ def cmd_tools_sync(args) -> int:
     """Start each MCP server a file declares once, list its tools, and write their schemas to the lock."""
     # the parser and the MCP client (the mcp package, when a file has servers): only this command pays them
     from ..language.mcp_servers import LOCK
-    from ..language.source import load
+    from ..language.syntax.source import load
     from ..runtime.mcp_client import sync
 
     for path in args.files:
@@ -673,9 +681,15 @@ def _add_run_and_eval(sub) -> None:
         "--runs-dir", default=".sbpc/runs", help="where the run record goes (default .sbpc/runs; `sbpc show` reads it)"
     )
     ev.add_argument(
+        "--batch",
+        action="store_true",
+        help="send the model calls through the provider's batch API (OpenAI's), at its batch price; waits up to 24 h",
+    )
+    ev.add_argument(
         "--resume",
         action="store_true",
-        help="go on with the newest unfinished evaluation asked the same, scoring only the samples it had not finished",
+        help="go on with the newest unfinished evaluation asked the same, scoring only the samples it had not "
+        "finished (with --batch: waiting on the batches it had sent, never sending them twice)",
     )
     add_data_flags(ev, test_default=f"{EVAL_TEST_SIZE}; your own file is scored whole when no size is given")
     add_model_flags(ev)

@@ -11,9 +11,9 @@ import time
 
 from .. import telemetry
 from ..errors import SbpcError
-from ..language.data import DataSpec
+from ..language.blocks.data import DataSpec
+from ..language.blocks.method import SETTINGS
 from ..language.ir import gc_paused
-from ..language.method import SETTINGS
 
 PROGRESS_EVERY = 10.0  # seconds between progress lines when stderr is no terminal
 
@@ -110,9 +110,10 @@ def parse_pairs(pairs: list[str], what: str) -> dict[str, str]:
     return out
 
 
-def load_pipeline(args, code: bool = True):
+def load_pipeline(args, code: bool = True, resume: bool = False):
     """The pipeline of a command, with the models and limits its flags ask for (`code=False`: importing no
-    function module, for a command that runs none); for a command that reads data, `args.examples`, the Data its
+    function module, for a command that runs none; `resume`: the write into the file an unfinished run in
+    --runs-dir was making when killed finished first); for a command that reads data, `args.examples`, the Data its
     flags or the file's data block name."""
     roles = {
         role: flag for role, flag in (("backward", args.backward_model), ("optimizer", args.optimizer_model)) if flag
@@ -135,6 +136,7 @@ def load_pipeline(args, code: bool = True):
             code=code,
             otel=telemetry.asked(vars(args).get("otel") or vars(args).get("otel_content") or None),
             otel_content=vars(args).get("otel_content") or None,
+            resume=args.runs_dir if resume else False,
         )
     # the modules and the pipeline live to the end: frozen, later GC passes skip them (~10% CPU per call)
     gc.freeze()
@@ -276,7 +278,7 @@ def add_data_flags(p: argparse.ArgumentParser, test_default: str = "the file's o
 
 
 def add_setting(g, name: str, kind, default: str | None = None, *aliases: str, **more) -> None:
-    """The flag of a method setting, with its meaning from the one table of settings (language/method.py)."""
+    """The flag of a method setting, with its meaning from the one table of settings (language/blocks/method.py)."""
     setting = SETTINGS[name]
     default = default or f"default: the file's, else {setting.default}"
     g.add_argument(setting.option, *aliases, dest=name, type=kind, help=f"{setting.help} ({default})", **more)

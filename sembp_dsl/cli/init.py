@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import WriteBackError
-from ..language.data import ANSWER_COLUMNS
+from ..language.blocks.data import ANSWER_COLUMNS
 from ..language.diagnostics import did_you_mean
 from ..runtime.datasets import DataError, answer_key, as_text, fields_of, head_of
 from .flags import UsageError
@@ -102,7 +102,7 @@ def _answer_field(rows: list, fields: list[str], given: str | None) -> tuple[str
 
 def name_of(field: str) -> str:
     """A field's name as a pipeline name: letters, digits and _, never a reserved word."""
-    from ..language.checker import RESERVED  # ~50 ms to import (measured): only init pays it, not every command
+    from ..language.check.context import RESERVED  # ~50 ms to import (measured): only init pays it, not every command
 
     name = re.sub(r"\W", "_", field, flags=re.ASCII) or "field"
     name = f"f_{name}" if name[0].isdigit() else name
@@ -265,8 +265,8 @@ def write(args, model: str) -> Written:
         task = ask_task(args.task, source)
         text = Starter(task, name_of(out.stem), data, inputs, answer, model).text()
     # the formatter and the parser (lark) cost about 0.6 s to import: --help and the other commands never pay it
-    from ..language.fmt import format_text
-    from ..language.source import diagnose_file
+    from ..language.graph.compile import diagnose_file
+    from ..language.tooling.fmt import format_text
 
     _create(out, format_text(text, str(out)))  # as `sbpc fmt` would lay it out
     diagnostics = diagnose_file(str(out), router_problem, (), fields_of).diagnostics

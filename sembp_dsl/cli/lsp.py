@@ -1,4 +1,4 @@
-"""`sbpc lsp`: a Language Server Protocol server on standard input and output, over language/editor.py.
+"""`sbpc lsp`: a Language Server Protocol server on standard input and output, over language/tooling/editor.py.
 
 It gives diagnostics as you type (exactly those of `sbpc check`, with their codes), hover, definition,
 references, rename, completion, the outline and formatting (`sbpc fmt`). Each version of a file is
@@ -20,7 +20,7 @@ from typing import TypeVar
 
 from .. import __version__
 from ..language.diagnostics import Diagnostic
-from ..language.editor import Document, Occurrence, RenameError, Symbol
+from ..language.tooling.editor import Document, Occurrence, RenameError, Symbol
 from .reading import Reader
 from .routers import router_problem
 

@@ -1,5 +1,5 @@
 """Located messages, rendered the way compilers do: `file:line:col: error[E022]: ...`, source line, caret,
-then a `help:` line and `note:`s at related places. The codes and what they mean are in codes.py."""
+then a `help:` line and `note:`s at related places. The codes and what they mean are in codes/."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ class Diagnostic:
     message: str
     span: Span | None
     file: str = ""
-    code: str = ""  # E0xx / W0xx, see codes.py and `sbpc explain`
+    code: str = ""  # E0xx / W0xx, see codes/ and `sbpc explain`
     help: str = ""  # what to do: "did you mean 'x'?", the names allowed
     notes: tuple[Note, ...] = ()
 
@@ -120,7 +120,7 @@ def point(file: str, text: str, offset: int, length: int = 1) -> Span:
 def diagnostic(
     code: str, span: Span | None, message: str, *, file: str = "", help: str = "", notes: Iterable[Note] = ()
 ) -> Diagnostic:
-    """A diagnostic with its code (codes.py); the code says whether it is an error or a warning."""
+    """A diagnostic with its code (codes/); the code says whether it is an error or a warning."""
     return Diagnostic(
         CODES[code].severity, message, span, file or (span.file if span else ""), code, help, tuple(notes)
     )

@@ -19,6 +19,7 @@ compared with the lock.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -279,3 +280,29 @@ def check_tool_setting(report: Report, block: ir.Block, s: ir.Setting, params: M
         )
     elif key == "timeout" and (isinstance(s.value, bool) or not isinstance(s.value, (int, float)) or s.value <= 0):
         report("E033", s.value_span, f"'{s.key}' must be a number of seconds, more than 0, not {s.value!r}")
+
+
+def server_tool_spec(pipeline: ir.Pipeline, name: str) -> ToolSpec | str:
+    """A server's tool as the lock has it, or why it cannot be had."""
+    server_name, tool = split(name)
+    block = servers(pipeline).get(server_name)
+    if block is None:
+        return f"no MCP server '{server_name}' is declared"
+    tools = locked_tools(cached_lock(lock_path(pipeline.path), lock_stamp(pipeline.path)), Server.of(block))
+    if isinstance(tools, str):
+        return tools
+    if tool not in tools:
+        return f"the MCP server '{server_name}' has no tool '{tool}' (as locked)"
+    return tool_spec(name, tools[tool])
+
+
+@functools.lru_cache(maxsize=64)
+def cached_lock(path: str, stamp: int) -> dict | None:
+    return read_lock(path) if stamp else None
+
+
+def lock_stamp(pipeline_path: str) -> int:
+    try:
+        return os.stat(lock_path(pipeline_path)).st_mtime_ns
+    except OSError:
+        return 0

@@ -24,11 +24,11 @@ import re
 from collections.abc import Collection
 
 from .. import telemetry
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
 from ..language.kinds import kind_of
-from ..language.node import GraphNode
-from ..language.shapes import hints_shape
-from ..language.trace import Trace
+from ..language.nodes.node import GraphNode
+from ..language.nodes.shapes import hints_shape
+from ..language.nodes.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..runtime.evaluate import Verdict
 from ..runtime.forward import shown

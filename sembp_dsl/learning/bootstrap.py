@@ -18,9 +18,9 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..language.demos import as_text, from_text
 from ..language.diagnostics import bad_characters
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
+from ..language.nodes.demos import as_text, from_text
 from ..records.record import Proposal
 from ..runtime.evaluate import Result
 

@@ -25,12 +25,12 @@ from jinja2 import nodes
 
 from .. import telemetry
 from ..language.diagnostics import bad_characters
-from ..language.graph import Graph, describe, max_chars
+from ..language.graph.graph import Graph, describe, max_chars
 from ..language.kinds import kind_of
 from ..language.kinds.agent import DescribedTool, calls_of, described_tools
-from ..language.templates import ENV, TemplateError, TemplateSyntaxError
-from ..language.toolcalls import SHOWN_ARGUMENT, SHOWN_RESULT, call_line
-from ..language.trace import Trace
+from ..language.kinds.agent.toolcalls import SHOWN_ARGUMENT, SHOWN_RESULT, call_line
+from ..language.nodes.templates import ENV, TemplateError, TemplateSyntaxError
+from ..language.nodes.trace import Trace
 from ..models.llm import LLM, CallFailed
 from ..records.record import Proposal
 from ..runtime.forward import shown

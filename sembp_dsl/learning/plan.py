@@ -7,20 +7,21 @@ other call by the strategies the loop asks (`strategies.py`), so the plan cannot
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..errors import Option, worded
-from ..language.demos import as_text
-from ..language.graph import Graph, MetricSpec
+from ..language.blocks.method import Method
+from ..language.graph.graph import Graph, MetricSpec
 from ..language.kinds import kind_of
-from ..language.method import Method
-from ..language.shapes import node_shape
-from ..models import embedded
+from ..language.nodes.demos import as_text
+from ..language.nodes.shapes import node_shape
 from ..models.constraints import max_tokens
 from ..models.llm import LLM, LLMError
+from ..models.transport import serving
 from ..runtime.datasets import Sample
 from ..runtime.evaluate import sample_inputs
+from .caching import LEAST, cache_bound, judge_prefix, prefixes
 from .optimize import forward_passes, savings
 from .stats import NonInferiority, step_alpha, wins_needed
 from .strategies import PRICED_CALL, Scale, check_acting, check_priced, strategies
@@ -67,6 +68,9 @@ class Plan:
     # what each strategy's own proposals may make, and the loop's forward passes (`loop`): calls and dollars
     strategies: dict[str, dict] = field(default_factory=dict)
     data: str = ""  # how sbpc's default sizes were scaled to fit a small data set
+    # of the prompt tokens, those a provider's cache could serve at a model's cached rate, by role (caching.py)
+    cached_tokens: dict[str, int] = field(default_factory=dict)
+    cache_saving: float | None = None  # at most what that rate saves off `cost`; None: no model has a cached rate
 
     def render(self) -> str:
         lines = [f"plan: at most {sum(self.calls.values())} calls (without retries)"]
@@ -101,6 +105,8 @@ class Plan:
                 else f"at most about ${self.cost:.4f}"
             )
         )
+        if self.cache_saving is not None:
+            lines.append(f"  {self.cache_words()}")
         lines.append(f"  {PROMPT_BOUND}")
         if self.unforeseen:
             lines.append("  fewer calls when: " + "; ".join(self.unforeseen))
@@ -110,6 +116,21 @@ class Plan:
         if learner:
             lines.append(f"  warning[{EMBEDDED_LEARNERS}]: {learner}")
         return "\n".join(lines)
+
+    def cache_words(self) -> str:
+        """What of the bound a provider's cache could serve, at a model's cached rate."""
+        cached, prompt = sum(self.cached_tokens.values()), sum(self.prompt_tokens.values())
+        if not cached:
+            return (
+                f"cached rate: no prompt repeats a prefix of {LEAST:,} tokens or more (the least OpenAI caches), "
+                "so no token of the cost above is billed at it"
+            )
+        return (
+            f"cached rate: up to about {cached} of those prompt tokens ({cached / max(prompt, 1):.0%}) repeat a "
+            f"prefix of {LEAST:,} tokens or more that a provider's cache may serve (a node's system message, "
+            f"instruction and demos; a built-in question's request and instruction): at most about "
+            f"${self.cache_saving or 0.0:.4f} less than the cost above, which prices them in full"
+        )
 
 
 def plan(
@@ -180,7 +201,11 @@ def plan(
         "answers from the response cache",
     )
     acting = [step.name for step in steps if step.params(graph)]  # a strategy with nothing to change: no line
-    return totals(llm, uses, roles, gate_warning(method, gate), unforeseen, acting)
+    heads = repeated_heads(graph, method, train, mapping, limits, judge)
+    keys = [node.name for node in graph.model_nodes] + roles[1:]  # what each use's prompts are: `uses`' order
+    cached, saving = cache_bound(llm, [(r, m, u.calls, heads.get(k, 0)) for (r, m, u, _), k in zip(uses, keys)])
+    whole = totals(llm, uses, roles, gate_warning(method, gate), unforeseen, acting)
+    return replace(whole, cached_tokens=cached, cache_saving=saving)
 
 
 def dearest(llm: LLM, model: str, others: Sequence[str]) -> str:
@@ -201,8 +226,7 @@ def longest_prompts(
     the sample's own."""
     longest = {node.name: 0 for node in graph.model_nodes}
     for sample in train[:5]:
-        values = sample_inputs(graph, sample, mapping)
-        values.update({name: "word " * int(limits.get(node.model) or 256) for name, node in graph.nodes.items()})
+        values = bound_values(graph, sample, mapping, limits)
         prompts = {**graph.prompts}
         for name in graph.trainable_demos:
             spec = graph.demos[name]
@@ -211,6 +235,33 @@ def longest_prompts(
         for node in graph.model_nodes:
             longest[node.name] = max(longest[node.name], len(node.render(values, prompts)))
     return longest
+
+
+def bound_values(graph: Graph, sample: Sample, mapping: Mapping[str, str], limits: Mapping[str, Any]) -> dict[str, str]:
+    """A sample's inputs, and every node's output as long as its model's max_tokens (`limits`) lets it be."""
+    values = sample_inputs(graph, sample, mapping)
+    values.update({name: "word " * int(limits.get(node.model) or 256) for name, node in graph.nodes.items()})
+    return values
+
+
+def repeated_heads(
+    graph: Graph,
+    method: Method,
+    train: Sequence[Sample],
+    mapping: Mapping[str, str],
+    limits: Mapping[str, Any],
+    judge: MetricSpec | None,
+) -> dict[str, int]:
+    """Characters at the start of each kind of call's prompt that every such call shares (caching.py): by model
+    node, and `backward`, `optimizer` and `judge`; none without a training sample to render them with."""
+    if not train:
+        return {}
+    values = bound_values(graph, train[0], mapping, limits)
+    params = [p for p in graph.trainable if not method.only or p in method.only]
+    heads = prefixes(graph, values, params, method.gradient == "sibling")
+    if judge is not None:
+        heads["judge"] = judge_prefix(graph, judge, values)
+    return heads
 
 
 def priced(llm: LLM, by_model: Mapping[str, Usage]) -> float | None:
@@ -282,10 +333,11 @@ def configured(llm: LLM, model: str) -> bool:
 
 
 def is_embedded(name: str) -> bool:
-    return name.startswith(f"{embedded.PROVIDER}/")
+    """Whether the model `name` runs on this machine, as the transport that sends its calls says."""
+    return bool(name) and serving(name)().capabilities(name).local
 
 
-EMBEDDED_LEARNERS = "W013"  # its code (language/codes.py), which `sbpc explain` explains
+EMBEDDED_LEARNERS = "W013"  # its code (language/codes/warnings.py), which `sbpc explain` explains
 
 
 def embedded_learners(names: Mapping[str, str]) -> str | None:
@@ -322,7 +374,7 @@ def gate_warning(method: Method, samples: int) -> Option | None:
             Option("gate_alpha", "--gate-alpha"),
             ".",
         )
-    if method.objective != "cost" or "models" not in method.strategies:
+    if all(step.margin() is None for step in strategies(method)):
         return None
     level = step_alpha(method.gate_alpha, 1, method.iterations, 0.0)
     least = NonInferiority(level, method.margin, samples).least_split()

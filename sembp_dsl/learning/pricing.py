@@ -8,7 +8,7 @@ pipeline would ask it). Two pipelines are compared on the samples both ran (reco
 
 from __future__ import annotations
 
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
 from ..models.llm import LLM
 from ..runtime.evaluate import Evaluation
 

@@ -10,8 +10,10 @@ iteration gave it anything to learn from (`learns_from`), its candidates (`propo
 each role it calls, with how long each prompt may be (`cost`), the savings no bound can count on
 (`unforeseen`), the margin its steps are gated at (`margin`: None, they must score higher; a number, a
 cheaper step need only not score lower by more than that, a non-inferiority test), and the dearer models it may
-move a node to (`dearer`: the plan prices the node's calls at the dearest). To add one: a class here, its
-name in KINDS and in language/method.py's STRATEGIES (what the `strategies` setting and the checker take).
+move a node to (`dearer`: the plan prices the node's calls at the dearest), and whether the prices it chooses by
+are known (`check_priced`). To add one: a subclass of Strategy here (its `name` and `idle`, its `params` and
+`propose`), and its name's line in language/blocks/method.py's STRATEGIES (what the `strategies` setting, the checker, the
+editor and --help take, without importing this stage).
 """
 
 from __future__ import annotations
@@ -19,14 +21,14 @@ from __future__ import annotations
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from ..errors import Option
-from ..language.checker import MODEL_ROLES
+from ..language.blocks.method import STRATEGIES, Method, SettingError
+from ..language.check.context import MODEL_ROLES
 from ..language.diagnostics import suggestion_or_list
-from ..language.graph import Graph
-from ..language.method import STRATEGIES, Method, SettingError
-from ..language.node import GraphNode, model_param
+from ..language.graph.graph import Graph
+from ..language.nodes.node import GraphNode, model_param
 from ..models.llm import LLM
 from ..records.record import Feedback, Proposal
 from ..runtime.evaluate import Evaluation, Result, Verdict
@@ -96,34 +98,55 @@ class Demand:
     prompt_chars: int
 
 
-class Strategy(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    def params(self, graph: Graph) -> list[str]: ...
-    def whole_split(self, graph: Graph) -> bool: ...
-    def learns_from(self, learnt: Learnt) -> bool: ...
-    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed: ...
-    def cost(self, scale: Scale) -> tuple[Demand, ...]: ...
-    def unforeseen(self, graph: Graph) -> tuple[str, ...]: ...
-    def margin(self) -> float | None: ...
-    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]: ...
-
-
 @dataclass(frozen=True)
-class SemanticGradients:
+class Strategy:
+    """One kind of change a step may make. A subclass names itself (`name`, its line in language/method.py's
+    STRATEGIES) and says why it has nothing to change in a pipeline (`idle`); it must say which params it may change
+    and what it proposes, and may override the rest, whose defaults are those of a strategy that makes no call of
+    its own and is gated like any step. `strategies(method)` makes the subclass of each name the method names."""
+
+    name: ClassVar[str]
+    idle: ClassVar[str]  # why it has nothing to change in a pipeline (its params are none)
+    method: Method
+
+    def params(self, graph: Graph) -> list[str]:
+        raise NotImplementedError
+
+    async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
+        raise NotImplementedError
+
+    def whole_split(self, graph: Graph) -> bool:
+        return False
+
+    def learns_from(self, learnt: Learnt) -> bool:
+        return bool(self.params(learnt.graph))
+
+    def cost(self, scale: Scale) -> tuple[Demand, ...]:
+        return ()
+
+    def unforeseen(self, graph: Graph) -> tuple[str, ...]:
+        return ()
+
+    def margin(self) -> float | None:
+        return None
+
+    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
+        return {}
+
+    def check_priced(self, graph: Graph, llm: LLM) -> None:
+        """SettingError when the prices its steps are chosen by are not known (before any call)."""
+
+
+class SemanticGradients(Strategy):
     """The paper's step: the backward pass turns each error into feedback for every node (backward.py), and the
     optimizer model rewrites each prompt from the feedback its nodes received (descent.py); a tool's description
     is rewritten with its node's instruction, in one call, where both are trained."""
 
-    method: Method
-    name: str = "gradients"
+    name: ClassVar[str] = "gradients"
+    idle: ClassVar[str] = "no prompt param to rewrite (each is frozen, or `only` names none)"
 
     def params(self, graph: Graph) -> list[str]:
         return [p for p in self.method.only or graph.trainable if p not in graph.demos]
-
-    def whole_split(self, graph: Graph) -> bool:
-        return False
 
     def learns_from(self, learnt: Learnt) -> bool:
         return bool(learnt.failures)
@@ -170,12 +193,6 @@ class SemanticGradients:
     def unforeseen(self, graph: Graph) -> tuple[str, ...]:
         return ("a prompt no feedback reaches (no optimizer call)",) if self.method.gradient != "none" else ()
 
-    def margin(self) -> float | None:
-        return None
-
-    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
-        return {}
-
 
 def fed_params(
     graph: Graph, params: Sequence[str], failures: Sequence[Result], gradients: Sequence[Mapping[str, str]], mode: str
@@ -191,13 +208,12 @@ def fed_params(
     ]
 
 
-@dataclass(frozen=True)
-class Demos:
+class Demos(Strategy):
     """Demonstrations, as DSPy's BootstrapFewShot draws them: for every trainable demos param, a set drawn from the
     training samples the pipeline got right (bootstrap.py). No call: the examples are the forward pass's."""
 
-    method: Method
-    name: str = "demos"
+    name: ClassVar[str] = "demos"
+    idle: ClassVar[str] = "no node shows a demos param"
 
     def params(self, graph: Graph) -> list[str]:
         return [d for d in graph.trainable_demos if not self.method.only or d in self.method.only]
@@ -206,25 +222,10 @@ class Demos:
         """A set is drawn from every right answer."""
         return bool(self.params(graph))
 
-    def learns_from(self, learnt: Learnt) -> bool:
-        return bool(self.params(learnt.graph))
-
     async def propose(self, learnt: Learnt, llm: LLM, each: Each) -> Proposed:
         draw = random.Random(f"{self.method.seed}:{learnt.index}:demos")  # its own stream: prompts draw alike
         graph, results = learnt.graph, learnt.train.results
         return Proposed([propose_demos(graph, d, results, draw) for d in self.params(graph)])
-
-    def cost(self, scale: Scale) -> tuple[Demand, ...]:
-        return ()
-
-    def unforeseen(self, graph: Graph) -> tuple[str, ...]:
-        return ()
-
-    def margin(self) -> float | None:
-        return None
-
-    def dearer(self, graph: Graph) -> Mapping[str, Sequence[str]]:
-        return {}
 
 
 #: The call a model's price is compared by where a node's own is not known yet: tokens in and out of a typical call.
@@ -234,7 +235,7 @@ PRICED_CALL = (1000, 200)
 def node_tokens(learnt: Learnt, node: str) -> tuple[int, int]:
     """The tokens in and out the node took on a training sample, on average over those the iteration evaluated (every
     call of a mapped node or a tool loop), else PRICED_CALL: what a move's price is ranked by. The model moved to
-    may answer at another length; its measured cost decides (optimize.py)."""
+    may answer at another length; its measured cost decides (gating.py)."""
     traces = [t for r in learnt.train.results if not r.lost and (t := r.trace.nodes.get(node)) is not None]
     if not traces:
         return PRICED_CALL
@@ -266,16 +267,18 @@ class Move:
         )
 
 
-@dataclass(frozen=True)
-class Models:
+class Models(Strategy):
     """The model of each node as a param: a step moves one node to another of the models the method names
     (`models = [fast, strong]`). With objective cost, to a cheaper one, the cheapest first, held to
-    non-inferiority at `margin`, and kept only when its measured cost per sample falls (optimize.py); with objective
+    non-inferiority at `margin`, and kept only when its measured cost per sample falls (gating.py); with objective
     accuracy, to a dearer one, held to the ordinary gate. A move the gate rejected is not proposed again in the run,
     nor any move to a model that did not answer: the next model in line is."""
 
-    method: Method
-    name: str = "models"
+    name: ClassVar[str] = "models"
+    idle: ClassVar[str] = (
+        "no node may move to another model; name the models a node with a model of its own (`model = fast`) "
+        "may use: `models = [fast, strong]` in the optimize block or on the node, or --models"
+    )
 
     def allowed(self, node: GraphNode) -> tuple[str, ...]:
         """The models a node may move to: its own `models` list, else the method's."""
@@ -290,9 +293,6 @@ class Models:
             if n.model in graph.models and n.model not in MODEL_ROLES and set(self.allowed(n)) - {n.model}
         ]
         return [p for p in map(model_param, (n.name for n in named)) if not self.method.only or p in self.method.only]
-
-    def whole_split(self, graph: Graph) -> bool:
-        return False
 
     def learns_from(self, learnt: Learnt) -> bool:
         """Whether a node may move: what a move costs is known only once it is priced (`propose`)."""
@@ -337,34 +337,48 @@ class Models:
             name: self.allowed(graph.nodes[name]) for name in (p.removesuffix(".model") for p in self.params(graph))
         }
 
+    def check_priced(self, graph: Graph, llm: LLM) -> None:
+        """SettingError when objective cost asks for cheaper models and no node it may move has a price for its own
+        model and another: every move would be skipped unpriced, a run that only looks like one."""
+        if self.method.objective != "cost" or not self.params(graph):
+            return
+        nodes = [graph.nodes[p.removesuffix(".model")] for p in self.params(graph)]
+        named = sorted({m for n in nodes for m in (n.model, *self.allowed(n))})
+        price = {m: llm.price(m, *PRICED_CALL) for m in named}
+        if any(price[n.model] is not None and any(price[m] is not None for m in self.allowed(n)) for n in nodes):
+            return
+        unpriced = ", ".join(f"{m} ({llm.model(m).name})" for m in named if price[m] is None)
+        raise SettingError(
+            Option("objective='cost'", "--objective cost"),
+            f": no model has a price to compare, so no move could be proposed: {unpriced} unknown to litellm's price "
+            "table; declare input_price and output_price (dollars per million tokens) in their model blocks",
+        )
 
-KINDS: Mapping[str, Callable[[Method], Strategy]] = {"gradients": SemanticGradients, "demos": Demos, "models": Models}
 
-
-# Why a strategy has nothing to change in a pipeline (its `params` are none)
-IDLE: Mapping[str, str] = {
-    "gradients": "no prompt param to rewrite (each is frozen, or `only` names none)",
-    "demos": "no node shows a demos param",
-    "models": "no node may move to another model; name the models a node with a model of its own (`model = fast`) "
-    "may use: `models = [fast, strong]` in the optimize block or on the node, or --models",
-}
+def kind(name: str) -> type[Strategy]:
+    """The strategy of a name in STRATEGIES: the subclass of Strategy that names itself so."""
+    return {cls.name: cls for cls in Strategy.__subclasses__()}[name]
 
 
 def strategies(method: Method) -> tuple[Strategy, ...]:
     """The strategies a run's steps use (the method's `strategies`), in the order their candidates are listed and
     drawn: that of STRATEGIES, whatever order the setting names them in."""
-    return tuple(KINDS[name](method) for name in STRATEGIES if name in method.strategies)
+    return tuple(kind(name)(method) for name in STRATEGIES if name in method.strategies)
 
 
 def check_acting(graph: Graph, method: Method) -> None:
     """SettingError when a model the method names is none of the file's (the checker's E071 for a flag's or a
     caller's list), none of the run's strategies has anything to change (it would spend its calls on nothing), or
-    objective cost is asked of strategies that never move a model (it would change nothing they do)."""
-    if method.objective == "cost" and "models" not in method.strategies:
+    objective cost is asked of strategies none of which is held to non-inferiority (it would change nothing they
+    do)."""
+    steps = strategies(method)
+    if method.objective == "cost" and all(step.margin() is None for step in steps):
+        serving = [name for name in STRATEGIES if kind(name)(method).margin() is not None]
         raise SettingError(
             Option("objective='cost'", "--objective cost"),
-            ": it moves nodes to cheaper models, which none of the strategies named does: add models to "
-            f"strategies (now {', '.join(method.strategies)}), or leave the objective at accuracy",
+            ": it moves nodes to cheaper models, which none of the strategies named does: add "
+            f"{' or '.join(serving)} to strategies (now {', '.join(method.strategies)}), or leave the objective at "
+            "accuracy",
         )
     unknown = [name for name in method.models if name not in graph.models]
     if unknown:
@@ -372,26 +386,13 @@ def check_acting(graph: Graph, method: Method) -> None:
             Option("models", "--models"),
             f": undefined model '{unknown[0]}': {suggestion_or_list(unknown[0], sorted(graph.models))}",
         )
-    steps = strategies(method)
     if not any(step.params(graph) for step in steps):
-        why = "; ".join(f"{step.name}: {IDLE[step.name]}" for step in steps)
+        why = "; ".join(f"{step.name}: {step.idle}" for step in steps)
         raise SettingError(Option("strategies", "--strategies"), f": nothing in this pipeline to change. {why}")
 
 
 def check_priced(graph: Graph, method: Method, llm: LLM) -> None:
-    """SettingError when objective cost asks the models strategy for cheaper models and no node it may move has a
-    price for its own model and another: every move would be skipped unpriced, a run that only looks like one."""
-    models = Models(method)
-    if method.objective != "cost" or "models" not in method.strategies or not models.params(graph):
-        return
-    nodes = [graph.nodes[p.removesuffix(".model")] for p in models.params(graph)]
-    named = sorted({m for n in nodes for m in (n.model, *models.allowed(n))})
-    price = {m: llm.price(m, *PRICED_CALL) for m in named}
-    if any(price[n.model] is not None and any(price[m] is not None for m in models.allowed(n)) for n in nodes):
-        return
-    unpriced = ", ".join(f"{m} ({llm.model(m).name})" for m in named if price[m] is None)
-    raise SettingError(
-        Option("objective='cost'", "--objective cost"),
-        f": no model has a price to compare, so no move could be proposed: {unpriced} unknown to litellm's price "
-        "table; declare input_price and output_price (dollars per million tokens) in their model blocks",
-    )
+    """SettingError when a run's strategy chooses its steps by prices none of which is known: every step would be
+    skipped unpriced, a run that only looks like one."""
+    for step in strategies(method):
+        step.check_priced(graph, llm)

@@ -1,8 +1,8 @@
 """Which decoding constraint a model is held to, and the request parameters that carry it.
 
-A reply's shape (language/shapes.py) reaches the model in the form its provider takes:
+A reply's shape (language/nodes/shapes.py) reaches the model in the form its provider takes:
 
-Which form a model takes is its transport's to say (transport.py: `Transport.grammar`, `takes_schema`):
+Which form a model takes is its transport's to say (transport.py: `Transport.capabilities`):
 
 - `grammar`: the embedded model (llama.cpp) decodes within the reply's GBNF grammar; the reply is the text
   itself. max_tokens sizes it in characters (CHARS_PER_TOKEN a token), and the call may take a token per
@@ -26,8 +26,8 @@ import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from ..language.graph import Graph
-from ..language.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
+from ..language.graph.graph import Graph
+from ..language.nodes.shapes import CHARS_PER_TOKEN, Shape, hints_shape, node_shape
 from .transport import Transport, serving
 
 GRAMMAR, SCHEMA, NONE = "grammar", "schema", "none"
@@ -39,13 +39,14 @@ def form(name: str, settings: Mapping, transport: Transport) -> str:
     asked = settings.get("constrain", "auto")
     if asked == "off":
         return NONE
-    if transport.grammar:
+    takes = transport.capabilities(name).constraint
+    if takes == GRAMMAR:
         return GRAMMAR
     if asked == "schema":  # the user knows their server takes one (vLLM, llama-server, Ollama's /v1)
         return SCHEMA
     if settings.get("router"):
         return NONE
-    return SCHEMA if transport.takes_schema(name) else NONE
+    return takes
 
 
 def request(shape: Shape | None, kind: str, max_tokens: int | None) -> dict:

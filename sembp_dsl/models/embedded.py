@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import wire
+
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -303,22 +305,6 @@ def generate(messages: list[dict[str, Any]], **params: Any) -> dict[str, Any]:
 # litellm glue
 
 
-def _clean_messages(messages: list[Any]) -> list[dict[str, Any]]:
-    """Plain dicts with text content (litellm may hand us pydantic objects or content-part lists)."""
-    out: list[dict[str, Any]] = []
-    for m in messages:
-        d = dict(m) if not hasattr(m, "model_dump") else m.model_dump(exclude_none=True)
-        content = d.get("content")
-        if isinstance(content, list):
-            d["content"] = "".join(
-                part.get("text", "") for part in content if isinstance(part, dict) and part.get("type") == "text"
-            )
-        elif content is None:
-            d["content"] = ""
-        out.append({"role": d.get("role", "user"), "content": d["content"]})
-    return out
-
-
 def failure(exc: Exception) -> tuple[str, str] | None:
     """The litellm exception type (by name) and message a failed generation is reported as; None: none fits."""
     msg = str(exc)
@@ -342,16 +328,13 @@ def _raise_litellm_error(exc: Exception) -> None:
 def _fill(model_response: Any, reply: dict[str, Any]) -> Any:
     import litellm  # see _raise_litellm_error
 
-    choice = reply["choices"][0]
-    model_response.choices[0].message.content = choice["message"].get("content") or ""
-    model_response.choices[0].finish_reason = choice.get("finish_reason") or "stop"
-    u = reply.get("usage") or {}
-    prompt_tokens = int(u.get("prompt_tokens", 0))
-    completion_tokens = int(u.get("completion_tokens", 0))
+    read = wire.reply_of(reply, MODEL)
+    model_response.choices[0].message.content = read.text
+    model_response.choices[0].finish_reason = read.finish_reason or "stop"
     model_response.usage = litellm.Usage(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=completion_tokens,
-        total_tokens=int(u.get("total_tokens", prompt_tokens + completion_tokens)),
+        prompt_tokens=read.prompt_tokens,
+        completion_tokens=read.completion_tokens,
+        total_tokens=read.prompt_tokens + read.completion_tokens,
     )
     model_response.created = int(reply.get("created") or time.time())
     # The full provider-qualified name: litellm's cost lookup (completion_cost(response)) resolves it
@@ -370,7 +353,7 @@ def _make_handler() -> Any:
         """
 
         def _run(self, messages: list[Any], optional_params: dict[str, Any]) -> dict[str, Any]:
-            msgs = _clean_messages(messages)
+            msgs = wire.text_only(messages)
             try:
                 return generate(msgs, **(optional_params or {}))
             except Exception as exc:  # noqa: BLE001 - mapped to litellm's exception types

@@ -9,7 +9,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 
-from ..language.graph import MODEL_ROLES
+from ..language.graph.graph import MODEL_ROLES
+from . import prices
 from .faults import Failure
 from .transport import Reply
 
@@ -22,6 +23,7 @@ class RoleUsage:
     completion_tokens: int = 0
     cached_tokens: int = 0  # of the prompt tokens, those the provider's prompt cache served
     cost: float = 0.0
+    cache_saving: float = 0.0  # dollars those cached tokens cost less than at the full rate
     retries: int = 0
     failures: int = 0
 
@@ -102,12 +104,16 @@ class Ledger:
     def fault(self, failure: Failure) -> None:
         self.faults[failure.cause] = self.faults.get(failure.cause, 0) + 1
 
-    def charge(self, role: str, model: str, reply: Reply) -> float:
+    def charge(self, role: str, model: str, reply: Reply, priced_as: str | None = None) -> float:
         """Book a reply's tokens and cost to `role` and `model`; the cost (0 when litellm's price table does not
-        know the model, which is counted: max_cost cannot see such calls)."""
+        know the model, which is counted: max_cost cannot see such calls). `priced_as`: the model litellm's table
+        priced it at (None for a declared price, which has no cached rate), for what its cached tokens saved."""
         if reply.cost is None:
             self.count("calls without a known price")
         cost = float(reply.cost or 0.0)
+        full = None  # what the reply would have cost with no token from the provider's cache
+        if reply.cached_tokens and priced_as and reply.cost is not None:
+            full = prices.cost(priced_as, reply.prompt_tokens, reply.completion_tokens)
         self.add(
             role,
             model,
@@ -115,6 +121,7 @@ class Ledger:
             completion_tokens=reply.completion_tokens,
             cached_tokens=reply.cached_tokens,
             cost=cost,
+            cache_saving=max(0.0, full - cost) if full is not None else 0.0,
         )
         return cost
 
@@ -127,6 +134,7 @@ class Ledger:
             "calls": self.calls,
             "tokens": self.tokens,
             "cached_tokens": sum(u.cached_tokens for u in self.roles.values()),
+            "cache_saving": sum(u.cache_saving for u in self.roles.values()),
             "cost": self.cost,
             # over time, in seconds since the first window opened (lists, so several sessions' are concatenated)
             **(
@@ -164,7 +172,11 @@ class Ledger:
         cached = sum(u.cached_tokens for u in self.roles.values())
         if cached:
             prompt = sum(u.prompt_tokens for u in self.roles.values())
-            lines.append(f"prompt tokens the provider's cache served: {cached} of {prompt} ({cached / prompt:.0%})")
+            saving = sum(u.cache_saving for u in self.roles.values())
+            less = f", at its cached rate: ${saving:.4f} less than at the full rate" if saving else ""
+            lines.append(
+                f"prompt tokens the provider's cache served: {cached} of {prompt} ({cached / prompt:.0%}){less}"
+            )
         lines += [f"{name}: {value}" for name, value in sorted(self.counters.items())]
         lines += [f"failed attempts, {cause}: {n}" for cause, n in sorted(self.faults.items())]
         return "\n".join(lines)

@@ -20,9 +20,11 @@ import re
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import ContextVar
 from typing import NamedTuple
+
+from ..language.messages import Message
 
 WINDOW = 60.0  # seconds
 RECHECK = 0.25  # seconds a call held by the rate-limit headers waits before it reads them again
@@ -217,9 +219,9 @@ def _whole(limit: int | None) -> float | None:
     return None if limit is None else float(limit)
 
 
-def guess(messages: list) -> int:
+def guess(messages: Sequence[Message]) -> int:
     """A call's prompt tokens before it is sent: a character count over 4 (English runs about that), rounded up."""
-    return sum(len(str(m.get("content") or "")) for m in messages if isinstance(m, dict)) // 4 + 1
+    return sum(len(m.content or "") for m in messages) // 4 + 1
 
 
 class RateLimits:

@@ -1,12 +1,14 @@
 """The one door to language models, used by forward, backward and optimizer calls alike.
 
-`LLM.complete(role, prompt, shape, model=..., system=...)` (and `LLM.converse`, one turn of a tool loop's
-conversation) sends one chat completion through the transport that
-serves its model (transport.py: litellm, a fast lane for OpenAI-compatible servers, the embedded model; a
-MockTransport in tests; routing.py: litellm's Router over several deployments), asking the transport what it
-takes and costs, and composes the layers around it, each in its own module:
+`LLM.ask(role, Ask(messages, shape | schema, tools), model=...)` (language/messages.py: the typed request every
+kind makes; `LLM.complete(role, prompt, shape, system=...)` asks one prompt) sends one chat completion through the
+transport that serves its model (transport.py: litellm, a fast lane for OpenAI-compatible servers, the embedded
+model; a MockTransport in tests; routing.py: litellm's Router over several deployments, for a model block with
+`router = FILE`), asking the transport what it can be held to (`capabilities`) and what it costs, and composes the
+layers around it, each in its own module:
 
-- request.py: the request as sent, its cache key, and the secrets its errors must not show;
+- request.py: the request as sent, its cache key, and the secrets its errors must not show (wire.py writes its
+  messages as the provider takes them and reads the reply back, tool calls decoded);
 - cache.py: answers already paid for; inflight.py: identical calls in flight, made once;
 - limits.py: calls in flight at once (per event loop) and rate limits (per model and endpoint: declared, and as
   the provider's rate-limit headers say);
@@ -20,15 +22,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Mapping, Sequence
+from collections.abc import Awaitable, Mapping
 from dataclasses import replace
 from typing import TypeVar
 
 from .. import telemetry
 from ..errors import Option
-from ..language.graph import MODEL_ROLES, ModelSpec
-from ..language.providers import no_provider
-from ..language.shapes import Shape
+from ..language.blocks.providers import no_provider
+from ..language.graph.graph import MODEL_ROLES, ModelSpec
+from ..language.messages import Ask, Capabilities, prompted
+from ..language.nodes.shapes import Shape
 from . import constraints, prices, spans
 from .adaptive import Ticket, Window, Windows, overloaded
 from .cache import ResponseCache
@@ -36,7 +39,7 @@ from .faults import CONFIG, CallFailed, Failure, LLMError, classify, is_call_err
 from .inflight import InFlight
 from .ledger import Ledger
 from .limits import RateLimit, RateLimits, Slots, guess
-from .request import Completion, Request, ResolvedModel, messages_of, prepare
+from .request import Completion, Request, ResolvedModel, prepare
 from .retry import BACKOFF, NO_RETRIES, Retries, beyond_waiting, bounded
 from .routing import RouterConfigError, Routers
 from .stops import BudgetExceeded, Stops
@@ -158,6 +161,10 @@ class LLM:
             self._resolved[name] = resolve_model(self.models[name])
         return self._resolved[name]
 
+    def sender(self, spec: ResolvedModel) -> Transport:
+        """What sends a model's calls: its router file's Routers (`router = FILE`), else its own transport."""
+        return self.routers if spec.settings.get("router") else self.transport(spec.name)
+
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """What these tokens cost on a model (a role's or a named one), at the prices its block declares, else by
         litellm's price table; None when it has no price."""
@@ -167,44 +174,48 @@ class LLM:
             return own
         router = spec.settings.get("router")
         if router:  # a model group: bounded by the file's dearest deployment
-            return self.routers.price(str(router), prompt_tokens, completion_tokens)
+            return self.routers.dearest(str(router), prompt_tokens, completion_tokens)
         return self.transport(spec.name).price(spec.name, prompt_tokens, completion_tokens)
 
     def reply_tokens(self, model: str, shaped: bool = True) -> int | None:
         """The most completion tokens one call of a model (a role's or a named one) may take (None: no bound),
         of a reply with a shape or without (a text node's); see constraints.py."""
         spec = self.model(model)
-        kind = constraints.form(spec.name, spec.settings, self.transport(spec.name)) if shaped else constraints.NONE
+        kind = self.capabilities(model).constraint if shaped else constraints.NONE
         return constraints.reply_tokens(kind, constraints.max_tokens(spec.settings))
 
-    def takes_schema(self, model: str, shape: Shape) -> bool:
-        """Whether a call to this model carries the reply's JSON Schema in `response_format` (constraints.py):
-        where it does not, a record output's fields are described in the prompt instead."""
+    def capabilities(self, model: str) -> Capabilities:
+        """What a model (a role's or a named one) is held to and offered, as the transport that sends its calls
+        says and its block asks (`constrain`): the constraint of its replies (constraints.py: where it is no JSON
+        Schema, a record output's fields are described in the prompt instead), and whether it calls tools natively
+        (else a tool loop holds it to the text form)."""
         spec = self.model(model)
-        return "response_format" in constraints.request(
-            shape,
-            constraints.form(spec.name, spec.settings, self.transport(spec.name)),
-            constraints.max_tokens(spec.settings),
-        )
+        sender = self.sender(spec)
+        takes = sender.capabilities(spec.name)
+        return replace(takes, constraint=constraints.form(spec.name, spec.settings, sender))
+
+    async def ask(self, role: str, ask: Ask, *, model: str | None = None) -> Completion:
+        """One chat completion for `role`, whichever kind asks it: from the cache when it has it, shared when the
+        same call is in flight; held to the ask's shape where the model takes a constraint (constraints.py) and
+        read back as the text the parsers read; a turn of a tool loop: its tools offered natively, or each reply
+        held to the text form's schema. `model`: a named model of the pipeline (default: the role's own)."""
+        spec = self.model(model or role)
+        sender = self.sender(spec)
+        check_callable(spec.name, sender, routed=bool(spec.settings.get("router")))
+        request = prepare(spec, ask, self.timeout, sender, self.routers)
+        if request.constraint and not ask.tools:
+            self.ledger.count(f"constrained replies ({request.constraint})")
+        result = await self._complete(role, spec, request)
+        text = constraints.read(ask.shape, request.settings, result.text)
+        if constraints.cut_at_bound(ask.shape, request.constraint, constraints.max_tokens(spec.settings), text):
+            return replace(result, text=text, finish_reason="length")
+        return result if text == result.text else replace(result, text=text)
 
     async def complete(
         self, role: str, prompt: str, shape: Shape | None = None, *, model: str | None = None, system: str | None = None
     ) -> Completion:
-        """One chat completion for `role`: from the cache when it has it, shared when the same call is in flight;
-        held to `shape` where the model takes a constraint (constraints.py), and read back as the text the
-        parsers read. `model`: a named model of the pipeline (default: the role's own); `system`: a system
-        message sent before the prompt."""
-        spec = self.model(model or role)
-        transport = self.transport(spec.name)
-        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
-        request = prepare(spec, messages_of(prompt, system), self.timeout, transport, self.routers, shape)
-        if request.constraint:
-            self.ledger.count(f"constrained replies ({request.constraint})")
-        result = await self._complete(role, spec, request)
-        text = constraints.read(shape, request.settings, result.text)
-        if constraints.cut_at_bound(shape, request.constraint, constraints.max_tokens(spec.settings), text):
-            return replace(result, text=text, finish_reason="length")
-        return result if text == result.text else replace(result, text=text)
+        """One prompt (after its `system` message, if any) asked as `ask` asks, its reply held to `shape`."""
+        return await self.ask(role, Ask(prompted(prompt, system), shape), model=model)
 
     async def probe(self, role: str, model: str) -> None:
         """One short call to a named model past the cache (a cached reply says what it once answered, not that it
@@ -212,34 +223,8 @@ class LLM:
         spec = self.model(model)
         transport = self.transport(spec.name)
         check_callable(spec.name, transport)
-        request = prepare(spec, messages_of("Reply with the word OK.", None), self.timeout, transport, self.routers)
+        request = prepare(spec, Ask(prompted("Reply with the word OK.")), self.timeout, transport, self.routers)
         await self._call(role, spec, request)
-
-    def takes_tools(self, model: str) -> bool:
-        """Whether this model (a role's or a named one) calls tools natively; else a tool loop holds it to the
-        text form (a Router's model group is held to it too: its deployments may differ)."""
-        spec = self.model(model)
-        return not spec.settings.get("router") and self.transport(spec.name).takes_tools(spec.name)
-
-    async def converse(
-        self,
-        role: str,
-        messages: list[dict],
-        *,
-        tools: Sequence[dict] = (),
-        schema: dict | None = None,
-        model: str | None = None,
-    ) -> Completion:
-        """One turn of a conversation with tools (a tool loop's): `messages` so far, `tools` offered natively, or
-        (the text form) each reply held to the JSON `schema` where the model takes one. The cache key holds the
-        messages and the tools; the reply keeps its native tool calls."""
-        spec = self.model(model or role)
-        transport = self.transport(spec.name)
-        check_callable(spec.name, transport, routed=bool(spec.settings.get("router")))
-        request = prepare(spec, messages, self.timeout, transport, self.routers, None, list(tools), schema)
-        if request.settings.get("response_format"):
-            self.ledger.count(f"constrained replies ({constraints.form(spec.name, spec.settings, transport)})")
-        return await self._complete(role, spec, request)
 
     async def _complete(self, role: str, spec: ResolvedModel, request: Request) -> Completion:
         """The call in its span (telemetry.py; spans.py says what it holds): answered, or failed with its cause."""
@@ -281,9 +266,7 @@ class LLM:
         """The call, tried again as retry.py says, within the slots, rate limits and budgets."""
         rate = self.rates.get(request.model, request.endpoint, request.limits)
         window = None if self.concurrency else self.windows.of(request.model, request.endpoint)
-        retries = (
-            NO_RETRIES if request.routed and self.routers.retries_itself(request.settings["router"]) else self.retries
-        )
+        retries = NO_RETRIES if self.sender(spec).retries_itself(request.settings) else self.retries
         attempt = 0
         while True:
             self.stops.check_budget()
@@ -303,7 +286,8 @@ class LLM:
                     if rate is not None:
                         rate.spent(reply.prompt_tokens + reply.completion_tokens)
                     own = prices.declared(spec.settings, reply.prompt_tokens, reply.completion_tokens)
-                    cost = self.ledger.charge(role, spec.role, reply if own is None else reply._replace(cost=own))
+                    charged = reply if own is None else reply._replace(cost=own)
+                    cost = self.ledger.charge(role, spec.role, charged, spec.name if own is None else None)
                     return Completion.answered(reply, cost, seconds)
             failure = reply
             if failure.kind == CONFIG:
@@ -355,11 +339,10 @@ class LLM:
 
     async def _send(self, spec: ResolvedModel, request: Request) -> Reply | Failure:
         """One attempt: the reply, or why it failed (counted in the ledger)."""
-        transport = self.transport(spec.name)
-        sender = self.routers if request.routed else transport
+        sender = self.sender(spec)
         try:
             return await sender.send(
-                request.model, request.messages, timeout=transport.deadline(request.timeout), **request.settings
+                request.model, request.messages, timeout=sender.deadline(request.timeout), **request.settings
             )
         except RouterConfigError as exc:
             raise LLMError(str(exc)) from None
@@ -367,7 +350,7 @@ class LLM:
             if not is_call_error(exc):
                 raise
             # behind a router, one refused deployment is no wrong address: the others may answer
-            reached = self.stops.succeeded > 0 or request.routed
+            reached = self.stops.succeeded > 0 or sender.pooled
             failure = classify(exc, request.endpoint, reached, request.secrets(self.routers))
             self.ledger.fault(failure)
             return failure

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..language.messages import Capabilities, Message
 from .transport import Reply, Transport
 
 
@@ -24,21 +25,21 @@ class Sent:
     """One request as the transport received it."""
 
     model: str
-    messages: list[dict]
+    messages: tuple[Message, ...]
     params: dict  # what was sent besides the messages: sampling settings, api_base, a grammar or a response_format
     timeout: float
 
     @property
     def prompt(self) -> str:
         """The last message's text."""
-        return self.messages[-1]["content"]
+        return self.messages[-1].content or ""
 
 
 class MockTransport(Transport):
     """Answers each request with `replies(request)`, or with the next of a list of replies. `grammar`, `schema`:
     whether its models take a reply's shape as a GBNF grammar or as a JSON Schema (the replies must keep to it,
     as such a model's would); `tools`: whether they call tools natively (a reply is then a `Reply` with
-    `tool_calls`)."""
+    `calls`)."""
 
     def __init__(
         self,
@@ -49,11 +50,12 @@ class MockTransport(Transport):
         tools: bool = False,
     ) -> None:
         self.requests: list[Sent] = []
-        self.grammar, self._schema, self._tools = grammar, schema, tools
+        constraint = "grammar" if grammar else "schema" if schema else "none"
+        self._capabilities = Capabilities(constraint, tools)
         self._replies = replies
 
-    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
-        request = Sent(model, messages, params, timeout)
+    async def send(self, model: str, messages: Sequence[Message], *, timeout: float, **params: Any) -> Reply:
+        request = Sent(model, tuple(messages), params, timeout)
         self.requests.append(request)
         if callable(self._replies):
             answer = self._replies(request)
@@ -63,14 +65,11 @@ class MockTransport(Transport):
             raise LookupError(f"MockTransport was given {len(self._replies)} replies and asked for another")
         if isinstance(answer, Reply):
             return answer
-        prompt_tokens = sum(len(str(message.get("content") or "").split()) for message in messages)
+        prompt_tokens = sum(len((message.content or "").split()) for message in messages)
         return Reply(answer, prompt_tokens, len(answer.split()), 0.0, "stop")
 
-    def takes_schema(self, model: str) -> bool:
-        return self._schema
-
-    def takes_tools(self, model: str) -> bool:
-        return self._tools
+    def capabilities(self, model: str) -> Capabilities:
+        return self._capabilities
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         return 0.0

@@ -58,6 +58,18 @@ def cost(model: str, prompt_tokens: int, completion_tokens: int, cached_tokens: 
     )
 
 
+def batch_cost(model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    """Dollars for these tokens on `model` sent through its provider's batch API, at the table's batch prices
+    (`input_cost_per_token_batches`, `output_cost_per_token_batches`); None when the table gives none: a batch
+    price is the provider's to say, never guessed from the full one."""
+    found = entry(model, "input_cost_per_token_batches")
+    if not found:
+        return None
+    return prompt_tokens * float(found["input_cost_per_token_batches"]) + completion_tokens * float(
+        found.get("output_cost_per_token_batches", 0.0)
+    )
+
+
 def declared(settings: Mapping[str, object], prompt_tokens: int, completion_tokens: int) -> float | None:
     """Dollars for these tokens at the prices a model block declares (`input_price`, `output_price`, per million
     tokens); None when it declares none. A declared price is the user's (a contract, a local server's cost), so it
@@ -81,3 +93,10 @@ def supports_response_schema(model: str) -> bool:
 def supports_function_calling(model: str) -> bool:
     """Whether the model calls tools natively (`tools=`), as litellm's table says (`supports_function_calling`)."""
     return entry(model, "supports_function_calling").get("supports_function_calling") is True
+
+
+def marks_cache(model: str) -> bool:
+    """Whether the model's provider caches a prompt's prefix only up to a marker the request sets (Anthropic's
+    `cache_control`; OpenAI's and others' caches need none)."""
+    provider = model.split("/", 1)[0] if "/" in model else entry(model, "litellm_provider").get("litellm_provider")
+    return provider == "anthropic" or (provider is None and model.startswith("claude"))

@@ -15,14 +15,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..language.graph import ModelSpec
-from ..language.shapes import Shape
-from . import constraints
+from ..language.graph.graph import ModelSpec
+from ..language.messages import Ask, Message, Turn
+from . import constraints, wire
 from .cache import cache_key
 from .faults import LLMError
 from .prices import DECLARED
+from .reply import Reply
 from .routing import Routers
-from .transport import Reply, Transport
+from .transport import Transport
 
 LIMITS = ("concurrency", "rpm", "tpm")  # a model block's bounds on sending: kept here, never sent
 LONE_SURROGATE = re.compile("[\ud800-\udfff]")  # half a pair: JSON can say it, no request can carry it
@@ -38,18 +39,13 @@ class ResolvedModel(ModelSpec):
 @dataclass(frozen=True)
 class Request:
     model: str
-    messages: list[dict]
+    messages: tuple[Message, ...]
     settings: dict = field(repr=False)  # what is sent: sampling settings, api_base, api_key, router
     timeout: float
     limits: Mapping[str, int]
     endpoint: str | None  # where the call goes, without credentials; None: the provider's default
     key: str  # the cache key
     constraint: str | None = None  # "grammar" or "schema": the reply's shape is sent with it (constraints.py)
-
-    @property
-    def routed(self) -> bool:
-        """Sent through a litellm Router config file, whose name is one of the file's model groups."""
-        return bool(self.settings.get("router"))
 
     def secrets(self, routers: Routers) -> tuple[str, ...]:
         """What a failure's message must never show: the call's own key, the usual one, a router file's keys."""
@@ -61,34 +57,20 @@ class Request:
         return tuple(s for s in found if s)
 
 
-def messages_of(prompt: str, system: str | None = None) -> list[dict]:
-    """One prompt as chat messages, after its `system` message if it has one."""
-    return [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}]
-
-
-def prepare(
-    spec: ResolvedModel,
-    messages: list[dict],
-    timeout: float,
-    transport: Transport,
-    routers: Routers,
-    shape: Shape | None = None,
-    tools: list[dict] | None = None,
-    schema: dict | None = None,
-) -> Request:
-    """The request of `messages` to the model `spec`, sent by `transport`, held to the reply's `shape` where the
-    model takes it. A turn of a tool loop: `tools` offered natively, or each reply held to the JSON `schema` of
-    the text form, where the model takes a schema (or a grammar: the embedded transport makes one of it)."""
+def prepare(spec: ResolvedModel, ask: Ask, timeout: float, transport: Transport, routers: Routers) -> Request:
+    """The request `ask` makes of the model `spec`, sent by `transport`: its messages, held to the reply's shape
+    where the model takes it; a turn of a tool loop: its tools offered natively, or each reply held to the JSON
+    schema of the text form, where the model takes a schema (or a grammar: the embedded transport makes one)."""
     settings: dict[str, Any] = dict(spec.settings)  # each key's type is the checker's to hold
     kind = constraints.form(spec.name, settings, transport)
     settings.pop("constrain", None)  # sbpc's to apply, never sent
     for price in DECLARED:  # sbpc's to charge, never sent
         settings.pop(price, None)
-    sent = constraints.request(shape, kind, constraints.max_tokens(settings))
-    if tools:
-        sent = {**sent, "tools": tools}
-    if schema is not None:
-        sent = {**sent, **constraints.schema_request(schema, kind, constraints.max_tokens(settings))}
+    sent = constraints.request(ask.shape, kind, constraints.max_tokens(settings))
+    if ask.tools:
+        sent = {**sent, "tools": [dict(tool) for tool in ask.tools]}
+    if ask.schema is not None:
+        sent = {**sent, **constraints.schema_request(dict(ask.schema), kind, constraints.max_tokens(settings))}
     settings.update(sent)  # a grammar, a response_format or tools: part of the cache key, as they decide the answer
     timeout = float(settings.pop("timeout", timeout))  # how long to wait is not part of the answer
     own_key = api_key(spec, settings.pop("api_key_env", None))
@@ -101,8 +83,8 @@ def prepare(
     answer = {k: v for k, v in settings.items() if k not in ("api_base", "api_key")}
     if router:  # what the file's deployments are, not only its name
         answer["deployments"] = routers.fingerprint(router)
-    key = cache_key(spec.name, messages, {**answer, "endpoint": endpoint} if endpoint else answer)
-    return Request(spec.name, messages, settings, timeout, limits, endpoint, key, kind if sent else None)
+    key = cache_key(spec.name, wire.encode(ask.messages), {**answer, "endpoint": endpoint} if endpoint else answer)
+    return Request(spec.name, ask.messages, settings, timeout, limits, endpoint, key, kind if sent else None)
 
 
 def api_key(spec: ModelSpec, variable: str | None) -> str | None:
@@ -119,17 +101,8 @@ def api_key(spec: ModelSpec, variable: str | None) -> str | None:
 
 
 @dataclass(frozen=True)
-class Completion:
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float
-    cached: bool
-    latency: float
-    finish_reason: str | None = None  # "length": the reply was cut off by max_tokens (or at its grammar's bound)
-    tool_calls: tuple[dict, ...] = ()  # native tool calls: {"id", "name", "arguments" (JSON text)} each
-    response_model: str | None = None  # as the reply named them (none from the cache: no reply was had)
-    response_id: str | None = None
+class Completion(Turn):
+    """A model's reply as the call layers hand it on: a Turn, answered, from the cache, or kept in it."""
 
     @classmethod
     def answered(cls, reply: Reply, cost: float, latency: float) -> Completion:
@@ -143,7 +116,7 @@ class Completion:
             False,
             latency,
             reply.finish_reason,
-            reply.tool_calls,
+            reply.calls,
             reply.response_model,
             reply.response_id,
         )
@@ -158,14 +131,15 @@ class Completion:
             True,
             0.0,
             entry.get("finish_reason"),
-            tuple(entry.get("tool_calls", ())),
+            wire.cached_calls(entry),
         )
 
     def cache_entry(self) -> dict:
+        """What the cache keeps: the text, tokens and finish reason, and the tool calls."""
         return {
             "text": self.text,
             "prompt_tokens": self.prompt_tokens,
             "completion_tokens": self.completion_tokens,
             "finish_reason": self.finish_reason,
-            **({"tool_calls": list(self.tool_calls)} if self.tool_calls else {}),
+            **wire.calls_to_cache(self.calls),
         }

@@ -18,19 +18,24 @@ import json
 import math
 import os
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import SbpcError
 from ..language.diagnostics import one_of, url_problem
+from ..language.messages import Capabilities, Message
+from . import wire
 from .faults import BadReply, CallError, first_line, mask_secrets, redact, retry_after
-from .transport import FastPath, Reply, from_litellm, import_litellm, serving
+from .transport import FastPath, Reply, Transport, from_litellm, import_litellm, serving
 
 
-class Routers:
-    """The litellm Routers of a session, one per config file, built on first use."""
+class Routers(Transport):
+    """The transport of every model block with `router = FILE` (as httpx's mounts are a transport): the litellm
+    Routers of a session, one per config file, built on first use, each sending on the shared fast path."""
+
+    pooled = True
 
     def __init__(self, fast: FastPath, count: Callable[[str], None] = lambda name: None) -> None:
         self.fast, self.count = fast, count  # count: where each routed call went, for the ledger
@@ -62,17 +67,21 @@ class Routers:
                 return None
         return self._fingerprints[path]
 
-    def retries_itself(self, path: str) -> bool:
-        """Whether the file sets the Router's own retries: then they are the call's whole retry chain, all
-        within the call's timeout (sbpc's retries on top multiplied them and their waits: `--timeout 5`
-        took 90 s to fail)."""
+    def capabilities(self, model: str) -> Capabilities:
+        """A model group is held to no constraint and offered no tools natively: its deployments may differ."""
+        return Capabilities()
+
+    def retries_itself(self, settings: Mapping[str, Any]) -> bool:
+        """Whether the call's router file sets the Router's own retries: then they are the call's whole retry
+        chain, all within the call's timeout (sbpc's retries on top multiplied them and their waits: `--timeout
+        5` took 90 s to fail)."""
         try:
-            settings = self.config(path).get("router_settings") or {}
+            settings = self.config(str(settings["router"])).get("router_settings") or {}
         except RouterConfigError:
             return False
         return bool(settings.get("num_retries") or settings.get("retry_policy"))
 
-    def price(self, path: str, prompt_tokens: int, completion_tokens: int) -> float | None:
+    def dearest(self, path: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """The most these tokens can cost through a router file: on its dearest deployment, since any
         group may be another's fallback. None when a deployment has no price or the file is unreadable."""
         try:
@@ -91,19 +100,12 @@ class Routers:
                 costs.append(serving(model)().price(model, prompt_tokens, completion_tokens))
         return None if None in costs else max(costs)
 
-    async def send(
-        self,
-        model: str,
-        messages: list,
-        *,
-        router: str,
-        timeout: float = 600.0,
-        api_base: str | None = None,
-        api_key: str | None = None,
-        **params: Any,
-    ) -> Reply:
-        """One call to the model group `model` of the config file `router` (addresses and keys are the file's)."""
-        path = router
+    async def send(self, model: str, messages: Sequence[Message], *, timeout: float = 600.0, **params: Any) -> Reply:
+        """One call to the model group `model` of the config file its `router` setting names (addresses and keys
+        are the file's: a model block's api_base and api_key are not sent)."""
+        path = str(params.pop("router"))
+        for own in ("api_base", "api_key"):
+            params.pop(own, None)
         built = self._routers.get(path)
         if built is None:
             unset = unset_variable(self.config(path))
@@ -118,7 +120,7 @@ class Routers:
             token = ROUTED.set(call)
             try:  # the Router's own retries and waits (num_retries, retry_after) end with the call's time
                 response = await asyncio.wait_for(
-                    built.acompletion(model=model, messages=messages, **params), timeout - waited
+                    built.acompletion(model=model, messages=wire.encode(messages), **params), timeout - waited
                 )
                 break
             except asyncio.TimeoutError:
@@ -657,13 +659,7 @@ def _model_response(reply: Reply, model: str):
     litellm = import_litellm()
     response = litellm.ModelResponse(
         model=model,
-        choices=[
-            {
-                "index": 0,
-                "finish_reason": reply.finish_reason or "stop",
-                "message": {"role": "assistant", "content": reply.text},
-            }
-        ],
+        choices=[wire.choice(reply)],
         usage={
             "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens,

@@ -9,9 +9,10 @@ its key.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from ..language.providers import LITELLM, OWN
+from ..language.blocks.providers import LITELLM, OWN
+from ..language.messages import Message, ToolCall
 from ..telemetry import Value, capped, server
 from .request import Completion, Request, ResolvedModel
 
@@ -70,11 +71,11 @@ def answered(result: Completion) -> dict[str, Value | None]:
         "gen_ai.response.id": result.response_id,
         "sbpc.cost_usd": result.cost,
         "sbpc.cached": result.cached,
-        "sbpc.tool_calls": len(result.tool_calls) or None,
+        "sbpc.tool_calls": len(result.calls) or None,
     }
 
 
-def input_messages(messages: Sequence[Mapping]) -> dict[str, Value]:
+def input_messages(messages: Sequence[Message]) -> dict[str, Value]:
     """The messages sent, as gen_ai.input.messages (JSON: each a role and its parts)."""
     return {"gen_ai.input.messages": json.dumps([_message(m) for m in messages], ensure_ascii=False)}
 
@@ -82,28 +83,21 @@ def input_messages(messages: Sequence[Mapping]) -> dict[str, Value]:
 def output_messages(result: Completion) -> dict[str, Value]:
     """The reply, as gen_ai.output.messages."""
     parts: list[dict] = [{"type": "text", "content": capped(result.text)}] if result.text else []
-    parts += [_call(c["id"], c["name"], c["arguments"]) for c in result.tool_calls]
+    parts += [_call(c) for c in result.calls]
     reply = {"role": "assistant", "parts": parts, "finish_reason": result.finish_reason or "stop"}
     return {"gen_ai.output.messages": json.dumps([reply], ensure_ascii=False)}
 
 
-def _message(message: Mapping) -> dict:
-    if message.get("role") == "tool":
+def _message(message: Message) -> dict:
+    if message.role == "tool":
         return {
             "role": "tool",
-            "parts": [
-                {
-                    "type": "tool_call_response",
-                    "id": message.get("tool_call_id"),
-                    "response": capped(message["content"]),
-                }
-            ],
+            "parts": [{"type": "tool_call_response", "id": message.answers, "response": capped(message.content or "")}],
         }
-    parts: list[dict] = [{"type": "text", "content": capped(message["content"])}] if message.get("content") else []
-    for call in message.get("tool_calls") or ():
-        parts.append(_call(call["id"], call["function"]["name"], call["function"]["arguments"]))
-    return {"role": message.get("role", "user"), "parts": parts}
+    parts: list[dict] = [{"type": "text", "content": capped(message.content)}] if message.content else []
+    parts += [_call(call) for call in message.calls]
+    return {"role": message.role, "parts": parts}
 
 
-def _call(id_: str, name: str, arguments: str) -> dict:
-    return {"type": "tool_call", "id": id_, "name": name, "arguments": capped(arguments)}
+def _call(call: ToolCall) -> dict:
+    return {"type": "tool_call", "id": call.id, "name": call.name, "arguments": capped(call.arguments_text())}

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from ..errors import Option, OptionError, option, worded
-from ..language.graph import ModelSpec
+from ..language.graph.graph import ModelSpec
 from . import faults
 from .faults import Failure, LLMError
 from .ledger import Ledger

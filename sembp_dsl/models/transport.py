@@ -31,6 +31,8 @@ import logging
 import os
 import re
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -38,9 +40,11 @@ import aiohttp  # noqa: E402  (litellm's own HTTP client library)
 from aiohttp.helpers import get_env_proxy_for_url  # noqa: E402
 from yarl import URL  # noqa: E402
 
-from . import embedded, prices
+from ..language.messages import Capabilities, Message
+from . import embedded, prices, wire
 from .faults import BadReply, CallError, NoConnection, PlainHttp, first_line, redact
-from .limits import Quota, quota
+from .limits import quota
+from .reply import Reply
 
 ENV_BASES = ("OPENAI_BASE_URL", "OPENAI_API_BASE")  # where litellm and the OpenAI SDK look, in this order
 OPENAI_BASE = "https://api.openai.com/v1"
@@ -53,45 +57,35 @@ CONNECT_TIMEOUT = 10.0
 PROBE_TIMEOUT = 3.0  # seconds for the plain http request that tells an http server behind an https:// URL
 
 
-NAME_CHARS = 256  # the longest model name or reply id a reply is taken at its word for
-
-
-class Reply(NamedTuple):
-    """A chat completion with text, whichever transport it came by."""
-
-    text: str
-    prompt_tokens: int
-    completion_tokens: int
-    cost: float | None  # dollars; None when litellm's price table does not know the model
-    finish_reason: str | None  # "length": cut off by max_tokens
-    tool_calls: tuple[dict, ...] = ()  # a native tool call each: {"id", "name", "arguments" (JSON text)}
-    response_model: str | None = None  # the model that answered, as the reply names it (a dated version, say)
-    response_id: str | None = None  # the reply's own id, as the provider's logs know it
-    quota: Quota | None = None  # what the provider's rate-limit headers say is left (limits.py)
-    cached_tokens: int = 0  # of the prompt tokens, those the provider's prompt cache served (priced lower)
-
-
 class Transport(ABC):
     """One way of sending chat completions, and what the layers around a call must know of the models it sends
-    to. The defaults are litellm's view of a model (its price table, its word on JSON Schemas). A failed attempt
+    to (`capabilities`: what a model can be held to and offered). The defaults are litellm's view of a model (its price table, its word on JSON Schemas). A failed attempt
     raises faults.CallError or BadReply, or litellm's (openai's) exceptions: faults.classify judges them all.
     The LLM layer measures each attempt's latency around `send`, with one clock for every transport."""
 
-    #: Its models decode within a reply's GBNF grammar (constraints.GRAMMAR), so max_tokens sizes a reply.
-    grammar: bool = False
+    #: Its calls spread over several deployments: one that refuses is no wrong address (the others may answer).
+    pooled: bool = False
 
     @abstractmethod
-    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
-        """One attempt at a chat completion; `params` are the request's settings as sent (sampling settings,
-        api_base, api_key, a grammar or a response_format)."""
+    async def send(self, model: str, messages: Sequence[Message], *, timeout: float, **params: Any) -> Reply:
+        """One attempt at a chat completion of `messages` (typed: wire.encode writes them as the model takes
+        them); `params` are the request's settings as sent (sampling settings, api_base, api_key, a grammar or a
+        response_format)."""
 
-    def takes_schema(self, model: str) -> bool:
-        """Whether `model` keeps to a JSON Schema sent in `response_format`."""
-        return prices.supports_response_schema(model)
+    def capabilities(self, model: str) -> Capabilities:
+        """What `model` can be held to and offered, as litellm's model table says: a reply's JSON Schema in
+        `response_format` (a model that decodes within a GBNF grammar says "grammar": max_tokens then sizes a
+        reply), tools called natively (OpenAI's `tools=`), and whether it runs on this machine."""
+        schema = prices.supports_response_schema(model)
+        return Capabilities("schema" if schema else "none", prices.supports_function_calling(model))
 
-    def takes_tools(self, model: str) -> bool:
-        """Whether `model` calls tools natively (OpenAI's `tools=`), as litellm's model table says."""
-        return prices.supports_function_calling(model)
+    def marks_cache(self, model: str) -> bool:
+        """Whether `model`'s provider caches a prompt's prefix only where the request marks it (wire.encode)."""
+        return False
+
+    def retries_itself(self, settings: Mapping[str, Any]) -> bool:
+        """Whether a call with these settings is retried below this transport (then the LLM layer does not)."""
+        return False
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float | None:
         """Dollars for these tokens on `model`; None when unpriced."""
@@ -136,10 +130,14 @@ class Litellm(Transport):
     """Every provider litellm knows, through `litellm.acompletion` (imported on first use) without its retries:
     our own layer retries."""
 
+    def marks_cache(self, model: str) -> bool:
+        """Anthropic's models cache a prompt's prefix only up to a `cache_control` marker."""
+        return prices.marks_cache(model)
+
     async def send(
         self,
         model: str,
-        messages: list,
+        messages: Sequence[Message],
         *,
         timeout: float,
         api_base: str | None = None,
@@ -154,7 +152,7 @@ class Litellm(Transport):
                 extra_headers = {**(extra_headers or {}), "Authorization": basic}
         response = await litellm.acompletion(
             model=model,
-            messages=messages,
+            messages=wire.encode(messages, self.marks_cache(model)),
             api_base=api_base,
             api_key=api_key,
             timeout=timeout,
@@ -213,14 +211,17 @@ class FastPath(Litellm):
     def __init__(self) -> None:
         self._sessions: dict = {}
 
-    def takes_tools(self, model: str) -> bool:
+    def capabilities(self, model: str) -> Capabilities:
         """An OpenAI-compatible server takes `tools=` (vLLM, llama-server, Ollama's /v1 and OpenAI's own do)."""
-        return True
+        return replace(super().capabilities(model), tools=True)
+
+    def marks_cache(self, model: str) -> bool:
+        return False
 
     async def send(
         self,
         model: str,
-        messages: list,
+        messages: Sequence[Message],
         *,
         timeout: float,
         api_base: str | None = None,
@@ -239,7 +240,7 @@ class FastPath(Litellm):
                 extra_headers=extra_headers,
                 **params,
             )
-        return await self.post(route, messages, timeout, extra_headers, params)
+        return await self.post(route, wire.encode(messages), timeout, extra_headers, params)
 
     def route(self, model: str, api_base: str | None, api_key: str | None, params: dict) -> Route | None:
         """Where the fast path sends this call; None: it is litellm's to send."""
@@ -268,9 +269,10 @@ class FastPath(Litellm):
         return session
 
     async def post(
-        self, route: Route, messages: list, timeout: float, extra_headers: dict | None, params: dict
+        self, route: Route, messages: list[dict], timeout: float, extra_headers: dict | None, params: dict
     ) -> Reply:
-        """One request on the fast path; CallError or BadReply when it fails."""
+        """One request on the fast path (`messages` as wire.encode writes them); CallError or BadReply when it
+        fails."""
         if route.authorization is None:  # what litellm would say, without importing it to say it
             raise CallError(
                 f"Missing credentials: no API key for {route.model} (OPENAI_API_KEY is not set)",
@@ -304,7 +306,7 @@ class FastPath(Litellm):
             raise CallError(str(exc) or type(exc).__name__, name="APIConnectionError") from exc
         if status >= 400:
             raise CallError(_error_message(payload, status, reason), status, resp_headers)
-        return _reply(_completion(payload), route.model)._replace(quota=quota(resp_headers))
+        return wire.reply_of(_completion(payload), route.model)._replace(quota=quota(resp_headers))
 
     async def _speaks_http(self, url: str) -> bool:
         """Whether the server of an https:// URL answers a plain http request (then TLS can never work)."""
@@ -321,19 +323,21 @@ class Embedded(Transport):
     up. It decodes within a reply's grammar and costs nothing; it serves one request at a time, so a call waits in
     its queue as long as it takes, which is no hang."""
 
-    grammar = True
     WAIT = 24 * 3600.0  # seconds
 
-    async def send(self, model: str, messages: list, *, timeout: float, **params: Any) -> Reply:
+    def capabilities(self, model: str) -> Capabilities:
+        return Capabilities("grammar", False, local=True)
+
+    async def send(self, model: str, messages: Sequence[Message], *, timeout: float, **params: Any) -> Reply:
         schema = (params.pop("response_format", None) or {}).get("json_schema", {}).get("schema")
         if schema is not None and not params.get("grammar"):  # the text form of a tool loop: its schema as GBNF
             params["grammar"] = embedded.schema_grammar(json.dumps(schema, sort_keys=True))
         try:
-            reply = await asyncio.to_thread(embedded.generate, messages, **params)
+            reply = await asyncio.to_thread(embedded.generate, wire.encode(messages), **params)
         except Exception as exc:  # noqa: BLE001 - every failure of the call is named, as litellm would name it
             name, message = embedded.failure(exc) or ("APIError", f"{embedded.MODEL}: {type(exc).__name__}: {exc}")
             raise CallError(message, name=name) from exc
-        return _reply(reply, embedded.MODEL)._replace(cost=0.0)
+        return wire.reply_of(reply, embedded.MODEL)._replace(cost=0.0)
 
     def price(self, model: str, prompt_tokens: int, completion_tokens: int) -> float:
         return 0.0
@@ -427,71 +431,6 @@ def _completion(payload: bytes) -> dict:
     return body
 
 
-def _reply(body: dict, model: str) -> Reply:
-    """The text, tokens and price of a chat completion (a dict, or litellm's
-    ModelResponse as a dict); BadReply when there is no text (never let such
-    a reply be cached as "")."""
-    choices = body.get("choices")
-    if not isinstance(choices, list) or not choices:
-        raise BadReply("no choices in the reply" if choices is None else "empty choices in the reply")
-    choice = choices[0] if isinstance(choices[0], dict) else {}
-    message = choice.get("message") or {}
-    calls = tool_calls(message.get("tool_calls"))
-    text = message.get("content")
-    if text is None and calls:  # a reply that only calls tools
-        text = ""
-    if not isinstance(text, str):
-        raise BadReply("the reply's content is null")
-    usage = body.get("usage") or {}
-    prompt_tokens = int(usage.get("prompt_tokens") or 0)
-    completion_tokens = int(usage.get("completion_tokens") or 0)
-    cached = cached_tokens(usage, prompt_tokens)
-    return Reply(
-        text,
-        prompt_tokens,
-        completion_tokens,
-        prices.cost(model, prompt_tokens, completion_tokens, cached),
-        choice.get("finish_reason"),
-        calls,
-        _text(body.get("model")),
-        _text(body.get("id")),
-        cached_tokens=cached,
-    )
-
-
-def cached_tokens(usage: dict, prompt_tokens: int) -> int:
-    """The prompt tokens a provider's prompt cache served (OpenAI's `prompt_tokens_details.cached_tokens`,
-    Anthropic's `cache_read_input_tokens`, which litellm keeps), at most the prompt's."""
-    details = usage.get("prompt_tokens_details")
-    found = details.get("cached_tokens") if isinstance(details, dict) else None
-    if not found:
-        found = usage.get("cache_read_input_tokens")
-    return min(int(found), prompt_tokens) if isinstance(found, (int, float)) and found > 0 else 0
-
-
-def _text(value: Any) -> str | None:
-    """A reply's name or id when it is one: short text (a server may send anything there, and each call's span
-    carries it)."""
-    return value if isinstance(value, str) and 0 < len(value) <= NAME_CHARS else None
-
-
-def tool_calls(listed: Any) -> tuple[dict, ...]:
-    """A reply's native tool calls, each as {"id", "name", "arguments"} (the arguments' JSON text as sent)."""
-    calls = []
-    for index, call in enumerate(listed if isinstance(listed, list) else []):
-        function = (call.get("function") if isinstance(call, dict) else None) or {}
-        if isinstance(function.get("name"), str):
-            arguments = function.get("arguments")
-            calls.append(
-                {
-                    "id": str(call.get("id") or f"call_{index}"),
-                    "name": function["name"],
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments or {}),
-                }
-            )
-    return tuple(calls)
-
-
 #: litellm's loggers, which log nothing unless the user sets LITELLM_LOG (sbpc reports every failure itself).
 LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
 
@@ -515,5 +454,5 @@ def import_litellm():
 
 def from_litellm(response: Any, model: str) -> Reply:
     """A `litellm.ModelResponse` as a Reply, priced as litellm priced it."""
-    reply = _reply(response.model_dump(), model)
+    reply = wire.reply_of(response.model_dump(), model)
     return reply._replace(cost=(getattr(response, "_hidden_params", None) or {}).get("response_cost"))

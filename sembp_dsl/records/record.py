@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
-from ..language.method import Method, SettingError
+from ..language.blocks.method import Method, SettingError
 from .costs import Compared, compared, per_thousand
 from .schema import Check, Problem, compile_schema
 
@@ -307,10 +307,23 @@ class Record:
         """Prompt tokens the provider's prompt cache served (0 in a record from before sbpc counted them)."""
         return int((self.ledger or {}).get("cached_tokens") or 0)
 
+    @property
+    def cache_saving(self) -> float:
+        """Dollars the provider's cached prompt tokens cost less than at the full rate (0 in older records)."""
+        return float((self.ledger or {}).get("cache_saving") or 0.0)
+
+    def saving_words(self) -> str:
+        """What the cached tokens' lower rate saved, when it saved anything."""
+        return f", ${self.cache_saving:.4f} less at its cached rate" if self.cache_saving else ""
+
     def spent_words(self) -> str:
-        """Calls, tokens (the provider's cached ones among them) and dollars, in one line's words."""
-        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache)" if self.cached_tokens else ""
-        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}"
+        """Calls, tokens (the provider's cached ones among them, and what their cached rate saved) and dollars, in
+        one line's words."""
+        cached = f" ({self.cached_tokens} prompt tokens from the provider's cache{self.saving_words()})"
+        cached = cached if self.cached_tokens else ""
+        batch = (self.evaluation or {}).get("batch")  # an eval --batch: its calls were priced at the batch price
+        batched = f" at batch prices ({len(batch['batches'])} batches)" if batch else ""
+        return f"{self.calls} calls, {self.tokens} tokens{cached}, ${self.cost:.4f}{batched}"
 
     def to_json(self) -> dict:
         """As run.json holds it, in this sbpc's version (a record read from an older one is written anew)."""
@@ -566,20 +579,25 @@ class EvalRecord:
             os.truncate(samples.path, samples.good_bytes)  # type: ignore[arg-type]
         return self
 
-    def add(self, result: Result) -> None:
-        """A sample finished: its line, written now."""
+    def folder(self) -> Path:
+        """The record's folder, made (with run.json saying what the evaluation asks) if it is not yet."""
         if self.kept is None:
             self.kept = RunRecord(_new_folder(self.runs_dir, self.data.settings.file), self.data)
             self.kept.save()
-            self.log = SampleLog(self.kept.folder / SAMPLES_FILE)
-        assert self.log is not None
+        return self.kept.folder
+
+    def add(self, result: Result) -> None:
+        """A sample finished: its line, written now."""
+        if self.log is None:
+            self.log = SampleLog(self.folder() / SAMPLES_FILE)
         self.log.add(sample_json(result))
 
-    def finish(self, evaluation: Evaluation, spent: RoleUsage) -> RunRecord:
-        """The evaluation's end: its score and counts, how it ended, and what its model calls `spent` (the ledger's
-        count: a tool loop's every turn and a map's every item are calls, a function node's run is none)."""
-        if self.kept is None:  # nothing finished (a budget stopped it first): a record all the same
-            self.kept = RunRecord(_new_folder(self.runs_dir, self.data.settings.file), self.data)
+    def finish(self, evaluation: Evaluation, spent: RoleUsage, said: Mapping[str, object] | None = None) -> RunRecord:
+        """The evaluation's end: its score and counts, how it ended, what its model calls `spent` (the ledger's
+        count: a tool loop's every turn and a map's every item are calls, a function node's run is none), and what
+        else its evaluation `said` (a batch evaluation's batches)."""
+        self.folder()  # nothing finished (a budget stopped it first): a record all the same
+        assert self.kept is not None
         if self.log is not None:
             self.log.close()
         tally, data = evaluation.tally, self.data
@@ -588,10 +606,13 @@ class EvalRecord:
         data.ledger = {
             "calls": spent.calls,
             "tokens": spent.prompt_tokens + spent.completion_tokens,
+            "cached_tokens": spent.cached_tokens,
+            "cache_saving": spent.cache_saving,
             "cost": spent.cost,
         }
         data.evaluation = {
             **(data.evaluation or {}),
+            **(said or {}),
             "score": evaluation.accuracy,
             "scored": evaluation.scored,
             "requested": evaluation.requested,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 
 from ..language import kinds
 from ..language.diagnostics import visible
-from ..language.trace import answer_words, extra_of
+from ..language.nodes.trace import answer_words, extra_of
 from .record import Iteration
 from .runs import (
     Run,
@@ -366,7 +366,7 @@ def summary_table(runs: Sequence[Run]) -> str:
             *run.scores_words(),
             len(run.iterations),
             run.record.calls,
-            f"{run.record.tokens} ({run.record.cached_tokens} cached)"
+            f"{run.record.tokens} ({run.record.cached_tokens} cached{run.record.saving_words()})"
             if run.record.cached_tokens
             else run.record.tokens,
             f"{run.record.cost:.4f}",

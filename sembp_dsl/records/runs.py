@@ -22,12 +22,12 @@ from pathlib import Path
 from ..errors import SbpcError
 from ..files import WriteBackError
 from ..language import kinds
-from ..language.demos import DemosError, shown
+from ..language.blocks.method import DEFAULT, SETTINGS, SIZES
 from ..language.diagnostics import PipelineError, visible
-from ..language.method import DEFAULT, SETTINGS, SIZES
-from ..language.source import load
-from ..language.trace import answer_words, extra_of
-from ..language.writeback import WriteBack, rewrite, unified_diff
+from ..language.nodes.demos import DemosError, shown
+from ..language.nodes.trace import answer_words, extra_of
+from ..language.syntax.source import load
+from ..language.tooling.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .costs import Compared
 from .record import (

@@ -1,5 +1,5 @@
 """The write-back of an optimize run, wired in one place: the optimizer hands each accepted step's graph to a
-StepWriter, which writes its prompts through language/writeback.py (over the source file, to another file, or
+StepWriter, which writes its prompts through language/tooling/writeback.py (over the source file, to another file, or
 nowhere on a dry run) and tells the run record, before and after each write, which texts the source file may
 hold, so that a resumed run can tell its own writes from a user's edit."""
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..language.graph import Graph
-from ..language.writeback import WriteBack
+from ..language.graph.graph import Graph
+from ..language.tooling.writeback import WriteBack
 from .record import RunRecord
 
 

@@ -1,7 +1,7 @@
 """Import the Python callables a pipeline names, only from where the user allowed it.
 
 A pipeline file is data from strangers: naming a module in it is not enough to run that module. Checking and
-compiling never import (language/callables.py reads the names). At run time (`sbpc run`/`eval`/`optimize`,
+compiling never import (language/blocks/callables.py reads the names). At run time (`sbpc run`/`eval`/`optimize`,
 `sembp_dsl.load`), `"module:name"` is imported only
 
 - from the pipeline's own folder: `tools:search` beside rag.sbp is the tools.py (or package tools/) in rag.sbp's
@@ -35,12 +35,12 @@ from types import ModuleType
 from typing import Any, NamedTuple
 
 from ..errors import SbpcError
-from ..language.callables import Target, allowed_by, beside, outside, parse_target
+from ..language.blocks.callables import Target, allowed_by, beside, outside, parse_target
 from ..language.diagnostics import PipelineError, diagnostic, did_you_mean
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
 from ..language.ir import Span
 from ..language.kinds import kind_of
-from ..language.kinds.agent import declared_tools, timeout
+from ..language.kinds.agent.toolbox import declared_tools, timeout
 from ..language.mcp_servers import is_server_tool
 from ..usercode import user_output
 

@@ -27,7 +27,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from ..errors import Option, OptionError
-from ..language.data import ANSWER_COLUMNS, NOT_A_FOLDER, Fields, same_file
+from ..language.blocks.data import ANSWER_COLUMNS, NOT_A_FOLDER, Fields, same_file
 from ..language.diagnostics import did_you_mean
 
 __all__ = [

@@ -15,13 +15,13 @@ from typing import Any
 from .. import telemetry
 from ..errors import Option, SbpcError
 from ..language import kinds
-from ..language.data import ANSWER_COLUMNS, hides_fields
+from ..language.blocks.data import ANSWER_COLUMNS, hides_fields
+from ..language.blocks.method import SIZES, check
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph
-from ..language.method import SIZES, check
-from ..language.metrics import parse_number, score
-from ..language.node import GraphNode
-from ..language.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
+from ..language.graph.graph import Graph
+from ..language.nodes.metrics import METRICS, score
+from ..language.nodes.node import GraphNode
+from ..language.nodes.trace import FUNCTION_FAILED, NodeTrace, Trace, answer_words
 from ..models.limits import PRIORITY
 from ..models.llm import LLM, BudgetExceeded
 from ..usercode import Overran, call_function
@@ -431,22 +431,8 @@ def _map_it(missing: Sequence[tuple[str, str, str]]) -> tuple[str | Option, ...]
 
 
 def _never_matched(node: GraphNode, metric: str, answer: str) -> str | None:
-    """Why no output of `node` can ever score 1 against `answer`, or None when one can."""
-    held = metric in ("numeric", "json") or (metric == "exact" and node.type.kind == "choice")
-    if held and not answer:
-        return "no expected answer (its value is blank or null), so it would always score 0"
-    if metric == "exact" and node.type.kind == "choice":
-        labels = node.type.choices
-        if not any(score("exact", label, answer) for label in labels):
-            return (
-                f"the expected answer {answer!r} is not among the labels of {node.name}: {node.type}, "
-                f"so it would always score 0{did_you_mean(answer, labels)}"
-            )
-    elif metric == "numeric" and parse_number(answer) is None:
-        return f"the expected answer {answer!r} holds no number, so the numeric metric would always score it 0"
-    elif metric == "json" and not score("json", answer, answer):
-        return f"the expected answer {answer!r} is not JSON, so the json metric would always score it 0"
-    return None
+    """Why no output of `node` can ever score 1 against `answer` under a built-in metric, or None when one can."""
+    return METRICS[metric].unmatchable(answer, node.name, node.type)
 
 
 SAMPLES_IN_FLIGHT = 1024  # samples started and not finished: 4x the widest window (adaptive.CEILING), so the

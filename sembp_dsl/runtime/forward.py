@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 
 from .. import telemetry
-from ..language.branches import record_value, runs
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
 from ..language.kinds import kind_of
-from ..language.maps import items
-from ..language.node import GraphNode
-from ..language.shapes import MAX_JSON_DEPTH, Shape, nesting, python_value
-from ..language.toolcalls import ToolCall, Turn, bounded
-from ..language.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
+from ..language.messages import Ask, Capabilities, Turn
+from ..language.nodes.branches import record_value, runs
+from ..language.nodes.maps import items
+from ..language.nodes.node import GraphNode
+from ..language.nodes.shapes import python_value
+from ..language.nodes.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
 
@@ -37,68 +37,17 @@ class Calls:
     def __init__(self, llm: LLM):
         self.llm = llm
 
-    async def call(self, node: str, prompt: str, shape: Shape | None, model: str, system: str | None) -> NodeTrace:
+    async def ask(self, node: str, ask: Ask, model: str) -> Turn | NodeTrace:
         try:
-            completion = await self.llm.complete("forward", prompt, shape, model=model, system=system)
-        except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
-            return NodeTrace.without_reply(node, prompt, f"{CALL_FAILED}: {exc}", exc.failure)
-        return NodeTrace(
-            node,
-            prompt,
-            completion.text,
-            None,
-            None,
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.latency,
-            completion.cached,
-            cost=completion.cost,
-            system=system,
-            cut_off=completion.finish_reason == "length",
-        )
-
-    async def converse(
-        self, node: str, messages: list[dict], tools: Sequence[dict], schema: dict | None, model: str
-    ) -> Turn | NodeTrace:
-        try:
-            completion = await self.llm.converse("forward", messages, tools=tools, schema=schema, model=model)
+            return await self.llm.ask("forward", ask, model=model)
         except CallFailed as exc:  # retries exhausted: this sample fails, the run goes on
             return NodeTrace.without_reply(node, "", f"{CALL_FAILED}: {exc}", exc.failure)
-        return Turn(
-            completion.text,
-            tuple(tool_call(call) for call in completion.tool_calls),
-            completion.prompt_tokens,
-            completion.completion_tokens,
-            completion.latency,
-            completion.cost,
-            completion.cached,
-            completion.finish_reason,
-        )
 
-    def takes_schema(self, model: str, shape: Shape) -> bool:
-        return self.llm.takes_schema(model, shape)
-
-    def takes_tools(self, model: str) -> bool:
-        return self.llm.takes_tools(model)
+    def capabilities(self, model: str) -> Capabilities:
+        return self.llm.capabilities(model)
 
     def count(self, event: str, n: int = 1) -> None:
         self.llm.ledger.count(event, n)
-
-
-def tool_call(sent: Mapping) -> ToolCall:
-    """A native tool call as the loop reads it; arguments that are not a JSON object (or one nested past
-    MAX_JSON_DEPTH, which no schema, record or request could carry) are kept, cut, under a key no schema takes,
-    so the model is told they do not fit."""
-    text = sent["arguments"] or "{}"
-    try:
-        arguments = json.loads(text)
-    except (ValueError, RecursionError):  # RecursionError: `[[[...]]]` 20,000 deep
-        arguments = None
-    if not isinstance(arguments, dict):
-        arguments = {"(not a JSON object)": bounded(text)}
-    elif nesting(arguments) > MAX_JSON_DEPTH:
-        arguments = {"(nested too deeply)": bounded(text)}
-    return ToolCall(sent["id"], bounded(sent["name"]), arguments)
 
 
 def shown(node: GraphNode, trace: NodeTrace) -> str:
@@ -185,7 +134,7 @@ def failed(span: telemetry.Span, trace: NodeTrace) -> None:
 
 
 def taken(node: GraphNode, inputs: Mapping[str, str], done: Mapping[str, NodeTrace]) -> bool:
-    """Whether a node runs on this sample: the branches' one rule (language/branches.runs) over what ran."""
+    """Whether a node runs on this sample: the branches' one rule (language/nodes/branches.runs) over what ran."""
     if not node.gates and all(t.taken for t in done.values()):
         return True
 

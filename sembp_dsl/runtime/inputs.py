@@ -7,10 +7,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import SbpcError
-from ..language.demos import DemosError, checked, from_text
-from ..language.demos import as_text as demos_text
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph
+from ..language.graph.graph import Graph
+from ..language.nodes.demos import DemosError, checked, from_text
+from ..language.nodes.demos import as_text as demos_text
 from .datasets import ANSWER_COLUMNS, as_text
 
 

@@ -2,7 +2,7 @@
 
 It shows its model the task, the sample's inputs, the output scored, the reference answer when the data has one,
 and the rubric (a frozen param, rendered with the inputs, `output` and `expected`), and reads a record reply,
-`{reason: text, score: number}`, constrained and parsed as any record output is (language/shapes.py). The score
+`{reason: text, score: number}`, constrained and parsed as any record output is (language/nodes/shapes.py). The score
 on its scale becomes a score from 0 to 1; the reason is the loss feedback the backward pass starts from. Its
 calls are booked to the role "judge", on the model it names (default: the forward model).
 """
@@ -14,10 +14,10 @@ import json
 from jinja2 import TemplateError
 
 from ..language import ir
-from ..language.graph import Graph, MetricSpec
-from ..language.shapes import describe as describe_fields
-from ..language.shapes import node_shape, read_record
-from ..language.trace import NodeTrace, Trace
+from ..language.graph.graph import Graph, MetricSpec
+from ..language.nodes.shapes import describe as describe_fields
+from ..language.nodes.shapes import node_shape, read_record
+from ..language.nodes.trace import NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .datasets import Sample
 from .evaluate import MetricFailed, Scorer, Verdict
@@ -41,12 +41,12 @@ def judge(graph: Graph, llm: LLM, spec: MetricSpec) -> Scorer:
     low, high = spec.scale
 
     async def score(trace: Trace, sample: Sample, expected: str) -> Verdict:
+        held = llm.capabilities(spec.model).holds(shape)
+        fields = "" if held else describe_fields(VERDICT)  # no JSON Schema reaches the model: the fields in words
         try:
-            prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected)
+            prompt = graph.judge_question(spec, trace.inputs, trace.output or "", expected, fields)
         except TemplateError as exc:
             raise MetricFailed(f"judge '{spec.name}': its rubric does not render for this sample: {exc}") from None
-        if shape is None or not llm.takes_schema(spec.model, shape):
-            prompt = f"{prompt}\n\n{describe_fields(VERDICT)}"  # no JSON Schema reaches the model: the fields in words
         try:
             completion = await llm.complete(JUDGE_ROLE, prompt, shape, model=spec.model)
         except CallFailed as exc:

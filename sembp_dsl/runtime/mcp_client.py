@@ -34,6 +34,7 @@ from ..errors import SbpcError
 from ..files import atomic_write
 from ..language import ir
 from ..language.diagnostics import PipelineError, diagnostic
+from ..language.kinds.agent.toolcalls import bounded
 from ..language.mcp_servers import (
     LOCK,
     LOCK_VERSION,
@@ -47,7 +48,6 @@ from ..language.mcp_servers import (
     servers,
     split,
 )
-from ..language.toolcalls import bounded
 from ..usercode import ServerStopped, ToolFailed
 
 START_TIMEOUT = 30.0  # seconds a server has to start and answer `initialize` and `tools/list`

@@ -10,11 +10,11 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import Option
+from ..language.blocks.method import SettingError, SettingTypeError
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph
-from ..language.method import SettingError, SettingTypeError
-from ..language.metrics import METRICS
-from ..language.trace import Trace
+from ..language.graph.graph import Graph
+from ..language.nodes.metrics import METRICS
+from ..language.nodes.trace import Trace
 from ..models.llm import LLM
 from .code import load_callable
 from .datasets import Sample

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from .. import telemetry
 from ..errors import SbpcError
-from ..language.graph import Graph, ModelSpec
+from ..language.graph.graph import Graph, ModelSpec
 from ..models.cache import ResponseCache
 from ..models.llm import LLM, Ledger, resolve_model
 

@@ -9,9 +9,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Option
+from ..language.blocks.method import SIZES, Method, SettingError
 from ..language.diagnostics import did_you_mean
-from ..language.graph import Graph
-from ..language.method import SIZES, Method, SettingError
+from ..language.graph.graph import Graph
 from . import datasets
 from .datasets import ANSWER_COLUMNS, DataError, Dataset, Sample, fit_defaults, from_records, make_splits
 

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from .. import ir
-from ..node import GraphNode
-from ..toolcalls import bounded
-from ..trace import Shown
+from ..nodes.node import GraphNode
+from ..nodes.trace import Shown
 from .agent import ToolLoop
+from .agent.toolcalls import bounded
 from .function import FunctionCall
 from .kind import NodeKind
 from .model import ModelCall

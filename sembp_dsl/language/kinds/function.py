@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterator, Mapping
 
 from ...usercode import Overran, call_function
 from .. import ir
-from ..callables import beside, parse_target
+from ..blocks.callables import beside, parse_target
 from ..diagnostics import suggestion
-from ..node import GraphNode
-from ..shapes import output_text, python_value
+from ..nodes.node import GraphNode
+from ..nodes.shapes import output_text, python_value
+from ..nodes.templates import unsendable
+from ..nodes.trace import FUNCTION_FAILED, NodeTrace
 from ..signatures import Accepted, read_accepted
-from ..templates import unsendable
-from ..trace import FUNCTION_FAILED, NodeTrace
 from .kind import PROMPT_SETTINGS, Checking, Compiled, Model, NodeKind
 
 DEFAULT_TIMEOUT = 60.0  # seconds a function node's call may take, unless it says `timeout`

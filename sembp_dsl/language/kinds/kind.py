@@ -15,13 +15,12 @@ from typing import Any, ClassVar, Protocol
 
 from .. import ir
 from ..diagnostics import Note
-from ..node import NO_SETTINGS, GraphNode
-from ..shapes import Shape
-from ..toolcalls import Turn
-from ..trace import NodeTrace, Shown
+from ..messages import Ask, Capabilities, Turn
+from ..nodes.node import NO_SETTINGS, GraphNode
+from ..nodes.trace import NodeTrace, Shown
 
 # The settings of a node that renders a prompt and sends it to a model: key -> accepted Python types, or the
-# tuple of allowed words (as checker.check_settings reads them).
+# tuple of allowed words (as check/settings.py's check_settings reads them).
 PROMPT_SETTINGS: Mapping[str, tuple] = {
     "prompt": (str,),
     "template": (str,),
@@ -47,7 +46,7 @@ class Checking(Protocol):
 
 
 class Compiled(Protocol):
-    """What a kind reads of the graph it runs in: language/graph.py's Graph."""
+    """What a kind reads of the graph it runs in: language/graph/graph.py's Graph."""
 
     @property
     def pipeline(self) -> ir.Pipeline: ...
@@ -64,26 +63,18 @@ class Compiled(Protocol):
 class Model(Protocol):
     """The model calls a kind makes, as the runtime offers them (runtime/forward.py, over models/llm.py).
 
-    A call comes back recorded as a NodeTrace whose reply is not read yet; a call that failed for good comes back
-    as a lost NodeTrace, not as an exception, so no kind needs the models stage."""
+    Every kind asks through one door, `ask`, with the typed messages of language/messages.py; a call that failed
+    for good comes back as a lost NodeTrace, not as an exception, so no kind needs the models stage."""
 
-    async def call(self, node: str, prompt: str, shape: Shape | None, model: str, system: str | None) -> NodeTrace:
-        """Send a forward prompt (held to `shape`, when there is one) to `model`, a role or a named model."""
+    async def ask(self, node: str, ask: Ask, model: str) -> Turn | NodeTrace:
+        """Ask `model` (a role or a named model) for one reply: a prompt held to a reply's shape, or a turn of a
+        conversation with tools (offered natively, or each reply held to the text form's JSON Schema). A call that
+        failed for good is a lost NodeTrace of the node, its prompt for the kind to fill in."""
         ...
 
-    def takes_schema(self, model: str, shape: Shape) -> bool:
-        """Whether `model` is held to a reply's JSON Schema (else a record's fields are told in words)."""
-        ...
-
-    async def converse(
-        self, node: str, messages: list[dict], tools: Sequence[dict], schema: dict | None, model: str
-    ) -> Turn | NodeTrace:
-        """One turn of a conversation with tools: `messages` so far, the tools offered natively (OpenAI's `tools=`)
-        or, for a model that takes none, the JSON Schema each reply is held to (where the model takes one)."""
-        ...
-
-    def takes_tools(self, model: str) -> bool:
-        """Whether `model` calls tools natively (else a tool loop holds it to the text form, toolcalls.py)."""
+    def capabilities(self, model: str) -> Capabilities:
+        """What `model` is held to and offered: whether a reply's JSON Schema reaches it (else a record's fields
+        are told in words), whether it calls tools natively (else a tool loop holds it to the text form)."""
         ...
 
     def count(self, event: str, n: int = 1) -> None:

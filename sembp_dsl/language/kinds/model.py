@@ -11,10 +11,11 @@ from dataclasses import replace
 from jinja2 import TemplateError
 
 from .. import ir
-from ..metrics import parse_number
-from ..node import GraphNode
-from ..shapes import describe, first_json, node_shape, read_list, read_record
-from ..trace import NOT_RENDERED, NodeTrace
+from ..messages import Ask, Turn, prompted
+from ..nodes.metrics import parse_number
+from ..nodes.node import GraphNode
+from ..nodes.shapes import describe, first_json, node_shape, read_list, read_record
+from ..nodes.trace import NOT_RENDERED, NodeTrace
 from .kind import Checking, Compiled, Model, NodeKind
 
 TAG = re.compile(r"<output>(.*?)(?:</output>|\Z)", re.S | re.I)
@@ -52,15 +53,15 @@ class ModelCall(NodeKind):
             return rendered
         prompt, system = rendered
         shape = node_shape(node.type, node.parse)
-        if node.type.kind in DESCRIBED and (shape is None or not model.takes_schema(node.model, shape)):
+        if node.type.kind in DESCRIBED and not model.capabilities(node.model).holds(shape):
             prompt = f"{prompt}\n\n{describe(node.type)}"  # no JSON Schema reaches the model: its type in words
-        called = await model.call(node.name, prompt, shape, node.model, system)
-        if called.lost:
-            return called
-        output, error = parse_reply(node, called.reply)
+        turn = await model.ask(node.name, Ask(prompted(prompt, system), shape), node.model)
+        if isinstance(turn, NodeTrace):  # the call failed for good: the sample is lost
+            return replace(turn, prompt=prompt)
+        output, error = parse_reply(node, turn.text)
         if error is not None:
             model.count("forward parse failures")
-        return replace(called, output=output, error=error)
+        return answered(node.name, prompt, system, turn, output, error)
 
     def instruction(self, node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> str:
         return node.instruction(values, graph.prompts)
@@ -79,6 +80,26 @@ class ModelCall(NodeKind):
             )
         else:
             yield f"=== {node.name}: forward ===\n{forward}"
+
+
+def answered(
+    node: str, prompt: str, system: str | None, turn: Turn, output: str | None, error: str | None
+) -> NodeTrace:
+    """A node's trace of one model reply, read as `output` (or not, and why: `error`)."""
+    return NodeTrace(
+        node,
+        prompt,
+        turn.text,
+        output,
+        error,
+        turn.prompt_tokens,
+        turn.completion_tokens,
+        turn.latency,
+        turn.cached,
+        cost=turn.cost,
+        system=system,
+        cut_off=turn.finish_reason == "length",
+    )
 
 
 def render(node: GraphNode, graph: Compiled, values: Mapping[str, str]) -> tuple[str, str | None] | NodeTrace:
