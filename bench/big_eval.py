@@ -20,6 +20,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from big_data import PIPELINE, write_csv  # noqa: E402 (the same one-node pipeline over the same CSV)
 
 CHILD = """
 import json, resource, sys, time
@@ -30,21 +33,6 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"s": time.perf_counter() - start, "code": code, "mb": usage.ru_maxrss / 1024,
                   "cpu": usage.ru_utime + usage.ru_stime}))
 """
-
-PIPELINE = """pipeline p "Answer yes or no"
-input q: text
-param t = "Answer yes or no."
-node n: choice(yes, no) { prompt = t }
-q -> n
-output n
-model { name = "openai/fake"  api_base = "URL" }
-"""
-
-
-def write_csv(path: Path, rows: int) -> None:
-    with open(path, "w") as file:
-        file.write("q,answer\n")
-        file.writelines(f"question number {i},{'yes' if i % 2 else 'no'}\n" for i in range(rows))
 
 
 def measure(folder: Path, *argv: str) -> dict:
@@ -69,7 +57,7 @@ def run_sizes(folder: Path, url: str, sizes: list[int]) -> list[dict]:
     for rows in sizes:
         write_csv(folder / "big.csv", rows)
         runs = folder / f"runs-{rows}"
-        evaluated = measure(folder, "eval", "p.sbp", "--data", "big.csv", "--runs-dir", str(runs), "--no-cache")
+        evaluated = measure(folder, "eval", "p.sbp", "--runs-dir", str(runs), "--no-cache")  # its data block's file
         [run] = runs.iterdir()
         record_mb = sum(f.stat().st_size for f in run.iterdir()) / 2**20
         shown = measure(folder, "show", str(run))
