@@ -61,7 +61,8 @@ if TYPE_CHECKING:
     from .learning.optimize import Outcome
     from .learning.plan import Plan
     from .models.ledger import RoleUsage
-    from .records.record import EvalRecord, RunRecord, RunSettings
+    from .records.evaluation import EvalRecord
+    from .records.record import RunRecord, RunSettings
 
 __all__ = [
     "BudgetExceeded",
@@ -653,7 +654,8 @@ class _Recording:
 
     def _made(self) -> EvalRecord:
         # ~10 ms to import (measured): only an evaluation that keeps a record pays it, after its first call
-        from .records.record import EvalRecord, RunSettings
+        from .records.evaluation import EvalRecord
+        from .records.record import RunSettings
 
         method = self.pipeline.method(None, **self.sizes)
         settings = RunSettings(self.pipeline.path, method=method, models=self.models, **self.source)

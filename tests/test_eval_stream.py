@@ -19,7 +19,7 @@ from conftest import wait_until, with_fake_model
 from fake_server import FakeServer
 
 from sembp_dsl import cli
-from sembp_dsl.records.record import Samples
+from sembp_dsl.records.evaluation import Samples
 from sembp_dsl.records.runs import SHOWN_SAMPLES
 
 YES_NO = textwrap.dedent("""\

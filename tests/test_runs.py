@@ -537,11 +537,11 @@ def test_a_run_folder_named_like_an_impossible_date_is_listed_and_shown(tmp_path
 
 
 def test_sbpcs_own_folder_tells_git_to_ignore_it(tmp_path):
-    from sembp_dsl.records.record import _new_folder
+    from sembp_dsl.records.record import new_folder
 
-    _new_folder(tmp_path / ".sbpc" / "runs", "x.sbp")
+    new_folder(tmp_path / ".sbpc" / "runs", "x.sbp")
     assert (tmp_path / ".sbpc" / ".gitignore").read_text().endswith("\n*\n")
-    _new_folder(tmp_path / "elsewhere", "x.sbp")
+    new_folder(tmp_path / "elsewhere", "x.sbp")
     assert not (tmp_path / "elsewhere" / ".gitignore").exists()
 
 

@@ -6,7 +6,7 @@ schema, so the readers (`sbpc runs`, `show`, `apply`, `report`, `--resume`) work
 record they cannot read is one line saying where it is wrong. It is rewritten atomically after every
 iteration, so a killed run keeps what it had and `--resume` can continue it. An evaluation is a run too
 (`kind` "eval"): the prompts it scored and its summary, and every sample with each node's prompt and reply in a JSON
-Lines file beside it (samples.py), a line written as each sample finishes. No secrets: credentials inside URLs are
+Lines file beside it (evaluation.py), a line written as each sample finishes. No secrets: credentials inside URLs are
 masked.
 """
 
@@ -18,11 +18,11 @@ import os
 import re
 import shlex
 import time
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from functools import cache
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from ..errors import Option, OptionError, option
 from ..files import atomic_write, finish_write, interrupted_write, read_current
@@ -31,8 +31,7 @@ from .costs import Compared, compared, per_thousand
 from .schema import Check, Problem, compile_schema
 
 if TYPE_CHECKING:  # the runtime and its model layer (aiohttp) are no reader's to import
-    from ..models.ledger import RoleUsage
-    from ..runtime.evaluate import Evaluation, Result, Tally
+    pass
 
 VERSION = 5  # 1: records without a version (their gate "validation" is the val gate); 2: no demos candidates;
 # 3: training scores over the whole split, an accepted gate completed unless on the last iteration; 4: an evaluation's
@@ -69,7 +68,7 @@ class RunSettings:
             **({"data_sha256": self.data_sha256} if self.data_sha256 else {}),
             **({"validation_data": self.validation_data} if self.validation_data else {}),
         }
-        return json.loads(json.dumps(_public(flat)))
+        return json.loads(json.dumps(public(flat)))
 
     @classmethod
     def read(cls, flat: Mapping[str, Any]) -> RunSettings:
@@ -388,7 +387,7 @@ class RunRecord:
     def create(cls, runs_dir: Path, settings: RunSettings, initial: Mapping[str, str], source: str = "") -> RunRecord:
         """A new record; `source` is the text of the file the run starts from."""
         record = cls(
-            _new_folder(runs_dir, settings.file), Record(settings, dict(initial), source_sha256=[_sha256(source)])
+            new_folder(runs_dir, settings.file), Record(settings, dict(initial), source_sha256=[sha256_of(source)])
         )
         record.save()
         return record
@@ -415,7 +414,7 @@ class RunRecord:
     def resume(cls, runs_dir: Path, settings: RunSettings, source: str) -> RunRecord:
         """The newest unfinished run of this file, which must have been asked exactly the same, and must
         find the file as it left it. Unreadable records are skipped (and named if nothing is found)."""
-        _check_folder(runs_dir)
+        check_folder(runs_dir)
         skipped = []
         for folder in sorted(runs_dir.glob("*"), reverse=True):
             if not folder.is_dir():
@@ -431,7 +430,7 @@ class RunRecord:
             differ = [k for k in wanted if asked.get(k) != wanted[k]]
             if differ:
                 raise ResumeError(f"the run in {folder} was started with other settings ({', '.join(differ)})")
-            if record.data.source_sha256 and _sha256(source) not in record.data.source_sha256:
+            if record.data.source_sha256 and sha256_of(source) not in record.data.source_sha256:
                 raise ResumeError(
                     f"{settings.file} was changed since the run in {folder} last wrote it; resuming would undo "
                     "that change. To optimize the file as it is now, start a new run (without ",
@@ -461,7 +460,7 @@ class RunRecord:
                 continue
             if os.path.realpath(record.data.settings.file) != os.path.realpath(file):
                 continue
-            if text is None or _sha256(text) not in (record.data.source_sha256 or []):
+            if text is None or sha256_of(text) not in (record.data.source_sha256 or []):
                 return None
             finish_write(file)
             return f"finished the write to {file} that the run in {folder} was making when it was stopped"
@@ -507,124 +506,16 @@ class RunRecord:
 
     def expect_source(self, *texts: str) -> None:
         """The source file now holds one of these texts (the old one until a write is done, then the new one)."""
-        self.data.source_sha256 = [_sha256(text) for text in texts]
+        self.data.source_sha256 = [sha256_of(text) for text in texts]
         self.save()
 
     def save(self) -> None:
         atomic_write(self.folder / "run.json", json.dumps(self.data.to_json(), indent=2, ensure_ascii=False))
 
 
-class EvalRecord:
-    """An evaluation's record as it runs: run.json made when its first sample finishes (an evaluation its checks
-    refuse leaves none), each sample a line of samples.jsonl as it finishes (a killed evaluation keeps them, and
-    `resume` goes on from them), and its summary (score, counts, calls) written at its end."""
-
-    def __init__(self, runs_dir: Path, record: Record, kept: RunRecord | None = None):
-        self.runs_dir, self.data, self.kept = runs_dir, record, kept
-        self.done: set[str] = set()  # samples a resumed evaluation had finished
-        self.notes: list[str] = []  # what reading them back said (a last line cut off)
-        self.log = SampleLog(kept.folder / SAMPLES_FILE) if kept else None
-
-    @classmethod
-    def start(
-        cls, runs_dir: Path, settings: RunSettings, prompts: Mapping[str, str], scored: Mapping[str, object]
-    ) -> EvalRecord:
-        """A new evaluation of these `prompts`; `scored`: its split, metric and limit."""
-        _check_folder(runs_dir)
-        asked = {
-            **_public(dict(scored)),
-            "prompts_sha256": _sha256(json.dumps(dict(prompts), sort_keys=True, ensure_ascii=False)),
-            "samples_file": SAMPLES_FILE,
-        }
-        return cls(runs_dir, Record(settings, dict(prompts), kind="eval", evaluation=asked))
-
-    @classmethod
-    def resume(
-        cls,
-        runs_dir: Path,
-        settings: RunSettings,
-        prompts: Mapping[str, str],
-        scored: Mapping[str, object],
-        tally: Tally,
-    ) -> EvalRecord:
-        """The newest unfinished evaluation asked exactly this, its finished samples counted into `tally` and named
-        in `done`; its samples file is cut back to its last whole line, where the rest are written."""
-        wanted = cls.start(runs_dir, settings, prompts, scored).data
-        for folder in sorted(runs_dir.glob("*"), reverse=True) if runs_dir.is_dir() else ():
-            try:
-                found = RunRecord.load(folder) if folder.is_dir() else None
-            except RecordError:
-                continue
-            if found is None or found.data.kind != "eval" or found.data.finished:
-                continue
-            asked = {key: (found.data.evaluation or {}).get(key) for key in wanted.evaluation or {}}
-            if (asked, found.data.settings.recorded()) == (wanted.evaluation, settings.recorded()):
-                return cls(runs_dir, found.data, found)._read_back(tally)
-        raise ResumeError(f"no unfinished evaluation of {settings.file} asked the same in {runs_dir}")
-
-    def _read_back(self, tally: Tally) -> EvalRecord:
-        assert self.kept is not None
-        samples = Samples(self.kept.folder / SAMPLES_FILE)
-        try:
-            for sample in samples:
-                self.done.add(sample["id"])
-                right = sample["score"] >= 1.0 and not sample.get("lost")
-                lost = bool(sample.get("lost"))
-                cause = sample.get("cause")
-                tally.count(sample["score"], lost, right, cause or "", cause if not lost else None)
-        except RecordError as exc:
-            raise ResumeError(f"cannot resume the evaluation in {self.kept.folder}: {exc}") from None
-        self.notes = list(samples.notes)
-        if samples.notes:
-            os.truncate(samples.path, samples.good_bytes)  # type: ignore[arg-type]
-        return self
-
-    def folder(self) -> Path:
-        """The record's folder, made (with run.json saying what the evaluation asks) if it is not yet."""
-        if self.kept is None:
-            self.kept = RunRecord(_new_folder(self.runs_dir, self.data.settings.file), self.data)
-            self.kept.save()
-        return self.kept.folder
-
-    def add(self, result: Result) -> None:
-        """A sample finished: its line, written now."""
-        if self.log is None:
-            self.log = SampleLog(self.folder() / SAMPLES_FILE)
-        self.log.add(sample_json(result))
-
-    def finish(self, evaluation: Evaluation, spent: RoleUsage, said: Mapping[str, object] | None = None) -> RunRecord:
-        """The evaluation's end: its score and counts, how it ended, what its model calls `spent` (the ledger's
-        count: a tool loop's every turn and a map's every item are calls, a function node's run is none), and what
-        else its evaluation `said` (a batch evaluation's batches)."""
-        self.folder()  # nothing finished (a budget stopped it first): a record all the same
-        assert self.kept is not None
-        if self.log is not None:
-            self.log.close()
-        tally, data = evaluation.tally, self.data
-        data.finished = evaluation.stopped is None
-        data.stopped = None if evaluation.stopped is None else getattr(evaluation.stopped, "cli", evaluation.stopped)
-        data.ledger = {
-            "calls": spent.calls,
-            "tokens": spent.prompt_tokens + spent.completion_tokens,
-            "cached_tokens": spent.cached_tokens,
-            "cache_saving": spent.cache_saving,
-            "cost": spent.cost,
-        }
-        data.evaluation = {
-            **(data.evaluation or {}),
-            **(said or {}),
-            "score": evaluation.accuracy,
-            "scored": evaluation.scored,
-            "requested": evaluation.requested,
-            "counts": {"samples": tally.samples, "right": tally.correct, "lost": tally.lost},
-        }
-        self.kept.save()
-        return self.kept
-
-
-def _new_folder(runs_dir: Path, file: str) -> Path:
+def new_folder(runs_dir: Path, file: str) -> Path:
     """A fresh folder named by the time and the file's stem (-2, -3, ... when two runs start in one second)."""
-    _check_folder(runs_dir)
+    check_folder(runs_dir)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     folder = runs_dir / f"{stamp}-{Path(file).stem}"
     n = 1
@@ -647,7 +538,7 @@ def _ignored_by_git(runs_dir: Path) -> None:
         atomic_write(own / ".gitignore", "# Written by sbpc: its run records and cache are not sources.\n*\n")
 
 
-def _check_folder(runs_dir: Path) -> None:
+def check_folder(runs_dir: Path) -> None:
     if runs_dir.exists() and not runs_dir.is_dir():
         raise RecordError(option("runs_dir", runs_dir), " is a file, not a folder; give a folder for run records")
 
@@ -735,132 +626,23 @@ def _kind(value: Any) -> str:
     )
 
 
-def _sha256(text: str) -> str:
+def sha256_of(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def resume_command(argv: Sequence[str]) -> str:
     """The command that continues a run: the one that was given, shell-quoted, with --resume
     (credentials inside URLs masked: a password given in --api-base is never printed back)."""
-    words = _public(["sbpc", *argv])
+    words = public(["sbpc", *argv])
     return shlex.join(words if "--resume" in words else [*words, "--resume"])
 
 
-def _public(value):
+def public(value):
     """Settings as recorded: credentials inside URLs (user:password@host) are masked."""
     if isinstance(value, dict):
-        return {k: _public(v) for k, v in value.items()}
+        return {k: public(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_public(v) for v in value]
+        return [public(v) for v in value]
     if isinstance(value, str):
         return re.sub(r"://[^/@\s]+@", "://***@", value)
     return value
-
-
-# --- an evaluation's samples: JSON Lines beside run.json ------------------------------------------------------
-# One line written as each sample finishes, so a killed evaluation keeps every sample it finished, and read back a
-# line at a time, so a record of 100,000 samples opens in the memory of one. Records before version 5 hold their
-# samples inside run.json (`samples`); both are read through `Samples`.
-
-SAMPLES_FILE = "samples.jsonl"
-
-
-def sample_json(result: Result) -> dict:
-    """One sample as its line holds it: the small facts first (what a scan of the file reads), then its inputs,
-    every node's prompt, reply and output (NodeTrace.recorded: with what a branch, a map or its kind keeps) and a
-    judge's prompt and reply. `cause`: why it was lost, or why it was scored wrong after a failure (the summary's
-    counts, rebuilt from the file when an evaluation is resumed)."""
-    # the runtime and its model layer (aiohttp) are no reader's to import: only a run that writes samples pays it
-    from ..runtime.evaluate import failure_cause, lost_cause
-
-    return {
-        "id": result.sample.id,
-        "score": result.score,
-        "lost": result.lost,
-        "expected": result.expected,
-        "output": result.trace.output,
-        "error": result.metric_error or result.trace.final.error,
-        "reason": result.reason,
-        "cause": lost_cause(result) if result.lost else failure_cause(result),
-        "inputs": dict(result.trace.inputs),
-        "nodes": {name: n.recorded() for name, n in result.trace.nodes.items()},
-        **({"judge": {"prompt": result.judged.prompt, "reply": result.judged.reply}} if result.judged else {}),
-    }
-
-
-class SampleLog:
-    """The samples file of an evaluation being run: each line flushed as it is written, so it is the operating
-    system's as soon as the sample is (a SIGKILL loses no finished sample)."""
-
-    def __init__(self, path: Path):
-        self.path = path
-        self._file: IO[str] | None = None
-
-    def add(self, sample: dict) -> None:
-        if self._file is None:
-            self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 (open for the evaluation's length)
-        self._file.write(json.dumps(sample, ensure_ascii=False) + "\n")
-        self._file.flush()
-
-    def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
-
-
-def _scanned(value: Any) -> dict:
-    """A line's value with the facts a scan reads checked (id, score, lost); the rest is checked where it is
-    shown (`sample_problem`), since checking every part of every line would cost more than reading it."""
-    if not isinstance(value, dict):
-        raise RecordError("it is not an object")
-    if not isinstance(value.get("id"), str):
-        raise RecordError("its id is not text" if "id" in value else "it has no 'id'")
-    score = value.get("score")
-    if isinstance(score, bool) or not isinstance(score, (int, float)):
-        raise RecordError("its score is not a number" if "score" in value else "it has no 'score'")
-    if not isinstance(value.get("lost", False), bool):
-        raise RecordError("its lost is not true/false")
-    return value
-
-
-@dataclass
-class Samples:
-    """An evaluation's samples in the order they finished, read as they are iterated: from its samples file, or
-    from the list an older run.json holds. A last line cut off mid-write (the evaluation was killed while writing
-    it) is left out, and said in `notes`; any other line that is no sample is a RecordError naming it."""
-
-    path: Path | None = None
-    inline: list = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-    good_bytes: int = 0  # where the last whole line of the file ends (a resumed evaluation writes on from there)
-
-    def __iter__(self) -> Iterator[dict]:
-        if self.path is None:
-            yield from self.inline
-            return
-        self.notes.clear()
-        try:
-            with open(self.path, "rb") as file:
-                yield from self._lines(file)
-        except FileNotFoundError:
-            return  # killed before its first sample finished: none
-        except OSError as exc:
-            raise RecordError(f"cannot read {self.path}: {exc.strerror or exc}") from None
-
-    def _lines(self, file: IO[bytes]) -> Iterator[dict]:
-        self.good_bytes = 0
-        for number, line in enumerate(file, 1):
-            try:
-                value = _scanned(json.loads(line)) if line.endswith(b"\n") else None
-            except (ValueError, RecordError) as exc:  # also bad UTF-8
-                if file.read(1):
-                    raise RecordError(f"{self.path}:{number}: not a sample ({exc})") from None
-                value = None
-            if value is None:  # the last line, cut off
-                self.notes.append(
-                    f"{self.path}:{number}: the last line is cut off (the evaluation was stopped while writing it); "
-                    "left out"
-                )
-                return
-            self.good_bytes += len(line)
-            yield value

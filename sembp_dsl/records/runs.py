@@ -30,6 +30,7 @@ from ..language.syntax.source import load
 from ..language.tooling.writeback import WriteBack, rewrite, unified_diff
 from ..runtime.datasets import fingerprint
 from .costs import Compared
+from .evaluation import Samples
 from .record import (
     GateDecision,
     Iteration,
@@ -38,7 +39,6 @@ from .record import (
     RecordError,
     RunRecord,
     RunSettings,
-    Samples,
     sample_problem,
 )
 
