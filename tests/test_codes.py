@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -405,6 +406,14 @@ def test_explain_prints_each_code_and_lists_them_all():
     status, out, _ = run("explain")
     assert status == 0 and [line.split()[0] for line in out.splitlines()] == list(CODES)
     assert lookup("e22") is CODES["E022"] and lookup("E22x") is None
+
+
+def test_explain_in_a_fresh_process_lists_the_kinds_codes_too():
+    """A kind's codes reach the registry when kinds/ is imported: the CLI's `explain` must see them on its own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "explain"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert [line.split()[0] for line in done.stdout.splitlines()] == list(CODES)
 
 
 def test_explain_an_unknown_code_is_a_usage_error_with_a_suggestion():
