@@ -7,6 +7,7 @@ import contextlib
 import io
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from sembp_dsl import cli
 from sembp_dsl.language import codes
 from sembp_dsl.language.codes import CODES, lookup
+from sembp_dsl.language.kinds import KINDS
 
 ROOT = Path(__file__).resolve().parents[1]
 HEADER = 'pipeline t "A test"\ninput q: text\n'
@@ -329,7 +331,7 @@ def mcp_pipeline(path: Path, content: str) -> Path:
 
 
 def test_codes_are_unique_well_formed_and_documented():
-    assert len(CODES) == len(codes._CODES), "a code is listed twice"
+    assert len(CODES) == len(codes.listed()), "a code is listed twice (in a table, or as a kind's own)"
     for code, entry in CODES.items():
         assert re.fullmatch(r"[EW]\d{3}", code), code
         assert entry.title and entry.explanation and entry.example and entry.fix, code
@@ -345,12 +347,16 @@ def test_every_code_is_reached_or_said_why_not():
 
 
 def test_the_code_table_and_the_code_agree():
-    """Every code the package reports is in the registry, and every registered code is reported somewhere."""
+    """Every code the package reports is in the registry, and every registered code is reported somewhere: a
+    kind's own codes (NodeKind.codes) are registered through kinds/, and declaring one is not reporting it."""
     used = set()
     for path in (ROOT / "sembp_dsl").rglob("*.py"):
         if path.parent.name != "codes":  # the registry itself
-            used |= set(re.findall(r'"([EW]\d{3})"', path.read_text()))
+            reported = re.sub(r'Code\(\s*"[EW]\d{3}"', "", path.read_text())  # a kind's declaration of its own
+            used |= set(re.findall(r'"([EW]\d{3})"', reported))
     assert used == set(CODES), (used - set(CODES), set(CODES) - used)
+    declared = {code.code for kind in KINDS.values() for code in kind.codes}
+    assert declared and declared <= set(CODES) and not declared & {c.code for c in codes._CODES}
 
 
 @pytest.mark.parametrize("code", sorted(REACHED))
@@ -400,6 +406,14 @@ def test_explain_prints_each_code_and_lists_them_all():
     status, out, _ = run("explain")
     assert status == 0 and [line.split()[0] for line in out.splitlines()] == list(CODES)
     assert lookup("e22") is CODES["E022"] and lookup("E22x") is None
+
+
+def test_explain_in_a_fresh_process_lists_the_kinds_codes_too():
+    """A kind's codes reach the registry when kinds/ is imported: the CLI's `explain` must see them on its own."""
+    done = subprocess.run(
+        [sys.executable, "-m", "sembp_dsl.cli", "explain"], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert [line.split()[0] for line in done.stdout.splitlines()] == list(CODES)
 
 
 def test_explain_an_unknown_code_is_a_usage_error_with_a_suggestion():

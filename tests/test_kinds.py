@@ -19,6 +19,8 @@ import sembp_dsl
 from sembp_dsl.cli.commands import main
 from sembp_dsl.language import ir
 from sembp_dsl.language.check.checker import check
+from sembp_dsl.language.codes import lookup
+from sembp_dsl.language.codes.code import Code
 from sembp_dsl.language.diagnostics import PipelineError
 from sembp_dsl.language.graph.graph import build
 from sembp_dsl.language.kinds import KINDS, kind_of, shown
@@ -26,7 +28,9 @@ from sembp_dsl.language.kinds.kind import Checking, Compiled, Model, NodeKind
 from sembp_dsl.language.nodes.node import GraphNode
 from sembp_dsl.language.nodes.trace import FIELDS, NodeTrace, Shown
 from sembp_dsl.language.syntax.parser import parse
+from sembp_dsl.language.tooling.editor import Document
 from sembp_dsl.language.tooling.emit import emit_dot, emit_prompts
+from sembp_dsl.language.tooling.hover import setting_help
 from sembp_dsl.learning.backward import backward_calls
 from sembp_dsl.models.llm import LLM
 from sembp_dsl.runtime.forward import run
@@ -57,18 +61,29 @@ def test_nothing_outside_the_kinds_asks_whether_a_node_calls_a_function():
 
 class Echo(NodeKind):
     """A throwaway kind: the node answers with the value of the input its `echo` setting names, no model call, and
-    keeps on its trace what it copied (`echoed`), which it says in words to every display."""
+    keeps on its trace what it copied (`echoed`), which it says in words to every display. Its setting's hover text
+    and the code its own check reports, with its `sbpc explain` page, are its own too."""
 
     name = "echo"
     marker = "echo"
     settings = {"echo": (str,)}
+    help = {"echo": "the input the node repeats, word for word"}
     prompted = False
     trace_keys = ("echoed",)
+    codes = (
+        Code(
+            "E159",
+            "a node that echoes itself",
+            "An echo node repeats the input its `echo` setting names; naming the node itself repeats nothing.",
+            "node copy: text { echo = copy }",
+            "node copy: text { echo = question }",
+        ),
+    )
 
     def check(self, cx: Checking, node: ir.Node) -> None:
         source = node.setting("echo")
         if source is not None and source.value == node.name:
-            cx.report("E040", source.value_span, f"node '{node.name}' echoes itself")
+            cx.report("E159", source.value_span, f"node '{node.name}' echoes itself")
 
     def model_calls(self, node: GraphNode) -> int:
         return 0
@@ -136,6 +151,28 @@ def test_its_own_checks_are_asked_and_the_registry_is_what_makes_it_a_kind(echo,
         build(parse(ECHO, "echo.sbp"))
 
 
+def test_a_new_kinds_code_and_hover_text_are_its_own(echo, tmp_path, monkeypatch, capsys):
+    """Echo declares E159 and its setting's words; check reports the code, explain and hover read them from it."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "echo.sbp").write_text(ECHO.replace("echo = question", "echo = copy"))
+    assert main(["check", "echo.sbp"]) == 1
+    assert "error[E159]: node 'copy' echoes itself" in capsys.readouterr().err
+    assert main(["explain", "e159"]) == 0
+    page = capsys.readouterr().out
+    assert page.startswith("E159: a node that echoes itself (error)") and "naming the node itself" in page
+    assert main(["explain"]) == 0
+    assert "E150 " in (listed := capsys.readouterr().out) and listed.index("E159 ") > listed.index("E150 ")
+    assert Document(ECHO, "echo.sbp").hover(ECHO.index("echo =")) == (
+        "**echo**: the input the node repeats, word for word"
+    )
+
+    monkeypatch.delitem(KINDS, Echo.name)  # the code and the words go with the kind
+    with pytest.raises(SystemExit, match="2"):
+        main(["explain", "E159"])
+    assert "unknown code 'E159'" in capsys.readouterr().err and lookup("E159") is None
+    assert Document(ECHO, "echo.sbp").hover(ECHO.index("echo =")) is None
+
+
 def test_a_new_kinds_own_trace_data_is_shown_by_run_trace_show_and_the_report(echo, tmp_path, monkeypatch, capsys):
     """Echo keeps `echoed` on its traces and says it through `shown`; no display file knows of it."""
     monkeypatch.chdir(tmp_path)
@@ -182,10 +219,13 @@ def test_a_kinds_data_it_cannot_read_is_shown_as_json_and_no_kind_may_hide_a_fie
 
 def test_every_setting_of_every_kind_has_its_hover_text():
     """A kind's settings and their words live together: the editor's hover reads them from the kind."""
-    from sembp_dsl.language.kinds import KINDS
     from sembp_dsl.language.nodes import maps
-    from sembp_dsl.language.tooling.hover import SETTING_HELP
 
     taken = {key for kind in KINDS.values() for key in kind.accepts} | set(maps.SETTINGS)
-    assert taken - SETTING_HELP.keys() == set()
+    assert {key for key in taken if not setting_help(key)} == set()
     assert all(set(kind.help) <= set(kind.settings) for kind in KINDS.values())
+    text = 'pipeline t\ninput task: text\nfunction lookup = "tools:lookup"\n'
+    text += "node solve: text { tools = [lookup]  max_steps = 4 }\ntask -> solve\noutput solve\n"
+    for key in ("tools", "max_steps"):  # hovered where they are written, in a tool loop's node
+        at = text.index(f"{key} = ")
+        assert Document(text, "p.sbp").hover(at) == f"**{key}**: {KINDS['tools'].help[key]}"

@@ -11,10 +11,14 @@ data file), E15x code the file names, read before it runs, E16x data a run would
 from MCP servers; W0xx warnings.
 
 Each module here holds the codes of one stage or concern (its `TABLE`), a new code going into the one whose
-check reports it; this registry lists them all, in the order `sbpc explain` prints them.
+check reports it. A code only one kind of node reports is that kind's own (`NodeKind.codes`, in kinds/): this
+floor sits below the kinds and cannot import them, so kinds/ hands it where they are (`declared_by`), asked each
+time a code is listed or looked up. CODES lists them all, in the order `sbpc explain` prints them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from . import before_run, data, flow, nodes, rules, syntax, tools, training, warnings, yaml_form
 from .code import Code
@@ -32,7 +36,42 @@ _CODES = [  # in the order `sbpc explain` lists them
     *warnings.TABLE,
 ]
 
-CODES: dict[str, Code] = {c.code: c for c in _CODES}
+_DECLARERS: list[Callable[[], Iterable[Code]]] = []  # where codes declared above this floor are found
+
+
+def declared_by(declarer: Callable[[], Iterable[Code]]) -> None:
+    """Codes declared outside the tables (kinds/ hands over its registry's: every kind's own), found afresh on
+    each lookup, so a kind registered later is seen too."""
+    _DECLARERS.append(declarer)
+
+
+def listed() -> list[Code]:
+    """Every code, in the order `sbpc explain` lists them: the tables', and each declared code after the nearest
+    code below it (E141 after E140), so the list reads the same wherever a code is declared."""
+    codes = list(_CODES)
+    for code in sorted((c for declarer in _DECLARERS for c in declarer()), key=lambda c: c.code):
+        below = [i for i, c in enumerate(codes) if c.code[0] == code.code[0] and c.code < code.code]
+        codes.insert(max(below, key=lambda i: codes[i].code) + 1 if below else len(codes), code)
+    return codes
+
+
+class _Registry(Mapping[str, Code]):
+    """Every code by name, the tables' and those declared by the kinds (read-only; see `listed`)."""
+
+    def _codes(self) -> dict[str, Code]:
+        return {c.code: c for c in listed()}
+
+    def __getitem__(self, code: str) -> Code:
+        return self._codes()[code]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._codes())
+
+    def __len__(self) -> int:
+        return len(self._codes())
+
+
+CODES: Mapping[str, Code] = _Registry()
 
 
 def lookup(code: str) -> Code | None:

@@ -105,25 +105,6 @@ TABLE = [
         'data { train = "rows.jsonl"  test = "rows.jsonl" }',
         'data { file = "rows.jsonl"  train = 20  test = 50 }',
     ),
-    Code(
-        "E141",
-        "a function node given an input its function does not take",
-        "A function node calls its function with each input as a keyword argument (a map's item by the map's\n"
-        "name for it). An input the signature does not name would fail every call, so it is refused before\n"
-        "any: add the parameter, or stop feeding the input. A branch's deciding node is the exception: it\n"
-        "must feed the branch, and is passed only when the function takes it. The module beside the\n"
-        "pipeline is read, never imported.",
-        "def lookup(order_id): ...\n\nkind, order_id -> facts",
-        "def lookup(order_id, kind): ...\n\nkind, order_id -> facts",
-    ),
-    Code(
-        "E142",
-        "a function node's parameter that nothing feeds",
-        "Each parameter of a function node's function without a default needs an input of that name (or the\n"
-        "map's item): the call would fail on every sample without it.",
-        "def lookup(order_id, fact): ...\n\norder_id -> facts",
-        'def lookup(order_id, fact="status"): ...\n\norder_id -> facts',
-    ),
     # E16x: data a run would refuse, found by check
     Code(
         "E160",

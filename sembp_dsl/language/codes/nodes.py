@@ -1,5 +1,6 @@
 """Codes of what a node names: E07x models (blocks and the nodes that name them), system messages and record
-outputs; E08x function nodes (Python code in the graph)."""
+outputs; E08x function nodes (Python code in the graph; E081-E082 are the function kind's own:
+language/kinds/function.py)."""
 
 from .code import Code
 
@@ -90,21 +91,6 @@ TABLE = [
         "no path) and one public name in it. Nothing is imported when a file is checked or compiled.",
         'function search = "tools.py/search"',
         'function search = "tools:search"      # search() in tools.py beside the pipeline',
-    ),
-    Code(
-        "E081",
-        "undefined function",
-        'A node\'s `function` names a `function NAME = "module:name"` declaration of the pipeline.',
-        'function search = "tools:search"\nnode passages: json { function = serach }',
-        'function search = "tools:search"\nnode passages: json { function = search }',
-    ),
-    Code(
-        "E082",
-        "a function node with a model's settings",
-        "A function node calls Python code with its predecessors as keyword arguments: it sends no prompt,\n"
-        "so it takes no `prompt`, `template`, `system`, `parse` or `model`. It takes `timeout` (seconds).",
-        "node passages: json { function = search  prompt = p }",
-        "node passages: json { function = search  timeout = 10 }",
     ),
     Code(
         "E083",

@@ -3,23 +3,7 @@
 from .code import Code
 
 TABLE = [
-    # E11x: nodes that call tools (a tool loop)
-    Code(
-        "E110",
-        "a tool that is not a declared function",
-        "`tools = [...]` names the functions the node's model may call. Each must be declared in the file with\n"
-        '`function NAME = "module:function"`, where the checker reads its signature (without importing it).',
-        "node solve: text { prompt = task  tools = [lokup] }",
-        'function lookup = "tools:lookup"\nnode solve: text { prompt = task  tools = [lookup] }',
-    ),
-    Code(
-        "E111",
-        "max_steps below 1",
-        "`max_steps` is how many replies the model may give at a tool loop, the last of which answers: at\n"
-        "least 1 (one reply, which must answer at once).",
-        "node solve: text { prompt = task  tools = [lookup]  max_steps = 0 }",
-        "node solve: text { prompt = task  tools = [lookup]  max_steps = 4 }",
-    ),
+    # E11x: nodes that call tools (a tool loop; E110-E111 are its kind's own: language/kinds/agent/codes.py)
     Code(
         "E112",
         "a signature that cannot become a tool's schema",

@@ -1,4 +1,5 @@
-"""Warnings (W0xx): what still compiles, but is likely not what was meant."""
+"""Warnings (W0xx): what still compiles, but is likely not what was meant (W035-W037, of a tool, are the tool
+loop's own: language/kinds/agent/codes.py)."""
 
 from .code import Code
 
@@ -113,30 +114,5 @@ TABLE = [
         "to it, so it is never called and never learns.",
         "triage -> a when triage == Yes\na, triage -> b when triage == No",
         "triage -> b when triage == No",
-    ),
-    Code(
-        "W035",
-        "a tool argument without a type",
-        "An argument with no type hint (or a server's property with no type) is offered to the model as any\n"
-        "JSON value, so nothing tells it what to send and nothing checks what it sends.",
-        "def lookup(place, fact: str) -> str: ...",
-        "def lookup(place: str, fact: str) -> str: ...",
-    ),
-    Code(
-        "W036",
-        "a tool without a description",
-        "A tool with no docstring (or a server's tool with no description) is offered with an empty description:\n"
-        "the model sees its name alone. A description param (`description = lookup_doc`) also lets the\n"
-        "optimizer improve it.",
-        "def lookup(place: str) -> str:\n    return FACTS[place]",
-        'def lookup(place: str) -> str:\n    """Look up one fact about a place."""',
-    ),
-    Code(
-        "W037",
-        "a tool argument without a description",
-        "Each argument's description comes from the docstring's `Args:` lines (or the server's schema); one\n"
-        "without leaves the model to guess from its name.",
-        'def lookup(place: str) -> str:\n    """Look up one fact about a place."""',
-        'def lookup(place: str) -> str:\n    """Look up one fact about a place.\n\n    Args:\n        place: the place\'s name alone\n    """',
     ),
 ]

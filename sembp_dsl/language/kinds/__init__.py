@@ -3,7 +3,8 @@
 A kind (kind.py's NodeKind) answers everything the compiler asks of a node: its settings and checks, how it
 runs forward, what backward is shown of it, what it costs in the plan, how it is emitted. The checker, the
 graph, the runtime and the optimizer ask `kind_of(node)`, never which kind it is. Adding a kind is a module
-here and one line in KINDS (and its syntax: a setting that marks it is syntax enough). What a kind keeps on its
+here and one line in KINDS (and its syntax: a setting that marks it is syntax enough); the codes its checks
+report are its own (`codes`), which the registry of codes finds here. What a kind keeps on its
 traces is shown through `shown` here, which asks the kind that keeps it, so no display knows any kind's data.
 """
 
@@ -13,7 +14,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from .. import ir
+from .. import codes, ir
 from ..nodes.node import GraphNode
 from ..nodes.trace import Shown
 from .agent import ToolLoop
@@ -29,6 +30,7 @@ KINDS: dict[str, NodeKind] = {  # one line per kind, by name; a node is of the f
     FunctionCall.name: FunctionCall(),
     ToolLoop.name: ToolLoop(),
 }
+codes.declared_by(lambda: [code for kind in KINDS.values() for code in kind.codes])
 
 
 def kind_of(node: ir.Node | GraphNode) -> NodeKind:

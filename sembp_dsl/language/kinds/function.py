@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from ...usercode import Overran, call_function
 from .. import ir
 from ..blocks.callables import beside, parse_target
+from ..codes.code import Code
 from ..diagnostics import suggestion
 from ..nodes.node import GraphNode
 from ..nodes.outputs import output_text, python_value
@@ -27,6 +28,42 @@ from ..signatures import Accepted, read_accepted
 from .kind import PROMPT_SETTINGS, Checking, Compiled, Model, NodeKind
 
 DEFAULT_TIMEOUT = 60.0  # seconds a function node's call may take, unless it says `timeout`
+CODES = (  # the codes only its own checks report (the checker's and the runtime's E080, E083-E084: codes/nodes.py)
+    Code(
+        "E081",
+        "undefined function",
+        'A node\'s `function` names a `function NAME = "module:name"` declaration of the pipeline.',
+        'function search = "tools:search"\nnode passages: json { function = serach }',
+        'function search = "tools:search"\nnode passages: json { function = search }',
+    ),
+    Code(
+        "E082",
+        "a function node with a model's settings",
+        "A function node calls Python code with its predecessors as keyword arguments: it sends no prompt,\n"
+        "so it takes no `prompt`, `template`, `system`, `parse` or `model`. It takes `timeout` (seconds).",
+        "node passages: json { function = search  prompt = p }",
+        "node passages: json { function = search  timeout = 10 }",
+    ),
+    Code(
+        "E141",
+        "a function node given an input its function does not take",
+        "A function node calls its function with each input as a keyword argument (a map's item by the map's\n"
+        "name for it). An input the signature does not name would fail every call, so it is refused before\n"
+        "any: add the parameter, or stop feeding the input. A branch's deciding node is the exception: it\n"
+        "must feed the branch, and is passed only when the function takes it. The module beside the\n"
+        "pipeline is read, never imported.",
+        "def lookup(order_id): ...\n\nkind, order_id -> facts",
+        "def lookup(order_id, kind): ...\n\nkind, order_id -> facts",
+    ),
+    Code(
+        "E142",
+        "a function node's parameter that nothing feeds",
+        "Each parameter of a function node's function without a default needs an input of that name (or the\n"
+        "map's item): the call would fail on every sample without it.",
+        "def lookup(order_id, fact): ...\n\norder_id -> facts",
+        'def lookup(order_id, fact="status"): ...\n\norder_id -> facts',
+    ),
+)
 
 
 class FunctionCall(NodeKind):
@@ -40,6 +77,7 @@ class FunctionCall(NodeKind):
         "timeout": "seconds its call may take (default 60); past it, the sample's failure",
     }
     prompted = False
+    codes = CODES
 
     def refuse(self, cx: Checking, node: ir.Node, setting: ir.Setting) -> None:
         if setting.key == "demos":

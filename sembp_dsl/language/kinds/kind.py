@@ -14,6 +14,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 from .. import ir
+from ..codes.code import Code
 from ..diagnostics import Note
 from ..messages import Ask, Capabilities, Turn
 from ..nodes.node import NO_SETTINGS, GraphNode
@@ -94,6 +95,7 @@ class NodeKind(ABC):
     help: ClassVar[Mapping[str, str]] = MappingProxyType({})  # each of its own settings, in words (editor hover)
     prompted: ClassVar[bool] = True  # it renders a prompt: takes PROMPT_SETTINGS, its templates are checked
     trace_keys: ClassVar[tuple[str, ...]] = ()  # the keys of its own data on a trace (NodeTrace.extra), if any
+    codes: ClassVar[tuple[Code, ...]] = ()  # the codes only its checks report, with their `sbpc explain` pages
 
     @cached_property
     def accepts(self) -> Mapping[str, tuple]:

@@ -15,8 +15,7 @@ from ..nodes import maps
 from ..nodes.demos import limit
 from ..nodes.templates import BUILTIN, TemplateProblem, variables
 
-SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declaration's and a block's
-    **{key: text for kind in KINDS.values() for key, text in kind.help.items()},
+SETTING_HELP = {  # every setting's words but a kind's own (its `help`, asked when hovered): a map's, a declaration's
     **maps.HELP,
     "description": "a function's description as a tool: a param (trained, written back) or, by default, its docstring",
     "prompt": "the param rendered as `{{ prompt }}` in the node's template",
@@ -47,11 +46,13 @@ SETTING_HELP = {  # every setting's words: each kind's own, a map's, a declarati
 
 
 def setting_help(key: str) -> str | None:
-    """A setting's words; the strategies' are read from STRATEGIES when asked, one line there adding one."""
+    """A setting's words; the strategies' are read from STRATEGIES and a kind's own from the kind in KINDS when
+    asked, one line in either adding one."""
     if key == "strategies":
         listed = "; ".join(f"{name}: {does}" for name, does in STRATEGIES.items())
         return f"the strategies a step may use (default: all). {listed}"
-    return SETTING_HELP.get(key)
+    own = (kind.help[key] for kind in KINDS.values() if key in kind.help)
+    return SETTING_HELP.get(key, next(own, None))
 
 
 def setting_hover(pipeline: ir.Pipeline | None, offset: int) -> str | None:

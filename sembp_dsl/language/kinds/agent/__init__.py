@@ -14,8 +14,8 @@ A tool's description may be a param (`function lookup = "tools:lookup" { descrip
 part of the node's instruction, so the optimizer improves it like a prompt and write-back changes the .sbp.
 
 The kind is this package: the kind itself here, its tools in toolbox.py (read, checked, called), one sample's
-conversation in loop.py (typed messages, language/messages.py, asked through `Model.ask`), and the text form and
-the trajectory in toolcalls.py.
+conversation in loop.py (typed messages, language/messages.py, asked through `Model.ask`), the text form and
+the trajectory in toolcalls.py, and the codes only its checks report in codes.py.
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ from ...nodes.trace import FUNCTION_FAILED, NodeTrace, Shown
 from ...signatures import ToolSpec
 from ..kind import Checking, Compiled, Model, NodeKind
 from ..model import render, system_section
+from .codes import CODES
 from .loop import Loop
 from .toolbox import (
     DEFAULT_MAX_STEPS,
@@ -65,6 +66,7 @@ class ToolLoop(NodeKind):
         "max_steps": f"the most model replies one sample makes, the last one answering (default {DEFAULT_MAX_STEPS})",
     }
     trace_keys = ("steps",)
+    codes = CODES
 
     def check(self, cx: Checking, node: ir.Node) -> None:
         tools, steps = node.setting("tools"), node.setting("max_steps")
