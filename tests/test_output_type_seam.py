@@ -1,6 +1,8 @@
 """An output type is one class and one line (docs/architecture.md): an `OutputKind` (language/nodes/outputs.py) in
 OUTPUT_TYPES. This test adds a throwaway `upper` (text in capitals) that way: the .sbp and YAML forms take its name,
-`check`, `fmt`, `run`, `eval` and the Python API read replies and values through it, and no other file changes."""
+`check`, `fmt`, `run`, `eval`, the editor and the Python API read replies and values through it, and no other file
+changes. A throwaway `verdict` with labels of its own is branched on by them; and no module outside outputs.py and
+ir.py asks a type's kind."""
 
 from __future__ import annotations
 
@@ -169,3 +171,41 @@ def test_the_branch_finder_finds_the_forms_it_forbids():
         'e = block.kind == "model" or field.kind == "list" or answer.kind != "text"\n'  # kinds of other things
     )
     assert [line.split(":")[0] for line in kind_branches(source)] == ["2", "3", "4", "5"]
+
+
+class Verdict(OutputKind):
+    """Throwaway with structure of its own: one of two labels, which a condition may branch on."""
+
+    name = "verdict"
+
+    def labels(self, type_: ir.OutputType) -> tuple[str, ...]:
+        return ("GUILTY", "INNOCENT")
+
+
+BRANCHING = """\
+pipeline court "Decide, then explain"
+
+input q: text
+
+param p = "Decide."
+
+node v: verdict { prompt = p }
+node why: text { prompt = p }
+node mercy: text { prompt = p }
+
+q -> v
+v -> why when v == GUILTY
+v -> mercy when v == OPTION
+output why | mercy
+"""
+
+
+def test_a_registered_type_with_labels_is_branched_on_by_them(monkeypatch, tmp_path, capsys):
+    monkeypatch.setitem(OUTPUT_TYPES, Verdict.name, Verdict())
+    path = tmp_path / "court.sbp"
+    path.write_text(BRANCHING.replace("OPTION", "INNOCENT"))
+    assert cli.main(["check", str(path)]) == 0, capsys.readouterr().err
+    path.write_text(BRANCHING.replace("OPTION", "INOCENT"))
+    assert cli.main(["check", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "error[E122]" in err and "has no option 'INOCENT'" in err and "did you mean 'INNOCENT'" in err
