@@ -275,7 +275,7 @@ def test_backward_and_optimizer_get_a_default_max_tokens(tmp_path, fake_llm):
     assert graph.models["optimizer"].settings["max_tokens"] == 1024
     assert "max_tokens" not in graph.models["forward"].settings
     liar = compile_file(str(ROOT / "pipelines/liar.sbp"))
-    assert liar.models["optimizer"].settings["max_tokens"] == 160  # the file's own setting wins
+    assert liar.models["optimizer"].settings["max_tokens"] == 256  # the file's own setting wins
 
 
 def test_an_empty_override_of_a_builtin_template_is_honoured(tmp_path, fake_llm):
@@ -488,7 +488,7 @@ def test_the_held_out_change_counts_only_samples_scored_both_times_with_a_t_inte
     and its interval uses t with 7 degrees of freedom (2.365), not z (1.96)."""
     from types import SimpleNamespace as NS
 
-    from sembp_dsl.cli.commands import held_out_change
+    from sembp_dsl.cli.calling import held_out_change
 
     def evaluation(scores):  # None: lost to a failed call
         return NS(results=[NS(sample=NS(id=f"s{i}"), score=s or 0.0, lost=s is None) for i, s in enumerate(scores)])

@@ -560,7 +560,9 @@ def test_the_plan_bounds_a_grammars_reply_at_a_token_a_character(capsys):
     sizes = ["--train-size", "6", "--val-size", "6", "--iters", "2", "--plan", "--json"]
     assert cli.main(["optimize", str(ROOT / "pipelines/liar.sbp"), "--data", "liar", *sizes]) == 0
     plan = json.loads(capsys.readouterr().out)
-    passes = plan["calls"]["forward"] // 6  # liar.sbp: five text analysts (max_tokens 96), the choice judge; optimizer 256
+    passes = (
+        plan["calls"]["forward"] // 6
+    )  # liar.sbp: five text analysts (max_tokens 96), the choice judge; optimizer 256
     assert plan["completion_tokens"] == {
         "forward": passes * (5 * 96 + CHARS_PER_TOKEN * 96),
         "backward": plan["calls"]["backward"] * CHARS_PER_TOKEN * 160,

@@ -1,5 +1,6 @@
-"""What commands.py and runs.py share: the model and data flags, the number types that check flags, NAME=VALUE
-pairs, usage errors, and the pipeline and ledger the flags ask for. It imports neither, so no import runs back up."""
+"""What the command modules (commands.py, calling.py, runs.py) share: diagnostics printed, the model and data
+flags, the number types that check flags, NAME=VALUE pairs, usage errors, and the pipeline and ledger the flags ask
+for. It imports none of them, so no import runs back up."""
 
 from __future__ import annotations
 
@@ -296,3 +297,17 @@ def method_settings(args) -> dict:
     if getattr(args, "strategies", None) is not None:
         given["strategies"] = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
     return given
+
+
+MOST_DIAGNOSTICS_SHOWN = 50  # a generated file can carry thousands of warnings: the first ones, then a count
+
+
+def report_diagnostics(diagnostics, text) -> None:
+    """A file's diagnostics on stderr, each with its source lines: the first MOST_DIAGNOSTICS_SHOWN, then a count."""
+    for d in diagnostics[:MOST_DIAGNOSTICS_SHOWN]:
+        print(d.render(text), file=sys.stderr)
+    if len(diagnostics) > MOST_DIAGNOSTICS_SHOWN:
+        print(
+            f"... and {len(diagnostics) - MOST_DIAGNOSTICS_SHOWN} more (`sbpc check --json` lists them all)",
+            file=sys.stderr,
+        )
