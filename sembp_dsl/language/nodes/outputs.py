@@ -283,7 +283,7 @@ class Json(OutputKind):
     told = "Answer with a JSON value."
     scalar = False
     verbatim = False
-    input_json: ClassVar[dict] = {}
+    input_json = {}  # any JSON value
 
     def reply_shape(self, type_: ir.OutputType) -> Shape | None:
         return Shape(str(type_), (self.value_field("value", type_),))
