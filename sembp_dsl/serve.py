@@ -39,6 +39,7 @@ from aiohttp import web
 from .api import BudgetExceeded, CallFailed, LLMError, Pipeline, Prediction
 from .errors import SbpcError
 from .language.diagnostics import json_text
+from .language.nodes.outputs import output_kind
 from .runtime.inputs import InputError
 
 MAX_BODY = 1 << 20  # 1 MiB of inputs is far past any prompt a model takes
@@ -374,11 +375,9 @@ MCP_PATH = "/mcp"  # where the HTTP service answers MCP clients, beside POST /
 
 def input_schema(pipeline: Pipeline) -> dict:
     """The JSON Schema of the pipeline's inputs, as an MCP client sends them to its one tool."""
-    kinds = {"text": {"type": "string"}, "number": {"type": "number"}, "list": {"type": "array"}}
-    kinds["record"] = {"type": "object"}
     properties = {}
     for item in pipeline.graph.pipeline.inputs:
-        schema = {"enum": list(item.type.choices)} if item.type.kind == "choice" else kinds.get(item.type.kind, {})
+        schema = output_kind(item.type).input_schema(item.type)
         properties[item.name] = {**schema, "description": f"the input {item.name} ({item.type})"}
     return {"type": "object", "properties": properties, "required": list(properties)}
 

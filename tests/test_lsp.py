@@ -369,7 +369,7 @@ def test_completion_knows_where_the_cursor_is():
         "optimizer",
         "fast",
     }
-    assert labels(base + "node b: {verdict: |") == {"text", "number", "json", "choice()"}
+    assert labels(base + "node b: {verdict: |") == {"text", "number", "json", "choice()", "list[]"}
     assert labels(base + 'param r = "plain |') == set()
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from ..language.diagnostics import bad_characters
 from ..language.graph.graph import Graph
 from ..language.nodes.demos import as_text, from_text
+from ..language.nodes.outputs import answer_is_output
 from ..records.record import Proposal
 from ..runtime.evaluate import Result
 
@@ -70,13 +71,12 @@ def labelled(graph: Graph, param: str, results: Sequence[Result]) -> Pool:
     node could not give (a choice it does not offer) is none, nor is a sample an earlier node's failure left
     without every value the node reads."""
     node = graph.nodes[graph.demos[param].node]
-    if node.name != graph.output or graph.output_field or node.type.kind not in ("text", "choice"):
+    if node.name != graph.output or graph.output_field:
         return Pool([], ())
     examples = []
     for result in results:
         values, expected = result.trace.values, result.expected
-        fits = expected and (node.type.kind == "text" or expected in node.type.choices)
-        if not fits or any(name not in values for name in node.inputs):
+        if not answer_is_output(node.type, expected) or any(name not in values for name in node.inputs):
             continue
         examples.append((result.sample.id, {**{name: str(values[name]) for name in node.inputs}, node.name: expected}))
     return pooled(examples)

@@ -24,7 +24,7 @@ from ..language.messages import Ask, Capabilities, Turn
 from ..language.nodes.branches import record_value, runs
 from ..language.nodes.maps import items
 from ..language.nodes.node import GraphNode
-from ..language.nodes.outputs import python_value
+from ..language.nodes.outputs import fields_of, python_value
 from ..language.nodes.trace import CALL_FAILED, NOT_REACHED, NOT_RUN, NodeTrace, Trace
 from ..models.llm import LLM, CallFailed
 from .tasks import together
@@ -53,7 +53,7 @@ class Calls:
 def shown(node: GraphNode, trace: NodeTrace) -> str:
     """A node's output as backward and optimizer models are shown it: the whole reply (reasoning included),
     but a record as read from the reply, when it could be."""
-    if node.type.kind == "record" and trace.output is not None:
+    if fields_of(node.type) and trace.output is not None:
         return trace.output
     if trace.blocked:
         return f"(no output: {trace.error})"

@@ -10,6 +10,7 @@ from typing import NamedTuple
 from .. import ir, mcp_servers
 from ..diagnostics import Diagnostic, Note, diagnostic, point, suggestion
 from ..kinds.agent.toolbox import declared_tools
+from ..nodes.outputs import field_of, fields_of
 from ..nodes.templates import MAX_SECONDS
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -53,7 +54,7 @@ def output_type(node: ir.Node | None, output: ir.Output | None) -> ir.OutputType
     """The type of what is scored: the output node's, or that of its field (`output judge.verdict`)."""
     if node is None or output is None or output.record_field is None:
         return node.type if node is not None else None
-    found = node.type.field(output.record_field.name)
+    found = field_of(node.type, output.record_field.name)
     return found.type if found is not None else None
 
 
@@ -73,7 +74,7 @@ class Context:
         self.servers = self.unique("mcp server", [b for b in pipeline.blocks if b.kind == mcp_servers.KIND and b.name])
         self.tools = {**declared_tools(pipeline), **self.functions}  # a node's tools: functions, servers' tools
         self.models = dict.fromkeys([*MODEL_ROLES, *(b.name for b in pipeline.blocks if b.kind == "model" and b.name)])
-        self.records = {n.name: tuple(f.name for f in n.type.fields) for n in pipeline.nodes if n.type.kind == "record"}
+        self.records = {n.name: tuple(f.name for f in fields) for n in pipeline.nodes if (fields := fields_of(n.type))}
         self.metric_defs = self.unique("metric", pipeline.metric_defs)
         self.node_params: dict[str, NodeParams] = {}
         self.demos: dict[str, str] = {}  # node -> the demos param it declares (`demos = shots`), when it is one

@@ -8,6 +8,7 @@ from ..blocks.callables import parse_target
 from ..diagnostics import Note, suggestion, suggestion_or_list
 from ..kinds import kind_of, taken
 from ..nodes import maps
+from ..nodes.outputs import fields_of, labels_of
 from .context import IDENTIFIER, RESERVED, Context, NodeParams, first_here
 from .settings import FUNCTION_SETTINGS, check_settings
 
@@ -153,12 +154,13 @@ def check_node_demos(cx: Context, node: ir.Node) -> None:
 
 
 def check_type(cx: Context, type_: ir.OutputType) -> None:
-    if type_.kind == "choice" and len(set(type_.choices)) != len(type_.choices):
+    labels = labels_of(type_)
+    if len(set(labels)) != len(labels):
         cx.report("E047", type_.span, "a choice lists the same option twice")
-    if type_.kind == "choice" and not all(c.strip() for c in type_.choices):
+    if not all(c.strip() for c in labels):
         cx.report("E048", type_.span, "a choice option cannot be empty")
     seen: dict[str, ir.Field] = {}
-    for field in type_.fields:
+    for field in fields_of(type_):
         if field.name in seen:
             cx.report(
                 "E074",

@@ -11,6 +11,7 @@ from ..blocks.callables import Target, beside, parse_target
 from ..diagnostics import Note, suggestion, suggestion_or_list
 from ..nodes.branches import check_output_alternatives
 from ..nodes.metrics import JUDGE_SETTINGS, METRICS, default_metric, parse_scale
+from ..nodes.outputs import field_of, fields_of, labels_of
 from ..signatures import defined_async
 from .context import Context, no_field, output_type
 from .settings import check_settings
@@ -46,10 +47,10 @@ def output_of(cx: Context) -> tuple[ir.Node | None, str]:
     node = next(node for node in cx.p.nodes if node.name == ref.name)  # a node, even where an input has its name
     if part is None:
         return node, node.name
-    if node.type.kind != "record":
+    if not fields_of(node.type):
         cx.report("E077", part.span, f"node '{node.name}' is {node.type}, not a record: it has no field '{part.name}'")
         return None, ""
-    if node.type.field(part.name) is None:
+    if field_of(node.type, part.name) is None:
         no_field(cx, part.span, node.name, part.name)
         return None, ""
     return node, f"{node.name}.{part.name}"
@@ -153,13 +154,13 @@ def warn_format_in_trainable(cx: Context) -> None:
     every answer after it is unreadable (the gate then rejects the step with nothing to show why)."""
     output = cx.output
     uses = cx.node_params.get(output.name) if output is not None else None
-    if output is None or output.type.kind != "choice" or uses is None:
+    if output is None or uses is None or not (labels := labels_of(output.type)):
         return
     params = [cx.params[name] for name in dict.fromkeys(uses.instruction + uses.system)]
     system = system_source(cx.p, output) or ""
 
     def names_every_option(text: str) -> bool:
-        return all(re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) for option in output.type.choices)
+        return all(re.search(rf"(?<!\w){re.escape(option)}(?!\w)", text) for option in labels)
 
     stable = [template_source(cx.p, output), system, *(p.text for p in params if p.frozen)]
     if any(names_every_option(text) for text in stable):
@@ -169,7 +170,7 @@ def warn_format_in_trainable(cx: Context) -> None:
         cx.report(
             "W007",
             param.span,
-            f"param '{param.name}' is the only place that says how to answer ({', '.join(output.type.choices)}), "
+            f"param '{param.name}' is the only place that says how to answer ({', '.join(labels)}), "
             "and the optimizer may rewrite that away",
             help="state the answer format in the node's template, or in a frozen param the template uses",
         )

@@ -11,6 +11,7 @@ from typing import NamedTuple
 from .. import ir
 from ..kinds import kind_of
 from ..nodes import maps
+from ..nodes.outputs import output_kind
 from ..nodes.templates import (
     BUILTIN,
     DEFAULT_TEMPLATE,
@@ -23,8 +24,6 @@ from ..nodes.templates import (
     variables,
 )
 from .context import IDENTIFIER, Context, NodeParams, no_field
-
-SCALAR_KINDS = ("text", "choice", "number")  # a value a template reads as one string, with no fields
 
 
 def template_source(pipeline: ir.Pipeline, node: ir.Node) -> str:
@@ -132,7 +131,7 @@ def check_fields_read(cx: Context, text: str, literal: ir.Span, received: Set[st
             no_field(cx, cx.locate(literal, field), name, field)
             fine = False
         type_ = cx.nodes[name].type
-        if type_.kind in SCALAR_KINDS and not hasattr(str, field):  # a str method, such as upper, renders
+        if output_kind(type_).scalar and not hasattr(str, field):  # a str method, such as upper, renders
             what = "node" if name in cx.node_names else "input"
             cx.report(
                 "E077",

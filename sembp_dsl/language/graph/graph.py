@@ -26,6 +26,7 @@ from ..nodes.demos import as_text, examples, limit
 from ..nodes.maps import each_of
 from ..nodes.metrics import parse_scale
 from ..nodes.node import NO_RECORDS, GraphNode, model_param
+from ..nodes.outputs import field_of, fields_of
 from ..nodes.shapes import SENTENCE, Field, Shape, prompt_shape
 from ..nodes.templates import BUILTIN, builtin_source, compile_template, label, variables
 
@@ -139,7 +140,7 @@ class Graph:
     def output_type(self) -> ir.OutputType:
         """The type of what is scored: the output node's, or that of its field."""
         node = self.nodes[self.output]
-        return node.type.field(self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
+        return field_of(node.type, self.output_field).type if self.output_field else node.type  # type: ignore[union-attr]
 
     @property
     def sizes_given(self) -> frozenset[str]:
@@ -351,7 +352,7 @@ def graph_nodes(pipeline: ir.Pipeline, analysis: Analysis) -> dict[str, GraphNod
     declared = {n.name: n for n in pipeline.nodes}
     input_names = {i.name for i in pipeline.inputs}
     split: dict[int, tuple] = {}  # nodes fed by one edge statement share their inputs: split them once
-    records = {n.name: n.type for n in pipeline.nodes if n.type.kind == "record"}
+    records = {n.name: n.type for n in pipeline.nodes if fields_of(n.type)}
     gates = gates_of(pipeline)
     nodes = {}
     for name in analysis.order:

@@ -18,6 +18,7 @@ from typing import Protocol
 from .. import ir
 from ..diagnostics import Note, suggestion
 from .maps import value_type
+from .outputs import field_of, fields_of, labels_of
 
 MAX_COMBINATIONS = 4096  # deciding values checked together; past it the path checks are skipped, not guessed
 OTHER = "\x00other"  # a free field's value that is none of the options its conditions name
@@ -143,21 +144,21 @@ def condition_options(cx: Checking, condition: ir.Condition) -> tuple[str, ...] 
     name = condition.subject.name
     type_ = cx.nodes[name].type
     if condition.field is None:
-        if type_.kind == "choice":
-            return type_.choices
+        if labels := labels_of(type_):
+            return labels
         help = "branch on a choice (`choice(Yes, No)`) or a record's field (`when review.decision == send`)"
         cx.report("E120", condition.subject.span, f"'{name}' is {type_}: a condition reads a choice or a field", help)
         return None
-    if type_.kind != "record":
+    if not fields_of(type_):
         cx.report("E120", condition.field.span, f"'{name}' is {type_}, not a record: it has no field to branch on")
         return None
-    found = type_.field(condition.field.name)
+    found = field_of(type_, condition.field.name)
     if found is None:
-        fields = [f.name for f in type_.fields]
+        fields = [f.name for f in fields_of(type_)]
         help = suggestion(condition.field.name, fields) or f"its fields are {', '.join(fields)}"
         cx.report("E076", condition.field.span, f"node '{name}' has no field '{condition.field.name}'", help=help)
         return None
-    return found.type.choices if found.type.kind == "choice" else ()
+    return labels_of(found.type)
 
 
 def check_output_alternatives(cx: Checking, output: ir.Output) -> None:

@@ -14,6 +14,7 @@ from typing import Protocol
 
 from .. import ir
 from ..diagnostics import Note, suggestion
+from .outputs import item_of
 
 SETTINGS: Mapping[str, tuple] = {"max_items": (int,)}  # what a mapped node takes beyond its kind's settings
 HELP = {"max_items": "the most items of the list one sample runs (required: the plan counts them); past it, not run"}
@@ -97,7 +98,7 @@ def check_map(cx: Checking, node: ir.Node, received: tuple[str, ...]) -> None:
             help=f"add `{each.over.name} -> {node.name}`",
         )
     type_ = value_type(over) if isinstance(over, ir.Node) else over.type
-    if type_.kind != "list":
+    if item_of(type_) is None:
         cx.report(
             "E125",
             each.over.span,

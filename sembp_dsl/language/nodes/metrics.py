@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 from .. import ir
 from ..diagnostics import did_you_mean
+from .outputs import labels_of
+from .shapes import parse_number
 
 __all__ = ["DEFAULT", "JUDGE_SETTINGS", "METRICS", "Metric", "default_metric", "parse_number", "parse_scale", "score"]
 
@@ -41,16 +43,11 @@ _TRAILING = ".!?,;:"
 # A bracketed option ("(A)") is unwrapped so it also matches a bare "A".
 _BRACKET_PAIRS = ("()", "[]")
 
+
 # A number: optional sign (only when not glued to a word or digit, so "3-5"
 # gives 5, not -5), optional $, then digits with thousands commas ("1,000") or
 # plain digits, optional decimals. A trailing % is simply not part of the match.
 # The lookbehind keeps "1.2.3" from yielding ".3".
-_NUMBER = re.compile(
-    r"(?:(?<![\w.])(?P<sign>[-\u2212]))?\$?"
-    r"(?<![\d.])(?P<body>\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
-)
-
-
 @dataclass(frozen=True)
 class Metric:
     """A built-in metric: `matches(predicted, expected)` scores a reply (never None: a reply that could not be parsed
@@ -89,14 +86,15 @@ BLANK = "no expected answer (its value is blank or null), so it would always sco
 
 def _label_unmatchable(answer: str, node: str, type_: ir.OutputType) -> str | None:
     """A choice's answer must be one of its labels; any other output's answer may be anything."""
-    if type_.kind != "choice":
+    labels = labels_of(type_)
+    if not labels:
         return None
     if not answer:
         return BLANK
-    if not any(_exact(label, answer) for label in type_.choices):
+    if not any(_exact(label, answer) for label in labels):
         return (
             f"the expected answer {answer!r} is not among the labels of {node}: {type_}, "
-            f"so it would always score 0{did_you_mean(answer, type_.choices)}"
+            f"so it would always score 0{did_you_mean(answer, labels)}"
         )
     return None
 
@@ -146,19 +144,6 @@ def parse_scale(text: str) -> tuple[float, float] | None:
         return None
     low, high = float(match.group(1)), float(match.group(2))
     return (low, high) if low < high else None
-
-
-def parse_number(text: str) -> float | None:
-    """The last number in `text` ("1,000" -> 1000.0, "$18.00" -> 18.0), or None.
-
-    The last one, because model outputs usually reason first and answer at the end.
-    """
-    matches = list(_NUMBER.finditer(text))
-    if not matches:
-        return None
-    last = matches[-1]
-    value = float(last["body"].replace(",", ""))
-    return -value if last["sign"] else value
 
 
 def _normalise(text: str) -> str:

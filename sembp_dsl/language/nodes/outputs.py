@@ -22,7 +22,6 @@ from typing import ClassVar
 
 from .. import ir
 from ..ir import OUTPUT_TYPES
-from .metrics import parse_number
 from .shapes import (
     Field,
     Items,
@@ -36,6 +35,7 @@ from .shapes import (
     literal,
     number_text,
     object_schema,
+    parse_number,
 )
 from .templates import Record
 
@@ -142,6 +142,29 @@ class OutputKind:
     said: ClassVar[str] = "text"  # a value of it in words
     told: ClassVar[str | None] = None  # how a reply no JSON Schema holds must answer; None: any reply is one
     described: ClassVar[bool] = False  # whether a prompt tells its shape in words to a model no JSON Schema reaches
+    scalar: ClassVar[bool] = True  # whether a template reads a value of it as one string, with no fields
+    verbatim: ClassVar[bool] = True  # whether a data set's expected answer, as written, can be an output of it
+    input_json: ClassVar[dict] = {"type": "string"}  # the JSON Schema an MCP client sends an input of it by
+
+    def labels(self, type_: ir.OutputType) -> tuple[str, ...]:
+        """The options a value of it is one of (a branch's conditions, the exact metric's answers); () for any."""
+        return ()
+
+    def fields(self, type_: ir.OutputType) -> tuple[ir.Field, ...]:
+        """Its fields, which templates, conditions and `output a.field` read one by one; () for a value read whole."""
+        return ()
+
+    def item(self, type_: ir.OutputType) -> ir.OutputType | None:
+        """The type of each item of a value of it (what a map runs once per); None for a value that is no list."""
+        return None
+
+    def input_schema(self, type_: ir.OutputType) -> dict:
+        """The JSON Schema an MCP client sends an input of it by: its JSON type, without a strict schema's detail."""
+        return dict(self.input_json)
+
+    def completion(self) -> str | None:
+        """How the editor offers it where a type is typed (`choice()`); None where no word spells it."""
+        return self.name
 
     def value_field(self, name: str, type_: ir.OutputType, line: bool = False) -> Field:
         """The field that holds a value of it (text as one line, or as free text)."""
@@ -216,6 +239,8 @@ class Number(OutputKind):
     json_rule = "json-number"
     said = "a number"
     told = "End the answer with the number."
+    verbatim = False
+    input_json = {"type": "number"}
 
     def reply_shape(self, type_: ir.OutputType) -> Shape | None:
         return Shape("number", (Field("reasoning", "text"), "\nAnswer: ", self.value_field("answer", type_)))
@@ -256,6 +281,9 @@ class Json(OutputKind):
     json_rule = "json-value"
     said = "any JSON value"
     told = "Answer with a JSON value."
+    scalar = False
+    verbatim = False
+    input_json = {}  # any JSON value
 
     def reply_shape(self, type_: ir.OutputType) -> Shape | None:
         return Shape(str(type_), (self.value_field("value", type_),))
@@ -281,6 +309,15 @@ class Choice(OutputKind):
 
     name = "choice"
     field = "option"
+
+    def labels(self, type_: ir.OutputType) -> tuple[str, ...]:
+        return type_.choices
+
+    def completion(self) -> str | None:
+        return "choice()"
+
+    def input_schema(self, type_: ir.OutputType) -> dict:
+        return {"enum": list(type_.choices)}
 
     def reply_shape(self, type_: ir.OutputType) -> Shape | None:
         return Shape(str(type_), (self.value_field("answer", type_), "\n", Field("reason", "line")))
@@ -318,6 +355,15 @@ class ListOf(OutputKind):
     field = "list"
     said = "a JSON array"
     described = True
+    scalar = False
+    verbatim = False
+    input_json = {"type": "array"}
+
+    def item(self, type_: ir.OutputType) -> ir.OutputType | None:
+        return type_.item or ir.OutputType("json", span=type_.span)  # a bare `list`: any JSON value
+
+    def completion(self) -> str | None:
+        return "list[]"
 
     def reply_shape(self, type_: ir.OutputType) -> Shape | None:
         return Shape(str(type_), (self.value_field("value", type_),))
@@ -355,6 +401,15 @@ class RecordOf(OutputKind):
 
     name = "record"
     described = True
+    scalar = False
+    verbatim = False
+    input_json = {"type": "object"}
+
+    def fields(self, type_: ir.OutputType) -> tuple[ir.Field, ...]:
+        return type_.fields
+
+    def completion(self) -> str | None:
+        return None  # written as its fields in braces
 
     def node_shape(self, type_: ir.OutputType, parse: str) -> Shape | None:
         if parse == "tag":
@@ -425,6 +480,33 @@ def output_kind(type_: ir.OutputType) -> OutputKind:
 def node_shape(type_: ir.OutputType, parse: str = "reply") -> Shape | None:
     """A node's reply, as its type parses it (`OutputKind.parse`); None for plain text, where any reply is one."""
     return output_kind(type_).node_shape(type_, parse)
+
+
+def labels_of(type_: ir.OutputType) -> tuple[str, ...]:
+    """The options a value of a type is one of (a choice's); () for any value."""
+    return output_kind(type_).labels(type_)
+
+
+def fields_of(type_: ir.OutputType) -> tuple[ir.Field, ...]:
+    """A type's fields (a record's), read one by one; () for a value read whole."""
+    return output_kind(type_).fields(type_)
+
+
+def field_of(type_: ir.OutputType, name: str) -> ir.Field | None:
+    """A type's field by name, or None (a type with no fields has none)."""
+    return next((f for f in fields_of(type_) if f.name == name), None)
+
+
+def item_of(type_: ir.OutputType) -> ir.OutputType | None:
+    """The type of each item of a value of a type (a list's); None for a value that is no list."""
+    return output_kind(type_).item(type_)
+
+
+def answer_is_output(type_: ir.OutputType, answer: str) -> bool:
+    """Whether a data set's expected answer, as written, is an output of a type (text, or one of a choice's
+    options), which a demonstration may show as the output."""
+    labels = labels_of(type_)
+    return bool(answer) and output_kind(type_).verbatim and (not labels or answer in labels)
 
 
 def type_schema(type_: ir.OutputType) -> dict | None:

@@ -205,6 +205,25 @@ def object_schema(properties: dict[str, dict | None]) -> dict | None:
     return {"type": "object", "properties": properties, "required": list(properties), "additionalProperties": False}
 
 
+NUMBER_IN_TEXT = re.compile(
+    r"(?:(?<![\w.])(?P<sign>[-\u2212]))?\$?"
+    r"(?<![\d.])(?P<body>\d{1,3}(?:,\d{3})+(?!\d)(?:\.\d+)?|\d+(?:\.\d+)?|\.\d+)"
+)
+
+
+def parse_number(text: str) -> float | None:
+    """The last number in `text` ("1,000" -> 1000.0, "$18.00" -> 18.0), or None.
+
+    The last one, because model outputs usually reason first and answer at the end.
+    """
+    matches = list(NUMBER_IN_TEXT.finditer(text))
+    if not matches:
+        return None
+    last = matches[-1]
+    value = float(last["body"].replace(",", ""))
+    return -value if last["sign"] else value
+
+
 def number_text(value: int | float) -> str:
     """A number as the parser reads it: no exponent (`1e+20` would read as 20), no `.0` on a whole number."""
     if isinstance(value, float) and value.is_integer():

@@ -10,6 +10,7 @@ from .. import ir
 from ..check.context import MODEL_ROLES
 from ..check.settings import BLOCKS, NODE_SETTINGS
 from ..nodes.metrics import JUDGE_SETTINGS, METRICS
+from ..nodes.outputs import OUTPUT_TYPES
 from ..nodes.templates import BUILTIN
 from .hover import setting_help
 
@@ -39,8 +40,6 @@ KEYWORDS = (
     "optimize",
 )
 
-TYPES = ("text", "number", "json", "choice()")
-
 BLOCK_SETTINGS: dict[str, dict[str, tuple]] = {
     "node": NODE_SETTINGS,
     "metric": JUDGE_SETTINGS,
@@ -67,7 +66,7 @@ def complete(source: str, offset: int, pipeline: ir.Pipeline | None) -> list[Com
     if context.in_string:
         return jinja_completions(names) if context.in_jinja else []
     if context.block == "record":  # `node judge: {verdict: |`: a field's type
-        return [Completion(t, "type", insert=t) for t in TYPES] if re.search(r":\s*\w*$", line) else []
+        return type_completions() if re.search(r":\s*\w*$", line) else []
     if context.block is not None:
         return setting_completions(context.block, line, names)
     return statement_completions(line, names, pipeline)
@@ -114,8 +113,14 @@ def statement_completions(
     if re.match(r"\s*model\s+\w*$", line):
         return [Completion(role, "model") for role in MODEL_ROLES]
     if re.match(r"\s*(node\s+\w+|input\s+[\w,\s]+):\s*\w*$", line):
-        return [Completion(t, "type", insert=t) for t in TYPES]
+        return type_completions()
     return []
+
+
+def type_completions() -> list[Completion]:
+    """The output types as registered (OUTPUT_TYPES), each as it is typed."""
+    typed = (kind.completion() for kind in OUTPUT_TYPES.values())
+    return [Completion(t, "type", insert=t) for t in typed if t is not None]
 
 
 def names_by_namespace(p: ir.Pipeline | None) -> dict[str, list[tuple[str, str]]]:

@@ -11,6 +11,7 @@ from .. import ir
 from ..graph.graph import Graph, describe
 from ..kinds import kind_of
 from ..nodes.node import GraphNode
+from ..nodes.outputs import fields_of
 from ..nodes.templates import Record
 
 # user:password@ in a URL setting (api_base = "http://me:secret@host/v1"): the password is masked, as in
@@ -124,8 +125,8 @@ def _sections(graph: Graph) -> Iterator[str]:
     for name, node in graph.nodes.items():
         if node.each is not None:
             values[node.each.item] = f"<{node.each.item}>"
-        if node.type.kind == "record":
-            values[name] = Record({f.name: f"<{name}.{f.name}>" for f in node.type.fields}, values[name])
+        if fields := fields_of(node.type):
+            values[name] = Record({f.name: f"<{name}.{f.name}>" for f in fields}, values[name])
     for node in graph.nodes.values():
         yield from kind_of(node).sections(node, graph, values)
         if not node.hints:
