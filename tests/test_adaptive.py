@@ -68,7 +68,11 @@ def test_calls_beyond_the_most_ever_answered_go_one_at_a_time_so_a_limit_is_foun
     with FakeServer(reply="ok", delay=0.1, limit=40) as server:
         llm = llm_for(server.url, backoff=0.05)
         call_all(llm, 400)
-        assert 0 < server.rate_limited <= 3 and server.max_in_flight == 41
+        [times] = llm.ledger.refusals.values()
+        # one search, a call or two past the limit (3 at most idle; a loaded machine lets a few more out before
+        # the first 429 is heard), where doubling at once sent 24 past it together
+        searches = 1 + sum(1 for before, after in zip(times, times[1:]) if after - before > 0.1)
+        assert searches <= 2 and 0 < server.rate_limited <= 10 and server.max_in_flight <= 50
 
 
 def test_a_server_that_queues_calls_does_not_get_a_wide_window():
