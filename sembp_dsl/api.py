@@ -671,7 +671,7 @@ class _Recording:
         """Where a batch evaluation keeps its batches' ids the moment each is made: in its record's folder (made now,
         before any call), so a killed run resumed finds them again and sends none twice."""
         self.record = self.record or self._made()
-        self.batches = Journal(self.record.folder() / JOURNAL)
+        self.batches = Journal(self.record.opened().folder / JOURNAL)
         return self.batches
 
     def heard(self, on_done: Callable[[Result], None] | None) -> Callable[[Result], None]:

@@ -202,25 +202,24 @@ class EvalRecord:
             os.truncate(samples.path, samples.good_bytes)  # type: ignore[arg-type]
         return self
 
-    def folder(self) -> Path:
-        """The record's folder, made (with run.json saying what the evaluation asks) if it is not yet."""
+    def opened(self) -> RunRecord:
+        """The record, its folder made (with run.json saying what the evaluation asks) if it is not yet."""
         if self.kept is None:
             self.kept = RunRecord(new_folder(self.runs_dir, self.data.settings.file), self.data)
             self.kept.save()
-        return self.kept.folder
+        return self.kept
 
     def add(self, result: Result) -> None:
         """A sample finished: its line, written now."""
         if self.log is None:
-            self.log = SampleLog(self.folder() / SAMPLES_FILE)
+            self.log = SampleLog(self.opened().folder / SAMPLES_FILE)
         self.log.add(sample_json(result))
 
     def finish(self, evaluation: Evaluation, spent: RoleUsage, said: Mapping[str, object] | None = None) -> RunRecord:
         """The evaluation's end: its score and counts, how it ended, what its model calls `spent` (the ledger's
         count: a tool loop's every turn and a map's every item are calls, a function node's run is none), and what
         else its evaluation `said` (a batch evaluation's batches)."""
-        self.folder()  # nothing finished (a budget stopped it first): a record all the same
-        assert self.kept is not None
+        kept = self.opened()  # nothing finished (a budget stopped it first): a record all the same
         if self.log is not None:
             self.log.close()
         tally, data = evaluation.tally, self.data
@@ -241,5 +240,5 @@ class EvalRecord:
             "requested": evaluation.requested,
             "counts": {"samples": tally.samples, "right": tally.correct, "lost": tally.lost},
         }
-        self.kept.save()
-        return self.kept
+        kept.save()
+        return kept
